@@ -1,0 +1,87 @@
+// What a route is: its method and path, what it takes (parameters, query, body, all declared
+// with the schema language), what it answers, and its handler. The server validates from
+// these declarations and the OpenAPI document is generated from them.
+import type { IncomingMessage } from 'node:http';
+import type { Principal, Scope } from '../auth/authenticate.js';
+import type { BodyField, BodySchema, QueryField, QuerySchema, Values } from '../domain/schema.js';
+
+/** A successful answer: the status and the body, already JSON. */
+export interface Reply {
+  readonly status: number;
+  readonly body: string;
+  readonly etag?: string;
+  /** Defaults to JSON; /metrics answers in Prometheus text. */
+  readonly contentType?: string;
+}
+
+export interface Context<Q extends Record<string, QueryField>, B extends Record<string, BodyField>> {
+  readonly req: IncomingMessage;
+  /** Set on every route with `auth: true`. */
+  readonly principal: Principal | undefined;
+  /** Path parameters, percent-decoded, by name. */
+  readonly params: Readonly<Record<string, string>>;
+  readonly query: Values<Q>;
+  readonly body: Values<B>;
+}
+
+export interface ParamDoc {
+  readonly description: string;
+  /** A blank value is answered 400 with this message before the handler runs. */
+  readonly blankMessage?: string;
+}
+
+/** Names of the response schemas the OpenAPI document defines. */
+export type SchemaName = 'ChatSession' | 'ChatSessionList' | 'Turn' | 'TurnList' | 'Provider' | 'ProviderList' | 'Deleted' | 'Health' | 'OpenApi' | 'Metrics';
+
+export interface ResponseDoc {
+  readonly status: number;
+  readonly description: string;
+  /** Omitted for error answers, which all share the Error schema. */
+  readonly schema?: SchemaName;
+}
+
+export interface RouteDef<Q extends Record<string, QueryField> = Record<string, QueryField>, B extends Record<string, BodyField> = Record<string, BodyField>> {
+  readonly method: 'GET' | 'POST' | 'PUT' | 'DELETE';
+  readonly path: string;
+  readonly operationId: string;
+  readonly summary: string;
+  readonly tag: 'Chat sessions' | 'Providers' | 'Service';
+  /** Requires a Bearer token. */
+  readonly auth: boolean;
+  /** The token scope the route needs (tokens without a scope claim may do everything). */
+  readonly scope?: Scope;
+  /** Not counted against per-address rate limits (health checks, metrics scrapes). */
+  readonly unlimited?: boolean;
+  readonly params?: Readonly<Record<string, ParamDoc>>;
+  readonly query?: QuerySchema<Q>;
+  readonly body?: BodySchema<B>;
+  /** Honours If-Match. */
+  readonly ifMatch?: boolean;
+  /** Success answers (errors are derived from the rest of the declaration). */
+  readonly responses: readonly ResponseDoc[];
+  /** Further error answers this route can give beyond the common ones. */
+  readonly errors?: readonly ResponseDoc[];
+  handle(ctx: Context<Q, B>): Reply | Promise<Reply>;
+}
+
+/**
+ * Declares a route, keeping its query and body types for the handler. The table holds routes
+ * of different types, so the types are erased here; that is sound because the server builds
+ * every handler's `query` and `body` with validateQuery/validateBody from the very schemas
+ * declared beside the handler.
+ */
+export function route<Q extends Record<string, QueryField> = Record<string, never>, B extends Record<string, BodyField> = Record<string, never>>(
+  def: RouteDef<Q, B>,
+): RouteDef {
+  return def as unknown as RouteDef;
+}
+
+/** `{"success":true,"data":<json>}` around data that is already JSON. */
+export function dataBody(json: string): string {
+  return `{"success":true,"data":${json}}`;
+}
+
+export function ok(data: unknown, status = 200, etag?: string): Reply {
+  const body = dataBody(JSON.stringify(data));
+  return etag === undefined ? { status, body } : { status, body, etag };
+}

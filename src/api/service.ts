@@ -1,0 +1,74 @@
+// The service's own routes, outside the spec's two groups: health, the OpenAPI document and
+// Prometheus metrics. None needs a token.
+import type { Metrics } from '../metrics.js';
+import type { ProviderCatalog } from '../providers.js';
+import type { Store } from '../store/store.js';
+import { dataBody, route, type RouteDef } from './route.js';
+
+export interface ServiceDeps {
+  readonly version: string;
+  readonly catalog: () => ProviderCatalog;
+  readonly store: Store;
+  /** undefined when METRICS=off: the route does not exist. */
+  readonly metrics: Metrics | undefined;
+  /** The OpenAPI document, serialized once the table is complete. */
+  readonly openApiBody: () => string;
+}
+
+export function serviceRoutes(d: ServiceDeps): RouteDef[] {
+  const routes: RouteDef[] = [
+    route({
+      method: 'GET',
+      path: '/healthz',
+      operationId: 'health',
+      summary: 'Liveness, version, and when the providers file was last loaded',
+      tag: 'Service',
+      auth: false,
+      unlimited: true,
+      responses: [{ status: 200, description: 'Serving', schema: 'Health' }],
+      handle() {
+        const c = d.catalog();
+        return {
+          status: 200,
+          body: dataBody(JSON.stringify({ status: 'ok', version: d.version, providers: { count: c.count, loadedAt: c.loadedAt } })),
+        };
+      },
+    }),
+    route({
+      method: 'GET',
+      path: '/api/v1/openapi.json',
+      operationId: 'openApi',
+      summary: 'This API as an OpenAPI 3.1 document',
+      tag: 'Service',
+      auth: false,
+      responses: [{ status: 200, description: 'The document', schema: 'OpenApi' }],
+      handle() {
+        return { status: 200, body: d.openApiBody() };
+      },
+    }),
+  ];
+  const metrics = d.metrics;
+  if (metrics !== undefined) {
+    routes.push(
+      route({
+        method: 'GET',
+        path: '/metrics',
+        operationId: 'metrics',
+        summary: 'Prometheus metrics (METRICS=off removes this route)',
+        tag: 'Service',
+        auth: false,
+        unlimited: true,
+        responses: [{ status: 200, description: 'Metrics in Prometheus text format', schema: 'Metrics' }],
+        handle() {
+          const s = d.store.stats();
+          return {
+            status: 200,
+            contentType: 'text/plain; version=0.0.4; charset=utf-8',
+            body: metrics.render({ ...s, providers: d.catalog().count }),
+          };
+        },
+      }),
+    );
+  }
+  return routes;
+}

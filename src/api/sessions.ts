@@ -1,0 +1,351 @@
+// Chat sessions (/api/v1/chat-sessions): the spec's six endpoints, plus recording a turn,
+// archive and unarchive. Handlers validate nothing by hand that the route declares; they
+// decide, and the store makes it durable.
+import type { IncomingMessage } from 'node:http';
+import type { AccessMode } from '../config.js';
+import type { Principal } from '../auth/authenticate.js';
+import { newObjectId } from '../domain/ids.js';
+import { CHAT_SESSION_MODES, DEFAULT_MODE, TURN_ROLES, chatSession, nextTimestamp, type ChatSession, type ChatSessionMode, type Turn, type TurnRole } from '../domain/records.js';
+import type { BodySchema, QuerySchema } from '../domain/schema.js';
+import { PreconditionFailed, SessionNotFound, type ArchivedFilter, type Slice, type Store } from '../store/store.js';
+import type { CursorCodec } from './cursor.js';
+import { dataBody, ok, route, type Reply, type RouteDef } from './route.js';
+
+export interface SessionDeps {
+  readonly store: Store;
+  readonly access: AccessMode;
+  readonly cursors: CursorCodec;
+}
+
+const ID_MAX = 200;
+const NAME_MAX = 500;
+const MODE_HELP = `A ChatSessionMode member name: ${CHAT_SESSION_MODES.join(', ')}.`;
+
+const createBody = {
+  name: 'CreateChatSession',
+  nullIsAbsent: true,
+  fields: {
+    projectId: { kind: 'string', required: true, maxLength: ID_MAX, description: 'Project the session belongs to.' },
+    providerId: { kind: 'string', required: true, maxLength: ID_MAX, description: 'AI provider; stored as `provider`.' },
+    selectedModel: { kind: 'string', required: true, maxLength: ID_MAX, description: 'Model of the provider.' },
+    mode: { kind: 'string', emptyIsAbsent: true, oneOf: CHAT_SESSION_MODES, description: `${MODE_HELP} Absent or empty: Build.` },
+    name: { kind: 'string', maxLength: NAME_MAX, description: 'Display name; "" when not given.' },
+  },
+} as const satisfies BodySchema;
+
+const updateBody = {
+  name: 'UpdateChatSession',
+  nullIsAbsent: false,
+  fields: {
+    name: { kind: 'string', maxLength: NAME_MAX, description: 'New display name.' },
+    provider: { kind: 'string', notBlank: true, maxLength: ID_MAX, description: 'New provider (the create field is `providerId`).' },
+    selectedModel: { kind: 'string', notBlank: true, maxLength: ID_MAX, description: 'New model.' },
+    mode: { kind: 'string', oneOf: CHAT_SESSION_MODES, description: MODE_HELP },
+  },
+} as const satisfies BodySchema;
+
+const turnBody = {
+  name: 'CreateTurn',
+  nullIsAbsent: true,
+  fields: {
+    role: { kind: 'string', required: true, oneOf: TURN_ROLES, description: 'Who spoke.' },
+    content: { kind: 'string', required: true, description: 'The text of the turn.' },
+    model: { kind: 'string', maxLength: ID_MAX, description: 'Model that produced the turn.' },
+    metadata: { kind: 'object', maxBytes: 16 * 1024, description: 'Any JSON object.' },
+  },
+} as const satisfies BodySchema;
+
+const paging = {
+  limit: { kind: 'integer', min: 1, max: 1000, description: 'Page size. When given, the answer carries `nextCursor` (null on the last page).' },
+  cursor: { kind: 'string', description: 'The `nextCursor` of the previous page of the same list.' },
+} as const;
+
+const listQuery = {
+  fields: {
+    projectId: { kind: 'string', description: 'When present and non-empty: the sessions of this project; otherwise the caller\'s own sessions.' },
+    q: { kind: 'string', maxLength: NAME_MAX, description: 'Only sessions whose name contains this text, ignoring case.' },
+    archived: { kind: 'string', oneOf: ['false', 'true', 'all'], description: 'false (default): active sessions; true: only archived ones; all: both.' },
+    ...paging,
+  },
+} as const satisfies QuerySchema;
+
+const turnsQuery = { fields: { ...paging } } as const satisfies QuerySchema;
+
+const idParam = { id: { description: 'Chat session id.', blankMessage: 'Session ID is required' } } as const;
+
+/** The ETag of a session: its updatedAt, which every change moves forward. */
+export function etagOf(s: ChatSession): string {
+  return `"${Date.parse(s.updatedAt).toString(36)}"`;
+}
+
+/** RFC 9110 If-Match with strong comparison: `*` matches any current session. */
+function checkIfMatch(req: IncomingMessage, s: ChatSession): void {
+  const header = req.headers['if-match'];
+  if (header === undefined) return;
+  if (header.trim() === '*') return;
+  const tag = etagOf(s);
+  for (const part of header.split(',')) if (part.trim() === tag) return;
+  throw new PreconditionFailed();
+}
+
+function user(ctx: { principal: Principal | undefined }): string {
+  if (ctx.principal === undefined) throw new Error('route declared without auth reached a handler that needs a user');
+  return ctx.principal.user;
+}
+
+/** Paged-list answer: `data`, plus `nextCursor` when the client asked for a page. */
+function listReply<T>(slice: Slice<T>, limit: number | undefined, next: (last: T) => string): Reply {
+  const data = JSON.stringify(slice.items);
+  if (limit === undefined) return { status: 200, body: dataBody(data) };
+  const last = slice.items[slice.items.length - 1];
+  const cursor = slice.more && last !== undefined ? JSON.stringify(next(last)) : 'null';
+  return { status: 200, body: `{"success":true,"data":${data},"nextCursor":${cursor}}` };
+}
+
+export function sessionRoutes({ store, access, cursors }: SessionDeps): RouteDef[] {
+  /** The session as the caller may see it: another user's session does not exist under ACCESS=owner. */
+  const visible = (s: ChatSession | undefined, who: string): s is ChatSession => s !== undefined && (access === 'shared' || s.user === who);
+  const mine = (who: string, req: IncomingMessage) => (s: ChatSession): void => {
+    if (!visible(s, who)) throw new SessionNotFound();
+    checkIfMatch(req, s);
+  };
+  const sessionReply = (s: ChatSession, status = 200): Reply => ok(s, status, etagOf(s));
+  const base = '/api/v1/chat-sessions';
+  const notFound = { status: 404, description: 'Chat session not found' } as const;
+  const modified = { status: 412, description: 'Chat session was modified (If-Match)' } as const;
+
+  const setArchived = (archived: boolean) =>
+    route({
+      method: 'POST',
+      path: `${base}/:id/${archived ? 'archive' : 'unarchive'}`,
+      operationId: archived ? 'archiveChatSession' : 'unarchiveChatSession',
+      summary: archived ? 'Archive a session (lists leave it out unless archived=true|all)' : 'Bring an archived session back into lists',
+      tag: 'Chat sessions',
+      auth: true,
+      scope: 'sessions:write',
+      params: idParam,
+      ifMatch: true,
+      responses: [{ status: 200, description: 'The session', schema: 'ChatSession' }],
+      errors: [notFound, modified],
+      async handle(ctx) {
+        const who = user(ctx);
+        const id = ctx.params['id'] as string;
+        const check = mine(who, ctx.req);
+        const current = store.getSession(id);
+        if (visible(current, who) && current.archived === archived) {
+          check(current);
+          return sessionReply(current);
+        }
+        const s = await store.updateSession(id, (cur) => {
+          check(cur);
+          return cur.archived === archived ? cur : chatSession({ ...cur, archived, updatedAt: nextTimestamp(cur.updatedAt) });
+        });
+        return sessionReply(s);
+      },
+    });
+
+  return [
+    route<typeof listQuery.fields>({
+      method: 'GET',
+      path: base,
+      operationId: 'listChatSessions',
+      summary: "List a project's sessions (projectId) or the caller's own, newest first",
+      tag: 'Chat sessions',
+      auth: true,
+      scope: 'sessions:read',
+      query: listQuery,
+      responses: [{ status: 200, description: 'The sessions', schema: 'ChatSessionList' }],
+      handle(ctx) {
+        const who = user(ctx);
+        const { projectId, q, limit, cursor } = ctx.query;
+        const archived = (ctx.query.archived ?? 'false') as ArchivedFilter;
+        const ownOnly = projectId === undefined || access === 'owner';
+        const filter = {
+          ...(projectId !== undefined ? { project: projectId } : {}),
+          ...(ownOnly ? { user: who } : {}),
+          archived,
+          ...(q !== undefined ? { nameContains: q.toLowerCase() } : {}),
+        };
+        const listName = `sessions\n${projectId ?? ''}\n${ownOnly ? who : ''}\n${archived}\n${q ?? ''}`;
+        let after;
+        if (cursor !== undefined) {
+          const [updatedAt, _id] = cursors.decode(listName, cursor);
+          after = { updatedAt, _id };
+        }
+        const slice = store.listSessions(filter, after, limit);
+        return listReply(slice, limit, (last) => cursors.encode(listName, last.updatedAt, last._id));
+      },
+    }),
+
+    route<Record<string, never>, typeof createBody.fields>({
+      method: 'POST',
+      path: base,
+      operationId: 'createChatSession',
+      summary: 'Create a session bound to a project, a provider and a model',
+      tag: 'Chat sessions',
+      auth: true,
+      scope: 'sessions:write',
+      body: createBody,
+      responses: [{ status: 201, description: 'The new session', schema: 'ChatSession' }],
+      async handle(ctx) {
+        const b = ctx.body;
+        const now = Date.now();
+        const at = new Date(now).toISOString();
+        const s = await store.createSession(
+          chatSession({
+            _id: newObjectId(now),
+            name: b.name ?? '',
+            provider: b.providerId as string,
+            selectedModel: b.selectedModel as string,
+            mode: (b.mode as ChatSessionMode | undefined) ?? DEFAULT_MODE,
+            user: user(ctx),
+            project: b.projectId as string,
+            createdAt: at,
+            updatedAt: at,
+            archived: false,
+          }),
+        );
+        return sessionReply(s, 201);
+      },
+    }),
+
+    route({
+      method: 'GET',
+      path: `${base}/:id`,
+      operationId: 'getChatSession',
+      summary: 'Read one session',
+      tag: 'Chat sessions',
+      auth: true,
+      scope: 'sessions:read',
+      params: idParam,
+      responses: [{ status: 200, description: 'The session', schema: 'ChatSession' }],
+      errors: [notFound],
+      handle(ctx) {
+        const s = store.getSession(ctx.params['id'] as string);
+        if (!visible(s, user(ctx))) throw new SessionNotFound();
+        return sessionReply(s);
+      },
+    }),
+
+    route<Record<string, never>, typeof updateBody.fields>({
+      method: 'PUT',
+      path: `${base}/:id`,
+      operationId: 'updateChatSession',
+      summary: 'Change name, provider, selectedModel or mode (other fields are ignored)',
+      tag: 'Chat sessions',
+      auth: true,
+      scope: 'sessions:write',
+      params: idParam,
+      body: updateBody,
+      ifMatch: true,
+      responses: [{ status: 200, description: 'The updated session', schema: 'ChatSession' }],
+      errors: [notFound, modified],
+      async handle(ctx) {
+        const who = user(ctx);
+        const id = ctx.params['id'] as string;
+        const check = mine(who, ctx.req);
+        const { name, provider, selectedModel, mode } = ctx.body;
+        if (name === undefined && provider === undefined && selectedModel === undefined && mode === undefined) {
+          const current = store.getSession(id);
+          if (!visible(current, who)) throw new SessionNotFound();
+          check(current);
+          return sessionReply(current);
+        }
+        const s = await store.updateSession(id, (cur) => {
+          check(cur);
+          return chatSession({
+            ...cur,
+            name: name ?? cur.name,
+            provider: provider ?? cur.provider,
+            selectedModel: selectedModel ?? cur.selectedModel,
+            mode: (mode as ChatSessionMode | undefined) ?? cur.mode,
+            updatedAt: nextTimestamp(cur.updatedAt),
+          });
+        });
+        return sessionReply(s);
+      },
+    }),
+
+    route({
+      method: 'DELETE',
+      path: `${base}/:id`,
+      operationId: 'deleteChatSession',
+      summary: 'Delete a session and its turns',
+      tag: 'Chat sessions',
+      auth: true,
+      scope: 'sessions:write',
+      params: idParam,
+      ifMatch: true,
+      responses: [{ status: 200, description: 'Deleted: {success: true, message: "Chat session deleted"}', schema: 'Deleted' }],
+      errors: [notFound, modified],
+      async handle(ctx) {
+        await store.deleteSession(ctx.params['id'] as string, mine(user(ctx), ctx.req));
+        return { status: 200, body: '{"success":true,"message":"Chat session deleted"}' };
+      },
+    }),
+
+    route<typeof turnsQuery.fields>({
+      method: 'GET',
+      path: `${base}/:id/turns`,
+      operationId: 'listTurns',
+      summary: "A session's turns, oldest first ([] for a session that does not exist)",
+      tag: 'Chat sessions',
+      auth: true,
+      scope: 'sessions:read',
+      params: idParam,
+      query: turnsQuery,
+      responses: [{ status: 200, description: 'The turns', schema: 'TurnList' }],
+      handle(ctx) {
+        const id = ctx.params['id'] as string;
+        const { limit, cursor } = ctx.query;
+        const listName = `turns\n${id}`;
+        let after;
+        if (cursor !== undefined) {
+          const [createdAt, _id] = cursors.decode(listName, cursor);
+          after = { createdAt, _id };
+        }
+        const slice = visible(store.getSession(id), user(ctx)) ? store.listTurns(id, after, limit) : { items: [], more: false };
+        return listReply<Turn>(slice, limit, (last) => cursors.encode(listName, last.createdAt, last._id));
+      },
+    }),
+
+    route<Record<string, never>, typeof turnBody.fields>({
+      method: 'POST',
+      path: `${base}/:id/turns`,
+      operationId: 'createTurn',
+      summary: "Record a turn; it moves the session's updatedAt",
+      tag: 'Chat sessions',
+      auth: true,
+      scope: 'sessions:write',
+      params: idParam,
+      body: turnBody,
+      ifMatch: true,
+      responses: [{ status: 201, description: 'The new turn', schema: 'Turn' }],
+      errors: [notFound, modified],
+      async handle(ctx) {
+        const who = user(ctx);
+        const check = mine(who, ctx.req);
+        const { role, content, model, metadata } = ctx.body;
+        const turn = await store.appendTurn(ctx.params['id'] as string, (cur, lastTurnAt) => {
+          check(cur);
+          const after = lastTurnAt !== undefined && lastTurnAt > cur.updatedAt ? lastTurnAt : cur.updatedAt;
+          const createdAt = nextTimestamp(after);
+          return {
+            _id: newObjectId(),
+            session: cur._id,
+            user: who,
+            role: role as TurnRole,
+            content: content as string,
+            ...(model !== undefined ? { model } : {}),
+            ...(metadata !== undefined ? { metadata } : {}),
+            createdAt,
+          };
+        });
+        return ok(turn, 201);
+      },
+    }),
+
+    setArchived(true),
+    setArchived(false),
+  ];
+}

@@ -1,0 +1,68 @@
+// Wires the parts into one request listener: the route table (service, chat sessions,
+// providers), the OpenAPI document generated from it, and the pipeline that runs it.
+import { openApiDocument } from './api/openapi.js';
+import { CursorCodec } from './api/cursor.js';
+import { providerRoutes } from './api/providers.js';
+import type { RouteDef } from './api/route.js';
+import { serviceRoutes } from './api/service.js';
+import { sessionRoutes } from './api/sessions.js';
+import { Authenticator } from './auth/authenticate.js';
+import type { Secrets } from './auth/secret.js';
+import type { Config } from './config.js';
+import { Cors } from './http/cors.js';
+import { Pipeline, type RuntimeRoute } from './http/pipeline.js';
+import { RateLimiter } from './http/rate-limit.js';
+import { Router } from './http/router.js';
+import type { Logger } from './log.js';
+import type { Metrics } from './metrics.js';
+import type { ProviderCatalog } from './providers.js';
+import type { Store } from './store/store.js';
+
+export interface AppParts {
+  readonly config: Config;
+  readonly version: string;
+  readonly log: Logger;
+  readonly secrets: Secrets;
+  readonly store: Store;
+  readonly catalog: () => ProviderCatalog;
+  readonly metrics: Metrics | undefined;
+}
+
+export interface App {
+  readonly pipeline: Pipeline;
+  readonly routes: readonly RouteDef[];
+  close(): void;
+}
+
+export function createApp(p: AppParts): App {
+  const { config } = p;
+  let openApiBody = '';
+  const routes: RouteDef[] = [
+    ...serviceRoutes({ version: p.version, catalog: p.catalog, store: p.store, metrics: p.metrics, openApiBody: () => openApiBody }),
+    ...sessionRoutes({ store: p.store, access: config.access, cursors: new CursorCodec(p.secrets.current) }),
+    ...providerRoutes(p.catalog),
+  ];
+  openApiBody = JSON.stringify(openApiDocument(routes, p.version));
+
+  const router = new Router<RuntimeRoute>();
+  for (const def of routes) {
+    const paramNames = def.path.split('/').filter((s) => s.startsWith(':')).map((s) => s.slice(1));
+    router.add(def.method, def.path, { def, paramNames, stats: p.metrics?.forRoute(def.method, def.path) });
+  }
+  const limiter = config.rateLimit === undefined ? undefined : new RateLimiter(config.rateLimit.rate, config.rateLimit.burst);
+  const pipeline = new Pipeline({
+    router,
+    auth: new Authenticator({ keys: [p.secrets.current, ...p.secrets.previous], issuer: config.authIssuer, audience: config.authAudience }),
+    log: p.log,
+    bodyLimit: config.bodyLimit,
+    cors: config.corsOrigin === undefined ? undefined : new Cors(config.corsOrigin),
+    limiter,
+    trustProxy: config.trustProxy,
+    metrics: p.metrics,
+  });
+  return {
+    pipeline,
+    routes,
+    close: () => limiter?.stop(),
+  };
+}

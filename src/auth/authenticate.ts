@@ -1,0 +1,87 @@
+// Who is asking: the Bearer token of a request becomes a Principal (user id and scopes).
+// Verified tokens are remembered until they expire, so a client reusing its token costs
+// one map lookup; a token is only remembered once it has passed every check.
+import { TokenError, verifyToken, type Claims } from './jwt.js';
+
+export const SCOPES = ['sessions:read', 'sessions:write', 'providers:read'] as const;
+export type Scope = (typeof SCOPES)[number];
+
+export interface Principal {
+  readonly user: string;
+  /** null: the token has no `scope` claim and may do everything. */
+  readonly scopes: ReadonlySet<string> | null;
+}
+
+/** No Bearer credentials were sent at all (answered without `error="invalid_token"`). */
+export class NoCredentials extends Error {
+  override readonly name = 'NoCredentials';
+  constructor() {
+    super('no bearer token');
+  }
+}
+
+export interface AuthSettings {
+  readonly keys: readonly Buffer[];
+  readonly issuer: string | undefined;
+  readonly audience: string | undefined;
+}
+
+const LEEWAY_SECONDS = 30;
+const CACHE_MAX = 10_000;
+/** Tokens without `exp` are re-verified at least this often. */
+const NO_EXP_CACHE_MS = 10 * 60 * 1000;
+const MAX_TOKEN = 8192;
+
+interface Cached {
+  readonly principal: Principal;
+  readonly untilMs: number;
+}
+
+export function hasScope(p: Principal, scope: Scope): boolean {
+  return p.scopes === null || p.scopes.has(scope);
+}
+
+export class Authenticator {
+  private readonly cache = new Map<string, Cached>();
+
+  constructor(private readonly settings: AuthSettings) {}
+
+  /** The principal of an `Authorization` header value; throws NoCredentials or TokenError. */
+  authenticate(header: string | undefined): Principal {
+    if (header === undefined) throw new NoCredentials();
+    // RFC 9110: the scheme is case-insensitive; one or more spaces before the token
+    if (header.length < 7 || header.slice(0, 6).toLowerCase() !== 'bearer' || header.charCodeAt(6) !== 32) {
+      throw new NoCredentials();
+    }
+    const token = header.slice(7).trim();
+    if (token.length === 0 || token.length > MAX_TOKEN) throw new TokenError('malformed', 'malformed token');
+    const now = Date.now();
+    const hit = this.cache.get(token);
+    if (hit !== undefined) {
+      if (hit.untilMs > now) return hit.principal;
+      this.cache.delete(token);
+    }
+    const claims = verifyToken(token, {
+      keys: this.settings.keys,
+      issuer: this.settings.issuer,
+      audience: this.settings.audience,
+      leewaySeconds: LEEWAY_SECONDS,
+      nowSeconds: now / 1000,
+    });
+    const principal = principalOf(claims);
+    const untilMs = claims.exp !== undefined ? (claims.exp + LEEWAY_SECONDS) * 1000 : now + NO_EXP_CACHE_MS;
+    if (this.cache.size >= CACHE_MAX) {
+      const oldest = this.cache.keys().next();
+      if (oldest.done !== true) this.cache.delete(oldest.value);
+    }
+    this.cache.set(token, { principal, untilMs });
+    return principal;
+  }
+}
+
+function principalOf(claims: Claims): Principal {
+  if (claims.scope === undefined) return { user: claims.sub, scopes: null };
+  return { user: claims.sub, scopes: new Set(claims.scope.split(/\s+/).filter((w) => w !== '')) };
+}
+
+export { TokenError };

@@ -1,0 +1,126 @@
+// HS256 JSON Web Tokens (JWS compact form) with node:crypto: signing for the `token` command,
+// verification for every request. The algorithm is pinned to HS256; nothing in the token
+// can choose another.
+import { createHmac, timingSafeEqual } from 'node:crypto';
+
+export type TokenErrorCode = 'malformed' | 'algorithm' | 'signature' | 'expired' | 'not_yet_valid' | 'claims';
+
+/** Why a token was refused; the message is safe to send as `error_description`. */
+export class TokenError extends Error {
+  override readonly name = 'TokenError';
+  constructor(
+    readonly code: TokenErrorCode,
+    message: string,
+  ) {
+    super(message);
+  }
+}
+
+export interface Claims {
+  readonly sub: string;
+  readonly scope?: string;
+  readonly exp?: number;
+  readonly nbf?: number;
+  readonly iat?: number;
+  readonly iss?: string;
+  readonly aud?: string | readonly string[];
+}
+
+export interface VerifyOptions {
+  /** HMAC keys tried in order: the current secret, then previous ones (rotation). */
+  readonly keys: readonly Buffer[];
+  readonly issuer?: string | undefined;
+  readonly audience?: string | undefined;
+  readonly leewaySeconds: number;
+  readonly nowSeconds: number;
+}
+
+const B64URL = /^[A-Za-z0-9_-]*$/;
+const MAX_SUB = 200;
+
+function b64urlJson(part: string): string {
+  return Buffer.from(part, 'utf8').toString('base64url');
+}
+
+/** Signs claims with HS256. */
+export function signToken(claims: Readonly<Record<string, unknown>>, key: Buffer): string {
+  const input = `${b64urlJson(JSON.stringify({ alg: 'HS256', typ: 'JWT' }))}.${b64urlJson(JSON.stringify(claims))}`;
+  return `${input}.${createHmac('sha256', key).update(input).digest('base64url')}`;
+}
+
+function decodePart(part: string, what: string): unknown {
+  if (part.length === 0 || !B64URL.test(part) || part.length % 4 === 1) throw new TokenError('malformed', `malformed ${what}`);
+  try {
+    return JSON.parse(Buffer.from(part, 'base64url').toString('utf8'));
+  } catch {
+    throw new TokenError('malformed', `malformed ${what}`);
+  }
+}
+
+function isObject(v: unknown): v is Record<string, unknown> {
+  return typeof v === 'object' && v !== null && !Array.isArray(v);
+}
+
+function optionalNumber(v: unknown, name: string): number | undefined {
+  if (v === undefined) return undefined;
+  if (typeof v !== 'number' || !Number.isFinite(v)) throw new TokenError('claims', `${name} must be a number`);
+  return v;
+}
+
+/** Verifies a compact HS256 JWT and returns its claims, or throws TokenError. */
+export function verifyToken(token: string, opts: VerifyOptions): Claims {
+  const first = token.indexOf('.');
+  const second = first === -1 ? -1 : token.indexOf('.', first + 1);
+  if (second === -1 || token.indexOf('.', second + 1) !== -1) throw new TokenError('malformed', 'malformed token');
+  const header = decodePart(token.slice(0, first), 'header');
+  if (!isObject(header)) throw new TokenError('malformed', 'malformed header');
+  if (header['alg'] !== 'HS256') throw new TokenError('algorithm', 'alg must be HS256');
+  if (header['crit'] !== undefined) throw new TokenError('malformed', 'unsupported crit header');
+
+  const sigPart = token.slice(second + 1);
+  if (sigPart.length !== 43 || !B64URL.test(sigPart)) throw new TokenError('signature', 'invalid signature');
+  const given = Buffer.from(sigPart, 'base64url');
+  if (given.toString('base64url') !== sigPart) throw new TokenError('signature', 'invalid signature'); // non-canonical encoding
+  const input = token.slice(0, second);
+  let valid = false;
+  for (const key of opts.keys) {
+    const expected = createHmac('sha256', key).update(input).digest();
+    if (given.length === expected.length && timingSafeEqual(given, expected)) {
+      valid = true;
+      break;
+    }
+  }
+  if (!valid) throw new TokenError('signature', 'invalid signature');
+
+  const payload = decodePart(token.slice(first + 1, second), 'payload');
+  if (!isObject(payload)) throw new TokenError('malformed', 'malformed payload');
+  const sub = payload['sub'];
+  if (typeof sub !== 'string' || sub.trim() === '') throw new TokenError('claims', 'sub must be a non-empty string');
+  if (sub.length > MAX_SUB) throw new TokenError('claims', `sub must be at most ${MAX_SUB} characters`);
+  const exp = optionalNumber(payload['exp'], 'exp');
+  const nbf = optionalNumber(payload['nbf'], 'nbf');
+  const iat = optionalNumber(payload['iat'], 'iat');
+  if (exp !== undefined && opts.nowSeconds > exp + opts.leewaySeconds) throw new TokenError('expired', 'token expired');
+  if (nbf !== undefined && opts.nowSeconds + opts.leewaySeconds < nbf) throw new TokenError('not_yet_valid', 'token not yet valid');
+  const iss = payload['iss'];
+  if (iss !== undefined && typeof iss !== 'string') throw new TokenError('claims', 'iss must be a string');
+  if (opts.issuer !== undefined && iss !== opts.issuer) throw new TokenError('claims', 'unexpected issuer');
+  const aud = payload['aud'];
+  if (aud !== undefined && typeof aud !== 'string' && !(Array.isArray(aud) && aud.every((a) => typeof a === 'string'))) {
+    throw new TokenError('claims', 'aud must be a string or an array of strings');
+  }
+  if (opts.audience !== undefined && !(aud === opts.audience || (Array.isArray(aud) && aud.includes(opts.audience)))) {
+    throw new TokenError('claims', 'unexpected audience');
+  }
+  const scope = payload['scope'];
+  if (scope !== undefined && typeof scope !== 'string') throw new TokenError('claims', 'scope must be a string');
+  return {
+    sub,
+    ...(scope !== undefined ? { scope } : {}),
+    ...(exp !== undefined ? { exp } : {}),
+    ...(nbf !== undefined ? { nbf } : {}),
+    ...(iat !== undefined ? { iat } : {}),
+    ...(typeof iss === 'string' ? { iss } : {}),
+    ...(aud !== undefined ? { aud: aud as string | string[] } : {}),
+  };
+}

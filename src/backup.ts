@@ -1,0 +1,278 @@
+// Backup and restore as NDJSON. `export` reads a consistent prefix of the journal (the file as
+// it stood at one instant) while the server keeps running; `import` checks a whole file
+// before it writes anything, then swaps in a new journal by rename: all or nothing.
+//
+// Format: a header line, then one record per line, each session followed by its turns:
+//   {"format":"chat-session-api/export","version":1,"exportedAt":"...","sessions":N,"turns":M}
+//   {"session":{...}}
+//   {"turn":{...}}
+import { closeSync, existsSync, fstatSync, fsyncSync, openSync, readSync, renameSync, unlinkSync } from 'node:fs';
+import { dirname, join } from 'node:path';
+import { chatSession, isChatSessionMode, TURN_ROLES, type ChatSession, type Turn } from './domain/records.js';
+import { isObjectId } from './domain/ids.js';
+import { encodeLine, headerLine, scanJournal } from './store/journal-format.js';
+import { fsyncDir, IMPORT_SUFFIX, JOURNAL_FILE, replayRecord, writeFullySync } from './store/journal.js';
+import { acquireLock } from './store/lock.js';
+import { MemoryState } from './store/state.js';
+
+export const EXPORT_FORMAT = 'chat-session-api/export';
+export const EXPORT_VERSION = 1;
+
+/** A backup file that cannot be imported; nothing was written. */
+export class ImportRejected extends Error {
+  override readonly name = 'ImportRejected';
+}
+
+/** The data as of one instant: the journal's intact records up to its size when opened. */
+function readState(dataDir: string): MemoryState {
+  const file = join(dataDir, JOURNAL_FILE);
+  const state = new MemoryState();
+  state.beginLoad();
+  if (existsSync(file)) {
+    const fd = openSync(file, 'r');
+    try {
+      const size = fstatSync(fd).size;
+      scanJournal(file, (r) => replayRecord(state, r), { fd, upTo: size });
+    } finally {
+      closeSync(fd);
+    }
+  }
+  state.finishLoad();
+  return state;
+}
+
+export interface ExportSummary {
+  readonly sessions: number;
+  readonly turns: number;
+}
+
+/** Writes every live session and turn; `write` receives chunks of NDJSON text. */
+export async function exportData(dataDir: string, write: (chunk: string) => Promise<void>): Promise<ExportSummary> {
+  const state = readState(dataDir);
+  const sessions = [...state.sessions.values()].sort((a, b) => (a._id < b._id ? -1 : a._id > b._id ? 1 : 0));
+  await write(
+    JSON.stringify({ format: EXPORT_FORMAT, version: EXPORT_VERSION, exportedAt: new Date().toISOString(), sessions: sessions.length, turns: state.turnCount }) + '\n',
+  );
+  let chunk = '';
+  for (const s of sessions) {
+    chunk += `{"session":${JSON.stringify(s)}}\n`;
+    for (const t of state.turnsOf(s._id)) chunk += `{"turn":${JSON.stringify(t)}}\n`;
+    if (chunk.length >= 1 << 20) {
+      await write(chunk);
+      chunk = '';
+    }
+  }
+  if (chunk !== '') await write(chunk);
+  return { sessions: sessions.length, turns: state.turnCount };
+}
+
+const ISO = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z$/;
+
+function isObject(v: unknown): v is Record<string, unknown> {
+  return typeof v === 'object' && v !== null && !Array.isArray(v);
+}
+
+/** What is wrong with a session record, or undefined. */
+function sessionProblem(v: unknown): string | undefined {
+  if (!isObject(v)) return 'session is not an object';
+  if (typeof v['_id'] !== 'string' || !isObjectId(v['_id'])) return 'session _id must be 24 lowercase hex characters';
+  for (const f of ['name', 'provider', 'selectedModel', 'user', 'project'] as const) {
+    if (typeof v[f] !== 'string') return `session ${f} must be a string`;
+  }
+  if (typeof v['mode'] !== 'string' || !isChatSessionMode(v['mode'])) return 'session mode is not a ChatSessionMode member';
+  for (const f of ['createdAt', 'updatedAt'] as const) {
+    const t = v[f];
+    if (typeof t !== 'string' || !ISO.test(t) || Number.isNaN(Date.parse(t))) return `session ${f} must be an ISO 8601 UTC timestamp`;
+  }
+  if (typeof v['archived'] !== 'boolean') return 'session archived must be true or false';
+  return undefined;
+}
+
+function turnProblem(v: unknown): string | undefined {
+  if (!isObject(v)) return 'turn is not an object';
+  if (typeof v['_id'] !== 'string' || !isObjectId(v['_id'])) return 'turn _id must be 24 lowercase hex characters';
+  if (typeof v['session'] !== 'string') return 'turn session must be a string';
+  if (typeof v['user'] !== 'string') return 'turn user must be a string';
+  if (typeof v['role'] !== 'string' || !(TURN_ROLES as readonly string[]).includes(v['role'])) return `turn role must be one of: ${TURN_ROLES.join(', ')}`;
+  if (typeof v['content'] !== 'string') return 'turn content must be a string';
+  if (v['model'] !== undefined && typeof v['model'] !== 'string') return 'turn model must be a string';
+  if (v['metadata'] !== undefined && !isObject(v['metadata'])) return 'turn metadata must be an object';
+  const t = v['createdAt'];
+  if (typeof t !== 'string' || !ISO.test(t) || Number.isNaN(Date.parse(t))) return 'turn createdAt must be an ISO 8601 UTC timestamp';
+  return undefined;
+}
+
+/** Calls `each(text, lineNo)` for every line of a file, reading it in chunks. */
+function forEachLine(file: string, each: (text: string, lineNo: number) => void): void {
+  const fd = openSync(file, 'r');
+  try {
+    let buf = Buffer.allocUnsafe(1 << 22);
+    let filled = 0;
+    let lineNo = 0;
+    for (;;) {
+      if (filled === buf.length) {
+        const bigger = Buffer.allocUnsafe(buf.length * 2);
+        buf.copy(bigger, 0, 0, filled);
+        buf = bigger;
+      }
+      const n = readSync(fd, buf, filled, buf.length - filled, null);
+      filled += n;
+      let pos = 0;
+      for (;;) {
+        const nl = buf.indexOf(0x0a, pos);
+        if (nl === -1 || nl >= filled) break;
+        each(buf.toString('utf8', pos, nl), ++lineNo);
+        pos = nl + 1;
+      }
+      if (n === 0) {
+        if (pos < filled) each(buf.toString('utf8', pos, filled), ++lineNo);
+        return;
+      }
+      buf.copy(buf, 0, pos, filled);
+      filled -= pos;
+    }
+  } finally {
+    closeSync(fd);
+  }
+}
+
+interface Parsed {
+  readonly sessions: ChatSession[];
+  readonly turns: Turn[];
+}
+
+/** Reads and checks a whole backup file; the first bad line is an ImportRejected naming it. */
+export function parseBackup(file: string): Parsed {
+  const sessions: ChatSession[] = [];
+  const turns: Turn[] = [];
+  const ids = new Set<string>();
+  const turnIds = new Set<string>();
+  let header: { sessions: number; turns: number } | undefined;
+  const bad = (lineNo: number, why: string): never => {
+    throw new ImportRejected(`${file} line ${lineNo}: ${why}; nothing was imported`);
+  };
+  let lastLine = 0;
+  forEachLine(file, (text, lineNo) => {
+    lastLine = lineNo;
+    if (text.trim() === '') return;
+    let v: unknown;
+    try {
+      v = JSON.parse(text);
+    } catch {
+      bad(lineNo, 'not valid JSON');
+    }
+    if (header === undefined) {
+      if (!isObject(v) || v['format'] !== EXPORT_FORMAT) return bad(lineNo, `the first line must be the ${EXPORT_FORMAT} header`);
+      if (v['version'] !== EXPORT_VERSION) return bad(lineNo, `export format version ${String(v['version'])} is not supported (this release reads ${EXPORT_VERSION})`);
+      if (typeof v['sessions'] !== 'number' || typeof v['turns'] !== 'number') return bad(lineNo, 'the header must give the sessions and turns counts');
+      header = { sessions: v['sessions'], turns: v['turns'] };
+      return;
+    }
+    if (!isObject(v)) return bad(lineNo, 'a record must be an object');
+    if ('session' in v) {
+      const p = sessionProblem(v['session']);
+      if (p !== undefined) return bad(lineNo, p);
+      const s = chatSession(v['session'] as unknown as ChatSession);
+      if (ids.has(s._id)) return bad(lineNo, `session ${s._id} appears twice`);
+      ids.add(s._id);
+      sessions.push(s);
+    } else if ('turn' in v) {
+      const p = turnProblem(v['turn']);
+      if (p !== undefined) return bad(lineNo, p);
+      const t = v['turn'] as unknown as Turn;
+      if (turnIds.has(t._id)) return bad(lineNo, `turn ${t._id} appears twice`);
+      if (!ids.has(t.session)) return bad(lineNo, `turn ${t._id} comes before (or without) its session ${t.session}`);
+      turnIds.add(t._id);
+      turns.push(t);
+    } else {
+      return bad(lineNo, 'a record must be {"session":...} or {"turn":...}');
+    }
+  });
+  if (header === undefined) throw new ImportRejected(`${file}: empty file, not a ${EXPORT_FORMAT} backup; nothing was imported`);
+  if (header.sessions !== sessions.length || header.turns !== turns.length) {
+    throw new ImportRejected(
+      `${file} line ${lastLine}: the header promises ${header.sessions} sessions and ${header.turns} turns but the file holds ${sessions.length} and ${turns.length} (truncated?); nothing was imported`,
+    );
+  }
+  return { sessions, turns };
+}
+
+export interface ImportSummary {
+  readonly sessions: number;
+  readonly turns: number;
+  readonly unchanged: number;
+}
+
+/**
+ * Imports a backup into a data directory no server is using. A record whose `_id` is already
+ * stored is replaced by the file's version (same `_id`, same record), so importing the same
+ * file twice changes nothing the second time.
+ */
+export function importData(dataDir: string, file: string): ImportSummary {
+  const parsed = parseBackup(file);
+  const lock = acquireLock(dataDir);
+  try {
+    const state = readState(dataDir);
+    const knownTurns = new Set<string>();
+    for (const s of state.sessions.values()) for (const t of state.turnsOf(s._id)) knownTurns.add(t._id);
+    let sessions = 0;
+    let turns = 0;
+    let unchanged = 0;
+    for (const s of parsed.sessions) {
+      const old = state.sessions.get(s._id);
+      if (old !== undefined && JSON.stringify(old) === JSON.stringify(s)) {
+        unchanged++;
+        continue;
+      }
+      state.putSession(s);
+      sessions++;
+    }
+    for (const t of parsed.turns) {
+      if (knownTurns.has(t._id)) {
+        unchanged++;
+        continue;
+      }
+      state.addTurn(t);
+      turns++;
+    }
+    if (sessions + turns > 0) writeJournal(join(dataDir, JOURNAL_FILE), state);
+    return { sessions, turns, unchanged };
+  } finally {
+    lock.release();
+  }
+}
+
+/** Replaces a journal with one holding exactly `state`: temp file, fsync, rename, directory fsync. */
+function writeJournal(file: string, state: MemoryState): void {
+  const tmp = file + IMPORT_SUFFIX;
+  const fd = openSync(tmp, 'w', 0o600);
+  try {
+    const parts: Buffer[] = [headerLine()];
+    let bytes = 0;
+    const flush = (): void => {
+      writeFullySync(fd, Buffer.concat(parts));
+      parts.length = 0;
+      bytes = 0;
+    };
+    for (const s of state.sessions.values()) {
+      const line = encodeLine({ put: s });
+      parts.push(line);
+      bytes += line.length;
+      for (const t of state.turnsOf(s._id)) {
+        const tl = encodeLine({ turn: t });
+        parts.push(tl);
+        bytes += tl.length;
+      }
+      if (bytes >= 1 << 20) flush();
+    }
+    flush();
+    fsyncSync(fd);
+  } catch (e) {
+    closeSync(fd);
+    unlinkSync(tmp);
+    throw e;
+  }
+  closeSync(fd);
+  renameSync(tmp, file);
+  fsyncDir(dirname(file));
+}

@@ -1,0 +1,196 @@
+// Settings: each from an environment variable or the matching command-line flag (the flag
+// wins), validated once at start. A bad value is a ConfigError naming the setting.
+import { isAbsolute, join, resolve } from 'node:path';
+import { LOG_LEVELS, type LogLevel } from './log.js';
+
+export class ConfigError extends Error {
+  override readonly name = 'ConfigError';
+}
+
+export type AccessMode = 'shared' | 'owner';
+
+export interface RateLimit {
+  /** Tokens added per second. */
+  readonly rate: number;
+  /** Bucket size: one second's worth (at least 1). */
+  readonly burst: number;
+  readonly text: string;
+}
+
+export interface Config {
+  readonly port: number;
+  readonly host: string;
+  readonly dataDir: string;
+  readonly providersFile: string;
+  readonly authSecret: string | undefined;
+  readonly authSecretFile: string | undefined;
+  readonly authPreviousSecrets: readonly string[];
+  readonly authIssuer: string | undefined;
+  readonly authAudience: string | undefined;
+  readonly access: AccessMode;
+  readonly bodyLimit: number;
+  readonly logLevel: LogLevel;
+  /** undefined: no CORS headers; '*' or a list of exact origins. */
+  readonly corsOrigin: '*' | readonly string[] | undefined;
+  readonly metrics: boolean;
+  readonly rateLimit: RateLimit | undefined;
+  readonly trustProxy: boolean;
+  readonly fsync: boolean;
+  readonly compactMinBytes: number;
+}
+
+interface Setting {
+  readonly env: string;
+  readonly flag: string;
+  readonly def: string;
+  readonly help: string;
+}
+
+/** Every setting, in the order --help lists them. */
+export const SETTINGS: readonly Setting[] = [
+  { env: 'PORT', flag: '--port', def: '3000', help: 'TCP port; 0 picks a free one (the startup log line shows it)' },
+  { env: 'HOST', flag: '--host', def: '127.0.0.1', help: 'address to listen on; 0.0.0.0 for containers' },
+  { env: 'DATA_DIR', flag: '--data-dir', def: './data', help: 'providers file, journal, generated secret, lock' },
+  { env: 'PROVIDERS_FILE', flag: '--providers-file', def: '$DATA_DIR/providers.json', help: 'configured AI providers (JSON array)' },
+  { env: 'AUTH_SECRET', flag: '--auth-secret', def: '(generated)', help: 'HS256 key, at least 32 bytes (prefer AUTH_SECRET_FILE: flags show in ps)' },
+  { env: 'AUTH_SECRET_FILE', flag: '--auth-secret-file', def: '$DATA_DIR/auth-secret', help: 'file holding the HS256 key; generated (0600) on first start when no secret is set' },
+  { env: 'AUTH_PREVIOUS_SECRETS', flag: '--auth-previous-secrets', def: '(none)', help: 'comma-separated keys still accepted for verification (rotation)' },
+  { env: 'AUTH_ISSUER', flag: '--auth-issuer', def: '(none)', help: 'when set, tokens must carry this iss' },
+  { env: 'AUTH_AUDIENCE', flag: '--auth-audience', def: '(none)', help: 'when set, tokens must carry this aud' },
+  { env: 'ACCESS', flag: '--access', def: 'shared', help: 'shared: any signed-in user may use any session by id; owner: only its creator' },
+  { env: 'BODY_LIMIT', flag: '--body-limit', def: '1mb', help: 'largest request body (b, kb, mb); larger gets 413' },
+  { env: 'LOG_LEVEL', flag: '--log-level', def: 'info', help: 'debug, info, warn, error or silent; JSON lines on stdout' },
+  { env: 'CORS_ORIGIN', flag: '--cors-origin', def: '(none)', help: 'allowed browser origin(s), comma-separated, or *; none sends no CORS headers' },
+  { env: 'METRICS', flag: '--metrics', def: 'on', help: 'on or off: GET /metrics in Prometheus text format' },
+  { env: 'RATE_LIMIT', flag: '--rate-limit', def: '(off)', help: 'per-user request rate, e.g. 100/s or 600/m; over it gets 429' },
+  { env: 'TRUST_PROXY', flag: '--trust-proxy', def: 'off', help: 'on: take the client address from X-Forwarded-For (behind nginx)' },
+  { env: 'COMPACT_MIN_SIZE', flag: '--compact-min-size', def: '1mb', help: 'the journal is not compacted while smaller than this' },
+  { env: 'FSYNC', flag: '--fsync', def: 'on', help: 'off only to measure what durability costs: acknowledged writes can be lost' },
+];
+
+type Raw = Map<string, string>;
+
+/** Splits argv into settings (by env name) and leaves the rest; unknown flags are errors. */
+export function parseFlags(argv: readonly string[]): Raw {
+  const raw: Raw = new Map();
+  for (let i = 0; i < argv.length; i++) {
+    const arg = argv[i] as string;
+    if (!arg.startsWith('--')) throw new ConfigError(`unexpected argument "${arg}" (see --help)`);
+    const eq = arg.indexOf('=');
+    const flag = eq === -1 ? arg : arg.slice(0, eq);
+    const setting = SETTINGS.find((s) => s.flag === flag);
+    if (setting === undefined) throw new ConfigError(`unknown option ${flag} (see --help)`);
+    let value: string | undefined;
+    if (eq !== -1) value = arg.slice(eq + 1);
+    else {
+      value = argv[i + 1];
+      i++;
+    }
+    if (value === undefined) throw new ConfigError(`${flag} needs a value`);
+    raw.set(setting.env, value);
+  }
+  return raw;
+}
+
+const SIZE = /^(\d+)\s*(b|kb|k|mb|m|gb|g)?$/i;
+const UNITS: Record<string, number> = { b: 1, k: 1024, kb: 1024, m: 1024 ** 2, mb: 1024 ** 2, g: 1024 ** 3, gb: 1024 ** 3 };
+
+export function parseSize(name: string, text: string): number {
+  const m = SIZE.exec(text.trim());
+  const n = m === null ? NaN : Number(m[1]) * (UNITS[(m[2] ?? 'b').toLowerCase()] as number);
+  if (!Number.isSafeInteger(n) || n < 1) throw new ConfigError(`${name} must be a size such as 1mb, 512kb or 65536 (got "${text}")`);
+  return n;
+}
+
+function parseSwitch(name: string, text: string): boolean {
+  const t = text.trim().toLowerCase();
+  if (['on', 'true', '1', 'yes'].includes(t)) return true;
+  if (['off', 'false', '0', 'no'].includes(t)) return false;
+  throw new ConfigError(`${name} must be on or off (got "${text}")`);
+}
+
+const RATE = /^(\d+(?:\.\d+)?)\s*\/\s*(s|sec|second|m|min|minute)$/i;
+
+function parseRateLimit(text: string): RateLimit {
+  const m = RATE.exec(text.trim());
+  const n = m === null ? NaN : Number(m[1]);
+  if (m === null || !(n > 0)) throw new ConfigError(`RATE_LIMIT must look like 100/s or 600/m (got "${text}")`);
+  const perSecond = (m[2] as string).toLowerCase().startsWith('m') ? n / 60 : n;
+  return { rate: perSecond, burst: Math.max(1, Math.ceil(perSecond)), text: text.trim() };
+}
+
+function optional(v: string | undefined): string | undefined {
+  return v === undefined || v.trim() === '' ? undefined : v;
+}
+
+/** The configuration from `env` overlaid with `flags` (from parseFlags). */
+export function loadConfig(env: NodeJS.ProcessEnv, flags: Raw = new Map(), cwd: string = process.cwd()): Config {
+  const get = (name: string): string | undefined => optional(flags.get(name) ?? env[name]);
+
+  const portText = get('PORT') ?? '3000';
+  const port = /^\d{1,5}$/.test(portText.trim()) ? Number(portText) : NaN;
+  if (!(port >= 0 && port <= 65535)) throw new ConfigError(`PORT must be a port number from 0 to 65535 (got "${portText}")`);
+
+  const host = (get('HOST') ?? '127.0.0.1').trim();
+  const dataDirText = get('DATA_DIR') ?? './data';
+  const dataDir = isAbsolute(dataDirText) ? dataDirText : resolve(cwd, dataDirText);
+  const providersText = get('PROVIDERS_FILE');
+  const providersFile = providersText === undefined ? join(dataDir, 'providers.json') : resolve(cwd, providersText);
+
+  const authSecret = get('AUTH_SECRET');
+  const secretFileText = get('AUTH_SECRET_FILE');
+  if (authSecret !== undefined && secretFileText !== undefined) {
+    throw new ConfigError('AUTH_SECRET and AUTH_SECRET_FILE are both set; set one of them');
+  }
+  const previous = (get('AUTH_PREVIOUS_SECRETS') ?? '').split(',').map((s) => s.trim()).filter((s) => s !== '');
+
+  const access = (get('ACCESS') ?? 'shared').trim();
+  if (access !== 'shared' && access !== 'owner') throw new ConfigError(`ACCESS must be shared or owner (got "${access}")`);
+
+  const logLevel = (get('LOG_LEVEL') ?? 'info').trim().toLowerCase();
+  if (!(LOG_LEVELS as readonly string[]).includes(logLevel)) {
+    throw new ConfigError(`LOG_LEVEL must be one of ${LOG_LEVELS.join(', ')} (got "${logLevel}")`);
+  }
+
+  const corsText = get('CORS_ORIGIN');
+  let corsOrigin: Config['corsOrigin'];
+  if (corsText !== undefined) {
+    const list = corsText.split(',').map((s) => s.trim()).filter((s) => s !== '');
+    if (list.includes('*')) corsOrigin = '*';
+    else {
+      for (const o of list) {
+        if (!/^https?:\/\/[^/\s]+$/i.test(o)) throw new ConfigError(`CORS_ORIGIN entries must be origins like https://chat.example.com or * (got "${o}")`);
+      }
+      corsOrigin = list;
+    }
+  }
+
+  const rateText = get('RATE_LIMIT');
+  return {
+    port,
+    host,
+    dataDir,
+    providersFile,
+    authSecret,
+    authSecretFile: secretFileText === undefined ? undefined : resolve(cwd, secretFileText),
+    authPreviousSecrets: previous,
+    authIssuer: get('AUTH_ISSUER'),
+    authAudience: get('AUTH_AUDIENCE'),
+    access,
+    bodyLimit: parseSize('BODY_LIMIT', get('BODY_LIMIT') ?? '1mb'),
+    logLevel: logLevel as LogLevel,
+    corsOrigin,
+    metrics: parseSwitch('METRICS', get('METRICS') ?? 'on'),
+    rateLimit: rateText === undefined || rateText.trim().toLowerCase() === 'off' ? undefined : parseRateLimit(rateText),
+    trustProxy: parseSwitch('TRUST_PROXY', get('TRUST_PROXY') ?? 'off'),
+    fsync: parseSwitch('FSYNC', get('FSYNC') ?? 'on'),
+    compactMinBytes: parseSize('COMPACT_MIN_SIZE', get('COMPACT_MIN_SIZE') ?? '1mb'),
+  };
+}
+
+/** The settings part of --help. */
+export function settingsHelp(): string {
+  const rows = SETTINGS;
+  const w = Math.max(...rows.map((s) => `${s.env} / ${s.flag}`.length));
+  return rows.map((s) => `  ${`${s.env} / ${s.flag}`.padEnd(w)}  ${s.help} [default: ${s.def}]`).join('\n');
+}

@@ -1,0 +1,71 @@
+// The records this service keeps, in the spec's words: ChatSession, ChatSessionMode, Turn.
+// Field order here is the order clients see in JSON.
+
+export const CHAT_SESSION_MODES = ['Build', 'Plan', 'Ask'] as const;
+export type ChatSessionMode = (typeof CHAT_SESSION_MODES)[number];
+export const DEFAULT_MODE: ChatSessionMode = 'Build';
+
+export function isChatSessionMode(value: string): value is ChatSessionMode {
+  return (CHAT_SESSION_MODES as readonly string[]).includes(value);
+}
+
+/** A chat session as stored and as returned. Records are never mutated: a change makes a new object. */
+export interface ChatSession {
+  readonly _id: string;
+  readonly name: string;
+  readonly provider: string;
+  readonly selectedModel: string;
+  readonly mode: ChatSessionMode;
+  readonly user: string;
+  readonly project: string;
+  readonly createdAt: string;
+  readonly updatedAt: string;
+  readonly archived: boolean;
+}
+
+export const TURN_ROLES = ['user', 'assistant', 'system', 'tool'] as const;
+export type TurnRole = (typeof TURN_ROLES)[number];
+
+export type JsonObject = { readonly [key: string]: JsonValue };
+export type JsonValue = null | boolean | number | string | readonly JsonValue[] | JsonObject;
+
+/** One turn of a session; `model` and `metadata` are present only when given. */
+export interface Turn {
+  readonly _id: string;
+  readonly session: string;
+  readonly user: string;
+  readonly role: TurnRole;
+  readonly content: string;
+  readonly model?: string;
+  readonly metadata?: JsonObject;
+  readonly createdAt: string;
+}
+
+/** Builds a session with the fields in their wire order, so every record shares one shape. */
+export function chatSession(f: ChatSession): ChatSession {
+  return {
+    _id: f._id,
+    name: f.name,
+    provider: f.provider,
+    selectedModel: f.selectedModel,
+    mode: f.mode,
+    user: f.user,
+    project: f.project,
+    createdAt: f.createdAt,
+    updatedAt: f.updatedAt,
+    archived: f.archived,
+  };
+}
+
+/**
+ * The next `updatedAt` of a record: now, but always later than the previous value, so that
+ * every change moves the timestamp (and so the ETag) even within one millisecond or when the
+ * clock steps back.
+ */
+export function nextTimestamp(previous: string | undefined, nowMs: number = Date.now()): string {
+  if (previous !== undefined) {
+    const prev = Date.parse(previous);
+    if (nowMs <= prev) nowMs = prev + 1;
+  }
+  return new Date(nowMs).toISOString();
+}

@@ -1,0 +1,251 @@
+// One request, start to end: route, authenticate, rate-limit, check scope, validate params,
+// query and body, run the handler, answer with one JSON envelope and log one line. Whatever
+// is thrown on the way is turned into the error envelope here and nowhere else.
+import { randomBytes } from 'node:crypto';
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import { hasScope, NoCredentials, TokenError, type Authenticator, type Principal } from '../auth/authenticate.js';
+import type { Reply, RouteDef } from '../api/route.js';
+import { parseQuery, validateBody, validateQuery, ValidationError } from '../domain/schema.js';
+import type { Logger } from '../log.js';
+import type { Metrics, RouteStats } from '../metrics.js';
+import { PreconditionFailed, SessionNotFound, StorageWriteFailed } from '../store/store.js';
+import { readJsonObject } from './body.js';
+import type { Cors } from './cors.js';
+import { HttpError } from './errors.js';
+import type { RateLimiter } from './rate-limit.js';
+import type { Router } from './router.js';
+
+/** A route as the pipeline runs it: its declaration, its parameter names and its counters. */
+export interface RuntimeRoute {
+  readonly def: RouteDef;
+  readonly paramNames: readonly string[];
+  readonly stats: RouteStats | undefined;
+}
+
+export interface PipelineOptions {
+  readonly router: Router<RuntimeRoute>;
+  readonly auth: Authenticator;
+  readonly log: Logger;
+  readonly bodyLimit: number;
+  readonly cors: Cors | undefined;
+  readonly limiter: RateLimiter | undefined;
+  readonly trustProxy: boolean;
+  readonly metrics: Metrics | undefined;
+}
+
+const JSON_TYPE = 'application/json; charset=utf-8';
+const SANE_REQUEST_ID = /^[A-Za-z0-9._:@/+=-]{1,128}$/;
+const bootId = randomBytes(4).toString('hex');
+let requestCounter = 0;
+const NO_VALUES = {};
+
+/** What the edge needs to answer a failure; the message is the client's and leaks nothing. */
+function toHttp(e: unknown): HttpError | undefined {
+  if (e instanceof HttpError) return e;
+  if (e instanceof ValidationError) return new HttpError(400, e.message);
+  if (e instanceof SessionNotFound) return new HttpError(404, e.message);
+  if (e instanceof PreconditionFailed) return new HttpError(412, e.message);
+  if (e instanceof NoCredentials) return new HttpError(401, 'Unauthorized', [['www-authenticate', 'Bearer']]);
+  if (e instanceof TokenError) {
+    return new HttpError(401, 'Unauthorized', [['www-authenticate', `Bearer error="invalid_token", error_description="${e.message}"`]]);
+  }
+  if (e instanceof StorageWriteFailed) return new HttpError(500, e.message);
+  return undefined;
+}
+
+/** Per-request state; one object so the hot path allocates little. */
+class Exchange {
+  readonly started = performance.now();
+  readonly id: string;
+  route: RuntimeRoute | undefined;
+  user: string | undefined;
+  extra: string[] | undefined;
+
+  constructor(
+    readonly req: IncomingMessage,
+    readonly res: ServerResponse,
+  ) {
+    const given = req.headers['x-request-id'];
+    this.id = typeof given === 'string' && SANE_REQUEST_ID.test(given) ? given : `${bootId}-${(++requestCounter).toString(36)}`;
+  }
+}
+
+export class Pipeline {
+  constructor(private readonly o: PipelineOptions) {}
+
+  /** The node:http request listener. */
+  readonly handle = (req: IncomingMessage, res: ServerResponse): void => {
+    const x = new Exchange(req, res);
+    try {
+      this.route(x);
+    } catch (e) {
+      this.fail(x, e);
+    }
+  };
+
+  private route(x: Exchange): void {
+    const { req } = x;
+    const method = req.method ?? 'GET';
+    const url = req.url ?? '/';
+    const qmark = url.indexOf('?');
+    const path = qmark === -1 ? url : url.slice(0, qmark);
+    const { cors } = this.o;
+    const origin = cors === undefined ? undefined : req.headers.origin;
+    if (cors !== undefined && origin !== undefined) x.extra = cors.headers(origin);
+
+    const m = this.o.router.match(method, path);
+    if (m.kind === 'none') throw new HttpError(404, 'Not found');
+    if (m.kind === 'method') {
+      if (method === 'OPTIONS' && cors !== undefined) {
+        x.extra = cors.preflight(origin, m.allow);
+        this.send(x, 204, '', undefined, ['allow', m.allow.join(', ')]);
+        return;
+      }
+      throw new HttpError(405, 'Method not allowed', [['allow', m.allow.join(', ')]]);
+    }
+    const r = m.value;
+    x.route = r;
+    const def = r.def;
+
+    let principal: Principal | undefined;
+    if (def.auth) {
+      try {
+        principal = this.o.auth.authenticate(req.headers.authorization);
+      } catch (e) {
+        this.limit(x, this.addressOf(req));
+        throw e;
+      }
+      x.user = principal.user;
+      this.limit(x, `user:${principal.user}`);
+      if (def.scope !== undefined && !hasScope(principal, def.scope)) throw new HttpError(403, 'Forbidden');
+    } else if (def.unlimited !== true) {
+      this.limit(x, this.addressOf(req));
+    }
+
+    const params: Record<string, string> = {};
+    const names = r.paramNames;
+    for (let i = 0; i < names.length; i++) {
+      const name = names[i] as string;
+      let v = m.params[i] as string;
+      if (v.includes('%')) {
+        try {
+          v = decodeURIComponent(v);
+        } catch {
+          throw new HttpError(400, 'Invalid percent-encoding in the path');
+        }
+      }
+      const blank = def.params?.[name]?.blankMessage;
+      if (blank !== undefined && v.trim() === '') throw new HttpError(400, blank);
+      params[name] = v;
+    }
+    const query = def.query === undefined ? NO_VALUES : validateQuery(def.query, parseQuery(qmark === -1 ? '' : url.slice(qmark + 1)));
+
+    if (def.body !== undefined) {
+      const schema = def.body;
+      readJsonObject(req, this.o.bodyLimit).then(
+        (raw) => {
+          let body;
+          try {
+            body = validateBody(schema, raw);
+          } catch (e) {
+            this.fail(x, e);
+            return;
+          }
+          this.run(x, def, principal, params, query, body);
+        },
+        (e: unknown) => this.fail(x, e),
+      );
+      return;
+    }
+    this.run(x, def, principal, params, query, NO_VALUES);
+  }
+
+  private run(x: Exchange, def: RouteDef, principal: Principal | undefined, params: Record<string, string>, query: object, body: object): void {
+    let out: Reply | Promise<Reply>;
+    try {
+      out = def.handle({ req: x.req, principal, params, query, body });
+    } catch (e) {
+      this.fail(x, e);
+      return;
+    }
+    if (out instanceof Promise) out.then((reply) => this.reply(x, reply), (e: unknown) => this.fail(x, e));
+    else this.reply(x, out);
+  }
+
+  private addressOf(req: IncomingMessage): string {
+    if (this.o.trustProxy) {
+      const fwd = req.headers['x-forwarded-for'];
+      if (typeof fwd === 'string' && fwd !== '') {
+        const last = fwd.slice(fwd.lastIndexOf(',') + 1).trim();
+        if (last !== '') return `addr:${last}`;
+      }
+    }
+    return `addr:${req.socket.remoteAddress ?? 'unknown'}`;
+  }
+
+  /** 429 when the bucket for `key` is empty. */
+  private limit(x: Exchange, key: string): void {
+    const limiter = this.o.limiter;
+    if (limiter === undefined) return;
+    const wait = limiter.take(key);
+    if (wait > 0) {
+      if (this.o.metrics !== undefined) this.o.metrics.rateLimited++;
+      throw new HttpError(429, 'Too many requests', [['retry-after', String(wait)]]);
+    }
+  }
+
+  private reply(x: Exchange, r: Reply): void {
+    this.send(x, r.status, r.body, r.contentType, r.etag === undefined ? undefined : ['etag', r.etag]);
+  }
+
+  private fail(x: Exchange, e: unknown): void {
+    const h = toHttp(e);
+    if (h === undefined || h.status >= 500) {
+      this.o.log.error('request failed', { reqId: x.id, route: x.route?.def.path ?? null, err: e });
+    }
+    const status = h?.status ?? 500;
+    const message = h?.message ?? 'Internal server error';
+    const more: string[] = [];
+    if (h !== undefined) for (const [k, v] of h.headers) more.push(k, v);
+    if (h?.close === true) more.push('connection', 'close');
+    this.send(x, status, JSON.stringify({ success: false, message }), undefined, more);
+  }
+
+  private send(x: Exchange, status: number, body: string, contentType: string | undefined, more: string[] | undefined): void {
+    const { res } = x;
+    if (res.headersSent || res.destroyed) {
+      this.logRequest(x, status);
+      return;
+    }
+    const headers = [
+      'content-type',
+      contentType ?? JSON_TYPE,
+      'cache-control',
+      'no-store',
+      'x-content-type-options',
+      'nosniff',
+      'x-request-id',
+      x.id,
+      'content-length',
+      String(Buffer.byteLength(body)),
+    ];
+    if (more !== undefined) for (let i = 0; i < more.length; i++) headers.push(more[i] as string);
+    if (x.extra !== undefined) for (let i = 0; i < x.extra.length; i++) headers.push(x.extra[i] as string);
+    res.writeHead(status, headers);
+    res.end(body);
+    this.logRequest(x, status);
+  }
+
+  private logRequest(x: Exchange, status: number): void {
+    const seconds = (performance.now() - x.started) / 1000;
+    const pattern = x.route?.def.path;
+    x.route?.stats?.observe(status, seconds);
+    const log = this.o.log;
+    if (!log.enabled('info')) return;
+    log.raw(
+      `{"time":"${new Date().toISOString()}","level":"info","msg":"request","reqId":${JSON.stringify(x.id)},"method":${JSON.stringify(x.req.method ?? '')},` +
+        `"route":${pattern === undefined ? 'null' : `"${pattern}"`},"status":${status},"ms":${Math.round(seconds * 1e5) / 100},` +
+        `"user":${x.user === undefined ? 'null' : JSON.stringify(x.user)}}\n`,
+    );
+  }
+}

@@ -1,0 +1,123 @@
+// Counters and histograms in Prometheus text format (version 0.0.4). Each route owns its
+// counters, so counting a request is an array bump, not a label lookup.
+
+const LATENCY_BUCKETS = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5];
+const FSYNC_BUCKETS = [0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1];
+
+export class Histogram {
+  readonly counts: number[];
+  sum = 0;
+  count = 0;
+  constructor(readonly bounds: readonly number[]) {
+    this.counts = new Array<number>(bounds.length).fill(0);
+  }
+  observe(v: number): void {
+    this.sum += v;
+    this.count++;
+    const b = this.bounds;
+    for (let i = 0; i < b.length; i++) {
+      if (v <= (b[i] as number)) {
+        this.counts[i] = (this.counts[i] as number) + 1;
+        return;
+      }
+    }
+  }
+  /** Bucket lines (cumulative), then _sum and _count. */
+  render(name: string, labels: string): string[] {
+    const out: string[] = [];
+    let acc = 0;
+    const sep = labels === '' ? '' : ',';
+    for (let i = 0; i < this.bounds.length; i++) {
+      acc += this.counts[i] as number;
+      out.push(`${name}_bucket{${labels}${sep}le="${String(this.bounds[i])}"} ${acc}`);
+    }
+    out.push(`${name}_bucket{${labels}${sep}le="+Inf"} ${this.count}`);
+    const l = labels === '' ? '' : `{${labels}}`;
+    out.push(`${name}_sum${l} ${this.sum}`, `${name}_count${l} ${this.count}`);
+    return out;
+  }
+}
+
+/** The counters of one route (method and pattern). */
+export class RouteStats {
+  readonly statuses = new Map<number, number>();
+  readonly latency = new Histogram(LATENCY_BUCKETS);
+  constructor(
+    readonly method: string,
+    readonly route: string,
+  ) {}
+  observe(status: number, seconds: number): void {
+    this.statuses.set(status, (this.statuses.get(status) ?? 0) + 1);
+    this.latency.observe(seconds);
+  }
+}
+
+export interface Gauges {
+  readonly sessions: number;
+  readonly turns: number;
+  readonly journalBytes: number;
+  readonly liveBytes: number;
+  readonly compactions: number;
+  readonly providers: number;
+}
+
+function label(v: string): string {
+  return v.replace(/\\/g, '\\\\').replace(/"/g, '\\"').replace(/\n/g, '\\n');
+}
+
+export class Metrics {
+  private readonly routes: RouteStats[] = [];
+  readonly fsync = new Histogram(FSYNC_BUCKETS);
+  rateLimited = 0;
+  private readonly startSeconds = Date.now() / 1000;
+
+  /** The counters for one route; `route` is its pattern, never a raw path. */
+  forRoute(method: string, route: string): RouteStats {
+    let r = this.routes.find((x) => x.method === method && x.route === route);
+    if (r === undefined) {
+      r = new RouteStats(method, route);
+      this.routes.push(r);
+    }
+    return r;
+  }
+
+  render(g: Gauges): string {
+    const p = 'chat_session_api';
+    const lines: string[] = [];
+    const meta = (name: string, type: string, help: string): void => {
+      lines.push(`# HELP ${name} ${help}`, `# TYPE ${name} ${type}`);
+    };
+    meta(`${p}_http_requests_total`, 'counter', 'HTTP requests answered, by method, route pattern and status.');
+    for (const r of this.routes) {
+      for (const [status, n] of r.statuses) lines.push(`${p}_http_requests_total{method="${r.method}",route="${label(r.route)}",status="${status}"} ${n}`);
+    }
+    meta(`${p}_http_request_duration_seconds`, 'histogram', 'Time from request to answer, by method and route pattern.');
+    for (const r of this.routes) {
+      if (r.latency.count > 0) lines.push(...r.latency.render(`${p}_http_request_duration_seconds`, `method="${r.method}",route="${label(r.route)}"`));
+    }
+    meta(`${p}_rate_limited_total`, 'counter', 'Requests answered 429.');
+    lines.push(`${p}_rate_limited_total ${this.rateLimited}`);
+    meta(`${p}_sessions`, 'gauge', 'Chat sessions stored.');
+    lines.push(`${p}_sessions ${g.sessions}`);
+    meta(`${p}_turns`, 'gauge', 'Turns stored.');
+    lines.push(`${p}_turns ${g.turns}`);
+    meta(`${p}_journal_bytes`, 'gauge', 'Size of the journal file.');
+    lines.push(`${p}_journal_bytes ${g.journalBytes}`);
+    meta(`${p}_journal_live_bytes`, 'gauge', 'Bytes of the journal still holding live records.');
+    lines.push(`${p}_journal_live_bytes ${g.liveBytes}`);
+    meta(`${p}_fsync_duration_seconds`, 'histogram', 'Journal fsync latency (one per group commit).');
+    lines.push(...this.fsync.render(`${p}_fsync_duration_seconds`, ''));
+    meta(`${p}_compactions_total`, 'counter', 'Journal compactions completed.');
+    lines.push(`${p}_compactions_total ${g.compactions}`);
+    meta(`${p}_providers`, 'gauge', 'Providers loaded from the providers file.');
+    lines.push(`${p}_providers ${g.providers}`);
+    const mem = process.memoryUsage();
+    meta('process_resident_memory_bytes', 'gauge', 'Resident memory size in bytes.');
+    lines.push(`process_resident_memory_bytes ${mem.rss}`);
+    meta('nodejs_heap_used_bytes', 'gauge', 'V8 heap in use.');
+    lines.push(`nodejs_heap_used_bytes ${mem.heapUsed}`);
+    meta('process_start_time_seconds', 'gauge', 'Start time of the process since the Unix epoch.');
+    lines.push(`process_start_time_seconds ${Math.floor(this.startSeconds)}`);
+    return lines.join('\n') + '\n';
+  }
+}

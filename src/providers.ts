@@ -1,0 +1,133 @@
+// The configured AI providers: read from providers.json, checked, redacted once and kept as
+// ready-to-send response bodies. The `apiKey` never leaves this module: not in a response,
+// not in a log line, not in an error message.
+import { readFileSync } from 'node:fs';
+import { isHexObjectId } from './domain/ids.js';
+
+export class ProvidersFileError extends Error {
+  override readonly name = 'ProvidersFileError';
+}
+
+export interface ProviderCatalog {
+  readonly count: number;
+  readonly loadedAt: string;
+  /** false when the file did not exist (no providers). */
+  readonly fromFile: boolean;
+  /** `{"success":true,"data":[...]}`, sorted by name. */
+  readonly listBody: string;
+  /** The success body for one provider by lowercase id. */
+  readonly bodies: ReadonlyMap<string, string>;
+}
+
+type Json = null | boolean | number | string | Json[] | { [key: string]: Json };
+
+const KEY_NAME = /^api[-_]?key$/i;
+const URL_USERINFO = /([a-z][a-z0-9+.-]*:\/\/)[^@/?#\s]+@/gi;
+const SECRET_PARAM = /([?&](?:[^=&#]*(?:key|token|secret|password|signature|sig)[^=&#]*)=)[^&#]*/gi;
+
+/** Removes `apiKey` (any case, `api_key`, `api-key`) at every depth and masks credentials in strings. */
+function redact(value: Json, keys: readonly string[]): Json {
+  if (typeof value === 'string') {
+    let s = value;
+    for (const k of keys) if (k.length >= 4 && s.includes(k)) s = s.split(k).join('***');
+    if (s.includes('://')) s = s.replace(URL_USERINFO, '$1***@').replace(SECRET_PARAM, '$1***');
+    return s;
+  }
+  if (Array.isArray(value)) return value.map((v) => redact(v, keys));
+  if (value !== null && typeof value === 'object') {
+    const out: { [key: string]: Json } = {};
+    for (const [k, v] of Object.entries(value)) {
+      if (KEY_NAME.test(k)) continue;
+      out[k] = redact(v, keys);
+    }
+    return out;
+  }
+  return value;
+}
+
+/** Every string held under an apiKey-like name, so copies elsewhere in the record are masked too. */
+function collectKeys(value: Json, into: string[]): void {
+  if (Array.isArray(value)) for (const v of value) collectKeys(v, into);
+  else if (value !== null && typeof value === 'object') {
+    for (const [k, v] of Object.entries(value)) {
+      if (KEY_NAME.test(k) && typeof v === 'string' && v !== '') into.push(v);
+      else collectKeys(v, into);
+    }
+  }
+}
+
+function describeId(v: unknown): string {
+  if (typeof v !== 'string') return '';
+  return ` (_id ${JSON.stringify(v.length > 40 ? `${v.slice(0, 40)}...` : v)})`;
+}
+
+/** Line and column of a character offset, for a JSON syntax error without quoting the file. */
+function lineCol(text: string, pos: number): string {
+  const before = text.slice(0, pos);
+  const line = before.split('\n').length;
+  return `line ${line}, column ${pos - before.lastIndexOf('\n')}`;
+}
+
+function compareCodePoints(a: string, b: string): number {
+  return Buffer.compare(Buffer.from(a, 'utf8'), Buffer.from(b, 'utf8'));
+}
+
+/** Parses and checks a providers file's text; `file` only names it in errors. */
+export function parseProviders(text: string, file: string): ProviderCatalog {
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(text);
+  } catch (e) {
+    // V8's message can quote the file around the error, which may hold a key: report the position only
+    const m = /position (\d+)/.exec((e as Error).message);
+    throw new ProvidersFileError(`providers file ${file} is not valid JSON${m !== null ? ` (near ${lineCol(text, Number(m[1]))})` : ''}`);
+  }
+  if (!Array.isArray(parsed)) throw new ProvidersFileError(`providers file ${file} must hold a JSON array of provider objects`);
+  const seen = new Map<string, number>();
+  const entries: { id: string; name: string; body: Json }[] = [];
+  parsed.forEach((entry: unknown, i) => {
+    const where = `providers file ${file}: entry ${i + 1}`;
+    if (typeof entry !== 'object' || entry === null || Array.isArray(entry)) throw new ProvidersFileError(`${where} is not an object`);
+    const e = entry as { [key: string]: Json };
+    const id = e['_id'];
+    if (typeof id !== 'string' || !isHexObjectId(id)) throw new ProvidersFileError(`${where}${describeId(id)}: _id must be 24 hex characters`);
+    const lower = id.toLowerCase();
+    const dup = seen.get(lower);
+    if (dup !== undefined) throw new ProvidersFileError(`${where} (_id "${id}"): _id repeats entry ${dup}`);
+    seen.set(lower, i + 1);
+    const name = e['name'];
+    if (typeof name !== 'string' || name.trim() === '') throw new ProvidersFileError(`${where} (_id "${id}"): name must be a non-blank string`);
+    const apiKey = e['apiKey'];
+    const keys: string[] = [];
+    collectKeys(e, keys);
+    const redacted = redact(e, keys) as { [key: string]: Json };
+    redacted['_id'] = lower;
+    redacted['hasApiKey'] = typeof apiKey === 'string' && apiKey.trim() !== '';
+    entries.push({ id: lower, name, body: redacted });
+  });
+  entries.sort((a, b) => compareCodePoints(a.name, b.name) || compareCodePoints(a.id, b.id));
+  const bodies = new Map<string, string>();
+  for (const p of entries) bodies.set(p.id, `{"success":true,"data":${JSON.stringify(p.body)}}`);
+  return {
+    count: entries.length,
+    loadedAt: new Date().toISOString(),
+    fromFile: true,
+    listBody: `{"success":true,"data":[${entries.map((p) => JSON.stringify(p.body)).join(',')}]}`,
+    bodies,
+  };
+}
+
+/** Reads the providers file; a missing file is an empty catalog, anything else wrong throws. */
+export function loadProviders(file: string): ProviderCatalog {
+  let text: string;
+  try {
+    text = readFileSync(file, 'utf8');
+  } catch (e) {
+    const code = (e as NodeJS.ErrnoException).code;
+    if (code === 'ENOENT') {
+      return { count: 0, loadedAt: new Date().toISOString(), fromFile: false, listBody: '{"success":true,"data":[]}', bodies: new Map() };
+    }
+    throw new ProvidersFileError(`providers file ${file} cannot be read (${code ?? 'error'})`);
+  }
+  return parseProviders(text, file);
+}

@@ -1,0 +1,117 @@
+// The running service: load secrets, providers and the store, listen, and stop cleanly.
+// SIGTERM/SIGINT stop accepting, let requests in flight finish (10 s at most), flush the
+// store and exit 0. SIGHUP re-reads the providers file, keeping the old list if it is bad.
+import { createServer, type Server } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { createApp } from './app.js';
+import { loadSecrets } from './auth/secret.js';
+import type { Config } from './config.js';
+import type { Logger } from './log.js';
+import { Metrics } from './metrics.js';
+import { loadProviders, type ProviderCatalog } from './providers.js';
+import { JournalStore } from './store/journal.js';
+
+const DRAIN_MS = 10_000;
+
+/** Starts serving; resolves once listening. Start-up errors are thrown for main to report. */
+export async function serve(config: Config, log: Logger, version: string): Promise<Server> {
+  const secrets = loadSecrets(config);
+  for (const w of secrets.warnings) log.warn(w);
+
+  let catalog: ProviderCatalog = loadProviders(config.providersFile);
+  if (catalog.fromFile) log.info('providers loaded', { count: catalog.count, file: config.providersFile });
+  else log.warn('no providers file; the provider list is empty until one is created and SIGHUP is sent', { file: config.providersFile });
+
+  const metrics = config.metrics ? new Metrics() : undefined;
+  if (!config.fsync) log.warn('FSYNC=off: writes are acknowledged before they are durable; a crash can lose them');
+  const store = JournalStore.open({
+    dir: config.dataDir,
+    log,
+    fsync: config.fsync,
+    compactMinBytes: config.compactMinBytes,
+    ...(metrics !== undefined ? { observer: { fsync: (s: number) => metrics.fsync.observe(s), compaction: () => undefined } } : {}),
+  });
+
+  const app = createApp({ config, version, log, secrets, store, catalog: () => catalog, metrics });
+  const server = createServer({ keepAliveTimeout: 5_000, headersTimeout: 15_000, requestTimeout: 30_000, maxHeaderSize: 16 * 1024 }, app.pipeline.handle);
+  server.on('clientError', (err: NodeJS.ErrnoException, socket) => {
+    // HTTP the parser refuses never reaches the pipeline: answer it in the envelope too
+    if (!socket.writable || err.code === 'ECONNRESET') {
+      socket.destroy();
+      return;
+    }
+    const [status, text, message] =
+      err.code === 'HPE_HEADER_OVERFLOW'
+        ? [431, 'Request Header Fields Too Large', 'Request headers too large']
+        : err.code === 'ERR_HTTP_REQUEST_TIMEOUT'
+          ? [408, 'Request Timeout', 'Request timeout']
+          : [400, 'Bad Request', 'Bad request'];
+    const body = JSON.stringify({ success: false, message });
+    socket.end(
+      `HTTP/1.1 ${status} ${text}\r\ncontent-type: application/json; charset=utf-8\r\ncache-control: no-store\r\n` +
+        `x-content-type-options: nosniff\r\ncontent-length: ${body.length}\r\nconnection: close\r\n\r\n${body}`,
+    );
+  });
+
+  try {
+    await new Promise<void>((resolve, reject) => {
+      server.once('error', reject);
+      server.listen(config.port, config.host, () => {
+        server.off('error', reject);
+        resolve();
+      });
+    });
+  } catch (e) {
+    await store.close();
+    throw e;
+  }
+  const addr = server.address() as AddressInfo;
+  const host = addr.family === 'IPv6' ? `[${addr.address}]` : addr.address;
+  log.info('listening', { url: `http://${host}:${addr.port}`, port: addr.port, dataDir: config.dataDir, access: config.access, version });
+  if (secrets.source === 'generated') {
+    log.info('generated a new HS256 secret; mint a token with: node dist/server.js token --sub <user>', { file: secrets.file });
+  }
+
+  process.on('SIGHUP', () => {
+    try {
+      const next = loadProviders(config.providersFile);
+      catalog = next;
+      log.info('providers reloaded', { count: next.count, fromFile: next.fromFile });
+    } catch (e) {
+      log.error('providers reload failed; keeping the previous list', { reason: (e as Error).message, count: catalog.count });
+    }
+  });
+
+  let stopping = false;
+  const stop = (signal: string): void => {
+    if (stopping) return;
+    stopping = true;
+    log.info('shutting down', { signal });
+    const idle = setInterval(() => server.closeIdleConnections(), 50);
+    const force = setTimeout(() => {
+      log.warn('requests still running after the drain period; closing their connections', { ms: DRAIN_MS });
+      server.closeAllConnections();
+    }, DRAIN_MS);
+    server.close(() => {
+      clearInterval(idle);
+      clearTimeout(force);
+      app.close();
+      store.close().then(
+        () => {
+          log.info('stopped');
+          log.flush();
+          process.exit(0);
+        },
+        (e: unknown) => {
+          log.error('store did not close cleanly', { err: e });
+          log.flush();
+          process.exit(1);
+        },
+      );
+    });
+    server.closeIdleConnections();
+  };
+  process.on('SIGTERM', () => stop('SIGTERM'));
+  process.on('SIGINT', () => stop('SIGINT'));
+  return server;
+}

@@ -1,0 +1,56 @@
+// Test-only fault injection, inert unless CHAT_SESSION_API_FAULTS is set. The crash tests use it
+// to fail the k-th journal write or fsync, or to SIGKILL the process at a named step, so that
+// recovery is proven against the real binary rather than argued from the code.
+//
+//   CHAT_SESSION_API_FAULTS="write:3"             3rd journal write writes half its bytes, then EIO
+//   CHAT_SESSION_API_FAULTS="fsync:2:ENOSPC"      2nd journal fsync fails with ENOSPC
+//   CHAT_SESSION_API_FAULTS="crash:compact-before-rename"   SIGKILL on reaching that step
+
+type FaultKind = 'write' | 'fsync';
+
+interface Plan {
+  readonly failAt: Map<FaultKind, Map<number, string>>;
+  readonly crashAt: Map<string, number>;
+}
+
+function parse(spec: string | undefined): Plan | undefined {
+  if (spec === undefined || spec.trim() === '') return undefined;
+  const plan: Plan = { failAt: new Map(), crashAt: new Map() };
+  for (const item of spec.split(',')) {
+    const [kind, arg, extra] = item.trim().split(':');
+    if (kind === 'write' || kind === 'fsync') {
+      const at = plan.failAt.get(kind) ?? new Map<number, string>();
+      at.set(Number(arg), extra ?? 'EIO');
+      plan.failAt.set(kind, at);
+    } else if (kind === 'crash' && arg !== undefined) {
+      plan.crashAt.set(arg, Number(extra ?? '1'));
+    }
+  }
+  return plan;
+}
+
+const plan = parse(process.env['CHAT_SESSION_API_FAULTS']);
+const counts = new Map<string, number>();
+
+function bump(key: string): number {
+  const n = (counts.get(key) ?? 0) + 1;
+  counts.set(key, n);
+  return n;
+}
+
+/** The injected error for this occurrence of a journal write or fsync, if one is planned. */
+export function injectedFault(kind: FaultKind): NodeJS.ErrnoException | undefined {
+  if (plan === undefined) return undefined;
+  const code = plan.failAt.get(kind)?.get(bump(kind));
+  if (code === undefined) return undefined;
+  const err: NodeJS.ErrnoException = new Error(`${code}: injected fault, ${kind}`);
+  err.code = code;
+  return err;
+}
+
+/** Kills the process on the planned occurrence of a named step. */
+export function crashpoint(name: string): void {
+  if (plan === undefined) return;
+  const at = plan.crashAt.get(name);
+  if (at !== undefined && bump(`crash:${name}`) === at) process.kill(process.pid, 'SIGKILL');
+}

@@ -1,0 +1,198 @@
+// The journal file format: one record per line, `<crc32 as 8 hex digits> <JSON>\n`, the CRC
+// taken over the JSON's UTF-8 bytes. The first line is a header naming the format. Records:
+//   {"put":<chat session>}   a session's whole new state (create, update, archive)
+//   {"del":"<session id>"}   a tombstone: the session and all its turns are gone
+//   {"turn":<turn>}          a turn; it also raises its session's updatedAt to the turn's createdAt
+// Replay applies them in order, the last write of an id winning.
+import { closeSync, openSync, readSync } from 'node:fs';
+import { basename } from 'node:path';
+import type { ChatSession, Turn } from '../domain/records.js';
+import { crc32 } from './crc32.js';
+
+export const JOURNAL_FORMAT = 'chat-session-api/journal';
+export const JOURNAL_VERSION = 1;
+
+export interface JournalHeader {
+  readonly format: typeof JOURNAL_FORMAT;
+  readonly version: number;
+  readonly createdAt: string;
+}
+
+export type JournalRecord = { readonly put: ChatSession } | { readonly del: string } | { readonly turn: Turn };
+
+const HEX = '0123456789abcdef';
+
+/** One encoded journal line, newline included. */
+export function encodeLine(value: JournalRecord | JournalHeader): Buffer {
+  const json = JSON.stringify(value);
+  const len = Buffer.byteLength(json);
+  const out = Buffer.allocUnsafe(len + 10);
+  out.write(json, 9, len, 'utf8');
+  let crc = crc32(out.subarray(9, 9 + len));
+  for (let i = 7; i >= 0; i--) {
+    out[i] = HEX.charCodeAt(crc & 0xf);
+    crc >>>= 4;
+  }
+  out[8] = 0x20;
+  out[len + 9] = 0x0a;
+  return out;
+}
+
+export function headerLine(now: Date = new Date()): Buffer {
+  return encodeLine({ format: JOURNAL_FORMAT, version: JOURNAL_VERSION, createdAt: now.toISOString() });
+}
+
+/** Damage that is not a torn final write: the start stops rather than lose what follows. */
+export class JournalDamaged extends Error {
+  override readonly name = 'JournalDamaged';
+  constructor(
+    readonly file: string,
+    readonly line: number,
+    readonly offset: number,
+    readonly reason: string,
+    validAfter: number,
+  ) {
+    super(
+      `${file}: damaged record at line ${line} (byte offset ${offset}): ${reason}; ` +
+        `${validAfter} intact record(s) follow it, so this is not an interrupted final write. Nothing was changed. ` +
+        `To recover, restore from a backup (stop the server, move the data directory aside, run \`node dist/server.js import <backup.ndjson>\`), ` +
+        `or keep only the records before the damage: copy the file aside, then \`truncate -s ${offset} ${basename(file)}\`.`,
+    );
+  }
+}
+
+export interface ScanResult {
+  /** Bytes up to the end of the last intact record. */
+  readonly validBytes: number;
+  /** Bytes after it that were dropped as an interrupted final write (0 when none). */
+  readonly tornBytes: number;
+  readonly records: number;
+  readonly header: JournalHeader | undefined;
+}
+
+function hexValue(c: number): number {
+  if (c >= 48 && c <= 57) return c - 48;
+  if (c >= 97 && c <= 102) return c - 87;
+  return -1;
+}
+
+/** Why bytes [start, end) (newline excluded) are not an intact line, or the parsed value. */
+function decode(buf: Buffer, start: number, end: number): { ok: true; value: unknown } | { ok: false; reason: string } {
+  if (end - start < 11 || buf[start + 8] !== 0x20) return { ok: false, reason: 'not a journal line' };
+  let want = 0;
+  for (let i = 0; i < 8; i++) {
+    const v = hexValue(buf[start + i] as number);
+    if (v < 0) return { ok: false, reason: 'not a journal line' };
+    want = want * 16 + v;
+  }
+  if (crc32(buf.subarray(start + 9, end)) !== want) return { ok: false, reason: 'checksum mismatch' };
+  try {
+    return { ok: true, value: JSON.parse(buf.toString('utf8', start + 9, end)) };
+  } catch {
+    return { ok: false, reason: 'checksum matches but the JSON does not parse' };
+  }
+}
+
+function isRecord(v: unknown): v is JournalRecord {
+  if (typeof v !== 'object' || v === null) return false;
+  const r = v as Record<string, unknown>;
+  if (typeof r['del'] === 'string') return true;
+  const body = r['put'] ?? r['turn'];
+  return typeof body === 'object' && body !== null && typeof (body as Record<string, unknown>)['_id'] === 'string';
+}
+
+function isHeader(v: unknown): v is JournalHeader {
+  return typeof v === 'object' && v !== null && (v as Record<string, unknown>)['format'] === JOURNAL_FORMAT;
+}
+
+const CHUNK = 8 * 1024 * 1024;
+
+/**
+ * Reads a journal from the start, calling `onRecord` for every intact record in order.
+ * A damaged region at the very end with no intact record after it (an interrupted write) is
+ * reported in `tornBytes` and not replayed; any other damage throws JournalDamaged.
+ * `upTo` bounds the bytes read, and `fd` reads an already open file: together they give a
+ * consistent prefix of a journal that is still growing (or being replaced by compaction).
+ */
+export function scanJournal(file: string, onRecord: (r: JournalRecord, bytes: number) => void, opts: { fd?: number; upTo?: number } = {}): ScanResult {
+  const upTo = opts.upTo ?? Infinity;
+  const fd = opts.fd ?? openSync(file, 'r');
+  try {
+    let buf = Buffer.allocUnsafe(CHUNK);
+    let filled = 0; // bytes in buf
+    let base = 0; // file offset of buf[0]
+    let eof = false;
+    let lineNo = 0;
+    let records = 0;
+    let header: JournalHeader | undefined;
+    let validBytes = 0;
+    let damage: { line: number; offset: number; reason: string } | undefined;
+    let validAfterDamage = 0;
+
+    const handle = (start: number, end: number): void => {
+      lineNo++;
+      const offset = base + start;
+      const d = decode(buf, start, end);
+      if (damage !== undefined) {
+        if (d.ok) validAfterDamage++;
+        return;
+      }
+      if (!d.ok) {
+        damage = { line: lineNo, offset, reason: d.reason };
+        return;
+      }
+      if (lineNo === 1) {
+        if (!isHeader(d.value)) throw new JournalDamaged(file, 1, 0, 'the first line is not a chat-session-api journal header', 0);
+        if (d.value.version !== JOURNAL_VERSION) {
+          throw new Error(`${file}: journal format version ${String(d.value.version)} is not supported by this release (it reads version ${JOURNAL_VERSION})`);
+        }
+        header = d.value;
+      } else {
+        if (!isRecord(d.value)) {
+          damage = { line: lineNo, offset, reason: 'intact line holds no known record' };
+          return;
+        }
+        onRecord(d.value, end + 1 - start);
+        records++;
+      }
+      validBytes = base + end + 1;
+    };
+
+    for (;;) {
+      if (!eof && filled < buf.length) {
+        const want = Math.min(buf.length - filled, upTo - (base + filled));
+        const n = want > 0 ? readSync(fd, buf, filled, want, base + filled) : 0;
+        if (n === 0) eof = true;
+        filled += n;
+      }
+      let pos = 0;
+      for (;;) {
+        const nl = buf.indexOf(0x0a, pos);
+        if (nl === -1 || nl >= filled) break;
+        handle(pos, nl);
+        pos = nl + 1;
+      }
+      if (eof) {
+        // a fragment without its newline is an interrupted write
+        break;
+      }
+      if (pos === 0 && filled === buf.length) {
+        // a line longer than the buffer: grow it
+        const bigger = Buffer.allocUnsafe(buf.length * 2);
+        buf.copy(bigger, 0, 0, filled);
+        buf = bigger;
+        continue;
+      }
+      buf.copy(buf, 0, pos, filled);
+      base += pos;
+      filled -= pos;
+    }
+    const end = base + filled;
+    if (damage !== undefined && validAfterDamage > 0) {
+      throw new JournalDamaged(file, damage.line, damage.offset, damage.reason, validAfterDamage);
+    }
+    return { validBytes, tornBytes: end - validBytes, records, header };
+  } finally {
+    if (opts.fd === undefined) closeSync(fd);
+  }
+}

@@ -1,0 +1,580 @@
+// The journal store: the whole data set in memory, every change appended to one journal file
+// and made durable before it is applied or acknowledged. All writes pass through one serial
+// writer; writes that arrive while an fsync is under way share the next one (group commit).
+// When dead records outweigh live ones, the journal is rewritten beside the old one and
+// swapped in by rename.
+import { closeSync, existsSync, fdatasync, fstatSync, fsyncSync, ftruncate, ftruncateSync, mkdirSync, openSync, renameSync, unlinkSync, write, writeSync } from 'node:fs';
+import { dirname, join } from 'node:path';
+import type { ChatSession, Turn } from '../domain/records.js';
+import { chatSession } from '../domain/records.js';
+import type { Logger } from '../log.js';
+import { crashpoint, injectedFault } from './faults.js';
+import { encodeLine, headerLine, scanJournal, type JournalRecord } from './journal-format.js';
+import { acquireLock, type Lock } from './lock.js';
+import { MemoryState } from './state.js';
+import {
+  SessionNotFound,
+  StorageWriteFailed,
+  type SessionFilter,
+  type SessionKey,
+  type Slice,
+  type Store,
+  type StoreObserver,
+  type StoreStats,
+  type TurnKey,
+} from './store.js';
+
+export const JOURNAL_FILE = 'sessions.journal';
+export const COMPACT_SUFFIX = '.compact';
+/** Temp file of `import`, which rewrites the journal the same way. */
+export const IMPORT_SUFFIX = '.import';
+
+export interface JournalStoreOptions {
+  readonly dir: string;
+  readonly log: Logger;
+  /** false only to measure what durability costs; acknowledged writes may then be lost. */
+  readonly fsync: boolean;
+  /** The journal is not compacted below this size. */
+  readonly compactMinBytes: number;
+  readonly observer?: StoreObserver;
+}
+
+/** A write waiting for the writer. `prepare` runs at the serial point against the batch's view. */
+interface PendingWrite {
+  prepare(view: BatchView): Prepared;
+  resolve(value: unknown): void;
+  reject(err: unknown): void;
+}
+
+interface Prepared {
+  readonly record: JournalRecord;
+  readonly result: unknown;
+  /** Applies the change to memory; called only after the record is durable. */
+  apply(lineBytes: number): void;
+}
+
+/** What writes in one batch see: the committed state plus the batch's earlier changes. */
+class BatchView {
+  private readonly sessions = new Map<string, ChatSession | null>();
+  private readonly lastTurns = new Map<string, string>();
+  constructor(private readonly state: MemoryState) {}
+
+  getSession(id: string): ChatSession | undefined {
+    const staged = this.sessions.get(id);
+    if (staged === null) return undefined;
+    return staged ?? this.state.sessions.get(id);
+  }
+  lastTurnAt(id: string): string | undefined {
+    return this.lastTurns.get(id) ?? this.state.lastTurnAt(id);
+  }
+  stageSession(id: string, s: ChatSession | null): void {
+    this.sessions.set(id, s);
+    if (s === null) this.lastTurns.delete(id);
+  }
+  stageTurn(t: Turn): void {
+    this.lastTurns.set(t.session, t.createdAt);
+  }
+}
+
+/** Applies one journal record to a state, the way start-up replay does. */
+export function replayRecord(state: MemoryState, r: JournalRecord): void {
+  if ('put' in r) {
+    state.putSession(chatSession(r.put));
+  } else if ('turn' in r) {
+    state.addTurn(r.turn);
+    const s = state.sessions.get(r.turn.session);
+    if (s !== undefined) state.putSession(touchedBy(s, r.turn));
+  } else {
+    state.deleteSession(r.del);
+  }
+}
+
+/** A session raised to a turn's createdAt, as replay does it. */
+function touchedBy(s: ChatSession, t: Turn): ChatSession {
+  return t.createdAt > s.updatedAt ? chatSession({ ...s, updatedAt: t.createdAt }) : s;
+}
+
+interface Compaction {
+  /** Journal batches committed after the snapshot, to be appended to the new file. */
+  readonly tail: Buffer[];
+  abort: boolean;
+}
+
+export class JournalStore implements Store {
+  private readonly state = new MemoryState();
+  private readonly file: string;
+  private fd = -1;
+  /** Bytes of the journal that are durable. */
+  private size = 0;
+  private readonly sessionBytes = new Map<string, number>();
+  private readonly turnBytes = new Map<string, number>();
+  private liveBytes = 0;
+  private compactions = 0;
+  private queue: PendingWrite[] = [];
+  private writing = false;
+  private paused = false;
+  /** Set after a failed write could not be rolled back; writes fail until a rollback succeeds. */
+  private broken = false;
+  private closed = false;
+  private compaction: Compaction | undefined;
+  private compactionDone: Promise<void> = Promise.resolve();
+  private idleWaiters: (() => void)[] = [];
+  private lock: Lock | undefined;
+
+  private constructor(private readonly opts: JournalStoreOptions) {
+    this.file = join(opts.dir, JOURNAL_FILE);
+  }
+
+  /** Takes the directory lock, replays the journal and opens it for appending. */
+  static open(opts: JournalStoreOptions): JournalStore {
+    const store = new JournalStore(opts);
+    mkdirSync(opts.dir, { recursive: true });
+    store.lock = acquireLock(opts.dir);
+    try {
+      if (store.lock.tookOver !== undefined) {
+        opts.log.warn('took over a stale data directory lock', { pid: store.lock.tookOver.pid, since: store.lock.tookOver.startedAt });
+      }
+      store.load();
+    } catch (e) {
+      store.lock.release();
+      throw e;
+    }
+    return store;
+  }
+
+  private load(): void {
+    const { log } = this.opts;
+    for (const suffix of [COMPACT_SUFFIX, IMPORT_SUFFIX]) {
+      const leftover = this.file + suffix;
+      if (existsSync(leftover)) {
+        unlinkSync(leftover);
+        log.warn('removed an unfinished rewrite of the journal left by an earlier run; the journal itself is complete', { file: leftover });
+      }
+    }
+    if (!existsSync(this.file)) {
+      this.createEmpty(this.file);
+    }
+    const started = process.hrtime.bigint();
+    this.state.beginLoad();
+    const scan = scanJournal(this.file, (r, bytes) => this.replay(r, bytes));
+    const { orphanTurns } = this.state.finishLoad();
+    if (orphanTurns > 0) log.warn('dropped turns whose session does not exist', { turns: orphanTurns });
+    for (const id of this.turnBytes.keys()) if (!this.state.sessions.has(id)) this.turnBytes.delete(id);
+    this.recountLive();
+    if (scan.header === undefined) {
+      // nothing intact, not even the header: a journal whose creation was interrupted
+      log.warn('the journal had no intact header; starting it afresh', { file: this.file, droppedBytes: scan.tornBytes });
+      this.createEmpty(this.file);
+      this.size = headerLine().length;
+    } else {
+      if (scan.tornBytes > 0) {
+        log.warn('dropped an interrupted final write from the journal; it was never acknowledged', {
+          file: this.file,
+          offset: scan.validBytes,
+          droppedBytes: scan.tornBytes,
+        });
+        const fd = openSync(this.file, 'r+');
+        try {
+          ftruncateSync(fd, scan.validBytes);
+          fsyncSync(fd);
+        } finally {
+          closeSync(fd);
+        }
+      }
+      this.size = scan.validBytes;
+    }
+    this.fd = openSync(this.file, 'a');
+    const ms = Number(process.hrtime.bigint() - started) / 1e6;
+    log.info('journal replayed', { sessions: this.state.sessions.size, turns: this.state.turnCount, records: scan.records, bytes: this.size, ms: Math.round(ms) });
+  }
+
+  private createEmpty(path: string): void {
+    const fd = openSync(path, 'w', 0o600);
+    try {
+      const h = headerLine();
+      writeFullySync(fd, h);
+      fsyncSync(fd);
+    } finally {
+      closeSync(fd);
+    }
+    fsyncDir(dirname(path));
+  }
+
+  /** Applies one record during start-up (indexes are built afterwards) and counts its bytes. */
+  private replay(r: JournalRecord, bytes: number): void {
+    replayRecord(this.state, r);
+    if ('put' in r) {
+      this.sessionBytes.set(r.put._id, bytes);
+    } else if ('turn' in r) {
+      this.turnBytes.set(r.turn.session, (this.turnBytes.get(r.turn.session) ?? 0) + bytes);
+    } else {
+      this.sessionBytes.delete(r.del);
+      this.turnBytes.delete(r.del);
+    }
+  }
+
+  private recountLive(): void {
+    let live = headerLine().length;
+    for (const n of this.sessionBytes.values()) live += n;
+    for (const n of this.turnBytes.values()) live += n;
+    this.liveBytes = live;
+  }
+
+  // ---- reads: memory only ----
+
+  getSession(id: string): ChatSession | undefined {
+    return this.state.sessions.get(id);
+  }
+
+  listSessions(filter: SessionFilter, after: SessionKey | undefined, limit: number | undefined): Slice<ChatSession> {
+    return this.state.listSessions(filter, after, limit);
+  }
+
+  listTurns(sessionId: string, after: TurnKey | undefined, limit: number | undefined): Slice<Turn> {
+    return this.state.listTurns(sessionId, after, limit);
+  }
+
+  stats(): StoreStats {
+    return {
+      sessions: this.state.sessions.size,
+      turns: this.state.turnCount,
+      journalBytes: this.size,
+      liveBytes: this.liveBytes,
+      compactions: this.compactions,
+    };
+  }
+
+  // ---- writes: through the serial writer ----
+
+  createSession(session: ChatSession): Promise<ChatSession> {
+    return this.submit((view) => {
+      if (view.getSession(session._id) !== undefined) throw new Error('duplicate session id');
+      view.stageSession(session._id, session);
+      return { record: { put: session }, result: session, apply: (bytes) => this.applyPut(session, bytes) };
+    }) as Promise<ChatSession>;
+  }
+
+  updateSession(id: string, change: (current: ChatSession) => ChatSession): Promise<ChatSession> {
+    return this.submit((view) => {
+      const current = view.getSession(id);
+      if (current === undefined) throw new SessionNotFound();
+      const next = chatSession(change(current));
+      view.stageSession(id, next);
+      return { record: { put: next }, result: next, apply: (bytes) => this.applyPut(next, bytes) };
+    }) as Promise<ChatSession>;
+  }
+
+  deleteSession(id: string, check: (current: ChatSession) => void): Promise<void> {
+    return this.submit((view) => {
+      const current = view.getSession(id);
+      if (current === undefined) throw new SessionNotFound();
+      check(current);
+      view.stageSession(id, null);
+      return {
+        record: { del: id },
+        result: undefined,
+        apply: () => {
+          this.state.deleteSession(id);
+          this.liveBytes -= (this.sessionBytes.get(id) ?? 0) + (this.turnBytes.get(id) ?? 0);
+          this.sessionBytes.delete(id);
+          this.turnBytes.delete(id);
+        },
+      };
+    }) as Promise<void>;
+  }
+
+  appendTurn(sessionId: string, build: (current: ChatSession, lastTurnAt: string | undefined) => Turn): Promise<Turn> {
+    return this.submit((view) => {
+      const current = view.getSession(sessionId);
+      if (current === undefined) throw new SessionNotFound();
+      const turn = build(current, view.lastTurnAt(sessionId));
+      view.stageTurn(turn);
+      view.stageSession(sessionId, touchedBy(current, turn));
+      return {
+        record: { turn },
+        result: turn,
+        apply: (bytes) => {
+          this.state.addTurn(turn);
+          const s = this.state.sessions.get(sessionId);
+          if (s !== undefined) this.state.putSession(touchedBy(s, turn));
+          this.turnBytes.set(sessionId, (this.turnBytes.get(sessionId) ?? 0) + bytes);
+          this.liveBytes += bytes;
+        },
+      };
+    }) as Promise<Turn>;
+  }
+
+  private applyPut(s: ChatSession, bytes: number): void {
+    this.state.putSession(s);
+    this.liveBytes += bytes - (this.sessionBytes.get(s._id) ?? 0);
+    this.sessionBytes.set(s._id, bytes);
+  }
+
+  private submit(prepare: (view: BatchView) => Prepared): Promise<unknown> {
+    if (this.closed) return Promise.reject(new StorageWriteFailed(new Error('store is closed')));
+    return new Promise((resolve, reject) => {
+      this.queue.push({ prepare, resolve, reject });
+      if (!this.writing) this.nextBatch();
+    });
+  }
+
+  /** Takes every queued write as one batch: one append, one fsync, then memory, then answers. */
+  private nextBatch(): void {
+    if (this.paused || this.queue.length === 0) {
+      this.writing = false;
+      const waiters = this.idleWaiters;
+      this.idleWaiters = [];
+      for (const w of waiters) w();
+      return;
+    }
+    this.writing = true;
+    const writes = this.queue;
+    this.queue = [];
+    const view = new BatchView(this.state);
+    const accepted: { w: PendingWrite; p: Prepared; bytes: number }[] = [];
+    const lines: Buffer[] = [];
+    let total = 0;
+    for (const w of writes) {
+      try {
+        const p = w.prepare(view);
+        const line = encodeLine(p.record);
+        lines.push(line);
+        total += line.length;
+        accepted.push({ w, p, bytes: line.length });
+      } catch (e) {
+        w.reject(e);
+      }
+    }
+    if (accepted.length === 0) {
+      this.nextBatch();
+      return;
+    }
+    const data = lines.length === 1 ? (lines[0] as Buffer) : Buffer.concat(lines, total);
+    this.appendDurably(data, (err) => {
+      if (err !== undefined) {
+        this.opts.log.error('journal write failed; the writes of this batch were refused and nothing changed', { err, writes: accepted.length });
+        for (const a of accepted) a.w.reject(new StorageWriteFailed(err));
+      } else {
+        this.size += data.length;
+        this.compaction?.tail.push(data);
+        for (const a of accepted) {
+          a.p.apply(a.bytes);
+          a.w.resolve(a.p.result);
+        }
+        this.maybeCompact();
+      }
+      this.nextBatch();
+    });
+  }
+
+  /** Appends and fsyncs; on failure cuts the file back to its last durable size. */
+  private appendDurably(data: Buffer, done: (err?: Error) => void): void {
+    const fail = (err: Error): void => {
+      ftruncate(this.fd, this.size, (e1) => {
+        if (e1 !== null) {
+          this.broken = true;
+          done(err);
+          return;
+        }
+        fdatasync(this.fd, (e2) => {
+          this.broken = e2 !== null;
+          done(err);
+        });
+      });
+    };
+    if (this.broken) {
+      // an earlier failure left bytes we could not remove: remove them before anything else
+      ftruncate(this.fd, this.size, (e) => {
+        if (e !== null) return done(e);
+        this.broken = false;
+        this.appendDurably(data, done);
+      });
+      return;
+    }
+    const writeFrom = (offset: number): void => {
+      const fault = injectedFault('write');
+      const len = fault === undefined ? data.length - offset : Math.ceil((data.length - offset) / 2);
+      write(this.fd, data, offset, len, null, (err, n) => {
+        if (err !== null) return fail(err);
+        if (fault !== undefined) return fail(fault);
+        if (offset + n < data.length) return writeFrom(offset + n);
+        if (!this.opts.fsync) return done();
+        const started = process.hrtime.bigint();
+        fdatasync(this.fd, (e) => {
+          this.opts.observer?.fsync(Number(process.hrtime.bigint() - started) / 1e9);
+          const f = e ?? injectedFault('fsync') ?? null;
+          if (f !== null) return fail(f);
+          done();
+        });
+      });
+    };
+    writeFrom(0);
+  }
+
+  /** Resolves when no batch is being written and the writer is paused or has nothing queued. */
+  private whenIdle(): Promise<void> {
+    if (!this.writing) return Promise.resolve();
+    return new Promise((resolve) => this.idleWaiters.push(resolve));
+  }
+
+  // ---- compaction ----
+
+  private maybeCompact(): void {
+    if (this.compaction !== undefined || this.closed) return;
+    if (this.size < this.opts.compactMinBytes || this.size - this.liveBytes <= this.liveBytes) return;
+    const c: Compaction = { tail: [], abort: false };
+    this.compaction = c;
+    this.compactionDone = this.compact(c).then(
+      () => {
+        this.compactions++;
+        this.opts.observer?.compaction();
+      },
+      (err: unknown) => {
+        if (err instanceof CompactionAborted) this.opts.log.info(err.message);
+        else this.opts.log.error('journal compaction failed; the old journal stays in use', { err });
+      },
+    ).finally(() => {
+      this.compaction = undefined;
+    });
+  }
+
+  /**
+   * Writes the live records to a new file while writes go on, then, with the writer paused,
+   * appends what was committed meanwhile, fsyncs, renames it over the journal and fsyncs the
+   * directory. A crash at any step leaves either the old journal or the new one, both complete.
+   */
+  private async compact(c: Compaction): Promise<void> {
+    const started = process.hrtime.bigint();
+    const before = this.size;
+    const snap = this.state.snapshot(); // at the same instant as `tail` started collecting
+    const tmp = this.file + COMPACT_SUFFIX;
+    const fd = openSync(tmp, 'w', 0o600);
+    let renamed = false;
+    try {
+      crashpoint('compact-start');
+      const out = new ChunkWriter(fd);
+      out.add(headerLine());
+      for (let i = 0; i < snap.sessions.length; i++) {
+        if (out.full()) {
+          await out.flush(); // yields to the event loop between chunks
+          if (c.abort) throw new CompactionAborted();
+        }
+        out.add(encodeLine({ put: snap.sessions[i] as ChatSession }));
+        for (const t of snap.turns[i] as readonly Turn[]) out.add(encodeLine({ turn: t }));
+        if (i === snap.sessions.length >> 1) crashpoint('compact-middle');
+      }
+      await out.flush();
+      await fsyncAsync(fd);
+      crashpoint('compact-written');
+      this.paused = true;
+      await this.whenIdle();
+      try {
+        for (const b of c.tail) out.add(b);
+        await out.flush();
+        await fsyncAsync(fd);
+        closeSync(fd);
+        crashpoint('compact-before-rename');
+        renameSync(tmp, this.file);
+        renamed = true;
+        crashpoint('compact-after-rename');
+        fsyncDir(this.opts.dir);
+        const newFd = openSync(this.file, 'a');
+        closeSync(this.fd);
+        this.fd = newFd;
+        this.size = fstatSync(newFd).size;
+        crashpoint('compact-done');
+      } finally {
+        this.paused = false;
+        if (!this.writing) this.nextBatch();
+      }
+      this.opts.log.info('journal compacted', {
+        bytesBefore: before,
+        bytesAfter: this.size,
+        ms: Math.round(Number(process.hrtime.bigint() - started) / 1e6),
+      });
+    } catch (e) {
+      if (!renamed) {
+        try {
+          closeSync(fd);
+        } catch {
+          // already closed
+        }
+        try {
+          unlinkSync(tmp);
+        } catch {
+          // never created or already gone
+        }
+      } else {
+        // renamed but the directory fsync or reopen failed: the new file is the journal now,
+        // but whether the rename is durable is unknown, so no further write may be acknowledged
+        this.broken = true;
+      }
+      throw e;
+    }
+  }
+
+  async close(): Promise<void> {
+    if (this.closed) return;
+    this.closed = true;
+    if (this.compaction !== undefined) this.compaction.abort = true;
+    await this.compactionDone;
+    await this.whenIdle();
+    if (this.fd >= 0) closeSync(this.fd);
+    this.fd = -1;
+    this.lock?.release();
+  }
+}
+
+class CompactionAborted extends Error {
+  override readonly name = 'CompactionAborted';
+  constructor() {
+    super('compaction stopped for shutdown');
+  }
+}
+
+/** Gathers small buffers into writes of about a megabyte. */
+class ChunkWriter {
+  private parts: Buffer[] = [];
+  private bytes = 0;
+  constructor(private readonly fd: number) {}
+
+  add(b: Buffer): void {
+    this.parts.push(b);
+    this.bytes += b.length;
+  }
+
+  full(): boolean {
+    return this.bytes >= 1 << 20;
+  }
+
+  async flush(): Promise<void> {
+    if (this.bytes === 0) return;
+    const data = Buffer.concat(this.parts, this.bytes);
+    this.parts = [];
+    this.bytes = 0;
+    let offset = 0;
+    while (offset < data.length) {
+      offset += await new Promise<number>((resolve, reject) => {
+        write(this.fd, data, offset, data.length - offset, null, (err, n) => (err !== null ? reject(err) : resolve(n)));
+      });
+    }
+  }
+}
+
+function fsyncAsync(fd: number): Promise<void> {
+  return new Promise((resolve, reject) => fdatasync(fd, (err) => (err !== null ? reject(err) : resolve())));
+}
+
+export function fsyncDir(dir: string): void {
+  const fd = openSync(dir, 'r');
+  try {
+    fsyncSync(fd);
+  } finally {
+    closeSync(fd);
+  }
+}
+
+export function writeFullySync(fd: number, data: Buffer): void {
+  let offset = 0;
+  while (offset < data.length) offset += writeSync(fd, data, offset, data.length - offset);
+}

@@ -1,0 +1,110 @@
+// One server per data directory: a lock file holding the owner's pid, host and start time.
+// A lock whose process is gone (or is this very process, as after a container restart with
+// the same pid) is stale and taken over; a live one stops the start naming its holder.
+import { closeSync, openSync, readFileSync, unlinkSync, writeSync, fsyncSync } from 'node:fs';
+import { hostname } from 'node:os';
+import { join } from 'node:path';
+
+export const LOCK_FILE = 'lock';
+
+interface LockInfo {
+  readonly pid: number;
+  readonly host: string;
+  readonly startedAt: string;
+  /** Process start time from /proc (Linux), to tell a reused pid from the real holder. */
+  readonly procStart?: string;
+}
+
+export class DataDirLocked extends Error {
+  override readonly name = 'DataDirLocked';
+}
+
+function procStartOf(pid: number): string | undefined {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    // fields after the parenthesised command name; starttime is field 22 overall
+    const rest = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+    return rest[19];
+  } catch {
+    return undefined;
+  }
+}
+
+function isAlive(info: LockInfo): boolean {
+  if (info.pid === process.pid) return false;
+  try {
+    process.kill(info.pid, 0);
+  } catch (e) {
+    return (e as NodeJS.ErrnoException).code === 'EPERM';
+  }
+  if (info.procStart !== undefined) {
+    const now = procStartOf(info.pid);
+    if (now !== undefined && now !== info.procStart) return false;
+  }
+  return true;
+}
+
+function readLock(path: string): LockInfo | undefined {
+  try {
+    const v: unknown = JSON.parse(readFileSync(path, 'utf8'));
+    if (typeof v === 'object' && v !== null && typeof (v as LockInfo).pid === 'number') return v as LockInfo;
+  } catch {
+    // unreadable or half-written lock: treated as stale below
+  }
+  return undefined;
+}
+
+export interface Lock {
+  release(): void;
+  /** Set when a stale lock was taken over. */
+  readonly tookOver?: LockInfo | undefined;
+}
+
+/** Takes the data directory's lock or throws DataDirLocked naming the process that holds it. */
+export function acquireLock(dir: string): Lock {
+  const path = join(dir, LOCK_FILE);
+  const me: LockInfo = {
+    pid: process.pid,
+    host: hostname(),
+    startedAt: new Date().toISOString(),
+    ...(procStartOf(process.pid) !== undefined ? { procStart: procStartOf(process.pid) as string } : {}),
+  };
+  let tookOver: LockInfo | undefined;
+  for (let attempt = 0; attempt < 3; attempt++) {
+    let fd: number;
+    try {
+      fd = openSync(path, 'wx', 0o644);
+    } catch (e) {
+      if ((e as NodeJS.ErrnoException).code !== 'EEXIST') throw e;
+      const holder = readLock(path);
+      if (holder !== undefined && holder.host !== me.host) {
+        throw new DataDirLocked(`data directory ${dir} is in use by process ${holder.pid} on host ${holder.host} (since ${holder.startedAt}); if that is wrong, remove ${path}`);
+      }
+      if (holder !== undefined && isAlive(holder)) {
+        throw new DataDirLocked(`data directory ${dir} is in use by process ${holder.pid} (since ${holder.startedAt}); stop it first, or give this one another DATA_DIR`);
+      }
+      tookOver = holder ?? { pid: 0, host: me.host, startedAt: 'unknown' };
+      try {
+        unlinkSync(path);
+      } catch {
+        // someone else removed it first; the next attempt decides
+      }
+      continue;
+    }
+    writeSync(fd, JSON.stringify(me) + '\n');
+    fsyncSync(fd);
+    closeSync(fd);
+    // two starters racing over one stale lock: only one of them reads its own pid back
+    if (readLock(path)?.pid !== process.pid) throw new DataDirLocked(`data directory ${dir} was locked by another process starting at the same time`);
+    let released = false;
+    return {
+      tookOver,
+      release(): void {
+        if (released) return;
+        released = true;
+        if (readLock(path)?.pid === process.pid) unlinkSync(path);
+      },
+    };
+  }
+  throw new DataDirLocked(`could not take the lock ${path}`);
+}

@@ -1,0 +1,97 @@
+// The Store interface every implementation satisfies, and the domain errors it raises.
+// Reads are synchronous and served from memory; a write's promise settles only once the
+// change is durable (or has failed and changed nothing).
+import type { ChatSession, Turn } from '../domain/records.js';
+
+export class SessionNotFound extends Error {
+  override readonly name = 'SessionNotFound';
+  constructor() {
+    super('Chat session not found');
+  }
+}
+
+export class PreconditionFailed extends Error {
+  override readonly name = 'PreconditionFailed';
+  constructor() {
+    super('Chat session was modified');
+  }
+}
+
+/** A write that could not be made durable; nothing in memory changed. The message leaks no path. */
+export class StorageWriteFailed extends Error {
+  override readonly name = 'StorageWriteFailed';
+  constructor(cause?: unknown) {
+    super('Storage write failed', { cause });
+  }
+}
+
+/** The sort key of session lists: `updatedAt` newest first, ties by `_id` descending. */
+export interface SessionKey {
+  readonly updatedAt: string;
+  readonly _id: string;
+}
+
+/** The sort key of turn lists: `createdAt` oldest first, ties by `_id` ascending. */
+export interface TurnKey {
+  readonly createdAt: string;
+  readonly _id: string;
+}
+
+export type ArchivedFilter = 'false' | 'true' | 'all';
+
+export interface SessionFilter {
+  /** Sessions of this project (the spec's rule 1), else of `user`. */
+  readonly project?: string;
+  /** With `project`: only this user's sessions of it (owner-only access). Without: the user's sessions. */
+  readonly user?: string;
+  readonly archived: ArchivedFilter;
+  /** Case-insensitive substring of `name`, already lower-cased. */
+  readonly nameContains?: string;
+}
+
+export interface Slice<T> {
+  readonly items: T[];
+  /** True when more items follow the last one returned. */
+  readonly more: boolean;
+}
+
+export interface StoreStats {
+  readonly sessions: number;
+  readonly turns: number;
+  readonly journalBytes: number;
+  readonly liveBytes: number;
+  readonly compactions: number;
+}
+
+/** Hooks the store calls so metrics can watch it without the store knowing about metrics. */
+export interface StoreObserver {
+  fsync(seconds: number): void;
+  compaction(): void;
+}
+
+export interface Store {
+  getSession(id: string): ChatSession | undefined;
+  /** Sessions matching `filter` in list order, starting after `after`, at most `limit` (all when undefined). */
+  listSessions(filter: SessionFilter, after: SessionKey | undefined, limit: number | undefined): Slice<ChatSession>;
+  /** Turns of a session oldest first; an unknown session has none. */
+  listTurns(sessionId: string, after: TurnKey | undefined, limit: number | undefined): Slice<Turn>;
+
+  createSession(session: ChatSession): Promise<ChatSession>;
+  /**
+   * Replaces a session with `change(current)`. `change` runs at the store's serial point, after
+   * every earlier write, so checks it makes (ownership, If-Match) cannot race. It may throw to
+   * refuse; a missing session is a SessionNotFound before `change` is called.
+   */
+  updateSession(id: string, change: (current: ChatSession) => ChatSession): Promise<ChatSession>;
+  /** Deletes a session and its turns after `check(current)` passes. */
+  deleteSession(id: string, check: (current: ChatSession) => void): Promise<void>;
+  /**
+   * Appends a turn. `build` gets the session and the `createdAt` of its newest turn and returns
+   * the turn; the session's `updatedAt` is raised to the turn's `createdAt` in the same record.
+   */
+  appendTurn(sessionId: string, build: (current: ChatSession, lastTurnAt: string | undefined) => Turn): Promise<Turn>;
+
+  stats(): StoreStats;
+  /** Finishes queued writes, then releases files. */
+  close(): Promise<void>;
+}
