@@ -77,14 +77,16 @@ export function parseProviders(text: string, file: string): ProviderCatalog {
   let parsed: unknown;
   try {
     parsed = JSON.parse(text);
-  } catch (e) {
-    // V8's message can quote the file around the error, which may hold a key: report the position only
-    const m = /position (\d+)/.exec((e as Error).message);
-    throw new ProvidersFileError(`providers file ${file} is not valid JSON${m !== null ? ` (near ${lineCol(text, Number(m[1]))})` : ''}`);
+  } catch {
+    // V8's message quotes the file around the error, which may hold a key: report the position only
+    throw new ProvidersFileError(`providers file ${file} is not valid JSON (near ${lineCol(text, jsonErrorOffset(text))})`);
   }
   if (!Array.isArray(parsed)) throw new ProvidersFileError(`providers file ${file} must hold a JSON array of provider objects`);
   const seen = new Map<string, number>();
   const entries: { id: string; name: string; body: Json }[] = [];
+  // every key in the file, so a key copied into any entry's other fields is masked too
+  const keys: string[] = [];
+  collectKeys(parsed as Json, keys);
   parsed.forEach((entry: unknown, i) => {
     const where = `providers file ${file}: entry ${i + 1}`;
     if (typeof entry !== 'object' || entry === null || Array.isArray(entry)) throw new ProvidersFileError(`${where} is not an object`);
@@ -98,8 +100,6 @@ export function parseProviders(text: string, file: string): ProviderCatalog {
     const name = e['name'];
     if (typeof name !== 'string' || name.trim() === '') throw new ProvidersFileError(`${where} (_id "${id}"): name must be a non-blank string`);
     const apiKey = e['apiKey'];
-    const keys: string[] = [];
-    collectKeys(e, keys);
     const redacted = redact(e, keys) as { [key: string]: Json };
     redacted['_id'] = lower;
     redacted['hasApiKey'] = typeof apiKey === 'string' && apiKey.trim() !== '';
@@ -130,4 +130,102 @@ export function loadProviders(file: string): ProviderCatalog {
     throw new ProvidersFileError(`providers file ${file} cannot be read (${code ?? 'error'})`);
   }
   return parseProviders(text, file);
+}
+
+/**
+ * Offset of the first JSON syntax error in `text` (which JSON.parse has rejected), found by a
+ * small recursive-descent scan that reads values without keeping them.
+ */
+export function jsonErrorOffset(text: string): number {
+  let i = 0;
+  const ws = (): void => {
+    while (i < text.length && ' \t\n\r'.includes(text[i] as string)) i++;
+  };
+  const fail = (): never => {
+    throw i;
+  };
+  const literal = (word: string): void => {
+    if (text.startsWith(word, i)) i += word.length;
+    else fail();
+  };
+  const string = (): void => {
+    i++; // opening quote
+    while (i < text.length) {
+      const c = text.charCodeAt(i);
+      if (c === 34) {
+        i++;
+        return;
+      }
+      if (c < 32) fail();
+      if (c === 92) {
+        const e = text[i + 1] ?? '';
+        if (e === 'u') {
+          if (!/^[0-9a-fA-F]{4}$/.test(text.slice(i + 2, i + 6))) fail();
+          i += 6;
+        } else if ('"\\/bfnrt'.includes(e) && e !== '') i += 2;
+        else fail();
+      } else i++;
+    }
+    fail();
+  };
+  const number = (): void => {
+    const m = /^-?(0|[1-9]\d*)(\.\d+)?([eE][+-]?\d+)?/.exec(text.slice(i, i + 400));
+    if (m === null) fail();
+    else i += m[0].length;
+  };
+  const value = (depth: number): void => {
+    ws();
+    const c = text[i];
+    if (c === '{') {
+      i++;
+      ws();
+      if (text[i] === '}') {
+        i++;
+        return;
+      }
+      for (;;) {
+        ws();
+        if (text[i] !== '"') fail();
+        string();
+        ws();
+        if (text[i] !== ':') fail();
+        i++;
+        value(depth + 1);
+        ws();
+        if (text[i] === ',') i++;
+        else if (text[i] === '}') {
+          i++;
+          return;
+        } else fail();
+      }
+    } else if (c === '[') {
+      i++;
+      ws();
+      if (text[i] === ']') {
+        i++;
+        return;
+      }
+      for (;;) {
+        value(depth + 1);
+        ws();
+        if (text[i] === ',') i++;
+        else if (text[i] === ']') {
+          i++;
+          return;
+        } else fail();
+      }
+    } else if (c === '"') string();
+    else if (c === 't') literal('true');
+    else if (c === 'f') literal('false');
+    else if (c === 'n') literal('null');
+    else if (c === '-' || (c !== undefined && c >= '0' && c <= '9')) number();
+    else fail();
+  };
+  try {
+    value(0);
+    ws();
+    return i < text.length ? i : text.length;
+  } catch (at) {
+    return typeof at === 'number' ? at : 0;
+  }
 }

@@ -51,7 +51,7 @@ const turnBody = {
     role: { kind: 'string', required: true, oneOf: TURN_ROLES, description: 'Who spoke.' },
     content: { kind: 'string', required: true, description: 'The text of the turn.' },
     model: { kind: 'string', maxLength: ID_MAX, description: 'Model that produced the turn.' },
-    metadata: { kind: 'object', maxBytes: 16 * 1024, description: 'Any JSON object.' },
+    metadata: { kind: 'object', maxBytes: 16 * 1024, maxDepth: 32, description: 'Any JSON object.' },
   },
 } as const satisfies BodySchema;
 

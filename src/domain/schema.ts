@@ -21,6 +21,8 @@ export interface ObjectField {
   readonly description: string;
   /** Limit on the field's JSON text in UTF-8 bytes. */
   readonly maxBytes: number;
+  /** Limit on nesting (the object itself is level 1). */
+  readonly maxDepth: number;
 }
 
 export interface IntegerField {
@@ -79,6 +81,20 @@ function checkString(name: string, f: StringField, value: string): void {
   }
 }
 
+/** True when `value` nests objects or arrays deeper than `max` levels; iterative, so any depth is safe. */
+function depthExceeds(value: unknown, max: number): boolean {
+  const stack: [unknown, number][] = [[value, 1]];
+  while (stack.length > 0) {
+    const [v, d] = stack.pop() as [unknown, number];
+    if (typeof v !== 'object' || v === null) continue;
+    if (d > max) return true;
+    for (const child of Array.isArray(v) ? v : Object.values(v)) {
+      if (typeof child === 'object' && child !== null) stack.push([child, d + 1]);
+    }
+  }
+  return false;
+}
+
 function isPlainObject(v: unknown): v is JsonObject {
   return typeof v === 'object' && v !== null && !Array.isArray(v);
 }
@@ -102,6 +118,8 @@ export function validateBody<F extends Record<string, BodyField>>(schema: BodySc
     } else {
       if (value === undefined) continue;
       if (!isPlainObject(value)) throw new ValidationError(`${name} must be a JSON object`);
+      // checked without recursion before anything recursive (JSON.stringify) walks it
+      if (depthExceeds(value, f.maxDepth)) throw new ValidationError(`${name} must be nested at most ${f.maxDepth} levels deep`);
       if (Buffer.byteLength(JSON.stringify(value)) > f.maxBytes) {
         throw new ValidationError(`${name} must be at most ${f.maxBytes} bytes of JSON`);
       }
@@ -176,7 +194,7 @@ function fieldJsonSchema(f: BodyField | QueryField): JsonSchema {
         ...(f.oneOf !== undefined ? { enum: [...f.oneOf] } : {}),
       };
     case 'object':
-      return { type: 'object', description: `${f.description} At most ${f.maxBytes} bytes as JSON.`, additionalProperties: true };
+      return { type: 'object', description: `${f.description} At most ${f.maxBytes} bytes as JSON, nested at most ${f.maxDepth} levels.`, additionalProperties: true };
     case 'integer':
       return { type: 'integer', description: f.description, minimum: f.min, maximum: f.max };
   }

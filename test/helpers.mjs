@@ -1,0 +1,200 @@
+// Test harness: starts the real built dist/server.js on port 0 with a temporary data
+// directory and talks HTTP to it. Tokens are signed here with an independent HS256
+// implementation, so the server's verification is checked against another signer.
+import { spawn, spawnSync } from 'node:child_process';
+import { createHmac } from 'node:crypto';
+import { copyFileSync, mkdtempSync, rmSync, writeFileSync, mkdirSync } from 'node:fs';
+import { request as httpRequest, Agent } from 'node:http';
+import { tmpdir } from 'node:os';
+import { join, dirname } from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+export const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..');
+export const SERVER = join(ROOT, 'dist', 'server.js');
+export const EXAMPLE_PROVIDERS = join(ROOT, 'data', 'providers.json');
+export const SECRET = 'test-secret-0123456789abcdef0123456789abcdef';
+
+/** A fresh temporary directory, removed by the returned cleanup. */
+export function tempDir(prefix = 'csa-test-') {
+  return mkdtempSync(join(tmpdir(), prefix));
+}
+
+function b64url(s) {
+  return Buffer.from(s).toString('base64url');
+}
+
+/** Signs claims (HS256 by default) with `secret`; `header` overrides the JOSE header. */
+export function sign(claims, { secret = SECRET, header = { alg: 'HS256', typ: 'JWT' } } = {}) {
+  const input = `${b64url(JSON.stringify(header))}.${b64url(JSON.stringify(claims))}`;
+  return `${input}.${createHmac('sha256', secret).update(input).digest('base64url')}`;
+}
+
+/** A valid token for `sub`, one hour long unless claims say otherwise. */
+export function tokenFor(sub, claims = {}, opts = {}) {
+  const now = Math.floor(Date.now() / 1000);
+  return sign({ sub, iat: now, exp: now + 3600, ...claims }, opts);
+}
+
+const agent = new Agent({ keepAlive: true, maxSockets: 64 });
+
+/**
+ * One HTTP request. `json` is sent as application/json; `body` is sent as given with the
+ * given headers. Resolves {status, headers, text, body (parsed JSON or undefined)}.
+ */
+export function request(baseUrl, method, path, { token, json, body, headers = {}, keepAlive = true } = {}) {
+  const url = new URL(path, baseUrl);
+  const h = { ...headers };
+  if (token !== undefined) h.authorization = `Bearer ${token}`;
+  let payload = body;
+  if (json !== undefined) {
+    payload = JSON.stringify(json);
+    if (h['content-type'] === undefined) h['content-type'] = 'application/json';
+  }
+  if (payload !== undefined) h['content-length'] = Buffer.byteLength(payload);
+  return new Promise((resolve, reject) => {
+    const req = httpRequest(
+      { host: url.hostname, port: url.port, method, path: url.pathname + url.search, headers: h, agent: keepAlive ? agent : false },
+      (res) => {
+        const chunks = [];
+        res.on('data', (c) => chunks.push(c));
+        res.on('end', () => {
+          const text = Buffer.concat(chunks).toString('utf8');
+          let parsed;
+          try {
+            parsed = text === '' ? undefined : JSON.parse(text);
+          } catch {
+            parsed = undefined;
+          }
+          resolve({ status: res.statusCode, headers: res.headers, text, body: parsed });
+        });
+        res.on('error', reject);
+      },
+    );
+    req.on('error', reject);
+    if (payload !== undefined) req.write(payload);
+    req.end();
+  });
+}
+
+/**
+ * Starts dist/server.js. Options: env (extra variables), args (extra argv), dataDir (default a
+ * new temp dir), providers (array written to providers.json; default the example file; null
+ * for none), script (another copy of the server file), cwd.
+ */
+export async function startServer(opts = {}) {
+  const dataDir = opts.dataDir ?? tempDir();
+  mkdirSync(dataDir, { recursive: true });
+  if (opts.providers === undefined) copyFileSync(EXAMPLE_PROVIDERS, join(dataDir, 'providers.json'));
+  else if (opts.providers !== null) writeFileSync(join(dataDir, 'providers.json'), JSON.stringify(opts.providers));
+  const env = {
+    PATH: process.env.PATH,
+    HOME: process.env.HOME,
+    PORT: '0',
+    HOST: '127.0.0.1',
+    DATA_DIR: dataDir,
+    AUTH_SECRET: SECRET,
+    LOG_LEVEL: 'info',
+    ...opts.env,
+  };
+  for (const [k, v] of Object.entries(env)) if (v === undefined) delete env[k];
+  const child = spawn(process.execPath, [opts.script ?? SERVER, ...(opts.args ?? [])], {
+    cwd: opts.cwd ?? dataDir,
+    env,
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  const server = new ServerProcess(child, dataDir);
+  await server.listening();
+  return server;
+}
+
+export class ServerProcess {
+  constructor(child, dataDir) {
+    this.child = child;
+    this.dataDir = dataDir;
+    this.stdout = '';
+    this.stderr = '';
+    this.exit = new Promise((resolve) => child.on('exit', (code, signal) => resolve({ code, signal })));
+    child.stdout.setEncoding('utf8');
+    child.stderr.setEncoding('utf8');
+    child.stdout.on('data', (d) => (this.stdout += d));
+    child.stderr.on('data', (d) => (this.stderr += d));
+  }
+
+  /** Every JSON log line so far. */
+  logs() {
+    return this.stdout
+      .split('\n')
+      .filter((l) => l.trim() !== '')
+      .map((l) => {
+        try {
+          return JSON.parse(l);
+        } catch {
+          return { unparsed: l };
+        }
+      });
+  }
+
+  async listening(timeoutMs = 10_000) {
+    const started = Date.now();
+    for (;;) {
+      const line = this.logs().find((l) => l.msg === 'listening');
+      if (line !== undefined) {
+        this.port = line.port;
+        this.url = `http://127.0.0.1:${line.port}`;
+        return;
+      }
+      if (this.child.exitCode !== null || this.child.signalCode !== null) {
+        throw new Error(`server exited before listening: ${this.stderr}${this.stdout}`);
+      }
+      if (Date.now() - started > timeoutMs) throw new Error(`server did not start: ${this.stderr}${this.stdout}`);
+      await new Promise((r) => setTimeout(r, 10));
+    }
+  }
+
+  request(method, path, opts) {
+    return request(this.url, method, path, opts);
+  }
+
+  /** Shorthand for an authenticated JSON call as `user`. */
+  as(user, claims) {
+    const token = tokenFor(user, claims);
+    return {
+      token,
+      get: (path, o = {}) => this.request('GET', path, { token, ...o }),
+      post: (path, json, o = {}) => this.request('POST', path, { token, json, ...o }),
+      put: (path, json, o = {}) => this.request('PUT', path, { token, json, ...o }),
+      del: (path, o = {}) => this.request('DELETE', path, { token, ...o }),
+    };
+  }
+
+  /** SIGTERM (or `signal`) and the exit status. */
+  async stop(signal = 'SIGTERM') {
+    if (this.child.exitCode === null && this.child.signalCode === null) this.child.kill(signal);
+    return this.exit;
+  }
+
+  async kill() {
+    return this.stop('SIGKILL');
+  }
+}
+
+/** Runs the server file as a command (token, export, import, --help...) and waits for it. */
+export function runCli(args, { env = {}, cwd, input, script = SERVER } = {}) {
+  const r = spawnSync(process.execPath, [script, ...args], {
+    cwd,
+    env: { PATH: process.env.PATH, HOME: process.env.HOME, ...env },
+    input,
+    encoding: 'utf8',
+    timeout: 60_000,
+  });
+  return { code: r.status, stdout: r.stdout, stderr: r.stderr };
+}
+
+export function removeDir(dir) {
+  rmSync(dir, { recursive: true, force: true });
+}
+
+/** A create body the spec accepts. */
+export function newSession(over = {}) {
+  return { projectId: 'proj-1', providerId: '665f1c2a9b1e8a0012ab34c1', selectedModel: 'gpt-4o', ...over };
+}
