@@ -76,6 +76,11 @@ export function request(baseUrl, method, path, { token, json, body, headers = {}
   });
 }
 
+const live = new Set();
+process.on('exit', () => {
+  for (const child of live) child.kill('SIGKILL');
+});
+
 /**
  * Starts dist/server.js. Options: env (extra variables), args (extra argv), dataDir (default a
  * new temp dir), providers (array written to providers.json; default the example file; null
@@ -102,8 +107,19 @@ export async function startServer(opts = {}) {
     env,
     stdio: ['ignore', 'pipe', 'pipe'],
   });
+  // a failed assertion must not leave a server running that keeps the test process alive
+  live.add(child);
+  child.on('exit', () => live.delete(child));
+  child.unref();
+  child.stdout.unref();
+  child.stderr.unref();
   const server = new ServerProcess(child, dataDir);
-  await server.listening();
+  try {
+    await server.listening();
+  } catch (e) {
+    child.kill('SIGKILL'); // a server that never listened must not keep the test process alive
+    throw e;
+  }
   return server;
 }
 
@@ -113,11 +129,17 @@ export class ServerProcess {
     this.dataDir = dataDir;
     this.stdout = '';
     this.stderr = '';
-    this.exit = new Promise((resolve) => child.on('exit', (code, signal) => resolve({ code, signal })));
+    this.exited = new Promise((resolve) => child.on('exit', (code, signal) => resolve({ code, signal })));
     child.stdout.setEncoding('utf8');
     child.stderr.setEncoding('utf8');
     child.stdout.on('data', (d) => (this.stdout += d));
     child.stderr.on('data', (d) => (this.stderr += d));
+  }
+
+  /** Resolves {code, signal} when the process has ended (and keeps the test alive until then). */
+  get exit() {
+    this.child.ref();
+    return this.exited;
   }
 
   /** Every JSON log line so far. */

@@ -50,11 +50,12 @@ export class JournalDamaged extends Error {
     readonly line: number,
     readonly offset: number,
     readonly reason: string,
+    linesAfter: number,
     validAfter: number,
   ) {
     super(
       `${file}: damaged record at line ${line} (byte offset ${offset}): ${reason}; ` +
-        `${validAfter} intact record(s) follow it, so this is not an interrupted final write. Nothing was changed. ` +
+        `${linesAfter} more line(s) follow it (${validAfter} intact), so this is not an interrupted final write. Nothing was changed. ` +
         `To recover, restore from a backup (stop the server, move the data directory aside, run \`node dist/server.js import <backup.ndjson>\`), ` +
         `or keep only the records before the damage: copy the file aside, then \`truncate -s ${offset} ${basename(file)}\`.`,
     );
@@ -109,8 +110,9 @@ const CHUNK = 8 * 1024 * 1024;
 
 /**
  * Reads a journal from the start, calling `onRecord` for every intact record in order.
- * A damaged region at the very end with no intact record after it (an interrupted write) is
- * reported in `tornBytes` and not replayed; any other damage throws JournalDamaged.
+ * Damage confined to the final line (a fragment without its newline, or one last line that
+ * fails its checksum: what an interrupted append leaves) is reported in `tornBytes` and not
+ * replayed; damage anywhere else throws JournalDamaged and nothing is dropped.
  * `upTo` bounds the bytes read, and `fd` reads an already open file: together they give a
  * consistent prefix of a journal that is still growing (or being replaced by compaction).
  */
@@ -127,6 +129,7 @@ export function scanJournal(file: string, onRecord: (r: JournalRecord, bytes: nu
     let header: JournalHeader | undefined;
     let validBytes = 0;
     let damage: { line: number; offset: number; reason: string } | undefined;
+    let linesAfterDamage = 0;
     let validAfterDamage = 0;
 
     const handle = (start: number, end: number): void => {
@@ -134,6 +137,7 @@ export function scanJournal(file: string, onRecord: (r: JournalRecord, bytes: nu
       const offset = base + start;
       const d = decode(buf, start, end);
       if (damage !== undefined) {
+        linesAfterDamage++;
         if (d.ok) validAfterDamage++;
         return;
       }
@@ -142,7 +146,7 @@ export function scanJournal(file: string, onRecord: (r: JournalRecord, bytes: nu
         return;
       }
       if (lineNo === 1) {
-        if (!isHeader(d.value)) throw new JournalDamaged(file, 1, 0, 'the first line is not a chat-session-api journal header', 0);
+        if (!isHeader(d.value)) throw new JournalDamaged(file, 1, 0, 'the first line is not a chat-session-api journal header', 0, 0);
         if (d.value.version !== JOURNAL_VERSION) {
           throw new Error(`${file}: journal format version ${String(d.value.version)} is not supported by this release (it reads version ${JOURNAL_VERSION})`);
         }
@@ -173,7 +177,8 @@ export function scanJournal(file: string, onRecord: (r: JournalRecord, bytes: nu
         pos = nl + 1;
       }
       if (eof) {
-        // a fragment without its newline is an interrupted write
+        // a fragment without its newline is where an interrupted write stopped
+        if (pos < filled && damage !== undefined) linesAfterDamage++;
         break;
       }
       if (pos === 0 && filled === buf.length) {
@@ -188,8 +193,8 @@ export function scanJournal(file: string, onRecord: (r: JournalRecord, bytes: nu
       filled -= pos;
     }
     const end = base + filled;
-    if (damage !== undefined && validAfterDamage > 0) {
-      throw new JournalDamaged(file, damage.line, damage.offset, damage.reason, validAfterDamage);
+    if (damage !== undefined && linesAfterDamage > 0) {
+      throw new JournalDamaged(file, damage.line, damage.offset, damage.reason, linesAfterDamage, validAfterDamage);
     }
     return { validBytes, tornBytes: end - validBytes, records, header };
   } finally {

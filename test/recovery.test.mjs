@@ -1,0 +1,378 @@
+// Recovery, proven on the real binary: a torn final record at every byte offset is dropped
+// with a warning; damage anywhere else stops the start naming file and position; a kill at
+// each step of compaction loses nothing; a failed write or fsync is never acknowledged.
+import assert from 'node:assert/strict';
+import { cpSync, existsSync, readFileSync, statSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { describe, test } from 'node:test';
+import { newSession, removeDir, runCli, SECRET, startServer, tempDir } from './helpers.mjs';
+
+const JOURNAL = 'sessions.journal';
+
+/** Everything user `alice` can see: each session with its turns, by id. */
+async function dump(server) {
+  const u = server.as('alice');
+  const list = (await u.get('/api/v1/chat-sessions?archived=all')).body.data;
+  const out = {};
+  for (const s of list) out[s._id] = { ...s, turns: (await u.get(`/api/v1/chat-sessions/${s._id}/turns`)).body.data };
+  return out;
+}
+
+/** Starts a server on a copy of `dir` whose journal is replaced by `bytes`; returns what it shows. */
+async function startOn(dir, bytes) {
+  const copy = tempDir('csa-torn-');
+  cpSync(dir, copy, { recursive: true });
+  writeFileSync(join(copy, JOURNAL), bytes);
+  const s = await startServer({ dataDir: copy });
+  try {
+    return { state: await dump(s), logs: s.logs(), size: statSync(join(copy, JOURNAL)).size };
+  } finally {
+    await s.stop();
+    removeDir(copy);
+  }
+}
+
+/** Runs `fn` over items with at most `n` at a time. */
+async function parallel(items, n, fn) {
+  const queue = [...items];
+  await Promise.all(Array.from({ length: n }, async () => {
+    while (queue.length > 0) await fn(queue.shift());
+  }));
+}
+
+describe('Torn final record', () => {
+  for (const kind of ['session put', 'turn', 'delete tombstone']) {
+    test(`a torn or half-written last record (${kind}) is dropped at start at every byte offset, with a warning saying how many bytes`, async () => {
+      const dir = tempDir();
+      let s = await startServer({ dataDir: dir });
+      const u = s.as('alice');
+      const a = (await u.post('/api/v1/chat-sessions', newSession({ name: 'a' }))).body.data;
+      const b = (await u.post('/api/v1/chat-sessions', newSession({ name: 'b' }))).body.data;
+      await s.stop();
+      const base = readFileSync(join(dir, JOURNAL));
+      s = await startServer({ dataDir: dir });
+      const before = await dump(s);
+      const v = s.as('alice');
+      if (kind === 'session put') await v.post('/api/v1/chat-sessions', newSession({ name: 'c' }));
+      else if (kind === 'turn') await v.post(`/api/v1/chat-sessions/${a._id}/turns`, { role: 'user', content: 'hi' });
+      else await v.del(`/api/v1/chat-sessions/${b._id}`);
+      const after = await dump(s);
+      await s.stop();
+      const full = readFileSync(join(dir, JOURNAL));
+      const lastLen = full.length - base.length;
+      assert.ok(lastLen > 20, 'the op wrote one record');
+      assert.ok(!full.subarray(base.length, full.length - 1).includes(0x0a), 'one line');
+      try {
+        const offsets = Array.from({ length: lastLen + 1 }, (_, k) => k);
+        await parallel(offsets, 3, async (k) => {
+          const r = await startOn(dir, full.subarray(0, base.length + k));
+          if (k === lastLen) {
+            assert.deepEqual(r.state, after, 'the whole record is replayed');
+            return;
+          }
+          assert.deepEqual(r.state, before, `offset ${k}: the torn record is dropped, the rest intact`);
+          assert.equal(r.size, base.length, `offset ${k}: the journal is cut back to its last intact record`);
+          const warn = r.logs.find((l) => /interrupted final write/.test(l.msg));
+          if (k === 0) assert.equal(warn, undefined);
+          else {
+            assert.equal(warn?.level, 'warn', `offset ${k}`);
+            assert.equal(warn.droppedBytes, k, `offset ${k}: says how many bytes were dropped`);
+          }
+        });
+      } finally {
+        removeDir(dir);
+      }
+    });
+  }
+
+  test('a complete last line whose checksum does not match is dropped the same way (nothing intact follows it)', async () => {
+    const dir = tempDir();
+    const s = await startServer({ dataDir: dir });
+    const u = s.as('alice');
+    await u.post('/api/v1/chat-sessions', newSession({ name: 'keep' }));
+    await u.post('/api/v1/chat-sessions', newSession({ name: 'rot' }));
+    await s.stop();
+    const full = readFileSync(join(dir, JOURNAL));
+    const i = full.lastIndexOf('"rot"');
+    full[i + 1] = 'R'.charCodeAt(0);
+    try {
+      const r = await startOn(dir, full);
+      assert.deepEqual(Object.values(r.state).map((x) => x.name), ['keep']);
+      assert.ok(r.logs.some((l) => /interrupted final write/.test(l.msg)));
+    } finally {
+      removeDir(dir);
+    }
+  });
+});
+
+describe('Damage that is not a torn tail', () => {
+  async function damagedRefusal(mutate) {
+    const dir = tempDir();
+    const s = await startServer({ dataDir: dir });
+    const u = s.as('alice');
+    for (const name of ['one', 'two', 'three', 'four']) await u.post('/api/v1/chat-sessions', newSession({ name }));
+    await s.stop();
+    const file = join(dir, JOURNAL);
+    const damaged = mutate(readFileSync(file));
+    writeFileSync(file, damaged);
+    const r = runCli([], { env: { DATA_DIR: dir, PORT: '0', AUTH_SECRET: SECRET } });
+    const untouched = readFileSync(file).equals(damaged);
+    removeDir(dir);
+    return { ...r, untouched };
+  }
+
+  const lineStart = (buf, n) => {
+    let at = 0;
+    for (let i = 1; i < n; i++) at = buf.indexOf(0x0a, at) + 1;
+    return at;
+  };
+
+  test('a checksum mismatch in the middle stops the start with a message naming file, line and byte offset, and what to do; nothing is changed', async () => {
+    let offset;
+    const r = await damagedRefusal((buf) => {
+      offset = lineStart(buf, 3);
+      const i = buf.indexOf('"two"', offset);
+      buf[i + 1] = 'T'.charCodeAt(0);
+      return buf;
+    });
+    assert.equal(r.code, 1);
+    assert.match(r.stderr, new RegExp(`sessions\\.journal: damaged record at line 3 \\(byte offset ${offset}\\): checksum mismatch`));
+    assert.match(r.stderr, /2 more line\(s\) follow it \(2 intact\)/);
+    assert.match(r.stderr, /import/);
+    assert.match(r.stderr, new RegExp(`truncate -s ${offset}`));
+    assert.ok(r.untouched, 'the journal was not modified');
+  });
+
+  test('a broken line (not JSON, not a journal line) in the middle stops the start', async () => {
+    const r = await damagedRefusal((buf) => {
+      const at = lineStart(buf, 2);
+      return Buffer.concat([buf.subarray(0, at), Buffer.from('this is not a record\n'), buf.subarray(at)]);
+    });
+    assert.equal(r.code, 1);
+    assert.match(r.stderr, /damaged record at line 2 .*not a journal line/);
+    assert.ok(r.untouched);
+  });
+
+  test('a lost newline that merges two records in the middle stops the start', async () => {
+    const r = await damagedRefusal((buf) => {
+      const nl = lineStart(buf, 3) - 1;
+      return Buffer.concat([buf.subarray(0, nl), buf.subarray(nl + 1)]);
+    });
+    assert.equal(r.code, 1);
+    assert.match(r.stderr, /damaged record at line 2/);
+  });
+
+  test('a damaged header with records after it stops the start', async () => {
+    const r = await damagedRefusal((buf) => {
+      buf[12] = 'X'.charCodeAt(0);
+      return buf;
+    });
+    assert.equal(r.code, 1);
+    assert.match(r.stderr, /damaged record at line 1 \(byte offset 0\)/);
+  });
+
+  test('a file that is not a journal at all stops the start (and is not wiped)', async () => {
+    const r = await damagedRefusal(() => Buffer.from('{"some":"json"}\n{"other":1}\n'));
+    assert.equal(r.code, 1);
+    assert.match(r.stderr, /sessions\.journal: damaged record at line 1/);
+    assert.ok(r.untouched);
+  });
+
+  test('two damaged lines at the end are more than one interrupted write: the start stops', async () => {
+    const r = await damagedRefusal((buf) => Buffer.concat([buf, Buffer.from('garbage one\ngarbage two\n')]));
+    assert.equal(r.code, 1);
+    assert.match(r.stderr, /1 more line\(s\) follow it \(0 intact\)/);
+    assert.ok(r.untouched);
+  });
+});
+
+describe('Compaction', () => {
+  test('the journal is rewritten when dead records outweigh live ones, so it stays within a small multiple of the live data', async () => {
+    const s = await startServer({ env: { COMPACT_MIN_SIZE: '8kb' } });
+    try {
+      const u = s.as('alice');
+      const ids = [];
+      for (let i = 0; i < 5; i++) ids.push((await u.post('/api/v1/chat-sessions', newSession({ name: `s${i}` }))).body.data._id);
+      for (let i = 0; i < 600; i++) await u.put(`/api/v1/chat-sessions/${ids[i % 5]}`, { name: `s${i % 5}-v${i}` });
+      const metrics = (await s.request('GET', '/metrics')).text;
+      const bytes = Number(/chat_session_api_journal_bytes (\d+)/.exec(metrics)[1]);
+      const live = Number(/chat_session_api_journal_live_bytes (\d+)/.exec(metrics)[1]);
+      const compactions = Number(/chat_session_api_compactions_total (\d+)/.exec(metrics)[1]);
+      assert.ok(compactions >= 5, `compactions ${compactions}`);
+      assert.ok(bytes <= 2 * live + 8 * 1024, `journal ${bytes} bytes for ${live} live bytes`);
+      assert.equal(statSync(join(s.dataDir, JOURNAL)).size, bytes);
+      const state = await dump(s);
+      await s.stop();
+      const again = await startServer({ dataDir: s.dataDir });
+      try {
+        assert.deepEqual(await dump(again), state);
+      } finally {
+        await again.stop();
+      }
+    } finally {
+      removeDir(s.dataDir);
+    }
+  });
+
+  for (const step of ['compact-start', 'compact-middle', 'compact-written', 'compact-before-rename', 'compact-after-rename', 'compact-done']) {
+    test(`a kill during compaction (at ${step}) loses nothing; a leftover temp file is handled at start`, async () => {
+      const dir = tempDir();
+      const s = await startServer({ dataDir: dir, env: { COMPACT_MIN_SIZE: '4kb', CHAT_SESSION_API_FAULTS: `crash:${step}` } });
+      const u = s.as('alice');
+      const names = new Map();
+      let pending;
+      try {
+        for (let i = 0; i < 6; i++) {
+          const r = await u.post('/api/v1/chat-sessions', newSession({ name: `s${i}` }));
+          names.set(r.body.data._id, r.body.data.name);
+        }
+        const ids = [...names.keys()];
+        for (let i = 0; i < 2000; i++) {
+          const id = ids[i % ids.length];
+          pending = { id, name: `${names.get(id)}.${i}` };
+          const r = await u.put(`/api/v1/chat-sessions/${id}`, { name: pending.name });
+          assert.equal(r.status, 200);
+          names.set(id, pending.name);
+          pending = undefined;
+        }
+        assert.fail('the server should have crashed at the crash point');
+      } catch (e) {
+        if (e instanceof assert.AssertionError) throw e;
+      }
+      const { signal } = await s.exit;
+      assert.equal(signal, 'SIGKILL');
+      const again = await startServer({ dataDir: dir });
+      try {
+        const state = await dump(again);
+        for (const [id, name] of names) {
+          const got = state[id]?.name;
+          if (pending?.id === id && got === pending.name) continue; // the write in flight may have landed
+          assert.equal(got, name, `${id} after a kill at ${step}`);
+        }
+        assert.equal(Object.keys(state).length, names.size);
+        assert.equal(existsSync(join(dir, `${JOURNAL}.compact`)), false, 'no temp file left');
+        if (['compact-start', 'compact-middle', 'compact-written', 'compact-before-rename'].includes(step)) {
+          assert.ok(again.logs().some((l) => /unfinished rewrite of the journal/.test(l.msg)), 'the leftover temp file was noticed');
+        }
+      } finally {
+        await again.stop();
+        removeDir(dir);
+      }
+    });
+  }
+});
+
+describe('Failed writes (fault injection)', () => {
+  const N = 8;
+  /** A fixed sequence of writes; returns the model of what was acknowledged. */
+  async function run(u) {
+    const acked = new Map();
+    const results = [];
+    const note = (r) => results.push(r.status);
+    let r = await u.post('/api/v1/chat-sessions', newSession({ name: 'first' }));
+    note(r);
+    if (r.status === 201) acked.set(r.body.data._id, { name: 'first', turns: [], archived: false });
+    const first = r.body.data?._id;
+    r = await u.post('/api/v1/chat-sessions', newSession({ name: 'second' }));
+    note(r);
+    if (r.status === 201) acked.set(r.body.data._id, { name: 'second', turns: [], archived: false });
+    const second = r.body.data?._id;
+    const ops = [
+      [first, () => u.put(`/api/v1/chat-sessions/${first}`, { name: 'first-renamed' }), (m) => (m.name = 'first-renamed')],
+      [first, () => u.post(`/api/v1/chat-sessions/${first}/turns`, { role: 'user', content: 'q' }), (m) => m.turns.push('q')],
+      [second, () => u.post(`/api/v1/chat-sessions/${second}/archive`, {}), (m) => (m.archived = true)],
+      [first, () => u.post(`/api/v1/chat-sessions/${first}/turns`, { role: 'assistant', content: 'a' }), (m) => m.turns.push('a')],
+      [second, () => u.del(`/api/v1/chat-sessions/${second}`), (m) => (m.deleted = true)],
+      [first, () => u.put(`/api/v1/chat-sessions/${first}`, { name: 'first-final' }), (m) => (m.name = 'first-final')],
+    ];
+    for (const [id, call, apply] of ops) {
+      if (id === undefined) {
+        results.push('skipped');
+        continue;
+      }
+      r = await call();
+      note(r);
+      if (r.status >= 200 && r.status < 300) apply(acked.get(id));
+    }
+    return { acked, results };
+  }
+
+  for (const kind of ['write', 'fsync']) {
+    test(`a failing journal ${kind} at the k-th operation (k = 1..${N}) gets a 5xx, never a 2xx; reads keep being served; after restart the API shows exactly what was acknowledged`, async () => {
+      for (let k = 1; k <= N; k++) {
+        const code = k % 2 === 0 ? 'ENOSPC' : 'EIO';
+        const s = await startServer({ env: { CHAT_SESSION_API_FAULTS: `${kind}:${k}:${code}` } });
+        try {
+          const u = s.as('alice');
+          const { acked, results } = await run(u);
+          const failed = results.filter((x) => x === 500).length;
+          assert.equal(failed, 1, `k=${k}: exactly one 500 (${results})`);
+          assert.equal(results.indexOf(500), k - 1, `k=${k}: the k-th write failed (${results})`);
+          assert.ok(results.every((x) => x === 500 || x === 'skipped' || (x >= 200 && x < 300) || x === 404), `k=${k}: ${results}`);
+          assert.equal((await u.get('/api/v1/chat-sessions?archived=all')).status, 200, 'reads keep being served');
+          const failLog = s.logs().find((l) => /journal write failed/.test(l.msg));
+          assert.ok(failLog, 'the failure is logged');
+          const leaked = JSON.stringify(s.logs().filter((l) => l.msg === 'request failed'));
+          assert.equal(leaked.includes(s.dataDir), false, 'the answer leaks no path');
+          await s.kill();
+          const again = await startServer({ dataDir: s.dataDir });
+          try {
+            const state = await dump(again);
+            const expected = {};
+            for (const [id, m] of acked) if (!m.deleted) expected[id] = m;
+            assert.deepEqual(Object.keys(state).sort(), Object.keys(expected).sort(), `k=${k}: the same sessions`);
+            for (const [id, m] of Object.entries(expected)) {
+              assert.equal(state[id].name, m.name, `k=${k}: name`);
+              assert.equal(state[id].archived, m.archived, `k=${k}: archived`);
+              assert.deepEqual(state[id].turns.map((t) => t.content), m.turns, `k=${k}: turns`);
+            }
+          } finally {
+            await again.stop();
+          }
+        } finally {
+          await s.stop();
+          removeDir(s.dataDir);
+        }
+      }
+    });
+  }
+
+  test('the 500 for a failed write says "Storage write failed" and nothing else', async () => {
+    const s = await startServer({ env: { CHAT_SESSION_API_FAULTS: 'fsync:1:EIO' } });
+    try {
+      const r = await s.as('alice').post('/api/v1/chat-sessions', newSession());
+      assert.equal(r.status, 500);
+      assert.deepEqual(r.body, { success: false, message: 'Storage write failed' });
+    } finally {
+      await s.stop();
+      removeDir(s.dataDir);
+    }
+  });
+});
+
+describe('One owner per data directory', () => {
+  test('a stale lock left by a dead process is taken over', async () => {
+    const dir = tempDir();
+    writeFileSync(join(dir, 'lock'), JSON.stringify({ pid: 999_999, host: (await import('node:os')).hostname(), startedAt: '2020-01-01T00:00:00.000Z' }));
+    const s = await startServer({ dataDir: dir });
+    try {
+      assert.ok(s.logs().some((l) => l.msg === 'took over a stale data directory lock' && l.pid === 999_999));
+      assert.equal(JSON.parse(readFileSync(join(dir, 'lock'), 'utf8')).pid, s.child.pid);
+    } finally {
+      await s.stop();
+      removeDir(dir);
+    }
+  });
+
+  test('an unreadable (half-written) lock file is treated as stale', async () => {
+    const dir = tempDir();
+    writeFileSync(join(dir, 'lock'), '{"pid":');
+    const s = await startServer({ dataDir: dir });
+    try {
+      assert.ok(s.logs().some((l) => l.msg === 'took over a stale data directory lock'));
+    } finally {
+      await s.stop();
+      removeDir(dir);
+    }
+  });
+});
