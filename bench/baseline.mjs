@@ -1,0 +1,76 @@
+// The baseline: a raw node:http server answering every request with the bytes
+// `GET /api/v1/chat-sessions/:id` answers (same headers, a ~300-byte session body) and doing
+// no other work. The real server is reported as a ratio of it, measured in the same run.
+// `--raw` instead answers from plain node:net with pre-built bytes: the cheapest possible
+// server, used to show how fast the load generator itself can go (GET requests only).
+// Usage: PORT=N node bench/baseline.mjs [--raw]
+import { randomBytes } from 'node:crypto';
+import { createServer } from 'node:http';
+import { createServer as createNetServer } from 'node:net';
+
+const port = Number(process.env.PORT ?? 0);
+
+const BODY = JSON.stringify({
+  success: true,
+  data: {
+    _id: '673f6a2c5e1d2a9b7c4e8f01',
+    name: 'Benchmark session',
+    provider: '665f1c2a9b1e8a0012ab34c1',
+    selectedModel: 'gpt-4o',
+    mode: 'Build',
+    user: 'bench-user-0',
+    project: 'bench-project',
+    createdAt: '2024-11-21T17:51:08.123Z',
+    updatedAt: '2024-11-21T17:51:08.123Z',
+    archived: false,
+  },
+});
+const ETAG = `"${Date.parse('2024-11-21T17:51:08.123Z').toString(36)}"`;
+const JSON_TYPE = 'application/json; charset=utf-8';
+// request ids made the way the server makes them (boot id + counter), so the bytes match
+const bootId = randomBytes(4).toString('hex');
+let counter = 0;
+
+let server;
+if (process.argv.includes('--raw')) {
+  const response = Buffer.from(
+    `HTTP/1.1 200 OK\r\ncontent-type: ${JSON_TYPE}\r\ncache-control: no-store\r\nx-content-type-options: nosniff\r\n` +
+      `x-request-id: ${bootId}-1\r\ncontent-length: ${Buffer.byteLength(BODY)}\r\netag: ${ETAG}\r\n` +
+      `connection: keep-alive\r\nkeep-alive: timeout=5\r\n\r\n${BODY}`,
+  );
+  const END_OF_HEAD = Buffer.from('\r\n\r\n');
+  server = createNetServer((socket) => {
+    socket.setNoDelay(true);
+    socket.on('data', (d) => {
+      // GET requests arrive whole (one in flight per connection): count their blank lines
+      let n = 0;
+      for (let i = d.indexOf(END_OF_HEAD); i !== -1; i = d.indexOf(END_OF_HEAD, i + 4)) n++;
+      for (let i = 0; i < n; i++) socket.write(response);
+    });
+    socket.on('error', () => undefined);
+  });
+} else {
+  // the same server options as src/server.ts
+  server = createServer({ keepAliveTimeout: 5_000, headersTimeout: 15_000, requestTimeout: 30_000, maxHeaderSize: 16 * 1024 }, (req, res) => {
+    res.writeHead(200, [
+      'content-type',
+      JSON_TYPE,
+      'cache-control',
+      'no-store',
+      'x-content-type-options',
+      'nosniff',
+      'x-request-id',
+      `${bootId}-${(++counter).toString(36)}`,
+      'content-length',
+      String(Buffer.byteLength(BODY)),
+      'etag',
+      ETAG,
+    ]);
+    res.end(BODY);
+  });
+}
+
+server.listen(port, '127.0.0.1', () => {
+  process.stdout.write(`${JSON.stringify({ msg: 'listening', port: server.address().port })}\n`);
+});
+process.on('SIGTERM', () => process.exit(0));

@@ -1,0 +1,82 @@
+// Writes a data directory for the scale scenarios straight in the journal format of
+// src/store/journal-format.ts (`<crc32 hex> <JSON>\n` lines after a header line), streaming,
+// so a million sessions take seconds instead of a million API calls.
+// Layout: session i belongs to user `user-(i % users)` and project `project-(floor(i / 50))`,
+// with users = sessions / 50, so every user and every project holds exactly 50 sessions
+// (user-0's are spread over the whole file). Turn j belongs to session j % sessions and is
+// written right after it; a turn's createdAt is never later than its session's updatedAt.
+// Usage: node bench/datagen.mjs DIR SESSIONS [TURNS]
+import { closeSync, copyFileSync, mkdirSync, openSync, writeSync } from 'node:fs';
+import { join } from 'node:path';
+import { crc32 } from 'node:zlib';
+import { EXAMPLE_PROVIDERS } from './common.mjs';
+
+export const PER_LIST = 50;
+const BASE_MS = Date.UTC(2024, 0, 1);
+const PROVIDER = '665f1c2a9b1e8a0012ab34c1';
+const FILLER = 'The quick brown fox jumps over the lazy dog. '.repeat(30);
+
+function line(json) {
+  return `${(crc32(json) >>> 0).toString(16).padStart(8, '0')} ${json}\n`;
+}
+
+/** 24 lowercase hex characters: 4-byte seconds, a 2-byte kind tag, a 5-byte sequence. */
+function objectId(ms, tag, n) {
+  return Math.floor(ms / 1000).toString(16).padStart(8, '0') + tag + n.toString(16).padStart(12, '0');
+}
+
+/**
+ * Creates DIR/sessions.journal (and the example providers.json) with `sessions` sessions and
+ * `turns` turns of `turnBytes` ASCII characters each. Returns {bytes, ms}.
+ */
+export function generateDataDir(dir, { sessions, turns = 0, turnBytes = 1024 }) {
+  const started = performance.now();
+  mkdirSync(dir, { recursive: true });
+  copyFileSync(EXAMPLE_PROVIDERS, join(dir, 'providers.json'));
+  const fd = openSync(join(dir, 'sessions.journal'), 'w', 0o600);
+  const users = Math.max(1, Math.floor(sessions / PER_LIST));
+  let parts = [line(JSON.stringify({ format: 'chat-session-api/journal', version: 1, createdAt: new Date().toISOString() }))];
+  let pending = parts[0].length;
+  let bytes = 0;
+  const flush = () => {
+    const text = parts.join('');
+    writeSync(fd, text);
+    bytes += Buffer.byteLength(text);
+    parts = [];
+    pending = 0;
+  };
+  for (let i = 0; i < sessions; i++) {
+    const created = BASE_MS + i * 1000;
+    const id = objectId(created, 'a000', i);
+    const user = `user-${i % users}`;
+    const createdAt = new Date(created).toISOString();
+    const updatedAt = new Date(created + 500).toISOString();
+    // field order as src/domain/records.ts writes them
+    const put =
+      `{"put":{"_id":"${id}","name":"Session ${i}","provider":"${PROVIDER}","selectedModel":"gpt-4o","mode":"Build",` +
+      `"user":"${user}","project":"project-${Math.floor(i / PER_LIST)}","createdAt":"${createdAt}","updatedAt":"${updatedAt}","archived":false}}`;
+    let text = line(put);
+    for (let j = i, k = 0; j < turns; j += sessions, k++) {
+      const prefix = `turn ${j}: `;
+      const content = prefix + FILLER.slice(0, turnBytes - prefix.length);
+      const at = new Date(created + Math.min(k, 499)).toISOString();
+      text += line(`{"turn":{"_id":"${objectId(created, 'b000', j)}","session":"${id}","user":"${user}","role":"user","content":"${content}","createdAt":"${at}"}}`);
+    }
+    parts.push(text);
+    pending += text.length;
+    if (pending >= 8 << 20) flush();
+  }
+  flush();
+  closeSync(fd);
+  return { bytes, ms: performance.now() - started };
+}
+
+if (import.meta.url === `file://${process.argv[1]}`) {
+  const [dir, sessions, turns] = process.argv.slice(2);
+  if (dir === undefined || sessions === undefined) {
+    process.stderr.write('usage: node bench/datagen.mjs DIR SESSIONS [TURNS]\n');
+    process.exit(2);
+  }
+  const r = generateDataDir(dir, { sessions: Number(sessions), turns: Number(turns ?? 0) });
+  process.stdout.write(`${dir}: ${(r.bytes / 2 ** 20).toFixed(0)} MiB in ${(r.ms / 1000).toFixed(1)} s\n`);
+}
