@@ -8,12 +8,12 @@
 //   {"turn":{...}}
 import { closeSync, existsSync, fstatSync, fsyncSync, openSync, readSync, renameSync, unlinkSync } from 'node:fs';
 import { dirname, join } from 'node:path';
-import { chatSession, isChatSessionMode, TURN_ROLES, type ChatSession, type Turn } from './domain/records.js';
+import { chatSession, isChatSessionMode, TURN_ROLES, turnRecord, type ChatSession, type Turn } from './domain/records.js';
 import { isObjectId } from './domain/ids.js';
-import { encodeLine, headerLine, scanJournal } from './store/journal-format.js';
+import { frame, headerLine, putText, scanJournal, turnText } from './store/journal-format.js';
 import { fsyncDir, IMPORT_SUFFIX, JOURNAL_FILE, replayRecord, writeFullySync } from './store/journal.js';
 import { acquireLock } from './store/lock.js';
-import { MemoryState } from './store/state.js';
+import { MemoryState, type SnapshotItem } from './store/state.js';
 
 export const EXPORT_FORMAT = 'chat-session-api/export';
 export const EXPORT_VERSION = 1;
@@ -49,21 +49,21 @@ export interface ExportSummary {
 /** Writes every live session and turn; `write` receives chunks of NDJSON text. */
 export async function exportData(dataDir: string, write: (chunk: string) => Promise<void>): Promise<ExportSummary> {
   const state = readState(dataDir);
-  const sessions = [...state.sessions.values()].sort((a, b) => (a._id < b._id ? -1 : a._id > b._id ? 1 : 0));
+  const items = state.snapshot().sort((a, b) => (a.session._id < b.session._id ? -1 : a.session._id > b.session._id ? 1 : 0));
   await write(
-    JSON.stringify({ format: EXPORT_FORMAT, version: EXPORT_VERSION, exportedAt: new Date().toISOString(), sessions: sessions.length, turns: state.turnCount }) + '\n',
+    JSON.stringify({ format: EXPORT_FORMAT, version: EXPORT_VERSION, exportedAt: new Date().toISOString(), sessions: items.length, turns: state.turnCount }) + '\n',
   );
   let chunk = '';
-  for (const s of sessions) {
-    chunk += `{"session":${JSON.stringify(s)}}\n`;
-    for (const t of state.turnsOf(s._id)) chunk += `{"turn":${JSON.stringify(t)}}\n`;
+  for (const item of items) {
+    chunk += `{"session":${item.json ?? JSON.stringify(item.session)}}\n`;
+    for (const t of item.turns) chunk += `{"turn":${t.json}}\n`;
     if (chunk.length >= 1 << 20) {
       await write(chunk);
       chunk = '';
     }
   }
   if (chunk !== '') await write(chunk);
-  return { sessions: sessions.length, turns: state.turnCount };
+  return { sessions: items.length, turns: state.turnCount };
 }
 
 const ISO = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z$/;
@@ -179,7 +179,7 @@ export function parseBackup(file: string): Parsed {
     } else if ('turn' in v) {
       const p = turnProblem(v['turn']);
       if (p !== undefined) return bad(lineNo, p);
-      const t = v['turn'] as unknown as Turn;
+      const t = turnRecord(v['turn'] as unknown as Turn);
       if (turnIds.has(t._id)) return bad(lineNo, `turn ${t._id} appears twice`);
       if (!ids.has(t.session)) return bad(lineNo, `turn ${t._id} comes before (or without) its session ${t.session}`);
       turnIds.add(t._id);
@@ -214,13 +214,13 @@ export function importData(dataDir: string, file: string): ImportSummary {
   try {
     const state = readState(dataDir);
     const knownTurns = new Set<string>();
-    for (const s of state.sessions.values()) for (const t of state.turnsOf(s._id)) knownTurns.add(t._id);
+    for (const item of state.snapshot()) for (const t of item.turns) knownTurns.add(t._id);
     let sessions = 0;
     let turns = 0;
     let unchanged = 0;
     for (const s of parsed.sessions) {
-      const old = state.sessions.get(s._id);
-      if (old !== undefined && JSON.stringify(old) === JSON.stringify(s)) {
+      const old = state.get(s._id);
+      if (old !== undefined && old.json === JSON.stringify(s)) {
         unchanged++;
         continue;
       }
@@ -232,7 +232,7 @@ export function importData(dataDir: string, file: string): ImportSummary {
         unchanged++;
         continue;
       }
-      state.addTurn(t);
+      state.addTurn({ _id: t._id, session: t.session, createdAt: t.createdAt, json: JSON.stringify(t) });
       turns++;
     }
     if (sessions + turns > 0) writeJournal(join(dataDir, JOURNAL_FILE), state);
@@ -254,12 +254,12 @@ function writeJournal(file: string, state: MemoryState): void {
       parts.length = 0;
       bytes = 0;
     };
-    for (const s of state.sessions.values()) {
-      const line = encodeLine({ put: s });
+    for (const item of state.snapshot() as SnapshotItem[]) {
+      const line = frame(putText(item.json ?? JSON.stringify(item.session)));
       parts.push(line);
       bytes += line.length;
-      for (const t of state.turnsOf(s._id)) {
-        const tl = encodeLine({ turn: t });
+      for (const t of item.turns) {
+        const tl = frame(turnText(t.json));
         parts.push(tl);
         bytes += tl.length;
       }

@@ -80,8 +80,3 @@ export function route<Q extends Record<string, QueryField> = Record<string, neve
 export function dataBody(json: string): string {
   return `{"success":true,"data":${json}}`;
 }
-
-export function ok(data: unknown, status = 200, etag?: string): Reply {
-  const body = dataBody(JSON.stringify(data));
-  return etag === undefined ? { status, body } : { status, body, etag };
-}

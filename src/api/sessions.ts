@@ -5,11 +5,11 @@ import type { IncomingMessage } from 'node:http';
 import type { AccessMode } from '../config.js';
 import type { Principal } from '../auth/authenticate.js';
 import { newObjectId } from '../domain/ids.js';
-import { CHAT_SESSION_MODES, DEFAULT_MODE, TURN_ROLES, chatSession, nextTimestamp, type ChatSession, type ChatSessionMode, type Turn, type TurnRole } from '../domain/records.js';
+import { CHAT_SESSION_MODES, DEFAULT_MODE, TURN_ROLES, chatSession, nextTimestamp, type ChatSession, type ChatSessionMode, type TurnRole } from '../domain/records.js';
 import type { BodySchema, QuerySchema } from '../domain/schema.js';
-import { PreconditionFailed, SessionNotFound, type ArchivedFilter, type Slice, type Store } from '../store/store.js';
+import { PreconditionFailed, SessionNotFound, type ArchivedFilter, type SessionRecord, type Slice, type Store } from '../store/store.js';
 import type { CursorCodec } from './cursor.js';
-import { dataBody, ok, route, type Reply, type RouteDef } from './route.js';
+import { dataBody, route, type Reply, type RouteDef } from './route.js';
 
 export interface SessionDeps {
   readonly store: Store;
@@ -93,9 +93,12 @@ function user(ctx: { principal: Principal | undefined }): string {
   return ctx.principal.user;
 }
 
-/** Paged-list answer: `data`, plus `nextCursor` when the client asked for a page. */
-function listReply<T>(slice: Slice<T>, limit: number | undefined, next: (last: T) => string): Reply {
-  const data = JSON.stringify(slice.items);
+/** Paged-list answer: `data`, plus `nextCursor` when the client asked for a page. Items are already JSON. */
+function listReply<T extends { readonly json: string }>(slice: Slice<T>, limit: number | undefined, next: (last: T) => string): Reply {
+  const items = slice.items;
+  let data = '[';
+  for (let i = 0; i < items.length; i++) data += i === 0 ? (items[i] as T).json : `,${(items[i] as T).json}`;
+  data += ']';
   if (limit === undefined) return { status: 200, body: dataBody(data) };
   const last = slice.items[slice.items.length - 1];
   const cursor = slice.more && last !== undefined ? JSON.stringify(next(last)) : 'null';
@@ -103,13 +106,14 @@ function listReply<T>(slice: Slice<T>, limit: number | undefined, next: (last: T
 }
 
 export function sessionRoutes({ store, access, cursors }: SessionDeps): RouteDef[] {
-  /** The session as the caller may see it: another user's session does not exist under ACCESS=owner. */
-  const visible = (s: ChatSession | undefined, who: string): s is ChatSession => s !== undefined && (access === 'shared' || s.user === who);
+  /** Whether the caller may see a session: under ACCESS=owner another user's session does not exist. */
+  const visible = (s: ChatSession, who: string): boolean => access === 'shared' || s.user === who;
+  const found = (r: SessionRecord | undefined, who: string): r is SessionRecord => r !== undefined && visible(r.session, who);
   const mine = (who: string, req: IncomingMessage) => (s: ChatSession): void => {
     if (!visible(s, who)) throw new SessionNotFound();
     checkIfMatch(req, s);
   };
-  const sessionReply = (s: ChatSession, status = 200): Reply => ok(s, status, etagOf(s));
+  const sessionReply = (r: SessionRecord, status = 200): Reply => ({ status, body: dataBody(r.json), etag: etagOf(r.session) });
   const base = '/api/v1/chat-sessions';
   const notFound = { status: 404, description: 'Chat session not found' } as const;
   const modified = { status: 412, description: 'Chat session was modified (If-Match)' } as const;
@@ -132,8 +136,8 @@ export function sessionRoutes({ store, access, cursors }: SessionDeps): RouteDef
         const id = ctx.params['id'] as string;
         const check = mine(who, ctx.req);
         const current = store.getSession(id);
-        if (visible(current, who) && current.archived === archived) {
-          check(current);
+        if (found(current, who) && current.session.archived === archived) {
+          check(current.session);
           return sessionReply(current);
         }
         const s = await store.updateSession(id, (cur) => {
@@ -173,7 +177,7 @@ export function sessionRoutes({ store, access, cursors }: SessionDeps): RouteDef
           after = { updatedAt, _id };
         }
         const slice = store.listSessions(filter, after, limit);
-        return listReply(slice, limit, (last) => cursors.encode(listName, last.updatedAt, last._id));
+        return listReply(slice, limit, (last) => cursors.encode(listName, last.session.updatedAt, last.session._id));
       },
     }),
 
@@ -221,9 +225,9 @@ export function sessionRoutes({ store, access, cursors }: SessionDeps): RouteDef
       responses: [{ status: 200, description: 'The session', schema: 'ChatSession' }],
       errors: [notFound],
       handle(ctx) {
-        const s = store.getSession(ctx.params['id'] as string);
-        if (!visible(s, user(ctx))) throw new SessionNotFound();
-        return sessionReply(s);
+        const r = store.getSession(ctx.params['id'] as string);
+        if (!found(r, user(ctx))) throw new SessionNotFound();
+        return sessionReply(r);
       },
     }),
 
@@ -247,8 +251,8 @@ export function sessionRoutes({ store, access, cursors }: SessionDeps): RouteDef
         const { name, provider, selectedModel, mode } = ctx.body;
         if (name === undefined && provider === undefined && selectedModel === undefined && mode === undefined) {
           const current = store.getSession(id);
-          if (!visible(current, who)) throw new SessionNotFound();
-          check(current);
+          if (!found(current, who)) throw new SessionNotFound();
+          check(current.session);
           return sessionReply(current);
         }
         const s = await store.updateSession(id, (cur) => {
@@ -304,8 +308,8 @@ export function sessionRoutes({ store, access, cursors }: SessionDeps): RouteDef
           const [createdAt, _id] = cursors.decode(listName, cursor);
           after = { createdAt, _id };
         }
-        const slice = visible(store.getSession(id), user(ctx)) ? store.listTurns(id, after, limit) : { items: [], more: false };
-        return listReply<Turn>(slice, limit, (last) => cursors.encode(listName, last.createdAt, last._id));
+        const slice = found(store.getSession(id), user(ctx)) ? store.listTurns(id, after, limit) : { items: [], more: false };
+        return listReply(slice, limit, (last) => cursors.encode(listName, last.createdAt, last._id));
       },
     }),
 
@@ -341,7 +345,7 @@ export function sessionRoutes({ store, access, cursors }: SessionDeps): RouteDef
             createdAt,
           };
         });
-        return ok(turn, 201);
+        return { status: 201, body: dataBody(turn.json) };
       },
     }),
 

@@ -57,6 +57,20 @@ export function chatSession(f: ChatSession): ChatSession {
   };
 }
 
+/** Builds a turn with the fields in their wire order (`_id` and `session` first, `createdAt` last). */
+export function turnRecord(f: Turn): Turn {
+  return {
+    _id: f._id,
+    session: f.session,
+    user: f.user,
+    role: f.role,
+    content: f.content,
+    ...(f.model !== undefined ? { model: f.model } : {}),
+    ...(f.metadata !== undefined ? { metadata: f.metadata } : {}),
+    createdAt: f.createdAt,
+  };
+}
+
 /**
  * The next `updatedAt` of a record: now, but always later than the previous value, so that
  * every change moves the timestamp (and so the ETag) even within one millisecond or when the

@@ -6,8 +6,9 @@
 // Replay applies them in order, the last write of an id winning.
 import { closeSync, openSync, readSync } from 'node:fs';
 import { basename } from 'node:path';
-import type { ChatSession, Turn } from '../domain/records.js';
+import type { ChatSession } from '../domain/records.js';
 import { crc32 } from './crc32.js';
+import type { StoredTurn } from './store.js';
 
 export const JOURNAL_FORMAT = 'chat-session-api/journal';
 export const JOURNAL_VERSION = 1;
@@ -18,13 +19,16 @@ export interface JournalHeader {
   readonly createdAt: string;
 }
 
-export type JournalRecord = { readonly put: ChatSession } | { readonly del: string } | { readonly turn: Turn };
+/** A record as replay hands it over. Turns stay JSON text: they are only ever sent as JSON. */
+export type JournalRecord =
+  | { readonly kind: 'put'; readonly session: ChatSession }
+  | { readonly kind: 'del'; readonly id: string }
+  | { readonly kind: 'turn'; readonly turn: StoredTurn };
 
 const HEX = '0123456789abcdef';
 
-/** One encoded journal line, newline included. */
-export function encodeLine(value: JournalRecord | JournalHeader): Buffer {
-  const json = JSON.stringify(value);
+/** One journal line for a JSON text: checksum, space, the text, newline. */
+export function frame(json: string): Buffer {
   const len = Buffer.byteLength(json);
   const out = Buffer.allocUnsafe(len + 10);
   out.write(json, 9, len, 'utf8');
@@ -38,8 +42,14 @@ export function encodeLine(value: JournalRecord | JournalHeader): Buffer {
   return out;
 }
 
+/** The record texts, built around JSON the writer already has. */
+export const putText = (sessionJson: string): string => `{"put":${sessionJson}}`;
+export const turnText = (turnJson: string): string => `{"turn":${turnJson}}`;
+export const delText = (id: string): string => `{"del":${JSON.stringify(id)}}`;
+
 export function headerLine(now: Date = new Date()): Buffer {
-  return encodeLine({ format: JOURNAL_FORMAT, version: JOURNAL_VERSION, createdAt: now.toISOString() });
+  const header: JournalHeader = { format: JOURNAL_FORMAT, version: JOURNAL_VERSION, createdAt: now.toISOString() };
+  return frame(JSON.stringify(header));
 }
 
 /** Damage that is not a torn final write: the start stops rather than lose what follows. */
@@ -77,8 +87,10 @@ function hexValue(c: number): number {
   return -1;
 }
 
-/** Why bytes [start, end) (newline excluded) are not an intact line, or the parsed value. */
-function decode(buf: Buffer, start: number, end: number): { ok: true; value: unknown } | { ok: false; reason: string } {
+type Decoded = { ok: true; text: string } | { ok: false; reason: string };
+
+/** Why bytes [start, end) (newline excluded) are not an intact line, or the line's JSON text. */
+function decode(buf: Buffer, start: number, end: number): Decoded {
   if (end - start < 11 || buf[start + 8] !== 0x20) return { ok: false, reason: 'not a journal line' };
   let want = 0;
   for (let i = 0; i < 8; i++) {
@@ -87,19 +99,49 @@ function decode(buf: Buffer, start: number, end: number): { ok: true; value: unk
     want = want * 16 + v;
   }
   if (crc32(buf.subarray(start + 9, end)) !== want) return { ok: false, reason: 'checksum mismatch' };
-  try {
-    return { ok: true, value: JSON.parse(buf.toString('utf8', start + 9, end)) };
-  } catch {
-    return { ok: false, reason: 'checksum matches but the JSON does not parse' };
-  }
+  return { ok: true, text: buf.toString('utf8', start + 9, end) };
 }
 
-function isRecord(v: unknown): v is JournalRecord {
-  if (typeof v !== 'object' || v === null) return false;
+const TURN_PREFIX = '{"turn":{"_id":"';
+const SESSION_KEY = '","session":"';
+const CREATED_KEY = '"createdAt":"';
+
+/**
+ * A turn line's keys without parsing the whole turn: the writer always puts `_id` and
+ * `session` (both 24-character ids) first and `createdAt` (24 characters) last, so they sit
+ * at known places. Anything else takes the slow path (a full parse).
+ */
+function turnOf(text: string): StoredTurn | undefined {
+  const json = text.slice(8, -1);
+  if (text.startsWith(TURN_PREFIX) && text.startsWith(SESSION_KEY, 40)) {
+    const tail = json.length - 39; // ,"createdAt":"<24 characters>"}
+    if (text.charCodeAt(77) === 34 && json.charCodeAt(tail - 1) === 44 && json.startsWith(CREATED_KEY, tail) && json.endsWith('"}')) {
+      return { _id: text.slice(16, 40), session: text.slice(53, 77), createdAt: json.slice(tail + 13, tail + 37), json };
+    }
+  }
+  const v: unknown = JSON.parse(text);
+  const t = (v as { turn?: Record<string, unknown> }).turn;
+  if (typeof t !== 'object' || t === null || typeof t['_id'] !== 'string' || typeof t['session'] !== 'string' || typeof t['createdAt'] !== 'string') {
+    return undefined;
+  }
+  return { _id: t['_id'], session: t['session'], createdAt: t['createdAt'], json: JSON.stringify(t) };
+}
+
+/** The record a line's text holds, or undefined when it holds none this release knows. */
+function recordOf(text: string): JournalRecord | undefined {
+  if (text.startsWith('{"turn":')) {
+    const turn = turnOf(text);
+    return turn === undefined ? undefined : { kind: 'turn', turn };
+  }
+  const v: unknown = JSON.parse(text);
+  if (typeof v !== 'object' || v === null) return undefined;
   const r = v as Record<string, unknown>;
-  if (typeof r['del'] === 'string') return true;
-  const body = r['put'] ?? r['turn'];
-  return typeof body === 'object' && body !== null && typeof (body as Record<string, unknown>)['_id'] === 'string';
+  if (typeof r['del'] === 'string') return { kind: 'del', id: r['del'] };
+  const put = r['put'];
+  if (typeof put === 'object' && put !== null && typeof (put as Record<string, unknown>)['_id'] === 'string') {
+    return { kind: 'put', session: put as ChatSession };
+  }
+  return undefined;
 }
 
 function isHeader(v: unknown): v is JournalHeader {
@@ -145,18 +187,27 @@ export function scanJournal(file: string, onRecord: (r: JournalRecord, bytes: nu
         damage = { line: lineNo, offset, reason: d.reason };
         return;
       }
+      let value: unknown;
+      let record: JournalRecord | undefined;
+      try {
+        if (lineNo === 1) value = JSON.parse(d.text);
+        else record = recordOf(d.text);
+      } catch {
+        damage = { line: lineNo, offset, reason: 'checksum matches but the JSON does not parse' };
+        return;
+      }
       if (lineNo === 1) {
-        if (!isHeader(d.value)) throw new JournalDamaged(file, 1, 0, 'the first line is not a chat-session-api journal header', 0, 0);
-        if (d.value.version !== JOURNAL_VERSION) {
-          throw new Error(`${file}: journal format version ${String(d.value.version)} is not supported by this release (it reads version ${JOURNAL_VERSION})`);
+        if (!isHeader(value)) throw new JournalDamaged(file, 1, 0, 'the first line is not a chat-session-api journal header', 0, 0);
+        if (value.version !== JOURNAL_VERSION) {
+          throw new Error(`${file}: journal format version ${String(value.version)} is not supported by this release (it reads version ${JOURNAL_VERSION})`);
         }
-        header = d.value;
+        header = value;
       } else {
-        if (!isRecord(d.value)) {
+        if (record === undefined) {
           damage = { line: lineNo, offset, reason: 'intact line holds no known record' };
           return;
         }
-        onRecord(d.value, end + 1 - start);
+        onRecord(record, end + 1 - start);
         records++;
       }
       validBytes = base + end + 1;

@@ -9,18 +9,20 @@ import type { ChatSession, Turn } from '../domain/records.js';
 import { chatSession } from '../domain/records.js';
 import type { Logger } from '../log.js';
 import { crashpoint, injectedFault } from './faults.js';
-import { encodeLine, headerLine, scanJournal, type JournalRecord } from './journal-format.js';
+import { delText, frame, headerLine, putText, scanJournal, turnText, type JournalRecord } from './journal-format.js';
 import { acquireLock, type Lock } from './lock.js';
-import { MemoryState } from './state.js';
+import { MemoryState, type SnapshotItem } from './state.js';
 import {
   SessionNotFound,
   StorageWriteFailed,
   type SessionFilter,
   type SessionKey,
+  type SessionRecord,
   type Slice,
   type Store,
   type StoreObserver,
   type StoreStats,
+  type StoredTurn,
   type TurnKey,
 } from './store.js';
 
@@ -47,10 +49,10 @@ interface PendingWrite {
 }
 
 interface Prepared {
-  readonly record: JournalRecord;
-  readonly result: unknown;
-  /** Applies the change to memory; called only after the record is durable. */
-  apply(lineBytes: number): void;
+  /** The record's JSON text. */
+  readonly text: string;
+  /** Applies the change to memory once the record is durable; returns the write's result. */
+  apply(lineBytes: number): unknown;
 }
 
 /** What writes in one batch see: the committed state plus the batch's earlier changes. */
@@ -62,7 +64,7 @@ class BatchView {
   getSession(id: string): ChatSession | undefined {
     const staged = this.sessions.get(id);
     if (staged === null) return undefined;
-    return staged ?? this.state.sessions.get(id);
+    return staged ?? this.state.get(id)?.session;
   }
   lastTurnAt(id: string): string | undefined {
     return this.lastTurns.get(id) ?? this.state.lastTurnAt(id);
@@ -78,18 +80,12 @@ class BatchView {
 
 /** Applies one journal record to a state, the way start-up replay does. */
 export function replayRecord(state: MemoryState, r: JournalRecord): void {
-  if ('put' in r) {
-    state.putSession(chatSession(r.put));
-  } else if ('turn' in r) {
-    state.addTurn(r.turn);
-    const s = state.sessions.get(r.turn.session);
-    if (s !== undefined) state.putSession(touchedBy(s, r.turn));
-  } else {
-    state.deleteSession(r.del);
-  }
+  if (r.kind === 'put') state.putSession(chatSession(r.session));
+  else if (r.kind === 'turn') state.addTurn(r.turn);
+  else state.deleteSession(r.id);
 }
 
-/** A session raised to a turn's createdAt, as replay does it. */
+/** A session raised to a turn's createdAt, as appending the turn does. */
 function touchedBy(s: ChatSession, t: Turn): ChatSession {
   return t.createdAt > s.updatedAt ? chatSession({ ...s, updatedAt: t.createdAt }) : s;
 }
@@ -106,8 +102,7 @@ export class JournalStore implements Store {
   private fd = -1;
   /** Bytes of the journal that are durable. */
   private size = 0;
-  private readonly sessionBytes = new Map<string, number>();
-  private readonly turnBytes = new Map<string, number>();
+  /** Bytes of the journal holding live records: the header, each session's last put, its turns. */
   private liveBytes = 0;
   private compactions = 0;
   private queue: PendingWrite[] = [];
@@ -159,7 +154,6 @@ export class JournalStore implements Store {
     const scan = scanJournal(this.file, (r, bytes) => this.replay(r, bytes));
     const { orphanTurns } = this.state.finishLoad();
     if (orphanTurns > 0) log.warn('dropped turns whose session does not exist', { turns: orphanTurns });
-    for (const id of this.turnBytes.keys()) if (!this.state.sessions.has(id)) this.turnBytes.delete(id);
     this.recountLive();
     if (scan.header === undefined) {
       // nothing intact, not even the header: a journal whose creation was interrupted
@@ -185,7 +179,7 @@ export class JournalStore implements Store {
     }
     this.fd = openSync(this.file, 'a');
     const ms = Number(process.hrtime.bigint() - started) / 1e6;
-    log.info('journal replayed', { sessions: this.state.sessions.size, turns: this.state.turnCount, records: scan.records, bytes: this.size, ms: Math.round(ms) });
+    log.info('journal replayed', { sessions: this.state.sessionCount, turns: this.state.turnCount, records: scan.records, bytes: this.size, ms: Math.round(ms) });
   }
 
   private createEmpty(path: string): void {
@@ -203,40 +197,38 @@ export class JournalStore implements Store {
   /** Applies one record during start-up (indexes are built afterwards) and counts its bytes. */
   private replay(r: JournalRecord, bytes: number): void {
     replayRecord(this.state, r);
-    if ('put' in r) {
-      this.sessionBytes.set(r.put._id, bytes);
-    } else if ('turn' in r) {
-      this.turnBytes.set(r.turn.session, (this.turnBytes.get(r.turn.session) ?? 0) + bytes);
-    } else {
-      this.sessionBytes.delete(r.del);
-      this.turnBytes.delete(r.del);
+    if (r.kind === 'put') {
+      const e = this.state.get(r.session._id);
+      if (e !== undefined) e.putBytes = bytes;
+    } else if (r.kind === 'turn') {
+      const e = this.state.entries.get(r.turn.session);
+      if (e !== undefined) e.turnBytes += bytes;
     }
   }
 
   private recountLive(): void {
     let live = headerLine().length;
-    for (const n of this.sessionBytes.values()) live += n;
-    for (const n of this.turnBytes.values()) live += n;
+    for (const e of this.state.entries.values()) live += e.putBytes + e.turnBytes;
     this.liveBytes = live;
   }
 
   // ---- reads: memory only ----
 
-  getSession(id: string): ChatSession | undefined {
-    return this.state.sessions.get(id);
+  getSession(id: string): SessionRecord | undefined {
+    return this.state.get(id);
   }
 
-  listSessions(filter: SessionFilter, after: SessionKey | undefined, limit: number | undefined): Slice<ChatSession> {
+  listSessions(filter: SessionFilter, after: SessionKey | undefined, limit: number | undefined): Slice<SessionRecord> {
     return this.state.listSessions(filter, after, limit);
   }
 
-  listTurns(sessionId: string, after: TurnKey | undefined, limit: number | undefined): Slice<Turn> {
+  listTurns(sessionId: string, after: TurnKey | undefined, limit: number | undefined): Slice<StoredTurn> {
     return this.state.listTurns(sessionId, after, limit);
   }
 
   stats(): StoreStats {
     return {
-      sessions: this.state.sessions.size,
+      sessions: this.state.sessionCount,
       turns: this.state.turnCount,
       journalBytes: this.size,
       liveBytes: this.liveBytes,
@@ -246,22 +238,36 @@ export class JournalStore implements Store {
 
   // ---- writes: through the serial writer ----
 
-  createSession(session: ChatSession): Promise<ChatSession> {
+  createSession(session: ChatSession): Promise<SessionRecord> {
     return this.submit((view) => {
       if (view.getSession(session._id) !== undefined) throw new Error('duplicate session id');
       view.stageSession(session._id, session);
-      return { record: { put: session }, result: session, apply: (bytes) => this.applyPut(session, bytes) };
-    }) as Promise<ChatSession>;
+      return this.put(session);
+    }) as Promise<SessionRecord>;
   }
 
-  updateSession(id: string, change: (current: ChatSession) => ChatSession): Promise<ChatSession> {
+  updateSession(id: string, change: (current: ChatSession) => ChatSession): Promise<SessionRecord> {
     return this.submit((view) => {
       const current = view.getSession(id);
       if (current === undefined) throw new SessionNotFound();
       const next = chatSession(change(current));
       view.stageSession(id, next);
-      return { record: { put: next }, result: next, apply: (bytes) => this.applyPut(next, bytes) };
-    }) as Promise<ChatSession>;
+      return this.put(next);
+    }) as Promise<SessionRecord>;
+  }
+
+  /** A put record: the session's JSON is made once, for the journal and the answer alike. */
+  private put(session: ChatSession): Prepared {
+    const json = JSON.stringify(session);
+    return {
+      text: putText(json),
+      apply: (bytes) => {
+        const e = this.state.putSession(session, json);
+        this.liveBytes += bytes - e.putBytes;
+        e.putBytes = bytes;
+        return { session, json };
+      },
+    };
   }
 
   deleteSession(id: string, check: (current: ChatSession) => void): Promise<void> {
@@ -271,43 +277,34 @@ export class JournalStore implements Store {
       check(current);
       view.stageSession(id, null);
       return {
-        record: { del: id },
-        result: undefined,
+        text: delText(id),
         apply: () => {
-          this.state.deleteSession(id);
-          this.liveBytes -= (this.sessionBytes.get(id) ?? 0) + (this.turnBytes.get(id) ?? 0);
-          this.sessionBytes.delete(id);
-          this.turnBytes.delete(id);
+          const e = this.state.deleteSession(id);
+          if (e !== undefined) this.liveBytes -= e.putBytes + e.turnBytes;
+          return undefined;
         },
       };
     }) as Promise<void>;
   }
 
-  appendTurn(sessionId: string, build: (current: ChatSession, lastTurnAt: string | undefined) => Turn): Promise<Turn> {
+  appendTurn(sessionId: string, build: (current: ChatSession, lastTurnAt: string | undefined) => Turn): Promise<StoredTurn> {
     return this.submit((view) => {
       const current = view.getSession(sessionId);
       if (current === undefined) throw new SessionNotFound();
       const turn = build(current, view.lastTurnAt(sessionId));
       view.stageTurn(turn);
       view.stageSession(sessionId, touchedBy(current, turn));
+      const stored: StoredTurn = { _id: turn._id, session: turn.session, createdAt: turn.createdAt, json: JSON.stringify(turn) };
       return {
-        record: { turn },
-        result: turn,
+        text: turnText(stored.json),
         apply: (bytes) => {
-          this.state.addTurn(turn);
-          const s = this.state.sessions.get(sessionId);
-          if (s !== undefined) this.state.putSession(touchedBy(s, turn));
-          this.turnBytes.set(sessionId, (this.turnBytes.get(sessionId) ?? 0) + bytes);
+          const e = this.state.addTurn(stored);
+          e.turnBytes += bytes;
           this.liveBytes += bytes;
+          return stored;
         },
       };
-    }) as Promise<Turn>;
-  }
-
-  private applyPut(s: ChatSession, bytes: number): void {
-    this.state.putSession(s);
-    this.liveBytes += bytes - (this.sessionBytes.get(s._id) ?? 0);
-    this.sessionBytes.set(s._id, bytes);
+    }) as Promise<StoredTurn>;
   }
 
   private submit(prepare: (view: BatchView) => Prepared): Promise<unknown> {
@@ -337,7 +334,7 @@ export class JournalStore implements Store {
     for (const w of writes) {
       try {
         const p = w.prepare(view);
-        const line = encodeLine(p.record);
+        const line = frame(p.text);
         lines.push(line);
         total += line.length;
         accepted.push({ w, p, bytes: line.length });
@@ -357,10 +354,7 @@ export class JournalStore implements Store {
       } else {
         this.size += data.length;
         this.compaction?.tail.push(data);
-        for (const a of accepted) {
-          a.p.apply(a.bytes);
-          a.w.resolve(a.p.result);
-        }
+        for (const a of accepted) a.w.resolve(a.p.apply(a.bytes));
         this.maybeCompact();
       }
       this.nextBatch();
@@ -454,14 +448,15 @@ export class JournalStore implements Store {
       crashpoint('compact-start');
       const out = new ChunkWriter(fd);
       out.add(headerLine());
-      for (let i = 0; i < snap.sessions.length; i++) {
+      for (let i = 0; i < snap.length; i++) {
         if (out.full()) {
           await out.flush(); // yields to the event loop between chunks
           if (c.abort) throw new CompactionAborted();
         }
-        out.add(encodeLine({ put: snap.sessions[i] as ChatSession }));
-        for (const t of snap.turns[i] as readonly Turn[]) out.add(encodeLine({ turn: t }));
-        if (i === snap.sessions.length >> 1) crashpoint('compact-middle');
+        const item = snap[i] as SnapshotItem;
+        out.add(frame(putText(item.json ?? JSON.stringify(item.session))));
+        for (const t of item.turns) out.add(frame(turnText(t.json)));
+        if (i === snap.length >> 1) crashpoint('compact-middle');
       }
       await out.flush();
       await fsyncAsync(fd);

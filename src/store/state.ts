@@ -1,8 +1,9 @@
-// The in-memory image of the data: sessions by id, per-user and per-project lists kept in
-// list order, and each session's turns. Every store implementation that serves reads from
-// memory keeps one; it knows nothing about files.
-import type { ChatSession, Turn } from '../domain/records.js';
-import type { SessionFilter, SessionKey, Slice, TurnKey } from './store.js';
+// The in-memory image of the data: an entry per session (the session, its JSON once
+// serialized, its turns), and per-user and per-project lists kept in list order. Any store
+// that serves reads from memory keeps one; it knows nothing about files.
+import { chatSession, type ChatSession } from '../domain/records.js';
+import { SortedList } from './sorted-list.js';
+import type { SessionFilter, SessionKey, SessionRecord, Slice, StoredTurn, TurnKey } from './store.js';
 
 /** True when a comes before b in session lists (updatedAt desc, then _id desc). */
 function sessionBefore(a: SessionKey, b: SessionKey): boolean {
@@ -14,51 +15,70 @@ function turnBefore(a: TurnKey, b: TurnKey): boolean {
   return a.createdAt < b.createdAt || (a.createdAt === b.createdAt && a._id < b._id);
 }
 
-/** Index of the first element of a sorted array that does not come before `key`. */
-function lowerBound<T, K>(items: readonly T[], key: K, before: (a: T, b: K) => boolean): number {
-  let lo = 0;
-  let hi = items.length;
-  while (lo < hi) {
-    const mid = (lo + hi) >>> 1;
-    if (before(items[mid] as T, key)) lo = mid + 1;
-    else hi = mid;
+/**
+ * One session as held in memory. The JSON is made once per version, on first use (or given
+ * by the writer, which made it anyway), so reads send it without serializing again.
+ * Entries change in place when the session changes: read them synchronously.
+ */
+export class SessionEntry implements SessionRecord {
+  private cachedJson: string | undefined;
+  turns: StoredTurn[] | undefined;
+  /** Bytes of the file records that hold this session's current state and its turns (for stores that keep a file). */
+  putBytes = 0;
+  turnBytes = 0;
+
+  constructor(
+    public session: ChatSession,
+    json?: string,
+  ) {
+    this.cachedJson = json;
   }
-  return lo;
+
+  get json(): string {
+    return (this.cachedJson ??= JSON.stringify(this.session));
+  }
+
+  cachedJsonOrUndefined(): string | undefined {
+    return this.cachedJson;
+  }
+
+  /** Sort key of the lists: the session's own fields. */
+  get updatedAt(): string {
+    return this.session.updatedAt;
+  }
+  get _id(): string {
+    return this.session._id;
+  }
+
+  replace(session: ChatSession, json: string | undefined): void {
+    this.session = session;
+    this.cachedJson = json;
+  }
 }
 
-/** Sessions of one user or one project, in list order. */
-class SessionList {
-  items: ChatSession[] = [];
-
-  insert(s: ChatSession): void {
-    const i = lowerBound(this.items, s, sessionBefore);
-    if (i === 0) this.items.unshift(s); // the common case: a change makes a session the newest
-    else this.items.splice(i, 0, s);
-  }
-
-  remove(s: ChatSession): void {
-    const i = lowerBound(this.items, s, sessionBefore);
-    if (this.items[i]?._id === s._id) this.items.splice(i, 1);
-  }
-
-  /** Position of the first session after `key` in list order. */
-  after(key: SessionKey): number {
-    const i = lowerBound(this.items, key, sessionBefore);
-    return this.items[i]?._id === key._id && this.items[i]?.updatedAt === key.updatedAt ? i + 1 : i;
-  }
+export interface SnapshotItem {
+  readonly session: ChatSession;
+  readonly json: string | undefined;
+  readonly turns: readonly StoredTurn[];
 }
+
+const entryBefore = (a: SessionEntry, b: SessionEntry): boolean => sessionBefore(a.session, b.session);
+const sameEntry = (a: SessionEntry, b: SessionEntry): boolean => a === b;
 
 export class MemoryState {
-  readonly sessions = new Map<string, ChatSession>();
-  private readonly byUser = new Map<string, SessionList>();
-  private readonly byProject = new Map<string, SessionList>();
-  private readonly turns = new Map<string, Turn[]>();
+  readonly entries = new Map<string, SessionEntry>();
+  private readonly byUser = new Map<string, SortedList<SessionEntry>>();
+  private readonly byProject = new Map<string, SortedList<SessionEntry>>();
   private turnTotal = 0;
   /** While loading, indexes are left alone and built once by `finishLoad`. */
   private loading = false;
 
   get turnCount(): number {
     return this.turnTotal;
+  }
+
+  get sessionCount(): number {
+    return this.entries.size;
   }
 
   beginLoad(): void {
@@ -68,132 +88,212 @@ export class MemoryState {
   /** Builds the list indexes after a bulk load; drops turns whose session does not exist. */
   finishLoad(): { orphanTurns: number } {
     this.loading = false;
-    for (const s of this.sessions.values()) {
-      listFor(this.byUser, s.user).items.push(s);
-      listFor(this.byProject, s.project).items.push(s);
-    }
-    const sort = (a: ChatSession, b: ChatSession): number => (sessionBefore(a, b) ? -1 : 1);
-    for (const l of this.byUser.values()) l.items.sort(sort);
-    for (const l of this.byProject.values()) l.items.sort(sort);
+    const byUser = new Map<string, SessionEntry[]>();
+    const byProject = new Map<string, SessionEntry[]>();
     let orphanTurns = 0;
-    for (const [id, list] of this.turns) {
-      if (!this.sessions.has(id)) {
-        orphanTurns += list.length;
-        this.turnTotal -= list.length;
-        this.turns.delete(id);
+    for (const [id, e] of this.entries) {
+      if (e.session === ORPHAN) {
+        orphanTurns += e.turns?.length ?? 0;
+        this.turnTotal -= e.turns?.length ?? 0;
+        this.entries.delete(id);
+        continue;
       }
+      // a turn replayed before its session did not move it: apply that now
+      const lastAt = e.turns?.[e.turns.length - 1]?.createdAt;
+      if (lastAt !== undefined && lastAt > e.session.updatedAt) e.replace(chatSession({ ...e.session, updatedAt: lastAt }), undefined);
+      push(byUser, e.session.user, e);
+      push(byProject, e.session.project, e);
     }
+    const order = (a: SessionEntry, b: SessionEntry): number => (entryBefore(a, b) ? -1 : 1);
+    for (const [k, items] of byUser) this.listOf(this.byUser, k).fill(items.sort(order));
+    for (const [k, items] of byProject) this.listOf(this.byProject, k).fill(items.sort(order));
     return { orphanTurns };
   }
 
-  putSession(s: ChatSession): void {
-    const old = this.sessions.get(s._id);
-    this.sessions.set(s._id, s);
-    if (this.loading) return;
-    if (old !== undefined) {
-      this.byUser.get(old.user)?.remove(old);
-      this.byProject.get(old.project)?.remove(old);
-    }
-    listFor(this.byUser, s.user).insert(s);
-    listFor(this.byProject, s.project).insert(s);
+  get(id: string): SessionEntry | undefined {
+    const e = this.entries.get(id);
+    return e === undefined || e.session === ORPHAN ? undefined : e;
   }
 
-  /** Removes a session and its turns; returns false when there was none. */
-  deleteSession(id: string): boolean {
-    const old = this.sessions.get(id);
-    const turns = this.turns.get(id);
-    if (turns !== undefined) {
-      this.turnTotal -= turns.length;
-      this.turns.delete(id);
+  /** Puts a session's new state; `json` is its serialization when the caller has it. */
+  putSession(s: ChatSession, json?: string): SessionEntry {
+    let e = this.entries.get(s._id);
+    if (e === undefined) {
+      e = new SessionEntry(s, json);
+      this.entries.set(s._id, e);
+      if (!this.loading) this.index(e);
+      return e;
     }
-    if (old === undefined) return false;
-    this.sessions.delete(id);
-    if (!this.loading) {
-      dropFrom(this.byUser, old.user, old);
-      dropFrom(this.byProject, old.project, old);
+    if (this.loading) {
+      e.replace(s, json);
+      return e;
     }
-    return true;
+    if (e.session !== ORPHAN) this.unindex(e);
+    e.replace(s, json);
+    this.index(e);
+    return e;
   }
 
-  addTurn(t: Turn): void {
-    let list = this.turns.get(t.session);
-    if (list === undefined) {
-      list = [];
-      this.turns.set(t.session, list);
+  /** Removes a session and its turns; returns the entry that was removed. */
+  deleteSession(id: string): SessionEntry | undefined {
+    const e = this.entries.get(id);
+    if (e === undefined) return undefined;
+    this.entries.delete(id);
+    this.turnTotal -= e.turns?.length ?? 0;
+    if (!this.loading && e.session !== ORPHAN) this.unindex(e);
+    return e;
+  }
+
+  /**
+   * Adds a turn and raises its session's updatedAt to the turn's createdAt (what appending a
+   * turn does). While loading, a turn may come before its session; it waits on a placeholder.
+   */
+  addTurn(t: StoredTurn): SessionEntry {
+    let e = this.entries.get(t.session);
+    if (e === undefined) {
+      e = new SessionEntry(ORPHAN);
+      this.entries.set(t.session, e);
     }
+    const list = (e.turns ??= []);
     const last = list[list.length - 1];
     if (last === undefined || turnBefore(last, t)) list.push(t);
-    else list.splice(lowerBound(list, t, turnBefore), 0, t);
+    else {
+      let lo = 0;
+      let hi = list.length;
+      while (lo < hi) {
+        const mid = (lo + hi) >>> 1;
+        if (turnBefore(list[mid] as StoredTurn, t)) lo = mid + 1;
+        else hi = mid;
+      }
+      list.splice(lo, 0, t);
+    }
     this.turnTotal++;
+    if (e.session !== ORPHAN && t.createdAt > e.session.updatedAt) {
+      this.putSession(chatSession({ ...e.session, updatedAt: t.createdAt }));
+    }
+    return e;
   }
 
   /** Newest turn's createdAt of a session. */
   lastTurnAt(sessionId: string): string | undefined {
-    const list = this.turns.get(sessionId);
+    const list = this.entries.get(sessionId)?.turns;
     return list?.[list.length - 1]?.createdAt;
   }
 
-  turnsOf(sessionId: string): readonly Turn[] {
-    return this.turns.get(sessionId) ?? EMPTY;
-  }
-
-  listSessions(filter: SessionFilter, after: SessionKey | undefined, limit: number | undefined): Slice<ChatSession> {
+  listSessions(filter: SessionFilter, after: SessionKey | undefined, limit: number | undefined): Slice<SessionEntry> {
     const list = filter.project !== undefined ? this.byProject.get(filter.project) : filter.user !== undefined ? this.byUser.get(filter.user) : undefined;
     if (list === undefined) return { items: [], more: false };
-    const items = list.items;
     const userFilter = filter.project !== undefined ? filter.user : undefined;
     const { archived, nameContains } = filter;
     const want = limit === undefined ? Infinity : limit;
-    const out: ChatSession[] = [];
-    for (let i = after === undefined ? 0 : list.after(after); i < items.length; i++) {
-      const s = items[i] as ChatSession;
-      if (archived === 'false' ? s.archived : archived === 'true' ? !s.archived : false) continue;
-      if (userFilter !== undefined && s.user !== userFilter) continue;
-      if (nameContains !== undefined && !s.name.toLowerCase().includes(nameContains)) continue;
-      if (out.length === want) return { items: out, more: true };
-      out.push(s);
+    const out: SessionEntry[] = [];
+    let more = false;
+    let start = { chunk: 0, index: 0 };
+    if (after !== undefined) {
+      start = list.lowerBound(keyEntry(after));
+      const at = list.at(start);
+      if (at !== undefined && at._id === after._id && at.updatedAt === after.updatedAt) start = nextPosition(list, start);
     }
-    return { items: out, more: false };
+    list.forEachFrom(start, (e) => {
+      const s = e.session;
+      if (archived === 'false' ? s.archived : archived === 'true' ? !s.archived : false) return true;
+      if (userFilter !== undefined && s.user !== userFilter) return true;
+      if (nameContains !== undefined && !s.name.toLowerCase().includes(nameContains)) return true;
+      if (out.length === want) {
+        more = true;
+        return false;
+      }
+      out.push(e);
+      return true;
+    });
+    return { items: out, more };
   }
 
-  listTurns(sessionId: string, after: TurnKey | undefined, limit: number | undefined): Slice<Turn> {
-    const list = this.turns.get(sessionId);
+  listTurns(sessionId: string, after: TurnKey | undefined, limit: number | undefined): Slice<StoredTurn> {
+    const list = this.get(sessionId)?.turns;
     if (list === undefined) return { items: [], more: false };
     let start = 0;
     if (after !== undefined) {
-      start = lowerBound(list, after, turnBefore);
+      let hi = list.length;
+      while (start < hi) {
+        const mid = (start + hi) >>> 1;
+        if (turnBefore(list[mid] as StoredTurn, after)) start = mid + 1;
+        else hi = mid;
+      }
       if (list[start]?._id === after._id && list[start]?.createdAt === after.createdAt) start++;
     }
     const end = limit === undefined ? list.length : Math.min(list.length, start + limit);
-    return { items: list.slice(start, end), more: end < list.length };
+    return { items: start === 0 && end === list.length ? list.slice() : list.slice(start, end), more: end < list.length };
   }
 
-  /** Every live session and the turns of each, for compaction and export (references, no copies). */
-  snapshot(): { sessions: ChatSession[]; turns: (readonly Turn[])[] } {
-    const sessions = Array.from(this.sessions.values());
-    const turns: (readonly Turn[])[] = [];
-    for (const s of sessions) {
-      const list = this.turns.get(s._id);
-      turns.push(list === undefined ? EMPTY : list.slice());
+  /**
+   * Every live session with its turns as of now, for compaction and export: references to
+   * immutable records, so later writes do not change it. JSON is included only where cached.
+   */
+  snapshot(): SnapshotItem[] {
+    const out: SnapshotItem[] = [];
+    for (const e of this.entries.values()) {
+      if (e.session === ORPHAN) continue;
+      out.push({ session: e.session, json: e.cachedJsonOrUndefined(), turns: e.turns === undefined ? EMPTY : e.turns.slice() });
     }
-    return { sessions, turns };
+    return out;
+  }
+
+  private index(e: SessionEntry): void {
+    this.listOf(this.byUser, e.session.user).insert(e);
+    this.listOf(this.byProject, e.session.project).insert(e);
+  }
+
+  private unindex(e: SessionEntry): void {
+    dropFrom(this.byUser, e.session.user, e);
+    dropFrom(this.byProject, e.session.project, e);
+  }
+
+  private listOf(map: Map<string, SortedList<SessionEntry>>, key: string): SortedList<SessionEntry> {
+    let l = map.get(key);
+    if (l === undefined) {
+      l = new SortedList(entryBefore);
+      map.set(key, l);
+    }
+    return l;
   }
 }
 
-const EMPTY: readonly Turn[] = [];
+/** Placeholder session of turns replayed before their session (dropped if it never comes). */
+const ORPHAN: ChatSession = Object.freeze({
+  _id: '',
+  name: '',
+  provider: '',
+  selectedModel: '',
+  mode: 'Build',
+  user: '',
+  project: '',
+  createdAt: '',
+  updatedAt: '',
+  archived: false,
+});
 
-function listFor(map: Map<string, SessionList>, key: string): SessionList {
-  let l = map.get(key);
-  if (l === undefined) {
-    l = new SessionList();
-    map.set(key, l);
-  }
-  return l;
+const EMPTY: readonly StoredTurn[] = [];
+
+function push<K, V>(map: Map<K, V[]>, key: K, v: V): void {
+  const list = map.get(key);
+  if (list === undefined) map.set(key, [v]);
+  else list.push(v);
 }
 
-function dropFrom(map: Map<string, SessionList>, key: string, s: ChatSession): void {
+function dropFrom(map: Map<string, SortedList<SessionEntry>>, key: string, e: SessionEntry): void {
   const l = map.get(key);
   if (l === undefined) return;
-  l.remove(s);
-  if (l.items.length === 0) map.delete(key);
+  l.remove(e, sameEntry);
+  if (l.size === 0) map.delete(key);
+}
+
+/** A stand-in entry carrying only a sort key, to search the lists with. */
+function keyEntry(key: SessionKey): SessionEntry {
+  return new SessionEntry({ ...ORPHAN, _id: key._id, updatedAt: key.updatedAt });
+}
+
+function nextPosition(list: SortedList<SessionEntry>, p: { chunk: number; index: number }): { chunk: number; index: number } {
+  const next = { chunk: p.chunk, index: p.index + 1 };
+  return list.at(next) !== undefined ? next : { chunk: p.chunk + 1, index: 0 };
 }

@@ -3,6 +3,20 @@
 // change is durable (or has failed and changed nothing).
 import type { ChatSession, Turn } from '../domain/records.js';
 
+/** A session with its JSON text (what GET answers in `data`). */
+export interface SessionRecord {
+  readonly session: ChatSession;
+  readonly json: string;
+}
+
+/** A turn as kept: its keys, and its JSON text ready to send. */
+export interface StoredTurn {
+  readonly _id: string;
+  readonly session: string;
+  readonly createdAt: string;
+  readonly json: string;
+}
+
 export class SessionNotFound extends Error {
   override readonly name = 'SessionNotFound';
   constructor() {
@@ -70,26 +84,27 @@ export interface StoreObserver {
 }
 
 export interface Store {
-  getSession(id: string): ChatSession | undefined;
+  /** The session with this id. A record read here is current until the next write: use it synchronously. */
+  getSession(id: string): SessionRecord | undefined;
   /** Sessions matching `filter` in list order, starting after `after`, at most `limit` (all when undefined). */
-  listSessions(filter: SessionFilter, after: SessionKey | undefined, limit: number | undefined): Slice<ChatSession>;
+  listSessions(filter: SessionFilter, after: SessionKey | undefined, limit: number | undefined): Slice<SessionRecord>;
   /** Turns of a session oldest first; an unknown session has none. */
-  listTurns(sessionId: string, after: TurnKey | undefined, limit: number | undefined): Slice<Turn>;
+  listTurns(sessionId: string, after: TurnKey | undefined, limit: number | undefined): Slice<StoredTurn>;
 
-  createSession(session: ChatSession): Promise<ChatSession>;
+  createSession(session: ChatSession): Promise<SessionRecord>;
   /**
    * Replaces a session with `change(current)`. `change` runs at the store's serial point, after
    * every earlier write, so checks it makes (ownership, If-Match) cannot race. It may throw to
    * refuse; a missing session is a SessionNotFound before `change` is called.
    */
-  updateSession(id: string, change: (current: ChatSession) => ChatSession): Promise<ChatSession>;
+  updateSession(id: string, change: (current: ChatSession) => ChatSession): Promise<SessionRecord>;
   /** Deletes a session and its turns after `check(current)` passes. */
   deleteSession(id: string, check: (current: ChatSession) => void): Promise<void>;
   /**
    * Appends a turn. `build` gets the session and the `createdAt` of its newest turn and returns
    * the turn; the session's `updatedAt` is raised to the turn's `createdAt` in the same record.
    */
-  appendTurn(sessionId: string, build: (current: ChatSession, lastTurnAt: string | undefined) => Turn): Promise<Turn>;
+  appendTurn(sessionId: string, build: (current: ChatSession, lastTurnAt: string | undefined) => Turn): Promise<StoredTurn>;
 
   stats(): StoreStats;
   /** Finishes queued writes, then releases files. */
