@@ -10,7 +10,7 @@ import { closeSync, existsSync, fstatSync, fsyncSync, openSync, readSync, rename
 import { dirname, join } from 'node:path';
 import { chatSession, isChatSessionMode, TURN_ROLES, turnRecord, type ChatSession, type Turn } from './domain/records.js';
 import { isObjectId } from './domain/ids.js';
-import { frame, headerLine, putText, scanJournal, turnText } from './store/journal-format.js';
+import { headerLine, putLine, scanJournal, turnLine } from './store/journal-format.js';
 import { fsyncDir, IMPORT_SUFFIX, JOURNAL_FILE, replayRecord, writeFullySync } from './store/journal.js';
 import { acquireLock } from './store/lock.js';
 import { MemoryState, type SnapshotItem } from './store/state.js';
@@ -47,22 +47,29 @@ export interface ExportSummary {
 }
 
 /** Writes every live session and turn; `write` receives chunks of NDJSON text. */
-export async function exportData(dataDir: string, write: (chunk: string) => Promise<void>): Promise<ExportSummary> {
+export async function exportData(dataDir: string, write: (chunk: string | Buffer) => Promise<void>): Promise<ExportSummary> {
   const state = readState(dataDir);
   const items = state.snapshot().sort((a, b) => (a.session._id < b.session._id ? -1 : a.session._id > b.session._id ? 1 : 0));
   await write(
     JSON.stringify({ format: EXPORT_FORMAT, version: EXPORT_VERSION, exportedAt: new Date().toISOString(), sessions: items.length, turns: state.turnCount }) + '\n',
   );
-  let chunk = '';
+  let parts: (string | Buffer)[] = [];
+  let size = 0;
   for (const item of items) {
-    chunk += `{"session":${item.json ?? JSON.stringify(item.session)}}\n`;
-    for (const t of item.turns) chunk += `{"turn":${t.json}}\n`;
-    if (chunk.length >= 1 << 20) {
-      await write(chunk);
-      chunk = '';
+    const s = `{"session":${item.json ?? JSON.stringify(item.session)}}\n`;
+    parts.push(s);
+    size += s.length;
+    for (const t of item.turns) {
+      parts.push('{"turn":', t.json, '}\n');
+      size += t.json.length + 10;
+    }
+    if (size >= 1 << 20) {
+      await write(Buffer.concat(parts.map((p) => (typeof p === 'string' ? Buffer.from(p) : p))));
+      parts = [];
+      size = 0;
     }
   }
-  if (chunk !== '') await write(chunk);
+  if (parts.length > 0) await write(Buffer.concat(parts.map((p) => (typeof p === 'string' ? Buffer.from(p) : p))));
   return { sessions: items.length, turns: state.turnCount };
 }
 
@@ -232,7 +239,7 @@ export function importData(dataDir: string, file: string): ImportSummary {
         unchanged++;
         continue;
       }
-      state.addTurn({ _id: t._id, session: t.session, createdAt: t.createdAt, json: JSON.stringify(t) });
+      state.addTurn(t.session, { _id: t._id, createdAt: t.createdAt, json: Buffer.from(JSON.stringify(t)) });
       turns++;
     }
     if (sessions + turns > 0) writeJournal(join(dataDir, JOURNAL_FILE), state);
@@ -255,11 +262,11 @@ function writeJournal(file: string, state: MemoryState): void {
       bytes = 0;
     };
     for (const item of state.snapshot() as SnapshotItem[]) {
-      const line = frame(putText(item.json ?? JSON.stringify(item.session)));
+      const line = putLine(item.json ?? JSON.stringify(item.session));
       parts.push(line);
       bytes += line.length;
       for (const t of item.turns) {
-        const tl = frame(turnText(t.json));
+        const tl = turnLine(t.json);
         parts.push(tl);
         bytes += tl.length;
       }

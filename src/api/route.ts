@@ -5,10 +5,10 @@ import type { IncomingMessage } from 'node:http';
 import type { Principal, Scope } from '../auth/authenticate.js';
 import type { BodyField, BodySchema, QueryField, QuerySchema, Values } from '../domain/schema.js';
 
-/** A successful answer: the status and the body, already JSON. */
+/** A successful answer: the status and the body, already JSON (text, or bytes). */
 export interface Reply {
   readonly status: number;
-  readonly body: string;
+  readonly body: string | Buffer;
   readonly etag?: string;
   /** Defaults to JSON; /metrics answers in Prometheus text. */
   readonly contentType?: string;

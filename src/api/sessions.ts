@@ -7,7 +7,7 @@ import type { Principal } from '../auth/authenticate.js';
 import { newObjectId } from '../domain/ids.js';
 import { CHAT_SESSION_MODES, DEFAULT_MODE, TURN_ROLES, chatSession, nextTimestamp, type ChatSession, type ChatSessionMode, type TurnRole } from '../domain/records.js';
 import type { BodySchema, QuerySchema } from '../domain/schema.js';
-import { PreconditionFailed, SessionNotFound, type ArchivedFilter, type SessionRecord, type Slice, type Store } from '../store/store.js';
+import { PreconditionFailed, SessionNotFound, type ArchivedFilter, type SessionRecord, type Slice, type Store, type StoredTurn } from '../store/store.js';
 import type { CursorCodec } from './cursor.js';
 import { dataBody, route, type Reply, type RouteDef } from './route.js';
 
@@ -18,6 +18,8 @@ export interface SessionDeps {
 }
 
 const ID_MAX = 200;
+const DATA_HEAD = Buffer.from('{"success":true,"data":');
+const DATA_TAIL = Buffer.from('}');
 const NAME_MAX = 500;
 const MODE_HELP = `A ChatSessionMode member name: ${CHAT_SESSION_MODES.join(', ')}.`;
 
@@ -93,16 +95,35 @@ function user(ctx: { principal: Principal | undefined }): string {
   return ctx.principal.user;
 }
 
-/** Paged-list answer: `data`, plus `nextCursor` when the client asked for a page. Items are already JSON. */
-function listReply<T extends { readonly json: string }>(slice: Slice<T>, limit: number | undefined, next: (last: T) => string): Reply {
+/** `,"nextCursor":...` when the client asked for a page (gave `limit`), else nothing. */
+function cursorPart<T>(slice: Slice<T>, limit: number | undefined, next: (last: T) => string): string {
+  if (limit === undefined) return '';
+  const last = slice.items[slice.items.length - 1];
+  return `,"nextCursor":${slice.more && last !== undefined ? JSON.stringify(next(last)) : 'null'}`;
+}
+
+/** A list of sessions: their JSON joined, without serializing them again. */
+function sessionsReply(slice: Slice<SessionRecord>, limit: number | undefined, next: (last: SessionRecord) => string): Reply {
   const items = slice.items;
   let data = '[';
-  for (let i = 0; i < items.length; i++) data += i === 0 ? (items[i] as T).json : `,${(items[i] as T).json}`;
-  data += ']';
-  if (limit === undefined) return { status: 200, body: dataBody(data) };
-  const last = slice.items[slice.items.length - 1];
-  const cursor = slice.more && last !== undefined ? JSON.stringify(next(last)) : 'null';
-  return { status: 200, body: `{"success":true,"data":${data},"nextCursor":${cursor}}` };
+  for (let i = 0; i < items.length; i++) data += i === 0 ? (items[i] as SessionRecord).json : `,${(items[i] as SessionRecord).json}`;
+  return { status: 200, body: `{"success":true,"data":${data}]${cursorPart(slice, limit, next)}}` };
+}
+
+/** A list of turns: their JSON bytes copied into one buffer. */
+function turnsReply(slice: Slice<StoredTurn>, limit: number | undefined, next: (last: StoredTurn) => string): Reply {
+  const head = '{"success":true,"data":[';
+  const tail = `]${cursorPart(slice, limit, next)}}`;
+  let size = head.length + Buffer.byteLength(tail) + Math.max(0, slice.items.length - 1);
+  for (const t of slice.items) size += t.json.length;
+  const out = Buffer.allocUnsafe(size);
+  let at = out.write(head, 0, 'latin1');
+  slice.items.forEach((t, i) => {
+    if (i > 0) out[at++] = 0x2c; // ,
+    at += t.json.copy(out, at);
+  });
+  out.write(tail, at, 'utf8');
+  return { status: 200, body: out };
 }
 
 export function sessionRoutes({ store, access, cursors }: SessionDeps): RouteDef[] {
@@ -177,7 +198,7 @@ export function sessionRoutes({ store, access, cursors }: SessionDeps): RouteDef
           after = { updatedAt, _id };
         }
         const slice = store.listSessions(filter, after, limit);
-        return listReply(slice, limit, (last) => cursors.encode(listName, last.session.updatedAt, last.session._id));
+        return sessionsReply(slice, limit, (last) => cursors.encode(listName, last.session.updatedAt, last.session._id));
       },
     }),
 
@@ -309,7 +330,7 @@ export function sessionRoutes({ store, access, cursors }: SessionDeps): RouteDef
           after = { createdAt, _id };
         }
         const slice = found(store.getSession(id), user(ctx)) ? store.listTurns(id, after, limit) : { items: [], more: false };
-        return listReply(slice, limit, (last) => cursors.encode(listName, last.createdAt, last._id));
+        return turnsReply(slice, limit, (last) => cursors.encode(listName, last.createdAt, last._id));
       },
     }),
 
@@ -345,7 +366,7 @@ export function sessionRoutes({ store, access, cursors }: SessionDeps): RouteDef
             createdAt,
           };
         });
-        return { status: 201, body: dataBody(turn.json) };
+        return { status: 201, body: Buffer.concat([DATA_HEAD, turn.json, DATA_TAIL]) };
       },
     }),
 

@@ -211,7 +211,7 @@ export class Pipeline {
     this.send(x, status, JSON.stringify({ success: false, message }), undefined, more);
   }
 
-  private send(x: Exchange, status: number, body: string, contentType: string | undefined, more: string[] | undefined): void {
+  private send(x: Exchange, status: number, body: string | Buffer, contentType: string | undefined, more: string[] | undefined): void {
     const { res } = x;
     if (res.headersSent || res.destroyed) {
       this.logRequest(x, status);
@@ -227,7 +227,7 @@ export class Pipeline {
       'x-request-id',
       x.id,
       'content-length',
-      String(Buffer.byteLength(body)),
+      String(typeof body === 'string' ? Buffer.byteLength(body) : body.length),
     ];
     if (more !== undefined) for (let i = 0; i < more.length; i++) headers.push(more[i] as string);
     if (x.extra !== undefined) for (let i = 0; i < x.extra.length; i++) headers.push(x.extra[i] as string);

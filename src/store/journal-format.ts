@@ -4,7 +4,7 @@
 //   {"del":"<session id>"}   a tombstone: the session and all its turns are gone
 //   {"turn":<turn>}          a turn; it also raises its session's updatedAt to the turn's createdAt
 // Replay applies them in order, the last write of an id winning.
-import { closeSync, openSync, readSync } from 'node:fs';
+import { closeSync, fstatSync, openSync, readSync } from 'node:fs';
 import { basename } from 'node:path';
 import type { ChatSession } from '../domain/records.js';
 import { crc32 } from './crc32.js';
@@ -19,19 +19,21 @@ export interface JournalHeader {
   readonly createdAt: string;
 }
 
-/** A record as replay hands it over. Turns stay JSON text: they are only ever sent as JSON. */
+/** A record as replay hands it over. Turns stay JSON bytes: they are only ever sent as JSON. */
 export type JournalRecord =
   | { readonly kind: 'put'; readonly session: ChatSession }
   | { readonly kind: 'del'; readonly id: string }
-  | { readonly kind: 'turn'; readonly turn: StoredTurn };
+  | { readonly kind: 'turn'; readonly session: string; readonly turn: StoredTurn };
 
 const HEX = '0123456789abcdef';
 
-/** One journal line for a JSON text: checksum, space, the text, newline. */
-export function frame(json: string): Buffer {
-  const len = Buffer.byteLength(json);
+/** One journal line for a JSON text given in parts: checksum, space, the text, newline. */
+export function frame(...parts: readonly (string | Buffer)[]): Buffer {
+  let len = 0;
+  for (const p of parts) len += typeof p === 'string' ? Buffer.byteLength(p) : p.length;
   const out = Buffer.allocUnsafe(len + 10);
-  out.write(json, 9, len, 'utf8');
+  let at = 9;
+  for (const p of parts) at += typeof p === 'string' ? out.write(p, at, 'utf8') : p.copy(out, at);
   let crc = crc32(out.subarray(9, 9 + len));
   for (let i = 7; i >= 0; i--) {
     out[i] = HEX.charCodeAt(crc & 0xf);
@@ -42,10 +44,13 @@ export function frame(json: string): Buffer {
   return out;
 }
 
-/** The record texts, built around JSON the writer already has. */
-export const putText = (sessionJson: string): string => `{"put":${sessionJson}}`;
-export const turnText = (turnJson: string): string => `{"turn":${turnJson}}`;
-export const delText = (id: string): string => `{"del":${JSON.stringify(id)}}`;
+/** Lines of each record, built around JSON the writer already has. */
+export const putLine = (sessionJson: string): Buffer => frame('{"put":', sessionJson, '}');
+export const turnLine = (turnJson: string | Buffer): Buffer => frame('{"turn":', turnJson, '}');
+export const delLine = (id: string): Buffer => frame(`{"del":${JSON.stringify(id)}}`);
+/** Where a turn's JSON sits in its line: after the checksum, the space and `{"turn":`, before `}\n`. */
+export const TURN_JSON_START = 17;
+export const TURN_JSON_END_FROM_END = 2;
 
 export function headerLine(now: Date = new Date()): Buffer {
   const header: JournalHeader = { format: JOURNAL_FORMAT, version: JOURNAL_VERSION, createdAt: now.toISOString() };
@@ -87,9 +92,9 @@ function hexValue(c: number): number {
   return -1;
 }
 
-type Decoded = { ok: true; text: string } | { ok: false; reason: string };
+type Decoded = { ok: true } | { ok: false; reason: string };
 
-/** Why bytes [start, end) (newline excluded) are not an intact line, or the line's JSON text. */
+/** Whether bytes [start, end) (newline excluded) are an intact line: its checksum holds. */
 function decode(buf: Buffer, start: number, end: number): Decoded {
   if (end - start < 11 || buf[start + 8] !== 0x20) return { ok: false, reason: 'not a journal line' };
   let want = 0;
@@ -99,41 +104,80 @@ function decode(buf: Buffer, start: number, end: number): Decoded {
     want = want * 16 + v;
   }
   if (crc32(buf.subarray(start + 9, end)) !== want) return { ok: false, reason: 'checksum mismatch' };
-  return { ok: true, text: buf.toString('utf8', start + 9, end) };
+  return { ok: true };
 }
 
-const TURN_PREFIX = '{"turn":{"_id":"';
-const SESSION_KEY = '","session":"';
-const CREATED_KEY = '"createdAt":"';
+const MAX_SLAB = 1024 * 1024 * 1024;
+let slab = Buffer.alloc(0);
+let slabUsed = 0;
+/** Bytes of the journal not yet read: the most the turns still to come can need. */
+let slabWant = 0;
 
 /**
- * A turn line's keys without parsing the whole turn: the writer always puts `_id` and
- * `session` (both 24-character ids) first and `createdAt` (24 characters) last, so they sit
- * at known places. Anything else takes the slow path (a full parse).
+ * A copy of buf[start, end) carved out of a large shared buffer. Replay copies a million
+ * turns; V8 answers every 64 MB of new external memory with a full garbage collection, whose
+ * cost grows with the heap, so the buffer is reserved in big steps (up to the unread size of
+ * the journal, at most 1 GiB at a time). Pages never written are never resident.
  */
-function turnOf(text: string): StoredTurn | undefined {
-  const json = text.slice(8, -1);
-  if (text.startsWith(TURN_PREFIX) && text.startsWith(SESSION_KEY, 40)) {
-    const tail = json.length - 39; // ,"createdAt":"<24 characters>"}
-    if (text.charCodeAt(77) === 34 && json.charCodeAt(tail - 1) === 44 && json.startsWith(CREATED_KEY, tail) && json.endsWith('"}')) {
-      return { _id: text.slice(16, 40), session: text.slice(53, 77), createdAt: json.slice(tail + 13, tail + 37), json };
-    }
+function slabCopy(buf: Buffer, start: number, end: number): Buffer {
+  const n = end - start;
+  if (slabUsed + n > slab.length) {
+    slab = Buffer.allocUnsafeSlow(Math.max(n, Math.min(MAX_SLAB, slabWant)));
+    slabUsed = 0;
   }
-  const v: unknown = JSON.parse(text);
+  buf.copy(slab, slabUsed, start, end);
+  const out = slab.subarray(slabUsed, slabUsed + n);
+  slabUsed += n;
+  return out;
+}
+
+const TURN_PREFIX = Buffer.from('{"turn":{"_id":"');
+const SESSION_KEY = Buffer.from('","session":"');
+const CREATED_KEY = Buffer.from(',"createdAt":"');
+
+function bytesAt(buf: Buffer, at: number, what: Buffer): boolean {
+  return at >= 0 && buf.compare(what, 0, what.length, at, at + what.length) === 0;
+}
+
+/**
+ * A turn line's record, read from its bytes [start, end) (the JSON, checksum excluded)
+ * without parsing the turn: the writer always puts `_id` and `session` (24-character ids)
+ * first and `createdAt` (24 characters) last, so they sit at known places. The turn's JSON is
+ * copied out as bytes. Anything unexpected takes the slow path, a full parse.
+ */
+function turnAt(buf: Buffer, start: number, end: number): JournalRecord | undefined {
+  const jsonStart = start + 8;
+  const jsonEnd = end - 1;
+  const created = jsonEnd - 40; // ,"createdAt":"<24>"}
+  if (
+    bytesAt(buf, start, TURN_PREFIX) &&
+    bytesAt(buf, start + 40, SESSION_KEY) &&
+    buf[start + 77] === 0x22 &&
+    created > start + 77 &&
+    bytesAt(buf, created, CREATED_KEY) &&
+    buf[jsonEnd - 2] === 0x22 &&
+    buf[jsonEnd - 1] === 0x7d &&
+    buf[end - 1] === 0x7d
+  ) {
+    const json = slabCopy(buf, jsonStart, jsonEnd);
+    return {
+      kind: 'turn',
+      session: buf.toString('latin1', start + 53, start + 77),
+      turn: { _id: buf.toString('latin1', start + 16, start + 40), createdAt: buf.toString('latin1', created + 14, created + 38), json },
+    };
+  }
+  const v: unknown = JSON.parse(buf.toString('utf8', start, end));
   const t = (v as { turn?: Record<string, unknown> }).turn;
   if (typeof t !== 'object' || t === null || typeof t['_id'] !== 'string' || typeof t['session'] !== 'string' || typeof t['createdAt'] !== 'string') {
     return undefined;
   }
-  return { _id: t['_id'], session: t['session'], createdAt: t['createdAt'], json: JSON.stringify(t) };
+  return { kind: 'turn', session: t['session'], turn: { _id: t['_id'], createdAt: t['createdAt'], json: Buffer.from(JSON.stringify(t)) } };
 }
 
-/** The record a line's text holds, or undefined when it holds none this release knows. */
-function recordOf(text: string): JournalRecord | undefined {
-  if (text.startsWith('{"turn":')) {
-    const turn = turnOf(text);
-    return turn === undefined ? undefined : { kind: 'turn', turn };
-  }
-  const v: unknown = JSON.parse(text);
+/** The record bytes [start, end) hold (the JSON, checksum excluded), or undefined when none this release knows. */
+function recordAt(buf: Buffer, start: number, end: number): JournalRecord | undefined {
+  if (buf[start + 2] === 0x74 /* t */ && bytesAt(buf, start, TURN_PREFIX.subarray(0, 8))) return turnAt(buf, start, end);
+  const v: unknown = JSON.parse(buf.toString('utf8', start, end));
   if (typeof v !== 'object' || v === null) return undefined;
   const r = v as Record<string, unknown>;
   if (typeof r['del'] === 'string') return { kind: 'del', id: r['del'] };
@@ -190,8 +234,8 @@ export function scanJournal(file: string, onRecord: (r: JournalRecord, bytes: nu
       let value: unknown;
       let record: JournalRecord | undefined;
       try {
-        if (lineNo === 1) value = JSON.parse(d.text);
-        else record = recordOf(d.text);
+        if (lineNo === 1) value = JSON.parse(buf.toString('utf8', start + 9, end));
+        else record = recordAt(buf, start + 9, end);
       } catch {
         damage = { line: lineNo, offset, reason: 'checksum matches but the JSON does not parse' };
         return;
@@ -213,7 +257,11 @@ export function scanJournal(file: string, onRecord: (r: JournalRecord, bytes: nu
       validBytes = base + end + 1;
     };
 
+    slab = Buffer.alloc(0);
+    slabUsed = 0;
+    slabWant = Math.min(upTo, fstatSync(fd).size);
     for (;;) {
+      slabWant = Math.min(upTo, fstatSync(fd).size) - base;
       if (!eof && filled < buf.length) {
         const want = Math.min(buf.length - filled, upTo - (base + filled));
         const n = want > 0 ? readSync(fd, buf, filled, want, base + filled) : 0;

@@ -9,7 +9,7 @@ import type { ChatSession, Turn } from '../domain/records.js';
 import { chatSession } from '../domain/records.js';
 import type { Logger } from '../log.js';
 import { crashpoint, injectedFault } from './faults.js';
-import { delText, frame, headerLine, putText, scanJournal, turnText, type JournalRecord } from './journal-format.js';
+import { delLine, headerLine, putLine, scanJournal, TURN_JSON_END_FROM_END, TURN_JSON_START, turnLine, type JournalRecord } from './journal-format.js';
 import { acquireLock, type Lock } from './lock.js';
 import { MemoryState, type SnapshotItem } from './state.js';
 import {
@@ -49,8 +49,8 @@ interface PendingWrite {
 }
 
 interface Prepared {
-  /** The record's JSON text. */
-  readonly text: string;
+  /** The record's journal line. */
+  readonly line: Buffer;
   /** Applies the change to memory once the record is durable; returns the write's result. */
   apply(lineBytes: number): unknown;
 }
@@ -81,7 +81,7 @@ class BatchView {
 /** Applies one journal record to a state, the way start-up replay does. */
 export function replayRecord(state: MemoryState, r: JournalRecord): void {
   if (r.kind === 'put') state.putSession(chatSession(r.session));
-  else if (r.kind === 'turn') state.addTurn(r.turn);
+  else if (r.kind === 'turn') state.addTurn(r.session, r.turn);
   else state.deleteSession(r.id);
 }
 
@@ -201,7 +201,7 @@ export class JournalStore implements Store {
       const e = this.state.get(r.session._id);
       if (e !== undefined) e.putBytes = bytes;
     } else if (r.kind === 'turn') {
-      const e = this.state.entries.get(r.turn.session);
+      const e = this.state.entries.get(r.session);
       if (e !== undefined) e.turnBytes += bytes;
     }
   }
@@ -260,7 +260,7 @@ export class JournalStore implements Store {
   private put(session: ChatSession): Prepared {
     const json = JSON.stringify(session);
     return {
-      text: putText(json),
+      line: putLine(json),
       apply: (bytes) => {
         const e = this.state.putSession(session, json);
         this.liveBytes += bytes - e.putBytes;
@@ -277,7 +277,7 @@ export class JournalStore implements Store {
       check(current);
       view.stageSession(id, null);
       return {
-        text: delText(id),
+        line: delLine(id),
         apply: () => {
           const e = this.state.deleteSession(id);
           if (e !== undefined) this.liveBytes -= e.putBytes + e.turnBytes;
@@ -294,11 +294,12 @@ export class JournalStore implements Store {
       const turn = build(current, view.lastTurnAt(sessionId));
       view.stageTurn(turn);
       view.stageSession(sessionId, touchedBy(current, turn));
-      const stored: StoredTurn = { _id: turn._id, session: turn.session, createdAt: turn.createdAt, json: JSON.stringify(turn) };
+      const line = turnLine(JSON.stringify(turn));
+      const stored: StoredTurn = { _id: turn._id, createdAt: turn.createdAt, json: line.subarray(TURN_JSON_START, line.length - TURN_JSON_END_FROM_END) };
       return {
-        text: turnText(stored.json),
+        line,
         apply: (bytes) => {
-          const e = this.state.addTurn(stored);
+          const e = this.state.addTurn(sessionId, stored);
           e.turnBytes += bytes;
           this.liveBytes += bytes;
           return stored;
@@ -334,7 +335,7 @@ export class JournalStore implements Store {
     for (const w of writes) {
       try {
         const p = w.prepare(view);
-        const line = frame(p.text);
+        const line = p.line;
         lines.push(line);
         total += line.length;
         accepted.push({ w, p, bytes: line.length });
@@ -454,8 +455,8 @@ export class JournalStore implements Store {
           if (c.abort) throw new CompactionAborted();
         }
         const item = snap[i] as SnapshotItem;
-        out.add(frame(putText(item.json ?? JSON.stringify(item.session))));
-        for (const t of item.turns) out.add(frame(turnText(t.json)));
+        out.add(putLine(item.json ?? JSON.stringify(item.session)));
+        for (const t of item.turns) out.add(turnLine(t.json));
         if (i === snap.length >> 1) crashpoint('compact-middle');
       }
       await out.flush();

@@ -148,11 +148,11 @@ export class MemoryState {
    * Adds a turn and raises its session's updatedAt to the turn's createdAt (what appending a
    * turn does). While loading, a turn may come before its session; it waits on a placeholder.
    */
-  addTurn(t: StoredTurn): SessionEntry {
-    let e = this.entries.get(t.session);
+  addTurn(sessionId: string, t: StoredTurn): SessionEntry {
+    let e = this.entries.get(sessionId);
     if (e === undefined) {
       e = new SessionEntry(ORPHAN);
-      this.entries.set(t.session, e);
+      this.entries.set(sessionId, e);
     }
     const list = (e.turns ??= []);
     const last = list[list.length - 1];

@@ -9,12 +9,11 @@ export interface SessionRecord {
   readonly json: string;
 }
 
-/** A turn as kept: its keys, and its JSON text ready to send. */
+/** A turn as kept: its sort key, and its JSON as bytes ready to send (off the JS heap). */
 export interface StoredTurn {
   readonly _id: string;
-  readonly session: string;
   readonly createdAt: string;
-  readonly json: string;
+  readonly json: Buffer;
 }
 
 export class SessionNotFound extends Error {
