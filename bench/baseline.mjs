@@ -25,7 +25,7 @@ const BODY = JSON.stringify({
     archived: false,
   },
 });
-const ETAG = `"${Date.parse('2024-11-21T17:51:08.123Z').toString(36)}"`;
+const ETAG = '"2024-11-21T17:51:08.123Z"'; // the server's ETag is the quoted updatedAt
 const JSON_TYPE = 'application/json; charset=utf-8';
 // request ids made the way the server makes them (boot id + counter), so the bytes match
 const bootId = randomBytes(4).toString('hex');

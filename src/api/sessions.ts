@@ -75,9 +75,9 @@ const turnsQuery = { fields: { ...paging } } as const satisfies QuerySchema;
 
 const idParam = { id: { description: 'Chat session id.', blankMessage: 'Session ID is required' } } as const;
 
-/** The ETag of a session: its updatedAt, which every change moves forward. */
+/** The ETag of a session: its updatedAt, which every change moves strictly forward. */
 export function etagOf(s: ChatSession): string {
-  return `"${Date.parse(s.updatedAt).toString(36)}"`;
+  return `"${s.updatedAt}"`;
 }
 
 /** RFC 9110 If-Match with strong comparison: `*` matches any current session. */
