@@ -22,7 +22,8 @@ export interface ProviderCatalog {
 type Json = null | boolean | number | string | Json[] | { [key: string]: Json };
 
 const KEY_NAME = /^api[-_]?key$/i;
-const URL_USERINFO = /([a-z][a-z0-9+.-]*:\/\/)[^@/?#\s]+@/gi;
+// up to the LAST @ of the authority, as URL parsers split it (a password may hold an unencoded @)
+const URL_USERINFO = /([a-z][a-z0-9+.-]*:\/\/)[^/?#\s]+@/gi;
 const SECRET_PARAM = /([?&](?:[^=&#]*(?:key|token|secret|password|signature|sig)[^=&#]*)=)[^&#]*/gi;
 
 /** Removes `apiKey` (any case, `api_key`, `api-key`) at every depth and masks credentials in strings. */

@@ -139,6 +139,7 @@ describe('Identifiers and records', () => {
     assert.equal(s.createdAt, s.updatedAt, 'a new session was last updated when it was created');
     const at = Date.parse(s.createdAt);
     assert.ok(at >= t0 && at <= t1, 'the timestamp is the time of the request');
+    await clockPast(s.updatedAt); // timestamps follow the clock: within one ms a change ties
     const u = (await alice.put(`${BASE}/${s._id}`, { name: 'later' })).body.data;
     assert.match(u.updatedAt, ISO_MS);
     assert.equal(u.createdAt, s.createdAt, 'createdAt never moves');
@@ -298,6 +299,7 @@ describe("Sessions, beyond the spec's rows", () => {
 
   test('"Fields not named in the spec (providerId, user, project, _id) are ignored" (whatever their type)', async () => {
     const s = await create(alice, { projectId: 'ignore-proj' });
+    await clockPast(s.updatedAt);
     const r = await alice.put(`${BASE}/${s._id}`, {
       name: 'renamed',
       providerId: 12,
@@ -492,6 +494,7 @@ describe("Sessions, beyond the spec's rows", () => {
 
   test('"Recording turns: POST /api/v1/chat-sessions/:id/turns with {role, content, model?, metadata?} -> 201 {success:true, data:<turn>}; unknown session 404 Chat session not found. It bumps the session\'s updatedAt."', async () => {
     const s = await create();
+    await clockPast(s.updatedAt);
     const r = await alice.post(`${BASE}/${s._id}/turns`, { role: 'user', content: 'hello', model: 'm', metadata: { a: 1 } });
     assert.equal(r.status, 201);
     assert.deepEqual(Object.keys(r.body), ['success', 'data']);

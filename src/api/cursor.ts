@@ -26,8 +26,9 @@ export class CursorCodec {
   decode(list: string, cursor: string): [string, string] {
     const dot = cursor.indexOf('.');
     const payload = cursor.slice(0, dot);
-    const sig = Buffer.from(cursor.slice(dot + 1), 'base64url');
-    const want = this.sign(payload);
+    // compared as text: decoding first would let trailing characters ride along unnoticed
+    const sig = Buffer.from(cursor.slice(dot + 1), 'latin1');
+    const want = Buffer.from(this.sign(payload).toString('base64url'), 'latin1');
     if (dot <= 0 || sig.length !== want.length || !timingSafeEqual(sig, want)) throw new ValidationError('Invalid cursor');
     let parts: unknown;
     try {

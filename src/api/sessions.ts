@@ -7,7 +7,7 @@ import type { Principal } from '../auth/authenticate.js';
 import { newObjectId } from '../domain/ids.js';
 import { CHAT_SESSION_MODES, DEFAULT_MODE, TURN_ROLES, chatSession, nextTimestamp, type ChatSession, type ChatSessionMode, type TurnRole } from '../domain/records.js';
 import type { BodySchema, QuerySchema } from '../domain/schema.js';
-import { PreconditionFailed, SessionNotFound, type ArchivedFilter, type SessionRecord, type Slice, type Store, type StoredTurn } from '../store/store.js';
+import { PreconditionFailed, SessionNotFound, type ArchivedFilter, type Current, type SessionRecord, type Slice, type Store, type StoredTurn } from '../store/store.js';
 import type { CursorCodec } from './cursor.js';
 import { dataBody, route, type Reply, type RouteDef } from './route.js';
 
@@ -75,19 +75,36 @@ const turnsQuery = { fields: { ...paging } } as const satisfies QuerySchema;
 
 const idParam = { id: { description: 'Chat session id.', blankMessage: 'Session ID is required' } } as const;
 
-/** The ETag of a session: its updatedAt, which every change moves strictly forward. */
-export function etagOf(s: ChatSession): string {
-  return `"${s.updatedAt}"`;
+/** The ETag of a session: its version tag, which any change to it (a field, a turn) moves. */
+export function etagOf(version: string): string {
+  return `"${version}"`;
 }
 
 /** RFC 9110 If-Match with strong comparison: `*` matches any current session. */
-function checkIfMatch(req: IncomingMessage, s: ChatSession): void {
+function checkIfMatch(req: IncomingMessage, current: Current): void {
   const header = req.headers['if-match'];
   if (header === undefined) return;
   if (header.trim() === '*') return;
-  const tag = etagOf(s);
+  const tag = etagOf(current.version());
   for (const part of header.split(',')) if (part.trim() === tag) return;
   throw new PreconditionFailed();
+}
+
+/**
+ * The createdAt and _id of a new turn: now, never before the session's updatedAt or the
+ * newest turn; on a tie with the newest turn, the new id must sort after it (ids sort in
+ * creation order within one process, but not across a restart with the clock set back).
+ */
+function turnStamp(current: Current, nowMs: number = Date.now()): { createdAt: string; _id: string } {
+  let at = nextTimestamp(current.session.updatedAt, nowMs);
+  const last = current.lastTurn;
+  if (last !== undefined && last.createdAt > at) at = last.createdAt;
+  let _id = newObjectId(Date.parse(at));
+  if (last !== undefined && last.createdAt === at && _id <= last._id) {
+    at = new Date(Date.parse(at) + 1).toISOString();
+    _id = newObjectId(Date.parse(at));
+  }
+  return { createdAt: at, _id };
 }
 
 function user(ctx: { principal: Principal | undefined }): string {
@@ -130,11 +147,13 @@ export function sessionRoutes({ store, access, cursors }: SessionDeps): RouteDef
   /** Whether the caller may see a session: under ACCESS=owner another user's session does not exist. */
   const visible = (s: ChatSession, who: string): boolean => access === 'shared' || s.user === who;
   const found = (r: SessionRecord | undefined, who: string): r is SessionRecord => r !== undefined && visible(r.session, who);
-  const mine = (who: string, req: IncomingMessage) => (s: ChatSession): void => {
-    if (!visible(s, who)) throw new SessionNotFound();
-    checkIfMatch(req, s);
+  const mine = (who: string, req: IncomingMessage) => (current: Current): void => {
+    if (!visible(current.session, who)) throw new SessionNotFound();
+    checkIfMatch(req, current);
   };
-  const sessionReply = (r: SessionRecord, status = 200): Reply => ({ status, body: dataBody(r.json), etag: etagOf(r.session) });
+  /** A Current for a record read outside the writer (answers that change nothing). */
+  const asCurrent = (r: SessionRecord): Current => ({ session: r.session, lastTurn: undefined, version: () => r.version });
+  const sessionReply = (r: SessionRecord, status = 200): Reply => ({ status, body: dataBody(r.json), etag: etagOf(r.version) });
   const base = '/api/v1/chat-sessions';
   const notFound = { status: 404, description: 'Chat session not found' } as const;
   const modified = { status: 412, description: 'Chat session was modified (If-Match)' } as const;
@@ -158,12 +177,13 @@ export function sessionRoutes({ store, access, cursors }: SessionDeps): RouteDef
         const check = mine(who, ctx.req);
         const current = store.getSession(id);
         if (found(current, who) && current.session.archived === archived) {
-          check(current.session);
+          check(asCurrent(current));
           return sessionReply(current);
         }
         const s = await store.updateSession(id, (cur) => {
           check(cur);
-          return cur.archived === archived ? cur : chatSession({ ...cur, archived, updatedAt: nextTimestamp(cur.updatedAt) });
+          const { session } = cur;
+          return session.archived === archived ? session : chatSession({ ...session, archived, updatedAt: nextTimestamp(session.updatedAt) });
         });
         return sessionReply(s);
       },
@@ -273,18 +293,19 @@ export function sessionRoutes({ store, access, cursors }: SessionDeps): RouteDef
         if (name === undefined && provider === undefined && selectedModel === undefined && mode === undefined) {
           const current = store.getSession(id);
           if (!found(current, who)) throw new SessionNotFound();
-          check(current.session);
+          check(asCurrent(current));
           return sessionReply(current);
         }
         const s = await store.updateSession(id, (cur) => {
           check(cur);
+          const was = cur.session;
           return chatSession({
-            ...cur,
-            name: name ?? cur.name,
-            provider: provider ?? cur.provider,
-            selectedModel: selectedModel ?? cur.selectedModel,
-            mode: (mode as ChatSessionMode | undefined) ?? cur.mode,
-            updatedAt: nextTimestamp(cur.updatedAt),
+            ...was,
+            name: name ?? was.name,
+            provider: provider ?? was.provider,
+            selectedModel: selectedModel ?? was.selectedModel,
+            mode: (mode as ChatSessionMode | undefined) ?? was.mode,
+            updatedAt: nextTimestamp(was.updatedAt),
           });
         });
         return sessionReply(s);
@@ -351,13 +372,12 @@ export function sessionRoutes({ store, access, cursors }: SessionDeps): RouteDef
         const who = user(ctx);
         const check = mine(who, ctx.req);
         const { role, content, model, metadata } = ctx.body;
-        const turn = await store.appendTurn(ctx.params['id'] as string, (cur, lastTurnAt) => {
+        const turn = await store.appendTurn(ctx.params['id'] as string, (cur) => {
           check(cur);
-          const after = lastTurnAt !== undefined && lastTurnAt > cur.updatedAt ? lastTurnAt : cur.updatedAt;
-          const createdAt = nextTimestamp(after);
+          const { createdAt, _id } = turnStamp(cur);
           return {
-            _id: newObjectId(),
-            session: cur._id,
+            _id,
+            session: cur.session._id,
             user: who,
             role: role as TurnRole,
             content: content as string,

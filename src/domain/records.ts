@@ -72,14 +72,10 @@ export function turnRecord(f: Turn): Turn {
 }
 
 /**
- * The next `updatedAt` of a record: now, but always later than the previous value, so that
- * every change moves the timestamp (and so the ETag) even within one millisecond or when the
- * clock steps back.
+ * The next `updatedAt` of a record: now, or the previous value if the clock has stepped back,
+ * so a record's timestamps never go backwards and never run ahead of the clock.
  */
 export function nextTimestamp(previous: string | undefined, nowMs: number = Date.now()): string {
-  if (previous !== undefined) {
-    const prev = Date.parse(previous);
-    if (nowMs <= prev) nowMs = prev + 1;
-  }
-  return new Date(nowMs).toISOString();
+  const now = new Date(nowMs).toISOString();
+  return previous !== undefined && previous > now ? previous : now;
 }

@@ -11,12 +11,13 @@ import type { Logger } from '../log.js';
 import { crashpoint, injectedFault } from './faults.js';
 import { delLine, headerLine, putLine, scanJournal, TURN_JSON_END_FROM_END, TURN_JSON_START, turnLine, type JournalRecord } from './journal-format.js';
 import { acquireLock, type Lock } from './lock.js';
-import { MemoryState, type SnapshotItem } from './state.js';
+import { MemoryState, versionOf, type SnapshotItem } from './state.js';
 import {
   SessionNotFound,
   StorageWriteFailed,
   type SessionFilter,
   type SessionKey,
+  type Current,
   type SessionRecord,
   type Slice,
   type Store,
@@ -55,26 +56,29 @@ interface Prepared {
   apply(lineBytes: number): unknown;
 }
 
+/** A session as staged by an earlier write of the same batch (null: deleted). */
+interface Staged {
+  readonly session: ChatSession;
+  readonly lastTurn: TurnKey | undefined;
+}
+
 /** What writes in one batch see: the committed state plus the batch's earlier changes. */
 class BatchView {
-  private readonly sessions = new Map<string, ChatSession | null>();
-  private readonly lastTurns = new Map<string, string>();
+  private readonly staged = new Map<string, Staged | null>();
   constructor(private readonly state: MemoryState) {}
 
-  getSession(id: string): ChatSession | undefined {
-    const staged = this.sessions.get(id);
+  current(id: string): Current | undefined {
+    const staged = this.staged.get(id);
     if (staged === null) return undefined;
-    return staged ?? this.state.get(id)?.session;
+    if (staged !== undefined) {
+      return { session: staged.session, lastTurn: staged.lastTurn, version: () => versionOf(JSON.stringify(staged.session), staged.lastTurn) };
+    }
+    const e = this.state.get(id);
+    if (e === undefined) return undefined;
+    return { session: e.session, lastTurn: e.lastTurn, version: () => e.version };
   }
-  lastTurnAt(id: string): string | undefined {
-    return this.lastTurns.get(id) ?? this.state.lastTurnAt(id);
-  }
-  stageSession(id: string, s: ChatSession | null): void {
-    this.sessions.set(id, s);
-    if (s === null) this.lastTurns.delete(id);
-  }
-  stageTurn(t: Turn): void {
-    this.lastTurns.set(t.session, t.createdAt);
+  stage(id: string, s: Staged | null): void {
+    this.staged.set(id, s);
   }
 }
 
@@ -240,18 +244,18 @@ export class JournalStore implements Store {
 
   createSession(session: ChatSession): Promise<SessionRecord> {
     return this.submit((view) => {
-      if (view.getSession(session._id) !== undefined) throw new Error('duplicate session id');
-      view.stageSession(session._id, session);
+      if (view.current(session._id) !== undefined) throw new Error('duplicate session id');
+      view.stage(session._id, { session, lastTurn: undefined });
       return this.put(session);
     }) as Promise<SessionRecord>;
   }
 
-  updateSession(id: string, change: (current: ChatSession) => ChatSession): Promise<SessionRecord> {
+  updateSession(id: string, change: (current: Current) => ChatSession): Promise<SessionRecord> {
     return this.submit((view) => {
-      const current = view.getSession(id);
+      const current = view.current(id);
       if (current === undefined) throw new SessionNotFound();
       const next = chatSession(change(current));
-      view.stageSession(id, next);
+      view.stage(id, { session: next, lastTurn: current.lastTurn });
       return this.put(next);
     }) as Promise<SessionRecord>;
   }
@@ -265,17 +269,17 @@ export class JournalStore implements Store {
         const e = this.state.putSession(session, json);
         this.liveBytes += bytes - e.putBytes;
         e.putBytes = bytes;
-        return { session, json };
+        return { session, json, version: e.version };
       },
     };
   }
 
-  deleteSession(id: string, check: (current: ChatSession) => void): Promise<void> {
+  deleteSession(id: string, check: (current: Current) => void): Promise<void> {
     return this.submit((view) => {
-      const current = view.getSession(id);
+      const current = view.current(id);
       if (current === undefined) throw new SessionNotFound();
       check(current);
-      view.stageSession(id, null);
+      view.stage(id, null);
       return {
         line: delLine(id),
         apply: () => {
@@ -287,13 +291,12 @@ export class JournalStore implements Store {
     }) as Promise<void>;
   }
 
-  appendTurn(sessionId: string, build: (current: ChatSession, lastTurnAt: string | undefined) => Turn): Promise<StoredTurn> {
+  appendTurn(sessionId: string, build: (current: Current) => Turn): Promise<StoredTurn> {
     return this.submit((view) => {
-      const current = view.getSession(sessionId);
+      const current = view.current(sessionId);
       if (current === undefined) throw new SessionNotFound();
-      const turn = build(current, view.lastTurnAt(sessionId));
-      view.stageTurn(turn);
-      view.stageSession(sessionId, touchedBy(current, turn));
+      const turn = build(current);
+      view.stage(sessionId, { session: touchedBy(current.session, turn), lastTurn: turn });
       const line = turnLine(JSON.stringify(turn));
       const stored: StoredTurn = { _id: turn._id, createdAt: turn.createdAt, json: line.subarray(TURN_JSON_START, line.length - TURN_JSON_END_FROM_END) };
       return {

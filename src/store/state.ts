@@ -1,6 +1,7 @@
 // The in-memory image of the data: an entry per session (the session, its JSON once
 // serialized, its turns), and per-user and per-project lists kept in list order. Any store
 // that serves reads from memory keeps one; it knows nothing about files.
+import { createHash } from 'node:crypto';
 import { chatSession, type ChatSession } from '../domain/records.js';
 import { SortedList } from './sorted-list.js';
 import type { SessionFilter, SessionKey, SessionRecord, Slice, StoredTurn, TurnKey } from './store.js';
@@ -11,8 +12,19 @@ function sessionBefore(a: SessionKey, b: SessionKey): boolean {
 }
 
 /** True when a comes before b in turn lists (createdAt asc, then _id asc). */
-function turnBefore(a: TurnKey, b: TurnKey): boolean {
+export function turnBefore(a: TurnKey, b: TurnKey): boolean {
   return a.createdAt < b.createdAt || (a.createdAt === b.createdAt && a._id < b._id);
+}
+
+/**
+ * The version tag of a session: a digest of its JSON and of its newest turn. It follows the
+ * state, not the clock, so any change (a field, a new turn) gives a new tag even within one
+ * millisecond, and the same state gives the same tag after a restart or a compaction.
+ */
+export function versionOf(sessionJson: string, lastTurn: TurnKey | undefined): string {
+  const h = createHash('sha256').update(sessionJson);
+  if (lastTurn !== undefined) h.update(`\n${lastTurn.createdAt}\n${lastTurn._id}`);
+  return h.digest('base64url').slice(0, 22);
 }
 
 /**
@@ -22,6 +34,7 @@ function turnBefore(a: TurnKey, b: TurnKey): boolean {
  */
 export class SessionEntry implements SessionRecord {
   private cachedJson: string | undefined;
+  private cachedVersion: string | undefined;
   turns: StoredTurn[] | undefined;
   /** Bytes of the file records that hold this session's current state and its turns (for stores that keep a file). */
   putBytes = 0;
@@ -42,6 +55,19 @@ export class SessionEntry implements SessionRecord {
     return this.cachedJson;
   }
 
+  get version(): string {
+    return (this.cachedVersion ??= versionOf(this.json, this.lastTurn));
+  }
+
+  get lastTurn(): StoredTurn | undefined {
+    return this.turns?.[this.turns.length - 1];
+  }
+
+  /** A turn was added: the version moves. */
+  turnsChanged(): void {
+    this.cachedVersion = undefined;
+  }
+
   /** Sort key of the lists: the session's own fields. */
   get updatedAt(): string {
     return this.session.updatedAt;
@@ -53,6 +79,7 @@ export class SessionEntry implements SessionRecord {
   replace(session: ChatSession, json: string | undefined): void {
     this.session = session;
     this.cachedJson = json;
+    this.cachedVersion = undefined;
   }
 }
 
@@ -168,16 +195,16 @@ export class MemoryState {
       list.splice(lo, 0, t);
     }
     this.turnTotal++;
+    e.turnsChanged();
     if (e.session !== ORPHAN && t.createdAt > e.session.updatedAt) {
       this.putSession(chatSession({ ...e.session, updatedAt: t.createdAt }));
     }
     return e;
   }
 
-  /** Newest turn's createdAt of a session. */
-  lastTurnAt(sessionId: string): string | undefined {
-    const list = this.entries.get(sessionId)?.turns;
-    return list?.[list.length - 1]?.createdAt;
+  /** Newest turn of a session. */
+  lastTurn(sessionId: string): StoredTurn | undefined {
+    return this.entries.get(sessionId)?.lastTurn;
   }
 
   listSessions(filter: SessionFilter, after: SessionKey | undefined, limit: number | undefined): Slice<SessionEntry> {

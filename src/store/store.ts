@@ -3,10 +3,21 @@
 // change is durable (or has failed and changed nothing).
 import type { ChatSession, Turn } from '../domain/records.js';
 
-/** A session with its JSON text (what GET answers in `data`). */
+/** A session with its JSON text (what GET answers in `data`) and its version tag. */
 export interface SessionRecord {
   readonly session: ChatSession;
   readonly json: string;
+  /** Changes whenever the session's fields or its newest turn change: the ETag. */
+  readonly version: string;
+}
+
+/** A session as a write finds it at the serial point. */
+export interface Current {
+  readonly session: ChatSession;
+  /** Its newest turn, if any. */
+  readonly lastTurn: TurnKey | undefined;
+  /** Its version tag (computed on demand: only conditional writes need it). */
+  version(): string;
 }
 
 /** A turn as kept: its sort key, and its JSON as bytes ready to send (off the JS heap). */
@@ -96,14 +107,14 @@ export interface Store {
    * every earlier write, so checks it makes (ownership, If-Match) cannot race. It may throw to
    * refuse; a missing session is a SessionNotFound before `change` is called.
    */
-  updateSession(id: string, change: (current: ChatSession) => ChatSession): Promise<SessionRecord>;
+  updateSession(id: string, change: (current: Current) => ChatSession): Promise<SessionRecord>;
   /** Deletes a session and its turns after `check(current)` passes. */
-  deleteSession(id: string, check: (current: ChatSession) => void): Promise<void>;
+  deleteSession(id: string, check: (current: Current) => void): Promise<void>;
   /**
-   * Appends a turn. `build` gets the session and the `createdAt` of its newest turn and returns
-   * the turn; the session's `updatedAt` is raised to the turn's `createdAt` in the same record.
+   * Appends the turn `build(current)` returns; the session's `updatedAt` is raised to the
+   * turn's `createdAt` (if later) in the same record.
    */
-  appendTurn(sessionId: string, build: (current: ChatSession, lastTurnAt: string | undefined) => Turn): Promise<StoredTurn>;
+  appendTurn(sessionId: string, build: (current: Current) => Turn): Promise<StoredTurn>;
 
   stats(): StoreStats;
   /** Finishes queued writes, then releases files. */
