@@ -6,13 +6,13 @@
 //   {"format":"chat-session-api/export","version":1,"exportedAt":"...","sessions":N,"turns":M}
 //   {"session":{...}}
 //   {"turn":{...}}
-import { closeSync, existsSync, fstatSync, fsyncSync, openSync, readSync, renameSync, unlinkSync } from 'node:fs';
+import { closeSync, existsSync, fstatSync, fsyncSync, mkdirSync, openSync, readSync, renameSync, unlinkSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { chatSession, isChatSessionMode, TURN_ROLES, turnRecord, type ChatSession, type Turn } from './domain/records.js';
 import { isObjectId } from './domain/ids.js';
 import { headerLine, putLine, scanJournal, turnLine } from './store/journal-format.js';
-import { fsyncDir, IMPORT_SUFFIX, JOURNAL_FILE, replayRecord, writeFullySync } from './store/journal.js';
-import { acquireLock } from './store/lock.js';
+import { fsyncDir, IMPORT_SUFFIX, JOURNAL_FILE, readCommitted, replayRecord, writeFullySync } from './store/journal.js';
+import { acquireLock, lockHolder } from './store/lock.js';
 import { MemoryState, type SnapshotItem } from './store/state.js';
 
 export const EXPORT_FORMAT = 'chat-session-api/export';
@@ -23,19 +23,43 @@ export class ImportRejected extends Error {
   override readonly name = 'ImportRejected';
 }
 
-/** The data as of one instant: the journal's intact records up to its size when opened. */
-function readState(dataDir: string): MemoryState {
+/** A backup that could not be written; the message is one line for the operator. */
+export class ExportFailed extends Error {
+  override readonly name = 'ExportFailed';
+}
+
+/**
+ * Opens the journal and decides how much of it to read: all of it when no server is running;
+ * else only what the server has published as durable (COMMITTED_FILE), on the same inode (a
+ * compaction may swap the file in between: then look again).
+ */
+function openConsistent(dataDir: string, file: string): { fd: number; upTo: number } {
+  for (let attempt = 0; attempt < 200; attempt++) {
+    const fd = openSync(file, 'r');
+    const st = fstatSync(fd);
+    if (lockHolder(dataDir) === undefined) return { fd, upTo: st.size };
+    const committed = readCommitted(dataDir);
+    if (committed !== undefined && committed.ino === String(st.ino)) return { fd, upTo: Math.min(committed.size, st.size) };
+    closeSync(fd);
+    Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, 5); // the server is swapping files: a moment
+  }
+  throw new ExportFailed(`${file}: the running server did not publish a consistent journal length; try again`);
+}
+
+/** The data as of one instant: the journal's intact, durable records. */
+function readState(dataDir: string, mustExist: boolean): MemoryState {
   const file = join(dataDir, JOURNAL_FILE);
   const state = new MemoryState();
   state.beginLoad();
   if (existsSync(file)) {
-    const fd = openSync(file, 'r');
+    const { fd, upTo } = openConsistent(dataDir, file);
     try {
-      const size = fstatSync(fd).size;
-      scanJournal(file, (r) => replayRecord(state, r), { fd, upTo: size });
+      scanJournal(file, (r) => replayRecord(state, r), { fd, upTo });
     } finally {
       closeSync(fd);
     }
+  } else if (mustExist) {
+    throw new ExportFailed(`no journal at ${file} (is DATA_DIR right?)`);
   }
   state.finishLoad();
   return state;
@@ -46,12 +70,21 @@ export interface ExportSummary {
   readonly turns: number;
 }
 
-/** Writes every live session and turn; `write` receives chunks of NDJSON text. */
-export async function exportData(dataDir: string, write: (chunk: string | Buffer) => Promise<void>): Promise<ExportSummary> {
-  const state = readState(dataDir);
+/**
+ * Reads the data directory as of one instant and returns a writer of the export, so a
+ * journal that cannot be read fails before any output is opened. `write` gets NDJSON chunks.
+ */
+export function exportData(dataDir: string): (write: (chunk: Buffer) => void) => ExportSummary {
+  const state = readState(dataDir, true);
+  return (write) => writeExport(state, write);
+}
+
+function writeExport(state: MemoryState, write: (chunk: Buffer) => void): ExportSummary {
   const items = state.snapshot().sort((a, b) => (a.session._id < b.session._id ? -1 : a.session._id > b.session._id ? 1 : 0));
-  await write(
-    JSON.stringify({ format: EXPORT_FORMAT, version: EXPORT_VERSION, exportedAt: new Date().toISOString(), sessions: items.length, turns: state.turnCount }) + '\n',
+  write(
+    Buffer.from(
+      JSON.stringify({ format: EXPORT_FORMAT, version: EXPORT_VERSION, exportedAt: new Date().toISOString(), sessions: items.length, turns: state.turnCount }) + '\n',
+    ),
   );
   let parts: (string | Buffer)[] = [];
   let size = 0;
@@ -64,12 +97,12 @@ export async function exportData(dataDir: string, write: (chunk: string | Buffer
       size += t.json.length + 10;
     }
     if (size >= 1 << 20) {
-      await write(Buffer.concat(parts.map((p) => (typeof p === 'string' ? Buffer.from(p) : p))));
+      write(Buffer.concat(parts.map((p) => (typeof p === 'string' ? Buffer.from(p) : p))));
       parts = [];
       size = 0;
     }
   }
-  if (parts.length > 0) await write(Buffer.concat(parts.map((p) => (typeof p === 'string' ? Buffer.from(p) : p))));
+  if (parts.length > 0) write(Buffer.concat(parts.map((p) => (typeof p === 'string' ? Buffer.from(p) : p))));
   return { sessions: items.length, turns: state.turnCount };
 }
 
@@ -111,7 +144,12 @@ function turnProblem(v: unknown): string | undefined {
 
 /** Calls `each(text, lineNo)` for every line of a file, reading it in chunks. */
 function forEachLine(file: string, each: (text: string, lineNo: number) => void): void {
-  const fd = openSync(file, 'r');
+  let fd: number;
+  try {
+    fd = openSync(file, 'r');
+  } catch (e) {
+    throw new ImportRejected(`cannot read ${file} (${(e as NodeJS.ErrnoException).code ?? 'error'}); nothing was imported`);
+  }
   try {
     let buf = Buffer.allocUnsafe(1 << 22);
     let filled = 0;
@@ -217,9 +255,10 @@ export interface ImportSummary {
  */
 export function importData(dataDir: string, file: string): ImportSummary {
   const parsed = parseBackup(file);
+  mkdirSync(dataDir, { recursive: true });
   const lock = acquireLock(dataDir);
   try {
-    const state = readState(dataDir);
+    const state = readState(dataDir, false);
     const knownTurns = new Set<string>();
     for (const item of state.snapshot()) for (const t of item.turns) knownTurns.add(t._id);
     let sessions = 0;

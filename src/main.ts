@@ -1,16 +1,18 @@
 // The command line: serve (the default), token, export, import, --help, --version.
 // Errors a person can fix end the process with one plain line on stderr.
-import { closeSync, createWriteStream, fsyncSync, openSync, renameSync, unlinkSync } from 'node:fs';
-import { exportData, importData, ImportRejected } from './backup.js';
+import { closeSync, existsSync, fsyncSync, openSync, renameSync, statSync, unlinkSync, writeSync } from 'node:fs';
+import { dirname, resolve } from 'node:path';
+import { ExportFailed, exportData, importData, ImportRejected } from './backup.js';
 import { signToken } from './auth/jwt.js';
 import { SCOPES } from './auth/authenticate.js';
-import { loadSecrets } from './auth/secret.js';
-import { ConfigError, loadConfig, parseFlags, settingsHelp } from './config.js';
+import { loadSecrets, SECRET_FILE } from './auth/secret.js';
+import { ConfigError, loadConfig, parseFlags, settingsHelp, type Config } from './config.js';
 import { Logger } from './log.js';
 import { ProvidersFileError } from './providers.js';
 import { serve } from './server.js';
 import { JournalDamaged } from './store/journal-format.js';
-import { DataDirLocked } from './store/lock.js';
+import { COMMITTED_FILE, COMPACT_SUFFIX, fsyncDir, IMPORT_SUFFIX, JOURNAL_FILE, writeFullySync } from './store/journal.js';
+import { DataDirLocked, LOCK_FILE } from './store/lock.js';
 
 declare const __VERSION__: string;
 const VERSION = typeof __VERSION__ === 'string' ? __VERSION__ : '0.0.0-dev';
@@ -82,44 +84,68 @@ function tokenCommand(argv: string[]): void {
   process.stdout.write(signToken(claims, secrets.current) + '\n');
 }
 
-async function exportCommand(argv: string[]): Promise<void> {
+/** Writes all of `data` to `fd`, waiting out a full pipe (stdout may be non-blocking). */
+function writeAllSync(fd: number, data: Buffer): void {
+  let at = 0;
+  while (at < data.length) {
+    try {
+      at += writeSync(fd, data, at, data.length - at);
+    } catch (e) {
+      if ((e as NodeJS.ErrnoException).code !== 'EAGAIN') throw e;
+      Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, 2);
+    }
+  }
+}
+
+/** Files of the data directory an export must never be written over. */
+function protectedFiles(config: Config): Set<string> {
+  const dir = config.dataDir;
+  const names = [JOURNAL_FILE, JOURNAL_FILE + COMPACT_SUFFIX, JOURNAL_FILE + IMPORT_SUFFIX, COMMITTED_FILE, LOCK_FILE, SECRET_FILE, 'providers.json'];
+  const files = new Set(names.map((n) => resolve(dir, n)));
+  files.add(resolve(config.providersFile));
+  if (config.authSecretFile !== undefined) files.add(resolve(config.authSecretFile));
+  return files;
+}
+
+function exportCommand(argv: string[]): void {
   const out = takeOption(argv, '--out');
   const config = loadConfig(process.env, parseFlags(argv));
   if (out === undefined) {
-    const summary = await exportData(config.dataDir, (chunk) =>
-      new Promise<void>((resolve, reject) => {
-        process.stdout.write(chunk, (err) => (err ? reject(err) : resolve()));
-      }),
-    );
+    const summary = exportData(config.dataDir)((chunk) => writeAllSync(1, chunk));
     process.stderr.write(`exported ${summary.sessions} sessions and ${summary.turns} turns\n`);
     return;
   }
+  const target = resolve(out);
+  if (protectedFiles(config).has(target) || protectedFiles(config).has(`${target}.partial`)) {
+    throw new ExportFailed(`--out ${out} is a file of the data directory; write the backup somewhere else`);
+  }
+  if (existsSync(target) && statSync(target).isDirectory()) throw new ExportFailed(`--out ${out} is a directory; give a file name`);
+  const write = exportData(config.dataDir); // a journal that cannot be read fails before anything is created
   // written beside the target and renamed when complete, so a failed export never looks whole
-  const tmp = `${out}.partial`;
-  const stream = createWriteStream(tmp, { mode: 0o600 });
+  const tmp = `${target}.partial`;
+  let fd: number;
   try {
-    const summary = await exportData(config.dataDir, (chunk) =>
-      new Promise<void>((resolve, reject) => {
-        stream.write(chunk, (err) => (err ? reject(err) : resolve()));
-      }),
-    );
-    await new Promise<void>((resolve, reject) => {
-      stream.end(() => resolve());
-      stream.once('error', reject);
-    });
-    const fd = openSync(tmp, 'r');
+    fd = openSync(tmp, 'w', 0o600);
+  } catch (e) {
+    throw new ExportFailed(`cannot write ${tmp} (${(e as NodeJS.ErrnoException).code ?? 'error'})`);
+  }
+  try {
+    const summary = write((chunk) => writeFullySync(fd, chunk));
     fsyncSync(fd);
     closeSync(fd);
-    renameSync(tmp, out);
+    fd = -1;
+    renameSync(tmp, target);
+    fsyncDir(dirname(target));
     process.stderr.write(`exported ${summary.sessions} sessions and ${summary.turns} turns to ${out}\n`);
   } catch (e) {
-    stream.destroy();
+    if (fd >= 0) closeSync(fd);
     try {
       unlinkSync(tmp);
     } catch {
-      // nothing written yet
+      // already gone
     }
-    throw e;
+    if (e instanceof ExportFailed) throw e;
+    throw new ExportFailed(`cannot write ${target} (${(e as NodeJS.ErrnoException).code ?? (e as Error).message})`);
   }
 }
 
@@ -166,7 +192,7 @@ async function main(argv: string[]): Promise<void> {
   }
 }
 
-const KNOWN: readonly (new (...args: never[]) => Error)[] = [ProvidersFileError, DataDirLocked, JournalDamaged, ImportRejected];
+const KNOWN: readonly (new (...args: never[]) => Error)[] = [ProvidersFileError, DataDirLocked, JournalDamaged, ImportRejected, ExportFailed];
 
 main(process.argv.slice(2)).catch((e: unknown) => {
   if (e instanceof ConfigError) {

@@ -65,20 +65,32 @@ function label(v: string): string {
   return v.replace(/\\/g, '\\\\').replace(/"/g, '\\"').replace(/\n/g, '\\n');
 }
 
+const KNOWN_METHODS = new Set(['GET', 'HEAD', 'POST', 'PUT', 'DELETE', 'PATCH', 'OPTIONS']);
+/** The route label of requests whose path matched no route. */
+export const UNMATCHED = '(unmatched)';
+
 export class Metrics {
   private readonly routes: RouteStats[] = [];
+  private readonly byKey = new Map<string, RouteStats>();
   readonly fsync = new Histogram(FSYNC_BUCKETS);
   rateLimited = 0;
   private readonly startSeconds = Date.now() / 1000;
 
   /** The counters for one route; `route` is its pattern, never a raw path. */
   forRoute(method: string, route: string): RouteStats {
-    let r = this.routes.find((x) => x.method === method && x.route === route);
+    const key = `${method} ${route}`;
+    let r = this.byKey.get(key);
     if (r === undefined) {
       r = new RouteStats(method, route);
       this.routes.push(r);
+      this.byKey.set(key, r);
     }
     return r;
+  }
+
+  /** Counters for an answer no route handled (404, 405, preflight): the method from a fixed set, so labels stay few. */
+  forUnrouted(method: string, pattern: string | undefined): RouteStats {
+    return this.forRoute(KNOWN_METHODS.has(method) ? method : 'other', pattern ?? UNMATCHED);
   }
 
   render(g: Gauges): string {

@@ -72,6 +72,8 @@ class Exchange {
   readonly started = performance.now();
   readonly id: string;
   route: RuntimeRoute | undefined;
+  /** The pattern of a known path answered without a route (405, preflight). */
+  pattern: string | undefined;
   user: string | undefined;
   extra: string[] | undefined;
 
@@ -110,6 +112,7 @@ export class Pipeline {
     const m = this.o.router.match(method, path);
     if (m.kind === 'none') throw new HttpError(404, 'Not found');
     if (m.kind === 'method') {
+      x.pattern = m.pattern;
       if (method === 'OPTIONS' && cors !== undefined) {
         x.extra = cors.preflight(origin, m.allow);
         this.send(x, 204, '', undefined, ['allow', m.allow.join(', ')]);
@@ -257,11 +260,13 @@ export class Pipeline {
    */
   private logRequest(x: Exchange, status: number): void {
     const seconds = (performance.now() - x.started) / 1000;
-    x.route?.stats?.observe(status, seconds);
+    if (x.route !== undefined) x.route.stats?.observe(status, seconds);
+    else this.o.metrics?.forUnrouted(x.req.method ?? '', x.pattern).observe(status, seconds);
     const log = this.o.log;
     if (!log.enabled('info')) return;
+    const route = x.route?.routeJson ?? (x.pattern !== undefined ? JSON.stringify(x.pattern) : 'null');
     log.raw(
-      `{"time":"${isoNow()}","level":"info","msg":"request","reqId":"${x.id}","method":"${x.req.method ?? ''}","route":${x.route?.routeJson ?? 'null'},` +
+      `{"time":"${isoNow()}","level":"info","msg":"request","reqId":"${x.id}","method":"${x.req.method ?? ''}","route":${route},` +
         `"status":${status},"ms":${Math.round(seconds * 1e5) / 100},"user":${x.user === undefined ? 'null' : JSON.stringify(x.user)}}\n`,
     );
   }

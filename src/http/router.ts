@@ -16,7 +16,7 @@ function node<T>(): Node<T> {
 
 export type RouteMatch<T> =
   | { readonly kind: 'found'; readonly value: T; readonly params: readonly string[] }
-  | { readonly kind: 'method'; readonly allow: readonly string[] }
+  | { readonly kind: 'method'; readonly allow: readonly string[]; readonly pattern: string }
   | { readonly kind: 'none' };
 
 const NONE = { kind: 'none' } as const;
@@ -58,7 +58,7 @@ export class Router<T> {
     if (end === undefined) return NONE;
     const value = end.methods.get(method) ?? (method === 'HEAD' ? end.methods.get('GET') : undefined);
     if (value !== undefined) return { kind: 'found', value, params };
-    return { kind: 'method', allow: allowOf(end) };
+    return { kind: 'method', allow: allowOf(end), pattern: end.pattern ?? path };
   }
 
   private walk(n: Node<T>, segs: readonly string[], i: number, params: string[]): Node<T> | undefined {

@@ -3,7 +3,7 @@
 // writer; writes that arrive while an fsync is under way share the next one (group commit).
 // When dead records outweigh live ones, the journal is rewritten beside the old one and
 // swapped in by rename.
-import { closeSync, existsSync, fdatasync, fstatSync, fsyncSync, ftruncate, ftruncateSync, mkdirSync, openSync, renameSync, unlinkSync, write, writeSync } from 'node:fs';
+import { closeSync, existsSync, fdatasync, fstatSync, fsyncSync, ftruncate, ftruncateSync, mkdirSync, openSync, readFileSync, renameSync, unlinkSync, write, writeSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import type { ChatSession, Turn } from '../domain/records.js';
 import { chatSession } from '../domain/records.js';
@@ -28,6 +28,25 @@ import {
 } from './store.js';
 
 export const JOURNAL_FILE = 'sessions.journal';
+/**
+ * Where a running server says how much of the journal is durable: `<inode> <bytes>`. Readers
+ * that run beside it (export) stop there, so they never see a batch that is written but not
+ * yet fsync'd, which a failed fsync would still take back. A hint for readers only: recovery
+ * never needs it, so it is not fsync'd.
+ */
+export const COMMITTED_FILE = 'sessions.journal.committed';
+const COMMITTED_WIDTH = 48;
+
+/** The committed journal length a running server last published, if any. */
+export function readCommitted(dir: string): { ino: string; size: number } | undefined {
+  try {
+    const [ino, size] = readFileSync(join(dir, COMMITTED_FILE), 'latin1').trim().split(' ');
+    if (ino === undefined || size === undefined || !/^\d+$/.test(ino) || !/^\d+$/.test(size)) return undefined;
+    return { ino, size: Number(size) };
+  } catch {
+    return undefined;
+  }
+}
 export const COMPACT_SUFFIX = '.compact';
 /** Temp file of `import`, which rewrites the journal the same way. */
 export const IMPORT_SUFFIX = '.import';
@@ -119,6 +138,9 @@ export class JournalStore implements Store {
   private compactionDone: Promise<void> = Promise.resolve();
   private idleWaiters: (() => void)[] = [];
   private lock: Lock | undefined;
+  private committedFd = -1;
+  /** Inode of the journal, for COMMITTED_FILE (it changes only when compaction swaps the file). */
+  private ino = '';
 
   private constructor(private readonly opts: JournalStoreOptions) {
     this.file = join(opts.dir, JOURNAL_FILE);
@@ -182,6 +204,9 @@ export class JournalStore implements Store {
       this.size = scan.validBytes;
     }
     this.fd = openSync(this.file, 'a');
+    this.ino = String(fstatSync(this.fd).ino);
+    this.committedFd = openSync(join(this.opts.dir, COMMITTED_FILE), 'w', 0o600);
+    this.publishCommitted();
     const ms = Number(process.hrtime.bigint() - started) / 1e6;
     log.info('journal replayed', { sessions: this.state.sessionCount, turns: this.state.turnCount, records: scan.records, bytes: this.size, ms: Math.round(ms) });
   }
@@ -208,6 +233,12 @@ export class JournalStore implements Store {
       const e = this.state.entries.get(r.session);
       if (e !== undefined) e.turnBytes += bytes;
     }
+  }
+
+  /** Tells readers beside the server how far the journal is durable (see COMMITTED_FILE). */
+  private publishCommitted(): void {
+    const text = `${this.ino} ${this.size}`.padEnd(COMMITTED_WIDTH - 1) + '\n';
+    writeSync(this.committedFd, text, 0, 'latin1');
   }
 
   private recountLive(): void {
@@ -357,6 +388,7 @@ export class JournalStore implements Store {
         for (const a of accepted) a.w.reject(new StorageWriteFailed(err));
       } else {
         this.size += data.length;
+        this.publishCommitted();
         this.compaction?.tail.push(data);
         for (const a of accepted) a.w.resolve(a.p.apply(a.bytes));
         this.maybeCompact();
@@ -480,7 +512,10 @@ export class JournalStore implements Store {
         const newFd = openSync(this.file, 'a');
         closeSync(this.fd);
         this.fd = newFd;
-        this.size = fstatSync(newFd).size;
+        const st = fstatSync(newFd);
+        this.size = st.size;
+        this.ino = String(st.ino);
+        this.publishCommitted();
         crashpoint('compact-done');
       } finally {
         this.paused = false;
@@ -520,6 +555,11 @@ export class JournalStore implements Store {
     await this.whenIdle();
     if (this.fd >= 0) closeSync(this.fd);
     this.fd = -1;
+    if (this.committedFd >= 0) {
+      closeSync(this.committedFd);
+      unlinkSync(join(this.opts.dir, COMMITTED_FILE));
+    }
+    this.committedFd = -1;
     this.lock?.release();
   }
 }

@@ -54,6 +54,13 @@ function readLock(path: string): LockInfo | undefined {
   return undefined;
 }
 
+/** The live process holding the data directory's lock, if any (a stale lock has none). */
+export function lockHolder(dir: string): { pid: number; startedAt: string } | undefined {
+  const info = readLock(join(dir, LOCK_FILE));
+  if (info === undefined || info.host !== hostname()) return info;
+  return isAlive(info) ? info : undefined;
+}
+
 export interface Lock {
   release(): void;
   /** Set when a stale lock was taken over. */
@@ -81,7 +88,7 @@ export function acquireLock(dir: string): Lock {
         throw new DataDirLocked(`data directory ${dir} is in use by process ${holder.pid} on host ${holder.host} (since ${holder.startedAt}); if that is wrong, remove ${path}`);
       }
       if (holder !== undefined && isAlive(holder)) {
-        throw new DataDirLocked(`data directory ${dir} is in use by process ${holder.pid} (since ${holder.startedAt}); stop it first, or give this one another DATA_DIR`);
+        throw new DataDirLocked(`data directory ${dir} is in use by process ${holder.pid} (since ${holder.startedAt}); stop that process first`);
       }
       tookOver = holder ?? { pid: 0, host: me.host, startedAt: 'unknown' };
       try {
