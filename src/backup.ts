@@ -117,7 +117,11 @@ function sessionProblem(v: unknown): string | undefined {
   if (!isObject(v)) return 'session is not an object';
   if (typeof v['_id'] !== 'string' || !isObjectId(v['_id'])) return 'session _id must be 24 lowercase hex characters';
   for (const f of ['name', 'provider', 'selectedModel', 'user', 'project'] as const) {
-    if (typeof v[f] !== 'string') return `session ${f} must be a string`;
+    const value = v[f];
+    if (typeof value !== 'string') return `session ${f} must be a string`;
+    // the limits the API holds new records to (the same count: UTF-16 units bound code points from above)
+    const max = f === 'name' ? 500 : 200;
+    if (value.length > max && [...value].length > max) return `session ${f} must be at most ${max} characters`;
   }
   if (typeof v['mode'] !== 'string' || !isChatSessionMode(v['mode'])) return 'session mode is not a ChatSessionMode member';
   for (const f of ['createdAt', 'updatedAt'] as const) {
@@ -134,6 +138,7 @@ function turnProblem(v: unknown): string | undefined {
   if (typeof v['session'] !== 'string') return 'turn session must be a string';
   if (typeof v['user'] !== 'string') return 'turn user must be a string';
   if (typeof v['role'] !== 'string' || !(TURN_ROLES as readonly string[]).includes(v['role'])) return `turn role must be one of: ${TURN_ROLES.join(', ')}`;
+  if (v['session'] !== undefined && typeof v['session'] === 'string' && !isObjectId(v['session'])) return 'turn session must be a session _id';
   if (typeof v['content'] !== 'string') return 'turn content must be a string';
   if (v['model'] !== undefined && typeof v['model'] !== 'string') return 'turn model must be a string';
   if (v['metadata'] !== undefined && !isObject(v['metadata'])) return 'turn metadata must be an object';

@@ -559,7 +559,7 @@ describe('Restore: import', () => {
     refused('badmode', join_(ls), new RegExp(`line ${n}: session mode`));
   });
 
-  test('import refuses other malformed records, naming the line (bad _id, missing field, bad role, bad timestamp, not a record)', () => {
+  test('import refuses other malformed records, naming the line (bad _id, missing field, bad role, bad timestamp, over the API\'s length limits, not a record)', () => {
     const sLine = lineNo((l) => l.startsWith('{"session":'));
     const tLine = firstTurnLine();
     const edit = (n, f) => {
@@ -575,6 +575,8 @@ describe('Restore: import', () => {
     refused('badtime', edit(sLine, (v) => (v.session.updatedAt = 'yesterday')), new RegExp(`line ${sLine}: session updatedAt`));
     refused('badrole', edit(tLine, (v) => (v.turn.role = 'robot')), new RegExp(`line ${tLine}: turn role`));
     refused('badcontent', edit(tLine, (v) => (v.turn.content = 42)), new RegExp(`line ${tLine}: turn content`));
+    refused('longname', edit(sLine, (v) => (v.session.name = 'n'.repeat(501))), new RegExp(`line ${sLine}: session name must be at most 500 characters`));
+    refused('longuser', edit(sLine, (v) => (v.session.user = 'u'.repeat(201))), new RegExp(`line ${sLine}: session user must be at most 200 characters`));
     refused('array', join_([...lines.slice(0, 2), '[1,2]', ...lines.slice(2)]), /line 3: a record must be an object/);
     refused('unknown', join_([...lines.slice(0, 2), '{"user":{}}', ...lines.slice(2)]), /line 3: a record must be \{"session"/);
   });
