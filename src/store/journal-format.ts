@@ -125,7 +125,7 @@ function slabCopy(buf: Buffer, start: number, end: number): Buffer {
     slab = Buffer.allocUnsafeSlow(Math.max(n, Math.min(MAX_SLAB, slabWant)));
     slabUsed = 0;
   }
-  buf.copy(slab, slabUsed, start, end);
+  slab.set(buf.subarray(start, end), slabUsed);
   const out = slab.subarray(slabUsed, slabUsed + n);
   slabUsed += n;
   return out;

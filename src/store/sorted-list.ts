@@ -58,8 +58,14 @@ export class SortedList<T> {
 
   insert(item: T): void {
     this.count++;
-    if (this.chunks.length === 0) {
+    const first = this.chunks[0];
+    if (first === undefined) {
       this.chunks.push([item]);
+      return;
+    }
+    // the common case in session lists: a new or changed session goes first
+    if (first.length < CHUNK && this.before(item, first[0] as T)) {
+      first.unshift(item);
       return;
     }
     let { chunk, index } = this.lowerBound(item);

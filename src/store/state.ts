@@ -1,7 +1,7 @@
 // The in-memory image of the data: an entry per session (the session, its JSON once
 // serialized, its turns), and per-user and per-project lists kept in list order. Any store
 // that serves reads from memory keeps one; it knows nothing about files.
-import { createHash } from 'node:crypto';
+import * as crypto from 'node:crypto';
 import { chatSession, type ChatSession } from '../domain/records.js';
 import { SortedList } from './sorted-list.js';
 import type { SessionFilter, SessionKey, SessionRecord, Slice, StoredTurn, TurnKey } from './store.js';
@@ -22,10 +22,15 @@ export function turnBefore(a: TurnKey, b: TurnKey): boolean {
  * millisecond, and the same state gives the same tag after a restart or a compaction.
  */
 export function versionOf(sessionJson: string, lastTurn: TurnKey | undefined): string {
-  const h = createHash('sha256').update(sessionJson);
-  if (lastTurn !== undefined) h.update(`\n${lastTurn.createdAt}\n${lastTurn._id}`);
-  return h.digest('base64url').slice(0, 22);
+  const text = lastTurn === undefined ? sessionJson : `${sessionJson}\n${lastTurn.createdAt}\n${lastTurn._id}`;
+  return digest(text).slice(0, 22);
 }
+
+type OneShotHash = (algorithm: string, data: string, encoding: 'base64url') => string;
+const oneShot = (crypto as { hash?: OneShotHash }).hash;
+/** SHA-256 in base64url: the one-shot crypto.hash where the runtime has it (20.12+), else a Hash object. */
+const digest: (text: string) => string =
+  oneShot !== undefined ? (text) => oneShot('sha256', text, 'base64url') : (text) => crypto.createHash('sha256').update(text).digest('base64url');
 
 /**
  * One session as held in memory. The JSON is made once per version, on first use (or given
