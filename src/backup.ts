@@ -34,16 +34,23 @@ export class ExportFailed extends Error {
  * compaction may swap the file in between: then look again).
  */
 function openConsistent(dataDir: string, file: string): { fd: number; upTo: number } {
+  let published = false;
   for (let attempt = 0; attempt < 200; attempt++) {
     const fd = openSync(file, 'r');
     const st = fstatSync(fd);
     if (lockHolder(dataDir) === undefined) return { fd, upTo: st.size };
     const committed = readCommitted(dataDir);
     if (committed !== undefined && committed.ino === String(st.ino)) return { fd, upTo: Math.min(committed.size, st.size) };
+    published ||= committed !== undefined;
     closeSync(fd);
     Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, 5); // the server is swapping files: a moment
   }
-  throw new ExportFailed(`${file}: the running server did not publish a consistent journal length; try again`);
+  const holder = lockHolder(dataDir);
+  throw new ExportFailed(
+    published
+      ? `${file}: the journal kept changing under the export; try again`
+      : `the server holding ${dataDir} (pid ${holder?.pid ?? '?'}) does not say how much of its journal is durable (an older release?); stop it, or export with its own release`,
+  );
 }
 
 /** The data as of one instant: the journal's intact, durable records. */
