@@ -229,14 +229,14 @@ export function parseBackup(file: string): Parsed {
     if ('session' in v) {
       const p = sessionProblem(v['session']);
       if (p !== undefined) return bad(lineNo, p);
-      const s = chatSession(v['session'] as unknown as ChatSession);
+      const s = chatSession(v['session'] as unknown as ChatSession); // its shape checked by sessionProblem just above
       if (ids.has(s._id)) return bad(lineNo, `session ${s._id} appears twice`);
       ids.add(s._id);
       sessions.push(s);
     } else if ('turn' in v) {
       const p = turnProblem(v['turn']);
       if (p !== undefined) return bad(lineNo, p);
-      const t = turnRecord(v['turn'] as unknown as Turn);
+      const t = turnRecord(v['turn'] as unknown as Turn); // its shape checked by turnProblem just above
       if (turnIds.has(t._id)) return bad(lineNo, `turn ${t._id} appears twice`);
       if (!ids.has(t.session)) return bad(lineNo, `turn ${t._id} comes before (or without) its session ${t.session}`);
       turnIds.add(t._id);

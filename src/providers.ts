@@ -174,7 +174,7 @@ export function jsonErrorOffset(text: string): number {
     if (m === null) fail();
     else i += m[0].length;
   };
-  const value = (depth: number): void => {
+  const value = (): void => {
     ws();
     const c = text[i];
     if (c === '{') {
@@ -191,7 +191,7 @@ export function jsonErrorOffset(text: string): number {
         ws();
         if (text[i] !== ':') fail();
         i++;
-        value(depth + 1);
+        value();
         ws();
         if (text[i] === ',') i++;
         else if (text[i] === '}') {
@@ -207,7 +207,7 @@ export function jsonErrorOffset(text: string): number {
         return;
       }
       for (;;) {
-        value(depth + 1);
+        value();
         ws();
         if (text[i] === ',') i++;
         else if (text[i] === ']') {
@@ -223,7 +223,7 @@ export function jsonErrorOffset(text: string): number {
     else fail();
   };
   try {
-    value(0);
+    value();
     ws();
     return i < text.length ? i : text.length;
   } catch (at) {
