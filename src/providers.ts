@@ -174,48 +174,39 @@ export function jsonErrorOffset(text: string): number {
     if (m === null) fail();
     else i += m[0].length;
   };
+  /** The items of an object or array up to `close`, each read by `item`, comma-separated. */
+  const items = (close: string, item: () => void): void => {
+    i++;
+    ws();
+    if (text[i] === close) {
+      i++;
+      return;
+    }
+    for (;;) {
+      item();
+      ws();
+      if (text[i] === ',') i++;
+      else if (text[i] === close) {
+        i++;
+        return;
+      } else fail();
+    }
+  };
+  const member = (): void => {
+    ws();
+    if (text[i] !== '"') fail();
+    string();
+    ws();
+    if (text[i] !== ':') fail();
+    i++;
+    value();
+  };
   const value = (): void => {
     ws();
     const c = text[i];
-    if (c === '{') {
-      i++;
-      ws();
-      if (text[i] === '}') {
-        i++;
-        return;
-      }
-      for (;;) {
-        ws();
-        if (text[i] !== '"') fail();
-        string();
-        ws();
-        if (text[i] !== ':') fail();
-        i++;
-        value();
-        ws();
-        if (text[i] === ',') i++;
-        else if (text[i] === '}') {
-          i++;
-          return;
-        } else fail();
-      }
-    } else if (c === '[') {
-      i++;
-      ws();
-      if (text[i] === ']') {
-        i++;
-        return;
-      }
-      for (;;) {
-        value();
-        ws();
-        if (text[i] === ',') i++;
-        else if (text[i] === ']') {
-          i++;
-          return;
-        } else fail();
-      }
-    } else if (c === '"') string();
+    if (c === '{') items('}', member);
+    else if (c === '[') items(']', value);
+    else if (c === '"') string();
     else if (c === 't') literal('true');
     else if (c === 'f') literal('false');
     else if (c === 'n') literal('null');
