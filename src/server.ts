@@ -29,7 +29,7 @@ export async function serve(config: Config, log: Logger, version: string): Promi
     log,
     fsync: config.fsync,
     compactMinBytes: config.compactMinBytes,
-    ...(metrics !== undefined ? { observer: { fsync: (s: number) => metrics.fsync.observe(s), compaction: () => undefined } } : {}),
+    ...(metrics !== undefined ? { observer: { fsync: (s: number) => metrics.fsync.observe(s) } } : {}),
   });
 
   const app = createApp({ config, version, log, secrets, store, catalog: () => catalog, metrics });

@@ -457,7 +457,6 @@ export class JournalStore implements Store {
     this.compactionDone = this.compact(c).then(
       () => {
         this.compactions++;
-        this.opts.observer?.compaction();
       },
       (err: unknown) => {
         if (err instanceof CompactionAborted) this.opts.log.info(err.message);

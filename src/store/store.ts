@@ -89,8 +89,8 @@ export interface StoreStats {
 
 /** Hooks the store calls so metrics can watch it without the store knowing about metrics. */
 export interface StoreObserver {
+  /** Every journal fsync (one per group commit), with its duration. */
   fsync(seconds: number): void;
-  compaction(): void;
 }
 
 export interface Store {
