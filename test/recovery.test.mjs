@@ -214,6 +214,43 @@ describe('Compaction', () => {
     }
   });
 
+  test('a failed directory fsync after the compaction rename: no write is acknowledged until it succeeds, and none acknowledged is lost (regression)', async () => {
+    // dirsync:1 fails the compaction's own directory fsync, dirsync:2 the retry made by the next batch
+    const s = await startServer({ env: { COMPACT_MIN_SIZE: '4kb', CHAT_SESSION_API_FAULTS: 'dirsync:1,dirsync:2' } });
+    const u = s.as('alice');
+    const acked = new Map();
+    const statuses = [];
+    try {
+      const ids = [];
+      for (let i = 0; i < 4; i++) {
+        const r = await u.post('/api/v1/chat-sessions', newSession({ name: `s${i}` }));
+        ids.push(r.body.data._id);
+        acked.set(r.body.data._id, `s${i}`);
+      }
+      for (let i = 0; i < 300; i++) {
+        const id = ids[i % ids.length];
+        const name = `n${i}`;
+        const r = await u.put(`/api/v1/chat-sessions/${id}`, { name });
+        statuses.push(r.status);
+        if (r.status === 200) acked.set(id, name);
+        else assert.deepEqual(r.body, { success: false, message: 'Storage write failed' });
+      }
+      assert.ok(s.logs().some((l) => /fsync of the data directory failed after compaction/.test(l.msg)), 'the failure happened');
+      assert.equal(statuses.filter((x) => x === 500).length, 1, 'exactly the batch that found the retry failing was refused');
+      assert.ok(statuses.at(-1) === 200, 'writes go on once the directory fsync succeeds');
+    } finally {
+      await s.kill();
+    }
+    const again = await startServer({ dataDir: s.dataDir });
+    try {
+      const state = await dump(again);
+      for (const [id, name] of acked) assert.equal(state[id]?.name, name, `acknowledged ${id}`);
+    } finally {
+      await again.stop();
+      removeDir(s.dataDir);
+    }
+  });
+
   for (const step of ['compact-start', 'compact-middle', 'compact-written', 'compact-before-rename', 'compact-after-rename', 'compact-done']) {
     test(`a kill during compaction (at ${step}) loses nothing; a leftover temp file is handled at start`, async () => {
       const dir = tempDir();

@@ -4,9 +4,10 @@
 //
 //   CHAT_SESSION_API_FAULTS="write:3"             3rd journal write writes half its bytes, then EIO
 //   CHAT_SESSION_API_FAULTS="fsync:2:ENOSPC"      2nd journal fsync fails with ENOSPC
+//   CHAT_SESSION_API_FAULTS="dirsync:1"           1st directory fsync after a compaction's rename fails
 //   CHAT_SESSION_API_FAULTS="crash:compact-before-rename"   SIGKILL on reaching that step
 
-type FaultKind = 'write' | 'fsync';
+type FaultKind = 'write' | 'fsync' | 'dirsync';
 
 interface Plan {
   readonly failAt: Map<FaultKind, Map<number, string>>;
@@ -18,7 +19,7 @@ function parse(spec: string | undefined): Plan | undefined {
   const plan: Plan = { failAt: new Map(), crashAt: new Map() };
   for (const item of spec.split(',')) {
     const [kind, arg, extra] = item.trim().split(':');
-    if (kind === 'write' || kind === 'fsync') {
+    if (kind === 'write' || kind === 'fsync' || kind === 'dirsync') {
       const at = plan.failAt.get(kind) ?? new Map<number, string>();
       at.set(Number(arg), extra ?? 'EIO');
       plan.failAt.set(kind, at);

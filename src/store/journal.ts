@@ -133,6 +133,10 @@ export class JournalStore implements Store {
   private paused = false;
   /** Set after a failed write could not be rolled back; writes fail until a rollback succeeds. */
   private broken = false;
+  /** Set after compaction's rename until the directory fsync succeeds; writes fail until then. */
+  private dirSyncPending = false;
+  /** After a failed compaction, no new one before the journal reaches this size. */
+  private compactRetryAt = 0;
   private closed = false;
   private compaction: Compaction | undefined;
   private compactionDone: Promise<void> = Promise.resolve();
@@ -412,6 +416,10 @@ export class JournalStore implements Store {
         });
       });
     };
+    if (this.dirSyncPending && !this.syncDir()) {
+      done(new Error('the data directory could not be fsync\'d after the journal was compacted'));
+      return;
+    }
     if (this.broken) {
       // an earlier failure left bytes we could not remove: remove them before anything else
       ftruncate(this.fd, this.size, (e) => {
@@ -441,6 +449,21 @@ export class JournalStore implements Store {
     writeFrom(0);
   }
 
+  /** fsyncs the data directory if a compaction's rename awaits it; false when that fails. */
+  private syncDir(): boolean {
+    if (!this.dirSyncPending) return true;
+    const fault = injectedFault('dirsync');
+    try {
+      if (fault !== undefined) throw fault;
+      fsyncDir(this.opts.dir);
+      this.dirSyncPending = false;
+      return true;
+    } catch (err) {
+      this.opts.log.error('fsync of the data directory failed after compaction; writes are refused until it succeeds', { err });
+      return false;
+    }
+  }
+
   /** Resolves when no batch is being written and the writer is paused or has nothing queued. */
   private whenIdle(): Promise<void> {
     if (!this.writing) return Promise.resolve();
@@ -451,7 +474,7 @@ export class JournalStore implements Store {
 
   private maybeCompact(): void {
     if (this.compaction !== undefined || this.closed) return;
-    if (this.size < this.opts.compactMinBytes || this.size - this.liveBytes <= this.liveBytes) return;
+    if (this.size < this.opts.compactMinBytes || this.size < this.compactRetryAt || this.size - this.liveBytes <= this.liveBytes) return;
     const c: Compaction = { tail: [], abort: false };
     this.compaction = c;
     this.compactionDone = this.compact(c).then(
@@ -460,7 +483,11 @@ export class JournalStore implements Store {
       },
       (err: unknown) => {
         if (err instanceof CompactionAborted) this.opts.log.info(err.message);
-        else this.opts.log.error('journal compaction failed; the old journal stays in use', { err });
+        else {
+          // not again until the journal has grown by half or COMPACT_MIN_SIZE: each try costs a full snapshot
+          this.compactRetryAt = this.size + Math.max(this.opts.compactMinBytes, this.size >> 1);
+          this.opts.log.error('journal compaction failed; the old journal stays in use', { err, retryAtBytes: this.compactRetryAt });
+        }
       },
     ).finally(() => {
       this.compaction = undefined;
@@ -503,17 +530,27 @@ export class JournalStore implements Store {
         await out.flush();
         await fsyncAsync(fd);
         closeSync(fd);
+        // the append descriptor is opened before the rename (it follows the file), so nothing
+        // that can fail stands between the rename and writing to the new journal
+        const newFd = openSync(tmp, 'a');
+        const st = fstatSync(newFd);
         crashpoint('compact-before-rename');
-        renameSync(tmp, this.file);
+        try {
+          renameSync(tmp, this.file);
+        } catch (e) {
+          closeSync(newFd);
+          throw e;
+        }
         renamed = true;
-        crashpoint('compact-after-rename');
-        fsyncDir(this.opts.dir);
-        const newFd = openSync(this.file, 'a');
         closeSync(this.fd);
         this.fd = newFd;
-        const st = fstatSync(newFd);
         this.size = st.size;
         this.ino = String(st.ino);
+        crashpoint('compact-after-rename');
+        // until the directory is fsync'd, a crash may bring back the old journal, which lacks
+        // whatever is appended to the new one: no write is acknowledged before that succeeds
+        this.dirSyncPending = true;
+        this.syncDir();
         this.publishCommitted();
         crashpoint('compact-done');
       } finally {
@@ -537,10 +574,6 @@ export class JournalStore implements Store {
         } catch {
           // never created or already gone
         }
-      } else {
-        // renamed but the directory fsync or reopen failed: the new file is the journal now,
-        // but whether the rename is durable is unknown, so no further write may be acknowledged
-        this.broken = true;
       }
       throw e;
     }
