@@ -178,6 +178,31 @@ describe('Damage that is not a torn tail', () => {
     assert.ok(r.untouched);
   });
 
+  test('a one-line file that is not a journal stops the start and is not wiped (regression)', async () => {
+    const r = await damagedRefusal(() => Buffer.from(`${JSON.stringify({ big: 'x'.repeat(30_000) })}\n`));
+    assert.equal(r.code, 1);
+    assert.match(r.stderr, /sessions\.journal: damaged record at line 1 \(byte offset 0\)/);
+    assert.ok(r.untouched);
+    const noNewline = await damagedRefusal(() => Buffer.from('some other file without a newline'));
+    assert.equal(noNewline.code, 1);
+    assert.ok(noNewline.untouched);
+  });
+
+  test('a journal whose header write was interrupted (a prefix of it, or zeros) starts afresh', async () => {
+    for (const bytes of [Buffer.from('1a2b3c4d {"format":"chat-ses'), Buffer.from('1a2b'), Buffer.alloc(40)]) {
+      const dir = tempDir();
+      writeFileSync(join(dir, JOURNAL), bytes);
+      const s = await startServer({ dataDir: dir });
+      try {
+        assert.ok(s.logs().some((l) => /no intact header; starting it afresh/.test(l.msg)), String(bytes));
+        assert.equal((await s.as('alice').post('/api/v1/chat-sessions', newSession())).status, 201);
+      } finally {
+        await s.stop();
+        removeDir(dir);
+      }
+    }
+  });
+
   test('two damaged lines at the end are more than one interrupted write: the start stops', async () => {
     const r = await damagedRefusal((buf) => Buffer.concat([buf, Buffer.from('garbage one\ngarbage two\n')]));
     assert.equal(r.code, 1);

@@ -195,6 +195,22 @@ function isHeader(v: unknown): v is JournalHeader {
 const CHUNK = 8 * 1024 * 1024;
 
 /**
+ * Whether a journal of `size` bytes with no intact header is what an interrupted creation
+ * leaves: a prefix of a header line (or zeros a crash left in its place), and nothing more.
+ */
+function unfinishedHeader(fd: number, size: number): boolean {
+  const full = headerLine().length + 1;
+  if (size > full) return false;
+  const bytes = Buffer.alloc(size);
+  readSync(fd, bytes, 0, size, 0);
+  if (bytes.every((b) => b === 0)) return true;
+  const text = bytes.toString('latin1');
+  const json = `{"format":"${JOURNAL_FORMAT}"`;
+  const rest = text.slice(9);
+  return /^[0-9a-f]{0,8}$/.test(text.slice(0, 8)) && (text.length <= 8 || text[8] === ' ') && (json.startsWith(rest) || rest.startsWith(json));
+}
+
+/**
  * Reads a journal from the start, calling `onRecord` for every intact record in order.
  * Damage confined to the final line (a fragment without its newline, or one last line that
  * fails its checksum: what an interrupted append leaves) is reported in `tornBytes` and not
@@ -294,6 +310,10 @@ export function scanJournal(file: string, onRecord: (r: JournalRecord, bytes: nu
     const end = base + filled;
     if (damage !== undefined && linesAfterDamage > 0) {
       throw new JournalDamaged(file, damage.line, damage.offset, damage.reason, linesAfterDamage, validAfterDamage);
+    }
+    if (header === undefined && end > 0 && !unfinishedHeader(fd, end)) {
+      // not even a header, and not what an interrupted creation leaves: some other file
+      throw new JournalDamaged(file, 1, 0, damage?.reason ?? 'not a chat-session-api journal', 0, 0);
     }
     return { validBytes, tornBytes: end - validBytes, records, header };
   } finally {
