@@ -8,12 +8,13 @@
 //   {"turn":{...}}
 import { closeSync, existsSync, fstatSync, fsyncSync, mkdirSync, openSync, readSync, renameSync, unlinkSync } from 'node:fs';
 import { dirname, join } from 'node:path';
-import { chatSession, isChatSessionMode, TURN_ROLES, turnRecord, type ChatSession, type Turn } from './domain/records.js';
-import { isObjectId } from './domain/ids.js';
+import { sessionProblem, turnProblem } from './domain/inputs.js';
+import { chatSession, turnRecord, type ChatSession, type Turn } from './domain/records.js';
 import { headerLine, putLine, scanJournal, turnLine } from './store/journal-format.js';
 import { fsyncDir, IMPORT_SUFFIX, JOURNAL_FILE, readCommitted, replayRecord, writeFullySync } from './store/journal.js';
 import { acquireLock, lockHolder } from './store/lock.js';
-import { MemoryState, type SnapshotItem } from './store/state.js';
+import { MemoryState } from './store/state.js';
+import type { StoredTurn } from './store/store.js';
 
 export const EXPORT_FORMAT = 'chat-session-api/export';
 export const EXPORT_VERSION = 1;
@@ -113,45 +114,8 @@ function writeExport(state: MemoryState, write: (chunk: Buffer) => void): Export
   return { sessions: items.length, turns: state.turnCount };
 }
 
-const ISO = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z$/;
-
 function isObject(v: unknown): v is Record<string, unknown> {
   return typeof v === 'object' && v !== null && !Array.isArray(v);
-}
-
-/** What is wrong with a session record, or undefined. */
-function sessionProblem(v: unknown): string | undefined {
-  if (!isObject(v)) return 'session is not an object';
-  if (typeof v['_id'] !== 'string' || !isObjectId(v['_id'])) return 'session _id must be 24 lowercase hex characters';
-  for (const f of ['name', 'provider', 'selectedModel', 'user', 'project'] as const) {
-    const value = v[f];
-    if (typeof value !== 'string') return `session ${f} must be a string`;
-    // the limits the API holds new records to (the same count: UTF-16 units bound code points from above)
-    const max = f === 'name' ? 500 : 200;
-    if (value.length > max && [...value].length > max) return `session ${f} must be at most ${max} characters`;
-  }
-  if (typeof v['mode'] !== 'string' || !isChatSessionMode(v['mode'])) return 'session mode is not a ChatSessionMode member';
-  for (const f of ['createdAt', 'updatedAt'] as const) {
-    const t = v[f];
-    if (typeof t !== 'string' || !ISO.test(t) || Number.isNaN(Date.parse(t))) return `session ${f} must be an ISO 8601 UTC timestamp`;
-  }
-  if (typeof v['archived'] !== 'boolean') return 'session archived must be true or false';
-  return undefined;
-}
-
-function turnProblem(v: unknown): string | undefined {
-  if (!isObject(v)) return 'turn is not an object';
-  if (typeof v['_id'] !== 'string' || !isObjectId(v['_id'])) return 'turn _id must be 24 lowercase hex characters';
-  if (typeof v['session'] !== 'string') return 'turn session must be a string';
-  if (typeof v['user'] !== 'string') return 'turn user must be a string';
-  if (typeof v['role'] !== 'string' || !(TURN_ROLES as readonly string[]).includes(v['role'])) return `turn role must be one of: ${TURN_ROLES.join(', ')}`;
-  if (v['session'] !== undefined && typeof v['session'] === 'string' && !isObjectId(v['session'])) return 'turn session must be a session _id';
-  if (typeof v['content'] !== 'string') return 'turn content must be a string';
-  if (v['model'] !== undefined && typeof v['model'] !== 'string') return 'turn model must be a string';
-  if (v['metadata'] !== undefined && !isObject(v['metadata'])) return 'turn metadata must be an object';
-  const t = v['createdAt'];
-  if (typeof t !== 'string' || !ISO.test(t) || Number.isNaN(Date.parse(t))) return 'turn createdAt must be an ISO 8601 UTC timestamp';
-  return undefined;
 }
 
 /** Calls `each(text, lineNo)` for every line of a file, reading it in chunks. */
@@ -227,7 +191,7 @@ export function parseBackup(file: string): Parsed {
     }
     if (!isObject(v)) return bad(lineNo, 'a record must be an object');
     if ('session' in v) {
-      const p = sessionProblem(v['session']);
+      const p = sessionProblem(v['session'], true);
       if (p !== undefined) return bad(lineNo, p);
       const s = chatSession(v['session'] as unknown as ChatSession); // its shape checked by sessionProblem just above
       if (ids.has(s._id)) return bad(lineNo, `session ${s._id} appears twice`);
@@ -271,13 +235,18 @@ export function importData(dataDir: string, file: string): ImportSummary {
   const lock = acquireLock(dataDir);
   try {
     const state = readState(dataDir, false);
-    const knownTurns = new Set<string>();
-    for (const item of state.snapshot()) for (const t of item.turns) knownTurns.add(t._id);
+    const stored = new Map<string, { session: string; turn: StoredTurn }>();
+    for (const item of state.snapshot()) for (const t of item.turns) stored.set(t._id, { session: item.session._id, turn: t });
+    // a session's updatedAt is never before its newest turn (replay would raise it): compare like with like
+    const newestTurn = new Map<string, string>();
+    for (const t of parsed.turns) if (t.createdAt > (newestTurn.get(t.session) ?? '')) newestTurn.set(t.session, t.createdAt);
     let sessions = 0;
     let turns = 0;
     let unchanged = 0;
-    for (const s of parsed.sessions) {
-      const old = state.get(s._id);
+    for (const given of parsed.sessions) {
+      const old = state.get(given._id);
+      const last = [newestTurn.get(given._id), old?.lastTurn?.createdAt].reduce<string>((a, b) => (b !== undefined && b > a ? b : a), given.updatedAt);
+      const s = last > given.updatedAt ? chatSession({ ...given, updatedAt: last }) : given;
       if (old !== undefined && old.json === JSON.stringify(s)) {
         unchanged++;
         continue;
@@ -286,11 +255,14 @@ export function importData(dataDir: string, file: string): ImportSummary {
       sessions++;
     }
     for (const t of parsed.turns) {
-      if (knownTurns.has(t._id)) {
+      const json = Buffer.from(JSON.stringify(t));
+      const have = stored.get(t._id);
+      if (have !== undefined && have.session === t.session && have.turn.json.equals(json)) {
         unchanged++;
         continue;
       }
-      state.addTurn(t.session, { _id: t._id, createdAt: t.createdAt, json: Buffer.from(JSON.stringify(t)) });
+      if (have !== undefined) state.removeTurn(have.session, t._id); // the file's version wins
+      state.addTurn(t.session, { _id: t._id, createdAt: t.createdAt, json });
       turns++;
     }
     if (sessions + turns > 0) writeJournal(join(dataDir, JOURNAL_FILE), state);
@@ -312,7 +284,7 @@ function writeJournal(file: string, state: MemoryState): void {
       parts.length = 0;
       bytes = 0;
     };
-    for (const item of state.snapshot() as SnapshotItem[]) {
+    for (const item of state.snapshot()) {
       const line = putLine(item.json ?? JSON.stringify(item.session));
       parts.push(line);
       bytes += line.length;

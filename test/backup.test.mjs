@@ -767,3 +767,92 @@ describe('Restore: import', () => {
     }
   });
 });
+
+describe('Restore: import, the file\'s version of a record (regressions from review)', () => {
+  /** A stopped data directory with one session and one turn, and its export as records. */
+  async function oneSessionBackup(work) {
+    const s = await startServer();
+    const u = s.as('alice');
+    const session = (await u.post('/api/v1/chat-sessions', newSession({ name: 'kept' }))).body.data;
+    await u.post(`/api/v1/chat-sessions/${session._id}/turns`, { role: 'user', content: 'original' });
+    await s.stop();
+    const file = join(work, 'one.ndjson');
+    const r = runCli(['export', '--out', file], { env: { DATA_DIR: s.dataDir } });
+    assert.equal(r.code, 0, r.stderr);
+    return { dir: s.dataDir, file, session, records: readFileSync(file, 'utf8').trimEnd().split('\n').map((l) => JSON.parse(l)) };
+  }
+  const write = (file, records) => writeFileSync(file, records.map((r) => JSON.stringify(r)).join('\n') + '\n');
+
+  test('import: a stored turn with the same _id is replaced by the file\'s version (the file\'s version wins), and says so', async () => {
+    const work = tempDir();
+    const { dir, file, session, records } = await oneSessionBackup(work);
+    try {
+      records.find((r) => 'turn' in r).turn.content = 'EDITED';
+      write(file, records);
+      const r = runCli(['import', file], { env: { DATA_DIR: dir } });
+      assert.equal(r.code, 0, r.stderr);
+      assert.match(r.stdout, /imported 0 sessions and 1 turns/);
+      const again = runCli(['import', file], { env: { DATA_DIR: dir } });
+      assert.match(again.stdout, /nothing to import/);
+      const s = await startServer({ dataDir: dir });
+      try {
+        const turns = (await s.as('alice').get(`/api/v1/chat-sessions/${session._id}/turns`)).body.data;
+        assert.deepEqual(turns.map((t) => t.content), ['EDITED']);
+      } finally {
+        await s.stop();
+      }
+    } finally {
+      removeDir(dir);
+      removeDir(work);
+    }
+  });
+
+  test('re-importing a file whose session updatedAt is older than its newest turn changes nothing the second time', async () => {
+    const work = tempDir();
+    const { dir, file, records } = await oneSessionBackup(work);
+    try {
+      const sessionRec = records.find((r) => 'session' in r).session;
+      sessionRec.updatedAt = '2020-01-01T00:00:00.000Z';
+      sessionRec.createdAt = '2020-01-01T00:00:00.000Z';
+      write(file, records);
+      assert.equal(runCli(['import', file], { env: { DATA_DIR: dir } }).code, 0);
+      const journal = readFileSync(join(dir, JOURNAL));
+      const second = runCli(['import', file], { env: { DATA_DIR: dir } });
+      assert.equal(second.code, 0, second.stderr);
+      assert.match(second.stdout, /nothing to import/);
+      assert.ok(readFileSync(join(dir, JOURNAL)).equals(journal), 'the journal is byte-identical');
+    } finally {
+      removeDir(dir);
+      removeDir(work);
+    }
+  });
+
+  test('import holds turns to the API\'s rules too (blank content, long model or user, deep metadata: one clear line, nothing written)', async () => {
+    const work = tempDir();
+    const { dir, file, records } = await oneSessionBackup(work);
+    try {
+      const cases = [
+        [(t) => (t.content = '   '), /turn content is required/],
+        [(t) => (t.model = 'm'.repeat(201)), /turn model must be at most 200 characters/],
+        [(t) => (t.user = 'u'.repeat(201)), /turn user must be a non-blank string of at most 200 characters/],
+        // too deep for JSON.stringify here too: spliced into the text below
+        [(t) => (t.metadata = 'DEEP'), /turn metadata must be nested at most 32 levels deep/],
+      ];
+      const before = readFileSync(join(dir, JOURNAL));
+      for (const [edit, re] of cases) {
+        const copy = structuredClone(records);
+        edit(copy.find((r) => 'turn' in r).turn);
+        write(file, copy);
+        writeFileSync(file, readFileSync(file, 'utf8').replace('"metadata":"DEEP"', `"metadata":{"a":${'['.repeat(20_000)}${']'.repeat(20_000)}}`));
+        const r = runCli(['import', file], { env: { DATA_DIR: dir } });
+        assert.equal(r.code, 1, r.stderr);
+        oneClearLine(r.stderr);
+        assert.match(r.stderr, re);
+        assert.ok(readFileSync(join(dir, JOURNAL)).equals(before), 'nothing written');
+      }
+    } finally {
+      removeDir(dir);
+      removeDir(work);
+    }
+  });
+});

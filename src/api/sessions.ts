@@ -5,8 +5,9 @@ import type { IncomingMessage } from 'node:http';
 import type { AccessMode } from '../config.js';
 import type { Principal } from '../auth/authenticate.js';
 import { newObjectId } from '../domain/ids.js';
-import { CHAT_SESSION_MODES, DEFAULT_MODE, TURN_ROLES, chatSession, nextTimestamp, type ChatSession, type ChatSessionMode, type TurnRole } from '../domain/records.js';
-import type { BodySchema, QuerySchema } from '../domain/schema.js';
+import { createBody, NAME_MAX, turnBody, updateBody } from '../domain/inputs.js';
+import { DEFAULT_MODE, chatSession, nextTimestamp, type ChatSession, type ChatSessionMode, type TurnRole } from '../domain/records.js';
+import type { QuerySchema } from '../domain/schema.js';
 import { PreconditionFailed, SessionNotFound, type ArchivedFilter, type Current, type SessionRecord, type Slice, type Store, type StoredTurn } from '../store/store.js';
 import type { CursorCodec } from './cursor.js';
 import { dataBody, route, type Reply, type RouteDef } from './route.js';
@@ -17,45 +18,8 @@ export interface SessionDeps {
   readonly cursors: CursorCodec;
 }
 
-const ID_MAX = 200;
 const DATA_HEAD = Buffer.from('{"success":true,"data":');
 const DATA_TAIL = Buffer.from('}');
-const NAME_MAX = 500;
-const MODE_HELP = `A ChatSessionMode member name: ${CHAT_SESSION_MODES.join(', ')}.`;
-
-const createBody = {
-  name: 'CreateChatSession',
-  nullIsAbsent: true,
-  fields: {
-    projectId: { kind: 'string', required: true, maxLength: ID_MAX, description: 'Project the session belongs to.' },
-    providerId: { kind: 'string', required: true, maxLength: ID_MAX, description: 'AI provider; stored as `provider`.' },
-    selectedModel: { kind: 'string', required: true, maxLength: ID_MAX, description: 'Model of the provider.' },
-    mode: { kind: 'string', emptyIsAbsent: true, oneOf: CHAT_SESSION_MODES, description: `${MODE_HELP} Absent or empty: Build.` },
-    name: { kind: 'string', maxLength: NAME_MAX, description: 'Display name; "" when not given.' },
-  },
-} as const satisfies BodySchema;
-
-const updateBody = {
-  name: 'UpdateChatSession',
-  nullIsAbsent: false,
-  fields: {
-    name: { kind: 'string', maxLength: NAME_MAX, description: 'New display name.' },
-    provider: { kind: 'string', notBlank: true, maxLength: ID_MAX, description: 'New provider (the create field is `providerId`).' },
-    selectedModel: { kind: 'string', notBlank: true, maxLength: ID_MAX, description: 'New model.' },
-    mode: { kind: 'string', oneOf: CHAT_SESSION_MODES, description: MODE_HELP },
-  },
-} as const satisfies BodySchema;
-
-const turnBody = {
-  name: 'CreateTurn',
-  nullIsAbsent: true,
-  fields: {
-    role: { kind: 'string', required: true, oneOf: TURN_ROLES, description: 'Who spoke.' },
-    content: { kind: 'string', required: true, description: 'The text of the turn.' },
-    model: { kind: 'string', maxLength: ID_MAX, description: 'Model that produced the turn.' },
-    metadata: { kind: 'object', maxBytes: 16 * 1024, maxDepth: 32, description: 'Any JSON object.' },
-  },
-} as const satisfies BodySchema;
 
 const paging = {
   limit: { kind: 'integer', min: 1, max: 1000, description: 'Page size. When given, the answer carries `nextCursor` (null on the last page).' },

@@ -6,6 +6,7 @@
 // Replay applies them in order, the last write of an id winning.
 import { closeSync, fstatSync, openSync, readSync } from 'node:fs';
 import { basename } from 'node:path';
+import { sessionProblem } from '../domain/inputs.js';
 import type { ChatSession } from '../domain/records.js';
 import { crc32 } from './crc32.js';
 import type { StoredTurn } from './store.js';
@@ -182,9 +183,8 @@ function recordAt(buf: Buffer, start: number, end: number): JournalRecord | unde
   const r = v as Record<string, unknown>;
   if (typeof r['del'] === 'string') return { kind: 'del', id: r['del'] };
   const put = r['put'];
-  if (typeof put === 'object' && put !== null && typeof (put as Record<string, unknown>)['_id'] === 'string') {
-    return { kind: 'put', session: put as ChatSession };
-  }
+  // checksummed and written by this server, so the types are checked, not the API's limits
+  if (sessionProblem(put, false) === undefined) return { kind: 'put', session: put as ChatSession };
   return undefined;
 }
 

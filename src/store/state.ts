@@ -207,9 +207,15 @@ export class MemoryState {
     return e;
   }
 
-  /** Newest turn of a session. */
-  lastTurn(sessionId: string): StoredTurn | undefined {
-    return this.entries.get(sessionId)?.lastTurn;
+  /** Removes one turn (import replacing it with the backup's version); false when it is not there. */
+  removeTurn(sessionId: string, turnId: string): boolean {
+    const e = this.entries.get(sessionId);
+    const i = e?.turns?.findIndex((t) => t._id === turnId) ?? -1;
+    if (e === undefined || i < 0) return false;
+    e.turns?.splice(i, 1);
+    this.turnTotal--;
+    e.turnsChanged();
+    return true;
   }
 
   listSessions(filter: SessionFilter, after: SessionKey | undefined, limit: number | undefined): Slice<SessionEntry> {
