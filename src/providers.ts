@@ -21,12 +21,15 @@ export interface ProviderCatalog {
 
 type Json = null | boolean | number | string | Json[] | { [key: string]: Json };
 
+/** Fields removed outright (the spec's `apiKey`, however spelled). */
 const KEY_NAME = /^api[-_]?key$/i;
+/** Fields whose values are credentials by their name: kept, their value masked (e.g. a provider's extra headers). */
+const SECRET_NAME = /^(x-api-key|(proxy-)?authorization|((access|refresh|auth|bearer|api)[-_]?)?token|(client[-_]?)?secret|passw(or)?d|private[-_]?key)$/i;
 // up to the LAST @ of the authority, as URL parsers split it (a password may hold an unencoded @)
 const URL_USERINFO = /([a-z][a-z0-9+.-]*:\/\/)[^/?#\s]+@/gi;
 const SECRET_PARAM = /([?&](?:[^=&#]*(?:key|token|secret|password|signature|sig)[^=&#]*)=)[^&#]*/gi;
 
-/** Removes `apiKey` (any case, `api_key`, `api-key`) at every depth and masks credentials in strings. */
+/** Removes `apiKey` (any case, `api_key`, `api-key`) at every depth, masks fields named like credentials, and credentials inside strings. */
 function redact(value: Json, keys: readonly string[]): Json {
   if (typeof value === 'string') {
     let s = value;
@@ -39,7 +42,7 @@ function redact(value: Json, keys: readonly string[]): Json {
     const out: { [key: string]: Json } = {};
     for (const [k, v] of Object.entries(value)) {
       if (KEY_NAME.test(k)) continue;
-      out[k] = redact(v, keys);
+      out[k] = SECRET_NAME.test(k) && typeof v === 'string' && v !== '' ? '***' : redact(v, keys);
     }
     return out;
   }
@@ -51,7 +54,7 @@ function collectKeys(value: Json, into: string[]): void {
   if (Array.isArray(value)) for (const v of value) collectKeys(v, into);
   else if (value !== null && typeof value === 'object') {
     for (const [k, v] of Object.entries(value)) {
-      if (KEY_NAME.test(k) && typeof v === 'string' && v !== '') into.push(v);
+      if ((KEY_NAME.test(k) || SECRET_NAME.test(k)) && typeof v === 'string' && v !== '') into.push(v);
       else collectKeys(v, into);
     }
   }

@@ -34,24 +34,8 @@ export async function serve(config: Config, log: Logger, version: string): Promi
 
   const app = createApp({ config, version, log, secrets, store, catalog: () => catalog, metrics });
   const server = createServer({ keepAliveTimeout: 5_000, headersTimeout: 15_000, requestTimeout: 30_000, maxHeaderSize: 16 * 1024 }, app.pipeline.handle);
-  server.on('clientError', (err: NodeJS.ErrnoException, socket) => {
-    // HTTP the parser refuses never reaches the pipeline: answer it in the envelope too
-    if (!socket.writable || err.code === 'ECONNRESET') {
-      socket.destroy();
-      return;
-    }
-    const [status, text, message] =
-      err.code === 'HPE_HEADER_OVERFLOW'
-        ? [431, 'Request Header Fields Too Large', 'Request headers too large']
-        : err.code === 'ERR_HTTP_REQUEST_TIMEOUT'
-          ? [408, 'Request Timeout', 'Request timeout']
-          : [400, 'Bad Request', 'Bad request'];
-    const body = JSON.stringify({ success: false, message });
-    socket.end(
-      `HTTP/1.1 ${status} ${text}\r\ncontent-type: application/json; charset=utf-8\r\ncache-control: no-store\r\n` +
-        `x-content-type-options: nosniff\r\ncontent-length: ${body.length}\r\nconnection: close\r\n\r\n${body}`,
-    );
-  });
+  // HTTP the parser refuses never reaches the pipeline's handler: the pipeline answers it too
+  server.on('clientError', app.pipeline.rejectRaw);
 
   try {
     await new Promise<void>((resolve, reject) => {

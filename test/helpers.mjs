@@ -87,6 +87,7 @@ process.on('exit', () => {
  * for none), script (another copy of the server file), cwd.
  */
 export async function startServer(opts = {}) {
+  const madeDir = opts.dataDir === undefined;
   const dataDir = opts.dataDir ?? tempDir();
   mkdirSync(dataDir, { recursive: true });
   if (opts.providers === undefined) copyFileSync(EXAMPLE_PROVIDERS, join(dataDir, 'providers.json'));
@@ -118,6 +119,7 @@ export async function startServer(opts = {}) {
     await server.listening();
   } catch (e) {
     child.kill('SIGKILL'); // a server that never listened must not keep the test process alive
+    if (madeDir) removeDir(dataDir);
     throw e;
   }
   return server;

@@ -300,10 +300,25 @@ describe('Malformed requests: a 4xx envelope, and the server stays up', () => {
       await raw(`GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: ${'a'.repeat(20_000)}\r\n\r\n`),
       await raw('\x00\x01\x02\x03\r\n\r\n'),
     ];
-    for (const a of answers) assert.match(a, /^HTTP\/1\.1 4\d\d /, JSON.stringify(a.slice(0, 80)));
+    for (const a of answers) {
+      assert.match(a, /^HTTP\/1\.1 4\d\d /, JSON.stringify(a.slice(0, 80)));
+      assert.match(a, /\r\nx-request-id: [0-9a-f]{8}-[0-9a-z]+\r\n/, 'every response has an X-Request-Id, these too');
+      assert.match(a, /\r\ncache-control: no-store\r\n/);
+      assert.match(a, /"success":false/);
+    }
     assert.match(answers[4], /^HTTP\/1\.1 431 /);
-    assert.match(answers[0], /"success":false/);
+    await new Promise((r) => setTimeout(r, 50));
+    assert.ok(server.logs().some((l) => l.msg === 'request' && l.parseError === 'HPE_HEADER_OVERFLOW' && l.status === 431), 'logged like any answer');
     await stillServing();
+  });
+
+  test('an absolute-form request target (GET http://host/path) is served like its path (RFC 9112)', async () => {
+    const a = await raw(`GET http://127.0.0.1:${server.port}/healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n`);
+    assert.match(a, /^HTTP\/1\.1 200 /);
+    const b = await raw(`GET http://127.0.0.1:${server.port}/api/v1/providers?x=1 HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer ${alice.token}\r\nConnection: close\r\n\r\n`);
+    assert.match(b, /^HTTP\/1\.1 200 /);
+    const c = await raw(`GET http://127.0.0.1:${server.port} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n`);
+    assert.match(c, /^HTTP\/1\.1 404 /, 'the root path, which is no route');
   });
 
   test('a client that sends half a body and hangs up does not hurt the server', async () => {

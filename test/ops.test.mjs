@@ -546,6 +546,18 @@ describe('Rate limits: RATE_LIMIT and TRUST_PROXY', () => {
     }
   });
 
+  test('TRUST_PROXY=on only trusts an IP address as the last X-Forwarded-For entry: anything else counts against the socket address (so junk values cannot mint buckets)', async () => {
+    const s = await startServer({ env: { RATE_LIMIT: '60/m', TRUST_PROXY: 'on' } });
+    try {
+      const from = (xff) => s.request('GET', '/api/v1/chat-sessions', { headers: { 'x-forwarded-for': xff } });
+      assert.equal((await from('not-an-ip')).status, 401);
+      assert.equal((await from(`junk-${'x'.repeat(2000)}`)).status, 429, 'the same bucket: the socket address');
+      assert.equal((await from('2001:db8::1')).status, 401, 'an IPv6 literal is an address');
+    } finally {
+      await dispose(s);
+    }
+  });
+
   test('without TRUST_PROXY, X-Forwarded-For is ignored: every client of one address shares one bucket', async () => {
     const s = await startServer({ env: { RATE_LIMIT: '60/m' } });
     try {

@@ -11,8 +11,9 @@ const PROVIDERS = [
   { _id: 'aaaaaaaaaaaaaaaaaaaaaaa3', name: 'Beta', baseUrl: 'https://user:hunter2@proxy.example/v1?api_key=sk-in-url&x=1' },
   { _id: 'aaaaaaaaaaaaaaaaaaaaaaa4', name: 'Beta', apiKey: '' },
   { _id: 'aaaaaaaaaaaaaaaaaaaaaaa5', name: 'Émile', config: { api_key: 'sk-nested-secret', headers: { Authorization: 'Bearer sk-zeta-secret-1' } } },
+  { _id: 'aaaaaaaaaaaaaaaaaaaaaaa6', name: 'Zz headers', headers: { 'x-api-key': 'xak-header-secret', authorization: 'Bearer tok-in-header', 'Content-Type': 'application/json' }, client_secret: 'cs-secret-value' },
 ];
-const SECRETS = ['sk-zeta-secret-1', 'sk-alpha-secret-2', 'hunter2', 'sk-in-url', 'sk-nested-secret'];
+const SECRETS = ['sk-zeta-secret-1', 'sk-alpha-secret-2', 'hunter2', 'sk-in-url', 'sk-nested-secret', 'xak-header-secret', 'tok-in-header', 'cs-secret-value'];
 
 let server;
 let alice;
@@ -32,7 +33,7 @@ describe('Endpoints table (providers)', () => {
     assert.equal(r.body.success, true);
     assert.deepEqual(
       r.body.data.map((p) => p.name),
-      ['Beta', 'Beta', 'Zeta', 'alpha', 'Émile'],
+      ['Beta', 'Beta', 'Zeta', 'Zz headers', 'alpha', 'Émile'],
     );
     for (const p of r.body.data) assert.equal('apiKey' in p, false);
   });
@@ -85,7 +86,7 @@ describe('Providers decisions', () => {
     const beta = r.body.data.filter((p) => p.name === 'Beta').map((p) => p._id);
     assert.deepEqual(beta, ['aaaaaaaaaaaaaaaaaaaaaaa3', 'aaaaaaaaaaaaaaaaaaaaaaa4']);
     // uppercase before lowercase before non-ASCII: code-point order, not locale order
-    assert.deepEqual(r.body.data.map((p) => p.name).slice(2), ['Zeta', 'alpha', 'Émile']);
+    assert.deepEqual(r.body.data.map((p) => p.name).slice(2), ['Zeta', 'Zz headers', 'alpha', 'Émile']);
   });
 
   test('Responses add hasApiKey: true|false', async () => {
@@ -97,6 +98,7 @@ describe('Providers decisions', () => {
       aaaaaaaaaaaaaaaaaaaaaaa3: false,
       aaaaaaaaaaaaaaaaaaaaaaa4: false,
       aaaaaaaaaaaaaaaaaaaaaaa5: false,
+      aaaaaaaaaaaaaaaaaaaaaaa6: false,
     });
   });
 
@@ -108,7 +110,13 @@ describe('Providers decisions', () => {
     const beta = list.body.data.find((p) => p._id === 'aaaaaaaaaaaaaaaaaaaaaaa3');
     assert.equal(beta.baseUrl, 'https://***@proxy.example/v1?api_key=***&x=1');
     const emile = list.body.data.find((p) => p._id === 'aaaaaaaaaaaaaaaaaaaaaaa5');
-    assert.deepEqual(emile.config, { headers: { Authorization: 'Bearer ***' } });
+    assert.deepEqual(emile.config, { headers: { Authorization: '***' } });
+  });
+
+  test('fields named like credentials (x-api-key, authorization, client_secret, token, password) keep their name but not their value', async () => {
+    const r = await alice.get('/api/v1/providers/aaaaaaaaaaaaaaaaaaaaaaa6');
+    assert.deepEqual(r.body.data.headers, { 'x-api-key': '***', authorization: '***', 'Content-Type': 'application/json' });
+    assert.equal(r.body.data.client_secret, '***');
   });
 
   test('apiKey never appears in any log line', async () => {

@@ -54,7 +54,7 @@ export class Authenticator {
       throw new NoCredentials();
     }
     const token = header.slice(7).trim();
-    if (token.length === 0 || token.length > MAX_TOKEN) throw new TokenError('malformed', 'malformed token');
+    if (token.length === 0 || token.length > MAX_TOKEN) throw new TokenError('malformed token');
     const now = Date.now();
     const hit = this.cache.get(token);
     if (hit !== undefined) {

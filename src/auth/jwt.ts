@@ -3,17 +3,9 @@
 // can choose another.
 import { createHmac, timingSafeEqual } from 'node:crypto';
 
-export type TokenErrorCode = 'malformed' | 'algorithm' | 'signature' | 'expired' | 'not_yet_valid' | 'claims';
-
 /** Why a token was refused; the message is safe to send as `error_description`. */
 export class TokenError extends Error {
   override readonly name = 'TokenError';
-  constructor(
-    readonly code: TokenErrorCode,
-    message: string,
-  ) {
-    super(message);
-  }
 }
 
 export interface Claims {
@@ -49,11 +41,11 @@ export function signToken(claims: Readonly<Record<string, unknown>>, key: Buffer
 }
 
 function decodePart(part: string, what: string): unknown {
-  if (part.length === 0 || !B64URL.test(part) || part.length % 4 === 1) throw new TokenError('malformed', `malformed ${what}`);
+  if (part.length === 0 || !B64URL.test(part) || part.length % 4 === 1) throw new TokenError(`malformed ${what}`);
   try {
     return JSON.parse(Buffer.from(part, 'base64url').toString('utf8'));
   } catch {
-    throw new TokenError('malformed', `malformed ${what}`);
+    throw new TokenError(`malformed ${what}`);
   }
 }
 
@@ -63,7 +55,7 @@ function isObject(v: unknown): v is Record<string, unknown> {
 
 function optionalNumber(v: unknown, name: string): number | undefined {
   if (v === undefined) return undefined;
-  if (typeof v !== 'number' || !Number.isFinite(v)) throw new TokenError('claims', `${name} must be a number`);
+  if (typeof v !== 'number' || !Number.isFinite(v)) throw new TokenError(`${name} must be a number`);
   return v;
 }
 
@@ -71,16 +63,16 @@ function optionalNumber(v: unknown, name: string): number | undefined {
 export function verifyToken(token: string, opts: VerifyOptions): Claims {
   const first = token.indexOf('.');
   const second = first === -1 ? -1 : token.indexOf('.', first + 1);
-  if (second === -1 || token.indexOf('.', second + 1) !== -1) throw new TokenError('malformed', 'malformed token');
+  if (second === -1 || token.indexOf('.', second + 1) !== -1) throw new TokenError('malformed token');
   const header = decodePart(token.slice(0, first), 'header');
-  if (!isObject(header)) throw new TokenError('malformed', 'malformed header');
-  if (header['alg'] !== 'HS256') throw new TokenError('algorithm', 'alg must be HS256');
-  if (header['crit'] !== undefined) throw new TokenError('malformed', 'unsupported crit header');
+  if (!isObject(header)) throw new TokenError('malformed header');
+  if (header['alg'] !== 'HS256') throw new TokenError('alg must be HS256');
+  if (header['crit'] !== undefined) throw new TokenError('unsupported crit header');
 
   const sigPart = token.slice(second + 1);
-  if (sigPart.length !== 43 || !B64URL.test(sigPart)) throw new TokenError('signature', 'invalid signature');
+  if (sigPart.length !== 43 || !B64URL.test(sigPart)) throw new TokenError('invalid signature');
   const given = Buffer.from(sigPart, 'base64url');
-  if (given.toString('base64url') !== sigPart) throw new TokenError('signature', 'invalid signature'); // non-canonical encoding
+  if (given.toString('base64url') !== sigPart) throw new TokenError('invalid signature'); // non-canonical encoding
   const input = token.slice(0, second);
   let valid = false;
   for (const key of opts.keys) {
@@ -90,30 +82,30 @@ export function verifyToken(token: string, opts: VerifyOptions): Claims {
       break;
     }
   }
-  if (!valid) throw new TokenError('signature', 'invalid signature');
+  if (!valid) throw new TokenError('invalid signature');
 
   const payload = decodePart(token.slice(first + 1, second), 'payload');
-  if (!isObject(payload)) throw new TokenError('malformed', 'malformed payload');
+  if (!isObject(payload)) throw new TokenError('malformed payload');
   const sub = payload['sub'];
-  if (typeof sub !== 'string' || sub.trim() === '') throw new TokenError('claims', 'sub must be a non-empty string');
-  if (sub.length > MAX_SUB) throw new TokenError('claims', `sub must be at most ${MAX_SUB} characters`);
+  if (typeof sub !== 'string' || sub.trim() === '') throw new TokenError('sub must be a non-empty string');
+  if (sub.length > MAX_SUB) throw new TokenError(`sub must be at most ${MAX_SUB} characters`);
   const exp = optionalNumber(payload['exp'], 'exp');
   const nbf = optionalNumber(payload['nbf'], 'nbf');
   const iat = optionalNumber(payload['iat'], 'iat');
-  if (exp !== undefined && opts.nowSeconds > exp + opts.leewaySeconds) throw new TokenError('expired', 'token expired');
-  if (nbf !== undefined && opts.nowSeconds + opts.leewaySeconds < nbf) throw new TokenError('not_yet_valid', 'token not yet valid');
+  if (exp !== undefined && opts.nowSeconds > exp + opts.leewaySeconds) throw new TokenError('token expired');
+  if (nbf !== undefined && opts.nowSeconds + opts.leewaySeconds < nbf) throw new TokenError('token not yet valid');
   const iss = payload['iss'];
-  if (iss !== undefined && typeof iss !== 'string') throw new TokenError('claims', 'iss must be a string');
-  if (opts.issuer !== undefined && iss !== opts.issuer) throw new TokenError('claims', 'unexpected issuer');
+  if (iss !== undefined && typeof iss !== 'string') throw new TokenError('iss must be a string');
+  if (opts.issuer !== undefined && iss !== opts.issuer) throw new TokenError('unexpected issuer');
   const aud = payload['aud'];
   if (aud !== undefined && typeof aud !== 'string' && !(Array.isArray(aud) && aud.every((a) => typeof a === 'string'))) {
-    throw new TokenError('claims', 'aud must be a string or an array of strings');
+    throw new TokenError('aud must be a string or an array of strings');
   }
   if (opts.audience !== undefined && !(aud === opts.audience || (Array.isArray(aud) && aud.includes(opts.audience)))) {
-    throw new TokenError('claims', 'unexpected audience');
+    throw new TokenError('unexpected audience');
   }
   const scope = payload['scope'];
-  if (scope !== undefined && typeof scope !== 'string') throw new TokenError('claims', 'scope must be a string');
+  if (scope !== undefined && typeof scope !== 'string') throw new TokenError('scope must be a string');
   return {
     sub,
     ...(scope !== undefined ? { scope } : {}),

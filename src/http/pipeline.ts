@@ -3,6 +3,7 @@
 // is thrown on the way is turned into the error envelope here and nowhere else.
 import { randomBytes } from 'node:crypto';
 import type { IncomingMessage, ServerResponse } from 'node:http';
+import { isIP, type Socket } from 'node:net';
 import { hasScope, NoCredentials, TokenError, type Authenticator, type Principal } from '../auth/authenticate.js';
 import type { Reply, RouteDef } from '../api/route.js';
 import { parseQuery, validateBody, validateQuery, ValidationError } from '../domain/schema.js';
@@ -53,6 +54,14 @@ const bootId = randomBytes(4).toString('hex');
 let requestCounter = 0;
 const NO_VALUES = {};
 
+/** The path and query of an absolute-form request target (`http://host/path?q`), which RFC 9112 says servers accept. */
+function originForm(url: string): string {
+  const m = /^[A-Za-z][A-Za-z0-9+.-]*:\/\/[^/?#]*/.exec(url);
+  if (m === null) return url;
+  const rest = url.slice(m[0].length);
+  return rest === '' || rest.charCodeAt(0) === 63 /* ? */ ? `/${rest}` : rest;
+}
+
 /** What the edge needs to answer a failure; the message is the client's and leaks nothing. */
 function toHttp(e: unknown): HttpError | undefined {
   if (e instanceof HttpError) return e;
@@ -102,7 +111,8 @@ export class Pipeline {
   private route(x: Exchange): void {
     const { req } = x;
     const method = req.method ?? 'GET';
-    const url = req.url ?? '/';
+    let url = req.url ?? '/';
+    if (url.charCodeAt(0) !== 47 /* / */) url = originForm(url);
     const qmark = url.indexOf('?');
     const path = qmark === -1 ? url : url.slice(0, qmark);
     const { cors } = this.o;
@@ -189,12 +199,40 @@ export class Pipeline {
     else this.reply(x, out);
   }
 
+  /**
+   * Answers HTTP that node:http's parser refused (it never becomes a request): in the envelope,
+   * with a request id, logged and counted like any other answer.
+   */
+  readonly rejectRaw = (err: NodeJS.ErrnoException, socket: Socket): void => {
+    if (!socket.writable || err.code === 'ECONNRESET') {
+      socket.destroy();
+      return;
+    }
+    const [status, text, message] =
+      err.code === 'HPE_HEADER_OVERFLOW'
+        ? [431, 'Request Header Fields Too Large', 'Request headers too large']
+        : err.code === 'ERR_HTTP_REQUEST_TIMEOUT'
+          ? [408, 'Request Timeout', 'Request timeout']
+          : [400, 'Bad Request', 'Bad request'];
+    const id = `${bootId}-${(++requestCounter).toString(36)}`;
+    const body = JSON.stringify({ success: false, message });
+    socket.end(
+      `HTTP/1.1 ${status} ${text}\r\ncontent-type: ${JSON_TYPE}\r\ncache-control: no-store\r\nx-content-type-options: nosniff\r\n` +
+        `x-request-id: ${id}\r\ncontent-length: ${body.length}\r\nconnection: close\r\n\r\n${body}`,
+    );
+    this.o.metrics?.forUnrouted('other', undefined).observe(status, 0);
+    if (this.o.log.enabled('info')) {
+      this.o.log.raw(`{"time":"${isoNow()}","level":"info","msg":"request","reqId":"${id}","method":null,"route":null,"status":${status},"ms":0,"user":null,"parseError":${JSON.stringify(err.code ?? 'unknown')}}\n`);
+    }
+  };
+
   private addressOf(req: IncomingMessage): string {
     if (this.o.trustProxy) {
       const fwd = req.headers['x-forwarded-for'];
       if (typeof fwd === 'string' && fwd !== '') {
+        // the entry our proxy appended; anything but an IP address is not trusted as one
         const last = fwd.slice(fwd.lastIndexOf(',') + 1).trim();
-        if (last !== '') return `addr:${last}`;
+        if (isIP(last) !== 0) return `addr:${last}`;
       }
     }
     return `addr:${req.socket.remoteAddress ?? 'unknown'}`;

@@ -2,6 +2,9 @@
 // valid token. Buckets refill continuously; full ones are forgotten, so memory follows the
 // number of recently active clients.
 
+/** Buckets kept at most; past it full ones are swept, then the least recently created dropped. */
+const MAX_BUCKETS = 100_000;
+
 interface Bucket {
   tokens: number;
   atMs: number;
@@ -23,6 +26,7 @@ export class RateLimiter {
   take(key: string, nowMs: number = Date.now()): number {
     let b = this.buckets.get(key);
     if (b === undefined) {
+      if (this.buckets.size >= MAX_BUCKETS) this.makeRoom(nowMs);
       b = { tokens: this.burst, atMs: nowMs };
       this.buckets.set(key, b);
     } else {
@@ -34,6 +38,17 @@ export class RateLimiter {
       return 0;
     }
     return Math.max(1, Math.ceil((1 - b.tokens) / this.rate));
+  }
+
+  /** Under a flood of new keys: forget full buckets, and if that is not enough, the oldest tenth. */
+  private makeRoom(nowMs: number): void {
+    this.sweep(nowMs);
+    if (this.buckets.size < MAX_BUCKETS) return;
+    let drop = MAX_BUCKETS / 10;
+    for (const key of this.buckets.keys()) {
+      this.buckets.delete(key);
+      if (--drop === 0) break;
+    }
   }
 
   private sweep(nowMs: number = Date.now()): void {

@@ -109,27 +109,31 @@ function decode(buf: Buffer, start: number, end: number): Decoded {
 }
 
 const MAX_SLAB = 1024 * 1024 * 1024;
-let slab = Buffer.alloc(0);
-let slabUsed = 0;
-/** Bytes of the journal not yet read: the most the turns still to come can need. */
-let slabWant = 0;
 
 /**
- * A copy of buf[start, end) carved out of a large shared buffer. Replay copies a million
- * turns; V8 answers every 64 MB of new external memory with a full garbage collection, whose
- * cost grows with the heap, so the buffer is reserved in big steps (up to the unread size of
- * the journal, at most 1 GiB at a time). Pages never written are never resident.
+ * Where replay copies turns: large shared buffers. Replay copies a million turns; V8 answers
+ * every 64 MB of new external memory with a full garbage collection, whose cost grows with the
+ * heap, so space is reserved in big steps (up to the unread size of the journal, at most 1 GiB
+ * at a time). Pages never written are never resident.
  */
-function slabCopy(buf: Buffer, start: number, end: number): Buffer {
-  const n = end - start;
-  if (slabUsed + n > slab.length) {
-    slab = Buffer.allocUnsafeSlow(Math.max(n, Math.min(MAX_SLAB, slabWant)));
-    slabUsed = 0;
+class Slab {
+  private buf = Buffer.alloc(0);
+  private used = 0;
+  /** Bytes of the journal not yet read: the most the turns still to come can need. */
+  unread = 0;
+
+  /** A copy of src[start, end). */
+  copy(src: Buffer, start: number, end: number): Buffer {
+    const n = end - start;
+    if (this.used + n > this.buf.length) {
+      this.buf = Buffer.allocUnsafeSlow(Math.max(n, Math.min(MAX_SLAB, this.unread)));
+      this.used = 0;
+    }
+    this.buf.set(src.subarray(start, end), this.used);
+    const out = this.buf.subarray(this.used, this.used + n);
+    this.used += n;
+    return out;
   }
-  slab.set(buf.subarray(start, end), slabUsed);
-  const out = slab.subarray(slabUsed, slabUsed + n);
-  slabUsed += n;
-  return out;
 }
 
 const TURN_PREFIX = Buffer.from('{"turn":{"_id":"');
@@ -146,7 +150,7 @@ function bytesAt(buf: Buffer, at: number, what: Buffer): boolean {
  * first and `createdAt` (24 characters) last, so they sit at known places. The turn's JSON is
  * copied out as bytes. Anything unexpected takes the slow path, a full parse.
  */
-function turnAt(buf: Buffer, start: number, end: number): JournalRecord | undefined {
+function turnAt(buf: Buffer, start: number, end: number, slab: Slab): JournalRecord | undefined {
   const jsonStart = start + 8;
   const jsonEnd = end - 1;
   const created = jsonEnd - 40; // ,"createdAt":"<24>"}
@@ -160,7 +164,7 @@ function turnAt(buf: Buffer, start: number, end: number): JournalRecord | undefi
     buf[jsonEnd - 1] === 0x7d &&
     buf[end - 1] === 0x7d
   ) {
-    const json = slabCopy(buf, jsonStart, jsonEnd);
+    const json = slab.copy(buf, jsonStart, jsonEnd);
     return {
       kind: 'turn',
       session: buf.toString('latin1', start + 53, start + 77),
@@ -176,8 +180,8 @@ function turnAt(buf: Buffer, start: number, end: number): JournalRecord | undefi
 }
 
 /** The record bytes [start, end) hold (the JSON, checksum excluded), or undefined when none this release knows. */
-function recordAt(buf: Buffer, start: number, end: number): JournalRecord | undefined {
-  if (buf[start + 2] === 0x74 /* t */ && bytesAt(buf, start, TURN_PREFIX.subarray(0, 8))) return turnAt(buf, start, end);
+function recordAt(buf: Buffer, start: number, end: number, slab: Slab): JournalRecord | undefined {
+  if (buf[start + 2] === 0x74 /* t */ && bytesAt(buf, start, TURN_PREFIX.subarray(0, 8))) return turnAt(buf, start, end, slab);
   const v: unknown = JSON.parse(buf.toString('utf8', start, end));
   if (typeof v !== 'object' || v === null) return undefined;
   const r = v as Record<string, unknown>;
@@ -251,7 +255,7 @@ export function scanJournal(file: string, onRecord: (r: JournalRecord, bytes: nu
       let record: JournalRecord | undefined;
       try {
         if (lineNo === 1) value = JSON.parse(buf.toString('utf8', start + 9, end));
-        else record = recordAt(buf, start + 9, end);
+        else record = recordAt(buf, start + 9, end, slab);
       } catch {
         damage = { line: lineNo, offset, reason: 'checksum matches but the JSON does not parse' };
         return;
@@ -273,11 +277,9 @@ export function scanJournal(file: string, onRecord: (r: JournalRecord, bytes: nu
       validBytes = base + end + 1;
     };
 
-    slab = Buffer.alloc(0);
-    slabUsed = 0;
-    slabWant = Math.min(upTo, fstatSync(fd).size);
+    const slab = new Slab();
     for (;;) {
-      slabWant = Math.min(upTo, fstatSync(fd).size) - base;
+      slab.unread = Math.min(upTo, fstatSync(fd).size) - base;
       if (!eof && filled < buf.length) {
         const want = Math.min(buf.length - filled, upTo - (base + filled));
         const n = want > 0 ? readSync(fd, buf, filled, want, base + filled) : 0;
