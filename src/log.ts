@@ -1,15 +1,20 @@
-// JSON lines on stdout: {"time","level","msg",...fields}. Lines are gathered and written once
-// per event-loop turn, so a busy server makes one write for many requests.
+// JSON lines on stdout: {"time","level","msg",...fields}. Lines are gathered and written every
+// few milliseconds (or at 64 KiB), so a busy server makes one write for many requests; errors
+// are written at once, and everything is flushed on the way out.
 export const LOG_LEVELS = ['debug', 'info', 'warn', 'error', 'silent'] as const;
 export type LogLevel = (typeof LOG_LEVELS)[number];
 export type LogFields = Readonly<Record<string, unknown>>;
+
+/** How long a log line may wait to be written with others. */
+const FLUSH_MS = 20;
 
 const RANK: Record<LogLevel, number> = { debug: 10, info: 20, warn: 30, error: 40, silent: 100 };
 
 export class Logger {
   private readonly min: number;
   private pending: string[] = [];
-  private scheduled = false;
+  private pendingChars = 0;
+  private timer: NodeJS.Timeout | undefined;
 
   constructor(level: LogLevel) {
     this.min = RANK[level];
@@ -34,8 +39,7 @@ export class Logger {
 
   /** Writes a line that is already JSON (the request log builds its own, cheaply). */
   raw(line: string): void {
-    this.pending.push(line);
-    this.schedule();
+    this.add(line);
   }
 
   private write(level: LogLevel, msg: string, fields: LogFields | undefined): void {
@@ -45,22 +49,25 @@ export class Logger {
       const rest = JSON.stringify(fields, errorReplacer);
       if (rest.length > 2) line = `${head},${rest.slice(1)}\n`;
     }
-    this.pending.push(line);
-    this.schedule();
+    this.add(line);
+    if (level === 'error') this.flush();
   }
 
-  private schedule(): void {
-    if (this.scheduled) return;
-    this.scheduled = true;
-    setImmediate(() => this.flush());
+  private add(line: string): void {
+    this.pending.push(line);
+    this.pendingChars += line.length;
+    if (this.pendingChars >= 64 * 1024) this.flush();
+    else if (this.timer === undefined) this.timer = setTimeout(() => this.flush(), FLUSH_MS);
   }
 
   /** Writes everything gathered so far, synchronously (also used on the way out). */
   flush(): void {
-    this.scheduled = false;
+    if (this.timer !== undefined) clearTimeout(this.timer);
+    this.timer = undefined;
     if (this.pending.length === 0) return;
     const text = this.pending.join('');
     this.pending = [];
+    this.pendingChars = 0;
     // stdout writes to files and pipes are synchronous on Linux, so this also serves at exit
     process.stdout.write(text);
   }
