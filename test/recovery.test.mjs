@@ -412,6 +412,48 @@ describe('Failed writes (fault injection)', () => {
   });
 });
 
+describe('Write path', () => {
+  test('Concurrent writes share an fsync (group commit): 64 concurrent creates take far fewer than 64 fsyncs, and each got its 201', async () => {
+    const s = await startServer();
+    try {
+      const u = s.as('alice');
+      const fsyncs = async () => Number(/chat_session_api_fsync_duration_seconds_count (\d+)/.exec((await s.request('GET', '/metrics')).text)[1]);
+      const before = await fsyncs();
+      const answers = await Promise.all(Array.from({ length: 64 }, (_, i) => u.post('/api/v1/chat-sessions', newSession({ name: `c${i}` }))));
+      const used = (await fsyncs()) - before;
+      assert.ok(answers.every((r) => r.status === 201));
+      assert.ok(used >= 1 && used < 64, `${used} fsyncs for 64 creates`);
+      assert.equal((await u.get('/api/v1/chat-sessions')).body.data.length, 64);
+    } finally {
+      await s.stop();
+      removeDir(s.dataDir);
+    }
+  });
+
+  test('A write that fails to persist changes nothing in memory and answers 500 (a create, an update, a turn, a delete)', async () => {
+    // writes 2, 3, 4 and 5 fail: the first create is the session the others try to change
+    const s = await startServer({ env: { CHAT_SESSION_API_FAULTS: 'write:2,write:3,write:4,write:5' } });
+    try {
+      const u = s.as('alice');
+      const kept = (await u.post('/api/v1/chat-sessions', newSession({ name: 'kept' }))).body.data;
+      const before = await u.get(`/api/v1/chat-sessions/${kept._id}`);
+      assert.equal((await u.post('/api/v1/chat-sessions', newSession({ name: 'lost' }))).status, 500);
+      assert.equal((await u.put(`/api/v1/chat-sessions/${kept._id}`, { name: 'renamed' })).status, 500);
+      assert.equal((await u.post(`/api/v1/chat-sessions/${kept._id}/turns`, { role: 'user', content: 'x' })).status, 500);
+      assert.equal((await u.del(`/api/v1/chat-sessions/${kept._id}`)).status, 500);
+      const after = await u.get(`/api/v1/chat-sessions/${kept._id}`);
+      assert.deepEqual(after.body, before.body, 'the session is as it was');
+      assert.equal(after.headers.etag, before.headers.etag);
+      assert.deepEqual((await u.get(`/api/v1/chat-sessions/${kept._id}/turns`)).body.data, []);
+      assert.deepEqual((await u.get('/api/v1/chat-sessions')).body.data.map((x) => x.name), ['kept']);
+      assert.equal((await u.put(`/api/v1/chat-sessions/${kept._id}`, { name: 'now it works' })).status, 200, 'the next write goes through');
+    } finally {
+      await s.stop();
+      removeDir(s.dataDir);
+    }
+  });
+});
+
 describe('One owner per data directory', () => {
   test('a stale lock left by a dead process is taken over', async () => {
     const dir = tempDir();
