@@ -9,9 +9,10 @@
 import { closeSync, existsSync, fstatSync, fsyncSync, mkdirSync, openSync, readSync, renameSync, unlinkSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { sessionProblem, turnProblem } from './domain/inputs.js';
+import { isPlainObject } from './domain/schema.js';
 import { chatSession, turnRecord, type ChatSession, type Turn } from './domain/records.js';
-import { headerLine, putLine, scanJournal, turnLine } from './store/journal-format.js';
-import { fsyncDir, IMPORT_SUFFIX, JOURNAL_FILE, readCommitted, replayRecord, writeFullySync } from './store/journal.js';
+import { headerLine, scanJournal } from './store/journal-format.js';
+import { fsyncDir, IMPORT_SUFFIX, JOURNAL_FILE, linesOf, readCommitted, replayRecord, writeFullySync } from './store/journal.js';
 import { acquireLock, lockHolder } from './store/lock.js';
 import { MemoryState } from './store/state.js';
 import type { StoredTurn } from './store/store.js';
@@ -114,10 +115,6 @@ function writeExport(state: MemoryState, write: (chunk: Buffer) => void): Export
   return { sessions: items.length, turns: state.turnCount };
 }
 
-function isObject(v: unknown): v is Record<string, unknown> {
-  return typeof v === 'object' && v !== null && !Array.isArray(v);
-}
-
 /** Calls `each(text, lineNo)` for every line of a file, reading it in chunks. */
 function forEachLine(file: string, each: (text: string, lineNo: number) => void): void {
   let fd: number;
@@ -183,13 +180,13 @@ export function parseBackup(file: string): Parsed {
       bad(lineNo, 'not valid JSON');
     }
     if (header === undefined) {
-      if (!isObject(v) || v['format'] !== EXPORT_FORMAT) return bad(lineNo, `the first line must be the ${EXPORT_FORMAT} header`);
+      if (!isPlainObject(v) || v['format'] !== EXPORT_FORMAT) return bad(lineNo, `the first line must be the ${EXPORT_FORMAT} header`);
       if (v['version'] !== EXPORT_VERSION) return bad(lineNo, `export format version ${String(v['version'])} is not supported (this release reads ${EXPORT_VERSION})`);
       if (typeof v['sessions'] !== 'number' || typeof v['turns'] !== 'number') return bad(lineNo, 'the header must give the sessions and turns counts');
       header = { sessions: v['sessions'], turns: v['turns'] };
       return;
     }
-    if (!isObject(v)) return bad(lineNo, 'a record must be an object');
+    if (!isPlainObject(v)) return bad(lineNo, 'a record must be an object');
     if ('session' in v) {
       const p = sessionProblem(v['session'], true);
       if (p !== undefined) return bad(lineNo, p);
@@ -285,13 +282,9 @@ function writeJournal(file: string, state: MemoryState): void {
       bytes = 0;
     };
     for (const item of state.snapshot()) {
-      const line = putLine(item.json ?? JSON.stringify(item.session));
-      parts.push(line);
-      bytes += line.length;
-      for (const t of item.turns) {
-        const tl = turnLine(t.json);
-        parts.push(tl);
-        bytes += tl.length;
+      for (const line of linesOf(item)) {
+        parts.push(line);
+        bytes += line.length;
       }
       if (bytes >= 1 << 20) flush();
     }

@@ -2,6 +2,7 @@
 // verification for every request. The algorithm is pinned to HS256; nothing in the token
 // can choose another.
 import { createHmac, timingSafeEqual } from 'node:crypto';
+import { isPlainObject } from '../domain/schema.js';
 
 /** Why a token was refused; the message is safe to send as `error_description`. */
 export class TokenError extends Error {
@@ -49,10 +50,6 @@ function decodePart(part: string, what: string): unknown {
   }
 }
 
-function isObject(v: unknown): v is Record<string, unknown> {
-  return typeof v === 'object' && v !== null && !Array.isArray(v);
-}
-
 function optionalNumber(v: unknown, name: string): number | undefined {
   if (v === undefined) return undefined;
   if (typeof v !== 'number' || !Number.isFinite(v)) throw new TokenError(`${name} must be a number`);
@@ -65,7 +62,7 @@ export function verifyToken(token: string, opts: VerifyOptions): Claims {
   const second = first === -1 ? -1 : token.indexOf('.', first + 1);
   if (second === -1 || token.indexOf('.', second + 1) !== -1) throw new TokenError('malformed token');
   const header = decodePart(token.slice(0, first), 'header');
-  if (!isObject(header)) throw new TokenError('malformed header');
+  if (!isPlainObject(header)) throw new TokenError('malformed header');
   if (header['alg'] !== 'HS256') throw new TokenError('alg must be HS256');
   if (header['crit'] !== undefined) throw new TokenError('unsupported crit header');
 
@@ -85,7 +82,7 @@ export function verifyToken(token: string, opts: VerifyOptions): Claims {
   if (!valid) throw new TokenError('invalid signature');
 
   const payload = decodePart(token.slice(first + 1, second), 'payload');
-  if (!isObject(payload)) throw new TokenError('malformed payload');
+  if (!isPlainObject(payload)) throw new TokenError('malformed payload');
   const sub = payload['sub'];
   if (typeof sub !== 'string' || sub.trim() === '') throw new TokenError('sub must be a non-empty string');
   if (sub.length > MAX_SUB) throw new TokenError(`sub must be at most ${MAX_SUB} characters`);

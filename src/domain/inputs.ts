@@ -3,7 +3,7 @@
 // validate requests with these; import checks backup records with them.
 import { isObjectId } from './ids.js';
 import { CHAT_SESSION_MODES, isChatSessionMode, TURN_ROLES } from './records.js';
-import { validateBody, ValidationError, type BodySchema } from './schema.js';
+import { isPlainObject, validateBody, ValidationError, type BodySchema } from './schema.js';
 
 /** Ids (project, provider, user) and model names, in characters. */
 export const ID_MAX = 200;
@@ -46,10 +46,6 @@ export const turnBody = {
 
 const ISO_MS = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z$/;
 
-function isObject(v: unknown): v is Record<string, unknown> {
-  return typeof v === 'object' && v !== null && !Array.isArray(v);
-}
-
 function isTimestamp(v: unknown): boolean {
   return typeof v === 'string' && ISO_MS.test(v) && !Number.isNaN(Date.parse(v));
 }
@@ -64,7 +60,7 @@ function tooLong(v: string, max: number): boolean {
  * wrote, checks only the types.
  */
 export function sessionProblem(v: unknown, strict: boolean): string | undefined {
-  if (!isObject(v)) return 'session is not an object';
+  if (!isPlainObject(v)) return 'session is not an object';
   if (typeof v['_id'] !== 'string' || (strict && !isObjectId(v['_id']))) return 'session _id must be 24 lowercase hex characters';
   for (const f of ['name', 'provider', 'selectedModel', 'user', 'project'] as const) {
     const value = v[f];
@@ -82,7 +78,7 @@ export function sessionProblem(v: unknown, strict: boolean): string | undefined 
 
 /** What is wrong with a turn record of a backup, or undefined: the API's rules for its fields too. */
 export function turnProblem(v: unknown): string | undefined {
-  if (!isObject(v)) return 'turn is not an object';
+  if (!isPlainObject(v)) return 'turn is not an object';
   if (typeof v['_id'] !== 'string' || !isObjectId(v['_id'])) return 'turn _id must be 24 lowercase hex characters';
   if (typeof v['session'] !== 'string' || !isObjectId(v['session'])) return 'turn session must be a session _id';
   if (typeof v['user'] !== 'string' || v['user'].trim() === '' || tooLong(v['user'], ID_MAX)) return `turn user must be a non-blank string of at most ${ID_MAX} characters`;

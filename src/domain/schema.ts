@@ -95,7 +95,8 @@ function depthExceeds(value: unknown, max: number): boolean {
   return false;
 }
 
-function isPlainObject(v: unknown): v is JsonObject {
+/** A JSON object: not null, not an array. */
+export function isPlainObject(v: unknown): v is JsonObject {
   return typeof v === 'object' && v !== null && !Array.isArray(v);
 }
 

@@ -139,14 +139,14 @@ export class Pipeline {
       try {
         principal = this.o.auth.authenticate(req.headers.authorization);
       } catch (e) {
-        this.limit(x, this.addressOf(req));
+        this.limit(this.addressOf(req));
         throw e;
       }
       x.user = principal.user;
-      this.limit(x, `user:${principal.user}`);
+      this.limit(`user:${principal.user}`);
       if (def.scope !== undefined && !hasScope(principal, def.scope)) throw new HttpError(403, 'Forbidden');
     } else if (def.unlimited !== true) {
-      this.limit(x, this.addressOf(req));
+      this.limit(this.addressOf(req));
     }
 
     const params: Record<string, string> = {};
@@ -239,7 +239,7 @@ export class Pipeline {
   }
 
   /** 429 when the bucket for `key` is empty. */
-  private limit(x: Exchange, key: string): void {
+  private limit(key: string): void {
     const limiter = this.o.limiter;
     if (limiter === undefined) return;
     const wait = limiter.take(key);

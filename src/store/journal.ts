@@ -108,6 +108,13 @@ export function replayRecord(state: MemoryState, r: JournalRecord): void {
   else state.deleteSession(r.id);
 }
 
+/** The journal lines that hold one session and its turns, as compaction and import write them. */
+export function linesOf(item: SnapshotItem): Buffer[] {
+  const lines = [putLine(item.json ?? JSON.stringify(item.session))];
+  for (const t of item.turns) lines.push(turnLine(t.json));
+  return lines;
+}
+
 /** A session raised to a turn's createdAt, as appending the turn does. */
 function touchedBy(s: ChatSession, t: Turn): ChatSession {
   return t.createdAt > s.updatedAt ? chatSession({ ...s, updatedAt: t.createdAt }) : s;
@@ -515,9 +522,7 @@ export class JournalStore implements Store {
           await out.flush(); // yields to the event loop between chunks
           if (c.abort) throw new CompactionAborted();
         }
-        const item = snap[i] as SnapshotItem;
-        out.add(putLine(item.json ?? JSON.stringify(item.session)));
-        for (const t of item.turns) out.add(turnLine(t.json));
+        for (const line of linesOf(snap[i] as SnapshotItem)) out.add(line);
         if (i === snap.length >> 1) crashpoint('compact-middle');
       }
       await out.flush();
