@@ -13,7 +13,7 @@ import { Cors } from './http/cors.js';
 import { Pipeline, type RuntimeRoute } from './http/pipeline.js';
 import { RateLimiter } from './http/rate-limit.js';
 import { Router } from './http/router.js';
-import type { Logger } from './log.js';
+import { requestLineMiddle, type Logger } from './log.js';
 import type { Metrics } from './metrics.js';
 import type { ProviderCatalog } from './providers.js';
 import type { Store } from './store/store.js';
@@ -47,7 +47,7 @@ export function createApp(p: AppParts): App {
   const router = new Router<RuntimeRoute>();
   for (const def of routes) {
     const paramNames = def.path.split('/').filter((s) => s.startsWith(':')).map((s) => s.slice(1));
-    router.add(def.method, def.path, { def, paramNames, stats: p.metrics?.forRoute(def.method, def.path), routeJson: JSON.stringify(def.path) });
+    router.add(def.method, def.path, { def, paramNames, stats: p.metrics?.forRoute(def.method, def.path), routeJson: JSON.stringify(def.path), logMiddle: requestLineMiddle(def.method, JSON.stringify(def.path)) });
   }
   const limiter = config.rateLimit === undefined ? undefined : new RateLimiter(config.rateLimit.rate, config.rateLimit.burst);
   const pipeline = new Pipeline({

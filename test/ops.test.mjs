@@ -946,6 +946,38 @@ describe('Logs', () => {
     }
   });
 
+  test('request lines are written in place: users needing JSON escapes, non-ASCII users and users of the longest sub (200 characters) come out exactly; HEAD is logged as HEAD on the GET route', async () => {
+    const s = await startServer();
+    try {
+      const users = ['plain-user', 'quote"back\\slash', 'tab\there', 'ünïcødé-用户-🙂', 'x'.repeat(200), '\u0001'.repeat(200)];
+      const sent = new Map(); // request id -> user
+      let n = 0;
+      for (const name of users) {
+        const reqId = `esc-${++n}`;
+        const r = await s.request('GET', '/api/v1/chat-sessions', { token: s.as(name).token, headers: { 'x-request-id': reqId } });
+        assert.equal(r.status, 200);
+        sent.set(reqId, name);
+      }
+      const head = await s.request('HEAD', '/api/v1/chat-sessions', { token: s.as('alice').token, headers: { 'x-request-id': 'head-1' } });
+      assert.equal(head.status, 200);
+      await waitFor(() => s.logs().filter((l) => l.msg === 'request' && (l.reqId.startsWith('esc-') || l.reqId === 'head-1')).length >= n + 1, 'the request lines');
+      const lines = s.logs().filter((l) => l.msg === 'request');
+      for (const [reqId, user] of sent) {
+        const mine = lines.filter((l) => l.reqId === reqId);
+        assert.equal(mine.length, 1, reqId);
+        assert.equal(mine[0].user, user, reqId);
+        assert.equal(mine[0].route, '/api/v1/chat-sessions');
+        assert.equal(mine[0].status, 200);
+      }
+      const h = lines.find((l) => l.reqId === 'head-1');
+      assert.equal(h.method, 'HEAD');
+      assert.equal(h.route, '/api/v1/chat-sessions');
+      assert.equal(h.user, 'alice');
+    } finally {
+      await dispose(s);
+    }
+  });
+
   test('nothing ever logs a token, a secret or an apiKey: a full session of traffic (tokens, bad tokens, rotation secrets, providers with keys, errors, 500s, SIGHUP with a bad file holding a key) leaves none of them, in any form, in stdout or stderr', async () => {
     const rnd = () => randomBytes(12).toString('hex');
     const current = `current-secret-${rnd()}-${rnd()}`;

@@ -7,7 +7,7 @@ import { isIP, type Socket } from 'node:net';
 import { hasScope, NoCredentials, TokenError, type Authenticator, type Principal } from '../auth/authenticate.js';
 import type { Reply, RouteDef } from '../api/route.js';
 import { parseQuery, validateBody, validateQuery, ValidationError } from '../domain/schema.js';
-import type { Logger } from '../log.js';
+import { requestLineMiddle, type Logger } from '../log.js';
 import type { Metrics, RouteStats } from '../metrics.js';
 import { PreconditionFailed, SessionNotFound, StorageWriteFailed } from '../store/store.js';
 import { readJsonObject } from './body.js';
@@ -23,18 +23,8 @@ export interface RuntimeRoute {
   readonly stats: RouteStats | undefined;
   /** The pattern as a JSON string, for log lines. */
   readonly routeJson: string;
-}
-
-let isoMs = -1;
-let isoText = '';
-/** The current time in ISO 8601, formatted at most once per millisecond. */
-function isoNow(): string {
-  const ms = Date.now();
-  if (ms !== isoMs) {
-    isoMs = ms;
-    isoText = new Date(ms).toISOString();
-  }
-  return isoText;
+  /** The request line's middle for the route's own method (see requestLineMiddle). */
+  readonly logMiddle: Buffer;
 }
 
 export interface PipelineOptions {
@@ -222,7 +212,7 @@ export class Pipeline {
     );
     this.o.metrics?.forUnrouted('other', undefined).observe(status, 0);
     if (this.o.log.enabled('info')) {
-      this.o.log.raw(`{"time":"${isoNow()}","level":"info","msg":"request","reqId":"${id}","method":null,"route":null,"status":${status},"ms":0,"user":null,"parseError":${JSON.stringify(err.code ?? 'unknown')}}\n`);
+      this.o.log.raw(`{"time":"${new Date().toISOString()}","level":"info","msg":"request","reqId":"${id}","method":null,"route":null,"status":${status},"ms":0,"user":null,"parseError":${JSON.stringify(err.code ?? 'unknown')}}\n`);
     }
   };
 
@@ -292,9 +282,8 @@ export class Pipeline {
   }
 
   /**
-   * One line per request, built by hand: the request id matches SANE_REQUEST_ID or is ours,
-   * the method passed Node's token check and the route is a pattern, so only the user needs
-   * escaping.
+   * One line per request (Logger.request): the request id matches SANE_REQUEST_ID or is ours,
+   * so it needs no escaping.
    */
   private logRequest(x: Exchange, status: number): void {
     const seconds = (performance.now() - x.started) / 1000;
@@ -302,10 +291,12 @@ export class Pipeline {
     else this.o.metrics?.forUnrouted(x.req.method ?? '', x.pattern).observe(status, seconds);
     const log = this.o.log;
     if (!log.enabled('info')) return;
-    const route = x.route?.routeJson ?? (x.pattern !== undefined ? JSON.stringify(x.pattern) : 'null');
-    log.raw(
-      `{"time":"${isoNow()}","level":"info","msg":"request","reqId":"${x.id}","method":"${x.req.method ?? ''}","route":${route},` +
-        `"status":${status},"ms":${Math.round(seconds * 1e5) / 100},"user":${x.user === undefined ? 'null' : JSON.stringify(x.user)}}\n`,
-    );
+    const method = x.req.method ?? '';
+    const r = x.route;
+    const middle =
+      r !== undefined && method === r.def.method
+        ? r.logMiddle
+        : requestLineMiddle(method, r?.routeJson ?? (x.pattern !== undefined ? JSON.stringify(x.pattern) : 'null'));
+    log.request(x.id, middle, status, seconds, x.user);
   }
 }
