@@ -1,6 +1,7 @@
 // DECISIONS.md, Authentication: HS256 Bearer JWTs, checked strictly.
 import assert from 'node:assert/strict';
 import { createHmac } from 'node:crypto';
+import { connect } from 'node:net';
 import { after, before, describe, test } from 'node:test';
 import { newSession, removeDir, sign, SECRET, startServer, tokenFor } from './helpers.mjs';
 
@@ -156,6 +157,62 @@ describe('Authentication decisions', () => {
     for (const t of shapes) {
       const r = await status(server, `Bearer ${t}`);
       assert.equal(r.status, 401, t.slice(0, 40));
+    }
+  });
+
+  test('one keep-alive connection remembers only its last header: another token on it is verified as itself, a bad one is refused, and an expired one stops working when it expires', async () => {
+    const port = new URL(server.url).port;
+    const socket = connect(Number(port), '127.0.0.1');
+    await new Promise((resolve, reject) => socket.once('connect', resolve).once('error', reject));
+    let pending = Buffer.alloc(0);
+    let wake = () => undefined;
+    socket.on('data', (d) => {
+      pending = Buffer.concat([pending, d]);
+      wake();
+    });
+    /** One request on this socket; resolves {status, body} once the whole answer is in. */
+    const send = async (method, path, authorization, json) => {
+      const body = json === undefined ? '' : JSON.stringify(json);
+      let head = `${method} ${path} HTTP/1.1\r\nhost: x\r\n`;
+      if (authorization !== undefined) head += `authorization: ${authorization}\r\n`;
+      if (json !== undefined) head += `content-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\n`;
+      socket.write(`${head}\r\n${body}`);
+      for (;;) {
+        const end = pending.indexOf('\r\n\r\n');
+        if (end !== -1) {
+          const text = pending.subarray(0, end).toString('latin1');
+          const length = Number(/content-length: (\d+)/i.exec(text)?.[1] ?? 0);
+          if (pending.length >= end + 4 + length) {
+            const answer = { status: Number(text.split(' ')[1]), body: JSON.parse(pending.subarray(end + 4, end + 4 + length).toString()) };
+            pending = pending.subarray(end + 4 + length);
+            return answer;
+          }
+        }
+        await new Promise((resolve) => (wake = resolve));
+      }
+    };
+    try {
+      const alice = `Bearer ${sign({ sub: 'conn-alice', exp: now() + 60 })}`;
+      const bob = `Bearer ${sign({ sub: 'conn-bob', exp: now() + 60 })}`;
+      const created = await send('POST', '/api/v1/chat-sessions', alice, newSession({ name: 'alice on one connection' }));
+      assert.equal(created.status, 201);
+      assert.equal(created.body.data.user, 'conn-alice');
+      assert.equal((await send('GET', '/api/v1/chat-sessions', alice)).body.data.length, 1);
+      assert.equal((await send('GET', '/api/v1/chat-sessions', bob)).body.data.length, 0, 'bob on the same connection is bob');
+      assert.equal((await send('POST', '/api/v1/chat-sessions', bob, newSession())).body.data.user, 'conn-bob');
+      assert.equal((await send('GET', '/api/v1/chat-sessions', alice)).body.data.length, 1, 'and alice again is alice');
+      const forged = `${alice.slice(0, -4)}AAAA`;
+      assert.equal((await send('GET', '/api/v1/chat-sessions', forged)).status, 401, 'a changed signature after a good token');
+      assert.equal((await send('GET', '/api/v1/chat-sessions', undefined)).status, 401, 'no header after a good token');
+      assert.equal((await send('GET', '/api/v1/chat-sessions', alice)).status, 200);
+      // valid within the 30 s leeway for about one more second, then expired on the same connection
+      const ending = `Bearer ${sign({ sub: 'conn-alice', exp: now() - 29 })}`;
+      assert.equal((await send('GET', '/api/v1/chat-sessions', ending)).status, 200);
+      await new Promise((resolve) => setTimeout(resolve, 2100));
+      const late = await send('GET', '/api/v1/chat-sessions', ending);
+      assert.equal(late.status, 401, 'the remembered header expires with its token');
+    } finally {
+      socket.destroy();
     }
   });
 

@@ -1,6 +1,8 @@
 // Who is asking: the Bearer token of a request becomes a Principal (user id and scopes).
 // Verified tokens are remembered until they expire, so a client reusing its token costs
-// one map lookup; a token is only remembered once it has passed every check.
+// one map lookup; a token is only remembered once it has passed every check. A connection
+// also remembers the last header it authenticated, so a keep-alive client sending the same
+// header again costs one string comparison (no hashing of a long token).
 import { TokenError, verifyToken, type Claims } from './jwt.js';
 
 export const SCOPES = ['sessions:read', 'sessions:write', 'providers:read'] as const;
@@ -37,17 +39,34 @@ interface Cached {
   readonly untilMs: number;
 }
 
+interface LastOnConnection extends Cached {
+  readonly header: string;
+}
+
 export function hasScope(p: Principal, scope: Scope): boolean {
   return p.scopes === null || p.scopes.has(scope);
 }
 
 export class Authenticator {
   private readonly cache = new Map<string, Cached>();
+  private readonly lastOn = new WeakMap<object, LastOnConnection>();
 
   constructor(private readonly settings: AuthSettings) {}
 
-  /** The principal of an `Authorization` header value; throws NoCredentials or TokenError. */
-  authenticate(header: string | undefined): Principal {
+  /**
+   * The principal of an `Authorization` header value; throws NoCredentials or TokenError.
+   * `connection` (the request's socket) remembers the header it last passed.
+   */
+  authenticate(header: string | undefined, connection?: object): Principal {
+    if (connection === undefined || header === undefined) return this.check(header).principal;
+    const last = this.lastOn.get(connection);
+    if (last !== undefined && last.header === header && last.untilMs > Date.now()) return last.principal;
+    const c = this.check(header);
+    this.lastOn.set(connection, { header, principal: c.principal, untilMs: c.untilMs });
+    return c.principal;
+  }
+
+  private check(header: string | undefined): Cached {
     if (header === undefined) throw new NoCredentials();
     // RFC 9110: the scheme is case-insensitive; one or more spaces before the token
     if (header.length < 7 || header.slice(0, 6).toLowerCase() !== 'bearer' || header.charCodeAt(6) !== 32) {
@@ -58,7 +77,7 @@ export class Authenticator {
     const now = Date.now();
     const hit = this.cache.get(token);
     if (hit !== undefined) {
-      if (hit.untilMs > now) return hit.principal;
+      if (hit.untilMs > now) return hit;
       this.cache.delete(token);
     }
     const claims = verifyToken(token, {
@@ -74,8 +93,9 @@ export class Authenticator {
       const oldest = this.cache.keys().next();
       if (oldest.done !== true) this.cache.delete(oldest.value);
     }
-    this.cache.set(token, { principal, untilMs });
-    return principal;
+    const verified = { principal, untilMs };
+    this.cache.set(token, verified);
+    return verified;
   }
 }
 

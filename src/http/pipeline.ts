@@ -127,7 +127,7 @@ export class Pipeline {
     let principal: Principal | undefined;
     if (def.auth) {
       try {
-        principal = this.o.auth.authenticate(req.headers.authorization);
+        principal = this.o.auth.authenticate(req.headers.authorization, req.socket);
       } catch (e) {
         this.limit(this.addressOf(req));
         throw e;
