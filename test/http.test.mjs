@@ -1,6 +1,7 @@
 // DECISIONS.md, HTTP behaviour, and malformed input of every kind: a clear 4xx in the
 // envelope, never a 500, a hang or a crash, and the server keeps serving.
 import assert from 'node:assert/strict';
+import http from 'node:http';
 import { connect } from 'node:net';
 import { after, before, describe, test } from 'node:test';
 import { newSession, removeDir, startServer } from './helpers.mjs';
@@ -52,6 +53,41 @@ describe('HTTP behaviour decisions', () => {
       assert.equal(r.status, 404, p);
       assert.deepEqual(r.body, { success: false, message: 'Not found' });
       assertCommonHeaders(r);
+    }
+  });
+
+  test('Paths are matched segment by segment: empty segments, near-miss names, prefixes and extra slashes', async () => {
+    const s = (await alice.post('/api/v1/chat-sessions', newSession())).body.data;
+    const cases = [
+      ['//api/v1/providers', 404, 'Not found'],
+      ['/api//v1/providers', 404, 'Not found'],
+      ['/api/v1/providersX', 404, 'Not found'],
+      ['/api/v1/provider', 404, 'Not found'],
+      ['/api/v1/providers//', 400, 'Invalid provider ID'], // one trailing slash is dropped, the other leaves an empty provider id
+      [`/api/v1/chat-sessions/${s._id}/turnsX`, 404, 'Not found'],
+      [`/api/v1/chat-sessions/${s._id}/turns//`, 404, 'Not found'],
+      [`/api/v1/chat-sessions/${s._id}//`, 404, 'Not found'],
+      ['/api/v1/chat-sessions//', 400, 'Session ID is required'], // an empty :id is a blank id
+      [`/api/v1/chat-sessions/${s._id}`, 200, undefined],
+      [`/api/v1/chat-sessions/${s._id}/`, 200, undefined],
+      [`/api/v1/chat-sessions/${s._id}/turns`, 200, undefined],
+      ['/healthz', 200, undefined],
+    ];
+    const { hostname, port } = new URL(server.url);
+    for (const [p, status, message] of cases) {
+      // node:http sends the path as given (a URL would read "//api" as a host)
+      const r = await new Promise((resolve, reject) => {
+        http
+          .get({ hostname, port, path: p, headers: { authorization: `Bearer ${alice.token}` } }, (res) => {
+            let text = '';
+            res.setEncoding('utf8');
+            res.on('data', (d) => (text += d));
+            res.on('end', () => resolve({ status: res.statusCode, body: JSON.parse(text) }));
+          })
+          .on('error', reject);
+      });
+      assert.equal(r.status, status, p);
+      if (message !== undefined) assert.equal(r.body.message, message, p);
     }
   });
 

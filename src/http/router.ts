@@ -1,9 +1,13 @@
 // A segment trie: `add(method, pattern, value)` and `match(method, path)`. Patterns are
 // literal segments and `:name` parameters; a static segment wins over a parameter. One
 // trailing slash is ignored. Registering the same method and pattern twice throws.
+// Matching walks the path by index and compares static segments in place, so only
+// parameter values become new strings.
 
 interface Node<T> {
   readonly statics: Map<string, Node<T>>;
+  /** The statics as a list, for matching without cutting the path into strings. */
+  readonly staticList: { readonly seg: string; readonly node: Node<T> }[];
   param: { readonly name: string; readonly node: Node<T> } | undefined;
   readonly methods: Map<string, T>;
   /** The pattern that ends here, for error messages and logs. */
@@ -11,7 +15,7 @@ interface Node<T> {
 }
 
 function node<T>(): Node<T> {
-  return { statics: new Map(), param: undefined, methods: new Map(), pattern: undefined };
+  return { statics: new Map(), staticList: [], param: undefined, methods: new Map(), pattern: undefined };
 }
 
 export type RouteMatch<T> =
@@ -39,6 +43,7 @@ export class Router<T> {
         if (next === undefined) {
           next = node();
           n.statics.set(seg, next);
+          n.staticList.push({ seg, node: next });
         }
         n = next;
       }
@@ -50,28 +55,35 @@ export class Router<T> {
 
   /** Matches a raw (still percent-encoded) path; parameter values come back raw too. */
   match(method: string, path: string): RouteMatch<T> {
-    if (path.length > 1 && path.charCodeAt(path.length - 1) === 47 /* / */) path = path.slice(0, -1);
-    if (path.charCodeAt(0) !== 47) return NONE;
-    const segs = path.split('/');
+    if (path.charCodeAt(0) !== 47 /* / */) return NONE;
+    // the path's segments lie between slashes, up to `end` (one trailing slash left out)
+    const end = path.length > 1 && path.charCodeAt(path.length - 1) === 47 ? path.length - 1 : path.length;
     const params: string[] = [];
-    const end = this.walk(this.root, segs, 1, params);
-    if (end === undefined) return NONE;
-    const value = end.methods.get(method) ?? (method === 'HEAD' ? end.methods.get('GET') : undefined);
+    const n = this.walk(this.root, path, 1, end, params);
+    if (n === undefined) return NONE;
+    const value = n.methods.get(method) ?? (method === 'HEAD' ? n.methods.get('GET') : undefined);
     if (value !== undefined) return { kind: 'found', value, params };
-    return { kind: 'method', allow: allowOf(end), pattern: end.pattern ?? path };
+    return { kind: 'method', allow: allowOf(n), pattern: n.pattern ?? path.slice(0, end) };
   }
 
-  private walk(n: Node<T>, segs: readonly string[], i: number, params: string[]): Node<T> | undefined {
-    if (i === segs.length) return n.methods.size > 0 ? n : undefined;
-    const seg = segs[i] as string;
-    const s = n.statics.get(seg);
-    if (s !== undefined) {
-      const found = this.walk(s, segs, i + 1, params);
-      if (found !== undefined) return found;
+  /** Matches the segment starting at `start` and the rest after it; `start > end` when none is left. */
+  private walk(n: Node<T>, path: string, start: number, end: number, params: string[]): Node<T> | undefined {
+    if (start > end) return n.methods.size > 0 ? n : undefined;
+    let segEnd = path.indexOf('/', start);
+    if (segEnd === -1 || segEnd > end) segEnd = end;
+    const len = segEnd - start;
+    const statics = n.staticList;
+    for (let i = 0; i < statics.length; i++) {
+      const s = statics[i] as { readonly seg: string; readonly node: Node<T> };
+      if (s.seg.length === len && path.startsWith(s.seg, start)) {
+        const found = this.walk(s.node, path, segEnd + 1, end, params);
+        if (found !== undefined) return found;
+        break;
+      }
     }
     if (n.param !== undefined) {
-      params.push(seg);
-      const found = this.walk(n.param.node, segs, i + 1, params);
+      params.push(path.slice(start, segEnd));
+      const found = this.walk(n.param.node, path, segEnd + 1, end, params);
       if (found !== undefined) return found;
       params.pop();
     }
