@@ -39,8 +39,10 @@ interface Cached {
   readonly untilMs: number;
 }
 
-interface LastOnConnection extends Cached {
-  readonly header: string;
+interface LastOnConnection {
+  header: string;
+  principal: Principal;
+  untilMs: number;
 }
 
 export function hasScope(p: Principal, scope: Scope): boolean {
@@ -62,7 +64,12 @@ export class Authenticator {
     const last = this.lastOn.get(connection);
     if (last !== undefined && last.header === header && last.untilMs > Date.now()) return last.principal;
     const c = this.check(header);
-    this.lastOn.set(connection, { header, principal: c.principal, untilMs: c.untilMs });
+    if (last === undefined) this.lastOn.set(connection, { header, principal: c.principal, untilMs: c.untilMs });
+    else {
+      last.header = header;
+      last.principal = c.principal;
+      last.untilMs = c.untilMs;
+    }
     return c.principal;
   }
 
