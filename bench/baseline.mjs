@@ -3,7 +3,10 @@
 // no other work. The real server is reported as a ratio of it, measured in the same run.
 // `--raw` instead answers from plain node:net with pre-built bytes: the cheapest possible
 // server, used to show how fast the load generator itself can go (GET requests only).
-// Usage: PORT=N node bench/baseline.mjs [--raw]
+// `--create` is the floor of a create: node:http reading and parsing the JSON body, making
+// the session object and answering 201 with it, and nothing else (no token, no validation,
+// no store, no log); what the real server adds to a create is measured against it.
+// Usage: PORT=N node bench/baseline.mjs [--raw | --create]
 import { randomBytes } from 'node:crypto';
 import { createServer } from 'node:http';
 import { createServer as createNetServer } from 'node:net';
@@ -48,6 +51,50 @@ if (process.argv.includes('--raw')) {
       for (let i = 0; i < n; i++) socket.write(response);
     });
     socket.on('error', () => undefined);
+  });
+} else if (process.argv.includes('--create')) {
+  let seq = 0;
+  server = createServer({ keepAliveTimeout: 5_000, headersTimeout: 15_000, requestTimeout: 30_000, maxHeaderSize: 16 * 1024 }, (req, res) => {
+    const chunks = [];
+    req.on('data', (c) => chunks.push(c));
+    req.on('end', () => {
+      let b = {};
+      try {
+        if (chunks.length > 0) b = JSON.parse(Buffer.concat(chunks).toString('utf8'));
+      } catch {
+        // answered like a good body: this server measures cost, not validation
+      }
+      const now = Date.now();
+      const at = new Date(now).toISOString();
+      const session = {
+        _id: Math.floor(now / 1000).toString(16).padStart(8, '0') + (++seq).toString(16).padStart(16, '0'),
+        name: b.name ?? '',
+        provider: b.providerId,
+        selectedModel: b.selectedModel,
+        mode: b.mode ?? 'Build',
+        user: 'bench-user',
+        project: b.projectId,
+        createdAt: at,
+        updatedAt: at,
+        archived: false,
+      };
+      const body = `{"success":true,"data":${JSON.stringify(session)}}`;
+      res.writeHead(req.method === 'POST' ? 201 : 200, [
+        'content-type',
+        JSON_TYPE,
+        'cache-control',
+        'no-store',
+        'x-content-type-options',
+        'nosniff',
+        'x-request-id',
+        `${bootId}-${(++counter).toString(36)}`,
+        'content-length',
+        String(Buffer.byteLength(body)),
+        'etag',
+        ETAG,
+      ]);
+      res.end(body);
+    });
   });
 } else {
   // the same server options as src/server.ts

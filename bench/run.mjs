@@ -234,7 +234,11 @@ const loadScenarios = [
   },
   createScenario(1),
   createScenario(16),
-  createScenario(WRITE_CONNS, [{ label: 'durable' }, { label: 'FSYNC=off', env: { FSYNC: 'off' } }]),
+  createScenario(WRITE_CONNS, [
+    { label: 'durable' },
+    { label: 'FSYNC=off', env: { FSYNC: 'off' } },
+    { label: 'floor: bare node:http create (no token, store or log)', start: () => startBaseline(['--create']) },
+  ]),
   {
     name: 'update',
     title: `PUT /chat-sessions/:id (rename), ${WRITE_CONNS} clients`,
@@ -524,6 +528,10 @@ function targets() {
   const off = row('create-64', 'FSYNC=off');
   if (durable) add('durable create, 64 clients ≥ 0.6 of baseline', durable.ratio.toFixed(2), durable.ratio >= 0.6);
   if (durable && off) add('create 64: durable within 20% of FSYNC=off', `${(durable.rps / off.rps).toFixed(2)} of FSYNC=off`, durable.rps >= 0.8 * off.rps);
+  const floor = report.load.find((r) => r.scenario === 'create-64' && r.label.startsWith('floor'));
+  if (durable && floor) {
+    add('(for reference) the floor of a create, 64 clients: bare node:http reading and answering the body', `${floor.ratio.toFixed(2)} of baseline; durable create is ${(durable.rps / floor.rps).toFixed(2)} of it`);
+  }
   for (const name of ['list-user', 'list-project']) {
     const l = row(name);
     if (l) add(`${name}: list of 50 ≥ 0.4 of baseline`, l.ratio.toFixed(2), l.ratio >= 0.4);
