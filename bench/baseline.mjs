@@ -28,11 +28,32 @@ const BODY = JSON.stringify({
     archived: false,
   },
 });
-const ETAG = '"2024-11-21T17:51:08.123Z"'; // the server's ETag is the quoted updatedAt
+const ETAG = '"Qm5jaG1hcmstdmVyc2lvbg"'; // the server's ETag: a quoted 22-character version digest
 const JSON_TYPE = 'application/json; charset=utf-8';
 // request ids made the way the server makes them (boot id + counter), so the bytes match
 const bootId = randomBytes(4).toString('hex');
 let counter = 0;
+// the same as src/server.ts
+const SERVER_OPTIONS = { keepAliveTimeout: 5_000, headersTimeout: 15_000, requestTimeout: 30_000, maxHeaderSize: 16 * 1024 };
+
+/** Answers with the server's headers around `body`. */
+function answer(res, status, body) {
+  res.writeHead(status, [
+    'content-type',
+    JSON_TYPE,
+    'cache-control',
+    'no-store',
+    'x-content-type-options',
+    'nosniff',
+    'x-request-id',
+    `${bootId}-${(++counter).toString(36)}`,
+    'content-length',
+    String(Buffer.byteLength(body)),
+    'etag',
+    ETAG,
+  ]);
+  res.end(body);
+}
 
 let server;
 if (process.argv.includes('--raw')) {
@@ -54,7 +75,7 @@ if (process.argv.includes('--raw')) {
   });
 } else if (process.argv.includes('--create')) {
   let seq = 0;
-  server = createServer({ keepAliveTimeout: 5_000, headersTimeout: 15_000, requestTimeout: 30_000, maxHeaderSize: 16 * 1024 }, (req, res) => {
+  server = createServer(SERVER_OPTIONS, (req, res) => {
     const chunks = [];
     req.on('data', (c) => chunks.push(c));
     req.on('end', () => {
@@ -78,43 +99,11 @@ if (process.argv.includes('--raw')) {
         updatedAt: at,
         archived: false,
       };
-      const body = `{"success":true,"data":${JSON.stringify(session)}}`;
-      res.writeHead(req.method === 'POST' ? 201 : 200, [
-        'content-type',
-        JSON_TYPE,
-        'cache-control',
-        'no-store',
-        'x-content-type-options',
-        'nosniff',
-        'x-request-id',
-        `${bootId}-${(++counter).toString(36)}`,
-        'content-length',
-        String(Buffer.byteLength(body)),
-        'etag',
-        ETAG,
-      ]);
-      res.end(body);
+      answer(res, req.method === 'POST' ? 201 : 200, `{"success":true,"data":${JSON.stringify(session)}}`);
     });
   });
 } else {
-  // the same server options as src/server.ts
-  server = createServer({ keepAliveTimeout: 5_000, headersTimeout: 15_000, requestTimeout: 30_000, maxHeaderSize: 16 * 1024 }, (req, res) => {
-    res.writeHead(200, [
-      'content-type',
-      JSON_TYPE,
-      'cache-control',
-      'no-store',
-      'x-content-type-options',
-      'nosniff',
-      'x-request-id',
-      `${bootId}-${(++counter).toString(36)}`,
-      'content-length',
-      String(Buffer.byteLength(BODY)),
-      'etag',
-      ETAG,
-    ]);
-    res.end(BODY);
-  });
+  server = createServer(SERVER_OPTIONS, (_req, res) => answer(res, 200, BODY));
 }
 
 server.listen(port, '127.0.0.1', () => {

@@ -47,7 +47,8 @@ export function createApp(p: AppParts): App {
   const router = new Router<RuntimeRoute>();
   for (const def of routes) {
     const paramNames = def.path.split('/').filter((s) => s.startsWith(':')).map((s) => s.slice(1));
-    router.add(def.method, def.path, { def, paramNames, stats: p.metrics?.forRoute(def.method, def.path), routeJson: JSON.stringify(def.path), logMiddle: requestLineMiddle(def.method, JSON.stringify(def.path)) });
+    const routeJson = JSON.stringify(def.path);
+    router.add(def.method, def.path, { def, paramNames, stats: p.metrics?.forRoute(def.method, def.path), routeJson, logMiddle: requestLineMiddle(def.method, routeJson) });
   }
   const limiter = config.rateLimit === undefined ? undefined : new RateLimiter(config.rateLimit.rate, config.rateLimit.burst);
   const pipeline = new Pipeline({

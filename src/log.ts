@@ -38,8 +38,9 @@ export class Logger {
   private buf = Buffer.allocUnsafe(FLUSH_BYTES + SLACK);
   private pos = 0;
   private timer: NodeJS.Timeout | undefined;
+  /** The line's start up to the request id, made once per millisecond. */
   private headMs = -1;
-  private head: Buffer = NULL;
+  private head = Buffer.alloc(0);
 
   constructor(level: LogLevel) {
     this.min = RANK[level];

@@ -4,10 +4,14 @@
 // Matching walks the path by index and compares static segments in place, so only
 // parameter values become new strings.
 
+interface Static<T> {
+  readonly seg: string;
+  readonly node: Node<T>;
+}
+
 interface Node<T> {
-  readonly statics: Map<string, Node<T>>;
-  /** The statics as a list, for matching without cutting the path into strings. */
-  readonly staticList: { readonly seg: string; readonly node: Node<T> }[];
+  /** Literal children, in registration order (a node has a handful: a list beats a map). */
+  readonly statics: Static<T>[];
   param: { readonly name: string; readonly node: Node<T> } | undefined;
   readonly methods: Map<string, T>;
   /** The pattern that ends here, for error messages and logs. */
@@ -15,7 +19,7 @@ interface Node<T> {
 }
 
 function node<T>(): Node<T> {
-  return { statics: new Map(), staticList: [], param: undefined, methods: new Map(), pattern: undefined };
+  return { statics: [], param: undefined, methods: new Map(), pattern: undefined };
 }
 
 export type RouteMatch<T> =
@@ -39,11 +43,10 @@ export class Router<T> {
         n = n.param.node;
       } else {
         if (seg === '') throw new Error(`route ${pattern}: empty segment`);
-        let next = n.statics.get(seg);
+        let next = n.statics.find((s) => s.seg === seg)?.node;
         if (next === undefined) {
           next = node();
-          n.statics.set(seg, next);
-          n.staticList.push({ seg, node: next });
+          n.statics.push({ seg, node: next });
         }
         n = next;
       }
@@ -72,9 +75,9 @@ export class Router<T> {
     let segEnd = path.indexOf('/', start);
     if (segEnd === -1 || segEnd > end) segEnd = end;
     const len = segEnd - start;
-    const statics = n.staticList;
+    const statics = n.statics;
     for (let i = 0; i < statics.length; i++) {
-      const s = statics[i] as { readonly seg: string; readonly node: Node<T> };
+      const s = statics[i] as Static<T>;
       if (s.seg.length === len && path.startsWith(s.seg, start)) {
         const found = this.walk(s.node, path, segEnd + 1, end, params);
         if (found !== undefined) return found;
@@ -95,7 +98,7 @@ export class Router<T> {
     const out: { pattern: string; method: string; value: T }[] = [];
     const visit = (n: Node<T>): void => {
       if (n.pattern !== undefined) for (const [method, value] of n.methods) out.push({ pattern: n.pattern, method, value });
-      for (const c of n.statics.values()) visit(c);
+      for (const c of n.statics) visit(c.node);
       if (n.param !== undefined) visit(n.param.node);
     };
     visit(this.root);
