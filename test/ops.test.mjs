@@ -1137,6 +1137,25 @@ describe('Logs', () => {
     }
   });
 
+  test('log lines wait at most 20 ms to be written, but an error is written at once: after its 500 answer, a SIGKILL still finds it on stdout', async () => {
+    const s = await startOnFixedPort({ env: { CHAT_SESSION_API_FAULTS: 'write:2' } });
+    try {
+      const u = s.as('alice');
+      assert.equal((await u.post('/api/v1/chat-sessions', newSession())).status, 201);
+      assert.equal((await u.post('/api/v1/chat-sessions', newSession())).status, 500);
+      const closed = new Promise((resolve) => s.child.once('close', resolve)); // stdout read to its end
+      await s.kill();
+      await closed;
+      assert.ok(
+        s.logs().some((l) => l.level === 'error' && l.msg === 'request failed'),
+        'the error line was written before the answer',
+      );
+    } finally {
+      await s.stop();
+      removeDir(s.dataDir);
+    }
+  });
+
   test('LOG_LEVEL=silent prints nothing at all (stdout and stderr), even for warnings, errors, reloads and shutdown', async () => {
     const s = await startOnFixedPort({ env: { LOG_LEVEL: 'silent', CHAT_SESSION_API_FAULTS: 'write:2' } });
     try {
