@@ -457,6 +457,42 @@ describe('b. Paging on the session list and the turns list', () => {
     }
   });
 
+  test('"walking all pages" of a list longer than the store keeps in one piece (1,300 sessions; it keeps lists in chunks of 512): in order, through updates, deletions and a restart', async () => {
+    const own = await startServer({ providers: PROVIDERS });
+    try {
+      const u = own.as('long-list');
+      const made = [];
+      for (let i = 0; i < 1300; i += 50) {
+        made.push(...(await Promise.all(Array.from({ length: 50 }, (_, k) => create(u, { projectId: 'long-proj', name: `n${i + k}` })))));
+      }
+      // updates move sessions from everywhere in the list to its front; deletions leave holes
+      for (let i = 0; i < 1300; i += 37) assert.equal((await u.put(`${BASE}/${made[i]._id}`, { name: `moved ${i}` })).status, 200);
+      for (let i = 5; i < 1300; i += 101) assert.equal((await u.del(`${BASE}/${made[i]._id}`)).status, 200);
+      const check = async (u, what) => {
+        const whole = (await u.get(BASE)).body.data;
+        assert.equal(whole.length, 1300 - 13, `${what}: every session but the deleted`);
+        assert.deepEqual(ids(whole), ids([...whole].sort(listOrder)), `${what}: the whole list is in order`);
+        assert.deepEqual(ids((await u.get(`${BASE}?projectId=long-proj`)).body.data), ids(whole), `${what}: the project list`);
+        for (const limit of [97, 512, 1000]) {
+          const w = await walk(u, BASE, limit);
+          assert.deepEqual(ids(w.items), ids(whole), `${what}: limit=${limit}, the whole list, in order`);
+        }
+        return whole;
+      };
+      const before = await check(u, 'before the restart');
+      assert.equal((await own.stop()).code, 0);
+      const again = await startServer({ dataDir: own.dataDir, providers: PROVIDERS });
+      try {
+        assert.deepEqual(await check(again.as('long-list'), 'after the restart'), before);
+      } finally {
+        await again.stop();
+      }
+    } finally {
+      await own.stop();
+      removeDir(own.dataDir);
+    }
+  });
+
   test('"walking all pages" of the turns list yields exactly the whole list, oldest first', async () => {
     const s = await create(alice);
     for (let i = 0; i < 5; i++) await addTurn(alice, s._id, { role: 'user', content: `s${i}` });

@@ -226,13 +226,7 @@ export class MemoryState {
     const want = limit === undefined ? Infinity : limit;
     const out: SessionEntry[] = [];
     let more = false;
-    let start = { chunk: 0, index: 0 };
-    if (after !== undefined) {
-      start = list.lowerBound(keyEntry(after));
-      const at = list.at(start);
-      if (at !== undefined && at._id === after._id && at.updatedAt === after.updatedAt) start = nextPosition(list, start);
-    }
-    list.forEachFrom(start, (e) => {
+    list.forEachAfter(after === undefined ? undefined : keyEntry(after), (e) => {
       const s = e.session;
       if (archived === 'false' ? s.archived : archived === 'true' ? !s.archived : false) return true;
       if (userFilter !== undefined && s.user !== userFilter) return true;
@@ -331,7 +325,3 @@ function keyEntry(key: SessionKey): SessionEntry {
   return new SessionEntry({ ...ORPHAN, _id: key._id, updatedAt: key.updatedAt });
 }
 
-function nextPosition(list: SortedList<SessionEntry>, p: { chunk: number; index: number }): { chunk: number; index: number } {
-  const next = { chunk: p.chunk, index: p.index + 1 };
-  return list.at(next) !== undefined ? next : { chunk: p.chunk + 1, index: 0 };
-}

@@ -1,0 +1,95 @@
+// The store's session lists (src/store/sorted-list.ts) against a plain sorted array: random
+// inserts, removals and reads from random keys, on lists many chunks long. A pure data
+// structure, so it is bundled and called directly, like the CRC; the HTTP tests walk the
+// lists through the server (features.test.mjs, "a list longer than one chunk").
+import assert from 'node:assert/strict';
+import { join } from 'node:path';
+import { test } from 'node:test';
+import { build } from 'esbuild';
+import { removeDir, ROOT, tempDir } from './helpers.mjs';
+
+/** A seeded generator, so a failure can be replayed. */
+function rng(seed) {
+  let s = seed >>> 0;
+  return () => {
+    s = (s + 0x6d2b79f5) >>> 0;
+    let t = s;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
+
+// the session lists' order: `at` newest first, ties by `id` descending
+const before = (a, b) => a.at > b.at || (a.at === b.at && a.id > b.id);
+const order = (a, b) => (before(a, b) ? -1 : before(b, a) ? 1 : 0);
+
+function readAfter(list, key, limit = Infinity) {
+  const out = [];
+  list.forEachAfter(key, (x) => {
+    if (out.length === limit) return false;
+    out.push(x);
+    return true;
+  });
+  return out;
+}
+
+test('the chunked session list reads like one sorted array through inserts (mostly at the front), removals, reads after any key, and fill', async () => {
+  const dir = tempDir();
+  try {
+    const out = join(dir, 'sorted-list.mjs');
+    await build({ entryPoints: [join(ROOT, 'src/store/sorted-list.ts')], outfile: out, bundle: true, platform: 'node', format: 'esm', logLevel: 'warning' });
+    const { SortedList } = await import(out);
+    for (const seed of [1, 2, 3]) {
+      const rand = rng(seed);
+      const list = new SortedList(before);
+      let model = [];
+      let clock = 0;
+      let nextId = 0;
+      const newItem = (at) => ({ at, id: nextId++ });
+      for (let step = 0; step < 6000; step++) {
+        const r = rand();
+        let item;
+        if (r < 0.6) item = newItem(clock += rand() < 0.3 ? 0 : 1); // newest (ties on the clock too)
+        else if (r < 0.75) item = newItem(Math.floor(rand() * (clock + 1))); // anywhere
+        else if (r < 0.8) item = newItem(-1); // older than everything
+        if (item !== undefined) {
+          list.insert(item);
+          model.push(item);
+          continue;
+        }
+        if (model.length === 0) continue;
+        // remove one (an update removes, then inserts the new state at the front)
+        const victim = model[Math.floor(rand() * model.length)];
+        assert.equal(list.remove(victim, (a, b) => a === b), true, `seed ${seed} step ${step}: remove`);
+        model = model.filter((x) => x !== victim);
+        assert.equal(list.remove(victim, (a, b) => a === b), false, 'a removed item is not there');
+        if (r < 0.9) {
+          const moved = newItem(++clock);
+          list.insert(moved);
+          model.push(moved);
+        }
+      }
+      model.sort(order);
+      assert.ok(model.length > 2000, `seed ${seed}: the list spans several chunks (${model.length} items)`);
+      assert.equal(list.size, model.length);
+      assert.deepEqual(readAfter(list, undefined), model, `seed ${seed}: the whole list`);
+      for (let i = 0; i < 300; i++) {
+        // keys that are in the list, and keys between and around its items
+        const key = i % 2 === 0 ? model[Math.floor(rand() * model.length)] : { at: Math.floor(rand() * (clock + 3)) - 1, id: Math.floor(rand() * nextId) + 0.5 };
+        const want = model.filter((x) => before(key, x));
+        const limit = 1 + Math.floor(rand() * 700);
+        assert.deepEqual(readAfter(list, key, limit), want.slice(0, limit), `seed ${seed}: after ${JSON.stringify(key)}, ${limit} items`);
+      }
+      const filled = new SortedList(before);
+      filled.fill(model);
+      assert.deepEqual(readAfter(filled, undefined), model, 'fill keeps the order it is given');
+      filled.insert(newItem(++clock));
+      filled.insert(newItem(-2));
+      assert.equal(readAfter(filled, undefined).length, model.length + 2);
+      assert.deepEqual(readAfter(new SortedList(before), undefined), [], 'an empty list');
+    }
+  } finally {
+    removeDir(dir);
+  }
+});
