@@ -11,7 +11,7 @@ import type { Logger } from '../log.js';
 import { crashpoint, injectedFault } from './faults.js';
 import { delLine, headerLine, putLine, scanJournal, TURN_JSON_END_FROM_END, TURN_JSON_START, turnLine, type JournalRecord } from './journal-format.js';
 import { acquireLock, type Lock } from './lock.js';
-import { MemoryState, versionOf, type SnapshotItem } from './state.js';
+import { MemoryState, versionOf, type SessionEntry, type SnapshotItem } from './state.js';
 import {
   SessionNotFound,
   StorageWriteFailed,
@@ -101,11 +101,12 @@ class BatchView {
   }
 }
 
-/** Applies one journal record to a state, the way start-up replay does. */
-export function replayRecord(state: MemoryState, r: JournalRecord): void {
-  if (r.kind === 'put') state.putSession(chatSession(r.session));
-  else if (r.kind === 'turn') state.addTurn(r.session, r.turn);
-  else state.deleteSession(r.id);
+/** Applies one journal record to a state, the way start-up replay does; returns the entry a put or turn went to. */
+export function replayRecord(state: MemoryState, r: JournalRecord): SessionEntry | undefined {
+  if (r.kind === 'put') return state.putSession(chatSession(r.session));
+  if (r.kind === 'turn') return state.addTurn(r.session, r.turn);
+  state.deleteSession(r.id);
+  return undefined;
 }
 
 /** The journal lines that hold one session and its turns, as compaction and import write them. */
@@ -236,14 +237,10 @@ export class JournalStore implements Store {
 
   /** Applies one record during start-up (indexes are built afterwards) and counts its bytes. */
   private replay(r: JournalRecord, bytes: number): void {
-    replayRecord(this.state, r);
-    if (r.kind === 'put') {
-      const e = this.state.get(r.session._id);
-      if (e !== undefined) e.putBytes = bytes;
-    } else if (r.kind === 'turn') {
-      const e = this.state.entries.get(r.session);
-      if (e !== undefined) e.turnBytes += bytes;
-    }
+    const e = replayRecord(this.state, r);
+    if (e === undefined) return;
+    if (r.kind === 'put') e.putBytes = bytes;
+    else e.turnBytes += bytes;
   }
 
   /** Tells readers beside the server how far the journal is durable (see COMMITTED_FILE). */
