@@ -120,10 +120,13 @@ export function memoryOf(pid) {
   return { rssMiB: kb('VmRSS') / 1024, peakMiB: kb('VmHWM') / 1024 };
 }
 
-/** User + system CPU seconds a process has used, all threads (Linux, 100 ticks/s). */
-export function cpuSecondsOf(pid) {
+/**
+ * User + system CPU seconds a process has used, all threads (Linux, 100 ticks/s); with
+ * `mainThread`, only its main thread's (the one that runs JavaScript and the event loop).
+ */
+export function cpuSecondsOf(pid, { mainThread = false } = {}) {
   try {
-    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    const stat = readFileSync(mainThread ? `/proc/${pid}/task/${pid}/stat` : `/proc/${pid}/stat`, 'utf8');
     const f = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
     return (Number(f[11]) + Number(f[12])) / 100; // utime, stime (fields 14 and 15)
   } catch {

@@ -265,6 +265,8 @@ const loadScenarios = [
 async function measure(proc, request, conns) {
   let cpu0 = 0;
   let cpu1 = 0;
+  let main0 = 0;
+  let main1 = 0;
   let store0;
   let store1;
   const r = await runLoad({
@@ -275,14 +277,19 @@ async function measure(proc, request, conns) {
     request,
     onWindowStart: () => {
       cpu0 = cpuSecondsOf(proc.pid);
+      main0 = cpuSecondsOf(proc.pid, { mainThread: true });
       if (proc.api) store0 = storeCounters(proc.port);
     },
     onWindowEnd: () => {
       cpu1 = cpuSecondsOf(proc.pid);
+      main1 = cpuSecondsOf(proc.pid, { mainThread: true });
       if (proc.api) store1 = storeCounters(proc.port);
     },
   });
   r.targetCpu = (cpu1 - cpu0) / r.seconds;
+  // the main thread is where a Node.js server runs out first: its CPU per request is the cost to cut
+  r.mainBusy = (main1 - main0) / r.seconds;
+  r.mainUs = ((main1 - main0) / r.requests) * 1e6;
   if (proc.api) {
     const [a, b] = await Promise.all([store0, store1]);
     r.fsyncRate = (b.fsyncs - a.fsyncs) / r.seconds;
@@ -315,6 +322,8 @@ function summarize(runs) {
     firstError: runs.find((r) => r.firstError !== undefined)?.firstError,
     statuses,
     targetCpu: median(runs.map((r) => r.targetCpu)),
+    mainBusy: median(runs.map((r) => r.mainBusy)),
+    mainUs: median(runs.map((r) => r.mainUs)),
     fsyncRate: median(runs.map((r) => r.fsyncRate ?? NaN)),
     compactions: runs.reduce((n, r) => n + (r.compactions ?? 0), 0),
     loadgenCpu: median(runs.map((r) => r.cpu)),
@@ -569,12 +578,12 @@ function render(wallSeconds) {
   L.push(`- whole run: ${wallSeconds.toFixed(0)} s`, '');
   if (report.load.length > 0) {
     L.push('## Throughput and latency', '');
-    L.push('req/s: median of the rounds; latency percentiles: all rounds\' samples pooled (closed loop, one request in flight per connection). Baseline: bench/baseline.mjs, raw node:http answering the GET-by-id bytes, driven with the same requests. CPU: share of one core used by the process under load and by the load generator over the measured window (100 = one core; the machine has ' + availableParallelism() + ').', '');
-    L.push('| scenario | conns | req/s | p50 ms | p99 ms | p99.9 ms | errors | baseline req/s | ratio | CPU % server/gen | CPU % baseline/gen |');
-    L.push('|---|---:|---:|---:|---:|---:|---|---:|---:|---|---|');
+    L.push('req/s: median of the rounds; latency percentiles: all rounds\' samples pooled (closed loop, one request in flight per connection). Baseline: bench/baseline.mjs, raw node:http answering the GET-by-id bytes, driven with the same requests. CPU: share of one core used by the process under load and by the load generator over the measured window (100 = one core; the machine has ' + availableParallelism() + '). Main thread: the server\'s CPU time per request on its main thread (JavaScript, the event loop, the socket system calls), and how busy that thread was; at 100% it is what limits req/s.', '');
+    L.push('| scenario | conns | req/s | p50 ms | p99 ms | p99.9 ms | errors | baseline req/s | ratio | CPU % server/gen | CPU % baseline/gen | main thread µs/req (busy %) |');
+    L.push('|---|---:|---:|---:|---:|---:|---|---:|---:|---|---|---:|');
     for (const r of report.load) {
       const name = r.label === 'server' ? r.title : `${r.title}: ${r.label}`;
-      L.push(`| ${name} | ${r.conns} | ${int(r.rps)} | ${ms(r.p50)} | ${ms(r.p99)} | ${ms(r.p999)} | ${errorText(r)} | ${int(r.base.rps)} | ${r.ratio.toFixed(2)} | ${pct(r.targetCpu)}/${pct(r.loadgenCpu)} | ${pct(r.base.targetCpu)}/${pct(r.base.loadgenCpu)} |`);
+      L.push(`| ${name} | ${r.conns} | ${int(r.rps)} | ${ms(r.p50)} | ${ms(r.p99)} | ${ms(r.p999)} | ${errorText(r)} | ${int(r.base.rps)} | ${r.ratio.toFixed(2)} | ${pct(r.targetCpu)}/${pct(r.loadgenCpu)} | ${pct(r.base.targetCpu)}/${pct(r.base.loadgenCpu)} | ${r.mainUs.toFixed(1)} (${pct(r.mainBusy)}) |`);
     }
     L.push('');
   }
