@@ -4,7 +4,9 @@
 // Layout: session i belongs to user `user-(i % users)` and project `project-(floor(i / 50))`,
 // with users = sessions / 50, so every user and every project holds exactly 50 sessions
 // (user-0's are spread over the whole file). Turn j belongs to session j % sessions and is
-// written right after it; a turn's createdAt is never later than its session's updatedAt.
+// written right after it, as the server writes them: the session is created with updatedAt =
+// createdAt, and each turn is a millisecond later, so replay raises the session to its newest
+// turn (the journal holds no second put of the session for that).
 // Usage: node bench/datagen.mjs DIR SESSIONS [TURNS]
 import { closeSync, copyFileSync, mkdirSync, openSync, writeSync } from 'node:fs';
 import { join } from 'node:path';
@@ -50,7 +52,7 @@ export function generateDataDir(dir, { sessions, turns = 0, turnBytes = 1024 }) 
     const id = objectId(created, 'a000', i);
     const user = `user-${i % users}`;
     const createdAt = new Date(created).toISOString();
-    const updatedAt = new Date(created + 500).toISOString();
+    const updatedAt = createdAt;
     // field order as src/domain/records.ts writes them
     const put =
       `{"put":{"_id":"${id}","name":"Session ${i}","provider":"${PROVIDER}","selectedModel":"gpt-4o","mode":"Build",` +
@@ -59,7 +61,7 @@ export function generateDataDir(dir, { sessions, turns = 0, turnBytes = 1024 }) 
     for (let j = i, k = 0; j < turns; j += sessions, k++) {
       const prefix = `turn ${j}: `;
       const content = prefix + FILLER.slice(0, turnBytes - prefix.length);
-      const at = new Date(created + Math.min(k, 499)).toISOString();
+      const at = new Date(created + 1 + Math.min(k, 998)).toISOString();
       text += line(`{"turn":{"_id":"${objectId(created, 'b000', j)}","session":"${id}","user":"${user}","role":"user","content":"${content}","createdAt":"${at}"}}`);
     }
     parts.push(text);
