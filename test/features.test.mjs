@@ -470,7 +470,7 @@ describe('b. Paging on the session list and the turns list', () => {
       for (let i = 5; i < 1300; i += 101) assert.equal((await u.del(`${BASE}/${made[i]._id}`)).status, 200);
       const check = async (u, what) => {
         const whole = (await u.get(BASE)).body.data;
-        assert.equal(whole.length, 1300 - 13, `${what}: every session but the deleted`);
+        assert.equal(whole.length, 1300 - 14, `${what}: every session but the deleted`);
         assert.deepEqual(ids(whole), ids([...whole].sort(listOrder)), `${what}: the whole list is in order`);
         assert.deepEqual(ids((await u.get(`${BASE}?projectId=long-proj`)).body.data), ids(whole), `${what}: the project list`);
         for (const limit of [97, 512, 1000]) {
@@ -479,6 +479,18 @@ describe('b. Paging on the session list and the turns list', () => {
         }
         return whole;
       };
+      // a cursor on the newest session, which then moves (an update) or goes (a delete): the next
+      // page still starts right after where that session was
+      for (const change of ['update', 'delete']) {
+        const first = await u.get(`${BASE}?limit=1`);
+        const [top] = first.body.data;
+        if (change === 'update') assert.equal((await u.put(`${BASE}/${top._id}`, { name: 'moved again' })).status, 200);
+        else assert.equal((await u.del(`${BASE}/${top._id}`)).status, 200);
+        const next = await u.get(`${BASE}?limit=1000&cursor=${encodeURIComponent(first.body.nextCursor)}`);
+        const whole = (await u.get(BASE)).body.data;
+        const rest = whole.filter((x) => x._id !== top._id);
+        assert.deepEqual(ids(next.body.data), ids(rest).slice(0, 1000), `after the ${change} of the cursor's session`);
+      }
       const before = await check(u, 'before the restart');
       assert.equal((await own.stop()).code, 0);
       const again = await startServer({ dataDir: own.dataDir, providers: PROVIDERS });

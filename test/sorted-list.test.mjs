@@ -72,6 +72,14 @@ test('the chunked session list reads like one sorted array through inserts (most
       }
       model.sort(order);
       assert.ok(model.length > 2000, `seed ${seed}: the list spans several chunks (${model.length} items)`);
+      // keys before everything (a cursor on a newest session since moved or deleted) and after it
+      const newest = model[0];
+      const oldest = model[model.length - 1];
+      assert.deepEqual(readAfter(list, { at: newest.at + 1, id: 0 }), model, 'a key read before every item: the whole list');
+      assert.deepEqual(readAfter(list, { at: newest.at, id: newest.id + 0.5 }), model, 'just before the first item');
+      assert.deepEqual(readAfter(list, newest), model.slice(1), 'the first item itself');
+      assert.deepEqual(readAfter(list, oldest), [], 'the last item');
+      assert.deepEqual(readAfter(list, { at: oldest.at - 1, id: 0 }), [], 'a key read after every item');
       assert.equal(list.size, model.length);
       assert.deepEqual(readAfter(list, undefined), model, `seed ${seed}: the whole list`);
       for (let i = 0; i < 300; i++) {
@@ -84,6 +92,25 @@ test('the chunked session list reads like one sorted array through inserts (most
       const filled = new SortedList(before);
       filled.fill(model);
       assert.deepEqual(readAfter(filled, undefined), model, 'fill keeps the order it is given');
+      for (const i of [0, 1, 511, 512, 513, model.length - 2]) assert.deepEqual(readAfter(filled, model[i]), model.slice(i + 1), `filled: after item ${i}`);
+      // emptying whole chunks, from the newest end, the oldest end and the middle
+      const drained = new SortedList(before);
+      drained.fill(model);
+      const rest = [...model];
+      for (const at of [() => 0, () => rest.length - 1, () => rest.length >> 1]) {
+        for (let k = 0; k < 700 && rest.length > 0; k++) {
+          const [gone] = rest.splice(at(), 1);
+          assert.equal(drained.remove(gone, (a, b) => a === b), true);
+        }
+        assert.deepEqual(readAfter(drained, undefined), rest, 'after emptying chunks');
+        if (rest.length > 0) assert.deepEqual(readAfter(drained, rest[0]), rest.slice(1));
+      }
+      while (rest.length > 0) assert.equal(drained.remove(rest.pop(), (a, b) => a === b), true);
+      assert.equal(drained.size, 0);
+      assert.deepEqual(readAfter(drained, undefined), [], 'emptied to nothing');
+      assert.deepEqual(readAfter(drained, newest), [], 'emptied: after a key');
+      drained.insert(newest);
+      assert.deepEqual(readAfter(drained, undefined), [newest], 'usable again');
       filled.insert(newItem(++clock));
       filled.insert(newItem(-2));
       assert.equal(readAfter(filled, undefined).length, model.length + 2);
