@@ -3,6 +3,7 @@
 // provider redaction, and the OpenAPI document as the one source of truth, which a test walks
 // and calls. Everything against the real server over HTTP.
 import assert from 'node:assert/strict';
+import { createHash } from 'node:crypto';
 import { after, before, describe, test } from 'node:test';
 import { newSession, removeDir, runCli, SECRET, sign, startServer, tokenFor } from './helpers.mjs';
 
@@ -929,6 +930,21 @@ describe('e. Safe concurrent edits (ETag / If-Match)', () => {
     const tags = [c, answers[2][1], answers[4][1], answers[5][1]].map((r) => r.headers.etag);
     assert.equal(new Set(tags).size, tags.length, 'every change gives a new tag');
     assert.equal(answers[6][1].headers.etag, answers[5][1].headers.etag, 'no change, same tag');
+  });
+
+  test('the ETag is a digest of the state, the same in every release: SHA-256 of the session\'s JSON (and of its newest turn\'s createdAt and _id), base64url, first 22 characters', async () => {
+    // clients keep tags across upgrades of the server: a new way of computing them would turn
+    // every kept tag into a 412
+    const u = freshUser('etag-digest');
+    const tagOf = (text) => `"${createHash('sha256').update(text).digest('base64url').slice(0, 22)}"`;
+    const c = await u.post(BASE, newSession({ name: 'digest \u{1F600} é' }));
+    assert.equal(c.headers.etag, tagOf(JSON.stringify(c.body.data)), 'create');
+    const id = c.body.data._id;
+    const p = await u.put(`${BASE}/${id}`, { name: 'renamed' });
+    assert.equal(p.headers.etag, tagOf(JSON.stringify(p.body.data)), 'update');
+    const t = await addTurn(u, id);
+    const g = await u.get(`${BASE}/${id}`);
+    assert.equal(g.headers.etag, tagOf(`${JSON.stringify(g.body.data)}\n${t.createdAt}\n${t._id}`), 'with a turn');
   });
 
   test('"If-Match on PUT, DELETE, archive and turn append": the current tag passes', async () => {

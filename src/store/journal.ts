@@ -285,7 +285,7 @@ export class JournalStore implements Store {
     return this.submit((view) => {
       if (view.current(session._id) !== undefined) throw new Error('duplicate session id');
       view.stage(session._id, { session, lastTurn: undefined });
-      return this.put(session);
+      return this.put(session, true);
     }) as Promise<SessionRecord>;
   }
 
@@ -300,15 +300,15 @@ export class JournalStore implements Store {
   }
 
   /** A put record: the session's JSON is made once, for the journal and the answer alike. */
-  private put(session: ChatSession): Prepared {
+  private put(session: ChatSession, isNew = false): Prepared {
     const json = JSON.stringify(session);
     return {
       line: putLine(json),
       apply: (bytes) => {
-        const e = this.state.putSession(session, json);
+        const e = isNew ? this.state.insertNew(session) : this.state.putSession(session);
         this.liveBytes += bytes - e.putBytes;
         e.putBytes = bytes;
-        return { session, json, version: e.version };
+        return { session, json, version: e.wrote(json) };
       },
     };
   }
