@@ -15,7 +15,7 @@ import { headerLine, scanJournal } from './store/journal-format.js';
 import { fsyncDir, IMPORT_SUFFIX, JOURNAL_FILE, linesOf, readCommitted, replayRecord, writeFullySync } from './store/journal.js';
 import { acquireLock, lockHolder } from './store/lock.js';
 import { MemoryState } from './store/state.js';
-import type { StoredTurn } from './store/store.js';
+import { StoredTurn } from './store/store.js';
 
 export const EXPORT_FORMAT = 'chat-session-api/export';
 export const EXPORT_VERSION = 1;
@@ -259,7 +259,7 @@ export function importData(dataDir: string, file: string): ImportSummary {
         continue;
       }
       if (have !== undefined) state.removeTurn(have.session, t._id); // the file's version wins
-      state.addTurn(t.session, { _id: t._id, createdAt: t.createdAt, json });
+      state.addTurn(t.session, StoredTurn.of(t._id, t.createdAt, json));
       turns++;
     }
     if (sessions + turns > 0) writeJournal(join(dataDir, JOURNAL_FILE), state);

@@ -96,12 +96,12 @@ function turnsReply(slice: Slice<StoredTurn>, limit: number | undefined, next: (
   const head = '{"success":true,"data":[';
   const tail = `]${cursorPart(slice, limit, next)}}`;
   let size = head.length + Buffer.byteLength(tail) + Math.max(0, slice.items.length - 1);
-  for (const t of slice.items) size += t.json.length;
+  for (const t of slice.items) size += t.jsonLength;
   const out = Buffer.allocUnsafe(size);
   let at = out.write(head, 0, 'latin1');
   slice.items.forEach((t, i) => {
     if (i > 0) out[at++] = 0x2c; // ,
-    at += t.json.copy(out, at);
+    at += t.copyJsonTo(out, at);
   });
   out.write(tail, at, 'utf8');
   return { status: 200, body: out };

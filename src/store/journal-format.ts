@@ -9,7 +9,7 @@ import { basename } from 'node:path';
 import { sessionProblem } from '../domain/inputs.js';
 import type { ChatSession } from '../domain/records.js';
 import { crc32 } from './crc32.js';
-import type { StoredTurn } from './store.js';
+import { StoredTurn } from './store.js';
 
 export const JOURNAL_FORMAT = 'chat-session-api/journal';
 export const JOURNAL_VERSION = 1;
@@ -122,15 +122,15 @@ class Slab {
   /** Bytes of the journal not yet read: the most the turns still to come can need. */
   unread = 0;
 
-  /** A copy of src[start, end). */
-  copy(src: Buffer, start: number, end: number): Buffer {
+  /** A turn whose JSON is a copy of src[start, end). */
+  turn(_id: string, createdAt: string, src: Buffer, start: number, end: number): StoredTurn {
     const n = end - start;
     if (this.used + n > this.buf.length) {
       this.buf = Buffer.allocUnsafeSlow(Math.max(n, Math.min(MAX_SLAB, this.unread)));
       this.used = 0;
     }
-    this.buf.set(src.subarray(start, end), this.used);
-    const out = this.buf.subarray(this.used, this.used + n);
+    src.copy(this.buf, this.used, start, end);
+    const out = new StoredTurn(_id, createdAt, this.buf, this.used, this.used + n);
     this.used += n;
     return out;
   }
@@ -164,11 +164,10 @@ function turnAt(buf: Buffer, start: number, end: number, slab: Slab): JournalRec
     buf[jsonEnd - 1] === 0x7d &&
     buf[end - 1] === 0x7d
   ) {
-    const json = slab.copy(buf, jsonStart, jsonEnd);
     return {
       kind: 'turn',
       session: buf.toString('latin1', start + 53, start + 77),
-      turn: { _id: buf.toString('latin1', start + 16, start + 40), createdAt: buf.toString('latin1', created + 14, created + 38), json },
+      turn: slab.turn(buf.toString('latin1', start + 16, start + 40), buf.toString('latin1', created + 14, created + 38), buf, jsonStart, jsonEnd),
     };
   }
   const v: unknown = JSON.parse(buf.toString('utf8', start, end));
@@ -176,7 +175,7 @@ function turnAt(buf: Buffer, start: number, end: number, slab: Slab): JournalRec
   if (typeof t !== 'object' || t === null || typeof t['_id'] !== 'string' || typeof t['session'] !== 'string' || typeof t['createdAt'] !== 'string') {
     return undefined;
   }
-  return { kind: 'turn', session: t['session'], turn: { _id: t['_id'], createdAt: t['createdAt'], json: Buffer.from(JSON.stringify(t)) } };
+  return { kind: 'turn', session: t['session'], turn: StoredTurn.of(t['_id'], t['createdAt'], Buffer.from(JSON.stringify(t))) };
 }
 
 /** The record bytes [start, end) hold (the JSON, checksum excluded), or undefined when none this release knows. */

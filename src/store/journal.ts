@@ -15,6 +15,7 @@ import { MemoryState, versionOf, type SessionEntry, type SnapshotItem } from './
 import {
   SessionNotFound,
   StorageWriteFailed,
+  StoredTurn,
   type SessionFilter,
   type SessionKey,
   type Current,
@@ -23,7 +24,6 @@ import {
   type Store,
   type StoreObserver,
   type StoreStats,
-  type StoredTurn,
   type TurnKey,
 } from './store.js';
 
@@ -337,7 +337,7 @@ export class JournalStore implements Store {
       const turn = build(current);
       view.stage(sessionId, { session: touchedBy(current.session, turn), lastTurn: turn });
       const line = turnLine(JSON.stringify(turn));
-      const stored: StoredTurn = { _id: turn._id, createdAt: turn.createdAt, json: line.subarray(TURN_JSON_START, line.length - TURN_JSON_END_FROM_END) };
+      const stored = new StoredTurn(turn._id, turn.createdAt, line, TURN_JSON_START, line.length - TURN_JSON_END_FROM_END);
       return {
         line,
         apply: (bytes) => {
