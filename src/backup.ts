@@ -97,21 +97,22 @@ function writeExport(state: MemoryState, write: (chunk: Buffer) => void): Export
   );
   let parts: (string | Buffer)[] = [];
   let size = 0;
+  const flush = (): void => {
+    write(Buffer.concat(parts.map((p) => (typeof p === 'string' ? Buffer.from(p) : p))));
+    parts = [];
+    size = 0;
+  };
   for (const item of items) {
     const s = `{"session":${item.json ?? JSON.stringify(item.session)}}\n`;
     parts.push(s);
     size += s.length;
     for (const t of item.turns) {
       parts.push('{"turn":', t.json, '}\n');
-      size += t.json.length + 10;
+      size += t.jsonLength + 10;
     }
-    if (size >= 1 << 20) {
-      write(Buffer.concat(parts.map((p) => (typeof p === 'string' ? Buffer.from(p) : p))));
-      parts = [];
-      size = 0;
-    }
+    if (size >= 1 << 20) flush();
   }
-  if (parts.length > 0) write(Buffer.concat(parts.map((p) => (typeof p === 'string' ? Buffer.from(p) : p))));
+  if (parts.length > 0) flush();
   return { sessions: items.length, turns: state.turnCount };
 }
 

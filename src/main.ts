@@ -116,7 +116,8 @@ function exportCommand(argv: string[]): void {
     return;
   }
   const target = resolve(out);
-  if (protectedFiles(config).has(target) || protectedFiles(config).has(`${target}.partial`)) {
+  const protectedSet = protectedFiles(config);
+  if (protectedSet.has(target) || protectedSet.has(`${target}.partial`)) {
     throw new ExportFailed(`--out ${out} is a file of the data directory; write the backup somewhere else`);
   }
   if (existsSync(target) && statSync(target).isDirectory()) throw new ExportFailed(`--out ${out} is a directory; give a file name`);

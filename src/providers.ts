@@ -2,6 +2,7 @@
 // ready-to-send response bodies. The `apiKey` never leaves this module: not in a response,
 // not in a log line, not in an error message.
 import { readFileSync } from 'node:fs';
+import { dataBody } from './api/route.js';
 import { isHexObjectId } from './domain/ids.js';
 
 export class ProvidersFileError extends Error {
@@ -111,12 +112,12 @@ export function parseProviders(text: string, file: string): ProviderCatalog {
   });
   entries.sort((a, b) => compareCodePoints(a.name, b.name) || compareCodePoints(a.id, b.id));
   const bodies = new Map<string, string>();
-  for (const p of entries) bodies.set(p.id, `{"success":true,"data":${JSON.stringify(p.body)}}`);
+  for (const p of entries) bodies.set(p.id, dataBody(JSON.stringify(p.body)));
   return {
     count: entries.length,
     loadedAt: new Date().toISOString(),
     fromFile: true,
-    listBody: `{"success":true,"data":[${entries.map((p) => JSON.stringify(p.body)).join(',')}]}`,
+    listBody: dataBody(`[${entries.map((p) => JSON.stringify(p.body)).join(',')}]`),
     bodies,
   };
 }
@@ -129,7 +130,7 @@ export function loadProviders(file: string): ProviderCatalog {
   } catch (e) {
     const code = (e as NodeJS.ErrnoException).code;
     if (code === 'ENOENT') {
-      return { count: 0, loadedAt: new Date().toISOString(), fromFile: false, listBody: '{"success":true,"data":[]}', bodies: new Map() };
+      return { count: 0, loadedAt: new Date().toISOString(), fromFile: false, listBody: dataBody('[]'), bodies: new Map() };
     }
     throw new ProvidersFileError(`providers file ${file} cannot be read (${code ?? 'error'})`);
   }

@@ -10,7 +10,7 @@ import { DEFAULT_MODE, chatSession, nextTimestamp, type ChatSession, type ChatSe
 import type { QuerySchema } from '../domain/schema.js';
 import { PreconditionFailed, SessionNotFound, type ArchivedFilter, type Current, type SessionRecord, type Slice, type Store, type StoredTurn } from '../store/store.js';
 import type { CursorCodec } from './cursor.js';
-import { dataBody, route, type Reply, type RouteDef } from './route.js';
+import { DATA_OPEN, dataBody, route, type Reply, type RouteDef } from './route.js';
 
 export interface SessionDeps {
   readonly store: Store;
@@ -18,7 +18,7 @@ export interface SessionDeps {
   readonly cursors: CursorCodec;
 }
 
-const DATA_HEAD = Buffer.from('{"success":true,"data":');
+const DATA_HEAD = Buffer.from(DATA_OPEN);
 const DATA_TAIL = Buffer.from('}');
 
 const paging = {
@@ -88,12 +88,12 @@ function sessionsReply(slice: Slice<SessionRecord>, limit: number | undefined, n
   const items = slice.items;
   let data = '[';
   for (let i = 0; i < items.length; i++) data += i === 0 ? (items[i] as SessionRecord).json : `,${(items[i] as SessionRecord).json}`;
-  return { status: 200, body: `{"success":true,"data":${data}]${cursorPart(slice, limit, next)}}` };
+  return { status: 200, body: `${DATA_OPEN}${data}]${cursorPart(slice, limit, next)}}` };
 }
 
 /** A list of turns: their JSON bytes copied into one buffer. */
 function turnsReply(slice: Slice<StoredTurn>, limit: number | undefined, next: (last: StoredTurn) => string): Reply {
-  const head = '{"success":true,"data":[';
+  const head = `${DATA_OPEN}[`;
   const tail = `]${cursorPart(slice, limit, next)}}`;
   let size = head.length + Buffer.byteLength(tail) + Math.max(0, slice.items.length - 1);
   for (const t of slice.items) size += t.jsonLength;

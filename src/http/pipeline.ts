@@ -42,6 +42,8 @@ const JSON_TYPE = 'application/json; charset=utf-8';
 const SANE_REQUEST_ID = /^[A-Za-z0-9._:@/+=-]{1,128}$/;
 const bootId = randomBytes(4).toString('hex');
 let requestCounter = 0;
+/** An id for a request that brought none we accept: this process's boot id and a counter. */
+const nextRequestId = (): string => `${bootId}-${(++requestCounter).toString(36)}`;
 const NO_VALUES = {};
 
 /** The path and query of an absolute-form request target (`http://host/path?q`), which RFC 9112 says servers accept. */
@@ -81,7 +83,7 @@ class Exchange {
     readonly res: ServerResponse,
   ) {
     const given = req.headers['x-request-id'];
-    this.id = typeof given === 'string' && SANE_REQUEST_ID.test(given) ? given : `${bootId}-${(++requestCounter).toString(36)}`;
+    this.id = typeof given === 'string' && SANE_REQUEST_ID.test(given) ? given : nextRequestId();
   }
 }
 
@@ -204,7 +206,7 @@ export class Pipeline {
         : err.code === 'ERR_HTTP_REQUEST_TIMEOUT'
           ? [408, 'Request Timeout', 'Request timeout']
           : [400, 'Bad Request', 'Bad request'];
-    const id = `${bootId}-${(++requestCounter).toString(36)}`;
+    const id = nextRequestId();
     const body = JSON.stringify({ success: false, message });
     socket.end(
       `HTTP/1.1 ${status} ${text}\r\ncontent-type: ${JSON_TYPE}\r\ncache-control: no-store\r\nx-content-type-options: nosniff\r\n` +

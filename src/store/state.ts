@@ -172,13 +172,8 @@ export class MemoryState {
 
   /** Puts a session's new state. */
   putSession(s: ChatSession): SessionEntry {
-    let e = this.entries.get(s._id);
-    if (e === undefined) {
-      e = new SessionEntry(s);
-      this.entries.set(s._id, e);
-      if (!this.loading) this.index(e);
-      return e;
-    }
+    const e = this.entries.get(s._id);
+    if (e === undefined) return this.insertNew(s);
     if (this.loading) {
       e.replace(s);
       return e;
@@ -220,16 +215,7 @@ export class MemoryState {
     const list = (e.turns ??= []);
     const last = list[list.length - 1];
     if (last === undefined || turnBefore(last, t)) list.push(t);
-    else {
-      let lo = 0;
-      let hi = list.length;
-      while (lo < hi) {
-        const mid = (lo + hi) >>> 1;
-        if (turnBefore(list[mid] as StoredTurn, t)) lo = mid + 1;
-        else hi = mid;
-      }
-      list.splice(lo, 0, t);
-    }
+    else list.splice(turnsBefore(list, t), 0, t);
     this.turnTotal++;
     e.turnsChanged();
     if (e.session !== ORPHAN && t.createdAt > e.session.updatedAt) {
@@ -277,12 +263,7 @@ export class MemoryState {
     if (list === undefined) return { items: [], more: false };
     let start = 0;
     if (after !== undefined) {
-      let hi = list.length;
-      while (start < hi) {
-        const mid = (start + hi) >>> 1;
-        if (turnBefore(list[mid] as StoredTurn, after)) start = mid + 1;
-        else hi = mid;
-      }
+      start = turnsBefore(list, after);
       if (list[start]?._id === after._id && list[start]?.createdAt === after.createdAt) start++;
     }
     const end = limit === undefined ? list.length : Math.min(list.length, start + limit);
@@ -349,6 +330,18 @@ function dropFrom(map: Map<string, SortedList<SessionEntry>>, key: string, e: Se
   if (l === undefined) return;
   l.remove(e, sameEntry);
   if (l.size === 0) map.delete(key);
+}
+
+/** How many turns of a list (oldest first) come before `key`: where `key` is, or would go. */
+function turnsBefore(list: readonly StoredTurn[], key: TurnKey): number {
+  let lo = 0;
+  let hi = list.length;
+  while (lo < hi) {
+    const mid = (lo + hi) >>> 1;
+    if (turnBefore(list[mid] as StoredTurn, key)) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo;
 }
 
 /** A stand-in entry carrying only a sort key, to search the lists with. */
