@@ -13,7 +13,7 @@ import { isPlainObject } from './domain/schema.js';
 import { chatSession, turnRecord, type ChatSession, type Turn } from './domain/records.js';
 import { headerLine, scanJournal } from './store/journal-format.js';
 import { fsyncDir, IMPORT_SUFFIX, JOURNAL_FILE, linesOf, readCommitted, replayRecord, writeFullySync } from './store/journal.js';
-import { acquireLock, lockHolder } from './store/lock.js';
+import { acquireLock, lockHolder } from './data-dir-lock.js';
 import { MemoryState } from './store/state.js';
 import { StoredTurn } from './store/store.js';
 

@@ -12,7 +12,7 @@ import { ProvidersFileError } from './providers.js';
 import { serve } from './server.js';
 import { JournalDamaged } from './store/journal-format.js';
 import { COMMITTED_FILE, COMPACT_SUFFIX, fsyncDir, IMPORT_SUFFIX, JOURNAL_FILE, writeFullySync } from './store/journal.js';
-import { DataDirLocked, LOCK_FILE } from './store/lock.js';
+import { DataDirLocked, LOCK_FILE } from './data-dir-lock.js';
 
 declare const __VERSION__: string;
 const VERSION = typeof __VERSION__ === 'string' ? __VERSION__ : '0.0.0-dev';

@@ -10,7 +10,7 @@ import { chatSession } from '../domain/records.js';
 import type { Logger } from '../log.js';
 import { crashpoint, injectedFault } from './faults.js';
 import { delLine, headerLine, putLine, scanJournal, TURN_JSON_END_FROM_END, TURN_JSON_START, turnLine, type JournalRecord } from './journal-format.js';
-import { acquireLock, type Lock } from './lock.js';
+import { acquireLock, type Lock } from '../data-dir-lock.js';
 import { MemoryState, versionOf, type SessionEntry, type SnapshotItem } from './state.js';
 import {
   SessionNotFound,
