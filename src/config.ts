@@ -2,6 +2,7 @@
 // wins), validated once at start. A bad value is a ConfigError naming the setting.
 import { isAbsolute, join, resolve } from 'node:path';
 import { LOG_LEVELS, type LogLevel } from './log.js';
+import { ENGINES, type EngineName } from './store/store.js';
 
 export class ConfigError extends Error {
   override readonly name = 'ConfigError';
@@ -37,6 +38,10 @@ export interface Config {
   readonly trustProxy: boolean;
   readonly fsync: boolean;
   readonly compactMinBytes: number;
+  readonly store: EngineName;
+  readonly sqliteFile: string;
+  /** Page cache of each sqlite connection, in bytes. */
+  readonly sqliteCacheBytes: number;
 }
 
 interface Setting {
@@ -66,6 +71,9 @@ export const SETTINGS: readonly Setting[] = [
   { env: 'TRUST_PROXY', flag: '--trust-proxy', def: 'off', help: 'on: take the client address from X-Forwarded-For (behind nginx)' },
   { env: 'COMPACT_MIN_SIZE', flag: '--compact-min-size', def: '1mb', help: 'the journal is not compacted while smaller than this' },
   { env: 'FSYNC', flag: '--fsync', def: 'on', help: 'off only to measure what durability costs: acknowledged writes can be lost' },
+  { env: 'STORE', flag: '--store', def: 'journal', help: 'storage engine: journal (all in memory, Node 20+), sqlite (on disk, Node 22.13+) or postgres' },
+  { env: 'SQLITE_FILE', flag: '--sqlite-file', def: '$DATA_DIR/chat-sessions.db', help: 'the database file of STORE=sqlite' },
+  { env: 'SQLITE_CACHE', flag: '--sqlite-cache', def: '32mb', help: 'page cache of each STORE=sqlite connection (the reader and the writer): what bounds its memory' },
 ];
 
 type Raw = Map<string, string>;
@@ -165,6 +173,10 @@ export function loadConfig(env: NodeJS.ProcessEnv, flags: Raw = new Map(), cwd: 
     }
   }
 
+  const storeText = (get('STORE') ?? 'journal').trim().toLowerCase();
+  if (!(ENGINES as readonly string[]).includes(storeText)) throw new ConfigError(`STORE must be one of ${ENGINES.join(', ')} (got "${storeText}")`);
+  const sqliteText = get('SQLITE_FILE');
+
   const rateText = get('RATE_LIMIT');
   return {
     port,
@@ -185,6 +197,9 @@ export function loadConfig(env: NodeJS.ProcessEnv, flags: Raw = new Map(), cwd: 
     trustProxy: parseSwitch('TRUST_PROXY', get('TRUST_PROXY') ?? 'off'),
     fsync: parseSwitch('FSYNC', get('FSYNC') ?? 'on'),
     compactMinBytes: parseSize('COMPACT_MIN_SIZE', get('COMPACT_MIN_SIZE') ?? '1mb'),
+    store: storeText as EngineName,
+    sqliteFile: sqliteText === undefined ? join(dataDir, 'chat-sessions.db') : resolve(cwd, sqliteText),
+    sqliteCacheBytes: parseSize('SQLITE_CACHE', get('SQLITE_CACHE') ?? '32mb'),
   };
 }
 

@@ -1,8 +1,8 @@
 // The command line: serve (the default), token, export, import, --help, --version.
 // Errors a person can fix end the process with one plain line on stderr.
-import { closeSync, existsSync, fsyncSync, openSync, renameSync, statSync, unlinkSync, writeSync } from 'node:fs';
-import { dirname, resolve } from 'node:path';
-import { ExportFailed, exportData, importData, ImportRejected } from './backup.js';
+import { existsSync, mkdirSync, statSync, writeSync } from 'node:fs';
+import { resolve } from 'node:path';
+import { ExportFailed, exportFrom, ImportRejected, parseBackup } from './backup.js';
 import { signToken } from './auth/jwt.js';
 import { SCOPES } from './auth/authenticate.js';
 import { loadSecrets, SECRET_FILE } from './auth/secret.js';
@@ -10,9 +10,13 @@ import { ConfigError, loadConfig, parseFlags, settingsHelp, type Config } from '
 import { Logger } from './log.js';
 import { ProvidersFileError } from './providers.js';
 import { serve } from './server.js';
-import { JournalDamaged } from './store/journal-format.js';
-import { COMMITTED_FILE, COMPACT_SUFFIX, fsyncDir, IMPORT_SUFFIX, JOURNAL_FILE, writeFullySync } from './store/journal.js';
-import { DataDirLocked, LOCK_FILE } from './data-dir-lock.js';
+import { acquireLock, DataDirLocked, LOCK_FILE } from './data-dir-lock.js';
+import { writeFileAtomically } from './files.js';
+import { COMMITTED_FILE, COMPACT_SUFFIX, IMPORT_SUFFIX, JOURNAL_FILE } from './store/journal/appender.js';
+import { JournalDamaged } from './store/journal/format.js';
+import { openStore, openStoreSnapshot, ownsDataDir } from './store/open.js';
+import { runSqliteWriterIfWorker } from './store/sqlite/worker.js';
+import { StoreOpenFailed, type Store } from './store/store.js';
 
 declare const __VERSION__: string;
 const VERSION = typeof __VERSION__ === 'string' ? __VERSION__ : '0.0.0-dev';
@@ -102,16 +106,28 @@ function protectedFiles(config: Config): Set<string> {
   const dir = config.dataDir;
   const names = [JOURNAL_FILE, JOURNAL_FILE + COMPACT_SUFFIX, JOURNAL_FILE + IMPORT_SUFFIX, COMMITTED_FILE, LOCK_FILE, SECRET_FILE, 'providers.json'];
   const files = new Set(names.map((n) => resolve(dir, n)));
+  for (const suffix of ['', '-wal', '-shm', '-journal']) files.add(resolve(config.sqliteFile + suffix));
   files.add(resolve(config.providersFile));
   if (config.authSecretFile !== undefined) files.add(resolve(config.authSecretFile));
   return files;
 }
 
-function exportCommand(argv: string[]): void {
+/** Runs `use` on an open store and closes it whatever happens. */
+async function withStore<T>(store: Store, use: (store: Store) => Promise<T>): Promise<T> {
+  try {
+    return await use(store);
+  } finally {
+    await store.close();
+  }
+}
+
+async function exportCommand(argv: string[]): Promise<void> {
   const out = takeOption(argv, '--out');
   const config = loadConfig(process.env, parseFlags(argv));
+  const log = new Logger('warn');
   if (out === undefined) {
-    const summary = exportData(config.dataDir)((chunk) => writeAllSync(1, chunk));
+    // a store that cannot be read fails here, before anything is written
+    const summary = await withStore(await openStoreSnapshot(config, log), (store) => exportFrom(store, (chunk) => writeAllSync(1, chunk)));
     process.stderr.write(`exported ${summary.sessions} sessions and ${summary.turns} turns\n`);
     return;
   }
@@ -121,42 +137,44 @@ function exportCommand(argv: string[]): void {
     throw new ExportFailed(`--out ${out} is a file of the data directory; write the backup somewhere else`);
   }
   if (existsSync(target) && statSync(target).isDirectory()) throw new ExportFailed(`--out ${out} is a directory; give a file name`);
-  const write = exportData(config.dataDir); // a journal that cannot be read fails before anything is created
-  // written beside the target and renamed when complete, so a failed export never looks whole
-  const tmp = `${target}.partial`;
-  let fd: number;
-  try {
-    fd = openSync(tmp, 'w', 0o600);
-  } catch (e) {
-    throw new ExportFailed(`cannot write ${tmp} (${(e as NodeJS.ErrnoException).code ?? 'error'})`);
-  }
-  try {
-    const summary = write((chunk) => writeFullySync(fd, chunk));
-    fsyncSync(fd);
-    closeSync(fd);
-    fd = -1;
-    renameSync(tmp, target);
-    fsyncDir(dirname(target));
-    process.stderr.write(`exported ${summary.sessions} sessions and ${summary.turns} turns to ${out}\n`);
-  } catch (e) {
-    if (fd >= 0) closeSync(fd);
+  const store = await openStoreSnapshot(config, log); // a store that cannot be read fails before anything is created
+  const summary = await withStore(store, async (s) => {
+    let result = { sessions: 0, turns: 0 };
     try {
-      unlinkSync(tmp);
-    } catch {
-      // already gone
+      // written beside the target and renamed when complete, so a failed export never looks whole
+      await writeFileAtomically(target, async (file) => {
+        result = await exportFrom(s, async (chunk) => {
+          file.add(chunk);
+          if (file.full()) await file.flush();
+        });
+      });
+    } catch (e) {
+      if (e instanceof ExportFailed || e instanceof StoreOpenFailed) throw e;
+      throw new ExportFailed(`cannot write ${target} (${(e as NodeJS.ErrnoException).code ?? (e as Error).message})`);
     }
-    if (e instanceof ExportFailed) throw e;
-    throw new ExportFailed(`cannot write ${target} (${(e as NodeJS.ErrnoException).code ?? (e as Error).message})`);
-  }
+    return result;
+  });
+  process.stderr.write(`exported ${summary.sessions} sessions and ${summary.turns} turns to ${out}\n`);
 }
 
-function importCommand(argv: string[]): void {
+async function importCommand(argv: string[]): Promise<void> {
   const file = argv.shift();
   if (file === undefined || file.startsWith('--')) throw new ConfigError('import needs the backup FILE to read');
   const config = loadConfig(process.env, parseFlags(argv));
-  const r = importData(config.dataDir, file);
-  if (r.sessions + r.turns === 0) process.stdout.write(`nothing to import: all ${r.unchanged} records are already stored as in ${file}\n`);
-  else process.stdout.write(`imported ${r.sessions} sessions and ${r.turns} turns (${r.unchanged} already stored)\n`);
+  const log = new Logger('warn');
+  const backup = parseBackup(file); // every line checked before anything is opened or written
+  let lock: { release(): void } | undefined;
+  if (ownsDataDir(config.store)) {
+    mkdirSync(config.dataDir, { recursive: true });
+    lock = acquireLock(config.dataDir);
+  }
+  try {
+    const r = await withStore(await openStore(config, log), (store) => store.importAll(backup.sessions, backup.turns));
+    if (r.sessions + r.turns === 0) process.stdout.write(`nothing to import: all ${r.unchanged} records are already stored as in ${file}\n`);
+    else process.stdout.write(`imported ${r.sessions} sessions and ${r.turns} turns (${r.unchanged} already stored)\n`);
+  } finally {
+    lock?.release();
+  }
 }
 
 async function main(argv: string[]): Promise<void> {
@@ -193,9 +211,10 @@ async function main(argv: string[]): Promise<void> {
   }
 }
 
-const KNOWN: readonly (new (...args: never[]) => Error)[] = [ProvidersFileError, DataDirLocked, JournalDamaged, ImportRejected, ExportFailed];
+const KNOWN: readonly (new (...args: never[]) => Error)[] = [ProvidersFileError, DataDirLocked, JournalDamaged, ImportRejected, ExportFailed, StoreOpenFailed];
 
-main(process.argv.slice(2)).catch((e: unknown) => {
+// the same file is also the sqlite engine's writer thread (a worker started on this file)
+if (!runSqliteWriterIfWorker()) main(process.argv.slice(2)).catch((e: unknown) => {
   if (e instanceof ConfigError) {
     process.stderr.write(`${NAME}: ${e.message}\n`);
     process.exit(2);

@@ -1,8 +1,9 @@
 // Counters and histograms in Prometheus text format (version 0.0.4). Each route owns its
 // counters, so counting a request is an array bump, not a label lookup.
+import type { StoreStats } from './store/store.js';
 
 const LATENCY_BUCKETS = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5];
-const FSYNC_BUCKETS = [0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1];
+const COMMIT_BUCKETS = [0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1];
 
 export class Histogram {
   readonly counts: number[];
@@ -53,11 +54,8 @@ export class RouteStats {
 }
 
 export interface Gauges {
-  readonly sessions: number;
-  readonly turns: number;
-  readonly journalBytes: number;
-  readonly liveBytes: number;
-  readonly compactions: number;
+  readonly engine: string;
+  readonly store: StoreStats;
   readonly providers: number;
 }
 
@@ -72,7 +70,9 @@ export const UNMATCHED = '(unmatched)';
 export class Metrics {
   private readonly routes: RouteStats[] = [];
   private readonly byKey = new Map<string, RouteStats>();
-  readonly fsync = new Histogram(FSYNC_BUCKETS);
+  /** One observation per store commit (a group of writes made durable together). */
+  readonly commits = new Histogram(COMMIT_BUCKETS);
+  committedWrites = 0;
   rateLimited = 0;
   private readonly startSeconds = Date.now() / 1000;
 
@@ -109,18 +109,22 @@ export class Metrics {
     }
     meta(`${p}_rate_limited_total`, 'counter', 'Requests answered 429.');
     lines.push(`${p}_rate_limited_total ${this.rateLimited}`);
+    meta(`${p}_store_info`, 'gauge', 'The storage engine in use (STORE), as a label.');
+    lines.push(`${p}_store_info{engine="${label(g.engine)}"} 1`);
     meta(`${p}_sessions`, 'gauge', 'Chat sessions stored.');
-    lines.push(`${p}_sessions ${g.sessions}`);
+    lines.push(`${p}_sessions ${g.store.sessions}`);
     meta(`${p}_turns`, 'gauge', 'Turns stored.');
-    lines.push(`${p}_turns ${g.turns}`);
-    meta(`${p}_journal_bytes`, 'gauge', 'Size of the journal file.');
-    lines.push(`${p}_journal_bytes ${g.journalBytes}`);
-    meta(`${p}_journal_live_bytes`, 'gauge', 'Bytes of the journal still holding live records.');
-    lines.push(`${p}_journal_live_bytes ${g.liveBytes}`);
-    meta(`${p}_fsync_duration_seconds`, 'histogram', 'Journal fsync latency (one per group commit).');
-    lines.push(...this.fsync.render(`${p}_fsync_duration_seconds`, ''));
-    meta(`${p}_compactions_total`, 'counter', 'Journal compactions completed.');
-    lines.push(`${p}_compactions_total ${g.compactions}`);
+    lines.push(`${p}_turns ${g.store.turns}`);
+    meta(`${p}_store_bytes`, 'gauge', 'UTF-8 bytes of the JSON of every stored session and turn (the same on every engine).');
+    lines.push(`${p}_store_bytes ${g.store.bytes}`);
+    meta(`${p}_commit_duration_seconds`, 'histogram', 'Time to make a group of writes durable (one per group commit).');
+    lines.push(...this.commits.render(`${p}_commit_duration_seconds`, ''));
+    meta(`${p}_committed_writes_total`, 'counter', 'Writes made durable (several share one commit).');
+    lines.push(`${p}_committed_writes_total ${this.committedWrites}`);
+    for (const e of g.store.engine) {
+      meta(`${p}_${e.name}`, e.type, e.help);
+      lines.push(`${p}_${e.name} ${e.value}`);
+    }
     meta(`${p}_providers`, 'gauge', 'Providers loaded from the providers file.');
     lines.push(`${p}_providers ${g.providers}`);
     const mem = process.memoryUsage();

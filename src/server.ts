@@ -1,6 +1,7 @@
 // The running service: load secrets, providers and the store, listen, and stop cleanly.
 // SIGTERM/SIGINT stop accepting, let requests in flight finish (10 s at most), flush the
 // store and exit 0. SIGHUP re-reads the providers file, keeping the old list if it is bad.
+import { mkdirSync } from 'node:fs';
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { createApp } from './app.js';
@@ -8,8 +9,10 @@ import { loadSecrets } from './auth/secret.js';
 import type { Config } from './config.js';
 import type { Logger } from './log.js';
 import { Metrics } from './metrics.js';
+import { acquireLock } from './data-dir-lock.js';
 import { loadProviders, type ProviderCatalog } from './providers.js';
-import { JournalStore } from './store/journal.js';
+import { openStore, ownsDataDir } from './store/open.js';
+import type { Store } from './store/store.js';
 
 const DRAIN_MS = 10_000;
 
@@ -23,14 +26,26 @@ export async function serve(config: Config, log: Logger, version: string): Promi
   else log.warn('no providers file; the provider list is empty until one is created and SIGHUP is sent', { file: config.providersFile });
 
   const metrics = config.metrics ? new Metrics() : undefined;
-  if (!config.fsync) log.warn('FSYNC=off: writes are acknowledged before they are durable; a crash can lose them');
-  const store = JournalStore.open({
-    dir: config.dataDir,
-    log,
-    fsync: config.fsync,
-    compactMinBytes: config.compactMinBytes,
-    ...(metrics !== undefined ? { observer: { fsync: (s: number) => metrics.fsync.observe(s) } } : {}),
-  });
+  const lock = ownsDataDir(config.store) ? takeDataDir(config, log) : undefined;
+  let store: Store;
+  try {
+    store = await openStore(config, log, metrics === undefined ? undefined : {
+      commit: (seconds, writes) => {
+        metrics.commits.observe(seconds);
+        metrics.committedWrites += writes;
+      },
+    });
+  } catch (e) {
+    lock?.release();
+    throw e;
+  }
+  const closeStore = async (): Promise<void> => {
+    try {
+      await store.close();
+    } finally {
+      lock?.release();
+    }
+  };
 
   const app = createApp({ config, version, log, secrets, store, catalog: () => catalog, metrics });
   const server = createServer({ keepAliveTimeout: 5_000, headersTimeout: 15_000, requestTimeout: 30_000, maxHeaderSize: 16 * 1024 }, app.pipeline.handle);
@@ -46,12 +61,12 @@ export async function serve(config: Config, log: Logger, version: string): Promi
       });
     });
   } catch (e) {
-    await store.close();
+    await closeStore();
     throw e;
   }
   const addr = server.address() as AddressInfo;
   const host = addr.family === 'IPv6' ? `[${addr.address}]` : addr.address;
-  log.info('listening', { url: `http://${host}:${addr.port}`, port: addr.port, dataDir: config.dataDir, access: config.access, version });
+  log.info('listening', { url: `http://${host}:${addr.port}`, port: addr.port, dataDir: config.dataDir, store: config.store, access: config.access, version });
   if (secrets.source === 'generated') {
     log.info('generated a new HS256 secret; mint a token with: node dist/server.js token --sub <user>', { file: secrets.file });
   }
@@ -80,7 +95,7 @@ export async function serve(config: Config, log: Logger, version: string): Promi
       clearInterval(idle);
       clearTimeout(force);
       app.close();
-      store.close().then(
+      closeStore().then(
         () => {
           log.info('stopped');
           log.flush();
@@ -98,4 +113,12 @@ export async function serve(config: Config, log: Logger, version: string): Promi
   process.on('SIGTERM', () => stop('SIGTERM'));
   process.on('SIGINT', () => stop('SIGINT'));
   return server;
+}
+
+/** The data directory's lock, taken before the store is opened: one server per directory, whatever the engine. */
+function takeDataDir(config: Config, log: Logger): { release(): void } {
+  mkdirSync(config.dataDir, { recursive: true });
+  const lock = acquireLock(config.dataDir);
+  if (lock.tookOver !== undefined) log.warn('took over a stale data directory lock', { pid: lock.tookOver.pid, since: lock.tookOver.startedAt });
+  return lock;
 }

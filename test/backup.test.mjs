@@ -6,15 +6,14 @@ import { spawn, spawnSync } from 'node:child_process';
 import { existsSync, mkdirSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
-import { newSession, removeDir, SERVER, startServer, tempDir } from './helpers.mjs';
+import { newSession, removeDir, SERVER, startServer, STORE, STORE_FILE, tempDir } from './helpers.mjs';
 
-const JOURNAL = 'sessions.journal';
 const FORMAT = 'chat-session-api/export';
 const HEX24 = /^[0-9a-f]{24}$/;
 
 /** Runs the server file as a command and waits for it; like the harness's runCli, also telling a signal or spawn error. */
 function runCli(args, { env = {}, cwd } = {}) {
-  const r = spawnSync(process.execPath, [SERVER, ...args], { cwd, env: { PATH: process.env.PATH, HOME: process.env.HOME, ...env }, encoding: 'utf8', timeout: 60_000 });
+  const r = spawnSync(process.execPath, [SERVER, ...args], { cwd, env: { PATH: process.env.PATH, HOME: process.env.HOME, STORE, ...env }, encoding: 'utf8', timeout: 60_000 });
   const why = r.status === null ? `\n[no exit status: signal ${r.signal}, error ${r.error?.message}]` : '';
   return { code: r.status, stdout: r.stdout, stderr: r.stderr + why };
 }
@@ -22,7 +21,7 @@ function runCli(args, { env = {}, cwd } = {}) {
 /** Like runCli, but without blocking this process's event loop (so HTTP traffic can go on meanwhile). */
 function runCliAsync(args, { env = {}, cwd } = {}) {
   return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, [SERVER, ...args], { cwd, env: { PATH: process.env.PATH, HOME: process.env.HOME, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
+    const child = spawn(process.execPath, [SERVER, ...args], { cwd, env: { PATH: process.env.PATH, HOME: process.env.HOME, STORE, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
     let stdout = '';
     let stderr = '';
     child.stdout.setEncoding('utf8');
@@ -274,10 +273,10 @@ describe('Backup while running: export', () => {
     }
   });
 
-  test('a failed export never replaces an existing backup under the final name, nor leaves a partial file beside it (damaged journal: non-zero exit, old file intact; 20 tries, 10 at a time)', async () => {
+  test('a failed export never replaces an existing backup under the final name, nor leaves a partial file beside it (damaged store: non-zero exit, old file intact; 20 tries, 10 at a time)', async () => {
     const dirs = Array.from({ length: 20 }, () => {
       const dir = tempDir('csa-out-');
-      writeFileSync(join(dir, JOURNAL), 'not a journal\nnor this\n');
+      writeFileSync(join(dir, STORE_FILE), 'not a journal\nnor this\n');
       writeFileSync(join(dir, 'backup.ndjson'), 'yesterday\n');
       return dir;
     });
@@ -287,7 +286,7 @@ describe('Backup while running: export', () => {
         const runs = dirs.slice(i, i + 10).map((dir) => runCliAsync(['export', '--out', join(dir, 'backup.ndjson')], { env: { DATA_DIR: dir } }));
         for (const r of await Promise.all(runs)) {
           assert.equal(r.code, 1);
-          assert.match(r.stderr, /damaged record at line 1/);
+          assert.match(r.stderr, STORE === 'journal' ? /damaged record at line 1/ : /is not a SQLite database/);
         }
       }
       for (const [i, dir] of dirs.entries()) {
@@ -301,12 +300,12 @@ describe('Backup while running: export', () => {
     }
   });
 
-  test('export --out never replaces a file of the data directory it reads: --out $DATA_DIR/sessions.journal is refused and the live journal stays intact', async () => {
+  test('export --out never replaces a file of the data directory it reads: --out $DATA_DIR/sessions.journal (or the sqlite file) is refused and the live store stays intact', async () => {
     const s = await startServer();
     try {
       const u = s.as('alice');
       const id = (await u.post('/api/v1/chat-sessions', newSession({ name: 'precious' }))).body.data._id;
-      const journal = join(s.dataDir, JOURNAL);
+      const journal = join(s.dataDir, STORE_FILE);
       const before = readFileSync(journal);
       const r = await runCliAsync(['export', '--out', journal], { env: { DATA_DIR: s.dataDir } });
       const after = readFileSync(journal);
@@ -395,7 +394,7 @@ describe('Backup while running: export under concurrent writes', () => {
       assert.ok(statuses.length > 50, `the writer made ${statuses.length} requests`);
       assert.deepEqual(statuses.filter((s) => s < 200 || s >= 300), [], 'every request meanwhile got a 2xx');
       const metrics = (await server.request('GET', '/metrics')).text;
-      const compactions = Number(/^chat_session_api_compactions_total (\d+)$/m.exec(metrics)[1]);
+      const compactions = STORE === 'journal' ? Number(/^chat_session_api_compactions_total (\d+)$/m.exec(metrics)[1]) : 0;
 
       // the final state, to compare each export against
       const final = new Map();
@@ -438,7 +437,7 @@ describe('Backup while running: export under concurrent writes', () => {
           await again.stop();
         }
       }
-      assert.ok(compactions >= 1, `the journal was compacted during the run (${compactions})`);
+      if (STORE === 'journal') assert.ok(compactions >= 1, `the journal was compacted during the run (${compactions})`);
     } finally {
       await server.stop();
       removeDir(server.dataDir);
@@ -448,9 +447,9 @@ describe('Backup while running: export under concurrent writes', () => {
 });
 
 describe('Backup while running: export and refused writes', () => {
-  test('an export never contains a write the server refused: with every journal fsync failing (so every write is answered 500 and rolled back), no export holds a single session', async () => {
-    // every fsync fails: each write reaches the file, is refused, and is cut off again
-    const faults = Array.from({ length: 4000 }, (_, i) => `fsync:${i + 1}`).join(',');
+  test('an export never contains a write the server refused: with every journal fsync (or sqlite commit) failing (so every write is answered 500 and rolled back), no export holds a single session', async () => {
+    // every fsync fails: each write reaches the file, is refused, and is cut off again (sqlite: each transaction is rolled back)
+    const faults = Array.from({ length: 4000 }, (_, i) => `${STORE === 'journal' ? 'fsync' : 'commit'}:${i + 1}`).join(',');
     const server = await startServer({ env: { CHAT_SESSION_API_FAULTS: faults } });
     try {
       const u = server.as('alice');
@@ -601,7 +600,7 @@ describe('Restore: import', () => {
     refused('format', join_([JSON.stringify({ ...header, format: 'something/else' }), ...lines.slice(1)]), /line 1: the first line must be/);
     refused('version', join_([JSON.stringify({ ...header, version: 2 }), ...lines.slice(1)]), /line 1: export format version 2 is not supported/);
     refused('nocounts', join_([JSON.stringify({ format: FORMAT, version: 1 }), ...lines.slice(1)]), /line 1: the header must give the sessions and turns counts/);
-    refused('journal', readFileSync(join(source, JOURNAL), 'utf8'), /line 1: not valid JSON/);
+    refused('journal', readFileSync(join(source, STORE_FILE), 'utf8'), /line 1: not valid JSON/);
     const empty = join(work, 'empty.ndjson');
     writeFileSync(empty, '');
     const before = filesOf(target);
@@ -657,14 +656,14 @@ describe('Restore: import', () => {
       assert.equal(first.code, 0, first.stderr);
       const header = JSON.parse(lines[0]);
       assert.match(first.stdout, new RegExp(`imported ${header.sessions} sessions and ${header.turns} turns \\(0 already stored\\)`));
-      const journal = readFileSync(join(dir, JOURNAL));
+      const journal = readFileSync(join(dir, STORE_FILE));
       const second = runCli(['import', backup], { env: { DATA_DIR: dir } });
       assert.equal(second.code, 0, second.stderr);
       assert.match(second.stdout, /nothing to import/);
       assert.match(second.stdout, new RegExp(`all ${header.sessions + header.turns} records are already stored`));
-      assert.ok(readFileSync(join(dir, JOURNAL)).equals(journal), 'the journal is byte-identical');
+      assert.ok(readFileSync(join(dir, STORE_FILE)).equals(journal), 'the journal is byte-identical');
       assert.equal(existsSync(join(dir, 'lock')), false, 'the lock is released');
-      assert.deepEqual(readdirSync(dir).sort(), [JOURNAL]);
+      assert.deepEqual(readdirSync(dir).sort(), [STORE_FILE]);
     } finally {
       removeDir(dir);
     }
@@ -675,7 +674,7 @@ describe('Restore: import', () => {
     try {
       const r = runCli(['import', backup], { env: { DATA_DIR: dir } });
       assert.equal(r.code, 0, r.stderr);
-      assert.ok(existsSync(join(dir, JOURNAL)));
+      assert.ok(existsSync(join(dir, STORE_FILE)));
     } finally {
       removeDir(join(dir, '..', '..'));
     }
@@ -816,11 +815,11 @@ describe('Restore: import, the file\'s version of a record (regressions from rev
       sessionRec.createdAt = '2020-01-01T00:00:00.000Z';
       write(file, records);
       assert.equal(runCli(['import', file], { env: { DATA_DIR: dir } }).code, 0);
-      const journal = readFileSync(join(dir, JOURNAL));
+      const journal = readFileSync(join(dir, STORE_FILE));
       const second = runCli(['import', file], { env: { DATA_DIR: dir } });
       assert.equal(second.code, 0, second.stderr);
       assert.match(second.stdout, /nothing to import/);
-      assert.ok(readFileSync(join(dir, JOURNAL)).equals(journal), 'the journal is byte-identical');
+      assert.ok(readFileSync(join(dir, STORE_FILE)).equals(journal), 'the journal is byte-identical');
     } finally {
       removeDir(dir);
       removeDir(work);
@@ -838,7 +837,7 @@ describe('Restore: import, the file\'s version of a record (regressions from rev
         // too deep for JSON.stringify here too: spliced into the text below
         [(t) => (t.metadata = 'DEEP'), /turn metadata must be nested at most 32 levels deep/],
       ];
-      const before = readFileSync(join(dir, JOURNAL));
+      const before = readFileSync(join(dir, STORE_FILE));
       for (const [edit, re] of cases) {
         const copy = structuredClone(records);
         edit(copy.find((r) => 'turn' in r).turn);
@@ -848,7 +847,7 @@ describe('Restore: import, the file\'s version of a record (regressions from rev
         assert.equal(r.code, 1, r.stderr);
         oneClearLine(r.stderr);
         assert.match(r.stderr, re);
-        assert.ok(readFileSync(join(dir, JOURNAL)).equals(before), 'nothing written');
+        assert.ok(readFileSync(join(dir, STORE_FILE)).equals(before), 'nothing written');
       }
     } finally {
       removeDir(dir);

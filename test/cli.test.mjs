@@ -5,7 +5,7 @@ import { copyFileSync, existsSync, mkdirSync, readFileSync, statSync, writeFileS
 import { createServer } from 'node:net';
 import { join } from 'node:path';
 import { describe, test } from 'node:test';
-import { newSession, removeDir, runCli, SERVER, startServer, tempDir } from './helpers.mjs';
+import { SERVER, STORE_FILE, newSession, removeDir, runCli, startServer, tempDir } from './helpers.mjs';
 
 describe('Running it', () => {
   test('--help lists every setting with its default, without starting anything', () => {
@@ -178,7 +178,7 @@ describe('Running it', () => {
     const dir = tempDir();
     const s = await startServer({ cwd: dir, dataDir: join(dir, 'data'), env: { DATA_DIR: undefined } });
     try {
-      assert.ok(existsSync(join(dir, 'data', 'sessions.journal')));
+      assert.ok(existsSync(join(dir, 'data', STORE_FILE)));
     } finally {
       await s.stop();
       removeDir(dir);
@@ -273,7 +273,7 @@ describe('Running it', () => {
     mkdirSync(join(dir, '..'), { recursive: true });
     const s = await startServer({ dataDir: dir, providers: null });
     try {
-      assert.ok(existsSync(join(dir, 'sessions.journal')));
+      assert.ok(existsSync(join(dir, STORE_FILE)));
     } finally {
       await s.stop();
       removeDir(join(dir, '..', '..'));

@@ -14,6 +14,33 @@ export const SERVER = join(ROOT, 'dist', 'server.js');
 export const EXAMPLE_PROVIDERS = join(ROOT, 'data', 'providers.json');
 export const SECRET = 'test-secret-0123456789abcdef0123456789abcdef';
 
+/**
+ * The engine this run of the suite tests (test/run.mjs runs it once per engine): every server
+ * the tests start uses it, unless a test names another.
+ */
+export const STORE = process.env.CSA_TEST_STORE ?? 'journal';
+
+/**
+ * The fault plan (CHAT_SESSION_API_FAULTS) that fails the k-th write on this run's engine: a
+ * journal write that stops halfway, or a sqlite transaction rolled back just before COMMIT.
+ */
+export function failingWrite(...ks) {
+  return ks.map((k) => (STORE === 'journal' ? `write:${k}` : `commit:${k}`)).join(',');
+}
+
+/** The file this run's engine keeps its data in, inside the data directory. */
+export const STORE_FILE = { journal: 'sessions.journal', sqlite: 'chat-sessions.db' }[STORE];
+
+/**
+ * Skips a test that pins how the journal engine keeps its files (torn tails, compaction, the
+ * journal's bytes) on a run for another engine; true when it was skipped.
+ */
+export function journalOnly(t) {
+  if (STORE === 'journal') return false;
+  t.skip(`about the journal engine's files; this run tests STORE=${STORE}`);
+  return true;
+}
+
 /** A fresh temporary directory, removed by the returned cleanup. */
 export function tempDir(prefix = 'csa-test-') {
   return mkdtempSync(join(tmpdir(), prefix));
@@ -100,6 +127,7 @@ export async function startServer(opts = {}) {
     DATA_DIR: dataDir,
     AUTH_SECRET: SECRET,
     LOG_LEVEL: 'info',
+    STORE,
     ...opts.env,
   };
   for (const [k, v] of Object.entries(env)) if (v === undefined) delete env[k];
@@ -206,7 +234,7 @@ export class ServerProcess {
 export function runCli(args, { env = {}, cwd, input, script = SERVER } = {}) {
   const r = spawnSync(process.execPath, [script, ...args], {
     cwd,
-    env: { PATH: process.env.PATH, HOME: process.env.HOME, ...env },
+    env: { PATH: process.env.PATH, HOME: process.env.HOME, STORE, ...env },
     input,
     encoding: 'utf8',
     timeout: 60_000,

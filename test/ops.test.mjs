@@ -9,7 +9,7 @@ import { statSync, unlinkSync, writeFileSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
-import { newSession, removeDir, request, runCli, SECRET, SERVER, ServerProcess, sign, startServer, tempDir } from './helpers.mjs';
+import { SECRET, SERVER, STORE, ServerProcess, failingWrite, journalOnly, newSession, removeDir, request, runCli, sign, startServer, tempDir } from './helpers.mjs';
 
 const JOURNAL = 'sessions.journal';
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
@@ -252,9 +252,13 @@ describe('Metrics: GET /metrics', () => {
       chat_session_api_http_request_duration_seconds: 'histogram',
       chat_session_api_sessions: 'gauge',
       chat_session_api_turns: 'gauge',
-      chat_session_api_journal_bytes: 'gauge',
-      chat_session_api_fsync_duration_seconds: 'histogram',
-      chat_session_api_compactions_total: 'counter',
+      chat_session_api_store_bytes: 'gauge',
+      chat_session_api_commit_duration_seconds: 'histogram',
+      chat_session_api_committed_writes_total: 'counter',
+      ...{
+        journal: { chat_session_api_journal_bytes: 'gauge', chat_session_api_compactions_total: 'counter' },
+        sqlite: { chat_session_api_sqlite_file_bytes: 'gauge', chat_session_api_sqlite_wal_bytes: 'gauge' },
+      }[STORE],
       process_resident_memory_bytes: 'gauge',
     };
     for (const [name, type] of Object.entries(want)) assert.equal(families.get(name)?.type, type, name);
@@ -341,13 +345,14 @@ describe('Metrics: GET /metrics', () => {
     assert.equal(value(now, 'chat_session_api_turns'), turns);
   });
 
-  test('journal bytes equals the journal file size', async () => {
+  test('journal bytes equals the journal file size', async (t) => {
+    if (journalOnly(t)) return;
     for (let i = 0; i < 3; i++) await alice.post('/api/v1/chat-sessions', newSession({ name: `size ${i}` }));
     const now = await scrape(s);
     assert.equal(value(now, 'chat_session_api_journal_bytes'), statSync(join(s.dataDir, JOURNAL)).size);
   });
 
-  test('fsync latency histogram: its count grows by one per (sequential) write, its sum grows', async () => {
+  test('commit latency histogram (one per group commit, on every engine): its count grows by one per (sequential) write, its sum grows; committed writes count each write', async () => {
     const before = await scrape(s);
     const id = (await alice.post('/api/v1/chat-sessions', newSession())).body.data._id;
     await alice.post(`/api/v1/chat-sessions/${id}/turns`, { role: 'user', content: 'x' });
@@ -355,8 +360,9 @@ describe('Metrics: GET /metrics', () => {
     await alice.del(`/api/v1/chat-sessions/${id}`);
     await alice.get('/api/v1/chat-sessions'); // reads do not fsync
     const after = await scrape(s);
-    assert.equal(value(after, 'chat_session_api_fsync_duration_seconds_count') - value(before, 'chat_session_api_fsync_duration_seconds_count'), 4);
-    assert.ok(value(after, 'chat_session_api_fsync_duration_seconds_sum') > value(before, 'chat_session_api_fsync_duration_seconds_sum'));
+    assert.equal(value(after, 'chat_session_api_commit_duration_seconds_count') - value(before, 'chat_session_api_commit_duration_seconds_count'), 4);
+    assert.ok(value(after, 'chat_session_api_commit_duration_seconds_sum') > value(before, 'chat_session_api_commit_duration_seconds_sum'));
+    assert.equal(value(after, 'chat_session_api_committed_writes_total') - value(before, 'chat_session_api_committed_writes_total'), 4);
   });
 
   test('process memory: process_resident_memory_bytes is a plausible gauge; process_start_time_seconds is this process\'s start', async () => {
@@ -367,7 +373,8 @@ describe('Metrics: GET /metrics', () => {
     assert.ok(Math.abs(started - Date.now() / 1000) < 120, `start ${started}`);
   });
 
-  test('compactions counter counts journal compactions (and journal bytes still equals the file size after one)', async () => {
+  test('compactions counter counts journal compactions (and journal bytes still equals the file size after one)', async (t) => {
+    if (journalOnly(t)) return;
     const c = await startServer({ env: { COMPACT_MIN_SIZE: '8kb' } });
     try {
       const u = c.as('alice');
@@ -846,7 +853,7 @@ async function startOnFixedPort({ env = {}, providers } = {}) {
   if (providers !== undefined) writeFileSync(join(dataDir, 'providers.json'), JSON.stringify(providers));
   const child = spawn(process.execPath, [SERVER], {
     cwd: dataDir,
-    env: { PATH: process.env.PATH, HOME: process.env.HOME, PORT: String(port), HOST: '127.0.0.1', DATA_DIR: dataDir, AUTH_SECRET: SECRET, ...env },
+    env: { PATH: process.env.PATH, HOME: process.env.HOME, PORT: String(port), HOST: '127.0.0.1', DATA_DIR: dataDir, AUTH_SECRET: SECRET, STORE, ...env },
     stdio: ['ignore', 'pipe', 'pipe'],
   });
   quiet.add(child);
@@ -1007,7 +1014,7 @@ describe('Logs', () => {
         AUTH_SECRET: current,
         AUTH_PREVIOUS_SECRETS: `${prev1}, ${prev2}`,
         LOG_LEVEL: 'debug',
-        CHAT_SESSION_API_FAULTS: 'write:3,fsync:6',
+        CHAT_SESSION_API_FAULTS: STORE === 'journal' ? 'write:3,fsync:6' : failingWrite(3, 6),
       },
     });
     const tokens = [];
@@ -1034,7 +1041,7 @@ describe('Logs', () => {
       const call = (method, path, token, opts = {}) => s.request(method, path, { token, ...opts });
       const statuses = [];
       const note = (r) => statuses.push(r.status);
-      // writes: the 3rd journal write fails (500), the 6th fsync fails (500)
+      // writes: the 3rd write fails (500), the 6th fsync (or commit) fails (500)
       const ids = [];
       for (const [i, t] of [alice, bob, carol, alice, bob, alice, carol].entries()) {
         const r = await call('POST', '/api/v1/chat-sessions', t, { json: newSession({ name: `s${i}` }) });
@@ -1117,7 +1124,7 @@ describe('Logs', () => {
   });
 
   test('LOG_LEVEL=warn drops request lines (and info lines) but keeps warnings and errors', async () => {
-    const s = await startOnFixedPort({ env: { LOG_LEVEL: 'warn', CHAT_SESSION_API_FAULTS: 'write:2' } });
+    const s = await startOnFixedPort({ env: { LOG_LEVEL: 'warn', CHAT_SESSION_API_FAULTS: failingWrite(2) } });
     try {
       const u = s.as('alice');
       assert.equal((await u.post('/api/v1/chat-sessions', newSession())).status, 201);
@@ -1138,7 +1145,7 @@ describe('Logs', () => {
   });
 
   test('log lines wait at most 20 ms to be written, but an error is written at once: after its 500 answer, a SIGKILL still finds it on stdout', async () => {
-    const s = await startOnFixedPort({ env: { CHAT_SESSION_API_FAULTS: 'write:2' } });
+    const s = await startOnFixedPort({ env: { CHAT_SESSION_API_FAULTS: failingWrite(2) } });
     try {
       const u = s.as('alice');
       assert.equal((await u.post('/api/v1/chat-sessions', newSession())).status, 201);
@@ -1157,7 +1164,7 @@ describe('Logs', () => {
   });
 
   test('LOG_LEVEL=silent prints nothing at all (stdout and stderr), even for warnings, errors, reloads and shutdown', async () => {
-    const s = await startOnFixedPort({ env: { LOG_LEVEL: 'silent', CHAT_SESSION_API_FAULTS: 'write:2' } });
+    const s = await startOnFixedPort({ env: { LOG_LEVEL: 'silent', CHAT_SESSION_API_FAULTS: failingWrite(2) } });
     try {
       const u = s.as('alice');
       await u.post('/api/v1/chat-sessions', newSession());

@@ -5,9 +5,11 @@ import assert from 'node:assert/strict';
 import { cpSync, existsSync, readFileSync, statSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, test } from 'node:test';
-import { newSession, removeDir, runCli, SECRET, startServer, tempDir } from './helpers.mjs';
+import { failingWrite, newSession, removeDir, runCli, SECRET, startServer, STORE, tempDir } from './helpers.mjs';
 
 const JOURNAL = 'sessions.journal';
+/** The blocks about the journal's own file run on the journal engine's run of the suite only. */
+const JOURNAL_FILES = STORE === 'journal' ? {} : { skip: `about the journal engine's files; this run tests STORE=${STORE}` };
 
 /** Everything user `alice` can see: each session with its turns, by id. */
 async function dump(server) {
@@ -40,7 +42,7 @@ async function parallel(items, n, fn) {
   }));
 }
 
-describe('Torn final record', () => {
+describe('Torn final record', JOURNAL_FILES, () => {
   for (const kind of ['session put', 'turn', 'delete tombstone']) {
     test(`a torn or half-written last record (${kind}) is dropped at start at every byte offset, with a warning saying how many bytes`, async () => {
       const dir = tempDir();
@@ -105,7 +107,7 @@ describe('Torn final record', () => {
   });
 });
 
-describe('Damage that is not a torn tail', () => {
+describe('Damage that is not a torn tail', JOURNAL_FILES, () => {
   async function damagedRefusal(mutate) {
     const dir = tempDir();
     const s = await startServer({ dataDir: dir });
@@ -211,7 +213,7 @@ describe('Damage that is not a torn tail', () => {
   });
 });
 
-describe('Compaction', () => {
+describe('Compaction', JOURNAL_FILES, () => {
   test('the journal is rewritten when dead records outweigh live ones, so it stays within a small multiple of the live data', async () => {
     const s = await startServer({ env: { COMPACT_MIN_SIZE: '8kb' } });
     try {
@@ -359,8 +361,8 @@ describe('Failed writes (fault injection)', () => {
     return { acked, results };
   }
 
-  for (const kind of ['write', 'fsync']) {
-    test(`a failing journal ${kind} at the k-th operation (k = 1..${N}) gets a 5xx, never a 2xx; reads keep being served; after restart the API shows exactly what was acknowledged`, async () => {
+  for (const kind of STORE === 'journal' ? ['write', 'fsync'] : ['commit']) {
+    test(`a failing ${STORE} ${kind} at the k-th operation (k = 1..${N}) gets a 5xx, never a 2xx; reads keep being served; after restart the API shows exactly what was acknowledged`, async () => {
       for (let k = 1; k <= N; k++) {
         const code = k % 2 === 0 ? 'ENOSPC' : 'EIO';
         const s = await startServer({ env: { CHAT_SESSION_API_FAULTS: `${kind}:${k}:${code}` } });
@@ -372,7 +374,7 @@ describe('Failed writes (fault injection)', () => {
           assert.equal(results.indexOf(500), k - 1, `k=${k}: the k-th write failed (${results})`);
           assert.ok(results.every((x) => x === 500 || x === 'skipped' || (x >= 200 && x < 300) || x === 404), `k=${k}: ${results}`);
           assert.equal((await u.get('/api/v1/chat-sessions?archived=all')).status, 200, 'reads keep being served');
-          const failLog = s.logs().find((l) => /journal write failed/.test(l.msg));
+          const failLog = s.logs().find((l) => /store write failed/.test(l.msg));
           assert.ok(failLog, 'the failure is logged');
           const leaked = JSON.stringify(s.logs().filter((l) => l.msg === 'request failed'));
           assert.equal(leaked.includes(s.dataDir), false, 'the answer leaks no path');
@@ -400,7 +402,7 @@ describe('Failed writes (fault injection)', () => {
   }
 
   test('the 500 for a failed write says "Storage write failed" and nothing else', async () => {
-    const s = await startServer({ env: { CHAT_SESSION_API_FAULTS: 'fsync:1:EIO' } });
+    const s = await startServer({ env: { CHAT_SESSION_API_FAULTS: `${STORE === 'journal' ? 'fsync' : 'commit'}:1:EIO` } });
     try {
       const r = await s.as('alice').post('/api/v1/chat-sessions', newSession());
       assert.equal(r.status, 500);
@@ -417,7 +419,7 @@ describe('Write path', () => {
     const s = await startServer();
     try {
       const u = s.as('alice');
-      const fsyncs = async () => Number(/chat_session_api_fsync_duration_seconds_count (\d+)/.exec((await s.request('GET', '/metrics')).text)[1]);
+      const fsyncs = async () => Number(/chat_session_api_commit_duration_seconds_count (\d+)/.exec((await s.request('GET', '/metrics')).text)[1]);
       const before = await fsyncs();
       const answers = await Promise.all(Array.from({ length: 64 }, (_, i) => u.post('/api/v1/chat-sessions', newSession({ name: `c${i}` }))));
       const used = (await fsyncs()) - before;
@@ -432,7 +434,7 @@ describe('Write path', () => {
 
   test('A write that fails to persist changes nothing in memory and answers 500 (a create, an update, a turn, a delete)', async () => {
     // writes 2, 3, 4 and 5 fail: the first create is the session the others try to change
-    const s = await startServer({ env: { CHAT_SESSION_API_FAULTS: 'write:2,write:3,write:4,write:5' } });
+    const s = await startServer({ env: { CHAT_SESSION_API_FAULTS: failingWrite(2, 3, 4, 5) } });
     try {
       const u = s.as('alice');
       const kept = (await u.post('/api/v1/chat-sessions', newSession({ name: 'kept' }))).body.data;

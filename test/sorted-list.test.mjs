@@ -1,12 +1,12 @@
-// The store's session lists (src/store/sorted-list.ts) against a plain sorted array: random
-// inserts, removals and reads from random keys, on lists many chunks long. A pure data
-// structure, so it is bundled and called directly, like the CRC; the HTTP tests walk the
-// lists through the server (features.test.mjs, "a list longer than one chunk").
+// The journal engine's session lists (src/store/journal/sorted-list.ts) against a plain sorted
+// array: random inserts, removals and reads from random keys, on lists many chunks long. A pure
+// data structure, so it is called directly from the test kit, like the CRC; the HTTP tests walk
+// the lists through the server (features.test.mjs, "a list longer than one chunk").
 import assert from 'node:assert/strict';
-import { join } from 'node:path';
+import { createRequire } from 'node:module';
 import { test } from 'node:test';
-import { build } from 'esbuild';
-import { removeDir, ROOT, tempDir } from './helpers.mjs';
+
+const { SortedList } = createRequire(import.meta.url)('../dist/testkit.cjs');
 
 /** A seeded generator, so a failure can be replayed. */
 function rng(seed) {
@@ -35,11 +35,7 @@ function readAfter(list, key, limit = Infinity) {
 }
 
 test('the chunked session list reads like one sorted array through inserts (mostly at the front), removals, reads after any key, and fill', async () => {
-  const dir = tempDir();
-  try {
-    const out = join(dir, 'sorted-list.mjs');
-    await build({ entryPoints: [join(ROOT, 'src/store/sorted-list.ts')], outfile: out, bundle: true, platform: 'node', format: 'esm', logLevel: 'warning' });
-    const { SortedList } = await import(out);
+  {
     for (const seed of [1, 2, 3]) {
       const rand = rng(seed);
       const list = new SortedList(before);
@@ -116,7 +112,5 @@ test('the chunked session list reads like one sorted array through inserts (most
       assert.equal(readAfter(filled, undefined).length, model.length + 2);
       assert.deepEqual(readAfter(new SortedList(before), undefined), [], 'an empty list');
     }
-  } finally {
-    removeDir(dir);
   }
 });

@@ -1,7 +1,7 @@
 // The spec (api-v1.md), chat sessions: one test per table row and numbered rule, named after it.
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
-import { newSession, removeDir, startServer } from './helpers.mjs';
+import { failingWrite, newSession, removeDir, startServer } from './helpers.mjs';
 
 const BASE = '/api/v1/chat-sessions';
 let server;
@@ -309,8 +309,8 @@ describe('Errors table (chat sessions)', () => {
   });
 
   test('Any other failure in a chat session operation | 500 | the failure\'s message', async () => {
-    // a real failure: the server's first journal write fails (test fault injection)
-    const faulty = await startServer({ env: { CHAT_SESSION_API_FAULTS: 'write:1' } });
+    // a real failure: the server's first write fails (test fault injection)
+    const faulty = await startServer({ env: { CHAT_SESSION_API_FAULTS: failingWrite(1) } });
     try {
       const u = faulty.as('alice');
       const r = await u.post(BASE, newSession());

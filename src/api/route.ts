@@ -14,6 +14,17 @@ export interface Reply {
   readonly contentType?: string;
 }
 
+/**
+ * A successful answer too large to build whole (a whole list): its JSON in pieces, written as the
+ * client reads them (chunked), never more than a piece or two held at a time.
+ */
+export interface StreamReply {
+  readonly status: number;
+  readonly stream: AsyncIterable<string | Buffer>;
+}
+
+export type Answer = Reply | StreamReply;
+
 export interface Context<Q extends Record<string, QueryField>, B extends Record<string, BodyField>> {
   readonly req: IncomingMessage;
   /** Set on every route with `auth: true`. */
@@ -61,7 +72,7 @@ export interface RouteDef<Q extends Record<string, QueryField> = Record<string, 
   readonly responses: readonly ResponseDoc[];
   /** Further error answers this route can give beyond the common ones. */
   readonly errors?: readonly ResponseDoc[];
-  handle(ctx: Context<Q, B>): Reply | Promise<Reply>;
+  handle(ctx: Context<Q, B>): Answer | Promise<Answer>;
 }
 
 /**

@@ -59,12 +59,12 @@ export function serviceRoutes(d: ServiceDeps): RouteDef[] {
         auth: false,
         unlimited: true,
         responses: [{ status: 200, description: 'Metrics in Prometheus text format', schema: 'Metrics' }],
-        handle() {
-          const s = d.store.stats();
+        async handle() {
+          const store = await d.store.stats();
           return {
             status: 200,
             contentType: 'text/plain; version=0.0.4; charset=utf-8',
-            body: metrics.render({ ...s, providers: d.catalog().count }),
+            body: metrics.render({ engine: d.store.engine, store, providers: d.catalog().count }),
           };
         },
       }),

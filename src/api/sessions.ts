@@ -8,9 +8,11 @@ import { newObjectId } from '../domain/ids.js';
 import { createBody, NAME_MAX, turnBody, updateBody } from '../domain/inputs.js';
 import { DEFAULT_MODE, chatSession, nextTimestamp, type ChatSession, type ChatSessionMode, type TurnRole } from '../domain/records.js';
 import type { QuerySchema } from '../domain/schema.js';
-import { PreconditionFailed, SessionNotFound, type ArchivedFilter, type Current, type SessionRecord, type Slice, type Store, type StoredTurn } from '../store/store.js';
+import { foldForSearch } from '../domain/search.js';
+import { PreconditionFailed, SessionNotFound, type ArchivedFilter, type Current, type Page, type SessionFilter, type SessionRecord, type Store, type TurnRecord } from '../store/store.js';
 import type { CursorCodec } from './cursor.js';
-import { DATA_OPEN, dataBody, route, type Reply, type RouteDef } from './route.js';
+import { pageReply, wholeListReply } from './lists.js';
+import { DATA_OPEN, dataBody, route, type Answer, type Reply, type RouteDef } from './route.js';
 
 export interface SessionDeps {
   readonly store: Store;
@@ -76,37 +78,6 @@ function user(ctx: { principal: Principal | undefined }): string {
   return ctx.principal.user;
 }
 
-/** `,"nextCursor":...` when the client asked for a page (gave `limit`), else nothing. */
-function cursorPart<T>(slice: Slice<T>, limit: number | undefined, next: (last: T) => string): string {
-  if (limit === undefined) return '';
-  const last = slice.items[slice.items.length - 1];
-  return `,"nextCursor":${slice.more && last !== undefined ? JSON.stringify(next(last)) : 'null'}`;
-}
-
-/** A list of sessions: their JSON joined, without serializing them again. */
-function sessionsReply(slice: Slice<SessionRecord>, limit: number | undefined, next: (last: SessionRecord) => string): Reply {
-  const items = slice.items;
-  let data = '[';
-  for (let i = 0; i < items.length; i++) data += i === 0 ? (items[i] as SessionRecord).json : `,${(items[i] as SessionRecord).json}`;
-  return { status: 200, body: `${DATA_OPEN}${data}]${cursorPart(slice, limit, next)}}` };
-}
-
-/** A list of turns: their JSON bytes copied into one buffer. */
-function turnsReply(slice: Slice<StoredTurn>, limit: number | undefined, next: (last: StoredTurn) => string): Reply {
-  const head = `${DATA_OPEN}[`;
-  const tail = `]${cursorPart(slice, limit, next)}}`;
-  let size = head.length + Buffer.byteLength(tail) + Math.max(0, slice.items.length - 1);
-  for (const t of slice.items) size += t.jsonLength;
-  const out = Buffer.allocUnsafe(size);
-  let at = out.write(head, 0, 'latin1');
-  slice.items.forEach((t, i) => {
-    if (i > 0) out[at++] = 0x2c; // ,
-    at += t.copyJsonTo(out, at);
-  });
-  out.write(tail, at, 'utf8');
-  return { status: 200, body: out };
-}
-
 export function sessionRoutes({ store, access, cursors }: SessionDeps): RouteDef[] {
   /** Whether the caller may see a session: under ACCESS=owner another user's session does not exist. */
   const visible = (s: ChatSession, who: string): boolean => access === 'shared' || s.user === who;
@@ -139,7 +110,7 @@ export function sessionRoutes({ store, access, cursors }: SessionDeps): RouteDef
         const who = user(ctx);
         const id = ctx.params['id'] as string;
         const check = mine(who, ctx.req);
-        const current = store.getSession(id);
+        const current = await store.getSession(id);
         if (found(current, who) && current.session.archived === archived) {
           check(asCurrent(current));
           return sessionReply(current);
@@ -169,20 +140,20 @@ export function sessionRoutes({ store, access, cursors }: SessionDeps): RouteDef
         const { projectId, q, limit, cursor } = ctx.query;
         const archived = (ctx.query.archived ?? 'false') as ArchivedFilter;
         const ownOnly = projectId === undefined || access === 'owner';
-        const filter = {
+        const filter: SessionFilter = {
           ...(projectId !== undefined ? { project: projectId } : {}),
           ...(ownOnly ? { user: who } : {}),
           archived,
-          ...(q !== undefined ? { nameContains: q.toLowerCase() } : {}),
+          ...(q !== undefined ? { nameContains: foldForSearch(q) } : {}),
         };
+        if (limit === undefined && cursor === undefined) return wholeListReply(store.scanSessions(filter), jsonOfSession);
         const listName = `sessions\n${projectId ?? ''}\n${ownOnly ? who : ''}\n${archived}\n${q ?? ''}`;
         let after;
         if (cursor !== undefined) {
           const [updatedAt, _id] = cursors.decode(listName, cursor);
           after = { updatedAt, _id };
         }
-        const slice = store.listSessions(filter, after, limit);
-        return sessionsReply(slice, limit, (last) => cursors.encode(listName, last.session.updatedAt, last.session._id));
+        return pages(limit, after, (from, size) => store.listSessions(filter, from, size), jsonOfSession, (next) => cursors.encode(listName, next.updatedAt, next._id));
       },
     }),
 
@@ -230,9 +201,11 @@ export function sessionRoutes({ store, access, cursors }: SessionDeps): RouteDef
       responses: [{ status: 200, description: 'The session', schema: 'ChatSession' }],
       errors: [notFound],
       handle(ctx) {
-        const r = store.getSession(ctx.params['id'] as string);
-        if (!found(r, user(ctx))) throw new SessionNotFound();
-        return sessionReply(r);
+        const who = user(ctx);
+        return store.getSession(ctx.params['id'] as string).then((r) => {
+          if (!found(r, who)) throw new SessionNotFound();
+          return sessionReply(r);
+        });
       },
     }),
 
@@ -255,7 +228,7 @@ export function sessionRoutes({ store, access, cursors }: SessionDeps): RouteDef
         const check = mine(who, ctx.req);
         const { name, provider, selectedModel, mode } = ctx.body;
         if (name === undefined && provider === undefined && selectedModel === undefined && mode === undefined) {
-          const current = store.getSession(id);
+          const current = await store.getSession(id);
           if (!found(current, who)) throw new SessionNotFound();
           check(asCurrent(current));
           return sessionReply(current);
@@ -305,7 +278,7 @@ export function sessionRoutes({ store, access, cursors }: SessionDeps): RouteDef
       params: idParam,
       query: turnsQuery,
       responses: [{ status: 200, description: 'The turns', schema: 'TurnList' }],
-      handle(ctx) {
+      async handle(ctx) {
         const id = ctx.params['id'] as string;
         const { limit, cursor } = ctx.query;
         const listName = `turns\n${id}`;
@@ -314,8 +287,10 @@ export function sessionRoutes({ store, access, cursors }: SessionDeps): RouteDef
           const [createdAt, _id] = cursors.decode(listName, cursor);
           after = { createdAt, _id };
         }
-        const slice = found(store.getSession(id), user(ctx)) ? store.listTurns(id, after, limit) : { items: [], more: false };
-        return turnsReply(slice, limit, (last) => cursors.encode(listName, last.createdAt, last._id));
+        const visibleHere = found(await store.getSession(id), user(ctx));
+        if (limit === undefined && cursor === undefined) return wholeListReply(visibleHere ? store.scanTurns(id) : noTurns(), jsonOfTurn);
+        if (!visibleHere) return limit === undefined ? wholeListReply(noTurns(), jsonOfTurn) : pageReply([], undefined);
+        return pages(limit, after, (from, size) => store.listTurns(id, from, size), jsonOfTurn, (next) => cursors.encode(listName, next.createdAt, next._id));
       },
     }),
 
@@ -357,4 +332,40 @@ export function sessionRoutes({ store, access, cursors }: SessionDeps): RouteDef
     setArchived(true),
     setArchived(false),
   ];
+}
+
+const jsonOfSession = (r: SessionRecord): string => r.json;
+const jsonOfTurn = (t: TurnRecord): Buffer => t.json;
+
+async function* noTurns(): AsyncIterable<readonly TurnRecord[]> {
+  // a session that does not exist (or is not the caller's) has no turns
+}
+
+/** The largest page, and the piece a list continued from a cursor without `limit` is read in. */
+const MAX_PAGE = 1000;
+
+/**
+ * A page of a list from `after`; or, for a cursor given without `limit`, the rest of the list as
+ * one answer without nextCursor, read a page at a time as the client takes it.
+ */
+async function pages<T, K>(
+  limit: number | undefined,
+  after: K | undefined,
+  read: (after: K | undefined, size: number) => Promise<Page<T, K>>,
+  jsonOf: (item: T) => string | Buffer,
+  cursorOf: (next: K) => string,
+): Promise<Answer> {
+  if (limit !== undefined) {
+    const page = await read(after, limit);
+    return pageReply(page.items.map(jsonOf), page.next === undefined ? undefined : cursorOf(page.next));
+  }
+  async function* rest(): AsyncIterable<readonly T[]> {
+    let from = after;
+    do {
+      const page = await read(from, MAX_PAGE);
+      yield page.items;
+      from = page.next;
+    } while (from !== undefined);
+  }
+  return wholeListReply(rest(), jsonOf);
 }

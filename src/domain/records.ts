@@ -79,3 +79,11 @@ export function nextTimestamp(previous: string | undefined, nowMs: number = Date
   const now = new Date(nowMs).toISOString();
   return previous !== undefined && previous > now ? previous : now;
 }
+
+/**
+ * The session as a new turn leaves it: its `updatedAt` raised to the turn's `createdAt` when that
+ * is later (recording a turn moves its session to the front of its lists), else unchanged.
+ */
+export function raisedByTurn(session: ChatSession, turnCreatedAt: string): ChatSession {
+  return turnCreatedAt > session.updatedAt ? chatSession({ ...session, updatedAt: turnCreatedAt }) : session;
+}

@@ -5,11 +5,11 @@ import { randomBytes } from 'node:crypto';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { isIP, type Socket } from 'node:net';
 import { hasScope, NoCredentials, TokenError, type Authenticator, type Principal } from '../auth/authenticate.js';
-import type { Reply, RouteDef } from '../api/route.js';
+import type { Answer, RouteDef, StreamReply } from '../api/route.js';
 import { parseQuery, validateBody, validateQuery, ValidationError } from '../domain/schema.js';
 import { requestLineMiddle, type Logger } from '../log.js';
 import type { Metrics, RouteStats } from '../metrics.js';
-import { PreconditionFailed, SessionNotFound, StorageWriteFailed } from '../store/store.js';
+import { PreconditionFailed, SessionNotFound, StorageUnavailable, StorageWriteFailed } from '../store/store.js';
 import { readJsonObject } from './body.js';
 import type { Cors } from './cors.js';
 import { HttpError } from './errors.js';
@@ -65,6 +65,7 @@ function toHttp(e: unknown): HttpError | undefined {
     return new HttpError(401, 'Unauthorized', [['www-authenticate', `Bearer error="invalid_token", error_description="${e.message}"`]]);
   }
   if (e instanceof StorageWriteFailed) return new HttpError(500, e.message);
+  if (e instanceof StorageUnavailable) return new HttpError(503, e.message);
   return undefined;
 }
 
@@ -180,7 +181,7 @@ export class Pipeline {
   }
 
   private run(x: Exchange, def: RouteDef, principal: Principal | undefined, params: Record<string, string>, query: object, body: object): void {
-    let out: Reply | Promise<Reply>;
+    let out: Answer | Promise<Answer>;
     try {
       out = def.handle({ req: x.req, principal, params, query, body });
     } catch (e) {
@@ -241,8 +242,48 @@ export class Pipeline {
     }
   }
 
-  private reply(x: Exchange, r: Reply): void {
-    this.send(x, r.status, r.body, r.contentType, r.etag === undefined ? undefined : ['etag', r.etag]);
+  private reply(x: Exchange, r: Answer): void {
+    if ('stream' in r) this.stream(x, r);
+    else this.send(x, r.status, r.body, r.contentType, r.etag === undefined ? undefined : ['etag', r.etag]);
+  }
+
+  /**
+   * Writes a streamed answer piece by piece, waiting for the client to read each (backpressure).
+   * Once its head is sent, a failure can only cut the answer short: the connection is destroyed,
+   * so the client sees a broken answer, never a complete-looking one.
+   */
+  private stream(x: Exchange, r: StreamReply): void {
+    const { res } = x;
+    if (res.headersSent || res.destroyed) {
+      this.logRequest(x, r.status);
+      return;
+    }
+    const headers = this.headers(x, JSON_TYPE);
+    res.writeHead(r.status, headers);
+    const pieces = r.stream[Symbol.asyncIterator]();
+    let gone = false;
+    res.once('close', () => {
+      gone = true;
+    });
+    const pump = async (): Promise<void> => {
+      try {
+        for (;;) {
+          const next = await pieces.next();
+          if (next.done === true) break;
+          if (gone) return;
+          if (!res.write(next.value)) await drained(res);
+          if (gone) return;
+        }
+        res.end();
+      } catch (e) {
+        this.o.log.error('answer failed while it was being sent; the connection was cut', { reqId: x.id, route: x.route?.def.path ?? null, err: e });
+        res.destroy();
+      } finally {
+        if (gone) await pieces.return?.();
+        this.logRequest(x, r.status);
+      }
+    };
+    void pump();
   }
 
   private fail(x: Exchange, e: unknown): void {
@@ -264,23 +305,19 @@ export class Pipeline {
       this.logRequest(x, status);
       return;
     }
-    const headers = [
-      'content-type',
-      contentType ?? JSON_TYPE,
-      'cache-control',
-      'no-store',
-      'x-content-type-options',
-      'nosniff',
-      'x-request-id',
-      x.id,
-      'content-length',
-      String(typeof body === 'string' ? Buffer.byteLength(body) : body.length),
-    ];
+    const headers = this.headers(x, contentType ?? JSON_TYPE);
+    headers.push('content-length', String(typeof body === 'string' ? Buffer.byteLength(body) : body.length));
     if (more !== undefined) for (let i = 0; i < more.length; i++) headers.push(more[i] as string);
-    if (x.extra !== undefined) for (let i = 0; i < x.extra.length; i++) headers.push(x.extra[i] as string);
     res.writeHead(status, headers);
     res.end(body);
     this.logRequest(x, status);
+  }
+
+  /** The headers every answer carries, and CORS's when it applies. */
+  private headers(x: Exchange, contentType: string): string[] {
+    const headers = ['content-type', contentType, 'cache-control', 'no-store', 'x-content-type-options', 'nosniff', 'x-request-id', x.id];
+    if (x.extra !== undefined) for (let i = 0; i < x.extra.length; i++) headers.push(x.extra[i] as string);
+    return headers;
   }
 
   /**
@@ -301,4 +338,17 @@ export class Pipeline {
         : requestLineMiddle(method, r?.routeJson ?? (x.pattern !== undefined ? JSON.stringify(x.pattern) : 'null'));
     log.request(x.id, middle, status, seconds, x.user);
   }
+}
+
+/** Resolves when the response can take more (drain) or will take nothing more (close). */
+function drained(res: ServerResponse): Promise<void> {
+  return new Promise((resolve) => {
+    const done = (): void => {
+      res.off('drain', done);
+      res.off('close', done);
+      resolve();
+    };
+    res.on('drain', done);
+    res.on('close', done);
+  });
 }

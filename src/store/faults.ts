@@ -1,13 +1,15 @@
 // Test-only fault injection, inert unless CHAT_SESSION_API_FAULTS is set. The crash tests use it
-// to fail the k-th journal write or fsync, or to SIGKILL the process at a named step, so that
-// recovery is proven against the real binary rather than argued from the code.
+// to fail the k-th journal write or fsync or the k-th sqlite commit, or to SIGKILL the process
+// at a named step, so that recovery is proven against the real binary rather than argued from
+// the code.
 //
 //   CHAT_SESSION_API_FAULTS="write:3"             3rd journal write writes half its bytes, then EIO
 //   CHAT_SESSION_API_FAULTS="fsync:2:ENOSPC"      2nd journal fsync fails with ENOSPC
 //   CHAT_SESSION_API_FAULTS="dirsync:1"           1st directory fsync after a compaction's rename fails
+//   CHAT_SESSION_API_FAULTS="commit:2"            2nd sqlite transaction fails just before COMMIT (rolled back)
 //   CHAT_SESSION_API_FAULTS="crash:compact-before-rename"   SIGKILL on reaching that step
 
-type FaultKind = 'write' | 'fsync' | 'dirsync';
+type FaultKind = 'write' | 'fsync' | 'dirsync' | 'commit';
 
 interface Plan {
   readonly failAt: Map<FaultKind, Map<number, string>>;
@@ -19,7 +21,7 @@ function parse(spec: string | undefined): Plan | undefined {
   const plan: Plan = { failAt: new Map(), crashAt: new Map() };
   for (const item of spec.split(',')) {
     const [kind, arg, extra] = item.trim().split(':');
-    if (kind === 'write' || kind === 'fsync' || kind === 'dirsync') {
+    if (kind === 'write' || kind === 'fsync' || kind === 'dirsync' || kind === 'commit') {
       const at = plan.failAt.get(kind) ?? new Map<number, string>();
       at.set(Number(arg), extra ?? 'EIO');
       plan.failAt.set(kind, at);

@@ -6,10 +6,10 @@
 // Replay applies them in order, the last write of an id winning.
 import { closeSync, fstatSync, openSync, readSync } from 'node:fs';
 import { basename } from 'node:path';
-import { sessionProblem } from '../domain/inputs.js';
-import type { ChatSession } from '../domain/records.js';
+import { sessionProblem } from '../../domain/inputs.js';
+import type { ChatSession } from '../../domain/records.js';
 import { crc32 } from './crc32.js';
-import { StoredTurn } from './store.js';
+import { StoredTurn } from './state.js';
 
 export const JOURNAL_FORMAT = 'chat-session-api/journal';
 export const JOURNAL_VERSION = 1;
@@ -49,9 +49,10 @@ export function frame(...parts: readonly (string | Buffer)[]): Buffer {
 export const putLine = (sessionJson: string): Buffer => frame('{"put":', sessionJson, '}');
 export const turnLine = (turnJson: string | Buffer): Buffer => frame('{"turn":', turnJson, '}');
 export const delLine = (id: string): Buffer => frame(`{"del":${JSON.stringify(id)}}`);
-/** Where a turn's JSON sits in its line: after the checksum, the space and `{"turn":`, before `}\n`. */
-export const TURN_JSON_START = 17;
-export const TURN_JSON_END_FROM_END = 2;
+/** Bytes a put line adds to its session's JSON: checksum, space, `{"put":`, `}`, newline. */
+export const PUT_LINE_OVERHEAD = 18;
+/** Bytes a turn line adds to its turn's JSON: checksum, space, `{"turn":`, `}`, newline. */
+export const TURN_LINE_OVERHEAD = 19;
 
 export function headerLine(now: Date = new Date()): Buffer {
   const header: JournalHeader = { format: JOURNAL_FORMAT, version: JOURNAL_VERSION, createdAt: now.toISOString() };

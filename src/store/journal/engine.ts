@@ -1,0 +1,436 @@
+// The journal engine: the whole data set in memory, every change appended to one journal file
+// and made durable before it is applied or acknowledged. Reads are served from memory; writes
+// pass through the shared serial writer, whose groups become one append and one fdatasync.
+// When dead records outweigh live ones, the journal is rewritten beside the old one.
+import { closeSync, existsSync, fstatSync, ftruncateSync, fsyncSync, mkdirSync, openSync, unlinkSync } from 'node:fs';
+import { dirname, join } from 'node:path';
+import type { SessionKey, TurnKey } from '../../domain/order.js';
+import type { ChatSession, Turn } from '../../domain/records.js';
+import { versionOf } from '../../domain/version.js';
+import { lockHolder } from '../../data-dir-lock.js';
+import { fsyncDir, writeFullySync } from '../../files.js';
+import type { Logger } from '../../log.js';
+import { planImport } from '../import-plan.js';
+import {
+  StorageWriteFailed,
+  StoreOpenFailed,
+  type Current,
+  type ExportItem,
+  type ExportSnapshot,
+  type ImportSummary,
+  type Page,
+  type SessionFilter,
+  type SessionRecord,
+  type Store,
+  type StoreObserver,
+  type StoreStats,
+  type TurnRecord,
+} from '../store.js';
+import { SerialWriter, type Change, type Group, type GroupSource } from '../writer.js';
+import { Appender, COMPACT_SUFFIX, IMPORT_SUFFIX, JOURNAL_FILE, readCommitted } from './appender.js';
+import { Compaction, CompactionAborted } from './compaction.js';
+import { delLine, headerLine, putLine, PUT_LINE_OVERHEAD, scanJournal, TURN_LINE_OVERHEAD, turnLine, type JournalRecord, type ScanResult } from './format.js';
+import { MemoryState, StoredTurn, type SessionEntry } from './state.js';
+
+export interface JournalStoreOptions {
+  readonly dir: string;
+  readonly log: Logger;
+  /** false only to measure what durability costs; acknowledged writes may then be lost. */
+  readonly fsync: boolean;
+  /** The journal is not compacted below this size. */
+  readonly compactMinBytes: number;
+  readonly observer?: StoreObserver | undefined;
+}
+
+const HEADER_BYTES = headerLine().length;
+const CHUNK = 256;
+
+export class JournalStore implements Store, GroupSource, Group {
+  readonly engine = 'journal';
+  private state: MemoryState;
+  private readonly file: string;
+  private readonly writer: SerialWriter;
+  /** Bytes of the journal holding live records: the header, each session's last put, its turns. */
+  private liveBytes = 0;
+  private compactions = 0;
+  /** After a failed compaction, no new one before the journal reaches this size. */
+  private compactRetryAt = 0;
+  private compaction: Compaction | undefined;
+  private compactionDone: Promise<void> = Promise.resolve();
+  private closed = false;
+
+  private constructor(
+    private readonly opts: JournalStoreOptions,
+    private readonly appender: Appender | undefined,
+    loaded: Loaded,
+  ) {
+    this.file = join(opts.dir, JOURNAL_FILE);
+    this.state = loaded.state;
+    this.liveBytes = loaded.liveBytes;
+    this.writer = new SerialWriter(this, opts.log);
+  }
+
+  /** Replays the journal of `dir` and opens it for appending. The data directory's lock is the caller's. */
+  static open(opts: JournalStoreOptions): JournalStore {
+    const { log } = opts;
+    mkdirSync(opts.dir, { recursive: true });
+    const file = join(opts.dir, JOURNAL_FILE);
+    for (const suffix of [COMPACT_SUFFIX, IMPORT_SUFFIX]) {
+      if (existsSync(file + suffix)) {
+        unlinkSync(file + suffix);
+        log.warn('removed an unfinished rewrite of the journal left by an earlier run; the journal itself is complete', { file: file + suffix });
+      }
+    }
+    if (!existsSync(file)) createEmpty(file);
+    const started = process.hrtime.bigint();
+    const loaded = load(file, log, {});
+    const { scan } = loaded;
+    let size = scan.validBytes;
+    if (scan.header === undefined) {
+      // nothing intact, not even the header: a journal whose creation was interrupted
+      log.warn('the journal had no intact header; starting it afresh', { file, droppedBytes: scan.tornBytes });
+      createEmpty(file);
+      size = HEADER_BYTES;
+    } else if (scan.tornBytes > 0) {
+      log.warn('dropped an interrupted final write from the journal; it was never acknowledged', { file, offset: scan.validBytes, droppedBytes: scan.tornBytes });
+      const fd = openSync(file, 'r+');
+      try {
+        ftruncateSync(fd, scan.validBytes);
+        fsyncSync(fd);
+      } finally {
+        closeSync(fd);
+      }
+    }
+    const appender = new Appender(file, size, { dir: opts.dir, fsync: opts.fsync, log });
+    const store = new JournalStore(opts, appender, loaded);
+    const ms = Number(process.hrtime.bigint() - started) / 1e6;
+    log.info('journal replayed', { sessions: loaded.state.sessionCount, turns: loaded.state.turnCount, records: scan.records, bytes: size, ms: Math.round(ms) });
+    return store;
+  }
+
+  /**
+   * The data of `dir` as of one instant, read-only, beside a server that may be running: the
+   * journal's durable prefix as the server publishes it (see COMMITTED_FILE).
+   */
+  static openSnapshot(dir: string, log: Logger): JournalStore {
+    const file = join(dir, JOURNAL_FILE);
+    if (!existsSync(file)) throw new StoreOpenFailed(`no journal at ${file} (is DATA_DIR right?)`);
+    const { fd, upTo } = openConsistent(dir, file);
+    try {
+      return new JournalStore({ dir, log, fsync: false, compactMinBytes: Infinity }, undefined, load(file, log, { fd, upTo }));
+    } finally {
+      closeSync(fd);
+    }
+  }
+
+  // ---- reads: memory only ----
+
+  getSession(id: string): Promise<SessionRecord | undefined> {
+    const e = this.state.get(id);
+    return Promise.resolve(e === undefined ? undefined : e.record(this.state.cache));
+  }
+
+  listSessions(filter: SessionFilter, after: SessionKey | undefined, limit: number): Promise<Page<SessionRecord, SessionKey>> {
+    return Promise.resolve(this.state.listSessions(filter, after, limit));
+  }
+
+  async *scanSessions(filter: SessionFilter): AsyncIterable<readonly SessionRecord[]> {
+    const sessions = this.state.snapshotList(filter);
+    for (let i = 0; i < sessions.length; i += CHUNK) yield sessions.slice(i, i + CHUNK).map((s) => this.recordOf(s));
+  }
+
+  listTurns(sessionId: string, after: TurnKey | undefined, limit: number): Promise<Page<TurnRecord, TurnKey>> {
+    return Promise.resolve(this.state.listTurns(sessionId, after, limit));
+  }
+
+  async *scanTurns(sessionId: string): AsyncIterable<readonly TurnRecord[]> {
+    const turns = this.state.snapshotTurns(sessionId);
+    for (let i = 0; i < turns.length; i += CHUNK * 4) yield turns.slice(i, i + CHUNK * 4);
+  }
+
+  /** The record of a session as a snapshot took it: the live entry's when it has not changed since. */
+  private recordOf(s: ChatSession, lastTurn?: TurnKey): SessionRecord {
+    const e = this.state.get(s._id);
+    if (e !== undefined && e.session === s) return e.record(this.state.cache);
+    return new SnapshotRecord(s, lastTurn);
+  }
+
+  async exportAll(): Promise<ExportSnapshot> {
+    const snapshot = this.state.snapshot().sort((a, b) => (a.session._id < b.session._id ? -1 : a.session._id > b.session._id ? 1 : 0));
+    let turns = 0;
+    for (const item of snapshot) turns += item.turns.length;
+    const recordOf = (s: ChatSession, lastTurn: TurnKey | undefined): SessionRecord => this.recordOf(s, lastTurn);
+    async function* items(): AsyncIterable<ExportItem> {
+      for (const item of snapshot) yield { session: recordOf(item.session, item.turns[item.turns.length - 1]), turns: item.turns };
+    }
+    return { sessions: snapshot.length, turns, items: items() };
+  }
+
+  async stats(): Promise<StoreStats> {
+    const { sessionCount: sessions, turnCount: turns } = this.state;
+    return {
+      sessions,
+      turns,
+      bytes: this.liveBytes - HEADER_BYTES - PUT_LINE_OVERHEAD * sessions - TURN_LINE_OVERHEAD * turns,
+      engine: [
+        { name: 'journal_bytes', type: 'gauge', help: 'Size of the journal file.', value: this.appender?.size ?? 0 },
+        { name: 'journal_live_bytes', type: 'gauge', help: 'Bytes of the journal still holding live records.', value: this.liveBytes },
+        { name: 'compactions_total', type: 'counter', help: 'Journal compactions completed.', value: this.compactions },
+      ],
+    };
+  }
+
+  // ---- writes: through the serial writer ----
+
+  createSession(session: ChatSession): Promise<SessionRecord> {
+    return this.writer.createSession(session);
+  }
+
+  updateSession(id: string, change: (current: Current) => ChatSession): Promise<SessionRecord> {
+    return this.writer.updateSession(id, change);
+  }
+
+  deleteSession(id: string, check: (current: Current) => void): Promise<void> {
+    return this.writer.deleteSession(id, check);
+  }
+
+  appendTurn(sessionId: string, build: (current: Current) => Turn): Promise<TurnRecord> {
+    return this.writer.appendTurn(sessionId, build);
+  }
+
+  /** GroupSource: one group at a time, seeing memory, which holds exactly what is committed. */
+  begin(): Group {
+    if (this.appender === undefined) throw new StorageWriteFailed(new Error('this journal was opened read-only'));
+    return this;
+  }
+
+  current(id: string): Current | undefined {
+    const e = this.state.get(id);
+    if (e === undefined) return undefined;
+    return { session: e.session, lastTurn: e.lastTurn, version: () => e.version };
+  }
+
+  release(): void {
+    // nothing was taken
+  }
+
+  commit(changes: readonly Change[]): Promise<void> {
+    const appender = this.appender as Appender;
+    const lines = changes.map(lineOf);
+    const data = lines.length === 1 ? (lines[0] as Buffer) : Buffer.concat(lines);
+    const started = process.hrtime.bigint();
+    return new Promise((resolve, reject) => {
+      appender.append(data, (err) => {
+        if (err !== undefined) return reject(err);
+        this.opts.observer?.commit(Number(process.hrtime.bigint() - started) / 1e9, changes.length);
+        this.compaction?.tail.push(data);
+        for (let i = 0; i < changes.length; i++) this.apply(changes[i] as Change, (lines[i] as Buffer).length);
+        resolve();
+        this.maybeCompact();
+      });
+    });
+  }
+
+  /** Applies a durable change to memory. */
+  private apply(c: Change, bytes: number): void {
+    const state = this.state;
+    let e: SessionEntry | undefined;
+    switch (c.kind) {
+      case 'create':
+        e = state.insertNew(c.session, c.version);
+        e.putBytes = bytes;
+        this.liveBytes += bytes;
+        return;
+      case 'update':
+        e = state.putSession(c.session, c.version);
+        this.liveBytes += bytes - e.putBytes;
+        e.putBytes = bytes;
+        return;
+      case 'turn':
+        e = state.addTurn(c.session._id, StoredTurn.of(c.turn._id, c.turn.createdAt, c.json));
+        e.turnBytes += bytes;
+        this.liveBytes += bytes;
+        return;
+      case 'delete':
+        e = state.deleteSession(c.id);
+        if (e !== undefined) this.liveBytes -= e.putBytes + e.turnBytes;
+    }
+  }
+
+  async importAll(sessions: readonly ChatSession[], turns: readonly Turn[]): Promise<ImportSummary> {
+    if (this.appender === undefined) throw new StorageWriteFailed(new Error('this journal was opened read-only'));
+    await this.compactionDone;
+    await this.writer.pause();
+    try {
+      const state = this.state;
+      const stored = new Map<string, { session: string; json: Buffer }>();
+      for (const item of state.snapshot()) for (const t of item.turns) stored.set(t._id, { session: item.session._id, json: t.json });
+      const plan = planImport(sessions, turns, {
+        session: (id) => {
+          const e = state.get(id);
+          return e === undefined ? undefined : { json: JSON.stringify(e.session), lastTurnAt: e.lastTurn?.createdAt };
+        },
+        turn: (id) => stored.get(id),
+      });
+      if (plan.sessions.length + plan.turns.length === 0) return plan.summary;
+      for (const s of plan.sessions) state.putSession(s);
+      for (const t of plan.turns) {
+        if (t.replaces !== undefined) state.removeTurn(t.replaces, t.turn._id);
+        state.addTurn(t.turn.session, StoredTurn.of(t.turn._id, t.turn.createdAt, t.json));
+      }
+      try {
+        await new Compaction().run(this.compactionHost(), state.snapshot());
+      } catch (e) {
+        // the journal is untouched: memory goes back to what it holds
+        this.state = load(this.file, this.opts.log, {}).state;
+        throw new StorageWriteFailed(e);
+      }
+      this.recountLive();
+      return plan.summary;
+    } finally {
+      this.writer.resume();
+    }
+  }
+
+  private compactionHost(): { file: string; appender: Appender; pauseWriter: () => Promise<void>; resumeWriter: () => void } {
+    return { file: this.file, appender: this.appender as Appender, pauseWriter: () => this.writer.pause(), resumeWriter: () => this.writer.resume() };
+  }
+
+  /** Line bytes of every live record, as after a replay. */
+  private recountLive(): void {
+    this.liveBytes = liveBytesOf(this.state);
+  }
+
+  // ---- compaction ----
+
+  private maybeCompact(): void {
+    const size = (this.appender as Appender).size;
+    if (this.compaction !== undefined || this.closed) return;
+    if (size < this.opts.compactMinBytes || size < this.compactRetryAt || size - this.liveBytes <= this.liveBytes) return;
+    const c = new Compaction();
+    this.compaction = c;
+    const started = process.hrtime.bigint();
+    // the snapshot is taken at the same instant as `c.tail` starts collecting
+    this.compactionDone = c
+      .run(this.compactionHost(), this.state.snapshot())
+      .then(
+        () => {
+          this.compactions++;
+          this.opts.log.info('journal compacted', { bytesBefore: size, bytesAfter: (this.appender as Appender).size, ms: Math.round(Number(process.hrtime.bigint() - started) / 1e6) });
+        },
+        (err: unknown) => {
+          if (err instanceof CompactionAborted) this.opts.log.info(err.message);
+          else {
+            // not again until the journal has grown by half or COMPACT_MIN_SIZE: each try costs a full snapshot
+            const now = (this.appender as Appender).size;
+            this.compactRetryAt = now + Math.max(this.opts.compactMinBytes, now >> 1);
+            this.opts.log.error('journal compaction failed; the old journal stays in use', { err, retryAtBytes: this.compactRetryAt });
+          }
+        },
+      )
+      .finally(() => {
+        this.compaction = undefined;
+      });
+  }
+
+  async close(): Promise<void> {
+    if (this.closed) return;
+    this.closed = true;
+    if (this.compaction !== undefined) this.compaction.abort = true;
+    await this.compactionDone;
+    await this.writer.close();
+    this.appender?.close();
+  }
+}
+
+/** A session of a snapshot whose live entry has changed since: its JSON and version made when read. */
+class SnapshotRecord implements SessionRecord {
+  private text: string | undefined;
+  constructor(
+    readonly session: ChatSession,
+    private readonly lastTurn: TurnKey | undefined,
+  ) {}
+  get json(): string {
+    return (this.text ??= JSON.stringify(this.session));
+  }
+  get version(): string {
+    return versionOf(this.json, this.lastTurn);
+  }
+}
+
+function lineOf(c: Change): Buffer {
+  switch (c.kind) {
+    case 'create':
+    case 'update':
+      return putLine(c.json);
+    case 'turn':
+      return turnLine(c.json);
+    case 'delete':
+      return delLine(c.id);
+  }
+}
+
+interface Loaded {
+  readonly state: MemoryState;
+  readonly scan: ScanResult;
+  readonly liveBytes: number;
+}
+
+/** Replays a journal into a new state (indexes built once at the end); `fd`/`upTo` read a consistent prefix. */
+function load(file: string, log: Logger, opts: { fd?: number; upTo?: number }): Loaded {
+  const state = new MemoryState();
+  state.beginLoad();
+  const scan = scanJournal(file, (r, bytes) => replay(state, r, bytes), opts);
+  const { orphanTurns } = state.finishLoad();
+  if (orphanTurns > 0) log.warn('dropped turns whose session does not exist', { turns: orphanTurns });
+  return { state, scan, liveBytes: liveBytesOf(state) };
+}
+
+/** Applies one journal record during a load, counting the bytes that hold each session. */
+function replay(state: MemoryState, r: JournalRecord, bytes: number): void {
+  if (r.kind === 'put') state.putSession(r.session).putBytes = bytes;
+  else if (r.kind === 'turn') state.addTurn(r.session, r.turn).turnBytes += bytes;
+  else state.deleteSession(r.id);
+}
+
+function liveBytesOf(state: MemoryState): number {
+  let live = HEADER_BYTES;
+  for (const e of state.entries.values()) live += e.putBytes + e.turnBytes;
+  return live;
+}
+
+function createEmpty(path: string): void {
+  const fd = openSync(path, 'w', 0o600);
+  try {
+    writeFullySync(fd, headerLine());
+    fsyncSync(fd);
+  } finally {
+    closeSync(fd);
+  }
+  fsyncDir(dirname(path));
+}
+
+/**
+ * Opens the journal and decides how much of it to read: all of it when no server is running;
+ * else only what the server has published as durable (COMMITTED_FILE), on the same inode (a
+ * compaction may swap the file in between: then look again).
+ */
+function openConsistent(dataDir: string, file: string): { fd: number; upTo: number } {
+  let published = false;
+  for (let attempt = 0; attempt < 200; attempt++) {
+    const fd = openSync(file, 'r');
+    const st = fstatSync(fd);
+    if (lockHolder(dataDir) === undefined) return { fd, upTo: st.size };
+    const committed = readCommitted(dataDir);
+    if (committed !== undefined && committed.ino === String(st.ino)) return { fd, upTo: Math.min(committed.size, st.size) };
+    published ||= committed !== undefined;
+    closeSync(fd);
+    Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, 5); // the server is swapping files: a moment
+  }
+  const holder = lockHolder(dataDir);
+  throw new StoreOpenFailed(
+    published
+      ? `${file}: the journal kept changing under the export; try again`
+      : `the server holding ${dataDir} (pid ${holder?.pid ?? '?'}) does not say how much of its journal is durable (an older release?); stop it, or export with its own release`,
+  );
+}

@@ -1,0 +1,407 @@
+// The journal engine's image of the data in memory: an entry per session (the session, its
+// version, its turns), and per-user and per-project lists kept in list order. It knows nothing
+// about files; the engine changes it only after a change is durable.
+import { PAGE_SCAN_BUDGET, sessionBefore, turnBefore, type SessionKey, type TurnKey } from '../../domain/order.js';
+import { raisedByTurn, type ChatSession } from '../../domain/records.js';
+import { foldForSearch } from '../../domain/search.js';
+import { versionOf } from '../../domain/version.js';
+import type { Page, SessionFilter, SessionRecord, TurnRecord } from '../store.js';
+import { SortedList } from './sorted-list.js';
+
+/**
+ * A turn as kept: its sort key, and its JSON as bytes off the JS heap. The bytes are a range of
+ * a larger buffer (the turn's own JSON as written, or a slab of the turns read at start-up), so
+ * a kept turn is one small object and not also a Buffer view of its own: a million turns replay
+ * sooner and in less memory (bench/README.md). Never changed once made.
+ */
+export class StoredTurn implements TurnRecord {
+  constructor(
+    readonly _id: string,
+    readonly createdAt: string,
+    private readonly bytes: Buffer,
+    private readonly start: number,
+    private readonly end: number,
+  ) {}
+
+  /** A turn whose JSON is all of `json`. */
+  static of(_id: string, createdAt: string, json: Buffer): StoredTurn {
+    return new StoredTurn(_id, createdAt, json, 0, json.length);
+  }
+
+  /** Its JSON (a new view of the bytes on each call). */
+  get json(): Buffer {
+    return this.bytes.subarray(this.start, this.end);
+  }
+
+  get jsonLength(): number {
+    return this.end - this.start;
+  }
+}
+
+/**
+ * Read records are cached (their JSON made once), but not without bound: past this many bytes
+ * of cached JSON the oldest cached records are dropped and made again on their next read.
+ */
+const RECORD_CACHE_BYTES = 64 * 1024 * 1024;
+
+/**
+ * One session as held in memory. Its answer (an immutable record with its JSON) is made on the
+ * first read and kept for later reads while the record cache has room. A writer leaves the
+ * version, which its own answer needs anyway, but not its JSON: most sessions written are not read
+ * again soon. Entries change in place when the session changes; readers get the immutable records.
+ */
+export class SessionEntry {
+  private cached: SessionRecord | undefined;
+  private cachedVersion: string | undefined;
+  turns: StoredTurn[] | undefined;
+  /** Bytes of the journal lines that hold this session's current state and its turns. */
+  putBytes = 0;
+  turnBytes = 0;
+
+  constructor(public session: ChatSession) {}
+
+  /** The session as a reader gets it: never changed afterwards, whatever later writes do. */
+  record(cache: RecordCache): SessionRecord {
+    let r = this.cached;
+    if (r === undefined) {
+      const json = JSON.stringify(this.session);
+      r = { session: this.session, json, version: (this.cachedVersion ??= versionOf(json, this.lastTurn)) };
+      this.cached = r;
+      cache.admit(this, json.length);
+    }
+    return r;
+  }
+
+  /** Drops the cached record (the cache ran out of room). */
+  evict(): void {
+    this.cached = undefined;
+  }
+
+  get version(): string {
+    return (this.cachedVersion ??= versionOf(this.cached?.json ?? JSON.stringify(this.session), this.lastTurn));
+  }
+
+  get lastTurn(): StoredTurn | undefined {
+    return this.turns?.[this.turns.length - 1];
+  }
+
+  /** A writer's new state, with the version it computed. */
+  replace(session: ChatSession, version?: string): void {
+    this.session = session;
+    this.cached = undefined;
+    this.cachedVersion = version;
+  }
+
+  /** A turn was added or removed: the version moves. */
+  turnsChanged(): void {
+    this.cached = undefined;
+    this.cachedVersion = undefined;
+  }
+
+  get updatedAt(): string {
+    return this.session.updatedAt;
+  }
+  get _id(): string {
+    return this.session._id;
+  }
+}
+
+/** The entries whose records are cached, oldest first; past its budget the oldest lose theirs. */
+export class RecordCache {
+  private ring: (SessionEntry | undefined)[] = [];
+  private sizes: number[] = [];
+  private head = 0;
+  private bytes = 0;
+
+  constructor(private readonly budget = RECORD_CACHE_BYTES) {}
+
+  admit(e: SessionEntry, size: number): void {
+    this.ring.push(e);
+    this.sizes.push(size);
+    this.bytes += size;
+    while (this.bytes > this.budget && this.head < this.ring.length) {
+      // an entry read twice is in the ring twice; evicting its older place early costs one re-read
+      this.ring[this.head]?.evict();
+      this.ring[this.head] = undefined;
+      this.bytes -= this.sizes[this.head] as number;
+      this.head++;
+    }
+    if (this.head > 4096 && this.head * 2 > this.ring.length) {
+      this.ring = this.ring.slice(this.head);
+      this.sizes = this.sizes.slice(this.head);
+      this.head = 0;
+    }
+  }
+}
+
+/** A session with its turns as of one moment: immutable references, unchanged by later writes. */
+export interface SnapshotItem {
+  readonly session: ChatSession;
+  readonly turns: readonly StoredTurn[];
+}
+
+const entryBefore = (a: SessionEntry, b: SessionEntry): boolean => sessionBefore(a.session, b.session);
+const sameEntry = (a: SessionEntry, b: SessionEntry): boolean => a === b;
+
+export class MemoryState {
+  readonly entries = new Map<string, SessionEntry>();
+  readonly cache = new RecordCache();
+  private readonly byUser = new Map<string, SortedList<SessionEntry>>();
+  private readonly byProject = new Map<string, SortedList<SessionEntry>>();
+  private turnTotal = 0;
+  /** While loading, indexes are left alone and built once by `finishLoad`. */
+  private loading = false;
+
+  get turnCount(): number {
+    return this.turnTotal;
+  }
+
+  get sessionCount(): number {
+    return this.entries.size;
+  }
+
+  beginLoad(): void {
+    this.loading = true;
+  }
+
+  /** Builds the list indexes after a bulk load; drops turns whose session does not exist. */
+  finishLoad(): { orphanTurns: number } {
+    this.loading = false;
+    const byUser = new Map<string, SessionEntry[]>();
+    const byProject = new Map<string, SessionEntry[]>();
+    let orphanTurns = 0;
+    for (const [id, e] of this.entries) {
+      if (e.session === ORPHAN) {
+        orphanTurns += e.turns?.length ?? 0;
+        this.turnTotal -= e.turns?.length ?? 0;
+        this.entries.delete(id);
+        continue;
+      }
+      // a turn replayed before its session did not move it: apply that now
+      const lastAt = e.lastTurn?.createdAt;
+      if (lastAt !== undefined && lastAt > e.session.updatedAt) e.replace(raisedByTurn(e.session, lastAt));
+      push(byUser, e.session.user, e);
+      push(byProject, e.session.project, e);
+    }
+    const order = (a: SessionEntry, b: SessionEntry): number => (entryBefore(a, b) ? -1 : 1);
+    for (const [k, items] of byUser) this.listOf(this.byUser, k).fill(items.sort(order));
+    for (const [k, items] of byProject) this.listOf(this.byProject, k).fill(items.sort(order));
+    return { orphanTurns };
+  }
+
+  get(id: string): SessionEntry | undefined {
+    const e = this.entries.get(id);
+    return e === undefined || e.session === ORPHAN ? undefined : e;
+  }
+
+  /** Puts a session's new state (with its version when the writer has it). */
+  putSession(s: ChatSession, version?: string): SessionEntry {
+    const e = this.entries.get(s._id);
+    if (e === undefined) return this.insertNew(s, version);
+    if (this.loading) {
+      e.replace(s, version);
+      return e;
+    }
+    if (e.session !== ORPHAN) this.unindex(e);
+    e.replace(s, version);
+    this.index(e);
+    return e;
+  }
+
+  /** Adds a session the writer has checked is not there (a create): one lookup in the table instead of two. */
+  insertNew(s: ChatSession, version?: string): SessionEntry {
+    const e = new SessionEntry(s);
+    if (version !== undefined) e.replace(s, version);
+    this.entries.set(s._id, e);
+    if (!this.loading) this.index(e);
+    return e;
+  }
+
+  /** Removes a session and its turns; returns the entry that was removed. */
+  deleteSession(id: string): SessionEntry | undefined {
+    const e = this.entries.get(id);
+    if (e === undefined) return undefined;
+    this.entries.delete(id);
+    this.turnTotal -= e.turns?.length ?? 0;
+    if (!this.loading && e.session !== ORPHAN) this.unindex(e);
+    return e;
+  }
+
+  /**
+   * Adds a turn and raises its session's updatedAt to the turn's createdAt (what appending a
+   * turn does). While loading, a turn may come before its session; it waits on a placeholder.
+   */
+  addTurn(sessionId: string, t: StoredTurn): SessionEntry {
+    let e = this.entries.get(sessionId);
+    if (e === undefined) {
+      e = new SessionEntry(ORPHAN);
+      this.entries.set(sessionId, e);
+    }
+    const list = (e.turns ??= []);
+    const last = list[list.length - 1];
+    if (last === undefined || turnBefore(last, t)) list.push(t);
+    else list.splice(turnsBefore(list, t), 0, t);
+    this.turnTotal++;
+    e.turnsChanged();
+    if (e.session !== ORPHAN) {
+      const raised = raisedByTurn(e.session, t.createdAt);
+      if (raised !== e.session) this.putSession(raised);
+    }
+    return e;
+  }
+
+  /** Removes one turn (import replacing it with the backup's version); false when it is not there. */
+  removeTurn(sessionId: string, turnId: string): boolean {
+    const e = this.entries.get(sessionId);
+    const i = e?.turns?.findIndex((t) => t._id === turnId) ?? -1;
+    if (e === undefined || i < 0) return false;
+    e.turns?.splice(i, 1);
+    this.turnTotal--;
+    e.turnsChanged();
+    return true;
+  }
+
+  /** The list a filter reads: a project's, or under owner-only access the caller's own (so its cost says nothing of others' sessions). */
+  private listFor(filter: SessionFilter): SortedList<SessionEntry> | undefined {
+    if (filter.user !== undefined) return this.byUser.get(filter.user);
+    return filter.project !== undefined ? this.byProject.get(filter.project) : undefined;
+  }
+
+  listSessions(filter: SessionFilter, after: SessionKey | undefined, limit: number): Page<SessionRecord, SessionKey> {
+    const list = this.listFor(filter);
+    if (list === undefined) return { items: [], next: undefined };
+    const keep = matcher(filter);
+    const out: SessionRecord[] = [];
+    let examined = 0;
+    let last: ChatSession | undefined;
+    let next: SessionKey | undefined;
+    list.forEachAfter(after === undefined ? undefined : keyEntry(after), (e) => {
+      if (last !== undefined && (out.length === limit || examined === PAGE_SCAN_BUDGET)) {
+        next = { updatedAt: last.updatedAt, _id: last._id };
+        return false;
+      }
+      examined++;
+      last = e.session;
+      if (keep(e.session)) out.push(e.record(this.cache));
+      return true;
+    });
+    return { items: out, next };
+  }
+
+  /** Every session of a list as of now, in list order (immutable session records; their answers are made as they are read). */
+  snapshotList(filter: SessionFilter): ChatSession[] {
+    const list = this.listFor(filter);
+    if (list === undefined) return [];
+    const keep = matcher(filter);
+    const out: ChatSession[] = [];
+    list.forEachAfter(undefined, (e) => {
+      if (keep(e.session)) out.push(e.session);
+      return true;
+    });
+    return out;
+  }
+
+  listTurns(sessionId: string, after: TurnKey | undefined, limit: number): Page<TurnRecord, TurnKey> {
+    const list = this.get(sessionId)?.turns;
+    if (list === undefined) return { items: [], next: undefined };
+    let start = 0;
+    if (after !== undefined) {
+      start = turnsBefore(list, after);
+      if (list[start]?._id === after._id && list[start]?.createdAt === after.createdAt) start++;
+    }
+    const end = Math.min(list.length, start + limit);
+    const items = list.slice(start, end);
+    const last = items[items.length - 1];
+    return { items, next: end < list.length && last !== undefined ? { createdAt: last.createdAt, _id: last._id } : undefined };
+  }
+
+  /** The turns of a session as of now (a copy of the list; the turns themselves never change). */
+  snapshotTurns(sessionId: string): StoredTurn[] {
+    return this.get(sessionId)?.turns?.slice() ?? [];
+  }
+
+  /** Every live session with its turns as of now, for compaction and export. */
+  snapshot(): SnapshotItem[] {
+    const out: SnapshotItem[] = [];
+    for (const e of this.entries.values()) {
+      if (e.session === ORPHAN) continue;
+      out.push({ session: e.session, turns: e.turns === undefined ? EMPTY : e.turns.slice() });
+    }
+    return out;
+  }
+
+  private index(e: SessionEntry): void {
+    this.listOf(this.byUser, e.session.user).insert(e);
+    this.listOf(this.byProject, e.session.project).insert(e);
+  }
+
+  private unindex(e: SessionEntry): void {
+    dropFrom(this.byUser, e.session.user, e);
+    dropFrom(this.byProject, e.session.project, e);
+  }
+
+  private listOf(map: Map<string, SortedList<SessionEntry>>, key: string): SortedList<SessionEntry> {
+    let l = map.get(key);
+    if (l === undefined) {
+      l = new SortedList(entryBefore);
+      map.set(key, l);
+    }
+    return l;
+  }
+}
+
+/** The filters a list applies beyond the list it reads. */
+function matcher(filter: SessionFilter): (s: ChatSession) => boolean {
+  const { archived, nameContains } = filter;
+  const project = filter.user !== undefined ? filter.project : undefined;
+  return (s) =>
+    (archived === 'all' || s.archived === (archived === 'true')) &&
+    (project === undefined || s.project === project) &&
+    (nameContains === undefined || foldForSearch(s.name).includes(nameContains));
+}
+
+/** Placeholder session of turns replayed before their session (dropped if it never comes). */
+const ORPHAN: ChatSession = Object.freeze({
+  _id: '',
+  name: '',
+  provider: '',
+  selectedModel: '',
+  mode: 'Build',
+  user: '',
+  project: '',
+  createdAt: '',
+  updatedAt: '',
+  archived: false,
+});
+
+const EMPTY: readonly StoredTurn[] = [];
+
+function push<K, V>(map: Map<K, V[]>, key: K, v: V): void {
+  const list = map.get(key);
+  if (list === undefined) map.set(key, [v]);
+  else list.push(v);
+}
+
+function dropFrom(map: Map<string, SortedList<SessionEntry>>, key: string, e: SessionEntry): void {
+  const l = map.get(key);
+  if (l === undefined) return;
+  l.remove(e, sameEntry);
+  if (l.size === 0) map.delete(key);
+}
+
+/** How many turns of a list (oldest first) come before `key`: where `key` is, or would go. */
+function turnsBefore(list: readonly StoredTurn[], key: TurnKey): number {
+  let lo = 0;
+  let hi = list.length;
+  while (lo < hi) {
+    const mid = (lo + hi) >>> 1;
+    if (turnBefore(list[mid] as StoredTurn, key)) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo;
+}
+
+/** A stand-in entry carrying only a sort key, to search the lists with. */
+function keyEntry(key: SessionKey): SessionEntry {
+  return new SessionEntry({ ...ORPHAN, _id: key._id, updatedAt: key.updatedAt });
+}

@@ -1,0 +1,40 @@
+// Opening the engine the configuration names (STORE). The only place above the engines that
+// knows which ones exist; everything else sees a Store.
+import type { Config } from '../config.js';
+import type { Logger } from '../log.js';
+import { JournalStore } from './journal/engine.js';
+import { openSqliteSnapshot, openSqliteStore } from './sqlite/engine.js';
+import { StoreOpenFailed, type EngineName, type Store, type StoreObserver } from './store.js';
+
+/** Whether the engine keeps its data in the data directory, so one server must own that directory. */
+export function ownsDataDir(engine: EngineName): boolean {
+  return engine !== 'postgres';
+}
+
+/** Opens the configured store for a server (or an import). The data directory's lock is the caller's. */
+export async function openStore(config: Config, log: Logger, observer?: StoreObserver): Promise<Store> {
+  switch (config.store) {
+    case 'journal':
+      if (!config.fsync) log.warn('FSYNC=off: writes are acknowledged before they are durable; a crash can lose them');
+      return JournalStore.open({ dir: config.dataDir, log, fsync: config.fsync, compactMinBytes: config.compactMinBytes, observer });
+    case 'sqlite':
+      return openSqliteStore({ file: config.sqliteFile, log, cacheBytes: config.sqliteCacheBytes, fsync: config.fsync, observer });
+    case 'postgres':
+      throw new StoreOpenFailed('STORE=postgres is not available in this release');
+  }
+}
+
+/**
+ * Opens the configured store read-only, as of one moment, beside a server that may be running
+ * on it (what `export` reads).
+ */
+export async function openStoreSnapshot(config: Config, log: Logger): Promise<Store> {
+  switch (config.store) {
+    case 'journal':
+      return JournalStore.openSnapshot(config.dataDir, log);
+    case 'sqlite':
+      return openSqliteSnapshot({ file: config.sqliteFile, log, cacheBytes: config.sqliteCacheBytes });
+    case 'postgres':
+      throw new StoreOpenFailed('STORE=postgres is not available in this release');
+  }
+}

@@ -1,0 +1,563 @@
+// The sqlite engine: data on disk in one SQLite file (node:sqlite, WAL), memory bounded by its
+// page caches. Reads run on the main thread through a connection of their own; whole lists and
+// exports read a snapshot through pooled connections, so a slow client never pins the snapshot
+// other requests see. Writes pass through the shared serial writer on the main thread, and each
+// group is committed by the writer thread (./worker.ts) in one transaction.
+import { closeSync, mkdirSync, openSync, statSync } from 'node:fs';
+import { dirname } from 'node:path';
+import { Worker } from 'node:worker_threads';
+import { PAGE_SCAN_BUDGET, sessionBefore, type SessionKey, type TurnKey } from '../../domain/order.js';
+import type { ChatSession, Turn } from '../../domain/records.js';
+import { foldForSearch } from '../../domain/search.js';
+import { versionOf } from '../../domain/version.js';
+import type { Logger } from '../../log.js';
+import { planImport } from '../import-plan.js';
+import {
+  StorageWriteFailed,
+  StoreOpenFailed,
+  type Current,
+  type ExportItem,
+  type ExportSnapshot,
+  type ImportSummary,
+  type Page,
+  type SessionFilter,
+  type SessionRecord,
+  type Store,
+  type StoreObserver,
+  type StoreStats,
+  type TurnRecord,
+} from '../store.js';
+import { SerialWriter, type Change, type Group, type GroupSource } from '../writer.js';
+import { bytesOf, int, sqliteDatabase, text, textOrUndefined, type Database, type Row, type SqlValue, type Statement } from './binding.js';
+import { checkSchema, prepareSchema, unreadable } from './schema.js';
+import { WRITER_ROLE, type FromWriter, type Op, type PutSession, type ToWriter, type WriterData } from './worker.js';
+
+export interface SqliteOptions {
+  readonly file: string;
+  readonly log: Logger;
+  /** Page cache of the reading and the writing connection each. */
+  readonly cacheBytes: number;
+  readonly fsync: boolean;
+  readonly observer?: StoreObserver | undefined;
+}
+
+/** Items per chunk of a whole list. */
+const CHUNK = 256;
+/** Snapshot connections kept open between scans, and the most open at once (more scans wait). */
+const SCAN_IDLE = 4;
+const SCAN_MAX = 16;
+/** Page cache of a snapshot connection: scans read sequentially and need little. */
+const SCAN_CACHE_KIB = 1024;
+
+/** A session as read from its row: its JSON and version as stored, the record parsed only when asked for. */
+class Record implements SessionRecord {
+  private parsed: ChatSession | undefined;
+  constructor(
+    readonly json: string,
+    readonly version: string,
+  ) {}
+  get session(): ChatSession {
+    return (this.parsed ??= JSON.parse(this.json) as ChatSession);
+  }
+}
+
+const recordOf = (row: Row): Record => new Record(text(row['json']), text(row['version']));
+const turnOf = (row: Row): TurnRecord => ({ _id: text(row['id']), createdAt: text(row['created_at']), json: bytesOf(row['json']) });
+
+/** A connection with its statements prepared once each. */
+class Connection {
+  private readonly statements = new Map<string, Statement>();
+  constructor(readonly db: Database) {}
+  prepare(sql: string): Statement {
+    let s = this.statements.get(sql);
+    if (s === undefined) {
+      s = this.db.prepare(sql);
+      this.statements.set(sql, s);
+    }
+    return s;
+  }
+}
+
+/**
+ * The rows of a session list, newest first, from the index that serves its filter. Rows that
+ * the residual filters (a project under owner-only access, a name) leave out come back without
+ * their JSON, so a page can count what it examined without reading it.
+ */
+function sessionRows(c: Connection, filter: SessionFilter, archived: 0 | 1, after: SessionKey | undefined): IterableIterator<Row> {
+  const byUser = filter.user !== undefined;
+  const residual: string[] = [];
+  const params: SqlValue[] = [];
+  if (byUser && filter.project !== undefined) {
+    residual.push('project = ?');
+    params.push(filter.project);
+  }
+  if (filter.nameContains !== undefined) {
+    residual.push('instr(name_folded, ?) > 0');
+    params.push(filter.nameContains);
+  }
+  const json = residual.length === 0 ? 'json' : `CASE WHEN ${residual.join(' AND ')} THEN json END AS json`;
+  params.push((byUser ? filter.user : filter.project) as string);
+  const keyset = after === undefined ? '' : ' AND (updated_at, id) < (?, ?)';
+  if (after !== undefined) params.push(after.updatedAt, after._id);
+  // `archived` is written into the text, so the two halves of archived=all are two statements (one statement iterates once at a time)
+  const sql = `SELECT id, updated_at, version, ${json} FROM sessions WHERE ${byUser ? 'user' : 'project'} = ? AND archived = ${archived}${keyset} ORDER BY updated_at DESC, id DESC`;
+  return c.prepare(sql).iterate(...params);
+}
+
+/** Both halves of an `archived=all` list (each served by the index) merged in list order. */
+function* merged(a: IterableIterator<Row>, b: IterableIterator<Row>): IterableIterator<Row> {
+  try {
+    let x = a.next();
+    let y = b.next();
+    while (x.done !== true || y.done !== true) {
+      if (y.done === true || (x.done !== true && sessionBefore(keyOfRow(x.value), keyOfRow(y.value)))) {
+        yield x.value as Row;
+        x = a.next();
+      } else {
+        yield y.value;
+        y = b.next();
+      }
+    }
+  } finally {
+    a.return?.();
+    b.return?.();
+  }
+}
+
+function keyOfRow(row: Row): SessionKey {
+  return { updatedAt: text(row['updated_at']), _id: text(row['id']) };
+}
+
+function listRows(c: Connection, filter: SessionFilter, after: SessionKey | undefined): IterableIterator<Row> {
+  if (filter.archived === 'all') return merged(sessionRows(c, filter, 0, after), sessionRows(c, filter, 1, after));
+  return sessionRows(c, filter, filter.archived === 'true' ? 1 : 0, after);
+}
+
+export class SqliteStore implements Store, GroupSource, Group {
+  readonly engine = 'sqlite';
+  private readonly reader: Connection;
+  private readonly writer: SerialWriter;
+  private readonly idleScans: Connection[] = [];
+  private scansOpen = 0;
+  private readonly scanWaiters: (() => void)[] = [];
+  private worker: Worker | undefined;
+  private seq = 0;
+  private readonly pending = new Map<number, { resolve: () => void; reject: (e: Error) => void; writes: number }>();
+  private closed = false;
+
+  private constructor(
+    private readonly opts: SqliteOptions,
+    reader: Database,
+  ) {
+    this.reader = new Connection(reader);
+    this.writer = new SerialWriter(this, opts.log);
+  }
+
+  /** Opens (creating or migrating) the file and starts the writer thread. */
+  static async open(opts: SqliteOptions): Promise<SqliteStore> {
+    const DatabaseSync = sqliteDatabase();
+    mkdirSync(dirname(opts.file), { recursive: true });
+    // made here when new, so it is private to the service user like the journal (SQLite gives its WAL the same mode)
+    closeSync(openSync(opts.file, 'a', 0o600));
+    const started = process.hrtime.bigint();
+    let setup: Database;
+    try {
+      setup = new DatabaseSync(opts.file, { timeout: 10_000 });
+    } catch (e) {
+      throw unreadable(opts.file, e);
+    }
+    try {
+      prepareSchema(setup, opts.file);
+    } finally {
+      setup.close();
+    }
+    const store = new SqliteStore(opts, openReader(opts.file, opts.cacheBytes));
+    try {
+      await store.startWorker();
+    } catch (e) {
+      store.reader.db.close();
+      throw e;
+    }
+    const counts = store.counters();
+    opts.log.info('sqlite store opened', { file: opts.file, sessions: counts.sessions, turns: counts.turns, ms: Math.round(Number(process.hrtime.bigint() - started) / 1e6) });
+    return store;
+  }
+
+  /** Read-only, beside a server that may be writing: reads see each statement's snapshot, exports one snapshot. */
+  static openReadOnly(opts: SqliteOptions): SqliteStore {
+    const reader = openReader(opts.file, opts.cacheBytes);
+    checkSchema(reader, opts.file);
+    return new SqliteStore(opts, reader);
+  }
+
+  private startWorker(): Promise<void> {
+    const data: WriterData = { role: WRITER_ROLE, file: this.opts.file, cacheBytes: this.opts.cacheBytes, fsync: this.opts.fsync };
+    const worker = new Worker(__filename, { workerData: data });
+    this.worker = worker;
+    return new Promise((resolve, reject) => {
+      let ready = false;
+      worker.on('message', (m: FromWriter) => {
+        switch (m.kind) {
+          case 'ready':
+            ready = true;
+            resolve();
+            return;
+          case 'fatal':
+            reject(new StoreOpenFailed(`${this.opts.file}: the writer could not open it (${m.message})`));
+            return;
+          case 'done':
+          case 'failed': {
+            const p = this.pending.get(m.seq);
+            if (p === undefined) return;
+            this.pending.delete(m.seq);
+            if (m.kind === 'done') {
+              this.opts.observer?.commit(m.seconds, p.writes);
+              p.resolve();
+            } else p.reject(new Error(m.message));
+            return;
+          }
+          case 'closed':
+            return;
+        }
+      });
+      worker.on('error', (err) => {
+        if (!ready) reject(err);
+        this.opts.log.error('the sqlite writer thread failed', { err });
+      });
+      worker.on('exit', (code) => {
+        if (this.worker === worker) this.worker = undefined;
+        for (const p of this.pending.values()) p.reject(new Error(`the sqlite writer thread exited (${code})`));
+        this.pending.clear();
+        if (!ready) reject(new StoreOpenFailed(`${this.opts.file}: the writer thread exited before it was ready`));
+      });
+    });
+  }
+
+  // ---- reads ----
+
+  getSession(id: string): Promise<SessionRecord | undefined> {
+    const row = this.reader.prepare('SELECT json, version FROM sessions WHERE id = ?').get(id);
+    return Promise.resolve(row === undefined ? undefined : recordOf(row));
+  }
+
+  listSessions(filter: SessionFilter, after: SessionKey | undefined, limit: number): Promise<Page<SessionRecord, SessionKey>> {
+    if ((filter.user ?? filter.project) === undefined) return Promise.resolve({ items: [], next: undefined });
+    const items: SessionRecord[] = [];
+    let examined = 0;
+    let last: SessionKey | undefined;
+    let next: SessionKey | undefined;
+    for (const row of listRows(this.reader, filter, after)) {
+      if (last !== undefined && (items.length === limit || examined === PAGE_SCAN_BUDGET)) {
+        next = last;
+        break;
+      }
+      examined++;
+      last = keyOfRow(row);
+      if (row['json'] !== null) items.push(recordOf(row));
+    }
+    return Promise.resolve({ items, next });
+  }
+
+  async *scanSessions(filter: SessionFilter): AsyncIterable<readonly SessionRecord[]> {
+    if ((filter.user ?? filter.project) === undefined) return;
+    const c = await this.takeScan();
+    try {
+      c.db.exec('BEGIN');
+      let chunk: SessionRecord[] = [];
+      for (const row of listRows(c, filter, undefined)) {
+        if (row['json'] === null) continue;
+        chunk.push(recordOf(row));
+        if (chunk.length === CHUNK) {
+          yield chunk;
+          chunk = [];
+        }
+      }
+      if (chunk.length > 0) yield chunk;
+    } finally {
+      this.giveBackScan(c);
+    }
+  }
+
+  listTurns(sessionId: string, after: TurnKey | undefined, limit: number): Promise<Page<TurnRecord, TurnKey>> {
+    const rows =
+      after === undefined
+        ? this.reader.prepare('SELECT id, created_at, json FROM turns WHERE session = ? ORDER BY created_at, id LIMIT ?').all(sessionId, limit + 1)
+        : this.reader.prepare('SELECT id, created_at, json FROM turns WHERE session = ? AND (created_at, id) > (?, ?) ORDER BY created_at, id LIMIT ?').all(sessionId, after.createdAt, after._id, limit + 1);
+    const items = rows.slice(0, limit).map(turnOf);
+    const last = items[items.length - 1];
+    return Promise.resolve({ items, next: rows.length > limit && last !== undefined ? { createdAt: last.createdAt, _id: last._id } : undefined });
+  }
+
+  async *scanTurns(sessionId: string): AsyncIterable<readonly TurnRecord[]> {
+    const c = await this.takeScan();
+    try {
+      c.db.exec('BEGIN');
+      yield* turnChunks(c, sessionId);
+    } finally {
+      this.giveBackScan(c);
+    }
+  }
+
+  async exportAll(): Promise<ExportSnapshot> {
+    const c = await this.takeScan();
+    let counts: { sessions: number; turns: number };
+    try {
+      c.db.exec('BEGIN');
+      counts = countersOf(c);
+    } catch (e) {
+      this.giveBackScan(c);
+      throw e;
+    }
+    const give = (): void => this.giveBackScan(c);
+    async function* items(): AsyncIterable<ExportItem> {
+      try {
+        for (const row of c.prepare('SELECT id, json, version FROM sessions ORDER BY id').iterate()) {
+          const turns: TurnRecord[] = [];
+          for (const chunk of turnChunks(c, text(row['id']))) turns.push(...chunk);
+          yield { session: recordOf(row), turns };
+        }
+      } finally {
+        give();
+      }
+    }
+    return { sessions: counts.sessions, turns: counts.turns, items: items() };
+  }
+
+  private counters(): { sessions: number; turns: number; bytes: number } {
+    return countersOf(this.reader);
+  }
+
+  async stats(): Promise<StoreStats> {
+    const { sessions, turns, bytes } = this.counters();
+    const size = (f: string): number => {
+      try {
+        return statSync(f).size;
+      } catch {
+        return 0;
+      }
+    };
+    return {
+      sessions,
+      turns,
+      bytes,
+      engine: [
+        { name: 'sqlite_file_bytes', type: 'gauge', help: 'Size of the SQLite database file.', value: size(this.opts.file) },
+        { name: 'sqlite_wal_bytes', type: 'gauge', help: 'Size of its write-ahead log (checkpointed back into the file by the writer thread).', value: size(`${this.opts.file}-wal`) },
+      ],
+    };
+  }
+
+  /** A snapshot connection from the pool (at most SCAN_MAX open; more wait their turn). */
+  private async takeScan(): Promise<Connection> {
+    for (;;) {
+      const idle = this.idleScans.pop();
+      if (idle !== undefined) return idle;
+      if (this.scansOpen < SCAN_MAX) {
+        this.scansOpen++;
+        try {
+          const db = openReader(this.opts.file, SCAN_CACHE_KIB * 1024);
+          return new Connection(db);
+        } catch (e) {
+          this.scansOpen--;
+          throw e;
+        }
+      }
+      await new Promise<void>((resolve) => this.scanWaiters.push(resolve));
+    }
+  }
+
+  /** Ends the snapshot (and the statements still open on it) and puts the connection back. */
+  private giveBackScan(c: Connection): void {
+    try {
+      c.db.exec('COMMIT');
+    } catch {
+      // no transaction was open
+    }
+    if (this.closed || this.idleScans.length >= SCAN_IDLE) {
+      c.db.close();
+      this.scansOpen--;
+    } else this.idleScans.push(c);
+    this.scanWaiters.shift()?.();
+  }
+
+  // ---- writes ----
+
+  createSession(session: ChatSession): Promise<SessionRecord> {
+    return this.writer.createSession(session);
+  }
+
+  updateSession(id: string, change: (current: Current) => ChatSession): Promise<SessionRecord> {
+    return this.writer.updateSession(id, change);
+  }
+
+  deleteSession(id: string, check: (current: Current) => void): Promise<void> {
+    return this.writer.deleteSession(id, check);
+  }
+
+  appendTurn(sessionId: string, build: (current: Current) => Turn): Promise<TurnRecord> {
+    return this.writer.appendTurn(sessionId, build);
+  }
+
+  /** GroupSource: one group at a time, so the reading connection sees every group committed before. */
+  begin(): Group {
+    if (this.worker === undefined) throw new StorageWriteFailed(new Error(this.closed ? 'store is closed' : 'the sqlite writer is not running'));
+    return this;
+  }
+
+  current(id: string): Current | undefined {
+    const row = this.reader.prepare('SELECT json, version, last_turn_at, last_turn_id FROM sessions WHERE id = ?').get(id);
+    if (row === undefined) return undefined;
+    const createdAt = textOrUndefined(row['last_turn_at']);
+    const _id = textOrUndefined(row['last_turn_id']);
+    const version = text(row['version']);
+    return {
+      session: JSON.parse(text(row['json'])) as ChatSession,
+      lastTurn: createdAt === undefined || _id === undefined ? undefined : { createdAt, _id },
+      version: () => version,
+    };
+  }
+
+  release(): void {
+    // nothing was taken
+  }
+
+  commit(changes: readonly Change[]): Promise<void> {
+    return this.send(changes.map(opOf), changes.length);
+  }
+
+  private send(ops: readonly Op[], writes: number): Promise<void> {
+    const worker = this.worker;
+    if (worker === undefined) return Promise.reject(new Error('the sqlite writer is not running'));
+    const seq = ++this.seq;
+    return new Promise((resolve, reject) => {
+      this.pending.set(seq, { resolve, reject, writes });
+      const m: ToWriter = { kind: 'commit', seq, ops };
+      worker.postMessage(m);
+    });
+  }
+
+  async importAll(sessions: readonly ChatSession[], turns: readonly Turn[]): Promise<ImportSummary> {
+    await this.writer.pause();
+    try {
+      const sessionRow = this.reader.prepare('SELECT json, last_turn_at, last_turn_id FROM sessions WHERE id = ?');
+      const turnRow = this.reader.prepare('SELECT session, json FROM turns WHERE id = ?');
+      const lastTurns = new Map<string, TurnKey | undefined>();
+      const plan = planImport(sessions, turns, {
+        session: (id) => {
+          const row = sessionRow.get(id);
+          if (row === undefined) return undefined;
+          const createdAt = textOrUndefined(row['last_turn_at']);
+          const _id = textOrUndefined(row['last_turn_id']);
+          lastTurns.set(id, createdAt === undefined || _id === undefined ? undefined : { createdAt, _id });
+          return { json: text(row['json']), lastTurnAt: createdAt };
+        },
+        turn: (id) => {
+          const row = turnRow.get(id);
+          return row === undefined ? undefined : { session: text(row['session']), json: Buffer.from(bytesOf(row['json'])) };
+        },
+      });
+      const ops: Op[] = [];
+      for (const s of plan.sessions) {
+        const json = JSON.stringify(s);
+        ops.push({ op: 'put', s: putOf(s, json, versionOf(json, lastTurns.get(s._id))) });
+      }
+      for (const t of plan.turns) {
+        if (t.replaces !== undefined) ops.push({ op: 'dropTurn', id: t.turn._id, session: t.replaces });
+        ops.push({ op: 'turn', id: t.turn._id, session: t.turn.session, createdAt: t.turn.createdAt, json: t.json, raised: undefined });
+      }
+      if (ops.length > 0) {
+        try {
+          await this.send(ops, ops.length);
+        } catch (e) {
+          throw new StorageWriteFailed(e);
+        }
+      }
+      return plan.summary;
+    } finally {
+      this.writer.resume();
+    }
+  }
+
+  async close(): Promise<void> {
+    if (this.closed) return;
+    await this.writer.close();
+    this.closed = true;
+    // the writer closes last: the last connection checkpoints the WAL and removes it
+    for (const c of this.idleScans.splice(0)) c.db.close();
+    this.reader.db.close();
+    const worker = this.worker;
+    if (worker !== undefined) {
+      await new Promise<void>((resolve) => {
+        worker.once('exit', () => resolve());
+        const m: ToWriter = { kind: 'close' };
+        worker.postMessage(m);
+      });
+    }
+  }
+}
+
+function* turnChunks(c: Connection, sessionId: string): Iterable<TurnRecord[]> {
+  let chunk: TurnRecord[] = [];
+  for (const row of c.prepare('SELECT id, created_at, json FROM turns WHERE session = ? ORDER BY created_at, id').iterate(sessionId)) {
+    chunk.push(turnOf(row));
+    if (chunk.length === CHUNK * 4) {
+      yield chunk;
+      chunk = [];
+    }
+  }
+  if (chunk.length > 0) yield chunk;
+}
+
+function countersOf(c: Connection): { sessions: number; turns: number; bytes: number } {
+  const out = { sessions: 0, turns: 0, bytes: 0 };
+  for (const row of c.prepare('SELECT name, value FROM counters').all()) {
+    const name = text(row['name']);
+    if (name === 'sessions' || name === 'turns' || name === 'bytes') out[name] = int(row['value']);
+  }
+  return out;
+}
+
+function openReader(file: string, cacheBytes: number): Database {
+  const DatabaseSync = sqliteDatabase();
+  let db: Database;
+  try {
+    db = new DatabaseSync(file, { readOnly: true, timeout: 1000 });
+    db.exec(`PRAGMA cache_size = ${-Math.max(64, Math.floor(cacheBytes / 1024))}`);
+  } catch (e) {
+    throw unreadable(file, e);
+  }
+  return db;
+}
+
+function putOf(s: ChatSession, json: string, version: string): PutSession {
+  return { id: s._id, user: s.user, project: s.project, archived: s.archived, updatedAt: s.updatedAt, nameFolded: foldForSearch(s.name), json, version };
+}
+
+function opOf(c: Change): Op {
+  switch (c.kind) {
+    case 'create':
+    case 'update':
+      return { op: 'put', s: putOf(c.session, c.json, c.version) };
+    case 'turn':
+      return {
+        op: 'turn',
+        id: c.turn._id,
+        session: c.session._id,
+        createdAt: c.turn.createdAt,
+        json: c.json,
+        raised: c.raised ? { json: JSON.stringify(c.session), updatedAt: c.session.updatedAt } : undefined,
+      };
+    case 'delete':
+      return { op: 'delete', id: c.id };
+  }
+}
+
+/** Opens the sqlite store for a server or an import. */
+export function openSqliteStore(opts: SqliteOptions): Promise<Store> {
+  return SqliteStore.open(opts);
+}
+
+/** Opens the sqlite store read-only beside a running server (export). */
+export function openSqliteSnapshot(opts: { file: string; log: Logger; cacheBytes: number }): Promise<Store> {
+  return Promise.resolve(SqliteStore.openReadOnly({ ...opts, fsync: false }));
+}

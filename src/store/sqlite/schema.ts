@@ -1,0 +1,121 @@
+// The sqlite engine's file: its schema, versioned in the file itself (PRAGMA user_version),
+// migrated forward in a transaction at start, and checked before anything is served. A file
+// that is not a database, belongs to another application, or was written by a newer release
+// stops the start with one line naming it and what to do; it is never reset.
+import { existsSync } from 'node:fs';
+import { StoreOpenFailed } from '../store.js';
+import { sqliteCode, type Database } from './binding.js';
+
+/** 'csap' in ASCII: marks the file as this service's (PRAGMA application_id). */
+const APPLICATION_ID = 0x63736170;
+export const SCHEMA_VERSION = 1;
+
+/** Each step takes the schema from version i to i + 1. */
+const MIGRATIONS: readonly string[] = [
+  `
+  CREATE TABLE sessions (
+    id TEXT PRIMARY KEY NOT NULL,
+    user TEXT NOT NULL,
+    project TEXT NOT NULL,
+    archived INTEGER NOT NULL,
+    updated_at TEXT NOT NULL,
+    name_folded TEXT NOT NULL,
+    json TEXT NOT NULL,
+    json_bytes INTEGER NOT NULL,
+    version TEXT NOT NULL,
+    last_turn_at TEXT,
+    last_turn_id TEXT,
+    turn_count INTEGER NOT NULL DEFAULT 0,
+    turn_bytes INTEGER NOT NULL DEFAULT 0
+  );
+  CREATE INDEX sessions_by_user ON sessions (user, archived, updated_at, id);
+  CREATE INDEX sessions_by_project ON sessions (project, archived, updated_at, id);
+  CREATE TABLE turns (
+    id TEXT PRIMARY KEY NOT NULL,
+    session TEXT NOT NULL,
+    created_at TEXT NOT NULL,
+    json BLOB NOT NULL
+  );
+  CREATE INDEX turns_by_session ON turns (session, created_at, id);
+  CREATE TABLE counters (name TEXT PRIMARY KEY NOT NULL, value INTEGER NOT NULL) WITHOUT ROWID;
+  INSERT INTO counters (name, value) VALUES ('sessions', 0), ('turns', 0), ('bytes', 0);
+  `,
+];
+
+/** Tables and indexes the current schema must have: a file missing one fails its check. */
+const REQUIRED = ['sessions', 'sessions_by_user', 'sessions_by_project', 'turns', 'turns_by_session', 'counters'];
+
+function scalar(db: Database, sql: string): number {
+  const row = db.prepare(sql).get();
+  const v = row === undefined ? undefined : Object.values(row)[0];
+  return typeof v === 'number' ? v : Number(v ?? 0);
+}
+
+/** What a failed check says: the file, what is wrong, what to do. */
+function refuse(file: string, what: string, todo: string): StoreOpenFailed {
+  return new StoreOpenFailed(`${file}: ${what}; ${todo}. Nothing was changed.`);
+}
+
+/**
+ * Brings the file up to this release's schema (creating it when new), inside one transaction,
+ * and checks it. `db` is a writing connection; the file is WAL-journaled from then on.
+ */
+export function prepareSchema(db: Database, file: string): void {
+  let version: number;
+  let appId: number;
+  let tables: number;
+  try {
+    appId = scalar(db, 'PRAGMA application_id');
+    version = scalar(db, 'PRAGMA user_version');
+    tables = scalar(db, "SELECT count(*) FROM sqlite_schema WHERE name NOT LIKE 'sqlite_%'");
+  } catch (e) {
+    throw unreadable(file, e);
+  }
+  if (appId !== APPLICATION_ID && !(appId === 0 && tables === 0 && version === 0)) {
+    throw refuse(file, 'is a SQLite database of another application', 'set SQLITE_FILE to a file of its own');
+  }
+  if (version > SCHEMA_VERSION) {
+    throw refuse(file, `was written by a newer release (schema version ${version}; this release knows up to ${SCHEMA_VERSION})`, 'run that release, or `export` with it and `import` into a new file with this one');
+  }
+  try {
+    db.exec('PRAGMA journal_mode = WAL');
+    if (version < SCHEMA_VERSION) {
+      db.exec('BEGIN IMMEDIATE');
+      try {
+        for (let v = version; v < SCHEMA_VERSION; v++) db.exec(MIGRATIONS[v] as string);
+        db.exec(`PRAGMA application_id = ${APPLICATION_ID}`);
+        db.exec(`PRAGMA user_version = ${SCHEMA_VERSION}`);
+        db.exec('COMMIT');
+      } catch (e) {
+        db.exec('ROLLBACK');
+        throw e;
+      }
+    }
+  } catch (e) {
+    throw unreadable(file, e);
+  }
+  checkSchema(db, file);
+}
+
+/** The structural check made at every start: every table and index of the schema is there. */
+export function checkSchema(db: Database, file: string): void {
+  let names: Set<string>;
+  try {
+    names = new Set(db.prepare('SELECT name FROM sqlite_schema').all().map((r) => String(r['name'])));
+  } catch (e) {
+    throw unreadable(file, e);
+  }
+  const missing = REQUIRED.filter((n) => !names.has(n));
+  if (missing.length > 0) {
+    throw refuse(file, `fails its check at start (missing ${missing.join(', ')})`, 'restore it from a backup (`import` into a new SQLITE_FILE), or move it aside to start a new one');
+  }
+}
+
+/** The error a file gives that SQLite cannot read as a database, with what to do. */
+export function unreadable(file: string, e: unknown): StoreOpenFailed {
+  const code = sqliteCode(e);
+  if (code === 26) return refuse(file, 'is not a SQLite database', 'set SQLITE_FILE to the right file, or move this one aside to start a new store');
+  if (code === 11) return refuse(file, 'is damaged (SQLite reports it malformed)', 'restore it from a backup (`import` into a new SQLITE_FILE)');
+  const why = e instanceof Error ? e.message : String(e);
+  return refuse(file, `cannot be opened (${why})`, existsSync(file) ? 'check its permissions and the disk' : 'check that its directory exists and is writable');
+}

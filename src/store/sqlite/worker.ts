@@ -1,0 +1,241 @@
+// The sqlite engine's writer: a worker thread that owns the writing connection. Each group of
+// changes from the serial writer becomes one transaction (synchronous=FULL: durable when
+// COMMIT returns), applied here so that neither the commit's fsync nor a WAL checkpoint ever
+// blocks the event loop that answers requests. It keeps what the main thread reads cheaply:
+// each session's newest turn, its version, its turn count and bytes, and the store's counters.
+import { isMainThread, parentPort, workerData, type MessagePort } from 'node:worker_threads';
+import { turnBefore } from '../../domain/order.js';
+import { versionOf } from '../../domain/version.js';
+import { injectedFault } from '../faults.js';
+import { int, sqliteDatabase, text, textOrUndefined, type Database, type Statement } from './binding.js';
+
+export const WRITER_ROLE = 'chat-session-api:sqlite-writer';
+
+export interface WriterData {
+  readonly role: typeof WRITER_ROLE;
+  readonly file: string;
+  readonly cacheBytes: number;
+  readonly fsync: boolean;
+}
+
+/** A session's columns as a put writes them (a create, an update, an import). */
+export interface PutSession {
+  readonly id: string;
+  readonly user: string;
+  readonly project: string;
+  readonly archived: boolean;
+  readonly updatedAt: string;
+  readonly nameFolded: string;
+  readonly json: string;
+  readonly version: string;
+}
+
+/** One change of a group, as the main thread sends it. */
+export type Op =
+  | { readonly op: 'put'; readonly s: PutSession }
+  | {
+      readonly op: 'turn';
+      readonly id: string;
+      readonly session: string;
+      readonly createdAt: string;
+      readonly json: Uint8Array;
+      /** The session as the turn leaves it, when the turn raised its updatedAt. */
+      readonly raised: { readonly json: string; readonly updatedAt: string } | undefined;
+    }
+  /** Removes one turn (an import replacing it under another session). */
+  | { readonly op: 'dropTurn'; readonly id: string; readonly session: string }
+  | { readonly op: 'delete'; readonly id: string };
+
+export type ToWriter = { readonly kind: 'commit'; readonly seq: number; readonly ops: readonly Op[] } | { readonly kind: 'close' };
+export type FromWriter =
+  | { readonly kind: 'ready' }
+  | { readonly kind: 'done'; readonly seq: number; readonly seconds: number }
+  | { readonly kind: 'failed'; readonly seq: number; readonly message: string }
+  | { readonly kind: 'fatal'; readonly message: string }
+  | { readonly kind: 'closed' };
+
+/** Starts the writer when this thread is one; false on any other thread. */
+export function runSqliteWriterIfWorker(): boolean {
+  if (isMainThread || parentPort === null) return false;
+  const data = workerData as Partial<WriterData> | undefined;
+  if (data?.role !== WRITER_ROLE) return false;
+  runWriter(data as WriterData, parentPort);
+  return true;
+}
+
+/** Commits between two passive checkpoints (or less time, see CHECKPOINT_MS). */
+const CHECKPOINT_EVERY = 256;
+const CHECKPOINT_MS = 1000;
+
+function runWriter(data: WriterData, port: MessagePort): void {
+  const post = (m: FromWriter): void => port.postMessage(m);
+  let db: Database;
+  let w: Writes;
+  try {
+    const DatabaseSync = sqliteDatabase();
+    db = new DatabaseSync(data.file, { timeout: 10_000 });
+    db.exec(`PRAGMA synchronous = ${data.fsync ? 'FULL' : 'OFF'}`);
+    db.exec(`PRAGMA cache_size = ${-Math.max(64, Math.floor(data.cacheBytes / 1024))}`);
+    db.exec('PRAGMA wal_autocheckpoint = 0'); // checkpoints are run here, between commits
+    db.exec('PRAGMA journal_size_limit = 67108864');
+    w = new Writes(db);
+  } catch (e) {
+    post({ kind: 'fatal', message: e instanceof Error ? e.message : String(e) });
+    return;
+  }
+  let commits = 0;
+  let lastCheckpoint = Date.now();
+  port.on('message', (m: ToWriter) => {
+    if (m.kind === 'close') {
+      try {
+        db.exec('PRAGMA wal_checkpoint(TRUNCATE)');
+      } catch {
+        // a reader still holds the WAL: it is checkpointed at the next start
+      }
+      db.close();
+      post({ kind: 'closed' });
+      port.close();
+      return;
+    }
+    const started = process.hrtime.bigint();
+    try {
+      w.commit(m.ops);
+      post({ kind: 'done', seq: m.seq, seconds: Number(process.hrtime.bigint() - started) / 1e9 });
+    } catch (e) {
+      post({ kind: 'failed', seq: m.seq, message: e instanceof Error ? e.message : String(e) });
+    }
+    if (++commits >= CHECKPOINT_EVERY || Date.now() - lastCheckpoint >= CHECKPOINT_MS) {
+      commits = 0;
+      lastCheckpoint = Date.now();
+      try {
+        db.exec('PRAGMA wal_checkpoint(PASSIVE)');
+      } catch {
+        // busy: the next one catches up
+      }
+    }
+  });
+  post({ kind: 'ready' });
+}
+
+/** The writing connection's statements and what one group's transaction does with them. */
+class Writes {
+  private readonly begin: Statement;
+  private readonly commitTx: Statement;
+  private readonly rollback: Statement;
+  private readonly sessionSizes: Statement;
+  private readonly upsertSession: Statement;
+  private readonly insertTurn: Statement;
+  private readonly turnOf: Statement;
+  private readonly deleteTurn: Statement;
+  private readonly setAfterTurn: Statement;
+  private readonly newestTurn: Statement;
+  private readonly setTurnsOf: Statement;
+  private readonly deleteTurns: Statement;
+  private readonly deleteSession: Statement;
+  private readonly addCounter: Statement;
+
+  constructor(db: Database) {
+    this.begin = db.prepare('BEGIN IMMEDIATE');
+    this.commitTx = db.prepare('COMMIT');
+    this.rollback = db.prepare('ROLLBACK');
+    this.sessionSizes = db.prepare('SELECT json, json_bytes, updated_at, turn_count, turn_bytes, last_turn_at, last_turn_id FROM sessions WHERE id = ?');
+    this.upsertSession = db.prepare(
+      `INSERT INTO sessions (id, user, project, archived, updated_at, name_folded, json, json_bytes, version) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+       ON CONFLICT (id) DO UPDATE SET user = excluded.user, project = excluded.project, archived = excluded.archived, updated_at = excluded.updated_at,
+         name_folded = excluded.name_folded, json = excluded.json, json_bytes = excluded.json_bytes, version = excluded.version`,
+    );
+    this.insertTurn = db.prepare('INSERT INTO turns (id, session, created_at, json) VALUES (?, ?, ?, ?)');
+    this.turnOf = db.prepare('SELECT session, length(json) AS bytes FROM turns WHERE id = ?');
+    this.deleteTurn = db.prepare('DELETE FROM turns WHERE id = ?');
+    this.setAfterTurn = db.prepare(
+      `UPDATE sessions SET updated_at = ?, json = ?, json_bytes = ?, version = ?, last_turn_at = ?, last_turn_id = ?,
+         turn_count = turn_count + ?, turn_bytes = turn_bytes + ? WHERE id = ?`,
+    );
+    this.newestTurn = db.prepare('SELECT created_at, id FROM turns WHERE session = ? ORDER BY created_at DESC, id DESC LIMIT 1');
+    this.setTurnsOf = db.prepare('UPDATE sessions SET version = ?, last_turn_at = ?, last_turn_id = ?, turn_count = turn_count + ?, turn_bytes = turn_bytes + ? WHERE id = ?');
+    this.deleteTurns = db.prepare('DELETE FROM turns WHERE session = ?');
+    this.deleteSession = db.prepare('DELETE FROM sessions WHERE id = ?');
+    this.addCounter = db.prepare('UPDATE counters SET value = value + ? WHERE name = ?');
+  }
+
+  /** One group: every op in one transaction, all of them committed or none. */
+  commit(ops: readonly Op[]): void {
+    this.begin.run();
+    try {
+      const delta = { sessions: 0, turns: 0, bytes: 0 };
+      for (const op of ops) this.apply(op, delta);
+      for (const [name, value] of Object.entries(delta)) if (value !== 0) this.addCounter.run(value, name);
+      const fault = injectedFault('commit');
+      if (fault !== undefined) throw fault;
+      this.commitTx.run();
+    } catch (e) {
+      try {
+        this.rollback.run();
+      } catch {
+        // SQLite already rolled back (a failed COMMIT of an I/O error does)
+      }
+      throw e;
+    }
+  }
+
+  private apply(op: Op, delta: { sessions: number; turns: number; bytes: number }): void {
+    switch (op.op) {
+      case 'put': {
+        const { s } = op;
+        const before = this.sessionSizes.get(s.id);
+        const bytes = Buffer.byteLength(s.json);
+        if (before === undefined) delta.sessions++;
+        delta.bytes += bytes - (before === undefined ? 0 : int(before['json_bytes']));
+        this.upsertSession.run(s.id, s.user, s.project, s.archived ? 1 : 0, s.updatedAt, s.nameFolded, s.json, bytes, s.version);
+        return;
+      }
+      case 'turn': {
+        const before = this.sessionSizes.get(op.session);
+        if (before === undefined) throw new Error(`turn ${op.id} of a session that is not stored`);
+        this.insertTurn.run(op.id, op.session, op.createdAt, op.json);
+        const json = op.raised?.json ?? text(before['json']);
+        const bytes = Buffer.byteLength(json);
+        const last = newer({ createdAt: op.createdAt, _id: op.id }, keyOf(before));
+        const updatedAt = op.raised?.updatedAt ?? text(before['updated_at']);
+        this.setAfterTurn.run(updatedAt, json, bytes, versionOf(json, last), last.createdAt, last._id, 1, op.json.byteLength, op.session);
+        delta.turns++;
+        delta.bytes += op.json.byteLength + bytes - int(before['json_bytes']);
+        return;
+      }
+      case 'dropTurn': {
+        const t = this.turnOf.get(op.id);
+        if (t === undefined) return;
+        const session = text(t['session']);
+        this.deleteTurn.run(op.id);
+        const newest = this.newestTurn.get(session);
+        const before = this.sessionSizes.get(session);
+        if (before !== undefined) {
+          const last = newest === undefined ? undefined : { createdAt: text(newest['created_at']), _id: text(newest['id']) };
+          this.setTurnsOf.run(versionOf(text(before['json']), last), last?.createdAt ?? null, last?._id ?? null, -1, -int(t['bytes']), session);
+        }
+        delta.turns--;
+        delta.bytes -= int(t['bytes']);
+        return;
+      }
+      case 'delete': {
+        const before = this.sessionSizes.get(op.id);
+        if (before === undefined) return;
+        this.deleteTurns.run(op.id);
+        this.deleteSession.run(op.id);
+        delta.sessions--;
+        delta.turns -= int(before['turn_count']);
+        delta.bytes -= int(before['json_bytes']) + int(before['turn_bytes']);
+      }
+    }
+  }
+}
+
+function keyOf(row: Readonly<Record<string, unknown>>): { createdAt: string; _id: string } | undefined {
+  const createdAt = textOrUndefined(row['last_turn_at'] as string | null);
+  const _id = textOrUndefined(row['last_turn_id'] as string | null);
+  return createdAt === undefined || _id === undefined ? undefined : { createdAt, _id };
+}
+
+function newer(a: { createdAt: string; _id: string }, b: { createdAt: string; _id: string } | undefined): { createdAt: string; _id: string } {
+  return b === undefined || turnBefore(b, a) ? a : b;
+}

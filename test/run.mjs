@@ -1,0 +1,46 @@
+// `npm test`'s runner: the whole suite once per engine, each on the Node.js it needs. The
+// journal runs on the oldest supported Node (the one that runs npm; inside npm scripts `node`
+// is the pinned Node 24 from node_modules, so that one is asked for by path), sqlite on the
+// pinned Node 24 LTS. No engine is ever skipped: a missing runtime fails the run.
+import { spawnSync } from 'node:child_process';
+import { existsSync, readdirSync } from 'node:fs';
+import { join } from 'node:path';
+import { ROOT } from './helpers.mjs';
+
+const oldest = process.env.npm_node_execpath ?? process.execPath;
+const node24 = join(ROOT, 'node_modules', 'node', 'bin', 'node');
+
+const files = (dir) =>
+  readdirSync(join(ROOT, dir))
+    .filter((f) => f.endsWith('.test.mjs'))
+    .sort()
+    .map((f) => join(dir, f));
+const suite = [...files('test'), ...files('test/store')];
+
+const passes = [
+  { store: 'journal', node: oldest, files: suite },
+  { store: 'sqlite', node: node24, files: suite },
+];
+
+const only = process.env.CSA_TEST_ONLY?.split(',');
+let failed = false;
+for (const pass of passes) {
+  if (only !== undefined && !only.includes(pass.store)) continue;
+  if (!existsSync(pass.node)) {
+    console.error(`\n✖ STORE=${pass.store}: no Node.js at ${pass.node}; run npm ci (the node dev dependency brings Node 24)`);
+    failed = true;
+    continue;
+  }
+  const version = spawnSync(pass.node, ['--version'], { encoding: 'utf8' }).stdout.trim();
+  console.log(`\n▶ the suite on STORE=${pass.store}, Node.js ${version}\n`);
+  const r = spawnSync(pass.node, ['--test', '--test-reporter=spec', '--test-concurrency=2', ...process.argv.slice(2), ...pass.files], {
+    cwd: ROOT,
+    stdio: 'inherit',
+    env: { ...process.env, CSA_TEST_STORE: pass.store },
+  });
+  if (r.status !== 0) {
+    console.error(`\n✖ the suite failed on STORE=${pass.store} (Node.js ${version})`);
+    failed = true;
+  }
+}
+process.exit(failed ? 1 : 0);
