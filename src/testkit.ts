@@ -7,3 +7,12 @@ runSqliteWriterIfWorker();
 
 export { crc32, crc32Portable } from './store/journal/crc32.js';
 export { SortedList } from './store/journal/sorted-list.js';
+export { loadConfig } from './config.js';
+export { Logger } from './log.js';
+export { openStore, openStoreSnapshot } from './store/open.js';
+export { setFaultPlan } from './store/faults.js';
+export { PreconditionFailed, SessionNotFound, StorageWriteFailed, StoreOpenFailed } from './store/store.js';
+export { PAGE_SCAN_BUDGET } from './domain/order.js';
+export { versionOf } from './domain/version.js';
+export { chatSession } from './domain/records.js';
+export { newObjectId } from './domain/ids.js';

@@ -32,8 +32,19 @@ function parse(spec: string | undefined): Plan | undefined {
   return plan;
 }
 
-const plan = parse(process.env['CHAT_SESSION_API_FAULTS']);
+let plan = parse(process.env['CHAT_SESSION_API_FAULTS']);
 const counts = new Map<string, number>();
+
+/**
+ * Replaces the plan and starts counting afresh: the in-process store tests use it between
+ * cases. Threads started afterwards (the sqlite writer) read the new plan from the environment.
+ */
+export function setFaultPlan(spec: string | undefined): void {
+  if (spec === undefined) delete process.env['CHAT_SESSION_API_FAULTS'];
+  else process.env['CHAT_SESSION_API_FAULTS'] = spec;
+  plan = parse(spec);
+  counts.clear();
+}
 
 function bump(key: string): number {
   const n = (counts.get(key) ?? 0) + 1;

@@ -296,8 +296,13 @@ export class JournalStore implements Store, GroupSource, Group {
     return { file: this.file, appender: this.appender as Appender, pauseWriter: () => this.writer.pause(), resumeWriter: () => this.writer.resume() };
   }
 
-  /** Line bytes of every live record, as after a replay. */
+  /** After an import rewrote the journal: each entry's line sizes as written, and the live total. */
   private recountLive(): void {
+    for (const e of this.state.entries.values()) {
+      e.putBytes = PUT_LINE_OVERHEAD + Buffer.byteLength(JSON.stringify(e.session));
+      e.turnBytes = 0;
+      for (const t of e.turns ?? []) e.turnBytes += TURN_LINE_OVERHEAD + t.jsonLength;
+    }
     this.liveBytes = liveBytesOf(this.state);
   }
 

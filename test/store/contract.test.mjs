@@ -1,0 +1,7 @@
+// The store contract (cases.mjs), run in-process against the engine of this run of the suite:
+// test/run.mjs runs the suite once per engine, each on the Node.js it needs.
+import { after } from 'node:test';
+import { STORE } from '../helpers.mjs';
+import { contract } from './cases.mjs';
+
+after(contract(STORE));

@@ -1,0 +1,34 @@
+// The engines the store contract runs against, what each can do beyond the contract
+// (capability flags, like abstract-level's `supports`), and how a test opens one in-process.
+import { createRequire } from 'node:module';
+
+const kit = createRequire(import.meta.url)('../../dist/testkit.cjs');
+export { kit };
+
+export const ENGINES = {
+  journal: {
+    /** The fault kind that fails the k-th commit (CHAT_SESSION_API_FAULTS). */
+    fault: 'write',
+    /** A torn last record in its file is dropped at open. */
+    tornTails: true,
+  },
+  sqlite: {
+    fault: 'commit',
+    tornTails: false,
+  },
+};
+
+/** The settings a test store runs with: its engine, its directory, and `extra` on top. */
+export function configFor(engine, dir, extra = {}) {
+  return kit.loadConfig({ STORE: engine, DATA_DIR: dir, COMPACT_MIN_SIZE: '16kb', ...extra });
+}
+
+/** Opens the engine's store on `dir` in this process (the data-directory lock is a server's job, not taken here). */
+export function openOn(engine, dir, extra = {}) {
+  return kit.openStore(configFor(engine, dir, extra), new kit.Logger('silent'));
+}
+
+/** Opens a read-only snapshot of the store on `dir`, as `export` does beside a running server. */
+export function openSnapshotOn(engine, dir) {
+  return kit.openStoreSnapshot(configFor(engine, dir), new kit.Logger('silent'));
+}
