@@ -1,4 +1,4 @@
-// DECISIONS.md, Running it: one file, settings from env and flags, --help, --version, the
+// docs/TEAM-DECISIONS.md, Running it: one file, settings from env and flags, --help, --version, the
 // token command, the generated secret, start-up errors, graceful shutdown.
 import assert from 'node:assert/strict';
 import { copyFileSync, existsSync, mkdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';

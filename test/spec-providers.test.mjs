@@ -1,4 +1,4 @@
-// The spec (api-v1.md), providers, and the providers decisions of DECISIONS.md.
+// The spec (docs/spec/api-v1.md), providers, and the providers decisions of docs/TEAM-DECISIONS.md.
 import assert from 'node:assert/strict';
 import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
