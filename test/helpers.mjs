@@ -11,7 +11,10 @@ import { fileURLToPath } from 'node:url';
 
 export const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..');
 export const SERVER = join(ROOT, 'dist', 'server.js');
-export const EXAMPLE_PROVIDERS = join(ROOT, 'data', 'providers.json');
+/** The providers every test server gets unless it says otherwise: the tests' own file, never a user's. */
+export const TEST_PROVIDERS = join(ROOT, 'test', 'fixtures', 'providers.json');
+/** The example a fresh clone serves (npm start copies it into data/ when no providers file is there). */
+export const EXAMPLE_PROVIDERS = join(ROOT, 'examples', 'providers.json');
 export const SECRET = 'test-secret-0123456789abcdef0123456789abcdef';
 
 /** A fresh temporary directory, removed by the returned cleanup. */
@@ -83,14 +86,14 @@ process.on('exit', () => {
 
 /**
  * Starts dist/server.js. Options: env (extra variables), args (extra argv), dataDir (default a
- * new temp dir), providers (array written to providers.json; default the example file; null
+ * new temp dir), providers (array written to providers.json; default test/fixtures/providers.json; null
  * for none), script (another copy of the server file), cwd.
  */
 export async function startServer(opts = {}) {
   const madeDir = opts.dataDir === undefined;
   const dataDir = opts.dataDir ?? tempDir();
   mkdirSync(dataDir, { recursive: true });
-  if (opts.providers === undefined) copyFileSync(EXAMPLE_PROVIDERS, join(dataDir, 'providers.json'));
+  if (opts.providers === undefined) copyFileSync(TEST_PROVIDERS, join(dataDir, 'providers.json'));
   else if (opts.providers !== null) writeFileSync(join(dataDir, 'providers.json'), JSON.stringify(opts.providers));
   const env = {
     PATH: process.env.PATH,
