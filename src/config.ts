@@ -33,6 +33,8 @@ export interface Config {
   /** undefined: no CORS headers; '*' or a list of exact origins. */
   readonly corsOrigin: '*' | readonly string[] | undefined;
   readonly metrics: boolean;
+  /** GET /docs, the API reference page. */
+  readonly docs: boolean;
   readonly rateLimit: RateLimit | undefined;
   readonly trustProxy: boolean;
   readonly fsync: boolean;
@@ -62,6 +64,7 @@ export const SETTINGS: readonly Setting[] = [
   { env: 'LOG_LEVEL', flag: '--log-level', def: 'info', help: 'debug, info, warn, error or silent; JSON lines on stdout' },
   { env: 'CORS_ORIGIN', flag: '--cors-origin', def: '(none)', help: 'allowed browser origin(s), comma-separated, or *; none sends no CORS headers' },
   { env: 'METRICS', flag: '--metrics', def: 'on', help: 'on or off: GET /metrics in Prometheus text format' },
+  { env: 'DOCS', flag: '--docs', def: 'on', help: 'on or off: GET /docs, the API reference page with a try-it form' },
   { env: 'RATE_LIMIT', flag: '--rate-limit', def: '(off)', help: 'per-user request rate, e.g. 100/s or 600/m; over it gets 429' },
   { env: 'TRUST_PROXY', flag: '--trust-proxy', def: 'off', help: 'on: take the client address from X-Forwarded-For (behind nginx)' },
   { env: 'COMPACT_MIN_SIZE', flag: '--compact-min-size', def: '1mb', help: 'the journal is not compacted while smaller than this' },
@@ -181,6 +184,7 @@ export function loadConfig(env: NodeJS.ProcessEnv, flags: Raw = new Map(), cwd: 
     logLevel: logLevel as LogLevel,
     corsOrigin,
     metrics: parseSwitch('METRICS', get('METRICS') ?? 'on'),
+    docs: parseSwitch('DOCS', get('DOCS') ?? 'on'),
     rateLimit: rateText === undefined || rateText.trim().toLowerCase() === 'off' ? undefined : parseRateLimit(rateText),
     trustProxy: parseSwitch('TRUST_PROXY', get('TRUST_PROXY') ?? 'off'),
     fsync: parseSwitch('FSYNC', get('FSYNC') ?? 'on'),

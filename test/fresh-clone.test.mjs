@@ -61,3 +61,16 @@ describe('A fresh clone', () => {
     }
   });
 });
+
+test('"LICENSE holds the license package.json names" (MIT); .gitignore names no file that does not exist (data/README.md)', () => {
+  const pkg = JSON.parse(readFileSync(join(ROOT, 'package.json'), 'utf8'));
+  assert.equal(pkg.license, 'MIT');
+  const license = readFileSync(join(ROOT, 'LICENSE'), 'utf8');
+  assert.match(license, /^MIT License\n\nCopyright \(c\) \d{4} /);
+  assert.match(license, /THE SOFTWARE IS PROVIDED "AS IS", WITHOUT WARRANTY OF ANY KIND/);
+  const ignore = readFileSync(join(ROOT, '.gitignore'), 'utf8');
+  assert.doesNotMatch(ignore, /README/);
+  for (const line of ignore.split('\n')) {
+    if (line.startsWith('!')) assert.ok(existsSync(join(ROOT, line.slice(1))), `.gitignore keeps ${line.slice(1)}, which does not exist`);
+  }
+});
