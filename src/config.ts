@@ -22,9 +22,13 @@ export interface Config {
   readonly host: string;
   readonly dataDir: string;
   readonly providersFile: string;
+  /** PROVIDERS_FILE was given: the file must exist. */
+  readonly providersFileSet: boolean;
   readonly authSecret: string | undefined;
   readonly authSecretFile: string | undefined;
   readonly authPreviousSecrets: readonly string[];
+  /** A file of previous keys, one per line (instead of AUTH_PREVIOUS_SECRETS). */
+  readonly authPreviousSecretsFile: string | undefined;
   readonly authIssuer: string | undefined;
   readonly authAudience: string | undefined;
   readonly access: AccessMode;
@@ -53,10 +57,11 @@ export const SETTINGS: readonly Setting[] = [
   { env: 'PORT', flag: '--port', def: '3000', help: 'TCP port; 0 picks a free one (the startup log line shows it)' },
   { env: 'HOST', flag: '--host', def: '127.0.0.1', help: 'address to listen on; 0.0.0.0 for containers' },
   { env: 'DATA_DIR', flag: '--data-dir', def: './data', help: 'providers file, journal, generated secret, lock' },
-  { env: 'PROVIDERS_FILE', flag: '--providers-file', def: '$DATA_DIR/providers.json', help: 'configured AI providers (JSON array)' },
+  { env: 'PROVIDERS_FILE', flag: '--providers-file', def: '$DATA_DIR/providers.json', help: 'configured AI providers (JSON array); when set, the file must exist' },
   { env: 'AUTH_SECRET', flag: '--auth-secret', def: '(generated)', help: 'HS256 key, at least 32 bytes (prefer AUTH_SECRET_FILE: flags show in ps)' },
   { env: 'AUTH_SECRET_FILE', flag: '--auth-secret-file', def: '$DATA_DIR/auth-secret', help: 'file holding the HS256 key; generated (0600) on first start when no secret is set' },
   { env: 'AUTH_PREVIOUS_SECRETS', flag: '--auth-previous-secrets', def: '(none)', help: 'comma-separated keys still accepted for verification (rotation)' },
+  { env: 'AUTH_PREVIOUS_SECRETS_FILE', flag: '--auth-previous-secrets-file', def: '(none)', help: 'file of keys still accepted for verification, one per line (instead of AUTH_PREVIOUS_SECRETS)' },
   { env: 'AUTH_ISSUER', flag: '--auth-issuer', def: '(none)', help: 'when set, tokens must carry this iss' },
   { env: 'AUTH_AUDIENCE', flag: '--auth-audience', def: '(none)', help: 'when set, tokens must carry this aud' },
   { env: 'ACCESS', flag: '--access', def: 'shared', help: 'shared: any signed-in user may use any session by id; owner: only its creator' },
@@ -83,6 +88,7 @@ export function parseFlags(argv: readonly string[]): Raw {
     const flag = eq === -1 ? arg : arg.slice(0, eq);
     const setting = SETTINGS.find((s) => s.flag === flag);
     if (setting === undefined) throw new ConfigError(`unknown option ${flag} (see --help)`);
+    if (raw.has(setting.env)) throw new ConfigError(`repeated option ${flag}: give it once`);
     let value: string | undefined;
     if (eq !== -1) value = arg.slice(eq + 1);
     else {
@@ -146,6 +152,10 @@ export function loadConfig(env: NodeJS.ProcessEnv, flags: Raw = new Map(), cwd: 
     throw new ConfigError('AUTH_SECRET and AUTH_SECRET_FILE are both set; set one of them');
   }
   const previous = (get('AUTH_PREVIOUS_SECRETS') ?? '').split(',').map((s) => s.trim()).filter((s) => s !== '');
+  const previousFileText = get('AUTH_PREVIOUS_SECRETS_FILE');
+  if (previous.length > 0 && previousFileText !== undefined) {
+    throw new ConfigError('AUTH_PREVIOUS_SECRETS and AUTH_PREVIOUS_SECRETS_FILE are both set; set one of them');
+  }
 
   const access = (get('ACCESS') ?? 'shared').trim();
   if (access !== 'shared' && access !== 'owner') throw new ConfigError(`ACCESS must be shared or owner (got "${access}")`);
@@ -174,9 +184,11 @@ export function loadConfig(env: NodeJS.ProcessEnv, flags: Raw = new Map(), cwd: 
     host,
     dataDir,
     providersFile,
+    providersFileSet: providersText !== undefined,
     authSecret,
     authSecretFile: secretFileText === undefined ? undefined : resolve(cwd, secretFileText),
     authPreviousSecrets: previous,
+    authPreviousSecretsFile: previousFileText === undefined ? undefined : resolve(cwd, previousFileText),
     authIssuer: get('AUTH_ISSUER'),
     authAudience: get('AUTH_AUDIENCE'),
     access,
