@@ -4,11 +4,12 @@ import assert from 'node:assert/strict';
 import { spawn, spawnSync } from 'node:child_process';
 import { chmodSync, existsSync, unlinkSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { crc32 } from 'node:zlib';
+import { createRequire } from 'node:module';
 import { describe, test } from 'node:test';
 import { removeDir, ROOT, runCli, SECRET, SERVER, startServer, tempDir } from './helpers.mjs';
 
 const NAME = 'chat-session-api';
+const { crc32 } = createRequire(import.meta.url)('../dist/testkit.cjs');
 
 /** Starts the server the way a user would and waits for it to end (it must fail fast). */
 function start(env, nodeArgs = []) {
@@ -62,7 +63,7 @@ describe('"Start-up failures are one line on stderr in every case"', () => {
     const dir = tempDir();
     try {
       const header = JSON.stringify({ format: 'chat-session-api/journal', version: 99, createdAt: '2026-01-01T00:00:00.000Z' });
-      const text = `${crc32(header).toString(16).padStart(8, '0')} ${header}\n`;
+      const text = `${crc32(Buffer.from(header)).toString(16).padStart(8, '0')} ${header}\n`;
       writeFileSync(join(dir, 'sessions.journal'), text);
       const r = runCli([], { env: { DATA_DIR: dir, AUTH_SECRET: SECRET, PORT: '0' }, cwd: dir });
       assert.equal(r.code, 1);
