@@ -24,6 +24,7 @@ Usage:
   node dist/server.js [options]                      serve (the default)
   node dist/server.js token --sub <user> [--ttl 1h] [--scope "<scopes>"] [options]
                                                      print a token signed with the server's secret
+                                                     (it never creates one: start the server first)
   node dist/server.js export [--out FILE] [options]  write all sessions and turns as NDJSON
                                                      (stdout by default; safe while the server runs)
   node dist/server.js import FILE [options]          load an export into a stopped data directory

@@ -23,17 +23,18 @@ function operationIds(doc) {
   return ids.sort();
 }
 
+let server;
+let doc;
+before(async () => {
+  server = await startServer();
+  doc = (await server.request('GET', '/api/v1/openapi.json')).body;
+});
+after(async () => {
+  await server.stop();
+  removeDir(server.dataDir);
+});
+
 describe('The reference page', () => {
-  let server;
-  let doc;
-  before(async () => {
-    server = await startServer();
-    doc = (await server.request('GET', '/api/v1/openapi.json')).body;
-  });
-  after(async () => {
-    await server.stop();
-    removeDir(server.dataDir);
-  });
 
   test('"GET /docs is an HTML page rendered from the OpenAPI document the server builds from its route table" (no token; the document in the page is the one /api/v1/openapi.json serves; /docs is in it)', async () => {
     const r = await server.request('GET', '/docs');
@@ -150,16 +151,6 @@ describe('The reference page', () => {
 });
 
 describe('The OpenAPI document', () => {
-  let server;
-  let doc;
-  before(async () => {
-    server = await startServer();
-    doc = (await server.request('GET', '/api/v1/openapi.json')).body;
-  });
-  after(async () => {
-    await server.stop();
-    removeDir(server.dataDir);
-  });
   const schemaOf = (path, method) => {
     const ref = doc.paths[path][method].requestBody.content['application/json'].schema.$ref;
     return doc.components.schemas[ref.replace('#/components/schemas/', '')];
