@@ -2,7 +2,7 @@
 // each is one line on stderr naming what to fix, never a stack trace, and nothing is half done.
 import assert from 'node:assert/strict';
 import { spawn, spawnSync } from 'node:child_process';
-import { chmodSync, existsSync, unlinkSync, writeFileSync } from 'node:fs';
+import { chmodSync, existsSync, readFileSync, unlinkSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { createRequire } from 'node:module';
 import { describe, test } from 'node:test';
@@ -59,15 +59,22 @@ describe('"Start-up failures are one line on stderr in every case"', () => {
     }
   });
 
-  test('"a journal of an unsupported version" (exit 1, the file left as it was)', () => {
+  /** A data directory whose journal was written by a future release (format version 99). */
+  function futureJournal() {
     const dir = tempDir();
+    const header = JSON.stringify({ format: 'chat-session-api/journal', version: 99, createdAt: '2026-01-01T00:00:00.000Z' });
+    writeFileSync(join(dir, 'sessions.journal'), `${crc32(Buffer.from(header)).toString(16).padStart(8, '0')} ${header}\n`);
+    return dir;
+  }
+
+  test('"a journal of an unsupported version" (exit 1, the file left as it was)', () => {
+    const dir = futureJournal();
     try {
-      const header = JSON.stringify({ format: 'chat-session-api/journal', version: 99, createdAt: '2026-01-01T00:00:00.000Z' });
-      const text = `${crc32(Buffer.from(header)).toString(16).padStart(8, '0')} ${header}\n`;
-      writeFileSync(join(dir, 'sessions.journal'), text);
+      const before = readFileSync(join(dir, 'sessions.journal'), 'utf8');
       const r = runCli([], { env: { DATA_DIR: dir, AUTH_SECRET: SECRET, PORT: '0' }, cwd: dir });
       assert.equal(r.code, 1);
       assertOneLine(r.stderr, new RegExp(`^${NAME}: .*sessions\\.journal: journal format version 99 is not supported by this release`));
+      assert.equal(readFileSync(join(dir, 'sessions.journal'), 'utf8'), before);
     } finally {
       removeDir(dir);
     }
@@ -80,9 +87,19 @@ describe('"Start-up failures are one line on stderr in every case"', () => {
   });
 
   test('"LOG_LEVEL=debug adds the stack of an unexpected one"', () => {
-    const r = start({ HOST: 'no-such-host.invalid', LOG_LEVEL: 'debug' });
-    assert.equal(r.code, 1);
-    assertOneLine(r.stderr, /does not resolve/); // an expected failure stays one line even then
+    const dir = futureJournal(); // a plain Error from the journal reader: not one of the named failures
+    try {
+      const r = runCli([], { env: { DATA_DIR: dir, AUTH_SECRET: SECRET, PORT: '0', LOG_LEVEL: 'debug' }, cwd: dir });
+      assert.equal(r.code, 1);
+      const [first, ...rest] = r.stderr.trimEnd().split('\n');
+      assert.match(first, /journal format version 99 is not supported/);
+      assert.match(rest.join('\n'), /^Error: .*\n\s+at /, 'the stack follows the line');
+    } finally {
+      removeDir(dir);
+    }
+    const named = start({ HOST: 'no-such-host.invalid', LOG_LEVEL: 'debug' });
+    assert.equal(named.code, 1);
+    assertOneLine(named.stderr, /does not resolve/); // a named failure stays one line even then
   });
 });
 
