@@ -4,23 +4,17 @@
 // package provides the browser; where it is missing, the tests that need it skip loudly
 // unless REQUIRE_CHROMIUM=1.
 import { spawn } from 'node:child_process';
-import { accessSync, constants, mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { delimiter, join } from 'node:path';
+import { join } from 'node:path';
+import { findExecutable } from './helpers.mjs';
 
 /** The Chromium binary (CHROMIUM, or chromium / chromium-browser / google-chrome on PATH), or undefined. */
 export function findChromium() {
   const candidates = process.env.CHROMIUM ? [process.env.CHROMIUM] : ['chromium', 'chromium-browser', 'google-chrome'];
   for (const name of candidates) {
-    const paths = name.includes('/') ? [name] : (process.env.PATH ?? '').split(delimiter).map((d) => join(d, name));
-    for (const p of paths) {
-      try {
-        accessSync(p, constants.X_OK);
-        return p;
-      } catch {
-        // not here
-      }
-    }
+    const found = findExecutable(name);
+    if (found !== undefined) return found;
   }
   return undefined;
 }

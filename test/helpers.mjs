@@ -3,10 +3,10 @@
 // implementation, so the server's verification is checked against another signer.
 import { spawn, spawnSync } from 'node:child_process';
 import { createHmac } from 'node:crypto';
-import { copyFileSync, mkdtempSync, rmSync, writeFileSync, mkdirSync } from 'node:fs';
+import { accessSync, constants, copyFileSync, mkdtempSync, rmSync, writeFileSync, mkdirSync } from 'node:fs';
 import { request as httpRequest, Agent } from 'node:http';
 import { tmpdir } from 'node:os';
-import { join, dirname } from 'node:path';
+import { delimiter, join, dirname } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
 export const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..');
@@ -224,4 +224,18 @@ export function removeDir(dir) {
 /** A create body the spec accepts. */
 export function newSession(over = {}) {
   return { projectId: 'proj-1', providerId: '665f1c2a9b1e8a0012ab34c1', selectedModel: 'gpt-4o', ...over };
+}
+
+/** The path of an executable from outside npm (a path, or a name looked up on PATH and in `more` directories), or undefined. */
+export function findExecutable(name, more = []) {
+  const paths = name.includes('/') ? [name] : [...(process.env.PATH ?? '').split(delimiter), ...more].map((d) => join(d, name));
+  for (const p of paths) {
+    try {
+      accessSync(p, constants.X_OK);
+      return p;
+    } catch {
+      // not here
+    }
+  }
+  return undefined;
 }

@@ -3,26 +3,14 @@
 // configuration, with a self-signed certificate made for the test in place of the README's.
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
-import { accessSync, constants, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
-import { delimiter, join } from 'node:path';
+import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
 import { test } from 'node:test';
-import { removeDir, ROOT, tempDir } from './helpers.mjs';
-
-function which(name) {
-  for (const dir of [...(process.env.PATH ?? '').split(delimiter), '/usr/sbin', '/sbin']) {
-    try {
-      accessSync(join(dir, name), constants.X_OK);
-      return join(dir, name);
-    } catch {
-      // not here
-    }
-  }
-  return undefined;
-}
+import { findExecutable, removeDir, ROOT, tempDir } from './helpers.mjs';
 
 test('"The README\'s nginx block passes nginx -t on Debian 12\'s nginx 1.22 (so no http2 on;, which needs 1.25.1)"', (t) => {
-  const nginx = which('nginx');
-  const openssl = which('openssl');
+  const nginx = findExecutable('nginx', ['/usr/sbin', '/sbin']);
+  const openssl = findExecutable('openssl');
   if (nginx === undefined || openssl === undefined) {
     if (process.env.REQUIRE_NGINX === '1') throw new Error(`REQUIRE_NGINX=1 but ${nginx === undefined ? 'nginx' : 'openssl'} is not installed (apt-get install nginx openssl)`);
     console.log(`# SKIPPED: no ${nginx === undefined ? 'nginx' : 'openssl'} on this machine (apt-get install nginx openssl); the README's nginx block was not checked`);
