@@ -1,5 +1,6 @@
 // Bundles src/ into dist/server.js: one CommonJS file that runs with `node dist/server.js`
 // on Node.js 20+, alone in an empty folder (no package.json beside it, hence CommonJS).
+// GET /docs's browser script and style (src/api/docs/) are inlined as text.
 // It also bundles dist/testkit.cjs, the internals the in-process tests drive (the store
 // engines, the PostgreSQL client); that file is for the tests only and is never shipped.
 import { build } from 'esbuild';
@@ -7,12 +8,15 @@ import { readFileSync } from 'node:fs';
 
 const pkg = JSON.parse(readFileSync(new URL('./package.json', import.meta.url), 'utf8'));
 
+// GET /docs inlines its browser script and style; they are plain files so that they read as what they are
+const docsAsset = (name) => JSON.stringify(readFileSync(new URL(`./src/api/docs/${name}`, import.meta.url), 'utf8'));
+
 const common = {
   bundle: true,
   platform: 'node',
   format: 'cjs',
   target: 'node20',
-  define: { __VERSION__: JSON.stringify(pkg.version) },
+  define: { __VERSION__: JSON.stringify(pkg.version), __DOCS_SCRIPT__: docsAsset('page.js'), __DOCS_STYLE__: docsAsset('page.css') },
   legalComments: 'none',
   sourcemap: false,
   logLevel: 'warning',

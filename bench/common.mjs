@@ -12,7 +12,7 @@ import { fileURLToPath } from 'node:url';
 export const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..');
 export const SERVER = join(ROOT, 'dist', 'server.js');
 export const BASELINE = join(ROOT, 'bench', 'baseline.mjs');
-export const EXAMPLE_PROVIDERS = join(ROOT, 'data', 'providers.json');
+export const EXAMPLE_PROVIDERS = join(ROOT, 'examples', 'providers.json');
 export const SECRET = 'bench-secret-0123456789abcdef0123456789abcdef';
 
 export const sleep = (ms) => new Promise((r) => setTimeout(r, ms));

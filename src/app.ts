@@ -1,5 +1,7 @@
 // Wires the parts into one request listener: the route table (service, chat sessions,
-// providers), the OpenAPI document generated from it, and the pipeline that runs it.
+// providers), the OpenAPI document generated from it and its reference page, and the
+// pipeline that runs it.
+import { docsPage, type DocsPage } from './api/docs-page.js';
 import { openApiDocument } from './api/openapi.js';
 import { CursorCodec } from './api/cursor.js';
 import { providerRoutes } from './api/providers.js';
@@ -37,12 +39,15 @@ export interface App {
 export function createApp(p: AppParts): App {
   const { config } = p;
   let openApiBody = '';
+  let docs: DocsPage | undefined;
+  const docsRoute = config.docs ? (): DocsPage => docs as DocsPage : undefined;
   const routes: RouteDef[] = [
-    ...serviceRoutes({ version: p.version, catalog: p.catalog, store: p.store, metrics: p.metrics, openApiBody: () => openApiBody }),
+    ...serviceRoutes({ version: p.version, catalog: p.catalog, store: p.store, metrics: p.metrics, openApiBody: () => openApiBody, docsPage: docsRoute }),
     ...sessionRoutes({ store: p.store, access: config.access, cursors: new CursorCodec(p.secrets.current) }),
     ...providerRoutes(p.catalog),
   ];
   openApiBody = JSON.stringify(openApiDocument(routes, p.version));
+  if (config.docs) docs = docsPage(openApiBody, 'chat-session-api');
 
   const router = new Router<RuntimeRoute>();
   for (const def of routes) {

@@ -23,9 +23,13 @@ export interface Config {
   readonly host: string;
   readonly dataDir: string;
   readonly providersFile: string;
+  /** PROVIDERS_FILE was given: the file must exist. */
+  readonly providersFileSet: boolean;
   readonly authSecret: string | undefined;
   readonly authSecretFile: string | undefined;
   readonly authPreviousSecrets: readonly string[];
+  /** A file of previous keys, one per line (instead of AUTH_PREVIOUS_SECRETS). */
+  readonly authPreviousSecretsFile: string | undefined;
   readonly authIssuer: string | undefined;
   readonly authAudience: string | undefined;
   readonly access: AccessMode;
@@ -34,6 +38,8 @@ export interface Config {
   /** undefined: no CORS headers; '*' or a list of exact origins. */
   readonly corsOrigin: '*' | readonly string[] | undefined;
   readonly metrics: boolean;
+  /** GET /docs, the API reference page. */
+  readonly docs: boolean;
   readonly rateLimit: RateLimit | undefined;
   readonly trustProxy: boolean;
   readonly fsync: boolean;
@@ -56,10 +62,11 @@ export const SETTINGS: readonly Setting[] = [
   { env: 'PORT', flag: '--port', def: '3000', help: 'TCP port; 0 picks a free one (the startup log line shows it)' },
   { env: 'HOST', flag: '--host', def: '127.0.0.1', help: 'address to listen on; 0.0.0.0 for containers' },
   { env: 'DATA_DIR', flag: '--data-dir', def: './data', help: 'providers file, journal, generated secret, lock' },
-  { env: 'PROVIDERS_FILE', flag: '--providers-file', def: '$DATA_DIR/providers.json', help: 'configured AI providers (JSON array)' },
+  { env: 'PROVIDERS_FILE', flag: '--providers-file', def: '$DATA_DIR/providers.json', help: 'configured AI providers (JSON array); when set, the file must exist' },
   { env: 'AUTH_SECRET', flag: '--auth-secret', def: '(generated)', help: 'HS256 key, at least 32 bytes (prefer AUTH_SECRET_FILE: flags show in ps)' },
   { env: 'AUTH_SECRET_FILE', flag: '--auth-secret-file', def: '$DATA_DIR/auth-secret', help: 'file holding the HS256 key; generated (0600) on first start when no secret is set' },
   { env: 'AUTH_PREVIOUS_SECRETS', flag: '--auth-previous-secrets', def: '(none)', help: 'comma-separated keys still accepted for verification (rotation)' },
+  { env: 'AUTH_PREVIOUS_SECRETS_FILE', flag: '--auth-previous-secrets-file', def: '(none)', help: 'file of keys still accepted for verification, one per line (instead of AUTH_PREVIOUS_SECRETS)' },
   { env: 'AUTH_ISSUER', flag: '--auth-issuer', def: '(none)', help: 'when set, tokens must carry this iss' },
   { env: 'AUTH_AUDIENCE', flag: '--auth-audience', def: '(none)', help: 'when set, tokens must carry this aud' },
   { env: 'ACCESS', flag: '--access', def: 'shared', help: 'shared: any signed-in user may use any session by id; owner: only its creator' },
@@ -67,6 +74,7 @@ export const SETTINGS: readonly Setting[] = [
   { env: 'LOG_LEVEL', flag: '--log-level', def: 'info', help: 'debug, info, warn, error or silent; JSON lines on stdout' },
   { env: 'CORS_ORIGIN', flag: '--cors-origin', def: '(none)', help: 'allowed browser origin(s), comma-separated, or *; none sends no CORS headers' },
   { env: 'METRICS', flag: '--metrics', def: 'on', help: 'on or off: GET /metrics in Prometheus text format' },
+  { env: 'DOCS', flag: '--docs', def: 'on', help: 'on or off: GET /docs, the API reference page with a try-it form' },
   { env: 'RATE_LIMIT', flag: '--rate-limit', def: '(off)', help: 'per-user request rate, e.g. 100/s or 600/m; over it gets 429' },
   { env: 'TRUST_PROXY', flag: '--trust-proxy', def: 'off', help: 'on: take the client address from X-Forwarded-For (behind nginx)' },
   { env: 'COMPACT_MIN_SIZE', flag: '--compact-min-size', def: '1mb', help: 'the journal is not compacted while smaller than this' },
@@ -88,6 +96,7 @@ export function parseFlags(argv: readonly string[]): Raw {
     const flag = eq === -1 ? arg : arg.slice(0, eq);
     const setting = SETTINGS.find((s) => s.flag === flag);
     if (setting === undefined) throw new ConfigError(`unknown option ${flag} (see --help)`);
+    if (raw.has(setting.env)) throw new ConfigError(`repeated option ${flag}: give it once`);
     let value: string | undefined;
     if (eq !== -1) value = arg.slice(eq + 1);
     else {
@@ -151,6 +160,10 @@ export function loadConfig(env: NodeJS.ProcessEnv, flags: Raw = new Map(), cwd: 
     throw new ConfigError('AUTH_SECRET and AUTH_SECRET_FILE are both set; set one of them');
   }
   const previous = (get('AUTH_PREVIOUS_SECRETS') ?? '').split(',').map((s) => s.trim()).filter((s) => s !== '');
+  const previousFileText = get('AUTH_PREVIOUS_SECRETS_FILE');
+  if (previous.length > 0 && previousFileText !== undefined) {
+    throw new ConfigError('AUTH_PREVIOUS_SECRETS and AUTH_PREVIOUS_SECRETS_FILE are both set; set one of them');
+  }
 
   const access = (get('ACCESS') ?? 'shared').trim();
   if (access !== 'shared' && access !== 'owner') throw new ConfigError(`ACCESS must be shared or owner (got "${access}")`);
@@ -183,9 +196,11 @@ export function loadConfig(env: NodeJS.ProcessEnv, flags: Raw = new Map(), cwd: 
     host,
     dataDir,
     providersFile,
+    providersFileSet: providersText !== undefined,
     authSecret,
     authSecretFile: secretFileText === undefined ? undefined : resolve(cwd, secretFileText),
     authPreviousSecrets: previous,
+    authPreviousSecretsFile: previousFileText === undefined ? undefined : resolve(cwd, previousFileText),
     authIssuer: get('AUTH_ISSUER'),
     authAudience: get('AUTH_AUDIENCE'),
     access,
@@ -193,6 +208,7 @@ export function loadConfig(env: NodeJS.ProcessEnv, flags: Raw = new Map(), cwd: 
     logLevel: logLevel as LogLevel,
     corsOrigin,
     metrics: parseSwitch('METRICS', get('METRICS') ?? 'on'),
+    docs: parseSwitch('DOCS', get('DOCS') ?? 'on'),
     rateLimit: rateText === undefined || rateText.trim().toLowerCase() === 'off' ? undefined : parseRateLimit(rateText),
     trustProxy: parseSwitch('TRUST_PROXY', get('TRUST_PROXY') ?? 'off'),
     fsync: parseSwitch('FSYNC', get('FSYNC') ?? 'on'),

@@ -3,7 +3,7 @@
 import { existsSync, mkdirSync, statSync, writeSync } from 'node:fs';
 import { resolve } from 'node:path';
 import { ExportFailed, exportFrom, ImportRejected, parseBackup } from './backup.js';
-import { signToken } from './auth/jwt.js';
+import { MAX_SUB, signToken } from './auth/jwt.js';
 import { SCOPES } from './auth/authenticate.js';
 import { loadSecrets, SECRET_FILE } from './auth/secret.js';
 import { ConfigError, loadConfig, parseFlags, settingsHelp, type Config } from './config.js';
@@ -28,6 +28,7 @@ Usage:
   node dist/server.js [options]                      serve (the default)
   node dist/server.js token --sub <user> [--ttl 1h] [--scope "<scopes>"] [options]
                                                      print a token signed with the server's secret
+                                                     (it never creates one: start the server first)
   node dist/server.js export [--out FILE] [options]  write all sessions and turns as NDJSON
                                                      (stdout by default; safe while the server runs)
   node dist/server.js import FILE [options]          load an export into a stopped data directory
@@ -40,22 +41,70 @@ Settings (environment variable / flag; the flag wins):
 ${settingsHelp()}
 `;
 
-/** Takes `--name value` / `--name=value` out of argv for a subcommand's own options. */
+/** Takes `--name value` / `--name=value` out of argv for a subcommand's own options; given twice is an error. */
 function takeOption(argv: string[], name: string): string | undefined {
+  let value: string | undefined;
   for (let i = 0; i < argv.length; i++) {
     const a = argv[i] as string;
+    if (a !== name && !a.startsWith(`${name}=`)) continue;
+    if (value !== undefined) throw new ConfigError(`repeated option ${name}: give it once`);
     if (a === name) {
       const v = argv[i + 1];
       if (v === undefined) throw new ConfigError(`${name} needs a value`);
       argv.splice(i, 2);
-      return v;
-    }
-    if (a.startsWith(`${name}=`)) {
+      value = v;
+    } else {
       argv.splice(i, 1);
-      return a.slice(name.length + 1);
+      value = a.slice(name.length + 1);
     }
+    i--;
   }
-  return undefined;
+  return value;
+}
+
+/** The settings from the environment and argv, with DATA_DIR checked to be a directory if it exists. */
+function loadCheckedConfig(argv: readonly string[]): Config {
+  const config = loadConfig(process.env, parseFlags(argv));
+  let isDir = true;
+  try {
+    isDir = statSync(config.dataDir).isDirectory();
+  } catch {
+    // missing: created by whoever needs it
+  }
+  if (!isDir) throw new ConfigError(`DATA_DIR ${config.dataDir} is not a directory`);
+  return config;
+}
+
+/** A start-up failure of the system (the address, the disk) as one line naming what to fix. */
+class StartFailed extends Error {
+  override readonly name = 'StartFailed';
+}
+
+function startFailure(e: unknown, config: Config): unknown {
+  const err = e as NodeJS.ErrnoException;
+  if (typeof err.code !== 'string' || !(e instanceof Error)) return e;
+  const why = `${err.code}${err.syscall !== undefined ? `, ${err.syscall}` : ''}`;
+  switch (err.code) {
+    case 'EADDRINUSE':
+      return new StartFailed(`the address is already in use (PORT/HOST): ${err.message}`);
+    case 'ENOTFOUND':
+    case 'EAI_AGAIN':
+    case 'EAI_FAIL':
+    case 'EAI_NONAME':
+      return new StartFailed(`HOST ${config.host} does not resolve to an address (${why})`);
+    case 'EADDRNOTAVAIL':
+      return new StartFailed(`HOST ${config.host} is not an address of this machine (${why})`);
+    case 'EACCES':
+    case 'EPERM':
+      return new StartFailed(`permission denied: ${err.message}`);
+    case 'ENOSPC':
+    case 'EDQUOT':
+      return new StartFailed(`no space left for the data directory ${config.dataDir} (${why}); free some and start again`);
+    case 'EROFS':
+      return new StartFailed(`the data directory ${config.dataDir} is on a read-only file system (${why})`);
+    default:
+      return new StartFailed(`cannot start on ${config.dataDir}: ${err.message}`);
+  }
 }
 
 function parseTtl(text: string): number | undefined {
@@ -69,13 +118,17 @@ function tokenCommand(argv: string[]): void {
   const sub = takeOption(argv, '--sub');
   const ttl = parseTtl(takeOption(argv, '--ttl') ?? '1h');
   const scope = takeOption(argv, '--scope');
+  // what the server would refuse is refused here, rather than printed as a token that never works
   if (sub === undefined || sub.trim() === '') throw new ConfigError('token needs --sub <user id>');
+  if (sub.length > MAX_SUB) throw new ConfigError(`--sub must be at most ${MAX_SUB} characters (got ${sub.length})`);
   if (scope !== undefined) {
-    const unknown = scope.split(/\s+/).filter((w) => w !== '' && !(SCOPES as readonly string[]).includes(w));
+    const words = scope.split(/\s+/).filter((w) => w !== '');
+    const unknown = words.filter((w) => !(SCOPES as readonly string[]).includes(w));
     if (unknown.length > 0) throw new ConfigError(`--scope has unknown scope(s) ${unknown.join(', ')}; known: ${SCOPES.join(', ')}`);
+    if (words.length === 0) throw new ConfigError(`--scope needs at least one of: ${SCOPES.join(', ')} (an empty scope allows nothing)`);
   }
-  const config = loadConfig(process.env, parseFlags(argv));
-  const secrets = loadSecrets(config);
+  const config = loadCheckedConfig(argv);
+  const secrets = loadSecrets(config, false);
   const now = Math.floor(Date.now() / 1000);
   const claims: Record<string, unknown> = {
     sub,
@@ -88,6 +141,11 @@ function tokenCommand(argv: string[]): void {
   process.stdout.write(signToken(claims, secrets.current) + '\n');
 }
 
+/** The reader of stdout went away (`export | head`): not a failure to report. */
+class OutputClosed extends Error {
+  override readonly name = 'OutputClosed';
+}
+
 /** Writes all of `data` to `fd`, waiting out a full pipe (stdout may be non-blocking). */
 function writeAllSync(fd: number, data: Buffer): void {
   let at = 0;
@@ -95,6 +153,7 @@ function writeAllSync(fd: number, data: Buffer): void {
     try {
       at += writeSync(fd, data, at, data.length - at);
     } catch (e) {
+      if ((e as NodeJS.ErrnoException).code === 'EPIPE') throw new OutputClosed('stdout was closed');
       if ((e as NodeJS.ErrnoException).code !== 'EAGAIN') throw e;
       Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, 2);
     }
@@ -109,6 +168,7 @@ function protectedFiles(config: Config): Set<string> {
   for (const suffix of ['', '-wal', '-shm', '-journal']) files.add(resolve(config.sqliteFile + suffix));
   files.add(resolve(config.providersFile));
   if (config.authSecretFile !== undefined) files.add(resolve(config.authSecretFile));
+  if (config.authPreviousSecretsFile !== undefined) files.add(resolve(config.authPreviousSecretsFile));
   return files;
 }
 
@@ -123,7 +183,7 @@ async function withStore<T>(store: Store, use: (store: Store) => Promise<T>): Pr
 
 async function exportCommand(argv: string[]): Promise<void> {
   const out = takeOption(argv, '--out');
-  const config = loadConfig(process.env, parseFlags(argv));
+  const config = loadCheckedConfig(argv);
   const log = new Logger('warn');
   if (out === undefined) {
     // a store that cannot be read fails here, before anything is written
@@ -160,7 +220,7 @@ async function exportCommand(argv: string[]): Promise<void> {
 async function importCommand(argv: string[]): Promise<void> {
   const file = argv.shift();
   if (file === undefined || file.startsWith('--')) throw new ConfigError('import needs the backup FILE to read');
-  const config = loadConfig(process.env, parseFlags(argv));
+  const config = loadCheckedConfig(argv);
   const log = new Logger('warn');
   const backup = parseBackup(file); // every line checked before anything is opened or written
   let lock: { release(): void } | undefined;
@@ -190,14 +250,19 @@ async function main(argv: string[]): Promise<void> {
   const command = argv[0] !== undefined && !argv[0].startsWith('--') ? argv.shift() : 'serve';
   switch (command) {
     case 'serve': {
-      const config = loadConfig(process.env, parseFlags(argv));
+      const config = loadCheckedConfig(argv);
       const log = new Logger(config.logLevel);
       process.on('uncaughtException', (err) => {
         log.error('uncaught exception; exiting', { err });
         log.flush();
         process.exit(1);
       });
-      await serve(config, log, VERSION);
+      try {
+        await serve(config, log, VERSION);
+      } catch (e) {
+        log.flush();
+        throw startFailure(e, config);
+      }
       return;
     }
     case 'token':
@@ -211,21 +276,14 @@ async function main(argv: string[]): Promise<void> {
   }
 }
 
-const KNOWN: readonly (new (...args: never[]) => Error)[] = [ProvidersFileError, DataDirLocked, JournalDamaged, ImportRejected, ExportFailed, StoreOpenFailed];
-
-// the same file is also the sqlite engine's writer thread (a worker started on this file)
+// Every failure is one line on stderr; LOG_LEVEL=debug adds the stack of an unexpected one.
+// The same file is also the sqlite engine's writer thread (a worker started on this file).
 if (!runSqliteWriterIfWorker()) main(process.argv.slice(2)).catch((e: unknown) => {
-  if (e instanceof ConfigError) {
-    process.stderr.write(`${NAME}: ${e.message}\n`);
-    process.exit(2);
-  }
-  if (KNOWN.some((k) => e instanceof k)) {
-    process.stderr.write(`${NAME}: ${(e as Error).message}\n`);
-    process.exit(1);
-  }
-  const err = e as NodeJS.ErrnoException;
-  if (err.code === 'EADDRINUSE') process.stderr.write(`${NAME}: the address is already in use (PORT/HOST): ${err.message}\n`);
-  else if (err.code === 'EACCES' || err.code === 'EPERM') process.stderr.write(`${NAME}: permission denied: ${err.message}\n`);
-  else process.stderr.write(`${NAME}: ${err.stack ?? String(e)}\n`);
+  if (e instanceof OutputClosed) process.exit(141); // as a program killed by SIGPIPE, and as quietly
+  const message = (e instanceof Error ? e.message : String(e)).replace(/\s*\n\s*/g, ' ');
+  process.stderr.write(`${NAME}: ${message}\n`);
+  if (e instanceof ConfigError) process.exit(2);
+  const expected = e instanceof StartFailed || e instanceof ProvidersFileError || e instanceof DataDirLocked || e instanceof JournalDamaged || e instanceof ImportRejected || e instanceof ExportFailed || e instanceof StoreOpenFailed;
+  if (!expected && process.env['LOG_LEVEL']?.trim().toLowerCase() === 'debug' && e instanceof Error) process.stderr.write(`${e.stack ?? ''}\n`);
   process.exit(1);
 });

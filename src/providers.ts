@@ -123,12 +123,14 @@ export function parseProviders(text: string, file: string): ProviderCatalog {
 }
 
 /** Reads the providers file; a missing file is an empty catalog, anything else wrong throws. */
-export function loadProviders(file: string): ProviderCatalog {
+/** Reads and checks the providers file. A missing file means no providers unless `required` (PROVIDERS_FILE was set). */
+export function loadProviders(file: string, required = false): ProviderCatalog {
   let text: string;
   try {
     text = readFileSync(file, 'utf8');
   } catch (e) {
     const code = (e as NodeJS.ErrnoException).code;
+    if (code === 'ENOENT' && required) throw new ProvidersFileError(`providers file ${file} (PROVIDERS_FILE) does not exist`);
     if (code === 'ENOENT') {
       return { count: 0, loadedAt: new Date().toISOString(), fromFile: false, listBody: dataBody('[]'), bodies: new Map() };
     }

@@ -21,7 +21,7 @@ export async function serve(config: Config, log: Logger, version: string): Promi
   const secrets = loadSecrets(config);
   for (const w of secrets.warnings) log.warn(w);
 
-  let catalog: ProviderCatalog = loadProviders(config.providersFile);
+  let catalog: ProviderCatalog = loadProviders(config.providersFile, config.providersFileSet);
   if (catalog.fromFile) log.info('providers loaded', { count: catalog.count, file: config.providersFile });
   else log.warn('no providers file; the provider list is empty until one is created and SIGHUP is sent', { file: config.providersFile });
 
@@ -73,7 +73,7 @@ export async function serve(config: Config, log: Logger, version: string): Promi
 
   process.on('SIGHUP', () => {
     try {
-      const next = loadProviders(config.providersFile);
+      const next = loadProviders(config.providersFile, config.providersFileSet);
       catalog = next;
       log.info('providers reloaded', { count: next.count, fromFile: next.fromFile });
     } catch (e) {

@@ -1,4 +1,4 @@
-// DECISIONS.md, Authentication: HS256 Bearer JWTs, checked strictly.
+// docs/TEAM-DECISIONS.md, Authentication: HS256 Bearer JWTs, checked strictly.
 import assert from 'node:assert/strict';
 import { createHmac } from 'node:crypto';
 import { connect } from 'node:net';

@@ -1,4 +1,4 @@
-// DECISIONS.md, HTTP behaviour (CLI): `export [--out FILE]` (NDJSON, consistent, while the
+// docs/TEAM-DECISIONS.md, HTTP behaviour (CLI): `export [--out FILE]` (NDJSON, consistent, while the
 // server runs) and `import FILE` (into a stopped data directory, all-or-nothing, idempotent by
 // `_id`). Everything runs against the real binary: a live server, the CLI in other processes.
 import assert from 'node:assert/strict';

@@ -1,7 +1,7 @@
-// DECISIONS.md, Running it: one file, settings from env and flags, --help, --version, the
+// docs/TEAM-DECISIONS.md, Running it: one file, settings from env and flags, --help, --version, the
 // token command, the generated secret, start-up errors, graceful shutdown.
 import assert from 'node:assert/strict';
-import { copyFileSync, existsSync, mkdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
+import { copyFileSync, existsSync, mkdirSync, readdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { join } from 'node:path';
 import { describe, test } from 'node:test';
@@ -104,13 +104,18 @@ describe('Running it', () => {
     }
   });
 
-  test('the token command run before any start creates the secret the server then uses', async () => {
+  test('"token never creates a secret. Where none exists ... it refuses (exit 2), naming the file it looked for"; once the server has made one, token signs with it', async () => {
     const dir = tempDir();
     const t = runCli(['token', '--sub', 'early'], { env: { DATA_DIR: dir } });
-    assert.equal(t.code, 0, t.stderr);
+    assert.equal(t.code, 2);
+    assert.equal(t.stdout, '', 'no token printed');
+    assert.equal(t.stderr, `chat-session-api: no signing secret: ${join(dir, 'auth-secret')} does not exist and neither AUTH_SECRET nor AUTH_SECRET_FILE is set; start the server once (it creates the secret), or give this command the server's DATA_DIR or AUTH_SECRET_FILE\n`);
+    assert.deepEqual(readdirSync(dir), [], 'nothing was created');
     const s = await startServer({ dataDir: dir, env: { AUTH_SECRET: undefined } });
     try {
-      assert.equal((await s.request('GET', '/api/v1/chat-sessions', { token: t.stdout.trim() })).status, 200);
+      const later = runCli(['token', '--sub', 'early'], { env: { DATA_DIR: dir } });
+      assert.equal(later.code, 0, later.stderr);
+      assert.equal((await s.request('GET', '/api/v1/chat-sessions', { token: later.stdout.trim() })).status, 200);
     } finally {
       await s.stop();
       removeDir(dir);

@@ -1,4 +1,4 @@
-// DECISIONS.md, "Identifiers and records" and "Sessions, beyond the spec's rows": one test per
+// docs/TEAM-DECISIONS.md, "Identifiers and records" and "Sessions, beyond the spec's rows": one test per
 // decision, named after it, against the real server over HTTP. The features added on top of
 // the spec (turns, paging, search, archive, ETags, scopes) are pinned in depth by
 // features.test.mjs; here each of those decisions gets one test of its headline behaviour.
@@ -274,7 +274,7 @@ describe("Sessions, beyond the spec's rows", () => {
     assert.deepEqual(now, s, 'a refused update changes nothing');
   });
 
-  test('"Update: provider and selectedModel non-blank" (-> 400 "X must not be blank"; name may be cleared)', async () => {
+  test('"Update: ... provider and selectedModel non-blank" (-> 400 "X must not be blank"; name may be cleared)', async () => {
     const s = await create(alice, { name: 'has a name' });
     for (const field of ['provider', 'selectedModel']) {
       for (const v of ['', ' ', '\t\n', '\u00a0']) {
@@ -289,7 +289,7 @@ describe("Sessions, beyond the spec's rows", () => {
     assert.equal(spaced.body.data.provider, '  p  ', 'a non-blank value is stored as given');
   });
 
-  test('"Update: mode a member name" ("" is not absent on update)', async () => {
+  test('"Update: ... mode a member name" ("" is not absent on update)', async () => {
     const s = await create(alice, { mode: 'Plan' });
     for (const mode of ['', ' ', 'plan', 'Debug']) {
       assert400(await alice.put(`${BASE}/${s._id}`, { mode }), 'mode must be one of: Build, Plan, Ask', JSON.stringify(mode));
@@ -376,7 +376,7 @@ describe("Sessions, beyond the spec's rows", () => {
     assert404(await alice.del(`${BASE}/${s._id}`), 'DELETE deleted');
   });
 
-  test('"Turns of a session that does not exist: 200 with []"', async () => {
+  test('"Turns of a session that does not exist ...: 200 with []"', async () => {
     const s = await create();
     await addTurn(alice, s._id);
     assert.equal((await alice.del(`${BASE}/${s._id}`)).status, 200);

@@ -3,15 +3,18 @@
 // implementation, so the server's verification is checked against another signer.
 import { spawn, spawnSync } from 'node:child_process';
 import { createHmac } from 'node:crypto';
-import { copyFileSync, mkdtempSync, rmSync, writeFileSync, mkdirSync } from 'node:fs';
+import { accessSync, constants, copyFileSync, mkdtempSync, rmSync, writeFileSync, mkdirSync } from 'node:fs';
 import { request as httpRequest, Agent } from 'node:http';
 import { tmpdir } from 'node:os';
-import { join, dirname } from 'node:path';
+import { delimiter, join, dirname } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
 export const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..');
 export const SERVER = join(ROOT, 'dist', 'server.js');
-export const EXAMPLE_PROVIDERS = join(ROOT, 'data', 'providers.json');
+/** The providers every test server gets unless it says otherwise: the tests' own file, never a user's. */
+export const TEST_PROVIDERS = join(ROOT, 'test', 'fixtures', 'providers.json');
+/** The example a fresh clone serves (npm start copies it into data/ when no providers file is there). */
+export const EXAMPLE_PROVIDERS = join(ROOT, 'examples', 'providers.json');
 export const SECRET = 'test-secret-0123456789abcdef0123456789abcdef';
 
 /**
@@ -110,14 +113,14 @@ process.on('exit', () => {
 
 /**
  * Starts dist/server.js. Options: env (extra variables), args (extra argv), dataDir (default a
- * new temp dir), providers (array written to providers.json; default the example file; null
+ * new temp dir), providers (array written to providers.json; default test/fixtures/providers.json; null
  * for none), script (another copy of the server file), cwd.
  */
 export async function startServer(opts = {}) {
   const madeDir = opts.dataDir === undefined;
   const dataDir = opts.dataDir ?? tempDir();
   mkdirSync(dataDir, { recursive: true });
-  if (opts.providers === undefined) copyFileSync(EXAMPLE_PROVIDERS, join(dataDir, 'providers.json'));
+  if (opts.providers === undefined) copyFileSync(TEST_PROVIDERS, join(dataDir, 'providers.json'));
   else if (opts.providers !== null) writeFileSync(join(dataDir, 'providers.json'), JSON.stringify(opts.providers));
   const env = {
     PATH: process.env.PATH,
@@ -249,4 +252,18 @@ export function removeDir(dir) {
 /** A create body the spec accepts. */
 export function newSession(over = {}) {
   return { projectId: 'proj-1', providerId: '665f1c2a9b1e8a0012ab34c1', selectedModel: 'gpt-4o', ...over };
+}
+
+/** The path of an executable from outside npm (a path, or a name looked up on PATH and in `more` directories), or undefined. */
+export function findExecutable(name, more = []) {
+  const paths = name.includes('/') ? [name] : [...(process.env.PATH ?? '').split(delimiter), ...more].map((d) => join(d, name));
+  for (const p of paths) {
+    try {
+      accessSync(p, constants.X_OK);
+      return p;
+    } catch {
+      // not here
+    }
+  }
+  return undefined;
 }

@@ -1,4 +1,4 @@
-// DECISIONS.md, HTTP behaviour, and malformed input of every kind: a clear 4xx in the
+// docs/TEAM-DECISIONS.md, HTTP behaviour, and malformed input of every kind: a clear 4xx in the
 // envelope, never a 500, a hang or a crash, and the server keeps serving.
 import assert from 'node:assert/strict';
 import http from 'node:http';

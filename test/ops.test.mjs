@@ -1,4 +1,4 @@
-// DECISIONS.md, HTTP behaviour and Running it: the operations features, on the real process.
+// docs/TEAM-DECISIONS.md, HTTP behaviour and Running it: the operations features, on the real process.
 // GET /metrics (Prometheus text), RATE_LIMIT and TRUST_PROXY, CORS_ORIGIN, SIGHUP reload of
 // providers.json with /healthz reporting it, and the JSON log (levels, request lines, and no
 // token, secret or apiKey ever written anywhere).

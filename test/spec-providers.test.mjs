@@ -1,4 +1,4 @@
-// The spec (api-v1.md), providers, and the providers decisions of DECISIONS.md.
+// The spec (docs/spec/api-v1.md), providers, and the providers decisions of docs/TEAM-DECISIONS.md.
 import assert from 'node:assert/strict';
 import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
@@ -153,9 +153,9 @@ describe('Providers decisions', () => {
     }
   });
 
-  test('The committed example data/providers.json loads and lists without keys', async () => {
+  test('The example examples/providers.json (what a fresh clone serves) loads and lists without keys', async () => {
     const example = JSON.parse(readFileSync(EXAMPLE_PROVIDERS, 'utf8'));
-    const s = await startServer();
+    const s = await startServer({ providers: example });
     try {
       const r = await s.as('a').get('/api/v1/providers');
       assert.equal(r.body.data.length, example.length);

@@ -2,7 +2,7 @@
 // answers all come from the declarations the server validates with, so they cannot drift.
 import { SCOPES } from '../auth/authenticate.js';
 import { CHAT_SESSION_MODES, TURN_ROLES } from '../domain/records.js';
-import { bodyJsonSchema, queryParameters } from '../domain/schema.js';
+import { bodyJsonSchema, NOT_BLANK, queryParameters, type BodySchema } from '../domain/schema.js';
 import type { ResponseDoc, RouteDef, SchemaName } from './route.js';
 
 type Json = { [key: string]: unknown };
@@ -82,7 +82,11 @@ const RESPONSES: Record<SchemaName, Json> = {
   }),
   OpenApi: { type: 'object', description: 'This document.' },
   Metrics: { type: 'string', description: 'Prometheus text exposition format.' },
+  DocsPage: { type: 'string', description: 'An HTML page that renders this document, with a try-it form per operation.' },
 };
+
+/** The media type of each success schema that is not JSON. */
+const MEDIA_TYPES: Partial<Record<SchemaName, string>> = { Metrics: 'text/plain', DocsPage: 'text/html' };
 
 function errorResponse(description: string): Json {
   return { description, content: { 'application/json': { schema: ref('Error') } } };
@@ -90,7 +94,7 @@ function errorResponse(description: string): Json {
 
 function successResponse(r: ResponseDoc): Json {
   if (r.schema === undefined) return { description: r.description };
-  const type = r.schema === 'Metrics' ? 'text/plain' : 'application/json';
+  const type = MEDIA_TYPES[r.schema] ?? 'application/json';
   const headers = r.schema === 'ChatSession' ? { headers: { ETag: { description: 'Give it back in If-Match to update only this version.', schema: { type: 'string' } } } } : {};
   return { description: r.description, ...headers, content: { [type]: { schema: RESPONSES[r.schema] } } };
 }
@@ -114,10 +118,16 @@ function commonErrors(r: RouteDef): [number, string][] {
   return out;
 }
 
+/** A body with a required field cannot be left out; one without (an update) may be empty. */
+function bodyRequired(body: BodySchema): boolean {
+  return Object.values(body.fields).some((f) => f.kind === 'string' && f.required === true);
+}
+
 function operation(r: RouteDef): Json {
   const parameters: Json[] = [];
   for (const [name, p] of Object.entries(r.params ?? {})) {
-    parameters.push({ name, in: 'path', required: true, description: p.description, schema: { type: 'string' } });
+    const schema = p.blankMessage !== undefined ? { type: 'string', ...NOT_BLANK } : { type: 'string' };
+    parameters.push({ name, in: 'path', required: true, description: p.description, schema });
   }
   if (r.query !== undefined) parameters.push(...queryParameters(r.query));
   if (r.ifMatch === true) {
@@ -135,7 +145,7 @@ function operation(r: RouteDef): Json {
     security: r.auth ? [{ bearerAuth: r.scope !== undefined ? [r.scope] : [] }] : [],
     ...(parameters.length > 0 ? { parameters } : {}),
     ...(r.body !== undefined
-      ? { requestBody: { required: false, content: { 'application/json': { schema: ref(r.body.name) } } } }
+      ? { requestBody: { required: bodyRequired(r.body), content: { 'application/json': { schema: ref(r.body.name) } } } }
       : {}),
     responses,
   };

@@ -10,8 +10,10 @@ export interface Reply {
   readonly status: number;
   readonly body: string | Buffer;
   readonly etag?: string;
-  /** Defaults to JSON; /metrics answers in Prometheus text. */
+  /** Defaults to JSON; /metrics answers in Prometheus text, /docs in HTML. */
   readonly contentType?: string;
+  /** Further header name/value pairs, flat (the page's Content-Security-Policy). */
+  readonly headers?: readonly string[];
 }
 
 /**
@@ -42,7 +44,7 @@ export interface ParamDoc {
 }
 
 /** Names of the response schemas the OpenAPI document defines. */
-export type SchemaName = 'ChatSession' | 'ChatSessionList' | 'Turn' | 'TurnList' | 'Provider' | 'ProviderList' | 'Deleted' | 'Health' | 'OpenApi' | 'Metrics';
+export type SchemaName = 'ChatSession' | 'ChatSessionList' | 'Turn' | 'TurnList' | 'Provider' | 'ProviderList' | 'Deleted' | 'Health' | 'OpenApi' | 'Metrics' | 'DocsPage';
 
 export interface ResponseDoc {
   readonly status: number;

@@ -1,6 +1,7 @@
-// The service's own routes, outside the spec's two groups: health, the OpenAPI document and
-// Prometheus metrics. None needs a token.
+// The service's own routes, outside the spec's two groups: health, the OpenAPI document, its
+// HTML reference page and Prometheus metrics. None needs a token.
 import type { Metrics } from '../metrics.js';
+import type { DocsPage } from './docs-page.js';
 import type { ProviderCatalog } from '../providers.js';
 import type { Store } from '../store/store.js';
 import { dataBody, route, type RouteDef } from './route.js';
@@ -13,6 +14,8 @@ export interface ServiceDeps {
   readonly metrics: Metrics | undefined;
   /** The OpenAPI document, serialized once the table is complete. */
   readonly openApiBody: () => string;
+  /** The reference page, built once the document is; undefined when DOCS=off: the route does not exist. */
+  readonly docsPage: (() => DocsPage) | undefined;
 }
 
 export function serviceRoutes(d: ServiceDeps): RouteDef[] {
@@ -47,6 +50,24 @@ export function serviceRoutes(d: ServiceDeps): RouteDef[] {
       },
     }),
   ];
+  const docsPage = d.docsPage;
+  if (docsPage !== undefined) {
+    routes.push(
+      route({
+        method: 'GET',
+        path: '/docs',
+        operationId: 'docs',
+        summary: 'This reference as an HTML page with a try-it form per operation (DOCS=off removes this route)',
+        tag: 'Service',
+        auth: false,
+        responses: [{ status: 200, description: 'The page', schema: 'DocsPage' }],
+        handle() {
+          const page = docsPage();
+          return { status: 200, contentType: 'text/html; charset=utf-8', body: page.html, headers: page.headers };
+        },
+      }),
+    );
+  }
   const metrics = d.metrics;
   if (metrics !== undefined) {
     routes.push(

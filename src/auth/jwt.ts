@@ -29,7 +29,7 @@ export interface VerifyOptions {
 }
 
 const B64URL = /^[A-Za-z0-9_-]*$/;
-const MAX_SUB = 200;
+export const MAX_SUB = 200;
 
 function b64urlJson(part: string): string {
   return Buffer.from(part, 'utf8').toString('base64url');

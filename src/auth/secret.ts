@@ -45,18 +45,41 @@ function looseModeWarning(file: string): string[] {
   return [];
 }
 
-/** Finds the key the server signs and verifies with, creating `$DATA_DIR/auth-secret` if none is configured. */
-export function loadSecrets(config: Config): Secrets {
-  const previous = config.authPreviousSecrets.map((s, i) => checked(`AUTH_PREVIOUS_SECRETS entry ${i + 1}`, s));
+/** The keys still accepted for verification: AUTH_PREVIOUS_SECRETS, or the lines of AUTH_PREVIOUS_SECRETS_FILE. */
+function previousKeys(config: Config): { keys: Buffer[]; warnings: string[] } {
+  const f = config.authPreviousSecretsFile;
+  if (f === undefined) return { keys: config.authPreviousSecrets.map((s, i) => checked(`AUTH_PREVIOUS_SECRETS entry ${i + 1}`, s)), warnings: [] };
+  const lines = readSecretFile('AUTH_PREVIOUS_SECRETS_FILE', f).split(/\r?\n/).map((l) => l.trim());
+  const keys: Buffer[] = [];
+  lines.forEach((l, i) => {
+    if (l !== '') keys.push(checked(`AUTH_PREVIOUS_SECRETS_FILE line ${i + 1}`, l));
+  });
+  return { keys, warnings: looseModeWarning(f) };
+}
+
+/**
+ * Finds the key the server signs and verifies with. With no key configured it is
+ * `$DATA_DIR/auth-secret`, created when missing if `create` (the server); without `create`
+ * (the token command) a missing file is an error: a token signed with a key no server has
+ * would be refused everywhere.
+ */
+export function loadSecrets(config: Config, create = true): Secrets {
+  const prev = previousKeys(config);
+  const previous = prev.keys;
   if (config.authSecret !== undefined) {
-    return { current: checked('AUTH_SECRET', config.authSecret), previous, source: 'AUTH_SECRET', file: undefined, warnings: [] };
+    return { current: checked('AUTH_SECRET', config.authSecret), previous, source: 'AUTH_SECRET', file: undefined, warnings: prev.warnings };
   }
   if (config.authSecretFile !== undefined) {
     const f = config.authSecretFile;
-    return { current: checked('AUTH_SECRET_FILE', readSecretFile('AUTH_SECRET_FILE', f)), previous, source: 'AUTH_SECRET_FILE', file: f, warnings: looseModeWarning(f) };
+    return { current: checked('AUTH_SECRET_FILE', readSecretFile('AUTH_SECRET_FILE', f)), previous, source: 'AUTH_SECRET_FILE', file: f, warnings: [...looseModeWarning(f), ...prev.warnings] };
   }
   const file = join(config.dataDir, SECRET_FILE);
   let source: Secrets['source'] = 'data directory';
+  if (!existsSync(file) && !create) {
+    throw new ConfigError(
+      `no signing secret: ${file} does not exist and neither AUTH_SECRET nor AUTH_SECRET_FILE is set; start the server once (it creates the secret), or give this command the server's DATA_DIR or AUTH_SECRET_FILE`,
+    );
+  }
   if (!existsSync(file)) {
     mkdirSync(config.dataDir, { recursive: true });
     try {
@@ -76,5 +99,5 @@ export function loadSecrets(config: Config): Secrets {
     }
   }
   const key = checked(file, readSecretFile('AUTH_SECRET_FILE', file));
-  return { current: key, previous, source, file, warnings: looseModeWarning(file) };
+  return { current: key, previous, source, file, warnings: [...looseModeWarning(file), ...prev.warnings] };
 }

@@ -185,14 +185,20 @@ export function validateQuery<F extends Record<string, QueryField>>(schema: Quer
 
 type JsonSchema = { readonly [key: string]: unknown };
 
+/** JSON Schema for a string that must not be blank after trimming. */
+export const NOT_BLANK: JsonSchema = { minLength: 1, pattern: '\\S' };
+
 function fieldJsonSchema(f: BodyField | QueryField): JsonSchema {
   switch (f.kind) {
     case 'string':
       return {
         type: 'string',
         description: f.description,
+        // refused when blank after trimming: at least one character, and one that is not white space
+        ...(f.oneOf === undefined && (f.required === true || f.notBlank === true) ? NOT_BLANK : {}),
         ...(f.maxLength !== undefined ? { maxLength: f.maxLength } : {}),
-        ...(f.oneOf !== undefined ? { enum: [...f.oneOf] } : {}),
+        // where "" counts as absent it is accepted, so the enum says so
+        ...(f.oneOf !== undefined ? { enum: f.emptyIsAbsent === true ? [...f.oneOf, ''] : [...f.oneOf] } : {}),
       };
     case 'object':
       return { type: 'object', description: `${f.description} At most ${f.maxBytes} bytes as JSON, nested at most ${f.maxDepth} levels.`, additionalProperties: true };

@@ -244,7 +244,7 @@ export class Pipeline {
 
   private reply(x: Exchange, r: Answer): void {
     if ('stream' in r) this.stream(x, r);
-    else this.send(x, r.status, r.body, r.contentType, r.etag === undefined ? undefined : ['etag', r.etag]);
+    else this.send(x, r.status, r.body, r.contentType, r.etag === undefined ? r.headers : ['etag', r.etag, ...(r.headers ?? [])]);
   }
 
   /**
@@ -299,7 +299,7 @@ export class Pipeline {
     this.send(x, status, JSON.stringify({ success: false, message }), undefined, more);
   }
 
-  private send(x: Exchange, status: number, body: string | Buffer, contentType: string | undefined, more: string[] | undefined): void {
+  private send(x: Exchange, status: number, body: string | Buffer, contentType: string | undefined, more: readonly string[] | undefined): void {
     const { res } = x;
     if (res.headersSent || res.destroyed) {
       this.logRequest(x, status);

@@ -1,0 +1,295 @@
+// The script of GET /docs, inlined into the page by build.mjs: renders the OpenAPI document
+// embedded beside it (every operation, its parameters, body, answers and errors, and the
+// schemas) and runs the try-it forms with the token pasted at the top. Browser JavaScript,
+// no dependency; it loads nothing and talks only to the server that served it.
+(function () {
+  'use strict';
+  const doc = JSON.parse(document.getElementById('openapi').textContent);
+  const app = document.getElementById('app');
+  const METHODS = ['get', 'put', 'post', 'delete', 'patch', 'head', 'options'];
+  let token = '';
+
+  /** An element with attributes (class, id, data-*, for, ...) and children (nodes or text). */
+  function el(tag, attrs, ...children) {
+    const e = document.createElement(tag);
+    for (const [k, v] of Object.entries(attrs || {})) {
+      if (v === undefined || v === null || v === false) continue;
+      if (k === 'class') e.className = v;
+      else e.setAttribute(k, v === true ? '' : String(v));
+    }
+    for (const c of children.flat()) if (c !== undefined && c !== null && c !== false) e.append(c instanceof Node ? c : String(c));
+    return e;
+  }
+
+  /** A description with its `code` spans shown as code. */
+  const prose = (text) => (text || '').split('`').map((part, i) => (i % 2 === 1 ? el('code', null, part) : part));
+
+  const refName = (ref) => ref.replace('#/components/schemas/', '');
+  const resolve = (s) => (s && s.$ref !== undefined ? doc.components.schemas[refName(s.$ref)] || {} : s || {});
+
+  /** One line saying what a schema allows: type, enum, const, lengths, pattern, range. */
+  function schemaSummary(schema) {
+    if (!schema) return '';
+    if (schema.$ref !== undefined) return el('a', { href: `#schema-${refName(schema.$ref)}`, class: 'ref' }, refName(schema.$ref));
+    const parts = [];
+    if ('const' in schema) parts.push(`= ${JSON.stringify(schema.const)}`);
+    else if (schema.enum) parts.push(`one of ${schema.enum.map((v) => JSON.stringify(v)).join(', ')}`);
+    else if (schema.type === 'array') {
+      return el('span', null, 'array of ', schemaSummary(schema.items));
+    } else if (schema.type === 'object' && schema.properties) {
+      const fields = Object.entries(schema.properties).map(([k, p], i) => [i > 0 ? ', ' : '', el('code', null, k), ': ', schemaSummary(p)]);
+      return el('span', null, '{ ', fields, ' }');
+    } else if (schema.type !== undefined) parts.push([].concat(schema.type).join(' | '));
+    if (schema.format) parts.push(schema.format);
+    if (schema.minLength !== undefined) parts.push(`at least ${schema.minLength} character${schema.minLength === 1 ? '' : 's'}`);
+    if (schema.maxLength !== undefined) parts.push(`at most ${schema.maxLength} characters`);
+    if (schema.pattern !== undefined) parts.push(schema.pattern === '\\S' ? 'not blank' : `matches ${schema.pattern}`);
+    if (schema.minimum !== undefined || schema.maximum !== undefined) parts.push(`${schema.minimum ?? '…'} to ${schema.maximum ?? '…'}`);
+    return el('span', null, parts.join(', '));
+  }
+
+  /** A table of an object schema's properties; nested objects get their own table. */
+  function propertiesTable(schema) {
+    const s = resolve(schema);
+    const props = Object.entries(s.properties || {});
+    if (props.length === 0) return el('p', { class: 'schema' }, schemaSummary(schema), s.description ? ` ${s.description}` : '');
+    const required = new Set(s.required || []);
+    const rows = props.map(([name, p]) =>
+      el(
+        'tr',
+        null,
+        el('td', null, el('code', null, name), required.has(name) ? el('span', { class: 'req' }, ' required') : ''),
+        el('td', null, schemaSummary(p)),
+        el('td', null, prose(p.description), p.type === 'object' && p.properties ? propertiesTable(p) : ''),
+      ),
+    );
+    return el('table', { class: 'props' }, el('thead', null, el('tr', null, el('th', null, 'field'), el('th', null, 'type'), el('th', null, 'meaning'))), el('tbody', null, rows));
+  }
+
+  /** A starting body for the try-it form: the required fields with a value of their type. */
+  function exampleBody(schema) {
+    const s = resolve(schema);
+    const body = {};
+    for (const name of s.required || []) {
+      const p = resolve((s.properties || {})[name]);
+      body[name] = p.enum ? p.enum[0] : p.type === 'object' ? {} : p.type === 'integer' ? 1 : '';
+    }
+    return JSON.stringify(body, null, 2);
+  }
+
+  function operations() {
+    const out = [];
+    for (const [path, item] of Object.entries(doc.paths)) {
+      for (const method of METHODS) if (item[method]) out.push({ path, method, op: item[method] });
+    }
+    return out;
+  }
+
+  function parametersSection(op) {
+    const params = op.parameters || [];
+    if (params.length === 0) return el('p', { class: 'none' }, 'No parameters.');
+    return el(
+      'table',
+      { class: 'params' },
+      el('thead', null, el('tr', null, el('th', null, 'parameter'), el('th', null, 'in'), el('th', null, 'type'), el('th', null, 'meaning'))),
+      el(
+        'tbody',
+        null,
+        params.map((p) =>
+          el(
+            'tr',
+            null,
+            el('td', null, el('code', null, p.name), p.required ? el('span', { class: 'req' }, ' required') : ''),
+            el('td', null, p.in),
+            el('td', null, schemaSummary(p.schema)),
+            el('td', null, prose(p.description)),
+          ),
+        ),
+      ),
+    );
+  }
+
+  function bodySection(op) {
+    const rb = op.requestBody;
+    if (!rb) return '';
+    const [type, media] = Object.entries(rb.content)[0];
+    return el(
+      'div',
+      { class: 'body' },
+      el('h4', null, 'Request body ', el('span', { class: rb.required ? 'req' : 'opt' }, rb.required ? '(required)' : '(optional)'), ` ${type}: `, schemaSummary(media.schema)),
+      propertiesTable(media.schema),
+    );
+  }
+
+  function responsesSection(op) {
+    const rows = Object.entries(op.responses).map(([status, r]) => {
+      const [type, media] = Object.entries(r.content || {})[0] || [];
+      return el(
+        'tr',
+        { class: Number(status) >= 400 ? 'error' : 'success' },
+        el('td', null, el('code', null, status)),
+        el('td', null, prose(r.description)),
+        el('td', null, type ? el('span', null, `${type} `, schemaSummary(media.schema)) : ''),
+      );
+    });
+    return el(
+      'table',
+      { class: 'responses' },
+      el('thead', null, el('tr', null, el('th', null, 'status'), el('th', null, 'answer'), el('th', null, 'body'))),
+      el('tbody', null, rows),
+    );
+  }
+
+  /** The try-it form of one operation: its parameters, its body, Send, and the answer. */
+  function tryIt(path, method, op) {
+    const params = op.parameters || [];
+    const inputs = params.map((p) => {
+      const id = `in-${op.operationId}-${p.in}-${p.name}`;
+      return {
+        p,
+        label: el('label', { for: id }, `${p.name} (${p.in})`),
+        input: el('input', { id, name: p.name, 'data-in': p.in, placeholder: p.required ? 'required' : 'optional', autocomplete: 'off' }),
+      };
+    });
+    const media = op.requestBody ? Object.values(op.requestBody.content)[0] : undefined;
+    const body = media ? el('textarea', { name: 'body', rows: 6, spellcheck: 'false', 'aria-label': 'request body (JSON)' }) : undefined;
+    if (body) body.value = exampleBody(media.schema);
+    const answer = el('pre', { class: 'answer', 'aria-live': 'polite' });
+    const send = el('button', { type: 'submit' }, 'Send');
+    const form = el(
+      'form',
+      { class: 'try', 'data-operation-id': op.operationId },
+      el('h4', null, 'Try it'),
+      inputs.map((i) => el('div', { class: 'field' }, i.label, i.input)),
+      body ? el('div', { class: 'field' }, el('label', null, 'body (JSON)'), body) : '',
+      send,
+      answer,
+    );
+    form.addEventListener('submit', async (event) => {
+      event.preventDefault();
+      let url = path;
+      const query = new URLSearchParams();
+      const headers = {};
+      for (const { p, input } of inputs) {
+        const v = input.value;
+        if (p.in === 'path') url = url.replace(`{${p.name}}`, encodeURIComponent(v));
+        else if (v !== '' && p.in === 'query') query.append(p.name, v);
+        else if (v !== '' && p.in === 'header') headers[p.name] = v;
+      }
+      const q = query.toString();
+      if (q !== '') url += `?${q}`;
+      const needsToken = Array.isArray(op.security) && op.security.length > 0;
+      if (needsToken && token !== '') headers.Authorization = `Bearer ${token}`;
+      const init = { method: method.toUpperCase(), headers, cache: 'no-store', credentials: 'omit' };
+      if (body && body.value.trim() !== '') {
+        headers['Content-Type'] = 'application/json';
+        init.body = body.value;
+      }
+      answer.textContent = `${init.method} ${url} …`;
+      form.dataset.state = 'sending';
+      send.disabled = true;
+      try {
+        const res = await fetch(url, init);
+        const text = await res.text();
+        let shown = text;
+        try {
+          if ((res.headers.get('content-type') || '').startsWith('application/json')) shown = JSON.stringify(JSON.parse(text), null, 2);
+        } catch {
+          // not JSON after all: shown as it came
+        }
+        const lines = [`${init.method} ${url}`, `HTTP ${res.status} ${res.statusText}`];
+        for (const h of ['content-type', 'etag', 'x-request-id', 'retry-after', 'www-authenticate']) {
+          const v = res.headers.get(h);
+          if (v !== null) lines.push(`${h}: ${v}`);
+        }
+        answer.textContent = `${lines.join('\n')}\n\n${shown}`;
+        answer.dataset.status = String(res.status);
+        form.dataset.state = 'answered';
+      } catch (e) {
+        answer.textContent = `${init.method} ${url}\nno answer: ${e && e.message ? e.message : e}`;
+        answer.dataset.status = 'failed';
+        form.dataset.state = 'failed';
+      } finally {
+        send.disabled = false;
+      }
+    });
+    return form;
+  }
+
+  function operationSection({ path, method, op }) {
+    const needsToken = Array.isArray(op.security) && op.security.length > 0;
+    const scopes = needsToken ? op.security.flatMap((s) => Object.values(s).flat()) : [];
+    return el(
+      'section',
+      { class: 'op', id: `op-${op.operationId}`, 'data-operation-id': op.operationId, 'data-method': method.toUpperCase(), 'data-path': path },
+      el('h3', null, el('span', { class: `method ${method}` }, method.toUpperCase()), ' ', el('code', { class: 'path' }, path)),
+      el('p', { class: 'summary' }, prose(op.summary)),
+      el('p', { class: 'auth' }, needsToken ? `Needs a Bearer token${scopes.length > 0 ? ` with the scope ${scopes.join(' ')}` : ''}.` : 'No token needed.'),
+      el('h4', null, 'Parameters'),
+      parametersSection(op),
+      bodySection(op),
+      el('h4', null, 'Answers and errors'),
+      responsesSection(op),
+      tryIt(path, method, op),
+    );
+  }
+
+  function render() {
+    const ops = operations();
+    const tags = (doc.tags || []).map((t) => t.name);
+    for (const { op } of ops) for (const t of op.tags || ['Other']) if (!tags.includes(t)) tags.push(t);
+    const tokenInput = el('input', { id: 'token', type: 'password', autocomplete: 'off', spellcheck: 'false', placeholder: 'paste a token' });
+    tokenInput.addEventListener('input', () => {
+      token = tokenInput.value.trim();
+    });
+    const scheme = doc.components && doc.components.securitySchemes && doc.components.securitySchemes.bearerAuth;
+    app.replaceChildren(
+      el(
+        'header',
+        null,
+        el('h1', null, `${doc.info.title} `, el('small', null, doc.info.version)),
+        el('p', null, doc.info.description || ''),
+        el('p', null, 'The OpenAPI document itself: ', el('a', { href: '/api/v1/openapi.json' }, '/api/v1/openapi.json'), '.'),
+        el(
+          'div',
+          { class: 'token' },
+          el('label', { for: 'token' }, 'Token for the try-it forms '),
+          tokenInput,
+          el('p', { class: 'hint' }, scheme && scheme.description ? scheme.description : '', ' Mint one with ', el('code', null, 'node dist/server.js token --sub <user>'), '. It is kept in this page only and sent as Authorization: Bearer.'),
+        ),
+      ),
+      el(
+        'nav',
+        { 'aria-label': 'operations' },
+        tags.map((t) =>
+          el(
+            'div',
+            null,
+            el('h2', null, t),
+            el(
+              'ul',
+              null,
+              ops.filter(({ op }) => (op.tags || ['Other']).includes(t)).map(({ path, method, op }) => el('li', null, el('a', { href: `#op-${op.operationId}` }, el('span', { class: `method ${method}` }, method.toUpperCase()), ' ', path))),
+            ),
+          ),
+        ),
+      ),
+      el(
+        'main',
+        null,
+        tags.map((t) => el('div', { class: 'tag' }, el('h2', null, t), ops.filter(({ op }) => (op.tags || ['Other']).includes(t)).map(operationSection))),
+        el(
+          'div',
+          { class: 'schemas' },
+          el('h2', null, 'Schemas'),
+          Object.entries(doc.components.schemas).map(([name, s]) => el('section', { id: `schema-${name}`, class: 'schema' }, el('h3', null, name), propertiesTable(s))),
+        ),
+      ),
+    );
+    document.title = `${doc.info.title} ${doc.info.version}: API reference`;
+    document.body.dataset.operations = String(ops.length);
+    if (location.hash !== '') document.getElementById(decodeURIComponent(location.hash.slice(1)))?.scrollIntoView();
+  }
+
+  render();
+})();

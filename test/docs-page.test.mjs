@@ -1,0 +1,212 @@
+// GET /docs, the API reference page (docs/DECISIONS.md, "The reference page"): what the server
+// sends, and the page itself in headless Chromium: it lists every operation of the OpenAPI
+// document, loads nothing from anywhere, and its try-it form calls the API with a pasted token.
+import assert from 'node:assert/strict';
+import { createHash } from 'node:crypto';
+import { Script } from 'node:vm';
+import { after, before, describe, test } from 'node:test';
+import { Browser, chromiumOrSkip } from './chromium.mjs';
+import { removeDir, runCli, SECRET, startServer } from './helpers.mjs';
+
+/** The text of every inline <script> (without a type) and <style> of a page. */
+function inlineBlocks(html) {
+  const scripts = [...html.matchAll(/<script>([\s\S]*?)<\/script>/g)].map((m) => m[1]);
+  const styles = [...html.matchAll(/<style>([\s\S]*?)<\/style>/g)].map((m) => m[1]);
+  return { scripts, styles };
+}
+
+const hash = (text) => `'sha256-${createHash('sha256').update(text, 'utf8').digest('base64')}'`;
+
+function operationIds(doc) {
+  const ids = [];
+  for (const item of Object.values(doc.paths)) for (const op of Object.values(item)) ids.push(op.operationId);
+  return ids.sort();
+}
+
+let server;
+let doc;
+before(async () => {
+  server = await startServer();
+  doc = (await server.request('GET', '/api/v1/openapi.json')).body;
+});
+after(async () => {
+  await server.stop();
+  removeDir(server.dataDir);
+});
+
+describe('The reference page', () => {
+
+  test('"GET /docs is an HTML page rendered from the OpenAPI document the server builds from its route table" (no token; the document in the page is the one /api/v1/openapi.json serves; /docs is in it)', async () => {
+    const r = await server.request('GET', '/docs');
+    assert.equal(r.status, 200);
+    assert.equal(r.headers['content-type'], 'text/html; charset=utf-8');
+    const m = /<script type="application\/json" id="openapi">([\s\S]*?)<\/script>/.exec(r.text);
+    assert.ok(m, 'the document is embedded');
+    assert.deepEqual(JSON.parse(m[1]), doc);
+    assert.equal(doc.paths['/docs'].get.operationId, 'docs');
+    assert.deepEqual(Object.keys(doc.paths['/docs'].get.responses['200'].content), ['text/html']);
+    const { scripts } = inlineBlocks(r.text);
+    assert.equal(scripts.length, 1);
+    assert.doesNotThrow(() => new Script(scripts[0]), 'the page script parses');
+  });
+
+  test('"Self-contained. The document, the script and the style are in the page; it loads nothing else" ... "Content-Security-Policy: default-src \'none\' with the script and style allowed by their SHA-256 hashes and connect-src \'self\'"', async () => {
+    const r = await server.request('GET', '/docs');
+    const csp = r.headers['content-security-policy'];
+    assert.ok(csp, 'a Content-Security-Policy is sent');
+    const directives = Object.fromEntries(csp.split(';').map((d) => d.trim().split(/\s+/)).map(([k, ...v]) => [k, v]));
+    assert.deepEqual(directives['default-src'], ["'none'"]);
+    assert.deepEqual(directives['connect-src'], ["'self'"]);
+    assert.deepEqual(directives['frame-ancestors'], ["'none'"]);
+    const { scripts, styles } = inlineBlocks(r.text);
+    assert.deepEqual(directives['script-src'], scripts.map(hash));
+    assert.deepEqual(directives['style-src'], styles.map(hash));
+    assert.ok(!csp.includes('unsafe-inline') && !csp.includes('unsafe-eval'));
+    assert.doesNotMatch(r.text, /<(script|link|img|iframe)[^>]*\s(src|href)="(?!data:)/i, 'no element loads a resource');
+    assert.doesNotMatch(r.text, /@import|url\(\s*['"]?(https?:)?\/\//i, 'the style loads nothing');
+    assert.doesNotMatch(r.text.replace(/<script type="application\/json"[\s\S]*?<\/script>/, ''), /https?:\/\//, 'no address outside this server');
+  });
+
+  test('"DOCS=off removes the route (404 and absent from the OpenAPI document), like METRICS=off"', async () => {
+    const off = await startServer({ env: { DOCS: 'off' } });
+    try {
+      assert.equal((await off.request('GET', '/docs')).status, 404);
+      const d = (await off.request('GET', '/api/v1/openapi.json')).body;
+      assert.equal(d.paths['/docs'], undefined);
+    } finally {
+      await off.stop();
+      removeDir(off.dataDir);
+    }
+    const help = runCli(['--help']);
+    assert.match(help.stdout, /DOCS \/ --docs\s+on or off: GET \/docs/);
+  });
+
+  test('"The browser test drives Debian\'s Chromium over the DevTools protocol on a pipe": the page lists every operation of the document, its requests go to this server only, no error is logged (a CSP refusal would be), and a try-it call of GET /api/v1/providers with a minted token shows the answer', async (t) => {
+    if (!chromiumOrSkip(t)) return;
+    const browser = await Browser.launch();
+    try {
+      const requests = [];
+      const problems = [];
+      browser.on((method, p) => {
+        if (method === 'Network.requestWillBeSent') requests.push({ url: p.request.url, headers: p.request.headers });
+        if (method === 'Log.entryAdded' && p.entry.level === 'error') problems.push(`${p.entry.source}: ${p.entry.text}`);
+        if (method === 'Runtime.exceptionThrown') problems.push(p.exceptionDetails.exception?.description ?? p.exceptionDetails.text);
+        if (method === 'Runtime.consoleAPICalled' && p.type === 'error') problems.push(JSON.stringify(p.args));
+      });
+      await Promise.all([browser.send('Page.enable'), browser.send('Network.enable'), browser.send('Log.enable'), browser.send('Runtime.enable')]);
+      const loaded = browser.waitFor('Page.loadEventFired');
+      await browser.send('Page.navigate', { url: `${server.url}/docs` });
+      await loaded;
+
+      const listed = await browser.evaluate(`[...document.querySelectorAll('section.op')].map((s) => s.dataset.operationId).sort()`);
+      assert.deepEqual(listed, operationIds(doc), 'every operation of the document, each once');
+      const forms = await browser.evaluate(`document.querySelectorAll('form.try').length`);
+      assert.equal(forms, listed.length, 'a try-it form per operation');
+      // every parameter and every documented answer of each operation is on the page
+      for (const [path, item] of Object.entries(doc.paths)) {
+        for (const op of Object.values(item)) {
+          const shown = await browser.evaluate(`(() => {
+            const s = document.getElementById(${JSON.stringify(`op-${op.operationId}`)});
+            return { path: s.dataset.path, statuses: [...s.querySelectorAll('table.responses td:first-child code')].map((c) => c.textContent),
+                     params: [...s.querySelectorAll('table.params td:first-child code')].map((c) => c.textContent) };
+          })()`);
+          assert.equal(shown.path, path);
+          assert.deepEqual(shown.statuses, Object.keys(op.responses), `${op.operationId}: answers and errors`);
+          assert.deepEqual(shown.params, (op.parameters ?? []).map((p) => p.name), `${op.operationId}: parameters`);
+        }
+      }
+
+      const minted = runCli(['token', '--sub', 'docs-reader'], { env: { AUTH_SECRET: SECRET } });
+      assert.equal(minted.code, 0, minted.stderr);
+      const token = minted.stdout.trim();
+      const answer = await browser.evaluate(`(async () => {
+        const input = document.getElementById('token');
+        input.value = ${JSON.stringify(token)};
+        input.dispatchEvent(new Event('input'));
+        const form = document.querySelector('form.try[data-operation-id="listProviders"]');
+        const done = new Promise((resolve) => {
+          const seen = () => form.dataset.state === 'answered' || form.dataset.state === 'failed';
+          new MutationObserver(() => seen() && resolve()).observe(form, { attributes: true });
+        });
+        form.querySelector('button[type=submit]').click();
+        await done;
+        return { state: form.dataset.state, status: form.querySelector('.answer').dataset.status, text: form.querySelector('.answer').textContent };
+      })()`);
+      assert.equal(answer.state, 'answered', answer.text);
+      assert.equal(answer.status, '200');
+      assert.match(answer.text, /^GET \/api\/v1\/providers\nHTTP 200 OK\n/);
+      const direct = await server.as('docs-reader').get('/api/v1/providers');
+      assert.ok(answer.text.endsWith(JSON.stringify(direct.body, null, 2)), answer.text);
+
+      const call = requests.find((r) => r.url === `${server.url}/api/v1/providers`);
+      assert.ok(call, 'the form called the API');
+      assert.equal(call.headers.Authorization, `Bearer ${token}`);
+      assert.deepEqual(requests.filter((r) => !r.url.startsWith(`${server.url}/`)), [], 'no request leaves this server');
+      assert.deepEqual(requests.map((r) => new URL(r.url).pathname), ['/docs', '/api/v1/providers']);
+      assert.deepEqual(problems, []);
+    } finally {
+      await browser.close();
+    }
+  });
+});
+
+describe('The OpenAPI document', () => {
+  const schemaOf = (path, method) => {
+    const ref = doc.paths[path][method].requestBody.content['application/json'].schema.$ref;
+    return doc.components.schemas[ref.replace('#/components/schemas/', '')];
+  };
+
+  test('"A body with a required field is required: true (create a session, record a turn); an update body may be left out"', async () => {
+    assert.equal(doc.paths['/api/v1/chat-sessions'].post.requestBody.required, true);
+    assert.equal(doc.paths['/api/v1/chat-sessions/{id}/turns'].post.requestBody.required, true);
+    assert.equal(doc.paths['/api/v1/chat-sessions/{id}'].put.requestBody.required, false);
+    for (const item of Object.values(doc.paths)) {
+      for (const op of Object.values(item)) {
+        if (op.requestBody === undefined) continue;
+        const ref = op.requestBody.content['application/json'].schema.$ref;
+        const schema = doc.components.schemas[ref.replace('#/components/schemas/', '')];
+        assert.equal(op.requestBody.required, (schema.required ?? []).length > 0, op.operationId);
+      }
+    }
+    // and it is true: the update answers an empty body, the create refuses it
+    const u = server.as('alice');
+    const s = (await u.post('/api/v1/chat-sessions', { projectId: 'p', providerId: 'x', selectedModel: 'm' })).body.data;
+    assert.equal((await server.request('PUT', `/api/v1/chat-sessions/${s._id}`, { token: u.token })).status, 200);
+    assert.equal((await server.request('POST', '/api/v1/chat-sessions', { token: u.token })).status, 400);
+  });
+
+  test('"A string refused when blank (a required field, provider and selectedModel on update, the session id in the path) has minLength: 1 and pattern: "\\S""', async () => {
+    const create = schemaOf('/api/v1/chat-sessions', 'post');
+    for (const f of ['projectId', 'providerId', 'selectedModel']) {
+      assert.equal(create.properties[f].minLength, 1, f);
+      assert.equal(create.properties[f].pattern, '\\S', f);
+    }
+    assert.equal(create.properties.name.minLength, undefined, 'name may be empty');
+    const update = schemaOf('/api/v1/chat-sessions/{id}', 'put');
+    for (const f of ['provider', 'selectedModel']) assert.equal(update.properties[f].minLength, 1, f);
+    assert.equal(update.properties.name.minLength, undefined);
+    const turn = schemaOf('/api/v1/chat-sessions/{id}/turns', 'post');
+    assert.equal(turn.properties.content.minLength, 1);
+    const id = doc.paths['/api/v1/chat-sessions/{id}'].get.parameters.find((p) => p.name === 'id');
+    assert.deepEqual(id.schema, { type: 'string', minLength: 1, pattern: '\\S' });
+    // and the server does refuse what the pattern refuses
+    const u = server.as('alice');
+    const blank = await u.post('/api/v1/chat-sessions', { projectId: ' \t', providerId: 'x', selectedModel: 'm' });
+    assert.equal(blank.status, 400);
+    assert.equal(new RegExp(create.properties.projectId.pattern, 'u').test(' \t'), false);
+  });
+
+  test('"An enum lists what is accepted: on create, mode lists "" beside the member names, since an empty mode means Build there"', async () => {
+    const create = schemaOf('/api/v1/chat-sessions', 'post');
+    assert.deepEqual(create.properties.mode.enum, ['Build', 'Plan', 'Ask', '']);
+    assert.match(create.properties.mode.description, /Build, Plan, Ask/);
+    const update = schemaOf('/api/v1/chat-sessions/{id}', 'put');
+    assert.deepEqual(update.properties.mode.enum, ['Build', 'Plan', 'Ask']);
+    const u = server.as('alice');
+    const r = await u.post('/api/v1/chat-sessions', { projectId: 'p', providerId: 'x', selectedModel: 'm', mode: '' });
+    assert.equal(r.status, 201);
+    assert.equal(r.body.data.mode, 'Build');
+    const s = r.body.data;
+    assert.equal((await u.put(`/api/v1/chat-sessions/${s._id}`, { mode: '' })).status, 400);
+  });
+});

@@ -1,0 +1,208 @@
+// Runs the README's walkthrough as a reader would: every ```console block, in order, its `$ `
+// commands typed into one bash session (so $TOKEN and $H carry over) in a fresh folder that
+// has `dist/` and what `npm start` makes (the example providers, a generated secret), against
+// a real server; each command's output must be what the README prints under it.
+//
+// What differs from run to run is matched, not compared: record ids, cursors and ETags are
+// bound the first time the README shows them (the README's value stands for this run's value
+// from then on, in later outputs and in later commands), timestamps match any timestamp, and
+// `...` in a printed output stands for any text within the line. `localhost:3000` is this run's
+// server. A comment `<!-- walkthrough: restart NAME=value ... -->` right before a block restarts
+// the server on the same data with those settings, as the README tells the reader to.
+//
+//   node test/walkthrough.mjs --write   rewrites the outputs that no longer match with this
+//                                        run's (ids mapped back to the README's), for review
+import { spawn, spawnSync } from 'node:child_process';
+import { readFileSync, symlinkSync, writeFileSync } from 'node:fs';
+import { dirname, join } from 'node:path';
+import { pathToFileURL } from 'node:url';
+import { ROOT, STORE, removeDir, startServer, tempDir } from './helpers.mjs';
+
+export const README = join(ROOT, 'README.md');
+
+/** The steps of every console block: {line, command, expected: {from, to, text}, restart?}. */
+export function parseWalkthrough(text) {
+  const lines = text.split('\n');
+  const steps = [];
+  for (let i = 0; i < lines.length; i++) {
+    if (lines[i] !== '```console') continue;
+    const directive = /^<!-- walkthrough: restart(.*)-->$/.exec(lines[i - 1] ?? '');
+    let restart = directive ? Object.fromEntries(directive[1].trim().split(/\s+/).filter((w) => w !== '').map((w) => w.split('='))) : undefined;
+    let j = i + 1;
+    while (j < lines.length && lines[j] !== '```') {
+      if (!lines[j].startsWith('$ ')) throw new Error(`README.md line ${j + 1}: a console block must start each command with "$ "`);
+      const line = j + 1;
+      const command = [lines[j].slice(2)];
+      while (command.at(-1).endsWith('\\')) command.push(lines[++j]);
+      j++;
+      const from = j;
+      while (j < lines.length && lines[j] !== '```' && !lines[j].startsWith('$ ')) j++;
+      let to = j;
+      while (to > from && lines[to - 1] === '') to--;
+      steps.push({ line, command: command.join('\n'), expected: { from, to, text: lines.slice(from, to).join('\n') }, restart });
+      restart = undefined;
+    }
+    i = j;
+  }
+  return steps;
+}
+
+// what varies between runs; the bound kinds stand for one value each
+const VARIABLE = /(\.\.\.)|(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z)|(?<![0-9a-f])([0-9a-f]{24})(?![0-9a-f])|([A-Za-z0-9_-]{16,}\.[A-Za-z0-9_-]{8,})|((?<=etag: ")[A-Za-z0-9_+/=-]+(?="))/g;
+const KIND_PATTERN = { 3: '[0-9a-f]{24}', 4: '[A-Za-z0-9_-]+\\.[A-Za-z0-9_-]+', 5: '[A-Za-z0-9_+/=-]+' };
+const escape = (s) => s.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
+
+/** The bound values (by kind) of a text, in order of appearance, each once. */
+function variablesOf(text) {
+  const out = [];
+  for (const m of text.matchAll(VARIABLE)) {
+    for (const kind of [3, 4, 5]) if (m[kind] !== undefined && !out.some((v) => v.value === m[kind])) out.push({ kind, value: m[kind] });
+  }
+  return out;
+}
+
+/**
+ * Matches an actual output against the README's text. Returns the new bindings (README value
+ * -> actual value) on success, or undefined.
+ */
+export function matchOutput(expected, actual, bindings) {
+  let source = '';
+  let at = 0;
+  const groups = [];
+  for (const m of expected.matchAll(VARIABLE)) {
+    source += escape(expected.slice(at, m.index));
+    at = m.index + m[0].length;
+    if (m[1] !== undefined) source += '[^\\n]*?';
+    else if (m[2] !== undefined) source += '\\d{4}-\\d\\d-\\d\\dT\\d\\d:\\d\\d:\\d\\d\\.\\d{3}Z';
+    else {
+      const kind = [3, 4, 5].find((k) => m[k] !== undefined);
+      const value = m[kind];
+      if (bindings.has(value)) source += escape(bindings.get(value));
+      else {
+        const seen = groups.indexOf(value);
+        if (seen !== -1) source += `\\k<g${seen}>`;
+        else {
+          source += `(?<g${groups.length}>${KIND_PATTERN[kind]})`;
+          groups.push(value);
+        }
+      }
+    }
+  }
+  source += escape(expected.slice(at));
+  const m = new RegExp(`^${source}$`).exec(actual);
+  if (m === null) return undefined;
+  const found = new Map(groups.map((value, i) => [value, m.groups[`g${i}`]]));
+  const taken = new Set(bindings.values());
+  for (const v of found.values()) if (taken.has(v)) return undefined; // two README values for one real one
+  return found;
+}
+
+/** One bash session: `run(command)` types it and resolves its output (stdout and stderr, as a terminal shows them). */
+function shell(cwd, env) {
+  const bash = spawn('bash', ['--noprofile', '--norc'], { cwd, env, stdio: ['pipe', 'pipe', 'pipe'] });
+  let buf = '';
+  let waiting;
+  bash.stdout.setEncoding('utf8');
+  bash.stdout.on('data', (d) => {
+    buf += d;
+    const end = buf.indexOf('\n\x1fend\x1f\n');
+    if (end !== -1 && waiting) {
+      const out = buf.slice(0, end);
+      buf = buf.slice(end + 7);
+      const w = waiting;
+      waiting = undefined;
+      w(out);
+    }
+  });
+  bash.stdin.write('exec 2>&1\n');
+  return {
+    run(command, timeoutMs = 60_000) {
+      return new Promise((resolve, reject) => {
+        const timer = setTimeout(() => reject(new Error(`no answer within ${timeoutMs} ms to: ${command}`)), timeoutMs);
+        waiting = (out) => {
+          clearTimeout(timer);
+          resolve(out);
+        };
+        bash.stdin.write(`${command}\nprintf '\\n\\037end\\037\\n'\n`);
+      });
+    },
+    close() {
+      bash.stdin.end();
+      return new Promise((resolve) => (bash.exitCode !== null ? resolve() : bash.on('exit', resolve)));
+    },
+  };
+}
+
+/**
+ * Runs the walkthrough of `text` (the README). Returns {steps, failures: [{step, actual}], bindings}.
+ * With `write`, every failed step also gets `replacement`: this run's output in the README's ids.
+ */
+export async function runWalkthrough(text, { write = false } = {}) {
+  const steps = parseWalkthrough(text);
+  const dir = tempDir('csa-walkthrough-');
+  symlinkSync(join(ROOT, 'dist'), join(dir, 'dist'));
+  // what `npm start` does before it serves: the example providers into ./data
+  const seeded = spawnSync(process.execPath, [join(ROOT, 'scripts', 'example-providers.mjs')], { cwd: dir, env: { PATH: process.env.PATH }, encoding: 'utf8' });
+  if (seeded.status !== 0) throw new Error(`example-providers.mjs: ${seeded.stderr}`);
+  const startOpts = (env) => ({ dataDir: join(dir, 'data'), cwd: dir, providers: null, env: { AUTH_SECRET: undefined, DATA_DIR: undefined, ...env } });
+  let server = await startServer(startOpts({}));
+  // the reader's shell has the server's engine in its environment, as the README's commands need (export reads the store)
+  const sh = shell(dir, { PATH: `${dirname(process.execPath)}:${process.env.PATH}`, HOME: dir, LANG: 'C.UTF-8', STORE });
+  const bindings = new Map();
+  const failures = [];
+  try {
+    for (const step of steps) {
+      if (step.restart !== undefined) {
+        await server.stop();
+        server = await startServer(startOpts(step.restart));
+      }
+      let command = step.command.replace(/localhost:3000/g, `localhost:${server.port}`);
+      for (const [readme, real] of [...bindings].sort((a, b) => b[0].length - a[0].length)) command = command.split(readme).join(real);
+      let actual = (await sh.run(command)).replace(/\r/g, '');
+      if (actual.endsWith('\n')) actual = actual.slice(0, -1);
+      actual = actual.split(`localhost:${server.port}`).join('localhost:3000');
+      const found = matchOutput(step.expected.text, actual, bindings);
+      if (found !== undefined) {
+        for (const [k, v] of found) bindings.set(k, v);
+        continue;
+      }
+      const failure = { step, actual };
+      failures.push(failure);
+      if (!write) continue;
+      // bind what the README shows to what came, in order, so later steps can go on
+      const mine = variablesOf(step.expected.text).filter((v) => !bindings.has(v.value));
+      const real = variablesOf(actual).filter((v) => ![...bindings.values()].includes(v.value));
+      for (const kind of [3, 4, 5]) {
+        const a = mine.filter((v) => v.kind === kind);
+        const b = real.filter((v) => v.kind === kind);
+        b.forEach((v, i) => bindings.set(a[i]?.value ?? v.value, v.value));
+      }
+      let replacement = actual;
+      for (const [readme, value] of bindings) replacement = replacement.split(value).join(readme);
+      failure.replacement = replacement;
+    }
+  } finally {
+    await sh.close();
+    await server.stop();
+    removeDir(dir);
+  }
+  return { steps, failures, bindings };
+}
+
+/** The README with the outputs of `failures` replaced. */
+export function rewrite(text, failures) {
+  const lines = text.split('\n');
+  for (const f of [...failures].sort((a, b) => b.step.expected.from - a.step.expected.from)) {
+    const { from, to } = f.step.expected;
+    lines.splice(from, to - from, ...(f.replacement === '' ? [] : f.replacement.split('\n')));
+  }
+  return lines.join('\n');
+}
+
+if (process.argv[1] !== undefined && import.meta.url === pathToFileURL(process.argv[1]).href && process.argv[2] === '--write') {
+  const text = readFileSync(README, 'utf8');
+  const { steps, failures } = await runWalkthrough(text, { write: true });
+  writeFileSync(README, rewrite(text, failures));
+  console.log(`${steps.length} steps, ${failures.length} outputs rewritten${failures.length > 0 ? ': review them (git diff README.md)' : ''}`);
+  for (const f of failures) console.log(`  README.md line ${f.step.line}: ${f.step.command.split('\n')[0]}`);
+}
