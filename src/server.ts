@@ -12,6 +12,7 @@ import { loadProviders, type ProviderCatalog } from './providers.js';
 import { JournalStore } from './store/journal.js';
 
 const DRAIN_MS = 10_000;
+const HEADERS_TIMEOUT_MS = 15_000;
 
 /** Starts serving; resolves once listening. Start-up errors are thrown for main to report. */
 export async function serve(config: Config, log: Logger, version: string): Promise<Server> {
@@ -33,9 +34,25 @@ export async function serve(config: Config, log: Logger, version: string): Promi
   });
 
   const app = createApp({ config, version, log, secrets, store, catalog: () => catalog, metrics });
-  const server = createServer({ keepAliveTimeout: 5_000, headersTimeout: 15_000, requestTimeout: 30_000, maxHeaderSize: 16 * 1024 }, app.pipeline.handle);
-  // HTTP the parser refuses never reaches the pipeline's handler: the pipeline answers it too
+  const { limits } = config;
+  const server = createServer(
+    {
+      keepAliveTimeout: 5_000,
+      headersTimeout: HEADERS_TIMEOUT_MS,
+      // a backstop behind BODY_TIMEOUT, which answers first (with the route in its log line)
+      requestTimeout: HEADERS_TIMEOUT_MS + limits.bodyTimeoutMs + 5_000,
+      // how often node checks those two timeouts: its default (30 s) lets them run up to twice as long
+      connectionsCheckingInterval: 1_000,
+      maxHeaderSize: 16 * 1024,
+    },
+    app.pipeline.handle,
+  );
+  server.on('connection', app.connections.onConnection);
+  // HTTP the parser refuses never reaches the pipeline's handler: the pipeline answers it too,
+  // and so an Expect it cannot meet and CONNECT, which node:http would answer bare or not at all
   server.on('clientError', app.pipeline.rejectRaw);
+  server.on('checkExpectation', app.pipeline.rejectExpectation);
+  server.on('connect', app.pipeline.rejectConnect);
 
   try {
     await new Promise<void>((resolve, reject) => {
