@@ -12,7 +12,7 @@ import { ProvidersFileError } from './providers.js';
 import { serve } from './server.js';
 import { JournalDamaged } from './store/journal-format.js';
 import { COMMITTED_FILE, COMPACT_SUFFIX, fsyncDir, IMPORT_SUFFIX, JOURNAL_FILE, writeFullySync } from './store/journal.js';
-import { DataDirLocked, LOCK_FILE } from './data-dir-lock.js';
+import { DataDirLocked, guardDataDir, LOCK_FILE } from './data-dir-lock.js';
 
 declare const __VERSION__: string;
 const VERSION = typeof __VERSION__ === 'string' ? __VERSION__ : '0.0.0-dev';
@@ -150,10 +150,11 @@ function exportCommand(argv: string[]): void {
   }
 }
 
-function importCommand(argv: string[]): void {
+async function importCommand(argv: string[]): Promise<void> {
   const file = argv.shift();
   if (file === undefined || file.startsWith('--')) throw new ConfigError('import needs the backup FILE to read');
   const config = loadConfig(process.env, parseFlags(argv));
+  await guardDataDir(config.dataDir);
   const r = importData(config.dataDir, file);
   if (r.sessions + r.turns === 0) process.stdout.write(`nothing to import: all ${r.unchanged} records are already stored as in ${file}\n`);
   else process.stdout.write(`imported ${r.sessions} sessions and ${r.turns} turns (${r.unchanged} already stored)\n`);

@@ -6,6 +6,7 @@ import type { AddressInfo } from 'node:net';
 import { createApp } from './app.js';
 import { loadSecrets } from './auth/secret.js';
 import type { Config } from './config.js';
+import { guardDataDir } from './data-dir-lock.js';
 import type { Logger } from './log.js';
 import { Metrics } from './metrics.js';
 import { loadProviders, type ProviderCatalog } from './providers.js';
@@ -16,6 +17,7 @@ const HEADERS_TIMEOUT_MS = 15_000;
 
 /** Starts serving; resolves once listening. Start-up errors are thrown for main to report. */
 export async function serve(config: Config, log: Logger, version: string): Promise<Server> {
+  await guardDataDir(config.dataDir);
   const secrets = loadSecrets(config);
   for (const w of secrets.warnings) log.warn(w);
 
