@@ -6,7 +6,7 @@ import assert from 'node:assert/strict';
 import { connect } from 'node:net';
 import { createRequire } from 'node:module';
 import { EventEmitter } from 'node:events';
-import { newSession, removeDir, startServer, tokenFor } from './helpers.mjs';
+import { newSession, removeDir, runCli, startServer, tempDir, tokenFor } from './helpers.mjs';
 
 const { ConnectionGuard, HEADROOM } = createRequire(import.meta.url)('../dist/testkit.cjs');
 
@@ -323,6 +323,35 @@ describe('HTTP node:http would answer bare', () => {
     } finally {
       await s.stop();
       removeDir(s.dataDir);
+    }
+  });
+});
+
+describe('Settings that bound memory and connections', () => {
+  test('--help lists MAX_CONNECTIONS, BODY_MEMORY, BODY_TIMEOUT and WRITE_TIMEOUT with their defaults', () => {
+    const r = runCli(['--help']);
+    assert.equal(r.code, 0);
+    assert.match(r.stdout, /MAX_CONNECTIONS \/ --max-connections .*\[default: 1000\]/);
+    assert.match(r.stdout, /BODY_MEMORY \/ --body-memory .*\[default: 64mb\]/);
+    assert.match(r.stdout, /BODY_TIMEOUT \/ --body-timeout .*\[default: 15s\]/);
+    assert.match(r.stdout, /WRITE_TIMEOUT \/ --write-timeout .*\[default: 30s\]/);
+  });
+
+  test('a bad value stops the start with one line naming the setting', () => {
+    const cases = [
+      [{ MAX_CONNECTIONS: '0' }, /MAX_CONNECTIONS must be a whole number/],
+      [{ MAX_CONNECTIONS: 'many' }, /MAX_CONNECTIONS/],
+      [{ BODY_MEMORY: 'lots' }, /BODY_MEMORY/],
+      [{ BODY_TIMEOUT: '15' }, /BODY_TIMEOUT must be a duration such as 500ms, 15s or 2m/],
+      [{ WRITE_TIMEOUT: 'soon' }, /WRITE_TIMEOUT/],
+    ];
+    for (const [env, re] of cases) {
+      const dir = tempDir();
+      const r = runCli([], { env: { DATA_DIR: dir, ...env }, cwd: dir });
+      assert.equal(r.code, 2, JSON.stringify(env));
+      assert.match(r.stderr, re);
+      assert.equal(r.stderr.trim().split('\n').length, 1);
+      removeDir(dir);
     }
   });
 });

@@ -360,24 +360,25 @@ export class Pipeline {
     if (x.extra !== undefined) for (let i = 0; i < x.extra.length; i++) headers.push(x.extra[i] as string);
     if (x.conn?.overflow === true) headers.push('connection', 'close');
     res.writeHead(status, headers);
+    let notHandedOver = NOTHING_LEFT;
     if (length <= WRITE_SLICE) res.end(body);
-    else writeInSlices(res, typeof body === 'string' ? Buffer.from(body) : body);
+    else notHandedOver = writeInSlices(res, typeof body === 'string' ? Buffer.from(body) : body);
     this.logRequest(x, status);
     if (res.writableFinished) this.settle(x);
-    else this.watchWrite(x);
+    else this.watchWrite(x, notHandedOver);
   }
 
   /**
    * An answer the kernel has not taken whole: each slice it takes restarts the write timeout;
    * when none is taken for WRITE_TIMEOUT the connection is destroyed, and with it the unsent rest.
    */
-  private watchWrite(x: Exchange): void {
+  private watchWrite(x: Exchange, notHandedOver: () => number): void {
     const { res } = x;
     const timer = setTimeout(() => {
-      this.o.log.warn('the client took no part of its answer within WRITE_TIMEOUT; connection closed', {
+      this.o.log.warn('the client took no byte of its answer for WRITE_TIMEOUT; connection closed', {
         reqId: x.id,
         route: x.route?.def.path ?? null,
-        unsentBytes: res.socket?.writableLength ?? null,
+        unsentBytes: notHandedOver() + (res.socket?.writableLength ?? 0),
         timeoutMs: this.o.writeTimeoutMs,
       });
       if (this.o.metrics !== undefined) this.o.metrics.writeTimeouts++;
@@ -418,8 +419,13 @@ export class Pipeline {
   }
 }
 
-/** Writes `buf` a slice at a time, each after the previous one drained, then ends the answer. */
-function writeInSlices(res: ServerResponse, buf: Buffer): void {
+const NOTHING_LEFT = (): number => 0;
+
+/**
+ * Writes `buf` a slice at a time, each after the previous one drained, then ends the answer.
+ * Returns how many bytes are not yet handed to the socket.
+ */
+function writeInSlices(res: ServerResponse, buf: Buffer): () => number {
   let at = 0;
   const more = (): void => {
     while (at < buf.length) {
@@ -433,4 +439,5 @@ function writeInSlices(res: ServerResponse, buf: Buffer): void {
   };
   res.on('drain', more);
   more();
+  return () => buf.length - at;
 }
