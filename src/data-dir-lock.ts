@@ -132,10 +132,11 @@ export function guardName(dir: string): string {
  * Holds the kernel-owned name of `dir` for the life of the process, so that no other process
  * in this network namespace can take over its lock at the same time (see the file's head).
  * Throws DataDirLocked naming the holder when another process has it. Elsewhere than on
- * Linux (no abstract sockets) it does nothing and the lock file alone decides.
+ * Linux (no abstract sockets) it does nothing and the lock file alone decides; so it does
+ * where the socket cannot be made (a sandbox without AF_UNIX): then it returns the error code.
  */
-export async function guardDataDir(dir: string): Promise<void> {
-  if (process.platform !== 'linux') return;
+export async function guardDataDir(dir: string): Promise<string | undefined> {
+  if (process.platform !== 'linux') return undefined;
   mkdirSync(dir, { recursive: true });
   const name = guardName(dir);
   const server: Server = createServer((socket) => socket.destroy());
@@ -148,7 +149,8 @@ export async function guardDataDir(dir: string): Promise<void> {
       });
     });
   } catch (e) {
-    if ((e as NodeJS.ErrnoException).code !== 'EADDRINUSE') throw e;
+    const code = (e as NodeJS.ErrnoException).code ?? 'unknown';
+    if (code !== 'EADDRINUSE') return code;
     const holder = readLock(join(dir, LOCK_FILE));
     if (holder !== undefined && holder.host === hostname() && isAlive(holder)) {
       throw new DataDirLocked(`data directory ${dir} is in use by process ${holder.pid} (since ${holder.startedAt}); stop that process first`);
@@ -157,6 +159,7 @@ export async function guardDataDir(dir: string): Promise<void> {
   }
   // held until the process exits; it must not keep a stopping process alive
   server.unref();
+  return undefined;
 }
 
 /**

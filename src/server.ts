@@ -17,7 +17,8 @@ const HEADERS_TIMEOUT_MS = 15_000;
 
 /** Starts serving; resolves once listening. Start-up errors are thrown for main to report. */
 export async function serve(config: Config, log: Logger, version: string): Promise<Server> {
-  await guardDataDir(config.dataDir);
+  const unguarded = await guardDataDir(config.dataDir);
+  if (unguarded !== undefined) log.warn('cannot hold the data directory by a socket name; the lock file alone keeps other servers out', { code: unguarded });
   const secrets = loadSecrets(config);
   for (const w of secrets.warnings) log.warn(w);
 

@@ -4,11 +4,11 @@
 // directory (issue #16, item 10).
 import { test, describe } from 'node:test';
 import assert from 'node:assert/strict';
-import { spawnSync } from 'node:child_process';
+import { spawn, spawnSync } from 'node:child_process';
 import { existsSync, readdirSync, readFileSync, unlinkSync, writeFileSync } from 'node:fs';
 import { hostname } from 'node:os';
 import { join } from 'node:path';
-import { newSession, removeDir, startServer, tempDir } from './helpers.mjs';
+import { newSession, removeDir, SECRET, SERVER, ServerProcess, startServer, tempDir } from './helpers.mjs';
 
 /** The pid of a process that has exited: a lock naming it is stale. */
 function deadPid() {
@@ -26,6 +26,8 @@ async function until(check, what, ms = 15_000) {
 }
 
 const linux = process.platform === 'linux';
+const strace = spawnSync('strace', ['-V']).status === 0;
+if (!strace) process.stderr.write('\n*** SKIPPING the no-AF_UNIX lock test: strace is not installed (apt-get install strace) ***\n\n');
 
 describe('One server per data directory', { skip: linux ? false : 'the exclusive takeover uses a Linux abstract socket' }, () => {
   test('taking over a stale lock is exclusive: a second starter arriving while the first is between its check and its act refuses to start', async () => {
@@ -66,6 +68,34 @@ describe('One server per data directory', { skip: linux ? false : 'the exclusive
     } finally {
       await s.stop();
       removeDir(s.dataDir);
+    }
+  });
+
+  test('where the socket name cannot be made (a sandbox without AF_UNIX), the server warns and the lock file alone keeps other servers out', { skip: strace ? false : 'strace is not installed' }, async () => {
+    const dir = tempDir();
+    // the server's first socket() is the guard's: strace fails it as a seccomp filter would
+    const child = spawn('strace', ['-f', '-qq', '-o', '/dev/null', '-e', 'trace=socket', '-e', 'inject=socket:error=EPERM:when=1', process.execPath, SERVER], {
+      env: { PATH: process.env.PATH, PORT: '0', HOST: '127.0.0.1', DATA_DIR: dir, AUTH_SECRET: SECRET },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    child.unref();
+    child.stdout.unref();
+    child.stderr.unref();
+    const s = new ServerProcess(child, dir);
+    let pid;
+    try {
+      await s.listening(20_000);
+      pid = JSON.parse(readFileSync(join(dir, 'lock'), 'utf8')).pid;
+      const warn = s.logs().find((l) => l.level === 'warn' && /socket name/.test(l.msg));
+      assert.equal(warn?.code, 'EPERM');
+      await assert.rejects(startServer({ dataDir: dir }), new RegExp(`in use by process ${pid}\\b`));
+    } finally {
+      // the server, not strace: a signal to strace would leave the server running
+      if (pid === undefined && existsSync(join(dir, 'lock'))) pid = JSON.parse(readFileSync(join(dir, 'lock'), 'utf8')).pid;
+      if (pid !== undefined) process.kill(pid, 'SIGTERM');
+      else child.kill('SIGKILL');
+      await s.exit;
+      removeDir(dir);
     }
   });
 });
