@@ -11,6 +11,8 @@ import { sessionRoutes } from './api/sessions.js';
 import { Authenticator } from './auth/authenticate.js';
 import type { Secrets } from './auth/secret.js';
 import type { Config } from './config.js';
+import { BodyBudget } from './http/body.js';
+import { ConnectionGuard } from './http/connections.js';
 import { Cors } from './http/cors.js';
 import { Pipeline, type RuntimeRoute } from './http/pipeline.js';
 import { RateLimiter } from './http/rate-limit.js';
@@ -33,6 +35,8 @@ export interface AppParts {
 export interface App {
   readonly pipeline: Pipeline;
   readonly routes: readonly RouteDef[];
+  /** The server's `connection` listener lives here (MAX_CONNECTIONS). */
+  readonly connections: ConnectionGuard;
   close(): void;
 }
 
@@ -56,11 +60,32 @@ export function createApp(p: AppParts): App {
     router.add(def.method, def.path, { def, paramNames, stats: p.metrics?.forRoute(def.method, def.path), routeJson, logMiddle: requestLineMiddle(def.method, routeJson) });
   }
   const limiter = config.rateLimit === undefined ? undefined : new RateLimiter(config.rateLimit.rate, config.rateLimit.burst);
-  const pipeline = new Pipeline({
+  const { limits } = config;
+  const budget = new BodyBudget(limits.bodyMemory);
+  let pipeline: Pipeline | undefined;
+  let warnedAt = -Infinity;
+  const connections = new ConnectionGuard(limits.maxConnections, {
+    refuse: (socket) => {
+      if (p.metrics !== undefined) p.metrics.connectionsRefused++;
+      pipeline?.refuseConnection(socket);
+    },
+    evicted: () => {
+      if (p.metrics !== undefined) p.metrics.connectionsEvicted++;
+      const now = performance.now();
+      if (now - warnedAt >= 60_000) {
+        warnedAt = now;
+        p.log.warn('MAX_CONNECTIONS reached: closing the oldest idle connections to let new ones in (logged once a minute)', { max: limits.maxConnections });
+      }
+    },
+  });
+  if (p.metrics !== undefined) p.metrics.load = { connections: () => connections.count, bodyBytes: () => budget.used };
+  pipeline = new Pipeline({
     router,
     auth: new Authenticator({ keys: [p.secrets.current, ...p.secrets.previous], issuer: config.authIssuer, audience: config.authAudience }),
     log: p.log,
-    bodyLimit: config.bodyLimit,
+    body: { limit: config.bodyLimit, budget, timeoutMs: limits.bodyTimeoutMs },
+    writeTimeoutMs: limits.writeTimeoutMs,
+    connections,
     cors: config.corsOrigin === undefined ? undefined : new Cors(config.corsOrigin),
     limiter,
     trustProxy: config.trustProxy,
@@ -69,6 +94,7 @@ export function createApp(p: AppParts): App {
   return {
     pipeline,
     routes,
+    connections,
     close: () => limiter?.stop(),
   };
 }

@@ -48,6 +48,19 @@ export interface Config {
   readonly sqliteFile: string;
   /** Page cache of each sqlite connection, in bytes. */
   readonly sqliteCacheBytes: number;
+  readonly limits: ConnectionLimits;
+}
+
+/** What bounds the memory and descriptors that clients can make the server hold. */
+export interface ConnectionLimits {
+  /** Open connections at most (a few more are let in for /healthz and /metrics). */
+  readonly maxConnections: number;
+  /** Request body bytes held at once, over all requests. */
+  readonly bodyMemory: number;
+  /** A request body must arrive within this many milliseconds of its headers. */
+  readonly bodyTimeoutMs: number;
+  /** An answer the client takes no byte of for this many milliseconds is cut off. */
+  readonly writeTimeoutMs: number;
 }
 
 interface Setting {
@@ -82,6 +95,10 @@ export const SETTINGS: readonly Setting[] = [
   { env: 'STORE', flag: '--store', def: 'journal', help: 'storage engine: journal (all in memory, Node 20+), sqlite (on disk, Node 22.13+) or postgres' },
   { env: 'SQLITE_FILE', flag: '--sqlite-file', def: '$DATA_DIR/chat-sessions.db', help: 'the database file of STORE=sqlite' },
   { env: 'SQLITE_CACHE', flag: '--sqlite-cache', def: '32mb', help: 'page cache of each STORE=sqlite connection (the reader and the writer): what bounds its memory' },
+  { env: 'MAX_CONNECTIONS', flag: '--max-connections', def: '1000', help: 'open connections at most; past it the oldest idle one is closed (keep below the descriptor limit)' },
+  { env: 'BODY_MEMORY', flag: '--body-memory', def: '64mb', help: 'request body bytes held at once over all requests; past it 503 (at least BODY_LIMIT)' },
+  { env: 'BODY_TIMEOUT', flag: '--body-timeout', def: '15s', help: 'a request body must arrive within this time of its headers, else 408 (ms, s, m)' },
+  { env: 'WRITE_TIMEOUT', flag: '--write-timeout', def: '30s', help: 'a client that takes no byte of its answer for this long is cut off (ms, s, m)' },
 ];
 
 type Raw = Map<string, string>;
@@ -116,6 +133,24 @@ export function parseSize(name: string, text: string): number {
   const m = SIZE.exec(text.trim());
   const n = m === null ? NaN : Number(m[1]) * (UNITS[(m[2] ?? 'b').toLowerCase()] as number);
   if (!Number.isSafeInteger(n) || n < 1) throw new ConfigError(`${name} must be a size such as 1mb, 512kb or 65536 (got "${text}")`);
+  return n;
+}
+
+const DURATION = /^(\d+)\s*(ms|s|m)$/i;
+const DURATION_UNITS: Record<string, number> = { ms: 1, s: 1000, m: 60_000 };
+
+/** A duration in milliseconds from text such as 500ms, 15s or 2m. */
+export function parseDuration(name: string, text: string): number {
+  const m = DURATION.exec(text.trim());
+  const n = m === null ? NaN : Number(m[1]) * (DURATION_UNITS[(m[2] as string).toLowerCase()] as number);
+  if (!Number.isSafeInteger(n) || n < 1 || n > 2 ** 31 - 1) throw new ConfigError(`${name} must be a duration such as 500ms, 15s or 2m (got "${text}")`);
+  return n;
+}
+
+function parseCount(name: string, text: string, max: number): number {
+  const t = text.trim();
+  const n = /^\d+$/.test(t) ? Number(t) : NaN;
+  if (!(n >= 1 && n <= max)) throw new ConfigError(`${name} must be a whole number from 1 to ${max} (got "${text}")`);
   return n;
 }
 
@@ -189,6 +224,9 @@ export function loadConfig(env: NodeJS.ProcessEnv, flags: Raw = new Map(), cwd: 
   const storeText = (get('STORE') ?? 'journal').trim().toLowerCase();
   if (!(ENGINES as readonly string[]).includes(storeText)) throw new ConfigError(`STORE must be one of ${ENGINES.join(', ')} (got "${storeText}")`);
   const sqliteText = get('SQLITE_FILE');
+  const bodyLimit = parseSize('BODY_LIMIT', get('BODY_LIMIT') ?? '1mb');
+  const bodyMemory = parseSize('BODY_MEMORY', get('BODY_MEMORY') ?? '64mb');
+  if (bodyMemory < bodyLimit) throw new ConfigError(`BODY_MEMORY must be at least BODY_LIMIT (${bodyLimit} bytes), or no body that large could ever be read (got ${bodyMemory} bytes)`);
 
   const rateText = get('RATE_LIMIT');
   return {
@@ -204,7 +242,7 @@ export function loadConfig(env: NodeJS.ProcessEnv, flags: Raw = new Map(), cwd: 
     authIssuer: get('AUTH_ISSUER'),
     authAudience: get('AUTH_AUDIENCE'),
     access,
-    bodyLimit: parseSize('BODY_LIMIT', get('BODY_LIMIT') ?? '1mb'),
+    bodyLimit,
     logLevel: logLevel as LogLevel,
     corsOrigin,
     metrics: parseSwitch('METRICS', get('METRICS') ?? 'on'),
@@ -216,6 +254,12 @@ export function loadConfig(env: NodeJS.ProcessEnv, flags: Raw = new Map(), cwd: 
     store: storeText as EngineName,
     sqliteFile: sqliteText === undefined ? join(dataDir, 'chat-sessions.db') : resolve(cwd, sqliteText),
     sqliteCacheBytes: parseSize('SQLITE_CACHE', get('SQLITE_CACHE') ?? '32mb'),
+    limits: {
+      maxConnections: parseCount('MAX_CONNECTIONS', get('MAX_CONNECTIONS') ?? '1000', 1_000_000),
+      bodyMemory,
+      bodyTimeoutMs: parseDuration('BODY_TIMEOUT', get('BODY_TIMEOUT') ?? '15s'),
+      writeTimeoutMs: parseDuration('WRITE_TIMEOUT', get('WRITE_TIMEOUT') ?? '30s'),
+    },
   };
 }
 

@@ -1,7 +1,12 @@
 // One server per data directory: a lock file holding the owner's pid, host and start time.
 // A lock whose process is gone (or is this very process, as after a container restart with
 // the same pid) is stale and taken over; a live one stops the start naming its holder.
-import { closeSync, openSync, readFileSync, unlinkSync, writeSync, fsyncSync } from 'node:fs';
+// Deciding that a lock is stale and replacing it are two steps, so on Linux a starter first
+// binds an abstract unix socket named after the directory (guardDataDir): the kernel lets one
+// process at a time hold that name and frees it when the process dies, so only one starter
+// can be between those steps.
+import { closeSync, mkdirSync, openSync, readFileSync, statSync, unlinkSync, writeSync, fsyncSync, existsSync, writeFileSync } from 'node:fs';
+import { createServer, type Server } from 'node:net';
 import { hostname } from 'node:os';
 import { join } from 'node:path';
 
@@ -91,6 +96,7 @@ export function acquireLock(dir: string): Lock {
         throw new DataDirLocked(`data directory ${dir} is in use by process ${holder.pid} (since ${holder.startedAt}); stop that process first`);
       }
       tookOver = holder ?? { pid: 0, host: me.host, startedAt: 'unknown' };
+      testPause('lock-takeover');
       try {
         unlinkSync(path);
       } catch {
@@ -114,4 +120,57 @@ export function acquireLock(dir: string): Lock {
     };
   }
   throw new DataDirLocked(`could not take the lock ${path}`);
+}
+
+/** The abstract socket name that stands for `dir`: its device and inode, whatever path reaches it. */
+export function guardName(dir: string): string {
+  const st = statSync(dir);
+  return `\0chat-session-api/data-dir/${st.dev}:${st.ino}`;
+}
+
+/**
+ * Holds the kernel-owned name of `dir` for the life of the process, so that no other process
+ * in this network namespace can take over its lock at the same time (see the file's head).
+ * Throws DataDirLocked naming the holder when another process has it. Elsewhere than on
+ * Linux (no abstract sockets) it does nothing and the lock file alone decides; so it does
+ * where the socket cannot be made (a sandbox without AF_UNIX): then it returns the error code.
+ */
+export async function guardDataDir(dir: string): Promise<string | undefined> {
+  if (process.platform !== 'linux') return undefined;
+  mkdirSync(dir, { recursive: true });
+  const name = guardName(dir);
+  const server: Server = createServer((socket) => socket.destroy());
+  try {
+    await new Promise<void>((resolve, reject) => {
+      server.once('error', reject);
+      server.listen({ path: name }, () => {
+        server.off('error', reject);
+        resolve();
+      });
+    });
+  } catch (e) {
+    const code = (e as NodeJS.ErrnoException).code ?? 'unknown';
+    if (code !== 'EADDRINUSE') return code;
+    const holder = readLock(join(dir, LOCK_FILE));
+    if (holder !== undefined && holder.host === hostname() && isAlive(holder)) {
+      throw new DataDirLocked(`data directory ${dir} is in use by process ${holder.pid} (since ${holder.startedAt}); stop that process first`);
+    }
+    throw new DataDirLocked(`data directory ${dir} is in use by another process, which its lock file does not name (it is starting or stopping, or the file was removed); stop that process first`);
+  }
+  // held until the process exits; it must not keep a stopping process alive
+  server.unref();
+  return undefined;
+}
+
+/**
+ * Test-only: with CHAT_SESSION_API_PAUSE=<step>:<dir>, reaching <step> writes <dir>/paused-<pid>
+ * and waits (at most a minute) for <dir>/resume, so a test can hold a starter between two steps.
+ */
+function testPause(step: string): void {
+  const spec = process.env['CHAT_SESSION_API_PAUSE'];
+  if (spec === undefined || !spec.startsWith(`${step}:`)) return;
+  const dir = spec.slice(step.length + 1);
+  writeFileSync(join(dir, `paused-${process.pid}`), step);
+  const cell = new Int32Array(new SharedArrayBuffer(4));
+  for (let waited = 0; waited < 60_000 && !existsSync(join(dir, 'resume')); waited += 20) Atomics.wait(cell, 0, 0, 20);
 }

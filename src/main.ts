@@ -10,7 +10,7 @@ import { ConfigError, loadConfig, parseFlags, settingsHelp, type Config } from '
 import { Logger } from './log.js';
 import { ProvidersFileError } from './providers.js';
 import { serve } from './server.js';
-import { acquireLock, DataDirLocked, LOCK_FILE } from './data-dir-lock.js';
+import { acquireLock, DataDirLocked, guardDataDir, LOCK_FILE } from './data-dir-lock.js';
 import { writeFileAtomically } from './files.js';
 import { COMMITTED_FILE, COMPACT_SUFFIX, IMPORT_SUFFIX, JOURNAL_FILE } from './store/journal/appender.js';
 import { JournalDamaged } from './store/journal/format.js';
@@ -226,6 +226,7 @@ async function importCommand(argv: string[]): Promise<void> {
   let lock: { release(): void } | undefined;
   if (ownsDataDir(config.store)) {
     mkdirSync(config.dataDir, { recursive: true });
+    await guardDataDir(config.dataDir);
     lock = acquireLock(config.dataDir);
   }
   try {

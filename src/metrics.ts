@@ -74,6 +74,14 @@ export class Metrics {
   readonly commits = new Histogram(COMMIT_BUCKETS);
   committedWrites = 0;
   rateLimited = 0;
+  /** Idle connections closed to let a newcomer in (MAX_CONNECTIONS). */
+  connectionsEvicted = 0;
+  /** Connections answered 503 because every slot was busy. */
+  connectionsRefused = 0;
+  /** Answers cut off because the client did not take them (WRITE_TIMEOUT). */
+  writeTimeouts = 0;
+  /** What the connection and body limits hold now (set by the app). */
+  load: { connections(): number; bodyBytes(): number } | undefined;
   private readonly startSeconds = Date.now() / 1000;
 
   /** The counters for one route; `route` is its pattern, never a raw path. */
@@ -111,6 +119,18 @@ export class Metrics {
     lines.push(`${p}_rate_limited_total ${this.rateLimited}`);
     meta(`${p}_store_info`, 'gauge', 'The storage engine in use (STORE), as a label.');
     lines.push(`${p}_store_info{engine="${label(g.engine)}"} 1`);
+    if (this.load !== undefined) {
+      meta(`${p}_connections`, 'gauge', 'Open client connections (MAX_CONNECTIONS bounds them).');
+      lines.push(`${p}_connections ${this.load.connections()}`);
+      meta(`${p}_request_body_bytes`, 'gauge', 'Request body bytes held now (BODY_MEMORY bounds them).');
+      lines.push(`${p}_request_body_bytes ${this.load.bodyBytes()}`);
+    }
+    meta(`${p}_connections_evicted_total`, 'counter', 'Idle connections closed to let new ones in.');
+    lines.push(`${p}_connections_evicted_total ${this.connectionsEvicted}`);
+    meta(`${p}_connections_refused_total`, 'counter', 'Connections answered 503 because every connection was busy.');
+    lines.push(`${p}_connections_refused_total ${this.connectionsRefused}`);
+    meta(`${p}_write_timeouts_total`, 'counter', 'Answers cut off because the client did not read them.');
+    lines.push(`${p}_write_timeouts_total ${this.writeTimeouts}`);
     meta(`${p}_sessions`, 'gauge', 'Chat sessions stored.');
     lines.push(`${p}_sessions ${g.store.sessions}`);
     meta(`${p}_turns`, 'gauge', 'Turns stored.');

@@ -7,6 +7,7 @@ import type { AddressInfo } from 'node:net';
 import { createApp } from './app.js';
 import { loadSecrets } from './auth/secret.js';
 import type { Config } from './config.js';
+import { guardDataDir } from './data-dir-lock.js';
 import type { Logger } from './log.js';
 import { Metrics } from './metrics.js';
 import { acquireLock } from './data-dir-lock.js';
@@ -15,9 +16,15 @@ import { openStore, ownsDataDir } from './store/open.js';
 import type { Store } from './store/store.js';
 
 const DRAIN_MS = 10_000;
+const HEADERS_TIMEOUT_MS = 15_000;
 
 /** Starts serving; resolves once listening. Start-up errors are thrown for main to report. */
 export async function serve(config: Config, log: Logger, version: string): Promise<Server> {
+  const ownsDir = ownsDataDir(config.store);
+  if (ownsDir) {
+    const unguarded = await guardDataDir(config.dataDir);
+    if (unguarded !== undefined) log.warn('cannot hold the data directory by a socket name; the lock file alone keeps other servers out', { code: unguarded });
+  }
   const secrets = loadSecrets(config);
   for (const w of secrets.warnings) log.warn(w);
 
@@ -26,7 +33,7 @@ export async function serve(config: Config, log: Logger, version: string): Promi
   else log.warn('no providers file; the provider list is empty until one is created and SIGHUP is sent', { file: config.providersFile });
 
   const metrics = config.metrics ? new Metrics() : undefined;
-  const lock = ownsDataDir(config.store) ? takeDataDir(config, log) : undefined;
+  const lock = ownsDir ? takeDataDir(config, log) : undefined;
   let store: Store;
   try {
     store = await openStore(config, log, metrics === undefined ? undefined : {
@@ -48,9 +55,25 @@ export async function serve(config: Config, log: Logger, version: string): Promi
   };
 
   const app = createApp({ config, version, log, secrets, store, catalog: () => catalog, metrics });
-  const server = createServer({ keepAliveTimeout: 5_000, headersTimeout: 15_000, requestTimeout: 30_000, maxHeaderSize: 16 * 1024 }, app.pipeline.handle);
-  // HTTP the parser refuses never reaches the pipeline's handler: the pipeline answers it too
+  const { limits } = config;
+  const server = createServer(
+    {
+      keepAliveTimeout: 5_000,
+      headersTimeout: HEADERS_TIMEOUT_MS,
+      // a backstop behind BODY_TIMEOUT, which answers first (with the route in its log line)
+      requestTimeout: HEADERS_TIMEOUT_MS + limits.bodyTimeoutMs + 5_000,
+      // how often node checks those two timeouts: its default (30 s) lets them run up to twice as long
+      connectionsCheckingInterval: 1_000,
+      maxHeaderSize: 16 * 1024,
+    },
+    app.pipeline.handle,
+  );
+  server.on('connection', app.connections.onConnection);
+  // HTTP the parser refuses never reaches the pipeline's handler: the pipeline answers it too,
+  // and so an Expect it cannot meet and CONNECT, which node:http would answer bare or not at all
   server.on('clientError', app.pipeline.rejectRaw);
+  server.on('checkExpectation', app.pipeline.rejectExpectation);
+  server.on('connect', app.pipeline.rejectConnect);
 
   try {
     await new Promise<void>((resolve, reject) => {

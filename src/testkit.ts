@@ -16,3 +16,4 @@ export { PAGE_SCAN_BUDGET } from './domain/order.js';
 export { versionOf } from './domain/version.js';
 export { chatSession } from './domain/records.js';
 export { newObjectId } from './domain/ids.js';
+export { ConnectionGuard, HEADROOM } from './http/connections.js';

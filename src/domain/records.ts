@@ -72,8 +72,11 @@ export function turnRecord(f: Turn): Turn {
 }
 
 /**
- * The next `updatedAt` of a record: now, or the previous value if the clock has stepped back,
- * so a record's timestamps never go backwards and never run ahead of the clock.
+ * The next `updatedAt` of a record: now, or the previous value when that is later (the clock
+ * stepped back since the record last changed). A record never goes back in time: its turns are
+ * listed in the order of their times, and replay, compaction and import raise a session to its
+ * newest turn, so a step back would not survive a restart. A record changed while the clock ran
+ * ahead therefore keeps that time until the clock passes it; new records take the clock's time.
  */
 export function nextTimestamp(previous: string | undefined, nowMs: number = Date.now()): string {
   const now = new Date(nowMs).toISOString();

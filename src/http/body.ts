@@ -1,4 +1,6 @@
-// Request bodies: JSON objects only, in UTF-8, no larger than the configured limit.
+// Request bodies: JSON objects only, in UTF-8, no larger than the configured limit, read
+// within a deadline and out of a memory budget shared by every request (BODY_MEMORY), so slow
+// or many bodies cannot make the server hold more than that.
 import type { IncomingMessage } from 'node:http';
 import { HttpError } from './errors.js';
 
@@ -23,11 +25,40 @@ function isJsonContentType(value: string | undefined): boolean {
 }
 
 /**
- * Reads and parses a JSON object body. An absent or empty body is `{}`. Errors:
- * 415 when a body is not declared as JSON, 413 past `limit` bytes (the connection is then
- * closed rather than read to its end), 400 for bad UTF-8 or JSON, or a non-object.
+ * The request body bytes the server holds, over all requests. Bytes are taken as they arrive
+ * and given back when the request's answer is sent (its parsed body lives until then).
  */
-export function readJsonObject(req: IncomingMessage, limit: number): Promise<Record<string, unknown>> {
+export class BodyBudget {
+  used = 0;
+  constructor(readonly limit: number) {}
+}
+
+/** What one request holds of the budget. */
+export interface BodyHold {
+  heldBytes: number;
+}
+
+export interface BodyRules {
+  readonly limit: number;
+  readonly budget: BodyBudget;
+  readonly timeoutMs: number;
+}
+
+/** Gives back what `hold` took of the budget. */
+export function releaseBody(budget: BodyBudget, hold: BodyHold): void {
+  budget.used -= hold.heldBytes;
+  hold.heldBytes = 0;
+}
+
+/**
+ * Reads and parses a JSON object body. An absent or empty body is `{}`. Errors:
+ * 415 when a body is not declared as JSON, 413 past `limit` bytes, 503 when the budget is spent,
+ * 408 when the body has not arrived within the timeout (for these the connection is then
+ * closed rather than read to its end), 400 for bad UTF-8 or JSON, or a non-object.
+ * What the body takes of the budget is added to `hold`; the caller gives it back (releaseBody).
+ */
+export function readJsonObject(req: IncomingMessage, rules: BodyRules, hold: BodyHold): Promise<Record<string, unknown>> {
+  const { limit, budget } = rules;
   if (!hasBody(req)) return Promise.resolve({});
   if (!isJsonContentType(req.headers['content-type'])) {
     return Promise.reject(new HttpError(415, 'Content-Type must be application/json', [], true));
@@ -38,9 +69,14 @@ export function readJsonObject(req: IncomingMessage, limit: number): Promise<Rec
     const chunks: Buffer[] = [];
     let size = 0;
     let done = false;
+    const timer = setTimeout(() => {
+      req.pause();
+      finish(new HttpError(408, 'Request timeout', [], true));
+    }, rules.timeoutMs);
     const finish = (err: HttpError | undefined, value?: Record<string, unknown>): void => {
       if (done) return;
       done = true;
+      clearTimeout(timer);
       req.off('data', onData);
       req.off('end', onEnd);
       req.off('error', onError);
@@ -55,6 +91,13 @@ export function readJsonObject(req: IncomingMessage, limit: number): Promise<Rec
         finish(new HttpError(413, 'Request body too large', [], true));
         return;
       }
+      if (budget.used + chunk.length > budget.limit) {
+        req.pause();
+        finish(new HttpError(503, 'Server is busy', [['retry-after', '1']], true));
+        return;
+      }
+      budget.used += chunk.length;
+      hold.heldBytes += chunk.length;
       chunks.push(chunk);
     };
     const onEnd = (): void => {

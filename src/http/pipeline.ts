@@ -1,8 +1,10 @@
 // One request, start to end: route, authenticate, rate-limit, check scope, validate params,
 // query and body, run the handler, answer with one JSON envelope and log one line. Whatever
-// is thrown on the way is turned into the error envelope here and nowhere else.
+// is thrown on the way is turned into the error envelope here and nowhere else. An answer the
+// client does not take is cut off after WRITE_TIMEOUT; HTTP that never becomes a request
+// (parse errors, CONNECT, a connection past the cap) is answered here too.
 import { randomBytes } from 'node:crypto';
-import type { IncomingMessage, ServerResponse } from 'node:http';
+import { STATUS_CODES, type IncomingMessage, type ServerResponse } from 'node:http';
 import { isIP, type Socket } from 'node:net';
 import { hasScope, NoCredentials, TokenError, type Authenticator, type Principal } from '../auth/authenticate.js';
 import type { Answer, RouteDef, StreamReply } from '../api/route.js';
@@ -10,7 +12,8 @@ import { parseQuery, validateBody, validateQuery, ValidationError } from '../dom
 import { requestLineMiddle, type Logger } from '../log.js';
 import type { Metrics, RouteStats } from '../metrics.js';
 import { PreconditionFailed, SessionNotFound, StorageUnavailable, StorageWriteFailed } from '../store/store.js';
-import { readJsonObject } from './body.js';
+import { readJsonObject, releaseBody, type BodyHold, type BodyRules } from './body.js';
+import type { Connection, ConnectionGuard } from './connections.js';
 import type { Cors } from './cors.js';
 import { HttpError } from './errors.js';
 import type { RateLimiter } from './rate-limit.js';
@@ -31,7 +34,10 @@ export interface PipelineOptions {
   readonly router: Router<RuntimeRoute>;
   readonly auth: Authenticator;
   readonly log: Logger;
-  readonly bodyLimit: number;
+  readonly body: BodyRules;
+  /** An answer the client takes no byte of for this long is cut off. */
+  readonly writeTimeoutMs: number;
+  readonly connections: ConnectionGuard | undefined;
   readonly cors: Cors | undefined;
   readonly limiter: RateLimiter | undefined;
   readonly trustProxy: boolean;
@@ -45,6 +51,10 @@ let requestCounter = 0;
 /** An id for a request that brought none we accept: this process's boot id and a counter. */
 const nextRequestId = (): string => `${bootId}-${(++requestCounter).toString(36)}`;
 const NO_VALUES = {};
+/** Answers larger than this are written in slices of it, so the write timeout sees progress. */
+const WRITE_SLICE = 64 * 1024;
+/** How long a connection answered outside HTTP's flow may take to read that answer before it is closed. */
+const RAW_LINGER_MS = 1_000;
 
 /** The path and query of an absolute-form request target (`http://host/path?q`), which RFC 9112 says servers accept. */
 function originForm(url: string): string {
@@ -69,8 +79,14 @@ function toHttp(e: unknown): HttpError | undefined {
   return undefined;
 }
 
+/** The request id: the client's when it is sane, else ours. */
+function requestIdOf(req: IncomingMessage): string {
+  const given = req.headers['x-request-id'];
+  return typeof given === 'string' && SANE_REQUEST_ID.test(given) ? given : nextRequestId();
+}
+
 /** Per-request state; one object so the hot path allocates little. */
-class Exchange {
+class Exchange implements BodyHold {
   readonly started = performance.now();
   readonly id: string;
   route: RuntimeRoute | undefined;
@@ -78,13 +94,17 @@ class Exchange {
   pattern: string | undefined;
   user: string | undefined;
   extra: string[] | undefined;
+  /** Bytes of the body budget this request holds until its answer is sent. */
+  heldBytes = 0;
+  /** The connection's count of requests in flight, given back once (settle). */
+  conn: Connection | undefined;
+  settled = false;
 
   constructor(
     readonly req: IncomingMessage,
     readonly res: ServerResponse,
   ) {
-    const given = req.headers['x-request-id'];
-    this.id = typeof given === 'string' && SANE_REQUEST_ID.test(given) ? given : nextRequestId();
+    this.id = requestIdOf(req);
   }
 }
 
@@ -94,6 +114,7 @@ export class Pipeline {
   /** The node:http request listener. */
   readonly handle = (req: IncomingMessage, res: ServerResponse): void => {
     const x = new Exchange(req, res);
+    if (!this.begin(x)) return;
     try {
       this.route(x);
     } catch (e) {
@@ -126,6 +147,8 @@ export class Pipeline {
     const r = m.value;
     x.route = r;
     const def = r.def;
+    // a connection let in past MAX_CONNECTIONS is for health checks and scrapes only
+    if (x.conn?.overflow === true && def.unlimited !== true) throw new HttpError(503, 'Server is busy', [['retry-after', '1']], true);
 
     let principal: Principal | undefined;
     if (def.auth) {
@@ -162,7 +185,7 @@ export class Pipeline {
 
     if (def.body !== undefined) {
       const schema = def.body;
-      readJsonObject(req, this.o.bodyLimit).then(
+      readJsonObject(req, this.o.body, x).then(
         (raw) => {
           let body;
           try {
@@ -193,6 +216,30 @@ export class Pipeline {
   }
 
   /**
+   * Counts a request in flight on its connection (until settle). False for a request on a
+   * connection that was refused (answered 503 already) or closed to make room: it is dropped.
+   */
+  private begin(x: Exchange): boolean {
+    const guard = this.o.connections;
+    if (guard === undefined) return true;
+    const conn = guard.of(x.req.socket);
+    if (conn === undefined) {
+      x.res.destroy();
+      return false;
+    }
+    conn.requests++;
+    x.conn = conn;
+    return true;
+  }
+
+  /** The answer is with the kernel, or the connection is gone: the connection may be idle again. */
+  private settle(x: Exchange): void {
+    if (x.settled) return;
+    x.settled = true;
+    if (x.conn !== undefined) x.conn.requests--;
+  }
+
+  /**
    * Answers HTTP that node:http's parser refused (it never becomes a request): in the envelope,
    * with a request id, logged and counted like any other answer.
    */
@@ -201,23 +248,53 @@ export class Pipeline {
       socket.destroy();
       return;
     }
-    const [status, text, message] =
-      err.code === 'HPE_HEADER_OVERFLOW'
-        ? [431, 'Request Header Fields Too Large', 'Request headers too large']
-        : err.code === 'ERR_HTTP_REQUEST_TIMEOUT'
-          ? [408, 'Request Timeout', 'Request timeout']
-          : [400, 'Bad Request', 'Bad request'];
-    const id = nextRequestId();
-    const body = JSON.stringify({ success: false, message });
-    socket.end(
-      `HTTP/1.1 ${status} ${text}\r\ncontent-type: ${JSON_TYPE}\r\ncache-control: no-store\r\nx-content-type-options: nosniff\r\n` +
-        `x-request-id: ${id}\r\ncontent-length: ${body.length}\r\nconnection: close\r\n\r\n${body}`,
-    );
-    this.o.metrics?.forUnrouted('other', undefined).observe(status, 0);
-    if (this.o.log.enabled('info')) {
-      this.o.log.raw(`{"time":"${new Date().toISOString()}","level":"info","msg":"request","reqId":"${id}","method":null,"route":null,"status":${status},"ms":0,"user":null,"parseError":${JSON.stringify(err.code ?? 'unknown')}}\n`);
-    }
+    const [status, message] =
+      err.code === 'HPE_HEADER_OVERFLOW' ? [431, 'Request headers too large'] : err.code === 'ERR_HTTP_REQUEST_TIMEOUT' ? [408, 'Request timeout'] : [400, 'Bad request'];
+    this.answerRaw(socket, status, message, nextRequestId(), null, `,"parseError":${JSON.stringify(err.code ?? 'unknown')}`, '');
   };
+
+  /**
+   * node:http's `checkExpectation` listener: an `Expect` other than 100-continue gets 417 like
+   * any other error answer (the body, if one follows, is not read: the connection closes).
+   */
+  readonly rejectExpectation = (req: IncomingMessage, res: ServerResponse): void => {
+    const x = new Exchange(req, res);
+    if (!this.begin(x)) return;
+    this.fail(x, new HttpError(417, 'Expectation failed', [], true));
+  };
+
+  /** node:http's `connect` listener: this server is no proxy, so CONNECT gets 405 (an empty Allow: no method makes a tunnel). */
+  readonly rejectConnect = (req: IncomingMessage, socket: Socket): void => {
+    this.answerRaw(socket, 405, 'Method not allowed', requestIdOf(req), 'CONNECT', '', 'allow: \r\n');
+  };
+
+  /** A connection past MAX_CONNECTIONS and its headroom, none of them idle: 503 before it sends anything. */
+  readonly refuseConnection = (socket: Socket): void => {
+    this.answerRaw(socket, 503, 'Server is busy', nextRequestId(), null, ',"refused":"MAX_CONNECTIONS"', 'retry-after: 1\r\n');
+  };
+
+  /**
+   * Writes a whole answer on a socket outside node:http's request flow, logs and counts it,
+   * and closes the connection: what the client still sends is read and dropped, so the
+   * answer is not lost to a reset, and after RAW_LINGER_MS the socket is destroyed anyway.
+   */
+  private answerRaw(socket: Socket, status: number, message: string, id: string, method: string | null, logExtra: string, headers: string): void {
+    const body = JSON.stringify({ success: false, message });
+    socket.on('error', () => socket.destroy());
+    socket.resume();
+    socket.end(
+      `HTTP/1.1 ${status} ${STATUS_CODES[status] ?? ''}\r\ncontent-type: ${JSON_TYPE}\r\ncache-control: no-store\r\nx-content-type-options: nosniff\r\n` +
+        `x-request-id: ${id}\r\n${headers}content-length: ${body.length}\r\nconnection: close\r\n\r\n${body}`,
+    );
+    const linger = setTimeout(() => socket.destroy(), RAW_LINGER_MS);
+    socket.once('close', () => clearTimeout(linger));
+    this.o.metrics?.forUnrouted(method ?? 'other', undefined).observe(status, 0);
+    if (this.o.log.enabled('info')) {
+      this.o.log.raw(
+        `{"time":"${new Date().toISOString()}","level":"info","msg":"request","reqId":"${id}","method":${method === null ? 'null' : `"${method}"`},"route":null,"status":${status},"ms":0,"user":null${logExtra}}\n`,
+      );
+    }
+  }
 
   private addressOf(req: IncomingMessage): string {
     if (this.o.trustProxy) {
@@ -254,12 +331,16 @@ export class Pipeline {
    */
   private stream(x: Exchange, r: StreamReply): void {
     const { res } = x;
+    if (x.heldBytes > 0) releaseBody(this.o.body.budget, x);
     if (res.headersSent || res.destroyed) {
       this.logRequest(x, r.status);
+      this.settle(x);
       return;
     }
     const headers = this.headers(x, JSON_TYPE);
     res.writeHead(r.status, headers);
+    // every piece the client takes (or that goes out without waiting) restarts the write timeout
+    const progress = this.watchWrite(x, () => 0);
     const pieces = r.stream[Symbol.asyncIterator]();
     let gone = false;
     res.once('close', () => {
@@ -273,6 +354,7 @@ export class Pipeline {
           if (gone) return;
           if (!res.write(next.value)) await drained(res);
           if (gone) return;
+          progress();
         }
         res.end();
       } catch (e) {
@@ -301,22 +383,62 @@ export class Pipeline {
 
   private send(x: Exchange, status: number, body: string | Buffer, contentType: string | undefined, more: readonly string[] | undefined): void {
     const { res } = x;
+    if (x.heldBytes > 0) releaseBody(this.o.body.budget, x);
     if (res.headersSent || res.destroyed) {
       this.logRequest(x, status);
+      this.settle(x);
       return;
     }
+    const length = typeof body === 'string' ? Buffer.byteLength(body) : body.length;
     const headers = this.headers(x, contentType ?? JSON_TYPE);
-    headers.push('content-length', String(typeof body === 'string' ? Buffer.byteLength(body) : body.length));
+    headers.push('content-length', String(length));
     if (more !== undefined) for (let i = 0; i < more.length; i++) headers.push(more[i] as string);
     res.writeHead(status, headers);
-    res.end(body);
+    let notHandedOver = NOTHING_LEFT;
+    if (length <= WRITE_SLICE) res.end(body);
+    else notHandedOver = writeInSlices(res, typeof body === 'string' ? Buffer.from(body) : body);
     this.logRequest(x, status);
+    if (res.writableFinished) this.settle(x);
+    else this.watchWrite(x, notHandedOver);
+  }
+
+  /**
+   * An answer the kernel has not taken whole: each slice it takes restarts the write timeout;
+   * when none is taken for WRITE_TIMEOUT the connection is destroyed, and with it the unsent rest.
+   */
+  private watchWrite(x: Exchange, notHandedOver: () => number): () => void {
+    const { res } = x;
+    const timer = setTimeout(() => {
+      this.o.log.warn('the client took no byte of its answer for WRITE_TIMEOUT; connection closed', {
+        reqId: x.id,
+        route: x.route?.def.path ?? null,
+        unsentBytes: notHandedOver() + (res.socket?.writableLength ?? 0),
+        timeoutMs: this.o.writeTimeoutMs,
+      });
+      if (this.o.metrics !== undefined) this.o.metrics.writeTimeouts++;
+      res.destroy();
+    }, this.o.writeTimeoutMs);
+    const progress = (): void => {
+      timer.refresh();
+    };
+    const done = (): void => {
+      clearTimeout(timer);
+      res.off('drain', progress);
+      res.off('finish', done);
+      res.off('close', done);
+      this.settle(x);
+    };
+    res.on('drain', progress);
+    res.on('finish', done);
+    res.on('close', done);
+    return progress;
   }
 
   /** The headers every answer carries, and CORS's when it applies. */
   private headers(x: Exchange, contentType: string): string[] {
     const headers = ['content-type', contentType, 'cache-control', 'no-store', 'x-content-type-options', 'nosniff', 'x-request-id', x.id];
     if (x.extra !== undefined) for (let i = 0; i < x.extra.length; i++) headers.push(x.extra[i] as string);
+    if (x.conn?.overflow === true) headers.push('connection', 'close');
     return headers;
   }
 
@@ -351,4 +473,27 @@ function drained(res: ServerResponse): Promise<void> {
     res.on('drain', done);
     res.on('close', done);
   });
+}
+
+const NOTHING_LEFT = (): number => 0;
+
+/**
+ * Writes `buf` a slice at a time, each after the previous one drained, then ends the answer.
+ * Returns how many bytes are not yet handed to the socket.
+ */
+function writeInSlices(res: ServerResponse, buf: Buffer): () => number {
+  let at = 0;
+  const more = (): void => {
+    while (at < buf.length) {
+      const end = Math.min(at + WRITE_SLICE, buf.length);
+      const ok = res.write(buf.subarray(at, end));
+      at = end;
+      if (!ok) return;
+    }
+    res.off('drain', more);
+    res.end();
+  };
+  res.on('drain', more);
+  more();
+  return () => buf.length - at;
 }

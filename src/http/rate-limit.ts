@@ -1,6 +1,7 @@
 // Per-key token buckets (RATE_LIMIT): a user, or a client address for requests without a
 // valid token. Buckets refill continuously; full ones are forgotten, so memory follows the
-// number of recently active clients.
+// number of recently active clients. Time here is the monotonic clock (performance.now()):
+// a step of the wall clock (NTP, an operator, a VM resumed) must not refill or empty a bucket.
 
 /** Buckets kept at most; past it full ones are swept, then the least recently created dropped. */
 const MAX_BUCKETS = 100_000;
@@ -23,7 +24,7 @@ export class RateLimiter {
   }
 
   /** Takes one token for `key`: 0 when allowed, else the whole seconds to wait. */
-  take(key: string, nowMs: number = Date.now()): number {
+  take(key: string, nowMs: number = performance.now()): number {
     let b = this.buckets.get(key);
     if (b === undefined) {
       if (this.buckets.size >= MAX_BUCKETS) this.makeRoom(nowMs);
@@ -51,7 +52,7 @@ export class RateLimiter {
     }
   }
 
-  private sweep(nowMs: number = Date.now()): void {
+  private sweep(nowMs: number = performance.now()): void {
     for (const [key, b] of this.buckets) {
       if (b.tokens + ((nowMs - b.atMs) / 1000) * this.rate >= this.burst) this.buckets.delete(key);
     }

@@ -1,0 +1,357 @@
+// docs/DECISIONS.md, Limits: what bounds the connections, request bodies and unsent answers a
+// client can make the server hold, and HTTP that node:http would answer bare or not at all.
+// Limits are set small so each case is quick; every wait is for a condition, with a generous bound.
+import { test, describe } from 'node:test';
+import assert from 'node:assert/strict';
+import { connect } from 'node:net';
+import { createRequire } from 'node:module';
+import { EventEmitter } from 'node:events';
+import { newSession, removeDir, runCli, startServer, tempDir, tokenFor } from './helpers.mjs';
+
+const { ConnectionGuard, HEADROOM } = createRequire(import.meta.url)('../dist/testkit.cjs');
+
+/** Waits until `check()` is truthy (polling), failing after `ms` with `what`. */
+async function until(check, what, ms = 15_000) {
+  const started = Date.now();
+  for (;;) {
+    const v = await check();
+    if (v) return v;
+    if (Date.now() - started > ms) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 20));
+  }
+}
+
+/** A raw TCP client: what it received, and whether and when the server closed it. */
+async function raw(port) {
+  const socket = connect(port, '127.0.0.1');
+  await new Promise((resolve, reject) => {
+    socket.once('connect', resolve);
+    socket.once('error', reject);
+  });
+  const c = { socket, chunks: [], bytes: 0, closed: false };
+  socket.on('data', (d) => {
+    c.chunks.push(d);
+    c.bytes += d.length;
+  });
+  socket.on('error', () => {});
+  c.done = new Promise((resolve) => socket.on('close', () => resolve((c.closed = true))));
+  c.text = () => Buffer.concat(c.chunks).toString('latin1');
+  return c;
+}
+
+/** The status line, headers and JSON body of one raw answer. */
+function parseAnswer(text) {
+  const end = text.indexOf('\r\n\r\n');
+  assert.ok(end > 0, `an HTTP answer, got ${JSON.stringify(text.slice(0, 200))}`);
+  const [statusLine, ...lines] = text.slice(0, end).split('\r\n');
+  const headers = {};
+  for (const l of lines) {
+    const i = l.indexOf(':');
+    headers[l.slice(0, i).trim().toLowerCase()] = l.slice(i + 1).trim();
+  }
+  const bodyText = text.slice(end + 4);
+  return { status: Number(statusLine.split(' ')[1]), headers, body: bodyText === '' ? undefined : JSON.parse(bodyText) };
+}
+
+async function metric(s, name) {
+  const text = (await s.request('GET', '/metrics', { keepAlive: false })).text;
+  const m = new RegExp(`^${name} (\\d+)$`, 'm').exec(text);
+  return m === null ? undefined : Number(m[1]);
+}
+
+/** A session whose turn list is about 16 MiB: more than loopback socket buffers hold. */
+async function bigTurns(s) {
+  const u = s.as('alice');
+  const id = (await u.post('/api/v1/chat-sessions', newSession())).body.data._id;
+  const content = 'z'.repeat(1024 * 1024);
+  for (let i = 0; i < 16; i++) assert.equal((await u.post(`/api/v1/chat-sessions/${id}/turns`, { role: 'user', content })).status, 201);
+  return { id, token: u.token };
+}
+
+/** Asks for the big turn list on a raw connection and does not read the answer. */
+async function unreadTurns(s, big, reqId) {
+  const c = await raw(s.port);
+  c.socket.pause();
+  c.socket.write(`GET /api/v1/chat-sessions/${big.id}/turns HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${big.token}\r\nX-Request-Id: ${reqId}\r\n\r\n`);
+  return c;
+}
+
+const CREATE = (token, length) =>
+  `POST /api/v1/chat-sessions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${token}\r\nContent-Type: application/json\r\nContent-Length: ${length}\r\n\r\n`;
+
+describe('Connections (MAX_CONNECTIONS)', () => {
+  test('at the cap a new connection closes the oldest idle one, so /healthz keeps answering under a flood of idle connections', async () => {
+    const s = await startServer({ env: { MAX_CONNECTIONS: '20' } });
+    const clients = [];
+    try {
+      // the first five have had an answer and wait on keep-alive; the rest never sent a byte
+      for (let i = 0; i < 40; i++) {
+        const c = await raw(s.port);
+        if (i < 5) {
+          c.socket.write('GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n');
+          await until(() => c.text().includes('"status":"ok"'), 'a keep-alive answer');
+        }
+        clients.push(c);
+      }
+      await until(() => clients.slice(0, 20).every((c) => c.closed), 'the 20 oldest connections to be closed', 10_000);
+      assert.deepEqual(
+        clients.map((c) => c.closed),
+        clients.map((_, i) => i < 20),
+        'exactly the oldest 20 were closed',
+      );
+      const health = await s.request('GET', '/healthz', { keepAlive: false });
+      assert.equal(health.status, 200);
+      assert.ok((await metric(s, 'chat_session_api_connections')) <= 20);
+      assert.ok((await metric(s, 'chat_session_api_connections_evicted_total')) >= 20);
+      assert.ok(s.logs().some((l) => l.level === 'warn' && /MAX_CONNECTIONS reached/.test(l.msg)));
+    } finally {
+      for (const c of clients) c.socket.destroy();
+      await s.stop();
+      removeDir(s.dataDir);
+    }
+  });
+
+  test('when every connection has a request in flight, /healthz and /metrics still answer on a few extra connections, other routes get 503 Server is busy', async () => {
+    const s = await startServer({ env: { MAX_CONNECTIONS: '4', BODY_LIMIT: '2mb', FSYNC: 'off' } });
+    const clients = [];
+    try {
+      // four answers too large for the socket buffers, which their clients do not read: four requests in flight
+      const big = await bigTurns(s);
+      for (let i = 0; i < 4; i++) clients.push(await unreadTurns(s, big, `busy-${i}`));
+      await until(() => [0, 1, 2, 3].every((i) => s.logs().some((l) => l.reqId === `busy-${i}`)), 'four answers under way');
+      const health = await s.request('GET', '/healthz', { keepAlive: false });
+      assert.equal(health.status, 200);
+      assert.equal(health.headers.connection, 'close');
+      const busy = await s.as('bob').post('/api/v1/chat-sessions', newSession(), { keepAlive: false });
+      assert.equal(busy.status, 503);
+      assert.deepEqual(busy.body, { success: false, message: 'Server is busy' });
+      assert.equal(busy.headers['retry-after'], '1');
+      assert.ok(busy.headers['x-request-id']);
+      assert.ok(clients.every((c) => !c.closed), 'the busy connections were left alone');
+    } finally {
+      for (const c of clients) c.socket.destroy();
+      await s.stop();
+      removeDir(s.dataDir);
+    }
+  });
+
+  test('past the cap and its headroom, with nothing idle, a newcomer is refused and nothing is closed for it (ConnectionGuard)', () => {
+    const refused = [];
+    let evicted = 0;
+    const guard = new ConnectionGuard(2, { refuse: (sock) => refused.push(sock), evicted: () => evicted++ });
+    const socket = () => Object.assign(new EventEmitter(), { destroyed: false, destroy() { this.destroyed = true; this.emit('close'); } });
+    const all = [];
+    for (let i = 0; i < 2 + HEADROOM; i++) {
+      const sock = socket();
+      guard.onConnection(sock);
+      guard.of(sock).requests++; // a request in flight on each
+      all.push(sock);
+    }
+    assert.equal(guard.count, 2 + HEADROOM);
+    assert.deepEqual(all.map((s) => guard.of(s).overflow), all.map((_, i) => i >= 2));
+    const late = socket();
+    guard.onConnection(late);
+    assert.deepEqual(refused, [late]);
+    assert.equal(guard.of(late), undefined);
+    assert.equal(evicted, 0);
+    assert.ok(all.every((s) => !s.destroyed));
+    // once one is idle again, the next newcomer closes it and takes its place
+    guard.of(all[0]).requests--;
+    const next = socket();
+    guard.onConnection(next);
+    assert.ok(all[0].destroyed);
+    assert.equal(evicted, 1);
+    assert.equal(guard.of(next).overflow, false);
+    assert.equal(guard.count, 2 + HEADROOM);
+  });
+});
+
+describe('Request bodies (BODY_MEMORY, BODY_TIMEOUT)', () => {
+  test('request bodies in flight hold at most BODY_MEMORY bytes: a body that would pass it gets 503 Server is busy and its connection closes', async () => {
+    const s = await startServer({ env: { BODY_MEMORY: '75000', BODY_LIMIT: '48kb' } });
+    const token = tokenFor('alice');
+    const head = JSON.stringify(newSession({ pad: 'x'.repeat(39_000) }));
+    const stalled = [];
+    try {
+      for (let i = 0; i < 2; i++) {
+        const c = await raw(s.port);
+        c.socket.write(CREATE(token, head.length) + head.slice(0, 35_000));
+        stalled.push(c);
+      }
+      await until(async () => (await metric(s, 'chat_session_api_request_body_bytes')) === 70_000, '70000 body bytes held');
+      const body = JSON.stringify(newSession({ pad: 'y'.repeat(10_000) }));
+      const c = await raw(s.port);
+      c.socket.write(CREATE(token, body.length) + body);
+      await until(() => c.closed, 'the refused connection to close');
+      const a = parseAnswer(c.text());
+      assert.equal(a.status, 503);
+      assert.deepEqual(a.body, { success: false, message: 'Server is busy' });
+      assert.equal(a.headers['retry-after'], '1');
+      assert.equal(a.headers.connection, 'close');
+      const line = await until(() => s.logs().find((l) => l.msg === 'request' && l.reqId === a.headers['x-request-id']), 'its log line');
+      assert.equal(line.status, 503);
+      assert.equal(line.route, '/api/v1/chat-sessions');
+      // the rest of one held body arrives: it is served and its bytes are given back
+      stalled[0].socket.write(head.slice(35_000));
+      await until(() => stalled[0].text().includes('\r\n\r\n{'), 'the completed body to be answered');
+      assert.equal(parseAnswer(stalled[0].text()).status, 201);
+      await until(async () => (await metric(s, 'chat_session_api_request_body_bytes')) === 35_000, 'its bytes given back');
+      assert.equal((await s.request('POST', '/api/v1/chat-sessions', { token, body, headers: { 'content-type': 'application/json' } })).status, 201);
+    } finally {
+      for (const c of stalled) c.socket.destroy();
+      await s.stop();
+      removeDir(s.dataDir);
+    }
+  });
+
+  test('a body that has not arrived within BODY_TIMEOUT gets 408 Request timeout in the envelope, logged with its route, and the connection closes', async () => {
+    const s = await startServer({ env: { BODY_TIMEOUT: '300ms' } });
+    try {
+      const c = await raw(s.port);
+      c.socket.write(CREATE(tokenFor('alice'), 100) + '{"name":');
+      await until(() => c.closed, 'the connection to be closed', 20_000);
+      const a = parseAnswer(c.text());
+      assert.equal(a.status, 408);
+      assert.deepEqual(a.body, { success: false, message: 'Request timeout' });
+      const line = await until(() => s.logs().find((l) => l.msg === 'request' && l.reqId === a.headers['x-request-id']), 'its log line');
+      assert.equal(line.route, '/api/v1/chat-sessions');
+      assert.equal(line.user, 'alice');
+      assert.equal(await metric(s, 'chat_session_api_request_body_bytes'), 0);
+    } finally {
+      await s.stop();
+      removeDir(s.dataDir);
+    }
+  });
+
+  test('BODY_MEMORY smaller than BODY_LIMIT stops the start naming both', async () => {
+    await assert.rejects(startServer({ env: { BODY_MEMORY: '1kb', BODY_LIMIT: '2kb' } }), /BODY_MEMORY must be at least BODY_LIMIT/);
+  });
+});
+
+describe('Slow readers (WRITE_TIMEOUT)', () => {
+  test('an answer the client takes no byte of for WRITE_TIMEOUT is cut off: the connection is destroyed and a warning logged with the request id', async () => {
+    const s = await startServer({ env: { WRITE_TIMEOUT: '1s', BODY_LIMIT: '2mb', FSYNC: 'off' } });
+    try {
+      const c = await unreadTurns(s, await bigTurns(s), 'slow-reader-1');
+      const warn = await until(() => s.logs().find((l) => l.level === 'warn' && l.reqId === 'slow-reader-1'), 'the write-timeout warning', 30_000);
+      assert.match(warn.msg, /WRITE_TIMEOUT/);
+      assert.ok(warn.unsentBytes > 0);
+      c.socket.resume();
+      await until(() => c.closed, 'the connection to be closed', 30_000);
+      const text = c.text();
+      const length = Number(/content-length: (\d+)/i.exec(text)[1]);
+      assert.ok(length > 16 * 1024 * 1024);
+      assert.ok(c.bytes < length, `got ${c.bytes} bytes of ${length}: the answer was cut off`);
+      assert.equal(await metric(s, 'chat_session_api_write_timeouts_total'), 1);
+      assert.equal((await s.request('GET', '/healthz')).status, 200);
+    } finally {
+      await s.stop();
+      removeDir(s.dataDir);
+    }
+  });
+
+  test('a slow but steady reader is not cut off: the timeout counts from the last byte the client took, not from the start', async () => {
+    const s = await startServer({ env: { WRITE_TIMEOUT: '3s', BODY_LIMIT: '2mb', FSYNC: 'off' } });
+    try {
+      const { id, token } = await bigTurns(s);
+      const c = await raw(s.port);
+      c.socket.pause();
+      c.socket.write(`GET /api/v1/chat-sessions/${id}/turns HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${token}\r\nConnection: close\r\n\r\n`);
+      // take 1 MiB, pause 300 ms (a tenth of the timeout), again, until the end: 16 pauses or more
+      let target = 0;
+      c.socket.on('data', () => {
+        if (c.bytes >= target) c.socket.pause();
+      });
+      const started = Date.now();
+      while (!c.closed) {
+        target = c.bytes + 1024 * 1024;
+        c.socket.resume();
+        await until(() => c.socket.isPaused() || c.closed, 'the next MiB', 30_000);
+        await new Promise((r) => setTimeout(r, 300));
+      }
+      const text = c.text();
+      const length = Number(/content-length: (\d+)/i.exec(text)[1]);
+      assert.equal(c.bytes - (text.indexOf('\r\n\r\n') + 4), length, 'the whole answer arrived');
+      assert.ok(Date.now() - started > 3_000, 'reading took longer than WRITE_TIMEOUT');
+      assert.ok(!s.logs().some((l) => /WRITE_TIMEOUT/.test(l.msg ?? '')));
+    } finally {
+      await s.stop();
+      removeDir(s.dataDir);
+    }
+  });
+});
+
+describe('HTTP node:http would answer bare', () => {
+  test('an Expect other than 100-continue gets 417 Expectation failed in the envelope, with a request id, logged and counted', async () => {
+    const s = await startServer();
+    try {
+      const c = await raw(s.port);
+      c.socket.write(`POST /api/v1/chat-sessions HTTP/1.1\r\nHost: x\r\nExpect: foo\r\nX-Request-Id: expect-1\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}`);
+      await until(() => c.closed, 'the connection to be closed');
+      const a = parseAnswer(c.text());
+      assert.equal(a.status, 417);
+      assert.deepEqual(a.body, { success: false, message: 'Expectation failed' });
+      assert.equal(a.headers['x-request-id'], 'expect-1');
+      assert.equal(a.headers['content-type'], 'application/json; charset=utf-8');
+      const line = await until(() => s.logs().find((l) => l.msg === 'request' && l.reqId === 'expect-1'), 'its log line');
+      assert.equal(line.status, 417);
+      assert.match((await s.request('GET', '/metrics')).text, /status="417"\} 1/);
+      // 100-continue is still met
+      const ok = await s.as('alice').post('/api/v1/chat-sessions', newSession(), { headers: { expect: '100-continue' } });
+      assert.equal(ok.status, 201);
+    } finally {
+      await s.stop();
+      removeDir(s.dataDir);
+    }
+  });
+
+  test('CONNECT gets 405 Method not allowed in the envelope (an empty Allow: this server makes no tunnels), logged and counted, then the connection closes', async () => {
+    const s = await startServer();
+    try {
+      const c = await raw(s.port);
+      c.socket.write('CONNECT example.com:443 HTTP/1.1\r\nHost: example.com:443\r\nX-Request-Id: connect-1\r\n\r\n');
+      await until(() => c.closed, 'the connection to be closed');
+      const a = parseAnswer(c.text());
+      assert.equal(a.status, 405);
+      assert.deepEqual(a.body, { success: false, message: 'Method not allowed' });
+      assert.equal(a.headers['x-request-id'], 'connect-1');
+      assert.equal(a.headers.allow, '');
+      const line = await until(() => s.logs().find((l) => l.msg === 'request' && l.reqId === 'connect-1'), 'its log line');
+      assert.equal(line.status, 405);
+      assert.equal(line.method, 'CONNECT');
+      assert.match((await s.request('GET', '/metrics')).text, /method="other",route="\(unmatched\)",status="405"\} 1/);
+    } finally {
+      await s.stop();
+      removeDir(s.dataDir);
+    }
+  });
+});
+
+describe('Settings that bound memory and connections', () => {
+  test('--help lists MAX_CONNECTIONS, BODY_MEMORY, BODY_TIMEOUT and WRITE_TIMEOUT with their defaults', () => {
+    const r = runCli(['--help']);
+    assert.equal(r.code, 0);
+    assert.match(r.stdout, /MAX_CONNECTIONS \/ --max-connections .*\[default: 1000\]/);
+    assert.match(r.stdout, /BODY_MEMORY \/ --body-memory .*\[default: 64mb\]/);
+    assert.match(r.stdout, /BODY_TIMEOUT \/ --body-timeout .*\[default: 15s\]/);
+    assert.match(r.stdout, /WRITE_TIMEOUT \/ --write-timeout .*\[default: 30s\]/);
+  });
+
+  test('a bad value stops the start with one line naming the setting', () => {
+    const cases = [
+      [{ MAX_CONNECTIONS: '0' }, /MAX_CONNECTIONS must be a whole number/],
+      [{ MAX_CONNECTIONS: 'many' }, /MAX_CONNECTIONS/],
+      [{ BODY_MEMORY: 'lots' }, /BODY_MEMORY/],
+      [{ BODY_TIMEOUT: '15' }, /BODY_TIMEOUT must be a duration such as 500ms, 15s or 2m/],
+      [{ WRITE_TIMEOUT: 'soon' }, /WRITE_TIMEOUT/],
+    ];
+    for (const [env, re] of cases) {
+      const dir = tempDir();
+      const r = runCli([], { env: { DATA_DIR: dir, ...env }, cwd: dir });
+      assert.equal(r.code, 2, JSON.stringify(env));
+      assert.match(r.stderr, re);
+      assert.equal(r.stderr.trim().split('\n').length, 1);
+      removeDir(dir);
+    }
+  });
+});
