@@ -6,3 +6,5 @@ export { MessageReader } from './pg/backend.js';
 export { Connection, connect } from './pg/connection.js';
 export { PgError, PgServerError } from './pg/errors.js';
 export { Password, describeTarget, parseDatabaseUrl, redactDatabaseUrl } from './pg/url.js';
+export { Listener } from './pg/listen.js';
+export { Pool } from './pg/pool.js';

@@ -167,14 +167,14 @@ export class Connection {
     for (let i = 0; i < params.length; i++) {
       const p = params[i];
       if (typeof p !== 'string' && p !== null) {
-        return Promise.reject(new PgError('config', `parameter $${i + 1} must be a string or null, not ${typeof p}`));
+        return Promise.reject(new PgError('usage', `parameter $${i + 1} must be a string or null, not ${typeof p}`));
       }
     }
     let statement = this.statements.get(text);
     const parses = statement === undefined;
     if (statement === undefined) {
       // a NUL would end the text early on the server, running a shorter statement than written
-      if (text.includes('\0')) return Promise.reject(new PgError('config', 'query text contains a NUL character'));
+      if (text.includes('\0')) return Promise.reject(new PgError('usage', 'query text contains a NUL character'));
       statement = this.prepare(text);
     } else {
       this.statements.delete(text); // most recently used last
@@ -195,7 +195,7 @@ export class Connection {
    */
   exec(sql: string): Promise<void> {
     if (this.closed) return Promise.reject(this.closedError());
-    if (sql.includes('\0')) return Promise.reject(new PgError('config', 'SQL text contains a NUL character'));
+    if (sql.includes('\0')) return Promise.reject(new PgError('usage', 'SQL text contains a NUL character'));
     this.writer.query(sql);
     return this.enqueue(undefined, false).then(() => undefined);
   }

@@ -22,6 +22,7 @@ export type PgErrorKind =
   | 'acquire_timeout' // waited in the pool's queue too long
   | 'pool_closed'
   | 'config' // DATABASE_URL or an option is invalid
+  | 'usage' // the client was used wrongly: a parameter not a string, a session used after its release
   | 'protocol'; // the server sent something this client does not understand
 
 /** The kinds that mean "the database cannot be used right now": answer 503, retry later. */

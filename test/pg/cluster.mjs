@@ -4,7 +4,7 @@
 // spawned directly (its PID is ours to stop, kill and restart); as root, it runs as the
 // `postgres` user, since initdb and postgres refuse to run as root.
 import { execFile, spawn, spawnSync } from 'node:child_process';
-import { chmodSync, chownSync, closeSync, existsSync, mkdtempSync, openSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
+import { appendFileSync, chmodSync, chownSync, closeSync, existsSync, mkdtempSync, openSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -128,6 +128,8 @@ export async function startCluster({ settings = {} } = {}) {
     if (f.endsWith('.key')) chmodSync(join(dataDir, f), 0o600);
   }
   writeFileSync(join(dataDir, 'pg_hba.conf'), HBA);
+  // the harness's settings in a file of their own, so that ALTER SYSTEM (postgresql.auto.conf) stays the tests'
+  appendFileSync(join(dataDir, 'postgresql.conf'), "\ninclude 'cluster.conf'\n");
   if (identity) chownSync(join(dataDir, 'pg_hba.conf'), identity.uid, identity.gid);
 
   const logFile = join(dir, 'server.log');
@@ -157,7 +159,7 @@ export async function startCluster({ settings = {} } = {}) {
   const psql = (sql, { user = 'postgres', database = 'postgres' } = {}) =>
     new Promise((resolve, reject) => {
       execFile(join(bin, 'psql'), ['-X', '-A', '-t', '-q', '-v', 'ON_ERROR_STOP=1', '-h', dir, '-p', String(port), '-U', user, '-d', database, '-c', sql],
-        { encoding: 'utf8', env: { ...process.env, PGCONNECT_TIMEOUT: '5' } },
+        { encoding: 'utf8', env: { ...process.env, PGCONNECT_TIMEOUT: '5', PGCLIENTENCODING: 'UTF8' } },
         (err, stdout, stderr) => (err ? reject(new Error(`psql: ${stderr || err.message}`)) : resolve(stdout.trim())));
     });
 
@@ -181,7 +183,7 @@ export async function startCluster({ settings = {} } = {}) {
   process.on('exit', onExit);
 
   async function start() {
-    writeFileSync(join(dataDir, 'postgresql.auto.conf'), `${conf()}\n`);
+    writeFileSync(join(dataDir, 'cluster.conf'), `${conf()}\n`);
     const log = openSync(logFile, 'a');
     child = spawn(join(bin, 'postgres'), ['-D', dataDir], { ...spawnAs, stdio: ['ignore', log, log] });
     closeSync(log);
@@ -289,4 +291,15 @@ export async function startCluster({ settings = {} } = {}) {
       rmSync(dir, { recursive: true, force: true });
     },
   };
+}
+
+/** Polls `check` (sync or async) until it returns a truthy value, which it resolves; throws after `timeoutMs`. */
+export async function waitFor(check, { timeoutMs = 30_000, intervalMs = 50, what = 'condition' } = {}) {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const value = await check();
+    if (value) return value;
+    if (Date.now() > deadline) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, intervalMs));
+  }
 }
