@@ -58,6 +58,8 @@ export type TransactionStatus = 'idle' | 'transaction' | 'failed';
  */
 const SILENCE_GRACE_MS = 5_000;
 const NO_PARAMS: readonly Param[] = [];
+/** The protocol counts parameters in 16 bits. */
+const MAX_PARAMS = 65_535;
 const NO_FIELDS: readonly string[] = Object.freeze([]);
 
 interface Statement {
@@ -164,6 +166,8 @@ export class Connection {
    */
   query(text: string, params: readonly Param[] = NO_PARAMS): Promise<QueryResult> {
     if (this.closed) return Promise.reject(this.closedError());
+    if (params.length > MAX_PARAMS) return Promise.reject(new PgError('usage', `at most ${MAX_PARAMS} parameters`));
+    // checked before anything is encoded: a bad value must not leave half a message in the buffer
     for (let i = 0; i < params.length; i++) {
       const p = params[i];
       if (typeof p !== 'string' && p !== null) {

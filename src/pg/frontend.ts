@@ -63,7 +63,7 @@ export class MessageWriter {
     this.buf[this.pos++] = 0; // unnamed portal
     this.cstring(name);
     this.buf.writeInt16BE(0, this.pos); // no format codes: every parameter is text
-    this.buf.writeInt16BE(params.length, this.pos + 2);
+    this.buf.writeUInt16BE(params.length, this.pos + 2);
     this.pos += 4;
     for (let i = 0; i < params.length; i++) {
       const p = params[i];

@@ -81,6 +81,7 @@ export async function openTransport(config: ConnectionConfig, timeoutMs: number)
         });
         socket.removeListener('error', onError);
         socket.removeListener('close', onClose);
+        socket.on('error', (err) => secure.destroy(err)); // the TLS socket reports it; never unhandled
         current = secure;
         secure.on('error', onError);
         secure.on('close', onClose);

@@ -17,17 +17,23 @@ export const USERS = Object.freeze({
   md5: { user: 'md5_user', password: 'Md5-pw-c41d8b' },
 });
 
-/** The directory holding initdb and postgres: $PG_BIN, Debian's /usr/lib/postgresql/<newest>/bin, or PATH. */
+/**
+ * The directory holding initdb, postgres and psql: $PG_BIN if set (only it), else Debian's
+ * /usr/lib/postgresql/<newest>/bin, else PATH.
+ */
 export function findPostgresBin() {
   const candidates = [];
-  if (process.env.PG_BIN) candidates.push(process.env.PG_BIN);
-  try {
-    const versions = readdirSync('/usr/lib/postgresql').filter((v) => /^\d+$/.test(v)).sort((a, b) => Number(b) - Number(a));
-    for (const v of versions) candidates.push(`/usr/lib/postgresql/${v}/bin`);
-  } catch {
-    // no Debian layout
+  if (process.env.PG_BIN) {
+    candidates.push(process.env.PG_BIN);
+  } else {
+    try {
+      const versions = readdirSync('/usr/lib/postgresql').filter((v) => /^\d+$/.test(v)).sort((a, b) => Number(b) - Number(a));
+      for (const v of versions) candidates.push(`/usr/lib/postgresql/${v}/bin`);
+    } catch {
+      // no Debian layout
+    }
+    for (const dir of (process.env.PATH ?? '').split(':')) if (dir) candidates.push(dir);
   }
-  for (const dir of (process.env.PATH ?? '').split(':')) if (dir) candidates.push(dir);
   return candidates.find((dir) => existsSync(join(dir, 'initdb')) && existsSync(join(dir, 'postgres')) && existsSync(join(dir, 'psql')));
 }
 
@@ -50,8 +56,9 @@ export function postgresMissing() {
     skipReason = '';
     return undefined;
   }
-  const reason = `${missing.join(' and ')} not found: PostgreSQL client tests SKIPPED (apt-get install -y postgresql openssl)`;
-  if (process.env.REQUIRE_POSTGRES === '1') throw new Error(`${reason}; REQUIRE_POSTGRES=1 makes this a failure`);
+  const what = `${missing.join(' and ')} not found`;
+  if (process.env.REQUIRE_POSTGRES === '1') throw new Error(`${what}, and REQUIRE_POSTGRES=1 makes that a failure (apt-get install -y postgresql openssl)`);
+  const reason = `${what}: PostgreSQL client tests SKIPPED (apt-get install -y postgresql openssl)`;
   console.error(`\n*** ${reason} ***\n`);
   skipReason = reason;
   return reason;
