@@ -1,9 +1,13 @@
-// Password authentication: SCRAM-SHA-256 (RFC 5802 / RFC 7677, as PostgreSQL does it,
-// without channel binding) and the older md5. SCRAM checks the server's signature too, so a
-// server that does not know the password cannot pretend to accept it.
+// Password authentication during start-up: the answers to the server's Authentication
+// requests, for SCRAM-SHA-256 (RFC 5802 / RFC 7677, as PostgreSQL does it, without channel
+// binding), md5, a cleartext password, and none (trust). SCRAM checks the server's signature
+// too, so a server that does not know the password cannot pretend to accept it.
 import { createHash, createHmac, pbkdf2, randomBytes, timingSafeEqual } from 'node:crypto';
 import { promisify } from 'node:util';
+import { decodeSaslMechanisms } from './backend.js';
 import { PgError } from './errors.js';
+import { cstringBytes, passwordMessage, saslInitialBody } from './frontend.js';
+import type { Password } from './url.js';
 
 const pbkdf2Async = promisify(pbkdf2);
 
@@ -93,5 +97,62 @@ export class ScramClient {
       throw scramError('the server signature does not match: the server does not know the password');
     }
     this.serverVerified = true;
+  }
+}
+
+/** One start-up's authentication: answers each Authentication request the server sends. */
+export class Authentication {
+  private scram: ScramClient | undefined;
+
+  constructor(
+    private readonly user: string,
+    private readonly password: Password | undefined,
+    /** Where the connection goes, for messages. */
+    private readonly target: string,
+  ) {}
+
+  /**
+   * The answer to one Authentication message (body from `at` to `end`): bytes to send, now
+   * or once computed, or undefined when none is due. Throws PgError `auth_failed`.
+   */
+  answer(buf: Buffer, at: number, end: number): Buffer | Promise<Buffer> | undefined {
+    const code = buf.readInt32BE(at);
+    switch (code) {
+      case 0: // AuthenticationOk
+        if (this.scram !== undefined && !this.scram.serverVerified) {
+          throw new PgError('auth_failed', `${this.target}: the server ended SCRAM without proving it knows the password`);
+        }
+        return undefined;
+      case 3: // AuthenticationCleartextPassword
+        return passwordMessage(cstringBytes(this.secret()));
+      case 5: // AuthenticationMD5Password, with a 4-byte salt
+        return passwordMessage(cstringBytes(md5Password(this.user, this.secret(), buf.subarray(at + 4, at + 8))));
+      case 10: {
+        // AuthenticationSASL: the mechanisms the server offers
+        const mechanisms = decodeSaslMechanisms(buf, at + 4, end);
+        if (!mechanisms.includes('SCRAM-SHA-256')) {
+          throw new PgError('auth_failed', `${this.target}: no supported SASL mechanism in ${mechanisms.join(', ')}`);
+        }
+        this.secret(); // fail now if there is none
+        this.scram = new ScramClient();
+        return passwordMessage(saslInitialBody('SCRAM-SHA-256', this.scram.clientFirst()));
+      }
+      case 11: {
+        // AuthenticationSASLContinue: the server-first message
+        if (this.scram === undefined) throw new PgError('protocol', 'SASLContinue without SASL');
+        return this.scram.clientFinal(buf.toString('utf8', at + 4, end), this.secret()).then((final) => passwordMessage(Buffer.from(final, 'utf8')));
+      }
+      case 12: // AuthenticationSASLFinal: the server's proof
+        if (this.scram === undefined) throw new PgError('protocol', 'SASLFinal without SASL');
+        this.scram.verifyServerFinal(buf.toString('utf8', at + 4, end));
+        return undefined;
+      default:
+        throw new PgError('auth_failed', `${this.target}: unsupported authentication method (code ${code})`);
+    }
+  }
+
+  private secret(): string {
+    if (this.password === undefined) throw new PgError('auth_failed', `${this.target}: the server asks for a password and none was given`);
+    return this.password.reveal();
   }
 }

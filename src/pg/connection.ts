@@ -1,9 +1,9 @@
-// One connection to PostgreSQL: start-up and authentication, then queries over the extended
-// protocol, pipelined. Every query is its own Parse?/Bind/Execute/Sync group, so queries in
-// flight are independent (an error skips only to its own Sync) and their answers come back
-// in the order they were sent: each ReadyForQuery settles the oldest query in flight.
-// Statements are prepared once per connection, by name, and reused by their text.
-import { ScramClient, md5Password } from './auth.js';
+// One connection to PostgreSQL: start-up (auth.ts answers the password requests), then
+// queries over the extended protocol, pipelined. Every query is its own Parse?/Bind/Execute/
+// Sync group, so queries in flight are independent (an error skips only to its own Sync) and
+// their answers come back in the order they were sent: each ReadyForQuery settles the oldest
+// query in flight. Statements are prepared once per connection, by name, and reused by text.
+import { Authentication } from './auth.js';
 import {
   MessageReader,
   decodeCommandTag,
@@ -12,11 +12,10 @@ import {
   decodeFieldNames,
   decodeNotification,
   decodeParameterStatus,
-  decodeSaslMechanisms,
   type Notification,
 } from './backend.js';
 import { PgError, PgServerError } from './errors.js';
-import { MessageWriter, cstringBytes, passwordMessage, saslInitialBody, startupMessage } from './frontend.js';
+import { MessageWriter, startupMessage } from './frontend.js';
 import { openTransport, type Transport } from './transport.js';
 import { describeTarget, type ConnectionConfig } from './url.js';
 
@@ -106,7 +105,8 @@ export class Connection {
   private txStatus: TransactionStatus = 'idle';
   private readonly serverParameters = new Map<string, string>();
   private pid = 0;
-  private scram: ScramClient | undefined;
+  /** Answers the server's authentication requests, during start-up only. */
+  private auth: Authentication | undefined;
   /** A FATAL error the server sent before closing: the reason given to queries still in flight. */
   private fatal: PgServerError | undefined;
   private startupTimer: NodeJS.Timeout | undefined;
@@ -289,6 +289,7 @@ export class Connection {
     }
     this.socket = socket;
     this.state = 'authenticating';
+    this.auth = new Authentication(this.config.user, this.config.password, this.target);
     socket.on('data', this.onData);
     socket.on('error', (err: Error) => this.fail(new PgError('connection_lost', `connection to ${this.target} lost: ${err.message}`)));
     socket.on('close', () => this.fail(this.fatal ?? new PgError('connection_lost', `connection to ${this.target} closed by the server`)));
@@ -307,61 +308,9 @@ export class Connection {
     socket.write(startupMessage(params));
   }
 
-  private password(): string {
-    const p = this.config.password;
-    if (p === undefined) throw new PgError('auth_failed', `${this.target}: the server asks for a password and none was given`);
-    return p.reveal();
-  }
-
-  private authenticate(buf: Buffer, at: number, end: number): void {
-    const code = buf.readInt32BE(at);
-    switch (code) {
-      case 0: // AuthenticationOk
-        if (this.scram !== undefined && !this.scram.serverVerified) {
-          throw new PgError('auth_failed', `${this.target}: the server ended SCRAM without proving it knows the password`);
-        }
-        this.scram = undefined;
-        return;
-      case 3: // AuthenticationCleartextPassword
-        this.socket?.write(passwordMessage(cstringBytes(this.password())));
-        return;
-      case 5: // AuthenticationMD5Password
-        this.socket?.write(passwordMessage(cstringBytes(md5Password(this.config.user, this.password(), buf.subarray(at + 4, at + 8)))));
-        return;
-      case 10: {
-        // AuthenticationSASL
-        const mechanisms = decodeSaslMechanisms(buf, at + 4, end);
-        if (!mechanisms.includes('SCRAM-SHA-256')) {
-          throw new PgError('auth_failed', `${this.target}: no supported SASL mechanism in ${mechanisms.join(', ')}`);
-        }
-        this.password(); // fail now if there is none
-        this.scram = new ScramClient();
-        this.socket?.write(passwordMessage(saslInitialBody('SCRAM-SHA-256', this.scram.clientFirst())));
-        return;
-      }
-      case 11: {
-        // AuthenticationSASLContinue: the server-first message
-        const scram = this.scram;
-        if (scram === undefined) throw new PgError('protocol', 'SASLContinue without SASL');
-        scram.clientFinal(buf.toString('utf8', at + 4, end), this.password()).then(
-          (final) => {
-            if (this.state === 'authenticating') this.socket?.write(passwordMessage(Buffer.from(final, 'utf8')));
-          },
-          (err: unknown) => this.fail(err instanceof PgError ? err : new PgError('auth_failed', `${this.target}: SCRAM failed`)),
-        );
-        return;
-      }
-      case 12: // AuthenticationSASLFinal
-        if (this.scram === undefined) throw new PgError('protocol', 'SASLFinal without SASL');
-        this.scram.verifyServerFinal(buf.toString('utf8', at + 4, end));
-        return;
-      default:
-        throw new PgError('auth_failed', `${this.target}: unsupported authentication method (code ${code})`);
-    }
-  }
-
   private becomeReady(): void {
     clearTimeout(this.startupTimer);
+    this.auth = undefined;
     this.state = 'ready';
     this.readyResolve();
     if (this.inFlightQueue.length > 0) {
@@ -439,10 +388,22 @@ export class Connection {
       case 0x4b: // K BackendKeyData
         this.pid = buf.readInt32BE(at);
         return;
-      case 0x52: // R Authentication*
-        if (this.state !== 'authenticating') throw new PgError('protocol', 'authentication request after start-up');
-        this.authenticate(buf, at, end);
+      case 0x52: {
+        // R Authentication*
+        if (this.auth === undefined) throw new PgError('protocol', 'authentication request after start-up');
+        const answer = this.auth.answer(buf, at, end);
+        if (answer instanceof Promise) {
+          answer.then(
+            (bytes) => {
+              if (this.state === 'authenticating') this.socket?.write(bytes);
+            },
+            (err: unknown) => this.fail(err instanceof PgError ? err : new PgError('auth_failed', `${this.target}: authentication failed`)),
+          );
+        } else if (answer !== undefined) {
+          this.socket?.write(answer);
+        }
         return;
+      }
       case 0x47: // G CopyInResponse: a COPY FROM STDIN in an exec; refuse it so the server ends it
         this.writer.copyFail('COPY FROM STDIN is not supported by this client');
         this.flush();
@@ -503,7 +464,7 @@ export class Connection {
     this.state = 'closed';
     clearTimeout(this.startupTimer);
     clearTimeout(this.silenceTimer);
-    this.scram = undefined;
+    this.auth = undefined;
     this.socket?.destroy();
     this.readyReject(cause);
     // Queries sent on a live session fail as "connection lost" unless the server said why;
