@@ -34,7 +34,12 @@ export interface QueryResult {
 }
 
 export interface ConnectionOptions {
-  /** The session's statement_timeout in ms (0: none); past it a query fails with `query_canceled`. */
+  /**
+   * The session's statement_timeout in ms (0: none); past it a query fails with
+   * `query_canceled`. It also bounds how long a query may go unanswered before the
+   * connection is taken for dead, so a statement meant to run longer belongs in exec(),
+   * which that check leaves alone (with SET LOCAL statement_timeout inside).
+   */
   readonly statementTimeoutMs?: number;
   /** Prepared statements kept per connection; the least recently used one is closed past it. */
   readonly statementCacheSize?: number;

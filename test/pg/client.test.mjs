@@ -7,7 +7,7 @@ import { after, before, describe, test } from 'node:test';
 import { inspect } from 'node:util';
 import { USERS, postgresMissing, startCluster, waitFor } from './cluster.mjs';
 
-const { connect, parseDatabaseUrl, PgError, PgServerError } = createRequire(import.meta.url)('../../dist/testkit.cjs');
+const { connect, parseDatabaseUrl, Listener, Pool, PgError, PgServerError } = createRequire(import.meta.url)('../../dist/testkit.cjs');
 
 const missing = postgresMissing();
 const PASSWORDS = [USERS.scram.password, USERS.md5.password, 'wrong-Pa55word-91xq'];
@@ -258,9 +258,10 @@ describe('PostgreSQL client: connection', { skip: missing }, () => {
     await a.query('SELECT n FROM counter WHERE id = 1');
     await b.query('SELECT n FROM counter WHERE id = 1'); // both snapshots taken
     await a.query('UPDATE counter SET n = n + 1 WHERE id = 1');
-    const blocked = b.query('UPDATE counter SET n = n + 1 WHERE id = 1'); // waits for a's row lock
+    // handled from the start: it may fail before a's COMMIT is answered
+    const blocked = rejection(b.query('UPDATE counter SET n = n + 1 WHERE id = 1')); // waits for a's row lock
     await a.query('COMMIT');
-    const err = await rejection(blocked);
+    const err = await blocked;
     assert.equal(err.kind, 'serialization_failure');
     assert.equal(err.code, '40001');
     await b.query('ROLLBACK');
@@ -297,6 +298,20 @@ describe('PostgreSQL client: connection', { skip: missing }, () => {
     assert.deepEqual((await c.query('SELECT 1')).rows, [['1']]);
   });
 
+  test('a server that falls silent with a query in flight: the query fails with connection_lost (statement_timeout + 5 s), never hangs', async () => {
+    const c = await conn(cluster.url(USERS.trust.user), { statementTimeoutMs: 200 });
+    const pid = c.backendPid;
+    process.kill(pid, 'SIGSTOP'); // the backend freezes; its socket stays open and quiet
+    try {
+      const err = await rejection(c.query('SELECT 1'));
+      assert.equal(err.kind, 'connection_lost');
+      assert.match(err.message, /no answer for \d+ ms/);
+      assert.equal(c.closed, true);
+    } finally {
+      process.kill(pid, 'SIGCONT');
+    }
+  });
+
   test('exec: several statements in one string; an error stops the rest; COPY FROM STDIN is refused, not hung', async () => {
     const c = await conn(cluster.url(USERS.trust.user));
     await c.exec("CREATE TABLE ex (n int); INSERT INTO ex VALUES (1); INSERT INTO ex VALUES (2); SELECT 'dropped'");
@@ -328,9 +343,15 @@ describe('PostgreSQL client: connection', { skip: missing }, () => {
     await c.close();
   });
 
-  test('no password in any error, string or inspect output seen by these tests, nor in a connection', async () => {
+  test('no password in any error, string or inspect output seen by these tests, nor in a connection, pool or listener', async () => {
     const c = await conn(cluster.url(USERS.scram.user));
-    const texts = [inspect(c, { showHidden: true, depth: Infinity })];
+    const pool = new Pool(cluster.url(USERS.md5.user), { max: 1 });
+    await pool.query('SELECT 1');
+    const listener = new Listener(cluster.url(USERS.scram.user), { onNotification: () => undefined });
+    await listener.listen('x');
+    const texts = [c, pool, listener].map((o) => inspect(o, { showHidden: true, depth: Infinity }));
+    await pool.end();
+    await listener.close();
     for (const err of seen) {
       texts.push(err.message, err.stack, String(err), inspect(err, { showHidden: true, depth: Infinity }), JSON.stringify(err));
     }
