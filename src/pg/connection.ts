@@ -298,6 +298,10 @@ export class Connection {
     socket.on('data', this.onData);
     socket.on('error', (err: Error) => this.fail(new PgError('connection_lost', `connection to ${this.target} lost: ${err.message}`)));
     socket.on('close', () => this.fail(this.fatal ?? new PgError('connection_lost', `connection to ${this.target} closed by the server`)));
+    if (socket.destroyed) {
+      this.fail(new PgError('connect_failed', `cannot connect to ${this.target}: the connection closed`)); // closed before these listeners came
+      return;
+    }
     this.startupTimer = setTimeout(
       () => this.fail(new PgError('connect_failed', `cannot connect to ${this.target}: no answer to start-up in ${this.config.connectTimeoutMs} ms`)),
       Math.max(1, timeLeftMs),

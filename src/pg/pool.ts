@@ -101,13 +101,21 @@ export class Pool implements Queryable {
     this.maxWaiting = positive(options.maxWaiting ?? 1000, 'maxWaiting');
     this.acquireTimeoutMs = positive(options.acquireTimeoutMs ?? 10_000, 'acquireTimeoutMs');
     this.pipelineDepth = positive(options.pipelineDepth ?? 16, 'pipelineDepth');
+    const statementTimeoutMs = options.statementTimeoutMs ?? 30_000;
+    if (!Number.isInteger(statementTimeoutMs) || statementTimeoutMs < 0) {
+      throw new PgError('config', 'pool option statementTimeoutMs must be a whole number of ms, 0 for none');
+    }
     this.connectionOptions = {
-      statementTimeoutMs: options.statementTimeoutMs ?? 30_000,
+      statementTimeoutMs,
       statementCacheSize: options.statementCacheSize ?? 200,
     };
   }
 
-  /** Runs one statement on a shared connection, pipelined with others. */
+  /**
+   * Runs one statement on a shared connection, pipelined with others: any connection, so no
+   * session state (SET, temporary tables) carries from one call to the next, and no retry:
+   * on an `unavailable` error the caller decides whether the statement may be sent again.
+   */
   query(text: string, params?: readonly Param[]): Promise<QueryResult> {
     if (this.ended) return Promise.reject(poolClosed());
     if (this.waiters.length === 0) {

@@ -40,8 +40,8 @@ export async function openTransport(config: ConnectionConfig, timeoutMs: number)
       if (settled) return;
       settled = true;
       clearTimeout(timer);
-      current.removeListener('error', onError);
-      current.removeListener('close', onClose);
+      // The listeners stay, as no-ops: until the connection adds its own (a microtask later)
+      // an 'error' with no listener would be an uncaught exception.
       if (err === undefined) {
         resolve(current);
       } else {
