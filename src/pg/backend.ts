@@ -1,8 +1,7 @@
 // What the server sends: backend messages framed out of the socket's chunks, and decoders
 // for the ones the client reads. A message that lies whole in one chunk is decoded in place;
 // only a message split across chunks is copied, once, into a buffer sized from its header.
-import type { ServerErrorFields } from './errors.js';
-import { PgError } from './errors.js';
+import { PgError, type ServerErrorFields } from './errors.js';
 
 const EMPTY = Buffer.alloc(0);
 /** The server never sends more in one message (1 GiB is the largest field); more is garbage. */
