@@ -85,6 +85,13 @@ export interface EngineGauge {
   readonly value: number;
 }
 
+/** What one user's sessions hold: the sessions, their turns (whoever wrote them), and the UTF-8 bytes of all their JSON. */
+export interface Usage {
+  readonly sessions: number;
+  readonly turns: number;
+  readonly bytes: number;
+}
+
 export interface StoreStats {
   readonly sessions: number;
   readonly turns: number;
@@ -137,6 +144,8 @@ export interface Store {
   importAll(sessions: readonly ChatSession[], turns: readonly Turn[]): Promise<ImportSummary>;
 
   stats(): Promise<StoreStats>;
+  /** What the sessions `user` owns hold (the same figures on every engine). */
+  usage(user: string): Promise<Usage>;
   /** Finishes queued writes, then releases what the engine holds. */
   close(): Promise<void>;
 }

@@ -8,7 +8,7 @@ import { versionOf } from '../domain/version.js';
 import { chatSession, raisedByTurn, type ChatSession, type Turn } from '../domain/records.js';
 import type { TurnKey } from '../domain/order.js';
 import type { Logger } from '../log.js';
-import { SessionNotFound, StorageWriteFailed, type Current, type SessionRecord, type TurnRecord } from './store.js';
+import { SessionNotFound, StorageWriteFailed, type Current, type SessionRecord, type TurnRecord, type Usage } from './store.js';
 
 /** One change of a group, as the engine commits it. */
 export type Change =
@@ -29,6 +29,8 @@ export type Change =
 export interface Group {
   /** A session as committed before this group, or undefined when there is none. */
   current(id: string): Current | undefined;
+  /** What a user's sessions held as committed before this group. */
+  usageOf(user: string): Usage;
   /** Makes every change durable at once, in order; rejects (changing nothing) if it cannot. */
   commit(changes: readonly Change[]): Promise<void>;
   /** The group made no change: let go of whatever `begin` took. */

@@ -343,6 +343,36 @@ export function contract(engine) {
       });
     });
 
+    test("usage: what a user's sessions hold (sessions, their turns whoever wrote them, the bytes of all their JSON) follows every write and every import", async () => {
+      await withStore(async (store) => {
+        const usageNow = async (user) => {
+          const all = await everything(store);
+          const mine = all.items.filter((i) => JSON.parse(i.session).user === user);
+          return { sessions: mine.length, turns: mine.reduce((n, i) => n + i.turns.length, 0), bytes: mine.reduce((n, i) => n + Buffer.byteLength(i.session) + i.turns.reduce((m, t) => m + Buffer.byteLength(t), 0), 0) };
+        };
+        const check = async (label) => {
+          for (const user of ['alice', 'bob', 'nobody']) assert.deepEqual(await store.usage(user), await usageNow(user), `${label}: ${user}`);
+        };
+        const a = await store.createSession(session({ name: 'älice one' }));
+        const b = await store.createSession(session({ ms: 1, user: 'bob' }));
+        await check('created');
+        // a turn written by bob into alice's session counts for alice, the session's owner
+        await store.appendTurn(a.session._id, (cur) => ({ ...turnAt(2, 'from bob')(cur), user: 'bob' }));
+        await store.appendTurn(b.session._id, turnAt(3, '日本語'));
+        await check('turns');
+        await store.updateSession(a.session._id, (c) => ({ ...c.session, name: 'a much longer name than before', updatedAt: at(4) }));
+        await check('updated');
+        await store.deleteSession(b.session._id, () => {});
+        await check('deleted');
+        assert.deepEqual(await store.usage('bob'), { sessions: 0, turns: 0, bytes: 0 });
+        // an import that hands a session to another owner moves it, turns and all
+        const moved = { ...(await store.getSession(a.session._id)).session, user: 'bob' };
+        await store.importAll([moved], []);
+        await check('imported');
+        assert.equal((await store.usage('bob')).turns, 1);
+      });
+    });
+
     test('the same history gives the same version (ETag) on every engine, as every release derived it', async () => {
       await withStore(async (store) => {
         // a fixed history: fixed ids and times

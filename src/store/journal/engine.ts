@@ -25,6 +25,7 @@ import {
   type StoreObserver,
   type StoreStats,
   type TurnRecord,
+  type Usage,
 } from '../store.js';
 import { SerialWriter, type Change, type Group, type GroupSource } from '../writer.js';
 import { Appender, COMPACT_SUFFIX, IMPORT_SUFFIX, JOURNAL_FILE, readCommitted } from './appender.js';
@@ -43,6 +44,7 @@ export interface JournalStoreOptions {
 }
 
 const HEADER_BYTES = headerLine().length;
+const NO_USAGE: Usage = { sessions: 0, turns: 0, bytes: 0 };
 const CHUNK = 256;
 
 export class JournalStore implements Store, GroupSource, Group {
@@ -58,6 +60,8 @@ export class JournalStore implements Store, GroupSource, Group {
   private compaction: Compaction | undefined;
   private compactionDone: Promise<void> = Promise.resolve();
   private closed = false;
+  /** What each user's sessions hold (by owner), kept as changes are applied. */
+  private usageByUser = new Map<string, { sessions: number; turns: number; bytes: number }>();
 
   private constructor(
     private readonly opts: JournalStoreOptions,
@@ -67,6 +71,7 @@ export class JournalStore implements Store, GroupSource, Group {
     this.file = join(opts.dir, JOURNAL_FILE);
     this.state = loaded.state;
     this.liveBytes = loaded.liveBytes;
+    this.recountUsage();
     this.writer = new SerialWriter(this, opts.log);
   }
 
@@ -166,6 +171,16 @@ export class JournalStore implements Store, GroupSource, Group {
     return { sessions: snapshot.length, turns, items: items() };
   }
 
+  usage(user: string): Promise<Usage> {
+    return Promise.resolve(this.usageOf(user));
+  }
+
+  /** Group: a user's usage as committed (memory holds exactly what is). */
+  usageOf(user: string): Usage {
+    const u = this.usageByUser.get(user);
+    return u === undefined ? NO_USAGE : { sessions: u.sessions, turns: u.turns, bytes: u.bytes };
+  }
+
   async stats(): Promise<StoreStats> {
     const { sessionCount: sessions, turnCount: turns } = this.state;
     return {
@@ -240,20 +255,51 @@ export class JournalStore implements Store, GroupSource, Group {
         e = state.insertNew(c.session, c.version);
         e.putBytes = bytes;
         this.liveBytes += bytes;
+        this.addUsage(c.session.user, 1, 0, bytes - PUT_LINE_OVERHEAD);
         return;
-      case 'update':
+      case 'update': {
+        const before = state.get(c.session._id);
+        if (before !== undefined) this.addUsage(before.session.user, -1, -(before.turns?.length ?? 0), -(before.putBytes - PUT_LINE_OVERHEAD + before.turnBytes - TURN_LINE_OVERHEAD * (before.turns?.length ?? 0)));
         e = state.putSession(c.session, c.version);
         this.liveBytes += bytes - e.putBytes;
         e.putBytes = bytes;
+        this.addUsage(c.session.user, 1, e.turns?.length ?? 0, bytes - PUT_LINE_OVERHEAD + e.turnBytes - TURN_LINE_OVERHEAD * (e.turns?.length ?? 0));
         return;
+      }
       case 'turn':
         e = state.addTurn(c.session._id, StoredTurn.of(c.turn._id, c.turn.createdAt, c.json));
         e.turnBytes += bytes;
         this.liveBytes += bytes;
+        this.addUsage(e.session.user, 0, 1, c.json.length);
         return;
       case 'delete':
         e = state.deleteSession(c.id);
-        if (e !== undefined) this.liveBytes -= e.putBytes + e.turnBytes;
+        if (e !== undefined) {
+          this.liveBytes -= e.putBytes + e.turnBytes;
+          const turns = e.turns?.length ?? 0;
+          this.addUsage(e.session.user, -1, -turns, -(e.putBytes - PUT_LINE_OVERHEAD + e.turnBytes - TURN_LINE_OVERHEAD * turns));
+        }
+    }
+  }
+
+  private addUsage(user: string, sessions: number, turns: number, bytes: number): void {
+    const u = this.usageByUser.get(user);
+    if (u === undefined) {
+      this.usageByUser.set(user, { sessions, turns, bytes });
+      return;
+    }
+    u.sessions += sessions;
+    u.turns += turns;
+    u.bytes += bytes;
+    if (u.sessions === 0) this.usageByUser.delete(user);
+  }
+
+  /** Every user's usage from the entries' line sizes (after a load or an import). */
+  private recountUsage(): void {
+    this.usageByUser = new Map();
+    for (const e of this.state.entries.values()) {
+      const turns = e.turns?.length ?? 0;
+      this.addUsage(e.session.user, 1, turns, e.putBytes - PUT_LINE_OVERHEAD + e.turnBytes - TURN_LINE_OVERHEAD * turns);
     }
   }
 
@@ -286,6 +332,7 @@ export class JournalStore implements Store, GroupSource, Group {
         throw new StorageWriteFailed(e);
       }
       this.recountLive();
+      this.recountUsage();
       return plan.summary;
     } finally {
       this.writer.resume();

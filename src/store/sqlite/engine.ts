@@ -26,6 +26,7 @@ import {
   type StoreObserver,
   type StoreStats,
   type TurnRecord,
+  type Usage,
 } from '../store.js';
 import { SerialWriter, type Change, type Group, type GroupSource } from '../writer.js';
 import { bytesOf, int, sqliteDatabase, text, textOrUndefined, type Database, type Row, type SqlValue, type Statement } from './binding.js';
@@ -325,6 +326,16 @@ export class SqliteStore implements Store, GroupSource, Group {
 
   private counters(): { sessions: number; turns: number; bytes: number } {
     return countersOf(this.reader);
+  }
+
+  usage(user: string): Promise<Usage> {
+    return Promise.resolve(this.usageOf(user));
+  }
+
+  /** Group (and reads): a user's usage as committed. */
+  usageOf(user: string): Usage {
+    const row = this.reader.prepare('SELECT sessions, turns, bytes FROM users WHERE user = ?').get(user);
+    return row === undefined ? { sessions: 0, turns: 0, bytes: 0 } : { sessions: int(row['sessions']), turns: int(row['turns']), bytes: int(row['bytes']) };
   }
 
   async stats(): Promise<StoreStats> {

@@ -39,11 +39,12 @@ const MIGRATIONS: readonly string[] = [
   CREATE INDEX turns_by_session ON turns (session, created_at, id);
   CREATE TABLE counters (name TEXT PRIMARY KEY NOT NULL, value INTEGER NOT NULL) WITHOUT ROWID;
   INSERT INTO counters (name, value) VALUES ('sessions', 0), ('turns', 0), ('bytes', 0);
+  CREATE TABLE users (user TEXT PRIMARY KEY NOT NULL, sessions INTEGER NOT NULL, turns INTEGER NOT NULL, bytes INTEGER NOT NULL) WITHOUT ROWID;
   `,
 ];
 
 /** Tables and indexes the current schema must have: a file missing one fails its check. */
-const REQUIRED = ['sessions', 'sessions_by_user', 'sessions_by_project', 'turns', 'turns_by_session', 'counters'];
+const REQUIRED = ['sessions', 'sessions_by_user', 'sessions_by_project', 'turns', 'turns_by_session', 'counters', 'users'];
 
 function scalar(db: Database, sql: string): number {
   const row = db.prepare(sql).get();

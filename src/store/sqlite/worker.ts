@@ -133,12 +133,14 @@ class Writes {
   private readonly deleteTurns: Statement;
   private readonly deleteSession: Statement;
   private readonly addCounter: Statement;
+  private readonly addUsage: Statement;
+  private readonly dropIdleUser: Statement;
 
   constructor(db: Database) {
     this.begin = db.prepare('BEGIN IMMEDIATE');
     this.commitTx = db.prepare('COMMIT');
     this.rollback = db.prepare('ROLLBACK');
-    this.sessionSizes = db.prepare('SELECT json, json_bytes, updated_at, turn_count, turn_bytes, last_turn_at, last_turn_id FROM sessions WHERE id = ?');
+    this.sessionSizes = db.prepare('SELECT user, json, json_bytes, updated_at, turn_count, turn_bytes, last_turn_at, last_turn_id FROM sessions WHERE id = ?');
     this.upsertSession = db.prepare(
       `INSERT INTO sessions (id, user, project, archived, updated_at, name_folded, json, json_bytes, version) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
        ON CONFLICT (id) DO UPDATE SET user = excluded.user, project = excluded.project, archived = excluded.archived, updated_at = excluded.updated_at,
@@ -156,15 +158,24 @@ class Writes {
     this.deleteTurns = db.prepare('DELETE FROM turns WHERE session = ?');
     this.deleteSession = db.prepare('DELETE FROM sessions WHERE id = ?');
     this.addCounter = db.prepare('UPDATE counters SET value = value + ? WHERE name = ?');
+    this.addUsage = db.prepare(
+      `INSERT INTO users (user, sessions, turns, bytes) VALUES (?, ?, ?, ?)
+       ON CONFLICT (user) DO UPDATE SET sessions = sessions + excluded.sessions, turns = turns + excluded.turns, bytes = bytes + excluded.bytes`,
+    );
+    this.dropIdleUser = db.prepare('DELETE FROM users WHERE user = ? AND sessions = 0');
   }
 
   /** One group: every op in one transaction, all of them committed or none. */
   commit(ops: readonly Op[]): void {
     this.begin.run();
     try {
-      const delta = { sessions: 0, turns: 0, bytes: 0 };
+      const delta: Delta = { sessions: 0, turns: 0, bytes: 0, users: new Map() };
       for (const op of ops) this.apply(op, delta);
-      for (const [name, value] of Object.entries(delta)) if (value !== 0) this.addCounter.run(value, name);
+      for (const name of ['sessions', 'turns', 'bytes'] as const) if (delta[name] !== 0) this.addCounter.run(delta[name], name);
+      for (const [user, u] of delta.users) {
+        this.addUsage.run(user, u.sessions, u.turns, u.bytes);
+        if (u.sessions < 0) this.dropIdleUser.run(user);
+      }
       const fault = injectedFault('commit');
       if (fault !== undefined) throw fault;
       this.commitTx.run();
@@ -178,7 +189,7 @@ class Writes {
     }
   }
 
-  private apply(op: Op, delta: { sessions: number; turns: number; bytes: number }): void {
+  private apply(op: Op, delta: Delta): void {
     switch (op.op) {
       case 'put': {
         const { s } = op;
@@ -186,6 +197,11 @@ class Writes {
         const bytes = Buffer.byteLength(s.json);
         if (before === undefined) delta.sessions++;
         delta.bytes += bytes - (before === undefined ? 0 : int(before['json_bytes']));
+        // the owner's usage: the session (and, should its owner change, its turns) move to s.user
+        const turns = before === undefined ? 0 : int(before['turn_count']);
+        const turnBytes = before === undefined ? 0 : int(before['turn_bytes']);
+        if (before !== undefined) charge(delta, text(before['user']), -1, -turns, -(int(before['json_bytes']) + turnBytes));
+        charge(delta, s.user, 1, turns, bytes + turnBytes);
         this.upsertSession.run(s.id, s.user, s.project, s.archived ? 1 : 0, s.updatedAt, s.nameFolded, s.json, bytes, s.version);
         return;
       }
@@ -200,6 +216,7 @@ class Writes {
         this.setAfterTurn.run(updatedAt, json, bytes, versionOf(json, last), last.createdAt, last._id, 1, op.json.byteLength, op.session);
         delta.turns++;
         delta.bytes += op.json.byteLength + bytes - int(before['json_bytes']);
+        charge(delta, text(before['user']), 0, 1, op.json.byteLength + bytes - int(before['json_bytes']));
         return;
       }
       case 'dropTurn': {
@@ -212,6 +229,7 @@ class Writes {
         if (before !== undefined) {
           const last = newest === undefined ? undefined : { createdAt: text(newest['created_at']), _id: text(newest['id']) };
           this.setTurnsOf.run(versionOf(text(before['json']), last), last?.createdAt ?? null, last?._id ?? null, -1, -int(t['bytes']), session);
+          charge(delta, text(before['user']), 0, -1, -int(t['bytes']));
         }
         delta.turns--;
         delta.bytes -= int(t['bytes']);
@@ -225,8 +243,27 @@ class Writes {
         delta.sessions--;
         delta.turns -= int(before['turn_count']);
         delta.bytes -= int(before['json_bytes']) + int(before['turn_bytes']);
+        charge(delta, text(before['user']), -1, -int(before['turn_count']), -(int(before['json_bytes']) + int(before['turn_bytes'])));
       }
     }
+  }
+}
+
+/** What one group changes in the store's counters and in each owner's usage. */
+interface Delta {
+  sessions: number;
+  turns: number;
+  bytes: number;
+  readonly users: Map<string, { sessions: number; turns: number; bytes: number }>;
+}
+
+function charge(delta: Delta, user: string, sessions: number, turns: number, bytes: number): void {
+  const u = delta.users.get(user);
+  if (u === undefined) delta.users.set(user, { sessions, turns, bytes });
+  else {
+    u.sessions += sessions;
+    u.turns += turns;
+    u.bytes += bytes;
   }
 }
 
