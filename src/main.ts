@@ -14,7 +14,7 @@ import { acquireLock, DataDirLocked, guardDataDir, LOCK_FILE } from './data-dir-
 import { writeFileAtomically } from './files.js';
 import { COMMITTED_FILE, COMPACT_SUFFIX, IMPORT_SUFFIX, JOURNAL_FILE } from './store/journal/appender.js';
 import { JournalDamaged } from './store/journal/format.js';
-import { openStore, openStoreSnapshot, ownsDataDir } from './store/open.js';
+import { openStore, openStoreSnapshot } from './store/open.js';
 import { runSqliteWriterIfWorker } from './store/sqlite/worker.js';
 import { StoreOpenFailed, type Store } from './store/store.js';
 
@@ -223,18 +223,16 @@ async function importCommand(argv: string[]): Promise<void> {
   const config = loadCheckedConfig(argv);
   const log = new Logger('warn');
   const backup = parseBackup(file); // every line checked before anything is opened or written
-  let lock: { release(): void } | undefined;
-  if (ownsDataDir(config.store)) {
-    mkdirSync(config.dataDir, { recursive: true });
-    await guardDataDir(config.dataDir);
-    lock = acquireLock(config.dataDir);
-  }
+  // the data directory's owner, whatever the engine: a server using it must be stopped first
+  mkdirSync(config.dataDir, { recursive: true });
+  await guardDataDir(config.dataDir);
+  const lock = acquireLock(config.dataDir);
   try {
     const r = await withStore(await openStore(config, log), (store) => store.importAll(backup.sessions, backup.turns));
     if (r.sessions + r.turns === 0) process.stdout.write(`nothing to import: all ${r.unchanged} records are already stored as in ${file}\n`);
     else process.stdout.write(`imported ${r.sessions} sessions and ${r.turns} turns (${r.unchanged} already stored)\n`);
   } finally {
-    lock?.release();
+    lock.release();
   }
 }
 

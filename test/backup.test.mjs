@@ -6,14 +6,14 @@ import { spawn, spawnSync } from 'node:child_process';
 import { existsSync, mkdirSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
-import { newSession, removeDir, SERVER, startServer, STORE, STORE_FILE, tempDir } from './helpers.mjs';
+import { DAMAGED_STORE, SERVER, STORE, STORE_FILE, damageStore, forgetStore, newSession, removeDir, startServer, storeEnv, storeFingerprint, tempDir } from './helpers.mjs';
 
 const FORMAT = 'chat-session-api/export';
 const HEX24 = /^[0-9a-f]{24}$/;
 
 /** Runs the server file as a command and waits for it; like the harness's runCli, also telling a signal or spawn error. */
 function runCli(args, { env = {}, cwd } = {}) {
-  const r = spawnSync(process.execPath, [SERVER, ...args], { cwd, env: { PATH: process.env.PATH, HOME: process.env.HOME, STORE, ...env }, encoding: 'utf8', timeout: 60_000 });
+  const r = spawnSync(process.execPath, [SERVER, ...args], { cwd, env: { PATH: process.env.PATH, HOME: process.env.HOME, ...storeEnv(env.DATA_DIR), ...env }, encoding: 'utf8', timeout: 60_000 });
   const why = r.status === null ? `\n[no exit status: signal ${r.signal}, error ${r.error?.message}]` : '';
   return { code: r.status, stdout: r.stdout, stderr: r.stderr + why };
 }
@@ -21,7 +21,7 @@ function runCli(args, { env = {}, cwd } = {}) {
 /** Like runCli, but without blocking this process's event loop (so HTTP traffic can go on meanwhile). */
 function runCliAsync(args, { env = {}, cwd } = {}) {
   return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, [SERVER, ...args], { cwd, env: { PATH: process.env.PATH, HOME: process.env.HOME, STORE, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
+    const child = spawn(process.execPath, [SERVER, ...args], { cwd, env: { PATH: process.env.PATH, HOME: process.env.HOME, ...storeEnv(env.DATA_DIR), ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
     let stdout = '';
     let stderr = '';
     child.stdout.setEncoding('utf8');
@@ -169,6 +169,7 @@ async function capture(server, { live, deleted, users, projects }) {
 /** A data directory with nothing but providers.json (what a fresh host gets before a restore). */
 function wipeKeepingProviders(dir) {
   for (const f of readdirSync(dir)) if (f !== 'providers.json') rmSync(join(dir, f), { recursive: true, force: true });
+  forgetStore(dir); // a store outside the directory (postgres) starts empty too
 }
 
 /** Every file of a directory by name with its bytes, to prove that nothing was written. */
@@ -276,23 +277,23 @@ describe('Backup while running: export', () => {
   test('a failed export never replaces an existing backup under the final name, nor leaves a partial file beside it (damaged store: non-zero exit, old file intact; 20 tries, 10 at a time)', async () => {
     const dirs = Array.from({ length: 20 }, () => {
       const dir = tempDir('csa-out-');
-      writeFileSync(join(dir, STORE_FILE), 'not a journal\nnor this\n');
       writeFileSync(join(dir, 'backup.ndjson'), 'yesterday\n');
       return dir;
     });
+    for (const dir of dirs) await damageStore(dir);
     try {
       const left = [];
       for (let i = 0; i < dirs.length; i += 10) {
         const runs = dirs.slice(i, i + 10).map((dir) => runCliAsync(['export', '--out', join(dir, 'backup.ndjson')], { env: { DATA_DIR: dir } }));
         for (const r of await Promise.all(runs)) {
           assert.equal(r.code, 1);
-          assert.match(r.stderr, STORE === 'journal' ? /damaged record at line 1/ : /is not a SQLite database/);
+          assert.match(r.stderr, DAMAGED_STORE);
         }
       }
       for (const [i, dir] of dirs.entries()) {
         assert.equal(readFileSync(join(dir, 'backup.ndjson'), 'utf8'), 'yesterday\n');
         const files = readdirSync(dir).sort();
-        if (files.length !== 2) left.push(`try ${i + 1}: ${files.join(', ')}`);
+        if (files.length !== (STORE_FILE === undefined ? 1 : 2)) left.push(`try ${i + 1}: ${files.join(', ')}`);
       }
       assert.deepEqual(left, [], 'a failed export left a file beside the backup');
     } finally {
@@ -305,7 +306,7 @@ describe('Backup while running: export', () => {
     try {
       const u = s.as('alice');
       const id = (await u.post('/api/v1/chat-sessions', newSession({ name: 'precious' }))).body.data._id;
-      const journal = join(s.dataDir, STORE_FILE);
+      const journal = join(s.dataDir, STORE_FILE ?? 'providers.json');
       const before = readFileSync(journal);
       const r = await runCliAsync(['export', '--out', journal], { env: { DATA_DIR: s.dataDir } });
       const after = readFileSync(journal);
@@ -327,13 +328,13 @@ describe('Backup while running: export', () => {
     }
   });
 
-  test('export from a DATA_DIR that holds no journal fails with a clear line instead of writing an empty backup (a mistyped DATA_DIR must not look like a good backup)', () => {
+  test('export from a DATA_DIR that holds no journal fails with a clear line instead of writing an empty backup (a mistyped DATA_DIR must not look like a good backup; postgres: a mistyped DATABASE_SCHEMA)', () => {
     const dir = tempDir('csa-out-');
     try {
       const r = runCli(['export', '--out', join(dir, 'backup.ndjson')], { env: { DATA_DIR: join(dir, 'typo') } });
       assert.notEqual(r.code, 0);
       oneClearLine(r.stderr);
-      assert.match(r.stderr, /typo/);
+      assert.match(r.stderr, STORE === 'postgres' ? /schema t_[0-9a-f]+ holds no chat-session-api data/ : /typo/);
       assert.deepEqual(readdirSync(dir), []);
     } finally {
       removeDir(dir);
@@ -600,7 +601,7 @@ describe('Restore: import', () => {
     refused('format', join_([JSON.stringify({ ...header, format: 'something/else' }), ...lines.slice(1)]), /line 1: the first line must be/);
     refused('version', join_([JSON.stringify({ ...header, version: 2 }), ...lines.slice(1)]), /line 1: export format version 2 is not supported/);
     refused('nocounts', join_([JSON.stringify({ format: FORMAT, version: 1 }), ...lines.slice(1)]), /line 1: the header must give the sessions and turns counts/);
-    refused('journal', readFileSync(join(source, STORE_FILE), 'utf8'), /line 1: not valid JSON/);
+    refused('not a backup', STORE_FILE === undefined ? 'a store is not a backup\n' : readFileSync(join(source, STORE_FILE), 'utf8'), /line 1: not valid JSON/);
     const empty = join(work, 'empty.ndjson');
     writeFileSync(empty, '');
     const before = filesOf(target);
@@ -656,14 +657,14 @@ describe('Restore: import', () => {
       assert.equal(first.code, 0, first.stderr);
       const header = JSON.parse(lines[0]);
       assert.match(first.stdout, new RegExp(`imported ${header.sessions} sessions and ${header.turns} turns \\(0 already stored\\)`));
-      const journal = readFileSync(join(dir, STORE_FILE));
+      const journal = storeFingerprint(dir);
       const second = runCli(['import', backup], { env: { DATA_DIR: dir } });
       assert.equal(second.code, 0, second.stderr);
       assert.match(second.stdout, /nothing to import/);
       assert.match(second.stdout, new RegExp(`all ${header.sessions + header.turns} records are already stored`));
-      assert.ok(readFileSync(join(dir, STORE_FILE)).equals(journal), 'the journal is byte-identical');
+      assert.equal(storeFingerprint(dir), journal, 'the journal is byte-identical (postgres: the same data)');
       assert.equal(existsSync(join(dir, 'lock')), false, 'the lock is released');
-      assert.deepEqual(readdirSync(dir).sort(), [STORE_FILE]);
+      assert.deepEqual(readdirSync(dir).sort(), STORE_FILE === undefined ? [] : [STORE_FILE]);
     } finally {
       removeDir(dir);
     }
@@ -674,7 +675,7 @@ describe('Restore: import', () => {
     try {
       const r = runCli(['import', backup], { env: { DATA_DIR: dir } });
       assert.equal(r.code, 0, r.stderr);
-      assert.ok(existsSync(join(dir, STORE_FILE)));
+      assert.ok(existsSync(STORE_FILE === undefined ? dir : join(dir, STORE_FILE)));
     } finally {
       removeDir(join(dir, '..', '..'));
     }
@@ -815,11 +816,11 @@ describe('Restore: import, the file\'s version of a record (regressions from rev
       sessionRec.createdAt = '2020-01-01T00:00:00.000Z';
       write(file, records);
       assert.equal(runCli(['import', file], { env: { DATA_DIR: dir } }).code, 0);
-      const journal = readFileSync(join(dir, STORE_FILE));
+      const journal = storeFingerprint(dir);
       const second = runCli(['import', file], { env: { DATA_DIR: dir } });
       assert.equal(second.code, 0, second.stderr);
       assert.match(second.stdout, /nothing to import/);
-      assert.ok(readFileSync(join(dir, STORE_FILE)).equals(journal), 'the journal is byte-identical');
+      assert.equal(storeFingerprint(dir), journal, 'the journal is byte-identical (postgres: the same data)');
     } finally {
       removeDir(dir);
       removeDir(work);
@@ -837,7 +838,7 @@ describe('Restore: import, the file\'s version of a record (regressions from rev
         // too deep for JSON.stringify here too: spliced into the text below
         [(t) => (t.metadata = 'DEEP'), /turn metadata must be nested at most 32 levels deep/],
       ];
-      const before = readFileSync(join(dir, STORE_FILE));
+      const before = storeFingerprint(dir);
       for (const [edit, re] of cases) {
         const copy = structuredClone(records);
         edit(copy.find((r) => 'turn' in r).turn);
@@ -847,7 +848,7 @@ describe('Restore: import, the file\'s version of a record (regressions from rev
         assert.equal(r.code, 1, r.stderr);
         oneClearLine(r.stderr);
         assert.match(r.stderr, re);
-        assert.ok(readFileSync(join(dir, STORE_FILE)).equals(before), 'nothing written');
+        assert.equal(storeFingerprint(dir), before, 'nothing written');
       }
     } finally {
       removeDir(dir);

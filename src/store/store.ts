@@ -146,6 +146,8 @@ export interface Store {
   stats(): Promise<StoreStats>;
   /** What the sessions `user` owns hold (the same figures on every engine). */
   usage(user: string): Promise<Usage>;
+  /** Resolves when the engine can serve now; rejects with StorageUnavailable when it cannot (a database that is down). */
+  health(): Promise<void>;
   /** Finishes queued writes, then releases what the engine holds. */
   close(): Promise<void>;
 }
