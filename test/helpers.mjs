@@ -169,8 +169,8 @@ process.on('exit', () => {
 });
 
 /**
- * Starts dist/server.js. Options: env (extra variables), args (extra argv), dataDir (default a
- * new temp dir), providers (array written to providers.json; default test/fixtures/providers.json; null
+ * Starts dist/server.js. Options: env (extra variables), args (extra argv), node (another Node.js
+ * binary), dataDir (default a new temp dir), providers (array written to providers.json; default test/fixtures/providers.json; null
  * for none), script (another copy of the server file), cwd.
  */
 export async function startServer(opts = {}) {
@@ -191,7 +191,7 @@ export async function startServer(opts = {}) {
     ...opts.env,
   };
   for (const [k, v] of Object.entries(env)) if (v === undefined) delete env[k];
-  const child = spawn(process.execPath, [opts.script ?? SERVER, ...(opts.args ?? [])], {
+  const child = spawn(opts.node ?? process.execPath, [opts.script ?? SERVER, ...(opts.args ?? [])], {
     cwd: opts.cwd ?? dataDir,
     env,
     stdio: ['ignore', 'pipe', 'pipe'],
@@ -291,8 +291,8 @@ export class ServerProcess {
 }
 
 /** Runs the server file as a command (token, export, import, --help...) and waits for it. */
-export function runCli(args, { env = {}, cwd, input, script = SERVER } = {}) {
-  const r = spawnSync(process.execPath, [script, ...args], {
+export function runCli(args, { env = {}, cwd, input, script = SERVER, node = process.execPath } = {}) {
+  const r = spawnSync(node, [script, ...args], {
     cwd,
     env: { PATH: process.env.PATH, HOME: process.env.HOME, ...storeEnv(env.DATA_DIR ?? (cwd === undefined ? undefined : join(cwd, 'data'))), ...env },
     input,

@@ -184,6 +184,27 @@ export function contract(engine) {
       });
     });
 
+    test('a page ends (no resume key) exactly when its list has nothing after it: active and archived sessions are two lists on every engine, so pages break the same everywhere', async () => {
+      await withStore(async (store) => {
+        // an archived session older than active ones, and one newer
+        await store.createSession(session({ ms: 0, archived: true }));
+        await store.createSession(session({ ms: 1 }));
+        await store.createSession(session({ ms: 2, archived: true }));
+        await store.createSession(session({ ms: 3 }));
+        const archived = await store.listSessions({ user: 'alice', archived: 'true' }, undefined, 2);
+        assert.equal(archived.items.length, 2);
+        assert.equal(archived.next, undefined, 'the archived list has nothing after its two');
+        const first = await store.listSessions({ user: 'alice', archived: 'true' }, undefined, 1);
+        assert.notEqual(first.next, undefined);
+        const active = await store.listSessions({ project: 'proj', archived: 'false' }, undefined, 2);
+        assert.equal(active.next, undefined, 'the active list has nothing after its two');
+        const all = await store.listSessions({ user: 'alice', archived: 'all' }, undefined, 4);
+        assert.equal(all.next, undefined);
+        const three = await store.listSessions({ user: 'alice', archived: 'all' }, undefined, 3);
+        assert.notEqual(three.next, undefined);
+      });
+    });
+
     test(`a page examines at most ${PAGE_SCAN_BUDGET} items: when a filter leaves most out, the page ends early with a key to resume from, and walking on finds the rest`, async () => {
       await withStore(async (store) => {
         const n = PAGE_SCAN_BUDGET + 300;

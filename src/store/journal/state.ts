@@ -1,6 +1,8 @@
 // The journal engine's image of the data in memory: an entry per session (the session, its
-// version, its turns), and per-user and per-project lists kept in list order. It knows nothing
-// about files; the engine changes it only after a change is durable.
+// version, its turns), and per-user and per-project lists kept in list order, apart for active
+// and archived sessions (as the other engines' indexes keep them, so a page examines the same
+// items on every engine). It knows nothing about files; the engine changes it only after a
+// change is durable.
 import { PAGE_SCAN_BUDGET, sessionBefore, turnBefore, type SessionKey, type TurnKey } from '../../domain/order.js';
 import { raisedByTurn, type ChatSession } from '../../domain/records.js';
 import { foldForSearch } from '../../domain/search.js';
@@ -180,8 +182,8 @@ export class MemoryState {
       // a turn replayed before its session did not move it: apply that now
       const lastAt = e.lastTurn?.createdAt;
       if (lastAt !== undefined && lastAt > e.session.updatedAt) e.replace(raisedByTurn(e.session, lastAt));
-      push(byUser, e.session.user, e);
-      push(byProject, e.session.project, e);
+      push(byUser, listKey(e.session.user, e.session.archived), e);
+      push(byProject, listKey(e.session.project, e.session.archived), e);
     }
     const order = (a: SessionEntry, b: SessionEntry): number => (entryBefore(a, b) ? -1 : 1);
     for (const [k, items] of byUser) this.listOf(this.byUser, k).fill(items.sort(order));
@@ -261,21 +263,30 @@ export class MemoryState {
     return true;
   }
 
-  /** The list a filter reads: a project's, or under owner-only access the caller's own (so its cost says nothing of others' sessions). */
-  private listFor(filter: SessionFilter): SortedList<SessionEntry> | undefined {
-    if (filter.user !== undefined) return this.byUser.get(filter.user);
-    return filter.project !== undefined ? this.byProject.get(filter.project) : undefined;
+  /**
+   * The lists a filter reads, one per archived state it wants: a project's, or under owner-only
+   * access the caller's own (so its cost says nothing of others' sessions).
+   */
+  private listsFor(filter: SessionFilter): SortedList<SessionEntry>[] {
+    const map = filter.user !== undefined ? this.byUser : this.byProject;
+    const key = filter.user ?? filter.project;
+    if (key === undefined) return [];
+    const states = filter.archived === 'all' ? [false, true] : [filter.archived === 'true'];
+    const out: SortedList<SessionEntry>[] = [];
+    for (const archived of states) {
+      const l = map.get(listKey(key, archived));
+      if (l !== undefined) out.push(l);
+    }
+    return out;
   }
 
   listSessions(filter: SessionFilter, after: SessionKey | undefined, limit: number): Page<SessionRecord, SessionKey> {
-    const list = this.listFor(filter);
-    if (list === undefined) return { items: [], next: undefined };
     const keep = matcher(filter);
     const out: SessionRecord[] = [];
     let examined = 0;
     let last: ChatSession | undefined;
     let next: SessionKey | undefined;
-    list.forEachAfter(after === undefined ? undefined : keyEntry(after), (e) => {
+    const each = (e: SessionEntry): boolean => {
       if (last !== undefined && (out.length === limit || examined === PAGE_SCAN_BUDGET)) {
         next = { updatedAt: last.updatedAt, _id: last._id };
         return false;
@@ -284,20 +295,22 @@ export class MemoryState {
       last = e.session;
       if (keep(e.session)) out.push(e.record(this.cache));
       return true;
-    });
+    };
+    const lists = this.listsFor(filter);
+    const from = after === undefined ? undefined : keyEntry(after);
+    if (lists.length === 1) (lists[0] as SortedList<SessionEntry>).forEachAfter(from, each);
+    else if (lists.length === 2) {
+      // both halves, as far as a page can examine, merged in list order
+      for (const e of merge(lists.map((l) => take(l, from, PAGE_SCAN_BUDGET + 1)))) if (!each(e)) break;
+    }
     return { items: out, next };
   }
 
   /** Every session of a list as of now, in list order (immutable session records; their answers are made as they are read). */
   snapshotList(filter: SessionFilter): ChatSession[] {
-    const list = this.listFor(filter);
-    if (list === undefined) return [];
     const keep = matcher(filter);
     const out: ChatSession[] = [];
-    list.forEachAfter(undefined, (e) => {
-      if (keep(e.session)) out.push(e.session);
-      return true;
-    });
+    for (const e of merge(this.listsFor(filter).map((l) => take(l, undefined, Infinity)))) if (keep(e.session)) out.push(e.session);
     return out;
   }
 
@@ -331,13 +344,13 @@ export class MemoryState {
   }
 
   private index(e: SessionEntry): void {
-    this.listOf(this.byUser, e.session.user).insert(e);
-    this.listOf(this.byProject, e.session.project).insert(e);
+    this.listOf(this.byUser, listKey(e.session.user, e.session.archived)).insert(e);
+    this.listOf(this.byProject, listKey(e.session.project, e.session.archived)).insert(e);
   }
 
   private unindex(e: SessionEntry): void {
-    dropFrom(this.byUser, e.session.user, e);
-    dropFrom(this.byProject, e.session.project, e);
+    dropFrom(this.byUser, listKey(e.session.user, e.session.archived), e);
+    dropFrom(this.byProject, listKey(e.session.project, e.session.archived), e);
   }
 
   private listOf(map: Map<string, SortedList<SessionEntry>>, key: string): SortedList<SessionEntry> {
@@ -350,14 +363,37 @@ export class MemoryState {
   }
 }
 
-/** The filters a list applies beyond the list it reads. */
+/** The filters a list applies beyond the lists it reads (the same residual filters on every engine). */
 function matcher(filter: SessionFilter): (s: ChatSession) => boolean {
-  const { archived, nameContains } = filter;
+  const { nameContains } = filter;
   const project = filter.user !== undefined ? filter.project : undefined;
-  return (s) =>
-    (archived === 'all' || s.archived === (archived === 'true')) &&
-    (project === undefined || s.project === project) &&
-    (nameContains === undefined || foldForSearch(s.name).includes(nameContains));
+  return (s) => (project === undefined || s.project === project) && (nameContains === undefined || foldForSearch(s.name).includes(nameContains));
+}
+
+/** The key of a user's or a project's list of active or archived sessions. */
+function listKey(key: string, archived: boolean): string {
+  return archived ? `${key}\u0000archived` : key;
+}
+
+/** At most `n` items of a list after `from`, in list order. */
+function take(list: SortedList<SessionEntry>, from: SessionEntry | undefined, n: number): SessionEntry[] {
+  const out: SessionEntry[] = [];
+  list.forEachAfter(from, (e) => out.push(e) < n);
+  return out;
+}
+
+/** Lists in list order merged into one (one list is itself). */
+function merge(lists: SessionEntry[][]): SessionEntry[] {
+  if (lists.length < 2) return lists[0] ?? [];
+  const [a, b] = lists as [SessionEntry[], SessionEntry[]];
+  const out: SessionEntry[] = [];
+  let i = 0;
+  let j = 0;
+  while (i < a.length || j < b.length) {
+    if (j === b.length || (i < a.length && entryBefore(a[i] as SessionEntry, b[j] as SessionEntry))) out.push(a[i++] as SessionEntry);
+    else out.push(b[j++] as SessionEntry);
+  }
+  return out;
 }
 
 /** Placeholder session of turns replayed before their session (dropped if it never comes). */
