@@ -57,11 +57,13 @@ export class PgGroup implements Group {
   /** Opens the transaction and locks the sessions; `owners` (with the sessions' own) get their usage read. */
   static async open(S: string, q: Queryable, done: () => void, ids: readonly string[], owners: readonly string[]): Promise<PgGroup> {
     try {
-      const begin = q.query('BEGIN');
-      const locked = q.query(`SELECT ${SESSION_ROW} FROM ${S}.sessions WHERE id = ANY($1::text[]) ORDER BY id FOR UPDATE`, [textArray([...new Set(ids)].map(sqlText))]);
-      await begin;
+      // both sent at once; both awaited, so a failure of either is handled
+      const [, locked] = await Promise.all([
+        q.query('BEGIN'),
+        q.query(`SELECT ${SESSION_ROW} FROM ${S}.sessions WHERE id = ANY($1::text[]) ORDER BY id FOR UPDATE`, [textArray([...new Set(ids)].map(sqlText))]),
+      ]);
       const rows = new Map<string, SessionRow>();
-      for (const r of (await locked).rows) rows.set(r[0] as string, rowOf(r));
+      for (const r of locked.rows) rows.set(r[0] as string, rowOf(r));
       // owners as stored (see sqlText): the keys of the usage table
       const who = new Set(owners.map(sqlText));
       for (const r of rows.values()) who.add(r.owner);
