@@ -5,7 +5,7 @@
 import { PAGE_SCAN_BUDGET, type SessionKey, type TurnKey } from '../../domain/order.js';
 import type { ChatSession, Turn } from '../../domain/records.js';
 import { foldForSearch } from '../../domain/search.js';
-import { versionOf } from '../../domain/version.js';
+import { versionOfSession } from '../../domain/version.js';
 import type { Logger } from '../../log.js';
 import type { QueryResult, Row } from '../../pg/connection.js';
 import { PgError } from '../../pg/errors.js';
@@ -15,7 +15,12 @@ import { planImport } from '../import-plan.js';
 import {
   StorageWriteFailed,
   StoreOpenFailed,
+  TurnNotFound,
+  type Branch,
   type Current,
+  type TurnEdit,
+  type TurnUpdate,
+  type WriteHint,
   type ExportItem,
   type ExportSnapshot,
   type ImportSummary,
@@ -28,7 +33,7 @@ import {
   type TurnRecord,
   type Usage,
 } from '../store.js';
-import { SerialWriter, type Group, type GroupSource } from '../writer.js';
+import { SerialWriter, type Group, type GroupSource, type TreeNeeds } from '../writer.js';
 import { sqlText, storeError, textArray } from './values.js';
 import { finish, PgGroup, rowOf, SESSION_ROW } from './group.js';
 import { matchingSql, pageSql } from './lists.js';
@@ -181,7 +186,15 @@ export class PostgresStore implements Store, GroupSource {
     });
   }
 
-  async listTurns(sessionId: string, after: TurnKey | undefined, limit: number): Promise<Page<TurnRecord, TurnKey>> {
+  async listTurns(sessionId: string, after: TurnKey | undefined, limit: number, branch?: Branch): Promise<Page<TurnRecord, TurnKey>> {
+    if (branch !== undefined) {
+      const sql = branchQuery(this.S, sessionId, branch, after, limit + 1);
+      const rows = (await this.pool.query(sql.text, sql.params).catch(rethrow)).rows;
+      if (rows.length === 0 && branch !== 'head' && !(await this.hasTurn(this.pool, sessionId, branch.turnId))) throw new TurnNotFound();
+      const items = rows.slice(0, limit).map(turnOf);
+      const last = items[items.length - 1];
+      return { items, next: rows.length > limit && last !== undefined ? { createdAt: last.createdAt, _id: last._id } : undefined };
+    }
     const r =
       after === undefined
         ? await this.pool.query(`SELECT id, created_at, json FROM ${this.S}.turns WHERE session = $1 ORDER BY created_at, id LIMIT $2`, [sqlText(sessionId), String(limit + 1)]).catch(rethrow)
@@ -193,10 +206,28 @@ export class PostgresStore implements Store, GroupSource {
     return { items, next: r.rows.length > limit && last !== undefined ? { createdAt: last.createdAt, _id: last._id } : undefined };
   }
 
-  async *scanTurns(sessionId: string): AsyncIterable<readonly TurnRecord[]> {
+  async *scanTurns(sessionId: string, branch?: Branch): AsyncIterable<readonly TurnRecord[]> {
+    const hasTurn = (q: Queryable, id: string): Promise<boolean> => this.hasTurn(q, sessionId, id);
     yield* this.inSnapshot(async function* (q: Queryable, S: string) {
-      yield* turnPages(q, S, sessionId);
+      if (branch === undefined) {
+        yield* turnPages(q, S, sessionId);
+        return;
+      }
+      if (branch !== 'head' && !(await hasTurn(q, branch.turnId))) throw new TurnNotFound();
+      let after: TurnKey | undefined;
+      for (;;) {
+        const sql = branchQuery(S, sessionId, branch, after, CHUNK * 4);
+        const turns = (await q.query(sql.text, sql.params)).rows.map(turnOf);
+        if (turns.length > 0) yield turns;
+        const last = turns[turns.length - 1];
+        if (turns.length < CHUNK * 4 || last === undefined) return;
+        after = { createdAt: last.createdAt, _id: last._id };
+      }
     });
+  }
+
+  private async hasTurn(q: Queryable, sessionId: string, id: string): Promise<boolean> {
+    return (await q.query(`SELECT 1 FROM ${this.S}.turns WHERE id = $1 AND session = $2`, [sqlText(id), sqlText(sessionId)]).catch(rethrow)).rows.length > 0;
   }
 
   /**
@@ -216,6 +247,7 @@ export class PostgresStore implements Store, GroupSource {
         await held.q.query('COMMIT').catch(() => undefined);
       }
     } catch (e) {
+      if (e instanceof TurnNotFound) throw e;
       throw storeError(e);
     } finally {
       held?.done();
@@ -285,29 +317,45 @@ export class PostgresStore implements Store, GroupSource {
     return this.writer.createSession(session);
   }
 
-  updateSession(id: string, change: (current: Current) => ChatSession): Promise<SessionRecord> {
-    return this.writer.updateSession(id, change);
+  updateSession(id: string, change: (current: Current) => ChatSession, hint?: WriteHint): Promise<SessionRecord> {
+    return this.writer.updateSession(id, change, hint);
   }
 
   deleteSession(id: string, check: (current: Current) => void): Promise<void> {
     return this.writer.deleteSession(id, check);
   }
 
-  appendTurn(sessionId: string, build: (current: Current) => Turn): Promise<TurnRecord> {
-    return this.writer.appendTurn(sessionId, build);
+  appendTurn(sessionId: string, build: (current: Current) => Turn, hint?: WriteHint): Promise<TurnRecord> {
+    return this.writer.appendTurn(sessionId, build, hint);
   }
 
-  /** GroupSource: a transaction that has locked the group's sessions (see ./group.ts). */
-  async begin(ids: readonly string[], owners: readonly string[]): Promise<Group> {
+  updateTurn(sessionId: string, turnId: string, check: (current: Current) => void, edit: (turn: Turn) => TurnEdit): Promise<TurnUpdate> {
+    return this.writer.updateTurn(sessionId, turnId, check, edit);
+  }
+
+  deleteTurn(sessionId: string, turnId: string, check: (current: Current) => void): Promise<SessionRecord> {
+    return this.writer.deleteTurn(sessionId, turnId, check);
+  }
+
+  forkSession(sourceId: string, turnId: string | undefined, owner: string, build: (source: Current) => ChatSession): Promise<SessionRecord> {
+    return this.writer.forkSession(sourceId, turnId, owner, build);
+  }
+
+  /** GroupSource: a transaction that has locked the group's sessions and read what its writes need of their turns (see ./group.ts). */
+  async begin(ids: readonly string[], owners: readonly string[], needs: readonly TreeNeeds[]): Promise<Group> {
     if (this.opts.readOnly === true) throw new StorageWriteFailed(new Error('this store was opened read-only'));
     const started = process.hrtime.bigint();
     const { q, done } = await lease(this.pool);
-    const group = await PgGroup.open(this.S, q, done, ids, owners);
+    const group = await PgGroup.open(this.S, q, done, ids, owners, needs);
     const observer = this.opts.observer;
     if (observer === undefined) return group;
     // the commit's duration as the metrics see it: from taking the connection to COMMIT answered
     return {
       current: (id) => group.current(id),
+      turn: (session, id) => group.turn(session, id),
+      path: (session, id) => group.path(session, id),
+      subtree: (session, id) => group.subtree(session, id),
+      lastTurnExcept: (session, excluded) => group.lastTurnExcept(session, excluded),
       usageOf: (user) => group.usageOf(user),
       release: () => group.release(),
       commit: async (changes) => {
@@ -354,16 +402,16 @@ export class PostgresStore implements Store, GroupSource {
           const json = JSON.stringify(s);
           sent.push(
             q.query(
-              `INSERT INTO ${S}.sessions (id, owner, project, archived, updated_at, name_folded, json, json_bytes, version) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, '')
+              `INSERT INTO ${S}.sessions (id, owner, project, archived, updated_at, name_folded, json, json_bytes, version, head_turn_id) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, '', $9)
                ON CONFLICT (id) DO UPDATE SET owner = excluded.owner, project = excluded.project, archived = excluded.archived, updated_at = excluded.updated_at,
-                 name_folded = excluded.name_folded, json = excluded.json, json_bytes = excluded.json_bytes`,
-              [s._id, sqlText(s.user), sqlText(s.project), String(s.archived), s.updatedAt, sqlText(foldForSearch(s.name)), json, String(Buffer.byteLength(json))],
+                 name_folded = excluded.name_folded, json = excluded.json, json_bytes = excluded.json_bytes, head_turn_id = excluded.head_turn_id`,
+              [s._id, sqlText(s.user), sqlText(s.project), String(s.archived), s.updatedAt, sqlText(foldForSearch(s.name)), json, String(Buffer.byteLength(json)), s.headTurnId],
             ),
           );
         }
         for (const t of plan.turns) {
           if (t.replaces !== undefined) sent.push(q.query(`DELETE FROM ${S}.turns WHERE id = $1`, [t.turn._id]));
-          sent.push(q.query(`INSERT INTO ${S}.turns (id, session, created_at, json) VALUES ($1, $2, $3, $4)`, [t.turn._id, t.turn.session, t.turn.createdAt, t.json.toString('utf8')]));
+          sent.push(q.query(`INSERT INTO ${S}.turns (id, session, parent_id, created_at, json) VALUES ($1, $2, $3, $4, $5)`, [t.turn._id, t.turn.session, t.turn.parentId, t.turn.createdAt, t.json.toString('utf8')]));
         }
         // the sessions whose turns changed (here or by a replaced turn elsewhere) get their newest turn and counts again
         const touched = new Set<string>([...plan.sessions.map((s) => s._id), ...plan.turns.flatMap((t) => [t.turn.session, ...(t.replaces !== undefined ? [t.replaces] : [])])]);
@@ -383,7 +431,7 @@ export class PostgresStore implements Store, GroupSource {
           const versions: Promise<QueryResult>[] = [];
           for (const r of (await q.query(`SELECT id, json, last_turn_at, last_turn_id FROM ${S}.sessions WHERE id = ANY($1::text[])`, [some])).rows) {
             const last = r[2] === null || r[3] === null ? undefined : { createdAt: r[2] as string, _id: r[3] as string };
-            versions.push(q.query(`UPDATE ${S}.sessions SET version = $1 WHERE id = $2`, [versionOf(r[1] as string, last), r[0] as string]));
+            versions.push(q.query(`UPDATE ${S}.sessions SET version = $1 WHERE id = $2`, [versionOfSession(r[1] as string, last), r[0] as string]));
           }
           await Promise.all(versions);
         }
@@ -412,6 +460,24 @@ export class PostgresStore implements Store, GroupSource {
   get database(): string {
     return this.where;
   }
+}
+
+/**
+ * A branch's turns in list order: the path from its turn up to the root along the parents
+ * (each a primary-key lookup; the head's turn read from the session row), strictly after a
+ * key when given, at most `limit`.
+ */
+function branchQuery(S: string, sessionId: string, branch: Branch, after: TurnKey | undefined, limit: number): { text: string; params: string[] } {
+  const params = [sqlText(sessionId)];
+  const at = (v: string): string => `$${params.push(v)}`;
+  const start = branch === 'head' ? `id = (SELECT head_turn_id FROM ${S}.sessions WHERE id = $1)` : `id = ${at(sqlText(branch.turnId))}`;
+  const keyset = after === undefined ? '' : `WHERE (t.created_at, t.id) > (${at(sqlText(after.createdAt))}, ${at(sqlText(after._id))})`;
+  const text = `WITH RECURSIVE path(id, parent_id) AS (
+      SELECT id, parent_id FROM ${S}.turns WHERE ${start} AND session = $1
+      UNION ALL SELECT t.id, t.parent_id FROM ${S}.turns t JOIN path p ON t.id = p.parent_id)
+    SELECT t.id, t.created_at, t.json FROM path JOIN ${S}.turns t ON t.id = path.id
+    ${keyset} ORDER BY t.created_at, t.id LIMIT ${at(String(limit))}`;
+  return { text, params };
 }
 
 /** A session's turns, oldest first, a page at a time, on one connection. */

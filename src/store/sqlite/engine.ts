@@ -9,13 +9,21 @@ import { Worker } from 'node:worker_threads';
 import { PAGE_SCAN_BUDGET, sessionBefore, type SessionKey, type TurnKey } from '../../domain/order.js';
 import type { ChatSession, Turn } from '../../domain/records.js';
 import { foldForSearch } from '../../domain/search.js';
-import { versionOf } from '../../domain/version.js';
+import { versionOfSession } from '../../domain/version.js';
 import type { Logger } from '../../log.js';
 import { planImport } from '../import-plan.js';
 import {
   StorageWriteFailed,
   StoreOpenFailed,
+  TurnNotFound,
+  type Branch,
   type Current,
+  type SessionState,
+  type TreeTurn,
+  type TurnEdit,
+  type TurnNode,
+  type TurnUpdate,
+  type WriteHint,
   type ExportItem,
   type ExportSnapshot,
   type ImportSummary,
@@ -31,7 +39,7 @@ import {
 import { SerialWriter, type Change, type Group, type GroupSource } from '../writer.js';
 import { bytesOf, int, sqliteDatabase, text, textOrUndefined, type Database, type Row, type SqlValue, type Statement } from './binding.js';
 import { checkSchema, prepareSchema, unreadable } from './schema.js';
-import { WRITER_ROLE, type FromWriter, type Op, type PutSession, type ToWriter, type WriterData } from './worker.js';
+import { WRITER_ROLE, type FromWriter, type Op, type PutSession, type SessionAfter, type ToWriter, type WriterData } from './worker.js';
 
 export interface SqliteOptions {
   readonly file: string;
@@ -66,6 +74,37 @@ class Record implements SessionRecord {
 
 const recordOf = (row: Row): Record => new Record(text(row['json']), text(row['version']));
 const turnOf = (row: Row): TurnRecord => ({ _id: text(row['id']), createdAt: text(row['created_at']), json: bytesOf(row['json']) });
+const treeTurnOf = (row: Row): TreeTurn => {
+  const json = bytesOf(row['json']);
+  return { _id: text(row['id']), createdAt: text(row['created_at']), parentId: textOrUndefined(row['parent_id']) ?? null, bytes: json.length, json };
+};
+
+/**
+ * The ids of a branch's path: from its turn (`?1`, in session `?2`) up to the root, along the
+ * parents (each a primary-key lookup). The head's turn is read from the session row.
+ */
+const PATH_TO_TURN = `WITH RECURSIVE path(id, parent_id) AS (
+  SELECT id, parent_id FROM turns WHERE id = ?1 AND session = ?2
+  UNION ALL SELECT t.id, t.parent_id FROM turns t JOIN path p ON t.id = p.parent_id)`;
+const PATH_TO_HEAD = `WITH RECURSIVE path(id, parent_id) AS (
+  SELECT id, parent_id FROM turns WHERE id = (SELECT head_turn_id FROM sessions WHERE id = ?2) AND session = ?2
+  UNION ALL SELECT t.id, t.parent_id FROM turns t JOIN path p ON t.id = p.parent_id)`;
+
+/** A branch's turns in list order, strictly after (?3, ?4) when `after`, at most ?5 (or all). */
+function branchSql(branch: Branch, after: boolean, limit: boolean): string {
+  return `${branch === 'head' ? PATH_TO_HEAD : PATH_TO_TURN}
+    SELECT t.id, t.created_at, t.json FROM path JOIN turns t ON t.id = path.id
+    ${after ? 'WHERE (t.created_at, t.id) > (?3, ?4)' : ''} ORDER BY t.created_at, t.id ${limit ? 'LIMIT ?5' : ''}`;
+}
+
+/** The parameters of branchSql: the turn (or null for the head), the session, the key after, the limit. */
+function branchParams(sessionId: string, branch: Branch, after: TurnKey | undefined, limit: number | undefined): SqlValue[] {
+  const out: SqlValue[] = [branch === 'head' ? null : branch.turnId, sessionId];
+  if (after !== undefined) out.push(after.createdAt, after._id);
+  else if (limit !== undefined) out.push(null, null);
+  if (limit !== undefined) out.push(limit);
+  return out;
+}
 
 /** A connection with its statements prepared once each. */
 class Connection {
@@ -281,7 +320,14 @@ export class SqliteStore implements Store, GroupSource, Group {
     }
   }
 
-  listTurns(sessionId: string, after: TurnKey | undefined, limit: number): Promise<Page<TurnRecord, TurnKey>> {
+  listTurns(sessionId: string, after: TurnKey | undefined, limit: number, branch?: Branch): Promise<Page<TurnRecord, TurnKey>> {
+    if (branch !== undefined) {
+      const rows = this.reader.prepare(branchSql(branch, after !== undefined, true)).all(...branchParams(sessionId, branch, after, limit + 1));
+      if (rows.length === 0 && branch !== 'head' && !this.hasTurn(this.reader, sessionId, branch.turnId)) return Promise.reject(new TurnNotFound());
+      const items = rows.slice(0, limit).map(turnOf);
+      const last = items[items.length - 1];
+      return Promise.resolve({ items, next: rows.length > limit && last !== undefined ? { createdAt: last.createdAt, _id: last._id } : undefined });
+    }
     const rows =
       after === undefined
         ? this.reader.prepare('SELECT id, created_at, json FROM turns WHERE session = ? ORDER BY created_at, id LIMIT ?').all(sessionId, limit + 1)
@@ -291,14 +337,22 @@ export class SqliteStore implements Store, GroupSource, Group {
     return Promise.resolve({ items, next: rows.length > limit && last !== undefined ? { createdAt: last.createdAt, _id: last._id } : undefined });
   }
 
-  async *scanTurns(sessionId: string): AsyncIterable<readonly TurnRecord[]> {
+  async *scanTurns(sessionId: string, branch?: Branch): AsyncIterable<readonly TurnRecord[]> {
     const c = await this.takeScan();
     try {
       c.db.exec('BEGIN');
-      yield* turnChunks(c, sessionId);
+      if (branch === undefined) yield* turnChunks(c, sessionId);
+      else {
+        if (branch !== 'head' && !this.hasTurn(c, sessionId, branch.turnId)) throw new TurnNotFound();
+        yield* chunksOf(c.prepare(branchSql(branch, false, false)).iterate(...branchParams(sessionId, branch, undefined, undefined)));
+      }
     } finally {
       this.giveBackScan(c);
     }
+  }
+
+  private hasTurn(c: Connection, sessionId: string, id: string): boolean {
+    return c.prepare('SELECT 1 AS found FROM turns WHERE id = ? AND session = ?').get(id, sessionId) !== undefined;
   }
 
   async exportAll(): Promise<ExportSnapshot> {
@@ -403,16 +457,28 @@ export class SqliteStore implements Store, GroupSource, Group {
     return this.writer.createSession(session);
   }
 
-  updateSession(id: string, change: (current: Current) => ChatSession): Promise<SessionRecord> {
-    return this.writer.updateSession(id, change);
+  updateSession(id: string, change: (current: Current) => ChatSession, hint?: WriteHint): Promise<SessionRecord> {
+    return this.writer.updateSession(id, change, hint);
   }
 
   deleteSession(id: string, check: (current: Current) => void): Promise<void> {
     return this.writer.deleteSession(id, check);
   }
 
-  appendTurn(sessionId: string, build: (current: Current) => Turn): Promise<TurnRecord> {
-    return this.writer.appendTurn(sessionId, build);
+  appendTurn(sessionId: string, build: (current: Current) => Turn, hint?: WriteHint): Promise<TurnRecord> {
+    return this.writer.appendTurn(sessionId, build, hint);
+  }
+
+  updateTurn(sessionId: string, turnId: string, check: (current: Current) => void, edit: (turn: Turn) => TurnEdit): Promise<TurnUpdate> {
+    return this.writer.updateTurn(sessionId, turnId, check, edit);
+  }
+
+  deleteTurn(sessionId: string, turnId: string, check: (current: Current) => void): Promise<SessionRecord> {
+    return this.writer.deleteTurn(sessionId, turnId, check);
+  }
+
+  forkSession(sourceId: string, turnId: string | undefined, owner: string, build: (source: Current) => ChatSession): Promise<SessionRecord> {
+    return this.writer.forkSession(sourceId, turnId, owner, build);
   }
 
   /** GroupSource: one group at a time, so the reading connection sees every group committed before. */
@@ -421,7 +487,36 @@ export class SqliteStore implements Store, GroupSource, Group {
     return this;
   }
 
-  current(id: string): Current | undefined {
+  turn(session: string, id: string): TreeTurn | undefined {
+    const row = this.reader.prepare('SELECT id, created_at, parent_id, json FROM turns WHERE id = ? AND session = ?').get(id, session);
+    return row === undefined ? undefined : treeTurnOf(row);
+  }
+
+  path(session: string, id: string): readonly TreeTurn[] | undefined {
+    const rows = this.reader.prepare(`${PATH_TO_TURN} SELECT t.id, t.created_at, t.parent_id, t.json FROM path JOIN turns t ON t.id = path.id ORDER BY t.created_at, t.id`).all(id, session);
+    return rows.length === 0 ? undefined : rows.map(treeTurnOf);
+  }
+
+  subtree(session: string, id: string): readonly TurnNode[] | undefined {
+    const rows = this.reader
+      .prepare(
+        `WITH RECURSIVE sub(id) AS (SELECT id FROM turns WHERE id = ?1 AND session = ?2 UNION ALL SELECT t.id FROM turns t JOIN sub s ON t.parent_id = s.id)
+         SELECT t.id, t.created_at, t.parent_id, length(t.json) AS bytes FROM sub JOIN turns t ON t.id = sub.id`,
+      )
+      .all(id, session);
+    if (rows.length === 0) return undefined;
+    return rows.map((r) => ({ _id: text(r['id']), createdAt: text(r['created_at']), parentId: textOrUndefined(r['parent_id']) ?? null, bytes: int(r['bytes']) }));
+  }
+
+  lastTurnExcept(session: string, excluded: ReadonlySet<string>): TurnKey | undefined {
+    for (const row of this.reader.prepare('SELECT created_at, id FROM turns WHERE session = ? ORDER BY created_at DESC, id DESC').iterate(session)) {
+      const id = text(row['id']);
+      if (!excluded.has(id)) return { createdAt: text(row['created_at']), _id: id }; // leaving the loop resets the statement
+    }
+    return undefined;
+  }
+
+  current(id: string): SessionState | undefined {
     const row = this.reader.prepare('SELECT json, version, last_turn_at, last_turn_id FROM sessions WHERE id = ?').get(id);
     if (row === undefined) return undefined;
     const createdAt = textOrUndefined(row['last_turn_at']);
@@ -476,11 +571,11 @@ export class SqliteStore implements Store, GroupSource, Group {
       const ops: Op[] = [];
       for (const s of plan.sessions) {
         const json = JSON.stringify(s);
-        ops.push({ op: 'put', s: putOf(s, json, versionOf(json, lastTurns.get(s._id))) });
+        ops.push({ op: 'put', s: putOf(s, json, versionOfSession(json, lastTurns.get(s._id))) });
       }
       for (const t of plan.turns) {
         if (t.replaces !== undefined) ops.push({ op: 'dropTurn', id: t.turn._id, session: t.replaces });
-        ops.push({ op: 'turn', id: t.turn._id, session: t.turn.session, createdAt: t.turn.createdAt, json: t.json, raised: undefined });
+        ops.push({ op: 'turn', session: t.turn.session, t: { id: t.turn._id, parentId: t.turn.parentId, createdAt: t.turn.createdAt, json: t.json }, after: undefined });
       }
       if (ops.length > 0) {
         try {
@@ -513,9 +608,13 @@ export class SqliteStore implements Store, GroupSource, Group {
   }
 }
 
-function* turnChunks(c: Connection, sessionId: string): Iterable<TurnRecord[]> {
+function turnChunks(c: Connection, sessionId: string): Iterable<TurnRecord[]> {
+  return chunksOf(c.prepare('SELECT id, created_at, json FROM turns WHERE session = ? ORDER BY created_at, id').iterate(sessionId));
+}
+
+function* chunksOf(rows: IterableIterator<Row>): Iterable<TurnRecord[]> {
   let chunk: TurnRecord[] = [];
-  for (const row of c.prepare('SELECT id, created_at, json FROM turns WHERE session = ? ORDER BY created_at, id').iterate(sessionId)) {
+  for (const row of rows) {
     chunk.push(turnOf(row));
     if (chunk.length === CHUNK * 4) {
       yield chunk;
@@ -547,7 +646,11 @@ function openReader(file: string, cacheBytes: number): Database {
 }
 
 function putOf(s: ChatSession, json: string, version: string): PutSession {
-  return { id: s._id, user: s.user, project: s.project, archived: s.archived, updatedAt: s.updatedAt, nameFolded: foldForSearch(s.name), json, version };
+  return { id: s._id, user: s.user, project: s.project, archived: s.archived, updatedAt: s.updatedAt, nameFolded: foldForSearch(s.name), json, version, head: s.headTurnId };
+}
+
+function afterOf(s: ChatSession, json: string, version: string, lastTurn: TurnKey | undefined): SessionAfter {
+  return { json, version, updatedAt: s.updatedAt, head: s.headTurnId, lastTurn };
 }
 
 function opOf(c: Change): Op {
@@ -558,12 +661,23 @@ function opOf(c: Change): Op {
     case 'turn':
       return {
         op: 'turn',
-        id: c.turn._id,
         session: c.session._id,
-        createdAt: c.turn.createdAt,
-        json: c.json,
-        raised: c.raised ? { json: JSON.stringify(c.session), updatedAt: c.session.updatedAt } : undefined,
+        t: { id: c.turn._id, parentId: c.turn.parentId, createdAt: c.turn.createdAt, json: c.json },
+        after: afterOf(c.session, c.sessionJson, c.version, { createdAt: c.turn.createdAt, _id: c.turn._id }),
       };
+    case 'editTurn':
+      return { op: 'editTurn', session: c.session._id, id: c.turn._id, json: c.json, after: afterOf(c.session, c.sessionJson, c.version, c.lastTurn) };
+    case 'deleteTurns':
+      return { op: 'dropTurns', session: c.sessionId, ids: c.ids, after: afterOf(c.session, c.sessionJson, c.version, c.lastTurn) };
+    case 'fork': {
+      const last = c.turns[c.turns.length - 1]?.turn;
+      return {
+        op: 'fork',
+        s: putOf(c.session, c.json, c.version),
+        lastTurn: last === undefined ? undefined : { createdAt: last.createdAt, _id: last._id },
+        turns: c.turns.map((t) => ({ id: t.turn._id, parentId: t.turn.parentId, createdAt: t.turn.createdAt, json: t.json })),
+      };
+    }
     case 'delete':
       return { op: 'delete', id: c.id };
   }
