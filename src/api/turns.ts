@@ -25,15 +25,24 @@ const turnsQuery = {
 } as const satisfies QuerySchema;
 
 /**
- * The createdAt and _id of a new turn: now, and always after the session's updatedAt and its
- * newest turn (a millisecond after, when the clock is not past them), so a new turn is the newest
- * of its session and the list stays in append order whatever the clock does.
+ * The createdAt and _id of a new turn: now, never before the session's updatedAt or its newest
+ * turn. Turns recorded within one millisecond share it, their ids in the order they were made
+ * (a burst of turns is never stamped ahead of the clock); on a tie with the newest turn whose id
+ * does not sort before the new one (ids sort in creation order within one process, not across a
+ * restart with the clock set back) it is a millisecond later. The version still moves with every
+ * turn: the newest turn is part of it.
  */
 function turnStamp(current: Current, nowMs: number = Date.now()): { createdAt: string; _id: string } {
+  const now = new Date(nowMs).toISOString();
+  let at = current.session.updatedAt > now ? current.session.updatedAt : now;
   const last = current.lastTurn;
-  const floor = last !== undefined && last.createdAt > current.session.updatedAt ? last.createdAt : current.session.updatedAt;
-  const createdAt = nextTimestamp(floor, nowMs);
-  return { createdAt, _id: newObjectId(Date.parse(createdAt)) };
+  if (last !== undefined && last.createdAt > at) at = last.createdAt;
+  let _id = newObjectId(Date.parse(at));
+  if (last !== undefined && last.createdAt === at && _id <= last._id) {
+    at = nextTimestamp(at, nowMs);
+    _id = newObjectId(Date.parse(at));
+  }
+  return { createdAt: at, _id };
 }
 
 const turnBody_ = (t: TurnRecord): Buffer => Buffer.concat([DATA_HEAD, t.json, DATA_TAIL]);

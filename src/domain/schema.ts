@@ -235,9 +235,10 @@ function checkValue(path: string, f: BodyField, value: unknown): JsonValue {
       if (Buffer.byteLength(JSON.stringify(value)) > f.maxBytes) throw new ValidationError(`${path} must be at most ${f.maxBytes} bytes of JSON`);
       return value;
     case 'number': {
-      const what = `${f.min === 0 ? 'a non-negative ' : ''}${f.integer ? 'integer' : 'number'}${f.min !== 0 ? ` of at least ${f.min}` : ''}`;
+      const kind = f.integer ? 'integer' : 'number';
+      const what = f.min === 0 ? `a non-negative ${kind}` : `${f.integer ? 'an' : 'a'} ${kind} of at least ${f.min}`;
       if (typeof value !== 'number' || !Number.isFinite(value) || (f.integer && !Number.isSafeInteger(value)) || value < f.min) {
-        throw new ValidationError(`${path} must be ${/^[aeiou]/.test(what) ? 'an' : 'a'} ${what}`);
+        throw new ValidationError(`${path} must be ${what}`);
       }
       return value;
     }

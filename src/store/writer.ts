@@ -364,7 +364,7 @@ export class SerialWriter {
       if (parentId !== null && parentId !== current.session.headTurnId && current.turn(parentId) === undefined) throw new Error('a turn parent must be a turn of its session');
       const before = current.session;
       const newest = current.lastTurn;
-      if (turn.createdAt <= before.updatedAt || (newest !== undefined && !turnBefore(newest, turn))) throw new Error("a new turn must be newer than its session's updatedAt and turns");
+      if (turn.createdAt < before.updatedAt || (newest !== undefined && !turnBefore(newest, turn))) throw new Error("a new turn must be newer than its session's turns and not older than its updatedAt");
       const session = chatSession({ ...raisedByTurn(before, turn.createdAt), headTurnId: turn._id });
       const json = ownBytes(JSON.stringify(turn));
       const sessionJson = JSON.stringify(session);

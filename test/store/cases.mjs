@@ -282,7 +282,7 @@ export function contract(engine) {
       });
     });
 
-    test("a turn becomes its session's head and raises its updatedAt to the turn's createdAt, moves its version, and moves it to the front of its lists; a turn not newer than its session is refused and changes nothing", async () => {
+    test("a turn becomes its session's head and raises its updatedAt to the turn's createdAt, moves its version, and moves it to the front of its lists; a turn older than its session or its newest turn is refused and changes nothing", async () => {
       await withStore(async (store) => {
         const a = await store.createSession(session({ ms: 0 }));
         const b = await store.createSession(session({ ms: 5 }));
@@ -296,8 +296,8 @@ export function contract(engine) {
         // a turn stamped at or before the session's updatedAt would not move it: the serial point refuses it
         await store.updateSession(b.session._id, (c) => ({ ...c.session, updatedAt: at(100) }));
         const before = await everything(store);
-        await assert.rejects(store.appendTurn(b.session._id, turnAt(50)), /newer than its session/);
-        await assert.rejects(store.appendTurn(b.session._id, turnAt(100)), /newer than its session/);
+        await assert.rejects(store.appendTurn(b.session._id, turnAt(50)), /must be newer than its session's turns and not older than its updatedAt/);
+        await assert.rejects(store.appendTurn(a.session._id, (cur) => ({ ...turnAt(10)(cur), _id: '000000000000000000000000' })), /must be newer/);
         assert.deepEqual(await everything(store), before);
         list = await scanned(store, { user: 'alice', archived: 'false' });
         assert.deepEqual(list.map((s) => s._id), [b.session._id, a.session._id]);
