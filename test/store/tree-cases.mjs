@@ -334,6 +334,47 @@ export function treeContract(engine) {
       });
     });
 
+    test('a switched head, edits, a deleted subtree and a fork survive reopening, a compaction of the journal and an import (a regression: a compacted journal once gave every session its newest turn as head)', async () => {
+      const dir = fresh();
+      let store = await openOn(engine, dir);
+      let before;
+      try {
+        const { id, t } = await tree(store);
+        await store.updateTurn(id, t.t2, () => {}, () => ({ content: 'edited' }));
+        await store.deleteTurn(id, t.t4, () => {});
+        await store.forkSession(id, t.t3, 'alice', (src) => ({ ...src.session, _id: newObjectId(), name: 'fork', headTurnId: null }));
+        await store.updateSession(id, (cur) => ({ ...cur.session, headTurnId: t.t2 }), { headTurnId: t.t2 });
+        // enough dead records for the journal to compact itself (COMPACT_MIN_SIZE is 16 KiB here)
+        const other = await store.createSession(session({ ms: 5 }));
+        for (let i = 0; i < 200; i++) await store.updateSession(other.session._id, (cur) => ({ ...cur.session, name: `rename ${i} ${'x'.repeat(100)}` }));
+        before = await everything(store);
+        assert.equal(JSON.parse(before.items.find((i) => JSON.parse(i.session)._id === id).session).headTurnId, t.t2);
+      } finally {
+        await store.close();
+      }
+      store = await openOn(engine, dir);
+      try {
+        assert.deepEqual(await everything(store), before, 'reopened');
+        const sessions = before.items.map((i) => JSON.parse(i.session));
+        const turns = before.items.flatMap((i) => i.turns.map((x) => JSON.parse(x)));
+        const target = fresh();
+        const other = await openOn(engine, target);
+        try {
+          await other.importAll(sessions, turns);
+        } finally {
+          await other.close();
+        }
+        const again = await openOn(engine, target);
+        try {
+          assert.deepEqual(await everything(again), before, 'imported into another store, reopened');
+        } finally {
+          await again.close();
+        }
+      } finally {
+        await store.close();
+      }
+    });
+
     test('the same history gives the same JSON and versions on every engine (appends under parents, an edit, a deletion, a switch of head, a fork)', async () => {
       await withStore(async (store) => {
         // a session ahead of the clock: every write steps its updatedAt by exactly a millisecond
