@@ -463,20 +463,23 @@ export class PostgresStore implements Store, GroupSource {
 }
 
 /**
- * A branch's turns in list order: the path from its turn up to the root along the parents
- * (each a primary-key lookup; the head's turn read from the session row), strictly after a
- * key when given, at most `limit`.
+ * A branch's turns in list order: the keys of the path from its turn up to the root along the
+ * parents (each a primary-key lookup; the head's turn read from the session row), the page cut
+ * from those keys (strictly after a key when given, at most `limit`; the walk then stops at that
+ * key), and only then the page's JSON: sorting the whole path with its JSON would cost more than
+ * walking it.
  */
 function branchQuery(S: string, sessionId: string, branch: Branch, after: TurnKey | undefined, limit: number): { text: string; params: string[] } {
   const params = [sqlText(sessionId)];
   const at = (v: string): string => `$${params.push(v)}`;
   const start = branch === 'head' ? `id = (SELECT head_turn_id FROM ${S}.sessions WHERE id = $1)` : `id = ${at(sqlText(branch.turnId))}`;
-  const keyset = after === undefined ? '' : `WHERE (t.created_at, t.id) > (${at(sqlText(after.createdAt))}, ${at(sqlText(after._id))})`;
-  const text = `WITH RECURSIVE path(id, parent_id) AS (
-      SELECT id, parent_id FROM ${S}.turns WHERE ${start} AND session = $1
-      UNION ALL SELECT t.id, t.parent_id FROM ${S}.turns t JOIN path p ON t.id = p.parent_id)
-    SELECT t.id, t.created_at, t.json FROM path JOIN ${S}.turns t ON t.id = path.id
-    ${keyset} ORDER BY t.created_at, t.id LIMIT ${at(String(limit))}`;
+  const key = after === undefined ? undefined : `(${at(sqlText(after.createdAt))}, ${at(sqlText(after._id))})`;
+  // after a cursor the walk stops at it: keys fall along the path toward the root
+  const text = `WITH RECURSIVE path(id, parent_id, created_at) AS (
+      SELECT id, parent_id, created_at FROM ${S}.turns WHERE ${start} AND session = $1
+      UNION ALL SELECT t.id, t.parent_id, t.created_at FROM ${S}.turns t JOIN path p ON t.id = p.parent_id ${key === undefined ? '' : `WHERE (t.created_at, t.id) > ${key}`}),
+    page AS MATERIALIZED (SELECT id, created_at FROM path ${key === undefined ? '' : `WHERE (created_at, id) > ${key}`} ORDER BY created_at, id LIMIT ${at(String(limit))})
+    SELECT t.id, t.created_at, t.json FROM page JOIN ${S}.turns t ON t.id = page.id ORDER BY page.created_at, page.id`;
   return { text, params };
 }
 

@@ -80,30 +80,38 @@ const treeTurnOf = (row: Row): TreeTurn => {
 };
 
 /**
- * The ids of a branch's path: from its turn (`?1`, in session `?2`) up to the root, along the
- * parents (each a primary-key lookup). The head's turn is read from the session row.
+ * The keys of a branch's path, oldest first: from its turn (`?1`, in session `?2`; the head's
+ * read from the session row) up to the root along the parents, each step a primary-key lookup
+ * that reads no JSON; strictly after (?3, ?4) and at most ?5 when asked (a page after a cursor walks
+ * from the head to the cursor only). The JSON of the page is
+ * read afterwards, turn by turn: sorting rows that carry their JSON cost more than the whole walk.
  */
-const PATH_TO_TURN = `WITH RECURSIVE path(id, parent_id) AS (
-  SELECT id, parent_id FROM turns WHERE id = ?1 AND session = ?2
-  UNION ALL SELECT t.id, t.parent_id FROM turns t JOIN path p ON t.id = p.parent_id)`;
-const PATH_TO_HEAD = `WITH RECURSIVE path(id, parent_id) AS (
-  SELECT id, parent_id FROM turns WHERE id = (SELECT head_turn_id FROM sessions WHERE id = ?2) AND session = ?2
-  UNION ALL SELECT t.id, t.parent_id FROM turns t JOIN path p ON t.id = p.parent_id)`;
-
-/** A branch's turns in list order, strictly after (?3, ?4) when `after`, at most ?5 (or all). */
-function branchSql(branch: Branch, after: boolean, limit: boolean): string {
-  return `${branch === 'head' ? PATH_TO_HEAD : PATH_TO_TURN}
-    SELECT t.id, t.created_at, t.json FROM path JOIN turns t ON t.id = path.id
-    ${after ? 'WHERE (t.created_at, t.id) > (?3, ?4)' : ''} ORDER BY t.created_at, t.id ${limit ? 'LIMIT ?5' : ''}`;
+function branchKeysSql(branch: Branch, after: boolean, limit: boolean): string {
+  const start = branch === 'head' ? 'id = (SELECT head_turn_id FROM sessions WHERE id = ?2)' : 'id = ?1';
+  // after a cursor the walk stops at it: keys fall along the path toward the root
+  const keyset = after ? 'WHERE (t.created_at, t.id) > (?3, ?4)' : '';
+  return `WITH RECURSIVE path(id, parent_id, created_at) AS (
+      SELECT id, parent_id, created_at FROM turns WHERE ${start} AND session = ?2
+      UNION ALL SELECT t.id, t.parent_id, t.created_at FROM turns t JOIN path p ON t.id = p.parent_id ${keyset})
+    SELECT id, created_at FROM path ${after ? 'WHERE (created_at, id) > (?3, ?4)' : ''} ORDER BY created_at, id ${limit ? 'LIMIT ?5' : ''}`;
 }
 
-/** The parameters of branchSql: the turn (or null for the head), the session, the key after, the limit. */
+/** The parameters of branchKeysSql: the turn (or null for the head), the session, the key after, the limit. */
 function branchParams(sessionId: string, branch: Branch, after: TurnKey | undefined, limit: number | undefined): SqlValue[] {
   const out: SqlValue[] = [branch === 'head' ? null : branch.turnId, sessionId];
   if (after !== undefined) out.push(after.createdAt, after._id);
   else if (limit !== undefined) out.push(null, null);
   if (limit !== undefined) out.push(limit);
   return out;
+}
+
+/** The turns of a branch's keys, in their order, their JSON read one by one. */
+function* branchTurns(c: Connection, keys: Iterable<Row>): IterableIterator<Row> {
+  const one = c.prepare('SELECT id, created_at, json FROM turns WHERE id = ?');
+  for (const k of keys) {
+    const row = one.get(k['id'] as string);
+    if (row !== undefined) yield row;
+  }
 }
 
 /** A connection with its statements prepared once each. */
@@ -322,7 +330,8 @@ export class SqliteStore implements Store, GroupSource, Group {
 
   listTurns(sessionId: string, after: TurnKey | undefined, limit: number, branch?: Branch): Promise<Page<TurnRecord, TurnKey>> {
     if (branch !== undefined) {
-      const rows = this.reader.prepare(branchSql(branch, after !== undefined, true)).all(...branchParams(sessionId, branch, after, limit + 1));
+      const keys = this.reader.prepare(branchKeysSql(branch, after !== undefined, true)).all(...branchParams(sessionId, branch, after, limit + 1));
+      const rows = [...branchTurns(this.reader, keys)];
       if (rows.length === 0 && branch !== 'head' && !this.hasTurn(this.reader, sessionId, branch.turnId)) return Promise.reject(new TurnNotFound());
       const items = rows.slice(0, limit).map(turnOf);
       const last = items[items.length - 1];
@@ -344,7 +353,7 @@ export class SqliteStore implements Store, GroupSource, Group {
       if (branch === undefined) yield* turnChunks(c, sessionId);
       else {
         if (branch !== 'head' && !this.hasTurn(c, sessionId, branch.turnId)) throw new TurnNotFound();
-        yield* chunksOf(c.prepare(branchSql(branch, false, false)).iterate(...branchParams(sessionId, branch, undefined, undefined)));
+        yield* chunksOf(branchTurns(c, c.prepare(branchKeysSql(branch, false, false)).all(...branchParams(sessionId, branch, undefined, undefined))));
       }
     } finally {
       this.giveBackScan(c);
@@ -493,8 +502,10 @@ export class SqliteStore implements Store, GroupSource, Group {
   }
 
   path(session: string, id: string): readonly TreeTurn[] | undefined {
-    const rows = this.reader.prepare(`${PATH_TO_TURN} SELECT t.id, t.created_at, t.parent_id, t.json FROM path JOIN turns t ON t.id = path.id ORDER BY t.created_at, t.id`).all(id, session);
-    return rows.length === 0 ? undefined : rows.map(treeTurnOf);
+    const keys = this.reader.prepare(branchKeysSql({ turnId: id }, false, false)).all(...branchParams(session, { turnId: id }, undefined, undefined));
+    if (keys.length === 0) return undefined;
+    const one = this.reader.prepare('SELECT id, created_at, parent_id, json FROM turns WHERE id = ?');
+    return keys.map((k) => treeTurnOf(one.get(k['id'] as string) as Row));
   }
 
   subtree(session: string, id: string): readonly TurnNode[] | undefined {
