@@ -2,8 +2,10 @@
 // costs. Registered in bench/run.mjs as `conv-head` and `conv-fork` (group `conversations`).
 //
 // conv-head: the head path of a session of 10,000 turns in 20 branches against the head path
-//   of a session of 100 turns, by the same request (`?branch=head&limit=100`: the first 100
-//   turns of the path, an answer the same size), and whole (`?branch=head`), per turn.
+//   of a session of 100 turns: by the same request (`?branch=head&limit=100`: the first 100
+//   turns of the path, an answer the same size), whole (`?branch=head`, per turn), and a path of
+//   100 turns of the big session whole (`?branch=<turnId>`: the same answer size, so what the
+//   other turns of the session cost shows alone).
 // conv-fork: forks of a 1,000-turn path, one after another: their latency, and what they cost
 //   the appends running beside them (64 clients, each on a session of its own), against the
 //   same appends alone.
@@ -121,7 +123,7 @@ async function branched(port, auth) {
   );
   const r = await api(port, 'PUT', `/api/v1/chat-sessions/${id}`, { auth, body: { headTurnId: ends.at(-1) } });
   if (r.status !== 200) throw new Error(`switching the head: ${r.status}`);
-  return { id, head: (await api(port, 'GET', `/api/v1/chat-sessions/${id}/turns?branch=head`, { auth })).body.data.length };
+  return { id, head: (await api(port, 'GET', `/api/v1/chat-sessions/${id}/turns?branch=head`, { auth })).body.data.length, hundredth: trunk[SMALL_TURNS - 1] };
 }
 
 /** `ctx.opts.rounds` runs of the load: median req/s, percentiles of all samples. */
@@ -148,6 +150,7 @@ async function headPath(ctx, engine, start) {
       { what: `10,000 turns in 20 branches: the first 100 of its head path (${big.head} turns), a page of 100`, request: get(big.id, 'branch=head&limit=100'), turns: 100 },
       { what: '100-turn session: its whole head path', request: get(small, 'branch=head'), turns: SMALL_TURNS },
       { what: `10,000 turns in 20 branches: its whole head path (${big.head} turns)`, request: get(big.id, 'branch=head'), turns: big.head },
+      { what: '10,000 turns in 20 branches: a whole path of 100 turns in it (`?branch=<turnId>`)', request: get(big.id, `branch=${big.hundredth}`), turns: SMALL_TURNS },
     ];
     // round by round, every case in each: what the other work on the machine does falls on all of them
     const runs = cases.map(() => []);
@@ -226,9 +229,11 @@ export function renderConversations(report) {
     L.push('', '| engine | target: the head path of 10,000 turns in 20 branches within 2x of a 100-turn session | measured | met |', '|---|---|---|---|');
     for (const engine of [...new Set(c.head.map((r) => r.engine))]) {
       const rows = c.head.filter((r) => r.engine === engine);
-      const [small, page, smallWhole, whole] = rows;
+      const [small, page, smallWhole, whole, same] = rows;
       const pageRatio = small.rps / page.rps;
       const perTurn = (smallWhole.rps * smallWhole.turns) / (whole.rps * whole.turns);
+      const sameRatio = smallWhole.rps / same.rps;
+      L.push(`| ${engine} | a path of 100 turns, whole | ${sameRatio.toFixed(2)}× the time | ${sameRatio <= 2 ? 'yes' : '**no**'} |`);
       L.push(`| ${engine} | a page of 100 turns of the head path | ${pageRatio.toFixed(2)}× the time | ${pageRatio <= 2 ? 'yes' : '**no**'} |`);
       L.push(`| ${engine} | the whole head path, per turn | ${perTurn.toFixed(2)}× the time per turn | ${perTurn <= 2 ? 'yes' : '**no**'} |`);
     }

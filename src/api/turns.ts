@@ -154,8 +154,7 @@ export function turnRoutes({ store, access: mode, cursors }: SessionDeps): Route
           const current = await store.getSession(id);
           if (!access.found(current, who)) throw new SessionNotFound();
           check(stateOf(current));
-          const path = await store.listTurns(id, undefined, Number.MAX_SAFE_INTEGER, { turnId });
-          const turn = path.items[path.items.length - 1];
+          const turn = await store.getTurn(id, turnId);
           if (turn === undefined) throw new TurnNotFound();
           return { status: 200, body: turnBody_(turn), etag: etagOf(current.version) };
         }

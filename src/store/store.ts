@@ -168,6 +168,8 @@ export interface Store {
    * of the session's.
    */
   listTurns(sessionId: string, after: TurnKey | undefined, limit: number, branch?: Branch): Promise<Page<TurnRecord, TurnKey>>;
+  /** One turn of a session, or undefined when the session has none by that id. */
+  getTurn(sessionId: string, turnId: string): Promise<TurnRecord | undefined>;
   /**
    * Every turn of a session (or of one branch) as of one moment, oldest first, in chunks. An
    * unknown branch turn rejects the first chunk with TurnNotFound.

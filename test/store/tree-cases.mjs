@@ -154,6 +154,41 @@ export function treeContract(engine) {
       });
     });
 
+    test('a branch deeper than the jump index\'s stride (32) pages the same with every page size, and a cursor that left the path (the head moved, its turn deleted) resumes strictly after its key', async () => {
+      await withStore(async (store) => {
+        const s = await store.createSession(session());
+        const id = s.session._id;
+        const trunk = [];
+        for (let i = 0; i < 100; i++) trunk.push((await store.appendTurn(id, turnAt(10 + i, `t${i}`)))._id);
+        // a side branch from depth 40, 60 turns deep: the head, at depth 100
+        let parent = trunk[40];
+        const side = [];
+        for (let i = 0; i < 60; i++) {
+          const r = await store.appendTurn(id, turnAt(1000 + i, `s${i}`, { parentId: parent }), { parentId: parent });
+          side.push(r._id);
+          parent = r._id;
+        }
+        const head = await listed(store, id, 'head');
+        assert.deepEqual(names(head), [...trunk.slice(0, 41).map((_, i) => `t${i}`), ...side.map((_, i) => `s${i}`)]);
+        for (const limit of [1, 7, 31, 32, 33, 64, 100, 101, 1000]) {
+          assert.deepEqual(names(await paged(store, id, 'head', limit)), names(head), `head, pages of ${limit}`);
+          assert.deepEqual(names(await paged(store, id, { turnId: trunk[99] }, limit)), trunk.map((_, i) => `t${i}`), `trunk, pages of ${limit}`);
+        }
+        // a cursor, then the head moves to the trunk: the rest is the new path strictly after the key
+        const first = await store.listTurns(id, undefined, 50, 'head');
+        await store.updateSession(id, (cur) => ({ ...cur.session, headTurnId: trunk[99] }), { headTurnId: trunk[99] });
+        const rest = await store.listTurns(id, first.next, 1000, 'head');
+        const cut = first.next;
+        const expected = (await listed(store, id, 'head')).filter((t) => t.createdAt > cut.createdAt || (t.createdAt === cut.createdAt && t._id > cut._id));
+        assert.deepEqual(rest.items.map(parse), expected);
+        // a cursor whose turn is deleted: its branch went with it
+        const page = await store.listTurns(id, undefined, 70, { turnId: trunk[99] });
+        await store.deleteTurn(id, trunk[69], () => {});
+        await assert.rejects(store.listTurns(id, page.next, 10, { turnId: trunk[99] }), TurnNotFound);
+        assert.deepEqual(names((await store.listTurns(id, page.next, 10, { turnId: trunk[68] })).items), [], 'nothing after it on a path that ends before');
+      });
+    });
+
     test('"PUT .../turns/:turnId changes content, metadata, usage, status of one turn": its id, place, author, role and createdAt stay; the session\'s updatedAt moves forward (a millisecond at least) and with it its version; head and newest turn stay', async () => {
       await withStore(async (store) => {
         const { id, t } = await tree(store);

@@ -172,6 +172,10 @@ export class JournalStore implements Store, GroupSource, Group {
     return path === undefined ? Promise.reject(new TurnNotFound()) : Promise.resolve(pageOf(path, after, limit));
   }
 
+  getTurn(sessionId: string, turnId: string): Promise<TurnRecord | undefined> {
+    return Promise.resolve(this.state.get(sessionId)?.turn(turnId));
+  }
+
   async *scanTurns(sessionId: string, branch?: Branch): AsyncIterable<readonly TurnRecord[]> {
     const turns = branch === undefined ? this.state.snapshotTurns(sessionId) : this.state.branch(sessionId, branch === 'head' ? 'head' : branch.turnId);
     if (turns === undefined) throw new TurnNotFound();

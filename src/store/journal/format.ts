@@ -14,7 +14,7 @@
 import { closeSync, fstatSync, openSync, readSync } from 'node:fs';
 import { basename } from 'node:path';
 import { sessionProblem } from '../../domain/inputs.js';
-import { chatSession, type ChatSession } from '../../domain/records.js';
+import type { ChatSession } from '../../domain/records.js';
 import { crc32 } from './crc32.js';
 import { StoredTurn } from './state.js';
 
@@ -290,9 +290,6 @@ export function upgradeTurnJson(json: Buffer, parentId: string | null): Buffer {
   }
   return Buffer.from(JSON.stringify(out));
 }
-
-/** A session of the first release as this release keeps it (its head set by the load). */
-export const upgradedSession = (s: ChatSession): ChatSession => chatSession(s);
 
 function isHeader(v: unknown): v is JournalHeader {
   return typeof v === 'object' && v !== null && (v as Record<string, unknown>)['format'] === JOURNAL_FORMAT;

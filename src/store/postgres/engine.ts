@@ -35,9 +35,10 @@ import {
 } from '../store.js';
 import { SerialWriter, type Group, type GroupSource, type TreeNeeds } from '../writer.js';
 import { sqlText, storeError, textArray } from './values.js';
-import { finish, PgGroup, rowOf, SESSION_ROW } from './group.js';
+import { finish, insertTurnSql, PgGroup, rowOf, SESSION_ROW } from './group.js';
 import { matchingSql, pageSql } from './lists.js';
 import { prepareSchema, quotedSchema } from './schema.js';
+import { pageByDepthSql, placesSql } from '../tree-index.js';
 
 export interface PostgresOptions {
   readonly url: string;
@@ -188,8 +189,7 @@ export class PostgresStore implements Store, GroupSource {
 
   async listTurns(sessionId: string, after: TurnKey | undefined, limit: number, branch?: Branch): Promise<Page<TurnRecord, TurnKey>> {
     if (branch !== undefined) {
-      const sql = branchQuery(this.S, sessionId, branch, after, limit + 1);
-      const rows = (await this.pool.query(sql.text, sql.params).catch(rethrow)).rows;
+      const rows = await this.branchPage(sessionId, branch, after, limit + 1);
       if (rows.length === 0 && branch !== 'head' && !(await this.hasTurn(this.pool, sessionId, branch.turnId))) throw new TurnNotFound();
       const items = rows.slice(0, limit).map(turnOf);
       const last = items[items.length - 1];
@@ -204,6 +204,11 @@ export class PostgresStore implements Store, GroupSource {
     const items = r.rows.slice(0, limit).map(turnOf);
     const last = items[items.length - 1];
     return { items, next: r.rows.length > limit && last !== undefined ? { createdAt: last.createdAt, _id: last._id } : undefined };
+  }
+
+  async getTurn(sessionId: string, turnId: string): Promise<TurnRecord | undefined> {
+    const row = (await this.pool.query(`SELECT id, created_at, json FROM ${this.S}.turns WHERE id = $1 AND session = $2`, [sqlText(turnId), sqlText(sessionId)]).catch(rethrow)).rows[0];
+    return row === undefined ? undefined : turnOf(row);
   }
 
   async *scanTurns(sessionId: string, branch?: Branch): AsyncIterable<readonly TurnRecord[]> {
@@ -224,6 +229,25 @@ export class PostgresStore implements Store, GroupSource {
         after = { createdAt: last.createdAt, _id: last._id };
       }
     });
+  }
+
+  /**
+   * The turns of a page of a branch: by depth when the cursor is a turn of the path (or there is
+   * none), else (the cursor's turn deleted, the head moved elsewhere) by walking the path from
+   * its end to the cursor, which gives the same page wherever the cursor is.
+   */
+  private async branchPage(sessionId: string, branch: Branch, after: TurnKey | undefined, limit: number): Promise<Row[]> {
+    const byDepth = async (lo: string | undefined): Promise<Row[] | undefined> => {
+      const sql = branchPageQuery(this.S, sessionId, branch, lo, limit);
+      const rows = (await this.pool.query(sql.text, sql.params).catch(rethrow)).rows;
+      // the page's first turn follows the cursor, or the cursor is not on this path
+      if (after !== undefined && rows[0]?.[3] !== sqlText(after._id)) return undefined;
+      return rows;
+    };
+    const page = await byDepth(after === undefined ? undefined : sqlText(after._id));
+    if (page !== undefined) return page;
+    const sql = branchQuery(this.S, sessionId, branch, after, limit);
+    return (await this.pool.query(sql.text, sql.params).catch(rethrow)).rows;
   }
 
   private async hasTurn(q: Queryable, sessionId: string, id: string): Promise<boolean> {
@@ -411,11 +435,14 @@ export class PostgresStore implements Store, GroupSource {
         }
         for (const t of plan.turns) {
           if (t.replaces !== undefined) sent.push(q.query(`DELETE FROM ${S}.turns WHERE id = $1`, [t.turn._id]));
-          sent.push(q.query(`INSERT INTO ${S}.turns (id, session, parent_id, created_at, json) VALUES ($1, $2, $3, $4, $5)`, [t.turn._id, t.turn.session, t.turn.parentId, t.turn.createdAt, t.json.toString('utf8')]));
+          sent.push(q.query(insertTurnSql(S), [t.turn._id, t.turn.session, t.turn.parentId, t.turn.createdAt, t.json.toString('utf8')]));
         }
         // the sessions whose turns changed (here or by a replaced turn elsewhere) get their newest turn and counts again
         const touched = new Set<string>([...plan.sessions.map((s) => s._id), ...plan.turns.flatMap((t) => [t.turn.session, ...(t.replaces !== undefined ? [t.replaces] : [])])]);
         await Promise.all(sent);
+        // an import may give a stored turn another parent: the depths of the sessions whose turns it wrote are made again
+        const withTurns = [...new Set(plan.turns.flatMap((t) => [t.turn.session, ...(t.replaces !== undefined ? [t.replaces] : [])]))];
+        for (let i = 0; i < withTurns.length; i += 5000) await q.query(placesSql(`${S}.turns`, 'session = ANY($1::text[])', 'NULL::text COLLATE "C"'), [textArray(withTurns.slice(i, i + 5000))]);
         const touchedIds = [...touched];
         for (let i = 0; i < touchedIds.length; i += 5000) {
           const some = textArray(touchedIds.slice(i, i + 5000));
@@ -480,6 +507,25 @@ function branchQuery(S: string, sessionId: string, branch: Branch, after: TurnKe
       UNION ALL SELECT t.id, t.parent_id, t.created_at FROM ${S}.turns t JOIN path p ON t.id = p.parent_id ${key === undefined ? '' : `WHERE (t.created_at, t.id) > ${key}`}),
     page AS MATERIALIZED (SELECT id, created_at FROM path ${key === undefined ? '' : `WHERE (created_at, id) > ${key}`} ORDER BY created_at, id LIMIT ${at(String(limit))})
     SELECT t.id, t.created_at, t.json FROM page JOIN ${S}.turns t ON t.id = page.id ORDER BY page.created_at, page.id`;
+  return { text, params };
+}
+
+/**
+ * A page of a branch by depth (../tree-index.ts): the turns at the depths after the cursor's
+ * (`after`: its id, or none for the first page), at most `limit`, oldest first, each with its
+ * JSON and its parent: about depth / JUMP + JUMP lookups beside the page's own, however deep the
+ * branch. A cursor that is not a turn of the session gives no page (the caller walks instead).
+ */
+function branchPageQuery(S: string, sessionId: string, branch: Branch, after: string | undefined, limit: number): { text: string; params: string[] } {
+  const params = [sqlText(sessionId)];
+  const at = (v: string): string => `$${params.push(v)}`;
+  const start = branch === 'head' ? `id = (SELECT head_turn_id FROM ${S}.sessions WHERE id = $1)` : `id = ${at(sqlText(branch.turnId))}`;
+  const lo = after === undefined ? '0' : `(SELECT depth + 1 FROM ${S}.turns WHERE id = ${at(after)} AND session = $1)`;
+  const text = `WITH RECURSIVE
+      target(id, depth) AS (SELECT id, depth FROM ${S}.turns WHERE ${start} AND session = $1),
+      bounds(lo, hi) AS (SELECT b.lo, least(target.depth, b.lo + ${at(String(limit))} - 1) FROM target CROSS JOIN (SELECT ${lo} AS lo) b WHERE b.lo IS NOT NULL),
+      ${pageByDepthSql(`${S}.turns`)}
+    SELECT t.id, t.created_at, t.json, w.parent_id FROM walk w JOIN ${S}.turns t ON t.id = w.id WHERE w.depth >= (SELECT lo FROM bounds) ORDER BY w.depth`;
   return { text, params };
 }
 

@@ -14,6 +14,7 @@ import type { Queryable } from '../../pg/pool.js';
 import type { SessionState, TreeTurn, TurnNode, Usage } from '../store.js';
 import { NotReadAhead, type Change, type Group, type TreeNeeds } from '../writer.js';
 import { injectedFault } from '../faults.js';
+import { JUMP, placesOfChain } from '../tree-index.js';
 import { sqlText, storeError, textArray } from './values.js';
 
 /** A session's row as the group locked it, and as its changes leave it. */
@@ -293,7 +294,7 @@ export class PgGroup implements Group {
           case 'turn': {
             const id = c.session._id;
             const before = rowNow(id);
-            sent.push(q.query(`INSERT INTO ${S}.turns (id, session, parent_id, created_at, json) VALUES ($1, $2, $3, $4, $5)`, [c.turn._id, id, c.turn.parentId, c.turn.createdAt, c.json.toString('utf8')]));
+            sent.push(q.query(insertTurnSql(S), [c.turn._id, id, c.turn.parentId, c.turn.createdAt, c.json.toString('utf8')]));
             const key = { createdAt: c.turn.createdAt, _id: c.turn._id };
             const last = before.lastTurn === undefined || turnBefore(before.lastTurn, key) ? key : before.lastTurn;
             setSession(id, before, c.session, c.sessionJson, c.version, last, 1, c.json.length);
@@ -325,16 +326,23 @@ export class PgGroup implements Group {
                 [sqlText(s.user), sqlText(s.project), String(s.archived), s.updatedAt, sqlText(foldForSearch(s.name)), c.json, String(bytes), c.version, s.headTurnId, s._id, last?.createdAt ?? null, last?._id ?? null, String(c.turns.length), String(turnBytes)],
               ),
             );
+            const places = placesOfChain(c.turns.map((t) => t.turn._id));
             if (c.turns.length > 0) {
               // all the copies in one statement: a long path is one round of parsing, not one per turn
               sent.push(
-                q.query(`INSERT INTO ${S}.turns (id, session, parent_id, created_at, json) SELECT id, $1, parent_id, created_at, json FROM unnest($2::text[], $3::text[], $4::text[], $5::text[]) AS c(id, parent_id, created_at, json)`, [
-                  s._id,
-                  textArray(c.turns.map((t) => t.turn._id)),
-                  nullableTextArray(c.turns.map((t) => t.turn.parentId)),
-                  textArray(c.turns.map((t) => t.turn.createdAt)),
-                  textArray(c.turns.map((t) => t.json.toString('utf8'))),
-                ]),
+                q.query(
+                  `INSERT INTO ${S}.turns (id, session, parent_id, created_at, json, depth, skip_id)
+                   SELECT id, $1, parent_id, created_at, json, depth, skip_id FROM unnest($2::text[], $3::text[], $4::text[], $5::text[], $6::int[], $7::text[]) AS c(id, parent_id, created_at, json, depth, skip_id)`,
+                  [
+                    s._id,
+                    textArray(c.turns.map((t) => t.turn._id)),
+                    nullableTextArray(c.turns.map((t) => t.turn.parentId)),
+                    textArray(c.turns.map((t) => t.turn.createdAt)),
+                    textArray(c.turns.map((t) => t.json.toString('utf8'))),
+                    `{${places.map((p) => p.depth).join(',')}}`,
+                    nullableTextArray(places.map((p) => p.skipId)),
+                  ],
+                ),
               );
             }
             charge(sqlText(s.user), 1, c.turns.length, bytes + turnBytes);
@@ -382,8 +390,15 @@ export class PgGroup implements Group {
   }
 }
 
+/** A turn's row, its depth and jump pointer made from its parent's (inserted before it, in this transaction or earlier). */
+export function insertTurnSql(S: string): string {
+  return `INSERT INTO ${S}.turns (id, session, parent_id, created_at, json, depth, skip_id)
+    SELECT $1, $2, $3, $4, $5, coalesce(p.depth + 1, 0), CASE WHEN p.id IS NULL THEN NULL WHEN p.depth % ${JUMP} = 0 THEN p.id ELSE p.skip_id END
+    FROM (SELECT 1) one LEFT JOIN ${S}.turns p ON p.id = $3`;
+}
+
 /** A text[] literal whose nulls are SQL NULLs (a quoted element is text, the bare word NULL is none). */
-function nullableTextArray(values: readonly (string | null)[]): string {
+export function nullableTextArray(values: readonly (string | null)[]): string {
   return `{${values.map((v) => (v === null ? 'NULL' : textArray([v]).slice(1, -1))).join(',')}}`;
 }
 

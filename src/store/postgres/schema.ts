@@ -4,6 +4,7 @@
 // database whose schema is newer than this release knows stops the start.
 import type { Pool, Queryable } from '../../pg/pool.js';
 import { StoreOpenFailed } from '../store.js';
+import { placesSql } from '../tree-index.js';
 
 export const SCHEMA_VERSION = 2;
 
@@ -42,16 +43,20 @@ const MIGRATIONS: readonly ((S: string) => string)[] = [
   );
   `,
   // 2: conversations as trees. Every turn of the first release gets the turn before it (by
-  // created_at, id) as parent and status complete, every session its newest turn as head; the
+  // created_at, id) as parent and status complete, every session its newest turn as head, every
+  // turn its depth and jump pointer (../tree-index.ts); the
   // stored JSON gets the new keys at their places (the first release wrote a turn's _id and
   // session first and its createdAt last: 70 and 40 ASCII characters), and the byte counts follow.
   (S) => `
   ALTER TABLE ${S}.turns ADD COLUMN parent_id text COLLATE "C";
+  ALTER TABLE ${S}.turns ADD COLUMN depth integer NOT NULL DEFAULT 0;
+  ALTER TABLE ${S}.turns ADD COLUMN skip_id text COLLATE "C";
   ALTER TABLE ${S}.sessions ADD COLUMN head_turn_id text COLLATE "C";
   CREATE INDEX turns_by_parent ON ${S}.turns (parent_id);
   UPDATE ${S}.turns t SET parent_id = p.prev
     FROM (SELECT id, lag(id) OVER (PARTITION BY session ORDER BY created_at, id) AS prev FROM ${S}.turns) p
     WHERE t.id = p.id AND p.prev IS NOT NULL;
+  ${placesSql(`${S}.turns`, 'true', 'NULL::text COLLATE "C"')};
   UPDATE ${S}.turns SET json =
     left(json, 70) || ',"parentId":' || coalesce('"' || parent_id || '"', 'null') || substr(json, 71, length(json) - 110) || ',"status":"complete"' || right(json, 40);
   UPDATE ${S}.sessions SET head_turn_id = last_turn_id,

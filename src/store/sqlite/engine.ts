@@ -39,6 +39,7 @@ import {
 import { SerialWriter, type Change, type Group, type GroupSource } from '../writer.js';
 import { bytesOf, int, sqliteDatabase, text, textOrUndefined, type Database, type Row, type SqlValue, type Statement } from './binding.js';
 import { checkSchema, prepareSchema, unreadable } from './schema.js';
+import { pageByDepthSql } from '../tree-index.js';
 import { WRITER_ROLE, type FromWriter, type Op, type PutSession, type SessionAfter, type ToWriter, type WriterData } from './worker.js';
 
 export interface SqliteOptions {
@@ -103,6 +104,20 @@ function branchParams(sessionId: string, branch: Branch, after: TurnKey | undefi
   else if (limit !== undefined) out.push(null, null);
   if (limit !== undefined) out.push(limit);
   return out;
+}
+
+/**
+ * A page of a branch by depth (../tree-index.ts): the keys of the turns at depths ?3 .. ?3 + ?4 - 1
+ * of the path to the branch's turn (?1, or the head of session ?2), oldest first, each with its
+ * parent: about depth / JUMP + JUMP lookups beside the page's own, however deep the branch.
+ */
+function branchPageSql(branch: Branch): string {
+  const start = branch === 'head' ? 'id = (SELECT head_turn_id FROM sessions WHERE id = ?2)' : 'id = ?1';
+  return `WITH RECURSIVE
+    target(id, depth) AS (SELECT id, depth FROM turns WHERE ${start} AND session = ?2),
+    bounds(lo, hi) AS (SELECT ?3, min(depth, ?3 + ?4 - 1) FROM target),
+    ${pageByDepthSql('turns')}
+    SELECT id, created_at, parent_id, depth FROM walk WHERE depth >= (SELECT lo FROM bounds) ORDER BY depth`;
 }
 
 /** The turns of a branch's keys, in their order, their JSON read one by one. */
@@ -330,7 +345,7 @@ export class SqliteStore implements Store, GroupSource, Group {
 
   listTurns(sessionId: string, after: TurnKey | undefined, limit: number, branch?: Branch): Promise<Page<TurnRecord, TurnKey>> {
     if (branch !== undefined) {
-      const keys = this.reader.prepare(branchKeysSql(branch, after !== undefined, true)).all(...branchParams(sessionId, branch, after, limit + 1));
+      const keys = this.branchPage(sessionId, branch, after, limit + 1);
       const rows = [...branchTurns(this.reader, keys)];
       if (rows.length === 0 && branch !== 'head' && !this.hasTurn(this.reader, sessionId, branch.turnId)) return Promise.reject(new TurnNotFound());
       const items = rows.slice(0, limit).map(turnOf);
@@ -346,6 +361,11 @@ export class SqliteStore implements Store, GroupSource, Group {
     return Promise.resolve({ items, next: rows.length > limit && last !== undefined ? { createdAt: last.createdAt, _id: last._id } : undefined });
   }
 
+  getTurn(sessionId: string, turnId: string): Promise<TurnRecord | undefined> {
+    const row = this.reader.prepare('SELECT id, created_at, json FROM turns WHERE id = ? AND session = ?').get(turnId, sessionId);
+    return Promise.resolve(row === undefined ? undefined : turnOf(row));
+  }
+
   async *scanTurns(sessionId: string, branch?: Branch): AsyncIterable<readonly TurnRecord[]> {
     const c = await this.takeScan();
     try {
@@ -358,6 +378,23 @@ export class SqliteStore implements Store, GroupSource, Group {
     } finally {
       this.giveBackScan(c);
     }
+  }
+
+  /**
+   * The keys of a page of a branch: by depth when the cursor is a turn of the path (or there is
+   * none), else (the cursor's turn deleted, the head moved elsewhere) by walking the path from
+   * its end to the cursor, which gives the same page wherever the cursor is.
+   */
+  private branchPage(sessionId: string, branch: Branch, after: TurnKey | undefined, limit: number): Row[] {
+    const c = this.reader;
+    const turnId = branch === 'head' ? null : branch.turnId;
+    if (after === undefined) return c.prepare(branchPageSql(branch)).all(turnId, sessionId, 0, limit);
+    const cursor = c.prepare('SELECT depth FROM turns WHERE id = ? AND session = ?').get(after._id, sessionId);
+    if (cursor !== undefined) {
+      const rows = c.prepare(branchPageSql(branch)).all(turnId, sessionId, int(cursor['depth']) + 1, limit);
+      if (rows[0]?.['parent_id'] === after._id) return rows;
+    }
+    return c.prepare(branchKeysSql(branch, true, true)).all(...branchParams(sessionId, branch, after, limit));
   }
 
   private hasTurn(c: Connection, sessionId: string, id: string): boolean {

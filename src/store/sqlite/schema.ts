@@ -4,6 +4,7 @@
 // stops the start with one line naming it and what to do; it is never reset.
 import { existsSync } from 'node:fs';
 import { StoreOpenFailed } from '../store.js';
+import { placesSql } from '../tree-index.js';
 import { sqliteCode, type Database } from './binding.js';
 
 /** 'csap' in ASCII: marks the file as this service's (PRAGMA application_id). */
@@ -42,14 +43,18 @@ const MIGRATIONS: readonly string[] = [
   CREATE TABLE users (user TEXT PRIMARY KEY NOT NULL, sessions INTEGER NOT NULL, turns INTEGER NOT NULL, bytes INTEGER NOT NULL) WITHOUT ROWID;
   `,
   // 2: conversations as trees. Every turn of the first release gets the turn before it (by
-  // created_at, id) as parent and status complete, every session its newest turn as head; the
-  // stored JSON gets the new keys at their places (the first release wrote a turn's _id and
-  // session first and its createdAt last: 70 and 40 ASCII bytes), and the byte counts follow.
+  // created_at, id) as parent and status complete, every session its newest turn as head; each
+  // turn its depth and jump pointer (../tree-index.ts); the stored JSON gets the new keys at
+  // their places (the first release wrote a turn's _id and session first and its createdAt
+  // last: 70 and 40 ASCII bytes), and the byte counts follow.
   `
   ALTER TABLE turns ADD COLUMN parent_id TEXT;
+  ALTER TABLE turns ADD COLUMN depth INTEGER NOT NULL DEFAULT 0;
+  ALTER TABLE turns ADD COLUMN skip_id TEXT;
   ALTER TABLE sessions ADD COLUMN head_turn_id TEXT;
   CREATE INDEX turns_by_parent ON turns (parent_id);
   UPDATE turns SET parent_id = p.prev FROM (SELECT id, LAG(id) OVER (PARTITION BY session ORDER BY created_at, id) AS prev FROM turns) AS p WHERE turns.id = p.id;
+  ${placesSql('turns', 'true')};
   UPDATE turns SET json = CAST(
     substr(json, 1, 70) || ',"parentId":' || coalesce('"' || parent_id || '"', 'null') || substr(json, 71, length(json) - 110) || ',"status":"complete"' || substr(json, length(json) - 39)
     AS BLOB);

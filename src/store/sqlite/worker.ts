@@ -8,6 +8,7 @@ import { turnBefore, type TurnKey } from '../../domain/order.js';
 import { versionOfSession } from '../../domain/version.js';
 import { injectedFault } from '../faults.js';
 import { int, sqliteDatabase, text, textOrUndefined, type Database, type Row, type Statement } from './binding.js';
+import { placesOfChain, placesSql, placeUnder, type TreePlace } from '../tree-index.js';
 
 export const WRITER_ROLE = 'chat-session-api:sqlite-writer';
 
@@ -155,6 +156,9 @@ class Writes {
   private readonly dropIdleUser: Statement;
   private readonly setTurnJson: Statement;
   private readonly setSessionAfter: Statement;
+  private readonly placeOf: Statement;
+  /** Sets depth and jump pointer of every turn of a session (after an import). */
+  private readonly replace: Statement;
 
   constructor(db: Database) {
     this.begin = db.prepare('BEGIN IMMEDIATE');
@@ -166,7 +170,9 @@ class Writes {
        ON CONFLICT (id) DO UPDATE SET user = excluded.user, project = excluded.project, archived = excluded.archived, updated_at = excluded.updated_at,
          name_folded = excluded.name_folded, json = excluded.json, json_bytes = excluded.json_bytes, version = excluded.version, head_turn_id = excluded.head_turn_id`,
     );
-    this.insertTurn = db.prepare('INSERT INTO turns (id, session, parent_id, created_at, json) VALUES (?, ?, ?, ?, ?)');
+    this.insertTurn = db.prepare('INSERT INTO turns (id, session, parent_id, created_at, json, depth, skip_id) VALUES (?, ?, ?, ?, ?, ?, ?)');
+    this.placeOf = db.prepare('SELECT id, depth, skip_id FROM turns WHERE id = ?');
+    this.replace = db.prepare(placesSql('turns', 'session = ?'));
     this.setTurnJson = db.prepare('UPDATE turns SET json = ? WHERE id = ?');
     this.setSessionAfter = db.prepare(
       `UPDATE sessions SET updated_at = ?, json = ?, json_bytes = ?, version = ?, head_turn_id = ?, last_turn_at = ?, last_turn_id = ?,
@@ -191,7 +197,13 @@ class Writes {
     this.begin.run();
     try {
       const delta: Delta = { sessions: 0, turns: 0, bytes: 0, users: new Map() };
-      for (const op of ops) this.apply(op, delta);
+      const imported = new Set<string>();
+      for (const op of ops) {
+        this.apply(op, delta);
+        if ((op.op === 'turn' && op.after === undefined) || op.op === 'dropTurn') imported.add(op.session);
+      }
+      // an import may give a stored turn another parent: its session's depths are made again
+      for (const session of imported) this.replace.run(session);
       for (const name of ['sessions', 'turns', 'bytes'] as const) if (delta[name] !== 0) this.addCounter.run(delta[name], name);
       for (const [user, u] of delta.users) {
         this.addUsage.run(user, u.sessions, u.turns, u.bytes);
@@ -208,6 +220,13 @@ class Writes {
       }
       throw e;
     }
+  }
+
+  /** The depth and jump pointer of a turn under `parentId` (null: a root). */
+  private placeUnder(parentId: string | null): TreePlace {
+    if (parentId === null) return placeUnder(undefined);
+    const p = this.placeOf.get(parentId);
+    return placeUnder(p === undefined ? undefined : { id: text(p['id']), depth: int(p['depth']), skipId: textOrUndefined(p['skip_id']) ?? null });
   }
 
   /** A session's row as a change of `turns` turns and `turnBytes` bytes of them leaves it. */
@@ -239,7 +258,8 @@ class Writes {
       case 'turn': {
         const before = this.sessionSizes.get(op.session);
         if (before === undefined) throw new Error(`turn ${op.t.id} of a session that is not stored`);
-        this.insertTurn.run(op.t.id, op.session, op.t.parentId, op.t.createdAt, op.t.json);
+        const place = this.placeUnder(op.t.parentId);
+        this.insertTurn.run(op.t.id, op.session, op.t.parentId, op.t.createdAt, op.t.json, place.depth, place.skipId);
         const size = op.t.json.byteLength;
         let after = op.after;
         if (after === undefined) {
@@ -286,10 +306,12 @@ class Writes {
         const bytes = Buffer.byteLength(s.json);
         this.upsertSession.run(s.id, s.user, s.project, s.archived ? 1 : 0, s.updatedAt, s.nameFolded, s.json, bytes, s.version, s.head);
         let turnBytes = 0;
-        for (const t of op.turns) {
-          this.insertTurn.run(t.id, s.id, t.parentId, t.createdAt, t.json);
+        const places = placesOfChain(op.turns.map((t) => t.id));
+        op.turns.forEach((t, i) => {
+          const place = places[i] as TreePlace;
+          this.insertTurn.run(t.id, s.id, t.parentId, t.createdAt, t.json, place.depth, place.skipId);
           turnBytes += t.json.byteLength;
-        }
+        });
         this.setTurnsOf.run(s.version, op.lastTurn?.createdAt ?? null, op.lastTurn?._id ?? null, op.turns.length, turnBytes, s.id);
         delta.sessions++;
         delta.turns += op.turns.length;
