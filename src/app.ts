@@ -9,6 +9,7 @@ import type { RouteDef } from './api/route.js';
 import { serviceRoutes } from './api/service.js';
 import { sessionRoutes } from './api/sessions.js';
 import { turnRoutes } from './api/turns.js';
+import { usageRoutes } from './api/usage.js';
 import { Authenticator } from './auth/authenticate.js';
 import type { Secrets } from './auth/secret.js';
 import type { Config } from './config.js';
@@ -51,6 +52,7 @@ export function createApp(p: AppParts): App {
     ...serviceRoutes({ version: p.version, catalog: p.catalog, store: p.store, metrics: p.metrics, openApiBody: () => openApiBody, docsPage: docsRoute }),
     ...sessionRoutes(sessionDeps),
     ...turnRoutes(sessionDeps),
+    ...usageRoutes(p.store),
     ...providerRoutes(p.catalog),
   ];
   openApiBody = JSON.stringify(openApiDocument(routes, p.version));

@@ -95,6 +95,15 @@ const RESPONSES: Record<SchemaName, Json> = {
       providers: { type: 'object', properties: { count: { type: 'integer' }, loadedAt: { type: 'string', format: 'date-time' } } },
     },
   }),
+  Usage: envelope({
+    type: 'object',
+    required: ['sessions', 'turns', 'bytes'],
+    properties: {
+      sessions: { type: 'integer', minimum: 0, description: 'Sessions the caller owns, archived ones included.' },
+      turns: { type: 'integer', minimum: 0, description: 'The turns of those sessions, whoever wrote them.' },
+      bytes: { type: 'integer', minimum: 0, description: 'UTF-8 bytes of the JSON of those sessions and turns (the same figure on every engine).' },
+    },
+  }),
   OpenApi: { type: 'object', description: 'This document.' },
   Metrics: { type: 'string', description: 'Prometheus text exposition format.' },
   DocsPage: { type: 'string', description: 'An HTML page that renders this document, with a try-it form per operation.' },

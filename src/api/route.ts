@@ -44,7 +44,7 @@ export interface ParamDoc {
 }
 
 /** Names of the response schemas the OpenAPI document defines. */
-export type SchemaName = 'ChatSession' | 'ChatSessionList' | 'Turn' | 'TurnList' | 'Provider' | 'ProviderList' | 'Deleted' | 'TurnDeleted' | 'Health' | 'OpenApi' | 'Metrics' | 'DocsPage';
+export type SchemaName = 'ChatSession' | 'ChatSessionList' | 'Turn' | 'TurnList' | 'Provider' | 'ProviderList' | 'Deleted' | 'TurnDeleted' | 'Health' | 'OpenApi' | 'Metrics' | 'DocsPage' | 'Usage';
 
 export interface ResponseDoc {
   readonly status: number;
