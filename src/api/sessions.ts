@@ -3,7 +3,7 @@
 // ./turns.ts. Handlers validate nothing by hand that the route declares; they decide, and the
 // store makes it durable.
 import { newObjectId } from '../domain/ids.js';
-import { createBody, forkBody, NAME_MAX, updateBody } from '../domain/inputs.js';
+import { createBody, expiryOf, forkBody, NAME_MAX, TAG_MAX, TAGS_MAX, tagsOf, updateBody } from '../domain/inputs.js';
 import { DEFAULT_MODE, chatSession, nextTimestamp, type ChatSessionMode } from '../domain/records.js';
 import { ValidationError, type QuerySchema } from '../domain/schema.js';
 import { foldForSearch } from '../domain/search.js';
@@ -17,6 +17,12 @@ const listQuery = {
     projectId: { kind: 'string', description: 'When present and non-empty: the sessions of this project; otherwise the caller\'s own sessions.' },
     q: { kind: 'string', maxLength: NAME_MAX, description: 'Only sessions whose name contains this text, ignoring case.' },
     archived: { kind: 'string', oneOf: ['false', 'true', 'all'], description: 'false (default): active sessions; true: only archived ones; all: both.' },
+    tag: {
+      kind: 'repeated',
+      maxItems: TAGS_MAX,
+      item: { kind: 'string', maxLength: TAG_MAX, description: 'A tag.' },
+      description: 'Only sessions with this tag, ignoring case; repeat it (tag=a&tag=b) for sessions with all of them.',
+    },
     ...paging,
   },
 } as const satisfies QuerySchema;
@@ -69,6 +75,7 @@ export function sessionRoutes({ store, access: mode, cursors }: SessionDeps): Ro
       handle(ctx) {
         const who = user(ctx);
         const { projectId, q, limit, cursor } = ctx.query;
+        const tags = ctx.query.tag === undefined ? undefined : [...new Set(ctx.query.tag.map(foldForSearch))];
         const archived = (ctx.query.archived ?? 'false') as ArchivedFilter;
         const ownOnly = projectId === undefined || mode === 'owner';
         const filter: SessionFilter = {
@@ -76,9 +83,10 @@ export function sessionRoutes({ store, access: mode, cursors }: SessionDeps): Ro
           ...(ownOnly ? { user: who } : {}),
           archived,
           ...(q !== undefined ? { nameContains: foldForSearch(q) } : {}),
+          ...(tags !== undefined ? { tags } : {}),
         };
         if (limit === undefined && cursor === undefined) return wholeListReply(store.scanSessions(filter), jsonOfSession);
-        const listName = `sessions\n${projectId ?? ''}\n${ownOnly ? who : ''}\n${archived}\n${q ?? ''}`;
+        const listName = `sessions\n${projectId ?? ''}\n${ownOnly ? who : ''}\n${archived}\n${q ?? ''}${tags === undefined ? '' : `\n${JSON.stringify([...tags].sort())}`}`;
         let after;
         if (cursor !== undefined) {
           const [updatedAt, _id] = cursors.decode(listName, cursor);
@@ -115,6 +123,9 @@ export function sessionRoutes({ store, access: mode, cursors }: SessionDeps): Ro
             updatedAt: at,
             archived: false,
             headTurnId: null,
+            ...(b.tags !== undefined ? { tags: tagsOf(b.tags as string[]) } : {}),
+            ...(b.metadata !== undefined ? { metadata: b.metadata } : {}),
+            ...(b.expiresAt !== undefined ? { expiresAt: expiryOf(b.expiresAt) } : {}),
           }),
         );
         return sessionReply(s, 201);
@@ -158,8 +169,11 @@ export function sessionRoutes({ store, access: mode, cursors }: SessionDeps): Ro
         const who = user(ctx);
         const id = ctx.params['id'] as string;
         const check = access.mine(who, ctx.req);
-        const { name, provider, selectedModel, mode: newMode, headTurnId } = ctx.body;
-        if (name === undefined && provider === undefined && selectedModel === undefined && newMode === undefined && headTurnId === undefined) {
+        const { name, provider, selectedModel, mode: newMode, headTurnId, metadata } = ctx.body;
+        const tags = ctx.body.tags === undefined ? undefined : tagsOf(ctx.body.tags as string[]);
+        const expiresAt = ctx.body.expiresAt === undefined ? undefined : expiryOf(ctx.body.expiresAt);
+        const unchanged = [name, provider, selectedModel, newMode, headTurnId, tags, metadata, expiresAt].every((v) => v === undefined);
+        if (unchanged) {
           const current = await store.getSession(id);
           if (!access.found(current, who)) throw new SessionNotFound();
           check(stateOf(current));
@@ -179,6 +193,9 @@ export function sessionRoutes({ store, access: mode, cursors }: SessionDeps): Ro
               mode: (newMode as ChatSessionMode | undefined) ?? was.mode,
               headTurnId: headTurnId ?? was.headTurnId,
               updatedAt: nextTimestamp(was.updatedAt),
+              ...(tags !== undefined ? { tags } : {}),
+              ...(metadata !== undefined ? { metadata } : {}),
+              ...(expiresAt !== undefined ? { expiresAt } : {}),
             });
           },
           headTurnId === undefined ? undefined : { headTurnId },
@@ -242,6 +259,8 @@ export function sessionRoutes({ store, access: mode, cursors }: SessionDeps): Ro
             updatedAt: at,
             archived: false,
             headTurnId: null,
+            ...(from.tags !== undefined ? { tags: from.tags } : {}),
+            ...(from.metadata !== undefined ? { metadata: from.metadata } : {}),
           });
         });
         return sessionReply(s, 201);

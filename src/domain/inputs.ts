@@ -3,12 +3,47 @@
 // validate requests with these; import checks backup records with them.
 import { isObjectId } from './ids.js';
 import { CHAT_SESSION_MODES, DEFAULT_TURN_STATUS, isChatSessionMode, TURN_ROLES, TURN_STATUSES, type ChatSession, type JsonObject, type Turn, type TurnContent, type TurnRole, type TurnStatus, type TurnUsage } from './records.js';
+import { foldForSearch } from './search.js';
 import { isPlainObject, validateBody, ValidationError, type BodyField, type BodySchema, type Values } from './schema.js';
 
 /** Ids (project, provider, user) and model names, in characters. */
 export const ID_MAX = 200;
 export const NAME_MAX = 500;
 const MODE_HELP = `A ChatSessionMode member name: ${CHAT_SESSION_MODES.join(', ')}.`;
+
+/** A session's tags and metadata: at most this many tags of at most TAG_MAX characters, metadata of at most METADATA_KEYS keys. */
+export const TAGS_MAX = 20;
+export const TAG_MAX = 50;
+export const METADATA_KEYS = 16;
+export const METADATA_KEY_MAX = 64;
+export const METADATA_VALUE_MAX = 512;
+
+/** An ISO 8601 time with a time zone, to the second or finer (the regex the API checks expiresAt with). */
+const EXPIRY_PATTERN = '^\\d{4}-\\d{2}-\\d{2}T\\d{2}:\\d{2}:\\d{2}(\\.\\d{1,9})?(Z|[+-]\\d{2}:\\d{2})$';
+
+const sessionFields = (update: boolean) =>
+  ({
+    tags: {
+      kind: 'list',
+      minItems: 0,
+      maxItems: TAGS_MAX,
+      items: { kind: 'string', notBlank: true, maxLength: TAG_MAX, description: 'A tag (matched ignoring case).' },
+      description: `At most ${TAGS_MAX} tags of 1-${TAG_MAX} characters; lists filter by them (tag=), ignoring case. A tag given twice (ignoring case) is kept once.${update ? ' Replaces the tags; [] removes them.' : ''}`,
+    },
+    metadata: {
+      kind: 'map',
+      maxKeys: METADATA_KEYS,
+      keyMax: METADATA_KEY_MAX,
+      valueMax: METADATA_VALUE_MAX,
+      description: `The client's own string values by key: at most ${METADATA_KEYS} keys of 1-${METADATA_KEY_MAX} characters, values of at most ${METADATA_VALUE_MAX}.${update ? ' Replaces the metadata whole; {} removes it.' : ''}`,
+    },
+    expiresAt: {
+      kind: 'string',
+      nullable: true,
+      pattern: { regex: EXPIRY_PATTERN, means: 'an ISO 8601 time with a time zone, such as 2030-01-31T00:00:00Z, or null' },
+      description: 'When the session is gone (404, out of lists and search, then purged); null: never, whatever RETENTION_DAYS says. Absent: RETENTION_DAYS after its last activity, when set.',
+    },
+  }) as const satisfies Record<string, BodyField>;
 
 export const createBody = {
   name: 'CreateChatSession',
@@ -19,6 +54,7 @@ export const createBody = {
     selectedModel: { kind: 'string', required: true, maxLength: ID_MAX, description: 'Model of the provider.' },
     mode: { kind: 'string', emptyIsAbsent: true, oneOf: CHAT_SESSION_MODES, description: `${MODE_HELP} Absent or empty: Build.` },
     name: { kind: 'string', maxLength: NAME_MAX, description: 'Display name; "" when not given.' },
+    ...sessionFields(false),
   },
 } as const satisfies BodySchema;
 
@@ -31,6 +67,7 @@ export const updateBody = {
     selectedModel: { kind: 'string', notBlank: true, maxLength: ID_MAX, description: 'New model.' },
     mode: { kind: 'string', oneOf: CHAT_SESSION_MODES, description: MODE_HELP },
     headTurnId: { kind: 'string', notBlank: true, maxLength: ID_MAX, description: 'Switches branch: a turn of this session becomes its head (the newest turn of the active branch).' },
+    ...sessionFields(true),
   },
 } as const satisfies BodySchema;
 
@@ -148,6 +185,28 @@ export const forkBody = {
   },
 } as const satisfies BodySchema;
 
+
+/** A given expiresAt as stored: UTC with milliseconds, or null (never). A time the calendar does not have is refused. */
+export function expiryOf(value: string | null): string | null {
+  if (value === null) return null;
+  const ms = Date.parse(value);
+  if (Number.isNaN(ms) || ms < 0 || ms > 253402300799999) throw new ValidationError('expiresAt must be an ISO 8601 time with a time zone, such as 2030-01-31T00:00:00Z, or null');
+  return new Date(ms).toISOString();
+}
+
+/** Tags as stored: each once, ignoring case, in the order first given. */
+export function tagsOf(given: readonly string[]): string[] {
+  const seen = new Set<string>();
+  const out: string[] = [];
+  for (const t of given) {
+    const f = foldForSearch(t);
+    if (seen.has(f)) continue;
+    seen.add(f);
+    out.push(t);
+  }
+  return out;
+}
+
 const ISO_MS = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z$/;
 
 function isTimestamp(v: unknown): boolean {
@@ -217,6 +276,20 @@ export function turnOfBackup(v: unknown): Turn | string {
 
 /** What is wrong with the fields a release after the first added to a stored session, or undefined. */
 export function laterSessionProblem(v: JsonObject): string | undefined {
+  const tags = v['tags'];
+  if (tags !== undefined && (!Array.isArray(tags) || tags.length > TAGS_MAX || !tags.every((t) => typeof t === 'string' && t.trim() !== '' && !tooLong(t, TAG_MAX)))) {
+    return `session tags must be at most ${TAGS_MAX} non-blank strings of at most ${TAG_MAX} characters`;
+  }
+  const metadata = v['metadata'];
+  if (metadata !== undefined) {
+    const m = isPlainObject(metadata) ? metadata : undefined;
+    const keys = m === undefined ? undefined : Object.keys(m);
+    if (m === undefined || keys === undefined || keys.length > METADATA_KEYS || !keys.every((k) => { const x = m[k]; return k !== '' && !tooLong(k, METADATA_KEY_MAX) && typeof x === 'string' && !tooLong(x, METADATA_VALUE_MAX); })) {
+      return `session metadata must be an object of at most ${METADATA_KEYS} string values`;
+    }
+  }
+  const expires = v['expiresAt'];
+  if (expires !== undefined && expires !== null && !isTimestamp(expires)) return 'session expiresAt must be an ISO 8601 UTC timestamp or null';
   const head = v['headTurnId'];
   if (head !== undefined && head !== null && (typeof head !== 'string' || !isObjectId(head))) return 'session headTurnId must be a turn _id or null';
   const from = v['forkedFrom'];

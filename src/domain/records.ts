@@ -1,5 +1,6 @@
 // The records this service keeps, in the spec's words: ChatSession, ChatSessionMode, Turn.
 // Field order here is the order clients see in JSON.
+import { foldForSearch } from './search.js';
 
 export const CHAT_SESSION_MODES = ['Build', 'Plan', 'Ask'] as const;
 export type ChatSessionMode = (typeof CHAT_SESSION_MODES)[number];
@@ -35,7 +36,19 @@ export interface ChatSession {
   readonly headTurnId: string | null;
   /** Only on a session made by a fork. */
   readonly forkedFrom?: ForkedFrom;
+  /** Only when it has some: labels the lists filter by, matched ignoring case. */
+  readonly tags?: readonly string[];
+  /** Only when it has some: the client's own string values by key. */
+  readonly metadata?: SessionMetadata;
+  /**
+   * Only when the client set it: when it is gone (an ISO time, UTC with milliseconds), or null
+   * for never (RETENTION_DAYS then does not apply to it).
+   */
+  readonly expiresAt?: string | null;
 }
+
+/** A session's metadata: at most 16 keys, each value a string. */
+export type SessionMetadata = { readonly [key: string]: string };
 
 export const TURN_ROLES = ['user', 'assistant', 'system', 'tool'] as const;
 export type TurnRole = (typeof TURN_ROLES)[number];
@@ -106,7 +119,16 @@ export function chatSession(f: ChatSession): ChatSession {
     archived: f.archived,
     headTurnId: f.headTurnId ?? null,
     ...(f.forkedFrom !== undefined ? { forkedFrom: { session: f.forkedFrom.session, turn: f.forkedFrom.turn } } : {}),
+    ...(f.tags !== undefined && f.tags.length > 0 ? { tags: f.tags } : {}),
+    ...(f.metadata !== undefined && Object.keys(f.metadata).length > 0 ? { metadata: f.metadata } : {}),
+    ...(f.expiresAt !== undefined ? { expiresAt: f.expiresAt } : {}),
   };
+}
+
+/** A session's tags, folded as lists match them (each once). */
+export function foldedTags(s: ChatSession): readonly string[] {
+  if (s.tags === undefined) return [];
+  return [...new Set(s.tags.map(foldForSearch))];
 }
 
 /**

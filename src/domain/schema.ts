@@ -95,6 +95,24 @@ export interface ListField {
   readonly maxItems: number;
 }
 
+/** A JSON object of string values: at most `maxKeys` keys of 1 to `keyMax` characters, values of at most `valueMax`. */
+export interface MapField {
+  readonly kind: 'map';
+  readonly description: string;
+  readonly required?: boolean;
+  readonly maxKeys: number;
+  readonly keyMax: number;
+  readonly valueMax: number;
+}
+
+/** A query parameter that may be given several times: every value, each checked as `item`. */
+export interface RepeatedField {
+  readonly kind: 'repeated';
+  readonly description: string;
+  readonly item: StringField;
+  readonly maxItems: number;
+}
+
 /** One of several fields, chosen by the JSON type of the value (a string, an array, an object...). */
 export interface EitherField {
   readonly kind: 'either';
@@ -105,8 +123,8 @@ export interface EitherField {
   readonly expected: string;
 }
 
-export type BodyField = StringField | ObjectField | NumberField | BooleanField | JsonField | ShapeField | TaggedField | ListField | EitherField;
-export type QueryField = StringField | IntegerField;
+export type BodyField = StringField | ObjectField | NumberField | BooleanField | JsonField | ShapeField | TaggedField | ListField | EitherField | MapField;
+export type QueryField = StringField | IntegerField | RepeatedField;
 
 export interface BodySchema<F extends Record<string, BodyField> = Record<string, BodyField>> {
   /** Component name in the OpenAPI document. */
@@ -132,7 +150,13 @@ type ValueOf<F> = F extends StringField
       ? number
       : F extends BooleanField
         ? boolean
-        : JsonValue;
+        : F extends RepeatedField
+          ? string[]
+          : F extends MapField
+            ? { [key: string]: string }
+            : F extends ListField
+              ? JsonValue[]
+              : JsonValue;
 export type Values<F> = { -readonly [K in keyof F]?: ValueOf<F[K]> };
 
 /** A request input that does not satisfy its schema; the message is the client's answer. */
@@ -203,6 +227,8 @@ function jsonTypeOf(f: BodyField): string {
       return f.kind;
     case 'list':
       return 'array';
+    case 'map':
+      return 'object';
     case 'json':
       return 'any';
     default:
@@ -272,6 +298,18 @@ function checkValue(path: string, f: BodyField, value: unknown): JsonValue {
         if (item === undefined || item === null) throw new ValidationError(`${path}[${i}] must not be null`);
         return checkValue(`${path}[${i}]`, f.items, item);
       });
+    }
+    case 'map': {
+      if (!isPlainObject(value)) throw new ValidationError(`${path} must be an object`);
+      const keys = Object.keys(value);
+      if (keys.length > f.maxKeys) throw new ValidationError(`${path} must have at most ${f.maxKeys} keys`);
+      for (const k of keys) {
+        if (k === '' || codePointLength(k, f.keyMax) > f.keyMax) throw new ValidationError(`${path} keys must be 1 to ${f.keyMax} characters`);
+        const v = value[k];
+        if (typeof v !== 'string') throw new ValidationError(`${path}.${k} must be a string`);
+        if (codePointLength(v, f.valueMax) > f.valueMax) throw new ValidationError(`${path}.${k} must be at most ${f.valueMax} characters`);
+      }
+      return value;
     }
     case 'either': {
       const type = jsonTypeOfValue(value);
@@ -349,13 +387,20 @@ const INTEGER = /^(0|[1-9][0-9]{0,15})$/;
 
 /** Validates the query parameters a route declares; others are ignored. An empty value is absent. */
 export function validateQuery<F extends Record<string, QueryField>>(schema: QuerySchema<F>, params: QueryParams): Values<F> {
-  const out: Record<string, string | number> = {};
+  const out: Record<string, string | number | string[]> = {};
   for (const name of Object.keys(schema.fields)) {
     const values = params.get(name);
     if (values === undefined) continue;
+    const f = schema.fields[name] as QueryField;
+    if (f.kind === 'repeated') {
+      const given = values.filter((v) => v !== '');
+      if (given.length > f.maxItems) throw new ValidationError(`${name} must be given at most ${f.maxItems} times`);
+      for (const v of given) checkString(name, f.item, v);
+      if (given.length > 0) out[name] = given;
+      continue;
+    }
     if (values.length > 1) throw new ValidationError(`${name} must be given at most once`);
     const raw = values[0] as string;
-    const f = schema.fields[name] as QueryField;
     if (raw === '') continue;
     if (f.kind === 'integer') {
       const n = INTEGER.test(raw) ? Number(raw) : NaN;
@@ -417,6 +462,16 @@ export function fieldJsonSchema(f: BodyField | QueryField): JsonSchema {
       };
     case 'list':
       return { type: 'array', description: f.description, items: fieldJsonSchema(f.items), minItems: f.minItems, maxItems: f.maxItems };
+    case 'map':
+      return {
+        type: 'object',
+        description: f.description,
+        maxProperties: f.maxKeys,
+        propertyNames: { minLength: 1, maxLength: f.keyMax },
+        additionalProperties: { type: 'string', maxLength: f.valueMax },
+      };
+    case 'repeated':
+      return { type: 'array', description: f.description, items: fieldJsonSchema(f.item), maxItems: f.maxItems };
     case 'either':
       return { description: f.description, oneOf: f.of.map(fieldJsonSchema) };
   }
@@ -446,5 +501,7 @@ export function queryParameters(schema: QuerySchema): JsonSchema[] {
     required: false,
     description: f.description,
     schema: fieldJsonSchema(f),
+    // a repeated parameter is given once per value: ?tag=a&tag=b
+    ...(f.kind === 'repeated' ? { style: 'form', explode: true } : {}),
   }));
 }

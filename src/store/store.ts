@@ -89,6 +89,8 @@ export interface SessionFilter {
   readonly archived: ArchivedFilter;
   /** A substring of the name, already folded with foldForSearch. */
   readonly nameContains?: string;
+  /** Tags the sessions must all have, folded with foldForSearch, each once. */
+  readonly tags?: readonly string[];
 }
 
 /** One page of a list. */

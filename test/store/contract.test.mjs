@@ -4,6 +4,8 @@ import { after } from 'node:test';
 import { STORE } from '../helpers.mjs';
 import { contract } from './cases.mjs';
 import { treeContract } from './tree-cases.mjs';
+import { findingContract } from './finding-cases.mjs';
 
 after(contract(STORE));
 after(treeContract(STORE));
+after(findingContract(STORE));

@@ -4,7 +4,7 @@
 // items on every engine). It knows nothing about files; the engine changes it only after a
 // change is durable.
 import { PAGE_SCAN_BUDGET, sessionBefore, turnBefore, type SessionKey, type TurnKey } from '../../domain/order.js';
-import { chatSession, raisedByTurn, type ChatSession } from '../../domain/records.js';
+import { chatSession, foldedTags, raisedByTurn, type ChatSession } from '../../domain/records.js';
 import { foldForSearch } from '../../domain/search.js';
 import { versionOfSession } from '../../domain/version.js';
 import type { Page, SessionFilter, SessionRecord, TreeTurn, TurnRecord } from '../store.js';
@@ -243,6 +243,9 @@ export class MemoryState {
   readonly cache = new RecordCache();
   private readonly byUser = new Map<string, SortedList<SessionEntry>>();
   private readonly byProject = new Map<string, SortedList<SessionEntry>>();
+  /** The same lists for each tag of their sessions (apart, so no user or project name can meet a tag's key). */
+  private readonly byUserTag = new Map<string, SortedList<SessionEntry>>();
+  private readonly byProjectTag = new Map<string, SortedList<SessionEntry>>();
   private turnTotal = 0;
   /** While loading, indexes are left alone and built once by `finishLoad`. */
   private loading = false;
@@ -271,6 +274,8 @@ export class MemoryState {
     this.loading = false;
     const byUser = new Map<string, SessionEntry[]>();
     const byProject = new Map<string, SessionEntry[]>();
+    const byUserTag = new Map<string, SessionEntry[]>();
+    const byProjectTag = new Map<string, SessionEntry[]>();
     let orphanTurns = 0;
     for (const [id, e] of this.entries) {
       if (e.session === ORPHAN) {
@@ -300,10 +305,14 @@ export class MemoryState {
       if (upgrade !== undefined) e.sessionBytes = Buffer.byteLength(JSON.stringify(e.session));
       push(byUser, listKey(e.session.user, e.session.archived), e);
       push(byProject, listKey(e.session.project, e.session.archived), e);
+      for (const k of tagKeys(e.session.user, e.session)) push(byUserTag, k, e);
+      for (const k of tagKeys(e.session.project, e.session)) push(byProjectTag, k, e);
     }
     const order = (a: SessionEntry, b: SessionEntry): number => (entryBefore(a, b) ? -1 : 1);
     for (const [k, items] of byUser) this.listOf(this.byUser, k).fill(items.sort(order));
     for (const [k, items] of byProject) this.listOf(this.byProject, k).fill(items.sort(order));
+    for (const [k, items] of byUserTag) this.listOf(this.byUserTag, k).fill(items.sort(order));
+    for (const [k, items] of byProjectTag) this.listOf(this.byProjectTag, k).fill(items.sort(order));
     return { orphanTurns, unlinkedTurns: this.unlinked };
   }
 
@@ -427,9 +436,12 @@ export class MemoryState {
    * access the caller's own (so its cost says nothing of others' sessions).
    */
   private listsFor(filter: SessionFilter): SortedList<SessionEntry>[] {
-    const map = filter.user !== undefined ? this.byUser : this.byProject;
-    const key = filter.user ?? filter.project;
-    if (key === undefined) return [];
+    const owner = filter.user ?? filter.project;
+    if (owner === undefined) return [];
+    // a tag filter reads the list of its first tag's sessions; the other tags filter it
+    const tag = filter.tags?.[0];
+    const map = filter.user !== undefined ? (tag === undefined ? this.byUser : this.byUserTag) : tag === undefined ? this.byProject : this.byProjectTag;
+    const key = tag === undefined ? owner : tagListKey(owner, tag);
     const states = filter.archived === 'all' ? [false, true] : [filter.archived === 'true'];
     const out: SortedList<SessionEntry>[] = [];
     for (const archived of states) {
@@ -509,11 +521,15 @@ export class MemoryState {
   private index(e: SessionEntry): void {
     this.listOf(this.byUser, listKey(e.session.user, e.session.archived)).insert(e);
     this.listOf(this.byProject, listKey(e.session.project, e.session.archived)).insert(e);
+    for (const k of tagKeys(e.session.user, e.session)) this.listOf(this.byUserTag, k).insert(e);
+    for (const k of tagKeys(e.session.project, e.session)) this.listOf(this.byProjectTag, k).insert(e);
   }
 
   private unindex(e: SessionEntry): void {
     dropFrom(this.byUser, listKey(e.session.user, e.session.archived), e);
     dropFrom(this.byProject, listKey(e.session.project, e.session.archived), e);
+    for (const k of tagKeys(e.session.user, e.session)) dropFrom(this.byUserTag, k, e);
+    for (const k of tagKeys(e.session.project, e.session)) dropFrom(this.byProjectTag, k, e);
   }
 
   private listOf(map: Map<string, SortedList<SessionEntry>>, key: string): SortedList<SessionEntry> {
@@ -530,7 +546,26 @@ export class MemoryState {
 function matcher(filter: SessionFilter): (s: ChatSession) => boolean {
   const { nameContains } = filter;
   const project = filter.user !== undefined ? filter.project : undefined;
-  return (s) => (project === undefined || s.project === project) && (nameContains === undefined || foldForSearch(s.name).includes(nameContains));
+  const otherTags = filter.tags?.slice(1) ?? [];
+  return (s) =>
+    (project === undefined || s.project === project) &&
+    (nameContains === undefined || foldForSearch(s.name).includes(nameContains)) &&
+    (otherTags.length === 0 || hasTags(s, otherTags));
+}
+
+function hasTags(s: ChatSession, tags: readonly string[]): boolean {
+  const own = foldedTags(s);
+  return tags.every((t) => own.includes(t));
+}
+
+/** The key of the list of a user's or a project's sessions with one tag (folded). */
+function tagListKey(key: string, tag: string): string {
+  return JSON.stringify([key, tag]);
+}
+
+/** The keys of the tag lists of a user or a project a session is in: one per tag of it. */
+function tagKeys(key: string, s: ChatSession): string[] {
+  return foldedTags(s).map((t) => listKey(tagListKey(key, t), s.archived));
 }
 
 /** The key of a user's or a project's list of active or archived sessions. */

@@ -34,7 +34,7 @@ import {
   type Usage,
 } from '../store.js';
 import { SerialWriter, type Group, type GroupSource, type TreeNeeds } from '../writer.js';
-import { sqlText, storeError, textArray } from './values.js';
+import { keptColumns, sqlText, storeError, textArray } from './values.js';
 import { finish, insertTurnSql, PgGroup, rowOf, SESSION_ROW } from './group.js';
 import { matchingSql, pageSql } from './lists.js';
 import { prepareSchema, quotedSchema } from './schema.js';
@@ -426,10 +426,11 @@ export class PostgresStore implements Store, GroupSource {
           const json = JSON.stringify(s);
           sent.push(
             q.query(
-              `INSERT INTO ${S}.sessions (id, owner, project, archived, updated_at, name_folded, json, json_bytes, version, head_turn_id) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, '', $9)
+              `INSERT INTO ${S}.sessions (id, owner, project, archived, updated_at, name_folded, json, json_bytes, version, head_turn_id, tags, expires_at, keep) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, '', $9, $10::text[], $11, $12)
                ON CONFLICT (id) DO UPDATE SET owner = excluded.owner, project = excluded.project, archived = excluded.archived, updated_at = excluded.updated_at,
-                 name_folded = excluded.name_folded, json = excluded.json, json_bytes = excluded.json_bytes, head_turn_id = excluded.head_turn_id`,
-              [s._id, sqlText(s.user), sqlText(s.project), String(s.archived), s.updatedAt, sqlText(foldForSearch(s.name)), json, String(Buffer.byteLength(json)), s.headTurnId],
+                 name_folded = excluded.name_folded, json = excluded.json, json_bytes = excluded.json_bytes, head_turn_id = excluded.head_turn_id,
+                 tags = excluded.tags, expires_at = excluded.expires_at, keep = excluded.keep`,
+              [s._id, sqlText(s.user), sqlText(s.project), String(s.archived), s.updatedAt, sqlText(foldForSearch(s.name)), json, String(Buffer.byteLength(json)), s.headTurnId, ...keptColumns(s)],
             ),
           );
         }

@@ -15,7 +15,7 @@ import type { SessionState, TreeTurn, TurnNode, Usage } from '../store.js';
 import { NotReadAhead, type Change, type Group, type TreeNeeds } from '../writer.js';
 import { injectedFault } from '../faults.js';
 import { JUMP, placesOfChain } from '../tree-index.js';
-import { sqlText, storeError, textArray } from './values.js';
+import { keptColumns, sqlText, storeError, textArray } from './values.js';
 
 /** A session's row as the group locked it, and as its changes leave it. */
 export interface SessionRow {
@@ -279,9 +279,10 @@ export class PgGroup implements Group {
             sent.push(
               q.query(
                 c.kind === 'create'
-                  ? `INSERT INTO ${S}.sessions (owner, project, archived, updated_at, name_folded, json, json_bytes, version, head_turn_id, id) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)`
-                  : `UPDATE ${S}.sessions SET owner = $1, project = $2, archived = $3, updated_at = $4, name_folded = $5, json = $6, json_bytes = $7, version = $8, head_turn_id = $9 WHERE id = $10`,
-                [sqlText(s.user), sqlText(s.project), String(s.archived), s.updatedAt, sqlText(foldForSearch(s.name)), c.json, String(bytes), c.version, s.headTurnId, s._id],
+                  ? `INSERT INTO ${S}.sessions (owner, project, archived, updated_at, name_folded, json, json_bytes, version, head_turn_id, id, tags, expires_at, keep) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11::text[], $12, $13)`
+                  : `UPDATE ${S}.sessions SET owner = $1, project = $2, archived = $3, updated_at = $4, name_folded = $5, json = $6, json_bytes = $7, version = $8, head_turn_id = $9,
+                       tags = $11::text[], expires_at = $12, keep = $13 WHERE id = $10`,
+                [sqlText(s.user), sqlText(s.project), String(s.archived), s.updatedAt, sqlText(foldForSearch(s.name)), c.json, String(bytes), c.version, s.headTurnId, s._id, ...keptColumns(s)],
               ),
             );
             const turnCount = before?.turnCount ?? 0;
@@ -321,9 +322,9 @@ export class PgGroup implements Group {
             for (const t of c.turns) turnBytes += t.json.length;
             sent.push(
               q.query(
-                `INSERT INTO ${S}.sessions (owner, project, archived, updated_at, name_folded, json, json_bytes, version, head_turn_id, id, last_turn_at, last_turn_id, turn_count, turn_bytes)
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)`,
-                [sqlText(s.user), sqlText(s.project), String(s.archived), s.updatedAt, sqlText(foldForSearch(s.name)), c.json, String(bytes), c.version, s.headTurnId, s._id, last?.createdAt ?? null, last?._id ?? null, String(c.turns.length), String(turnBytes)],
+                `INSERT INTO ${S}.sessions (owner, project, archived, updated_at, name_folded, json, json_bytes, version, head_turn_id, id, last_turn_at, last_turn_id, turn_count, turn_bytes, tags, expires_at, keep)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15::text[], $16, $17)`,
+                [sqlText(s.user), sqlText(s.project), String(s.archived), s.updatedAt, sqlText(foldForSearch(s.name)), c.json, String(bytes), c.version, s.headTurnId, s._id, last?.createdAt ?? null, last?._id ?? null, String(c.turns.length), String(turnBytes), ...keptColumns(s)],
               ),
             );
             const places = placesOfChain(c.turns.map((t) => t.turn._id));

@@ -19,21 +19,33 @@ function param(params: string[], value: string): string {
 }
 
 /** The residual filters of a list, as one SQL condition (undefined when there are none). */
-function residual(filter: SessionFilter, params: string[]): string | undefined {
+function residual(S: string, filter: SessionFilter, params: string[]): string | undefined {
   const parts: string[] = [];
-  if (filter.user !== undefined && filter.project !== undefined) parts.push(`project = ${param(params, filter.project)}`);
-  if (filter.nameContains !== undefined) parts.push(`strpos(name_folded, ${param(params, filter.nameContains)}) > 0`);
+  if (filter.user !== undefined && filter.project !== undefined) parts.push(`s.project = ${param(params, filter.project)}`);
+  if (filter.nameContains !== undefined) parts.push(`strpos(s.name_folded, ${param(params, filter.nameContains)}) > 0`);
+  for (const tag of filter.tags?.slice(1) ?? []) parts.push(`EXISTS (SELECT 1 FROM ${S}.session_tags o WHERE o.session = s.id AND o.tag = ${param(params, tag)})`);
   return parts.length === 0 ? undefined : parts.join(' AND ');
 }
 
 /** The rows of the list in order, from `after` on: `archived=all` as two index-ordered halves merged. */
 function ordered(S: string, filter: SessionFilter, after: SessionKey | undefined, params: string[], columns: string, where: string | undefined, limit: string): string {
   const byOwner = filter.user !== undefined;
-  const key = param(params, (byOwner ? filter.user : filter.project) as string);
-  const keyset = after === undefined ? '' : ` AND (updated_at, id) < (${param(params, after.updatedAt)}, ${param(params, after._id)})`;
+  const owner = byOwner ? 'owner' : 'project';
   const extra = where === undefined ? '' : ` AND ${where}`;
-  const half = (archived: boolean): string =>
-    `SELECT ${columns} FROM ${S}.sessions WHERE ${byOwner ? 'owner' : 'project'} = ${key} AND archived = ${archived}${keyset}${extra} ORDER BY updated_at DESC, id DESC LIMIT ${limit}`;
+  const tag = filter.tags?.[0];
+  let half: (archived: boolean) => string;
+  if (tag === undefined) {
+    const key = param(params, (byOwner ? filter.user : filter.project) as string);
+    const keyset = after === undefined ? '' : ` AND (s.updated_at, s.id) < (${param(params, after.updatedAt)}, ${param(params, after._id)})`;
+    half = (archived) => `SELECT ${columns} FROM ${S}.sessions s WHERE s.${owner} = ${key} AND s.archived = ${archived}${keyset}${extra} ORDER BY s.updated_at DESC, s.id DESC LIMIT ${limit}`;
+  } else {
+    // a tag's list is read from its own index, in list order; the other tags filter it
+    const t = param(params, tag);
+    const key = param(params, (byOwner ? filter.user : filter.project) as string);
+    const keyset = after === undefined ? '' : ` AND (t.updated_at, t.session) < (${param(params, after.updatedAt)}, ${param(params, after._id)})`;
+    half = (archived) =>
+      `SELECT ${columns} FROM ${S}.session_tags t JOIN ${S}.sessions s ON s.id = t.session WHERE t.tag = ${t} AND t.${owner} = ${key} AND t.archived = ${archived}${keyset}${extra} ORDER BY t.updated_at DESC, t.session DESC LIMIT ${limit}`;
+  }
   if (filter.archived !== 'all') return half(filter.archived === 'true');
   return `(${half(false)}) UNION ALL (${half(true)}) ORDER BY updated_at DESC, id DESC LIMIT ${limit}`;
 }
@@ -41,8 +53,8 @@ function ordered(S: string, filter: SessionFilter, after: SessionKey | undefined
 /** Up to `limit` sessions of a list that match all its filters, from `after` on (whole lists, read in chunks). */
 export function matchingSql(S: string, filter: SessionFilter, after: SessionKey | undefined, limit: number): Sql {
   const params: string[] = [];
-  const where = residual(filter, params);
-  return { text: ordered(S, filter, after, params, 'id, updated_at, json, version', where, param(params, String(limit))), params };
+  const where = residual(S, filter, params);
+  return { text: ordered(S, filter, after, params, 's.id, s.updated_at, s.json, s.version', where, param(params, String(limit))), params };
 }
 
 /**
@@ -52,9 +64,9 @@ export function matchingSql(S: string, filter: SessionFilter, after: SessionKey 
  */
 export function pageSql(S: string, filter: SessionFilter, after: SessionKey | undefined, limit: number, budget: number): Sql {
   const params: string[] = [];
-  const where = residual(filter, params);
-  if (where === undefined) return { text: ordered(S, filter, after, params, 'id, updated_at, json, version', undefined, param(params, String(limit + 1))), params };
-  const scanned = ordered(S, filter, after, params, `id, updated_at, json, version, (${where}) AS hit`, undefined, param(params, String(budget + 1)));
+  const where = residual(S, filter, params);
+  if (where === undefined) return { text: ordered(S, filter, after, params, 's.id, s.updated_at, s.json, s.version', undefined, param(params, String(limit + 1))), params };
+  const scanned = ordered(S, filter, after, params, `s.id, s.updated_at, s.json, s.version, (${where}) AS hit`, undefined, param(params, String(budget + 1)));
   const lim = param(params, String(limit));
   return {
     text:

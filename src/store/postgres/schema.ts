@@ -6,7 +6,7 @@ import type { Pool, Queryable } from '../../pg/pool.js';
 import { StoreOpenFailed } from '../store.js';
 import { placesSql } from '../tree-index.js';
 
-export const SCHEMA_VERSION = 2;
+export const SCHEMA_VERSION = 3;
 
 /** Each step takes the schema from version i to i + 1; `S` stands for the quoted schema name. */
 const MIGRATIONS: readonly ((S: string) => string)[] = [
@@ -65,6 +65,46 @@ const MIGRATIONS: readonly ((S: string) => string)[] = [
     turn_bytes = coalesce((SELECT sum(octet_length(t.json)) FROM ${S}.turns t WHERE t.session = s.id), 0);
   DELETE FROM ${S}.usage;
   INSERT INTO ${S}.usage (owner, sessions, turns, bytes) SELECT owner, count(*), sum(turn_count), sum(json_bytes + turn_bytes) FROM ${S}.sessions GROUP BY owner;
+  `,
+  // 3: finding and keeping. A session's tags (folded) are a column the service writes; a
+  // trigger keeps a row per tag beside it carrying the session's list columns, so a tag's list
+  // is read from its own index in list order. A session's own expiry (expires_at; keep for an
+  // explicit null, never) is a column, indexed for the purge, as are the sessions that
+  // RETENTION_DAYS applies to. Sessions of schema 2 have neither tags nor an expiry.
+  (S) => `
+  ALTER TABLE ${S}.sessions ADD COLUMN tags text[] NOT NULL DEFAULT '{}';
+  ALTER TABLE ${S}.sessions ADD COLUMN expires_at text COLLATE "C";
+  ALTER TABLE ${S}.sessions ADD COLUMN keep boolean NOT NULL DEFAULT false;
+  CREATE INDEX sessions_by_expiry ON ${S}.sessions (expires_at) WHERE expires_at IS NOT NULL;
+  CREATE INDEX sessions_by_activity ON ${S}.sessions (updated_at) WHERE expires_at IS NULL AND NOT keep;
+  CREATE TABLE ${S}.session_tags (
+    session text COLLATE "C" NOT NULL REFERENCES ${S}.sessions (id) ON DELETE CASCADE,
+    tag text NOT NULL,
+    owner text NOT NULL,
+    project text NOT NULL,
+    archived boolean NOT NULL,
+    updated_at text COLLATE "C" NOT NULL,
+    PRIMARY KEY (session, tag)
+  );
+  CREATE INDEX session_tags_by_owner ON ${S}.session_tags (tag, owner, archived, updated_at, session);
+  CREATE INDEX session_tags_by_project ON ${S}.session_tags (tag, project, archived, updated_at, session);
+  CREATE FUNCTION ${S}.session_tags_follow() RETURNS trigger LANGUAGE plpgsql AS $f$
+  BEGIN
+    IF TG_OP = 'UPDATE' AND NEW.tags = OLD.tags THEN
+      IF cardinality(NEW.tags) > 0 AND (NEW.owner, NEW.project, NEW.archived, NEW.updated_at) IS DISTINCT FROM (OLD.owner, OLD.project, OLD.archived, OLD.updated_at) THEN
+        UPDATE ${S}.session_tags SET owner = NEW.owner, project = NEW.project, archived = NEW.archived, updated_at = NEW.updated_at WHERE session = NEW.id;
+      END IF;
+      RETURN NULL;
+    END IF;
+    IF TG_OP = 'UPDATE' THEN
+      DELETE FROM ${S}.session_tags WHERE session = NEW.id;
+    END IF;
+    INSERT INTO ${S}.session_tags (session, tag, owner, project, archived, updated_at)
+      SELECT NEW.id, t, NEW.owner, NEW.project, NEW.archived, NEW.updated_at FROM unnest(NEW.tags) AS t;
+    RETURN NULL;
+  END
+  $f$;
+  CREATE TRIGGER session_tags_follow AFTER INSERT OR UPDATE ON ${S}.sessions FOR EACH ROW EXECUTE FUNCTION ${S}.session_tags_follow();
   `,
 ];
 

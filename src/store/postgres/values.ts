@@ -2,6 +2,7 @@
 // that cannot be used right now is StorageUnavailable, 503; a transaction that lost a deadlock
 // is a GroupConflict, tried again; anything else stays what it was, 500), and text as the
 // database can hold it.
+import { foldedTags, type ChatSession } from '../../domain/records.js';
 import { PgError } from '../../pg/errors.js';
 import { StorageUnavailable } from '../store.js';
 import { GroupConflict } from '../writer.js';
@@ -32,4 +33,9 @@ export function textArray(values: readonly string[]): string {
  */
 export function sqlText(s: string): string {
   return s.includes('\0') || s.includes('\\') ? s.replace(/[\\\0]/g, (c) => (c === '\\' ? '\\\\' : '\\0')) : s;
+}
+
+/** The columns of a session that lists by tag and the purge read: its folded tags, its own expiry and whether it is kept for good. */
+export function keptColumns(s: ChatSession): [string, string | null, string] {
+  return [textArray(foldedTags(s).map(sqlText)), s.expiresAt ?? null, String(s.expiresAt === null)];
 }

@@ -7,7 +7,7 @@ import { closeSync, mkdirSync, openSync, statSync } from 'node:fs';
 import { dirname } from 'node:path';
 import { Worker } from 'node:worker_threads';
 import { PAGE_SCAN_BUDGET, sessionBefore, type SessionKey, type TurnKey } from '../../domain/order.js';
-import type { ChatSession, Turn } from '../../domain/records.js';
+import { foldedTags, type ChatSession, type Turn } from '../../domain/records.js';
 import { foldForSearch } from '../../domain/search.js';
 import { versionOfSession } from '../../domain/version.js';
 import type { Logger } from '../../log.js';
@@ -153,19 +153,35 @@ function sessionRows(c: Connection, filter: SessionFilter, archived: 0 | 1, afte
   const residual: string[] = [];
   const params: SqlValue[] = [];
   if (byUser && filter.project !== undefined) {
-    residual.push('project = ?');
+    residual.push('s.project = ?');
     params.push(filter.project);
   }
   if (filter.nameContains !== undefined) {
-    residual.push('instr(name_folded, ?) > 0');
+    residual.push('instr(s.name_folded, ?) > 0');
     params.push(filter.nameContains);
   }
-  const json = residual.length === 0 ? 'json' : `CASE WHEN ${residual.join(' AND ')} THEN json END AS json`;
-  params.push((byUser ? filter.user : filter.project) as string);
-  const keyset = after === undefined ? '' : ' AND (updated_at, id) < (?, ?)';
-  if (after !== undefined) params.push(after.updatedAt, after._id);
+  const [tag, ...otherTags] = filter.tags ?? [];
+  for (const t of otherTags) {
+    residual.push('EXISTS (SELECT 1 FROM session_tags o WHERE o.session = s.id AND o.tag = ?)');
+    params.push(t);
+  }
+  const json = residual.length === 0 ? 's.json' : `CASE WHEN ${residual.join(' AND ')} THEN s.json END AS json`;
+  const owner = byUser ? 'user' : 'project';
   // `archived` is written into the text, so the two halves of archived=all are two statements (one statement iterates once at a time)
-  const sql = `SELECT id, updated_at, version, ${json} FROM sessions WHERE ${byUser ? 'user' : 'project'} = ? AND archived = ${archived}${keyset} ORDER BY updated_at DESC, id DESC`;
+  let sql: string;
+  if (tag === undefined) {
+    params.push((byUser ? filter.user : filter.project) as string);
+    const keyset = after === undefined ? '' : ' AND (s.updated_at, s.id) < (?, ?)';
+    if (after !== undefined) params.push(after.updatedAt, after._id);
+    sql = `SELECT s.id, s.updated_at, s.version, ${json} FROM sessions s WHERE s.${owner} = ? AND s.archived = ${archived}${keyset} ORDER BY s.updated_at DESC, s.id DESC`;
+  } else {
+    // a tag's list is read from its own index, in list order; the other tags filter it
+    params.push(tag, (byUser ? filter.user : filter.project) as string);
+    const keyset = after === undefined ? '' : ' AND (t.updated_at, t.session) < (?, ?)';
+    if (after !== undefined) params.push(after.updatedAt, after._id);
+    sql = `SELECT s.id, s.updated_at, s.version, ${json} FROM session_tags t JOIN sessions s ON s.id = t.session
+      WHERE t.tag = ? AND t.${owner} = ? AND t.archived = ${archived}${keyset} ORDER BY t.updated_at DESC, t.session DESC`;
+  }
   return c.prepare(sql).iterate(...params);
 }
 
@@ -694,7 +710,20 @@ function openReader(file: string, cacheBytes: number): Database {
 }
 
 function putOf(s: ChatSession, json: string, version: string): PutSession {
-  return { id: s._id, user: s.user, project: s.project, archived: s.archived, updatedAt: s.updatedAt, nameFolded: foldForSearch(s.name), json, version, head: s.headTurnId };
+  return {
+    id: s._id,
+    user: s.user,
+    project: s.project,
+    archived: s.archived,
+    updatedAt: s.updatedAt,
+    nameFolded: foldForSearch(s.name),
+    json,
+    version,
+    head: s.headTurnId,
+    tags: foldedTags(s),
+    expiresAt: s.expiresAt ?? null,
+    keep: s.expiresAt === null,
+  };
 }
 
 function afterOf(s: ChatSession, json: string, version: string, lastTurn: TurnKey | undefined): SessionAfter {

@@ -9,7 +9,7 @@ import { sqliteCode, type Database } from './binding.js';
 
 /** 'csap' in ASCII: marks the file as this service's (PRAGMA application_id). */
 const APPLICATION_ID = 0x63736170;
-export const SCHEMA_VERSION = 2;
+export const SCHEMA_VERSION = 3;
 
 /** Each step takes the schema from version i to i + 1. */
 const MIGRATIONS: readonly string[] = [
@@ -64,6 +64,34 @@ const MIGRATIONS: readonly string[] = [
   UPDATE counters SET value = (SELECT coalesce(sum(json_bytes + turn_bytes), 0) FROM sessions) WHERE name = 'bytes';
   UPDATE users SET bytes = (SELECT coalesce(sum(s.json_bytes + s.turn_bytes), 0) FROM sessions s WHERE s.user = users.user);
   `,
+  // 3: finding and keeping. Each tag of a session (folded) is a row beside it carrying the
+  // session's list columns, so a tag's list is read from its own index in list order; triggers
+  // keep those columns with the session's. A session's own expiry (expires_at; keep = 1 for an
+  // explicit null, never) is a column, indexed for the purge, as are the sessions that
+  // RETENTION_DAYS applies to. Sessions of schema 2 have neither tags nor an expiry.
+  `
+  CREATE TABLE session_tags (
+    session TEXT NOT NULL,
+    tag TEXT NOT NULL,
+    user TEXT NOT NULL,
+    project TEXT NOT NULL,
+    archived INTEGER NOT NULL,
+    updated_at TEXT NOT NULL,
+    PRIMARY KEY (session, tag)
+  ) WITHOUT ROWID;
+  CREATE INDEX session_tags_by_user ON session_tags (tag, user, archived, updated_at, session);
+  CREATE INDEX session_tags_by_project ON session_tags (tag, project, archived, updated_at, session);
+  CREATE TRIGGER session_tags_follow AFTER UPDATE OF user, project, archived, updated_at ON sessions BEGIN
+    UPDATE session_tags SET user = NEW.user, project = NEW.project, archived = NEW.archived, updated_at = NEW.updated_at WHERE session = NEW.id;
+  END;
+  CREATE TRIGGER session_tags_gone AFTER DELETE ON sessions BEGIN
+    DELETE FROM session_tags WHERE session = OLD.id;
+  END;
+  ALTER TABLE sessions ADD COLUMN expires_at TEXT;
+  ALTER TABLE sessions ADD COLUMN keep INTEGER NOT NULL DEFAULT 0;
+  CREATE INDEX sessions_by_expiry ON sessions (expires_at) WHERE expires_at IS NOT NULL;
+  CREATE INDEX sessions_by_activity ON sessions (updated_at) WHERE expires_at IS NULL AND keep = 0;
+  `,
 ];
 
 /** Checks made before a step runs, so data it cannot rewrite stops the start instead of being damaged. */
@@ -72,7 +100,7 @@ const BEFORE: Readonly<Record<number, string>> = {
 };
 
 /** Tables and indexes the current schema must have: a file missing one fails its check. */
-const REQUIRED = ['sessions', 'sessions_by_user', 'sessions_by_project', 'turns', 'turns_by_session', 'turns_by_parent', 'counters', 'users'];
+const REQUIRED = ['sessions', 'sessions_by_user', 'sessions_by_project', 'turns', 'turns_by_session', 'turns_by_parent', 'counters', 'users', 'session_tags', 'session_tags_by_user', 'session_tags_by_project', 'session_tags_follow', 'session_tags_gone', 'sessions_by_expiry', 'sessions_by_activity'];
 
 function scalar(db: Database, sql: string): number {
   const row = db.prepare(sql).get();

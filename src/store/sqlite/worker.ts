@@ -30,6 +30,11 @@ export interface PutSession {
   readonly json: string;
   readonly version: string;
   readonly head: string | null;
+  /** Its tags, folded, each once. */
+  readonly tags: readonly string[];
+  /** Its own expiry (null: none given or never) and whether it is kept whatever RETENTION_DAYS says. */
+  readonly expiresAt: string | null;
+  readonly keep: boolean;
 }
 
 /** A session's row as a change of its turns leaves it (the writer decided it all). */
@@ -144,6 +149,8 @@ class Writes {
   private readonly rollback: Statement;
   private readonly sessionSizes: Statement;
   private readonly upsertSession: Statement;
+  private readonly dropTags: Statement;
+  private readonly addTag: Statement;
   private readonly insertTurn: Statement;
   private readonly turnOf: Statement;
   private readonly deleteTurn: Statement;
@@ -166,10 +173,13 @@ class Writes {
     this.rollback = db.prepare('ROLLBACK');
     this.sessionSizes = db.prepare('SELECT user, json, json_bytes, updated_at, head_turn_id, turn_count, turn_bytes, last_turn_at, last_turn_id FROM sessions WHERE id = ?');
     this.upsertSession = db.prepare(
-      `INSERT INTO sessions (id, user, project, archived, updated_at, name_folded, json, json_bytes, version, head_turn_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+      `INSERT INTO sessions (id, user, project, archived, updated_at, name_folded, json, json_bytes, version, head_turn_id, expires_at, keep) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
        ON CONFLICT (id) DO UPDATE SET user = excluded.user, project = excluded.project, archived = excluded.archived, updated_at = excluded.updated_at,
-         name_folded = excluded.name_folded, json = excluded.json, json_bytes = excluded.json_bytes, version = excluded.version, head_turn_id = excluded.head_turn_id`,
+         name_folded = excluded.name_folded, json = excluded.json, json_bytes = excluded.json_bytes, version = excluded.version, head_turn_id = excluded.head_turn_id,
+         expires_at = excluded.expires_at, keep = excluded.keep`,
     );
+    this.dropTags = db.prepare('DELETE FROM session_tags WHERE session = ?');
+    this.addTag = db.prepare('INSERT INTO session_tags (session, tag, user, project, archived, updated_at) VALUES (?, ?, ?, ?, ?, ?)');
     this.insertTurn = db.prepare('INSERT INTO turns (id, session, parent_id, created_at, json, depth, skip_id) VALUES (?, ?, ?, ?, ?, ?, ?)');
     this.placeOf = db.prepare('SELECT id, depth, skip_id FROM turns WHERE id = ?');
     this.replace = db.prepare(placesSql('turns', 'session = ?'));
@@ -222,6 +232,13 @@ class Writes {
     }
   }
 
+  /** A session's row and its tags' rows (`stored`: it had rows already, which go). */
+  private putSession(s: PutSession, bytes: number, stored: boolean): void {
+    this.upsertSession.run(s.id, s.user, s.project, s.archived ? 1 : 0, s.updatedAt, s.nameFolded, s.json, bytes, s.version, s.head, s.expiresAt, s.keep ? 1 : 0);
+    if (stored) this.dropTags.run(s.id);
+    for (const tag of s.tags) this.addTag.run(s.id, tag, s.user, s.project, s.archived ? 1 : 0, s.updatedAt);
+  }
+
   /** The depth and jump pointer of a turn under `parentId` (null: a root). */
   private placeUnder(parentId: string | null): TreePlace {
     if (parentId === null) return placeUnder(undefined);
@@ -252,7 +269,7 @@ class Writes {
         const turnBytes = before === undefined ? 0 : int(before['turn_bytes']);
         if (before !== undefined) charge(delta, text(before['user']), -1, -turns, -(int(before['json_bytes']) + turnBytes));
         charge(delta, s.user, 1, turns, bytes + turnBytes);
-        this.upsertSession.run(s.id, s.user, s.project, s.archived ? 1 : 0, s.updatedAt, s.nameFolded, s.json, bytes, s.version, s.head);
+        this.putSession(s, bytes, before !== undefined);
         return;
       }
       case 'turn': {
@@ -304,7 +321,7 @@ class Writes {
       case 'fork': {
         const { s } = op;
         const bytes = Buffer.byteLength(s.json);
-        this.upsertSession.run(s.id, s.user, s.project, s.archived ? 1 : 0, s.updatedAt, s.nameFolded, s.json, bytes, s.version, s.head);
+        this.putSession(s, bytes, false);
         let turnBytes = 0;
         const places = placesOfChain(op.turns.map((t) => t.id));
         op.turns.forEach((t, i) => {
