@@ -47,7 +47,7 @@ export function createApp(p: AppParts): App {
   let openApiBody = '';
   let docs: DocsPage | undefined;
   const docsRoute = config.docs ? (): DocsPage => docs as DocsPage : undefined;
-  const sessionDeps = { store: p.store, access: config.access, cursors: new CursorCodec(p.secrets.current) };
+  const sessionDeps = { store: p.store, access: config.access, cursors: new CursorCodec(p.secrets.current), retentionDays: config.retentionDays };
   const routes: RouteDef[] = [
     ...serviceRoutes({ version: p.version, catalog: p.catalog, store: p.store, metrics: p.metrics, openApiBody: () => openApiBody, docsPage: docsRoute }),
     ...sessionRoutes(sessionDeps),

@@ -51,6 +51,8 @@ export interface Config {
   readonly databasePoolSize: number;
   /** false only to measure what group commit buys (GROUP_COMMIT=off): one write per commit. */
   readonly groupCommit: boolean;
+  /** Days after its last activity a session without its own expiresAt is gone; undefined: never. */
+  readonly retentionDays: number | undefined;
   readonly sqliteFile: string;
   /** Page cache of each sqlite connection, in bytes. */
   readonly sqliteCacheBytes: number;
@@ -104,6 +106,7 @@ export const SETTINGS: readonly Setting[] = [
   { env: 'DATABASE_URL', flag: '--database-url', def: '(none)', help: 'STORE=postgres: postgres://user:password@host:port/db?sslmode=disable|require|verify-full[&sslrootcert=FILE]' },
   { env: 'DATABASE_SCHEMA', flag: '--database-schema', def: 'chat_session_api', help: 'STORE=postgres: the schema holding the tables (created and migrated at start)' },
   { env: 'DATABASE_POOL_SIZE', flag: '--database-pool-size', def: '10', help: 'STORE=postgres: connections to the database at most' },
+  { env: 'RETENTION_DAYS', flag: '--retention-days', def: '(off)', help: 'sessions without their own expiresAt are gone this many days after their last activity (then purged)' },
   { env: 'GROUP_COMMIT', flag: '--group-commit', def: 'on', help: 'off only to measure what sharing commits buys: one write per commit' },
   { env: 'MAX_CONNECTIONS', flag: '--max-connections', def: '1000', help: 'open connections at most; past it the oldest idle one is closed (keep below the descriptor limit)' },
   { env: 'BODY_MEMORY', flag: '--body-memory', def: '64mb', help: 'request body bytes held at once over all requests; past it 503 (at least BODY_LIMIT)' },
@@ -268,6 +271,7 @@ export function loadConfig(env: NodeJS.ProcessEnv, flags: Raw = new Map(), cwd: 
     databaseSchema: (get('DATABASE_SCHEMA') ?? 'chat_session_api').trim(),
     databasePoolSize: parseCount('DATABASE_POOL_SIZE', get('DATABASE_POOL_SIZE') ?? '10', 1000),
     groupCommit: parseSwitch('GROUP_COMMIT', get('GROUP_COMMIT') ?? 'on'),
+    retentionDays: get('RETENTION_DAYS') === undefined ? undefined : parseCount('RETENTION_DAYS', get('RETENTION_DAYS') as string, 1_000_000),
     sqliteFile: sqliteText === undefined ? join(dataDir, 'chat-sessions.db') : resolve(cwd, sqliteText),
     sqliteCacheBytes: parseSize('SQLITE_CACHE', get('SQLITE_CACHE') ?? '32mb'),
     limits: {

@@ -3,7 +3,9 @@
 // keeping", against the real server over HTTP, on the engine of this run of the suite.
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
-import { newSession, removeDir, startServer } from './helpers.mjs';
+import { writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { newSession, removeDir, runCli, startServer, tempDir } from './helpers.mjs';
 
 const BASE = '/api/v1/chat-sessions';
 
@@ -32,6 +34,8 @@ async function say(who, id, content) {
   assert.equal(r.status, 201, r.text);
   return r.body.data;
 }
+
+const names = (r) => r.body.data.map((s) => s.name);
 
 function assertError(r, status, message, what = '') {
   assert.equal(r.status, status, `${what}: ${r.status} ${r.text}`);
@@ -69,8 +73,6 @@ describe('Usage', () => {
 });
 
 describe('Tags and metadata', () => {
-  const names = (r) => r.body.data.map((s) => s.name);
-
   test('"Sessions take tags (at most 20 strings of 1-50 characters, matched case-insensitively)": list filter "tag (repeatable: all must match)", on every list', async () => {
     const erin = server.as('erin');
     await create(erin, { name: 'a', tags: ['Bug', 'ui'], projectId: 'p-tags' });
@@ -141,5 +143,73 @@ describe('Tags and metadata', () => {
     assert.deepEqual(r.body.data.metadata, { a: 'b' });
     assert.equal('expiresAt' in r.body.data, false);
     assert.deepEqual(names(await alice.get(`${BASE}?tag=FORK-ME`)), ['src', 'src']);
+  });
+});
+
+describe('Retention', () => {
+  test('"An expired session is gone for the API at once (404, absent from lists...)": an own expiresAt in the past hides it from get, update, delete, turns, fork and every list', async () => {
+    const gina = server.as('gina');
+    const soon = new Date(Date.now() + 1500).toISOString();
+    const s = await create(gina, { name: 'short-lived', expiresAt: soon, tags: ['gone'] });
+    assert.equal(s.expiresAt, soon);
+    await say(gina, s._id, 'hello');
+    const kept = await create(gina, { name: 'kept', expiresAt: null });
+    assert.equal(kept.expiresAt, null);
+    while (Date.now() <= Date.parse(soon)) await new Promise((r) => setTimeout(r, 100));
+    assertError(await gina.get(`${BASE}/${s._id}`), 404, 'Chat session not found');
+    assertError(await gina.put(`${BASE}/${s._id}`, { name: 'x' }), 404, 'Chat session not found');
+    assertError(await gina.post(`${BASE}/${s._id}/turns`, { role: 'user', content: 'x' }), 404, 'Chat session not found');
+    assertError(await gina.post(`${BASE}/${s._id}/fork`, {}), 404, 'Chat session not found');
+    assert.deepEqual((await gina.get(`${BASE}/${s._id}/turns`)).body, { success: true, data: [] });
+    assert.deepEqual(names(await gina.get(BASE)), ['kept']);
+    assert.deepEqual(names(await gina.get(`${BASE}?limit=10`)), ['kept']);
+    assert.deepEqual(names(await gina.get(`${BASE}?tag=gone`)), []);
+    assert.deepEqual(names(await gina.get(`${BASE}?projectId=proj-1&archived=all`)).includes('short-lived'), false);
+    assertError(await gina.del(`${BASE}/${s._id}`), 404, 'Chat session not found');
+  });
+
+  test('"expiresAt (ISO time or null = never)": given with any time zone it is kept in UTC with milliseconds; a time that is not ISO 8601 with a zone is a 400', async () => {
+    const s = await create(alice, { name: 'tz', expiresAt: '2999-01-31T01:00:00+01:00' });
+    assert.equal(s.expiresAt, '2999-01-31T00:00:00.000Z');
+    for (const bad of ['tomorrow', '2999-01-31', '2999-01-31T00:00:00', '2999-13-40T00:00:00Z', 5]) {
+      const r = await alice.post(BASE, newSession({ expiresAt: bad }));
+      assert.equal(r.status, 400, `${bad}: ${r.text}`);
+      assert.match(r.body.message, /^expiresAt must be/);
+    }
+    const r = await alice.put(`${BASE}/${s._id}`, { expiresAt: null });
+    assert.equal(r.body.data.expiresAt, null);
+  });
+
+  test('"RETENTION_DAYS (default off) gives sessions without an explicit expiresAt an expiry of last activity + N days"', async () => {
+    const dir = tempDir();
+    const old = '2020-01-01T00:00:00.000Z';
+    const file = join(dir, 'old.ndjson');
+    const sess = (id, name, over = {}) => ({ session: { _id: id, name, provider: 'p', selectedModel: 'm', mode: 'Build', user: 'hank', project: 'p', createdAt: old, updatedAt: old, archived: false, headTurnId: null, ...over } });
+    const lines = [
+      { format: 'chat-session-api/export', version: 2, exportedAt: old, sessions: 3, turns: 0 },
+      sess('0000000000000000000000a1', 'old'),
+      sess('0000000000000000000000a2', 'old but kept', { expiresAt: null }),
+      sess('0000000000000000000000a3', 'old with its own expiry', { expiresAt: '2999-01-01T00:00:00.000Z' }),
+    ];
+    writeFileSync(file, lines.map((l) => JSON.stringify(l)).join('\n') + '\n');
+    const imp = runCli(['import', file], { env: { DATA_DIR: dir } });
+    assert.equal(imp.code, 0, imp.stderr);
+    const off = await startServer({ dataDir: dir });
+    try {
+      assert.deepEqual(names(await off.as('hank').get(BASE)).sort(), ['old', 'old but kept', 'old with its own expiry']);
+    } finally {
+      await off.stop();
+    }
+    const on = await startServer({ dataDir: dir, env: { RETENTION_DAYS: '30' } });
+    try {
+      const hank = on.as('hank');
+      assert.deepEqual(names(await hank.get(BASE)).sort(), ['old but kept', 'old with its own expiry']);
+      assertError(await hank.get(`${BASE}/0000000000000000000000a1`), 404, 'Chat session not found');
+      const fresh = await create(hank, { name: 'fresh' });
+      assert.equal((await hank.get(`${BASE}/${fresh._id}`)).status, 200);
+    } finally {
+      await on.stop();
+      removeDir(dir);
+    }
   });
 });

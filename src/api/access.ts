@@ -5,6 +5,7 @@ import type { IncomingMessage } from 'node:http';
 import type { AccessMode } from '../config.js';
 import type { Principal } from '../auth/authenticate.js';
 import type { ChatSession } from '../domain/records.js';
+import { isLive, livenessAt, type Liveness } from '../domain/retention.js';
 import { PreconditionFailed, SessionNotFound, type Page, type SessionRecord, type SessionState, type Store } from '../store/store.js';
 import type { CursorCodec } from './cursor.js';
 import { pageReply, wholeListReply } from './lists.js';
@@ -14,6 +15,7 @@ export interface SessionDeps {
   readonly store: Store;
   readonly access: AccessMode;
   readonly cursors: CursorCodec;
+  readonly retentionDays: number | undefined;
 }
 
 export const BASE = '/api/v1/chat-sessions';
@@ -52,10 +54,19 @@ export function user(ctx: { principal: Principal | undefined }): string {
 
 /** Who may see what under the configured ACCESS: under `owner` another user's session does not exist. */
 export class Access {
-  constructor(private readonly mode: AccessMode) {}
+  constructor(
+    private readonly mode: AccessMode,
+    private readonly retentionDays: number | undefined,
+  ) {}
 
+  /** A session the caller may see: one that is not gone (expired), under the ACCESS rule. */
   visible(s: ChatSession, who: string): boolean {
-    return this.mode === 'shared' || s.user === who;
+    return (this.mode === 'shared' || s.user === who) && isLive(s, this.now());
+  }
+
+  /** What is live now, for the lists. */
+  now(): Liveness {
+    return livenessAt(Date.now(), this.retentionDays);
   }
 
   found(r: SessionRecord | undefined, who: string): r is SessionRecord {

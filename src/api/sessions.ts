@@ -27,8 +27,8 @@ const listQuery = {
   },
 } as const satisfies QuerySchema;
 
-export function sessionRoutes({ store, access: mode, cursors }: SessionDeps): RouteDef[] {
-  const access = new Access(mode);
+export function sessionRoutes({ store, access: mode, cursors, retentionDays }: SessionDeps): RouteDef[] {
+  const access = new Access(mode, retentionDays);
 
   const setArchived = (archived: boolean) =>
     route({
@@ -84,6 +84,7 @@ export function sessionRoutes({ store, access: mode, cursors }: SessionDeps): Ro
           archived,
           ...(q !== undefined ? { nameContains: foldForSearch(q) } : {}),
           ...(tags !== undefined ? { tags } : {}),
+          live: access.now(),
         };
         if (limit === undefined && cursor === undefined) return wholeListReply(store.scanSessions(filter), jsonOfSession);
         const listName = `sessions\n${projectId ?? ''}\n${ownOnly ? who : ''}\n${archived}\n${q ?? ''}${tags === undefined ? '' : `\n${JSON.stringify([...tags].sort())}`}`;

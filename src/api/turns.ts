@@ -47,8 +47,8 @@ function turnStamp(current: Current, nowMs: number = Date.now()): { createdAt: s
 
 const turnBody_ = (t: TurnRecord): Buffer => Buffer.concat([DATA_HEAD, t.json, DATA_TAIL]);
 
-export function turnRoutes({ store, access: mode, cursors }: SessionDeps): RouteDef[] {
-  const access = new Access(mode);
+export function turnRoutes({ store, access: mode, cursors, retentionDays }: SessionDeps): RouteDef[] {
+  const access = new Access(mode, retentionDays);
 
   return [
     route<typeof turnsQuery.fields>({

@@ -4,6 +4,7 @@
 // state, so ownership and If-Match checks cannot race; a write's promise settles once the change
 // is committed (or has failed and changed nothing).
 import type { SessionKey, TurnKey } from '../domain/order.js';
+import type { Liveness } from '../domain/retention.js';
 import type { ChatSession, JsonObject, Turn, TurnContent, TurnStatus, TurnUsage } from '../domain/records.js';
 
 export type { SessionKey, TurnKey } from '../domain/order.js';
@@ -89,6 +90,8 @@ export interface SessionFilter {
   readonly archived: ArchivedFilter;
   /** A substring of the name, already folded with foldForSearch. */
   readonly nameContains?: string;
+  /** Only sessions live at that moment (src/domain/retention.ts); undefined: all. */
+  readonly live?: Liveness;
   /** Tags the sessions must all have, folded with foldForSearch, each once. */
   readonly tags?: readonly string[];
 }

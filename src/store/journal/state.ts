@@ -5,6 +5,7 @@
 // change is durable.
 import { PAGE_SCAN_BUDGET, sessionBefore, turnBefore, type SessionKey, type TurnKey } from '../../domain/order.js';
 import { chatSession, foldedTags, raisedByTurn, type ChatSession } from '../../domain/records.js';
+import { isLive } from '../../domain/retention.js';
 import { foldForSearch } from '../../domain/search.js';
 import { versionOfSession } from '../../domain/version.js';
 import type { Page, SessionFilter, SessionRecord, TreeTurn, TurnRecord } from '../store.js';
@@ -547,7 +548,9 @@ function matcher(filter: SessionFilter): (s: ChatSession) => boolean {
   const { nameContains } = filter;
   const project = filter.user !== undefined ? filter.project : undefined;
   const otherTags = filter.tags?.slice(1) ?? [];
+  const { live } = filter;
   return (s) =>
+    (live === undefined || isLive(s, live)) &&
     (project === undefined || s.project === project) &&
     (nameContains === undefined || foldForSearch(s.name).includes(nameContains)) &&
     (otherTags.length === 0 || hasTags(s, otherTags));

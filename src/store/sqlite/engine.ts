@@ -160,6 +160,12 @@ function sessionRows(c: Connection, filter: SessionFilter, archived: 0 | 1, afte
     residual.push('instr(s.name_folded, ?) > 0');
     params.push(filter.nameContains);
   }
+  if (filter.live !== undefined) {
+    // live: an own expiry later than now, kept for good, or (no own expiry) activity after the cutoff
+    residual.push(`(CASE WHEN s.expires_at IS NOT NULL THEN s.expires_at > ? WHEN s.keep = 1 THEN 1 ELSE ${filter.live.cutoff === undefined ? '1' : 's.updated_at > ?'} END)`);
+    params.push(filter.live.now);
+    if (filter.live.cutoff !== undefined) params.push(filter.live.cutoff);
+  }
   const [tag, ...otherTags] = filter.tags ?? [];
   for (const t of otherTags) {
     residual.push('EXISTS (SELECT 1 FROM session_tags o WHERE o.session = s.id AND o.tag = ?)');

@@ -1,0 +1,24 @@
+// When a session is gone, the same on every engine: at its own `expiresAt` when it has one,
+// never when that is null, else (with RETENTION_DAYS) that many days after its last activity.
+// A session past it is gone for the API at once; the purge removes its storage later.
+import type { ChatSession } from './records.js';
+
+const DAY_MS = 86_400_000;
+
+/** What "live" means at one moment: an own expiry after `now`, or (none given) activity after `cutoff`. */
+export interface Liveness {
+  readonly now: string;
+  /** undefined when RETENTION_DAYS is off: a session without an own expiry never expires. */
+  readonly cutoff: string | undefined;
+}
+
+export function livenessAt(nowMs: number, retentionDays: number | undefined): Liveness {
+  return { now: new Date(nowMs).toISOString(), cutoff: retentionDays === undefined ? undefined : new Date(nowMs - retentionDays * DAY_MS).toISOString() };
+}
+
+/** True while the session is not gone. Times are ISO 8601 UTC with milliseconds, so text order is time order. */
+export function isLive(s: ChatSession, l: Liveness): boolean {
+  if (typeof s.expiresAt === 'string') return s.expiresAt > l.now;
+  if (s.expiresAt === null) return true;
+  return l.cutoff === undefined || s.updatedAt > l.cutoff;
+}
