@@ -63,6 +63,7 @@ describe('Starting an engine', () => {
       await s.stop();
       const file = join(dir, 'chat-sessions.db');
       const db = new DatabaseSync(file);
+      // the version this release writes, given back below: the check, not a migration, must fail
       const current = db.prepare('PRAGMA user_version').get().user_version;
       db.exec('PRAGMA user_version = 99');
       db.close();
