@@ -106,7 +106,7 @@ export const SETTINGS: readonly Setting[] = [
   { env: 'DATABASE_URL', flag: '--database-url', def: '(none)', help: 'STORE=postgres: postgres://user:password@host:port/db?sslmode=disable|require|verify-full[&sslrootcert=FILE]' },
   { env: 'DATABASE_SCHEMA', flag: '--database-schema', def: 'chat_session_api', help: 'STORE=postgres: the schema holding the tables (created and migrated at start)' },
   { env: 'DATABASE_POOL_SIZE', flag: '--database-pool-size', def: '10', help: 'STORE=postgres: connections to the database at most' },
-  { env: 'RETENTION_DAYS', flag: '--retention-days', def: '(off)', help: 'sessions without their own expiresAt are gone this many days after their last activity (then purged)' },
+  { env: 'RETENTION_DAYS', flag: '--retention-days', def: '(off)', help: 'sessions without their own expiresAt are gone (404, out of lists) this many days after their last activity' },
   { env: 'GROUP_COMMIT', flag: '--group-commit', def: 'on', help: 'off only to measure what sharing commits buys: one write per commit' },
   { env: 'MAX_CONNECTIONS', flag: '--max-connections', def: '1000', help: 'open connections at most; past it the oldest idle one is closed (keep below the descriptor limit)' },
   { env: 'BODY_MEMORY', flag: '--body-memory', def: '64mb', help: 'request body bytes held at once over all requests; past it 503 (at least BODY_LIMIT)' },

@@ -41,7 +41,7 @@ const sessionFields = (update: boolean) =>
       kind: 'string',
       nullable: true,
       pattern: { regex: EXPIRY_PATTERN, means: 'an ISO 8601 time with a time zone, such as 2030-01-31T00:00:00Z, or null' },
-      description: 'When the session is gone (404, out of lists and search, then purged); null: never, whatever RETENTION_DAYS says. Absent: RETENTION_DAYS after its last activity, when set.',
+      description: 'When the session is gone (404, out of every list); null: never, whatever RETENTION_DAYS says. Absent: RETENTION_DAYS after its last activity, when set.',
     },
   }) as const satisfies Record<string, BodyField>;
 

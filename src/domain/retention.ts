@@ -1,6 +1,6 @@
 // When a session is gone, the same on every engine: at its own `expiresAt` when it has one,
 // never when that is null, else (with RETENTION_DAYS) that many days after its last activity.
-// A session past it is gone for the API at once; the purge removes its storage later.
+// A session past it is gone for the API at once; its storage stays until it is purged.
 import type { ChatSession } from './records.js';
 
 const DAY_MS = 86_400_000;
