@@ -23,7 +23,18 @@ export type Change =
       readonly session: ChatSession;
       readonly raised: boolean;
     }
-  | { readonly kind: 'delete'; readonly id: string };
+  | {
+      readonly kind: 'delete';
+      readonly id: string;
+      /** The session as it was (the live feed tells its owner's and its project's subscribers). */
+      readonly session: ChatSession;
+    };
+
+/**
+ * Called with the changes of each group once the group is committed, in commit order: see
+ * SerialWriter.onCommitted for exactly when.
+ */
+export type CommitListener = (changes: readonly Change[]) => void;
 
 /** What one group sees of the committed state, and how it becomes durable. */
 export interface Group {
@@ -97,6 +108,7 @@ export class SerialWriter {
   private paused = false;
   private closed = false;
   private idleWaiters: (() => void)[] = [];
+  private committed: CommitListener | undefined;
 
   constructor(
     private readonly source: GroupSource,
@@ -131,7 +143,7 @@ export class SerialWriter {
       if (current === undefined) throw new SessionNotFound();
       check(current);
       view.stage(id, null);
-      return { kind: 'delete', id };
+      return { kind: 'delete', id, session: current.session };
     }, () => undefined);
   }
 
@@ -144,6 +156,18 @@ export class SerialWriter {
       view.stage(sessionId, { session, lastTurn: turn });
       return { kind: 'turn', turn, json: ownBytes(JSON.stringify(turn)), session, raised: session !== current.session };
     }, turnResult);
+  }
+
+  /**
+   * Sets the one listener of committed changes (the live feed). It is called once per group
+   * that committed, with the group's changes in order (the writes its callbacks refused are not
+   * among them), after the engine's commit resolved (the changes are durable, and visible to
+   * reads) and before any write of the group is answered: whoever waits on a write's promise
+   * runs after the listener has returned. A group that fails to commit is never announced. What
+   * the listener throws is logged; the writes are answered all the same.
+   */
+  onCommitted(listener: CommitListener): void {
+    this.committed = listener;
   }
 
   /** Stops taking groups once the one being committed is done (compaction swaps files then). */
@@ -236,6 +260,13 @@ export class SerialWriter {
     }
     group.commit(changes).then(
       () => {
+        if (this.committed !== undefined) {
+          try {
+            this.committed(changes);
+          } catch (e) {
+            this.log.error('the listener of committed changes failed; the writes are answered all the same', { err: e });
+          }
+        }
         for (let i = 0; i < accepted.length; i++) {
           const w = accepted[i] as PendingWrite;
           w.resolve(w.result(changes[i] as Change));

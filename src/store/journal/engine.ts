@@ -27,7 +27,7 @@ import {
   type TurnRecord,
   type Usage,
 } from '../store.js';
-import { SerialWriter, type Change, type Group, type GroupSource } from '../writer.js';
+import { SerialWriter, type Change, type CommitListener, type Group, type GroupSource } from '../writer.js';
 import { Appender, COMPACT_SUFFIX, IMPORT_SUFFIX, JOURNAL_FILE, readCommitted } from './appender.js';
 import { Compaction, CompactionAborted } from './compaction.js';
 import { delLine, headerLine, putLine, PUT_LINE_OVERHEAD, scanJournal, TURN_LINE_OVERHEAD, turnLine, type JournalRecord, type ScanResult } from './format.js';
@@ -217,6 +217,14 @@ export class JournalStore implements Store, GroupSource, Group {
 
   appendTurn(sessionId: string, build: (current: Current) => Turn): Promise<TurnRecord> {
     return this.writer.appendTurn(sessionId, build);
+  }
+
+  onCommitted(listener: CommitListener): void {
+    this.writer.onCommitted(listener);
+  }
+
+  sharedEventLog(): undefined {
+    return undefined;
   }
 
   /** GroupSource: one group at a time, seeing memory, which holds exactly what is committed. */

@@ -27,10 +27,13 @@ import {
   type StoreStats,
   type TurnRecord,
   type Usage,
+  type Announce,
+  type SharedEventLog,
 } from '../store.js';
-import { SerialWriter, type Group, type GroupSource } from '../writer.js';
+import { SerialWriter, type CommitListener, type Group, type GroupSource } from '../writer.js';
 import { sqlText, storeError, textArray } from './values.js';
-import { finish, PgGroup, rowOf, SESSION_ROW } from './group.js';
+import { channelOf, eventStatements, PgEventLog } from './events.js';
+import { finish, PgGroup, rowOf, SESSION_ROW, type GroupEvents } from './group.js';
 import { matchingSql, pageSql } from './lists.js';
 import { prepareSchema, quotedSchema } from './schema.js';
 
@@ -44,9 +47,13 @@ export interface PostgresOptions {
   readonly observer?: StoreObserver | undefined;
   /** For export: reads only; a write is refused. */
   readonly readOnly?: boolean;
+  /** The live feed's events of each group's changes, logged in its transaction (EVENTS=on). */
+  readonly announce?: Announce | undefined;
 }
 
 const CHUNK = 256;
+/** What an import announces to the live feed: not a change of one session, but "read everything again". */
+const IMPORT_RESET = { type: 'reset', session: '', owner: '', project: '', data: '{"reason":"import"}' } as const;
 /** How long a start waits for an unreachable database before it gives up. */
 const START_PATIENCE_MS = 30_000;
 
@@ -94,6 +101,8 @@ export class PostgresStore implements Store, GroupSource {
   private scans = 0;
   private readonly scanWaiters: (() => void)[] = [];
   private readonly scanMax: number;
+  private readonly events: GroupEvents | undefined;
+  private eventLog: PgEventLog | undefined;
 
   private constructor(
     private readonly pool: Pool,
@@ -104,6 +113,7 @@ export class PostgresStore implements Store, GroupSource {
     this.writer = new SerialWriter(this, opts.log, opts.groupCommit ? Infinity : 1);
     // whole lists hold a connection while the client reads: leave the rest to pages and writes
     this.scanMax = Math.max(1, Math.floor(opts.poolSize / 2));
+    this.events = opts.announce === undefined ? undefined : { announce: opts.announce, channel: channelOf(opts.schema) };
   }
 
   /** Connects (waiting a while for a database that is starting), creates or migrates the schema. */
@@ -297,12 +307,23 @@ export class PostgresStore implements Store, GroupSource {
     return this.writer.appendTurn(sessionId, build);
   }
 
+  onCommitted(listener: CommitListener): void {
+    this.writer.onCommitted(listener);
+  }
+
+  /** The feed's log in the schema, read by every instance (./events.ts); undefined unless events are announced. */
+  sharedEventLog(): SharedEventLog | undefined {
+    if (this.events === undefined) return undefined;
+    this.eventLog ??= new PgEventLog(this.pool, this.S, this.opts.url, this.events.channel, this.opts.log);
+    return this.eventLog;
+  }
+
   /** GroupSource: a transaction that has locked the group's sessions (see ./group.ts). */
   async begin(ids: readonly string[], owners: readonly string[]): Promise<Group> {
     if (this.opts.readOnly === true) throw new StorageWriteFailed(new Error('this store was opened read-only'));
     const started = process.hrtime.bigint();
     const { q, done } = await lease(this.pool);
-    const group = await PgGroup.open(this.S, q, done, ids, owners);
+    const group = await PgGroup.open(this.S, q, done, ids, owners, this.events);
     const observer = this.opts.observer;
     if (observer === undefined) return group;
     // the commit's duration as the metrics see it: from taking the connection to COMMIT answered
@@ -389,7 +410,11 @@ export class PostgresStore implements Store, GroupSource {
         }
         await q.query(`DELETE FROM ${S}.usage`);
         await q.query(`INSERT INTO ${S}.usage (owner, sessions, turns, bytes) SELECT owner, count(*), sum(turn_count), sum(json_bytes + turn_bytes) FROM ${S}.sessions GROUP BY owner`);
-        await finish(q, [], done, () => (ended = true));
+        // instances serving beside the import tell their subscribers to read everything again
+        const events = this.events;
+        const changed = plan.sessions.length + plan.turns.length > 0;
+        const reset = events === undefined || !changed ? [] : eventStatements(q, S, events.channel, [IMPORT_RESET]);
+        await finish(q, reset, done, () => (ended = true));
         return plan.summary;
       } catch (e) {
         if (!ended) {
@@ -405,6 +430,7 @@ export class PostgresStore implements Store, GroupSource {
 
   async close(): Promise<void> {
     await this.writer.close();
+    await this.eventLog?.close();
     await this.pool.end();
   }
 

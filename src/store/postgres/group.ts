@@ -9,10 +9,17 @@ import { foldForSearch } from '../../domain/search.js';
 import { versionOf } from '../../domain/version.js';
 import type { QueryResult } from '../../pg/connection.js';
 import type { Queryable } from '../../pg/pool.js';
-import type { Current, Usage } from '../store.js';
+import type { Announce, Current, Usage } from '../store.js';
 import type { Change, Group } from '../writer.js';
 import { injectedFault } from '../faults.js';
+import { eventStatements } from './events.js';
 import { sqlText, storeError, textArray } from './values.js';
+
+/** How a group logs the live feed's events of its changes (absent with EVENTS=off). */
+export interface GroupEvents {
+  readonly announce: Announce;
+  readonly channel: string;
+}
 
 /** A session's row as the group locked it, and as its changes leave it. */
 export interface SessionRow {
@@ -52,10 +59,11 @@ export class PgGroup implements Group {
     private readonly done: () => void,
     private readonly rows: ReadonlyMap<string, SessionRow>,
     private readonly usage: ReadonlyMap<string, Usage>,
+    private readonly events: GroupEvents | undefined,
   ) {}
 
   /** Opens the transaction and locks the sessions; `owners` (with the sessions' own) get their usage read. */
-  static async open(S: string, q: Queryable, done: () => void, ids: readonly string[], owners: readonly string[]): Promise<PgGroup> {
+  static async open(S: string, q: Queryable, done: () => void, ids: readonly string[], owners: readonly string[], events?: GroupEvents): Promise<PgGroup> {
     try {
       // both sent at once; both awaited, so a failure of either is handled
       const [, locked] = await Promise.all([
@@ -73,7 +81,7 @@ export class PgGroup implements Group {
           usage.set(r[0] as string, { sessions: Number(r[1]), turns: Number(r[2]), bytes: Number(r[3]) });
         }
       }
-      return new PgGroup(S, q, done, rows, usage);
+      return new PgGroup(S, q, done, rows, usage, events);
     } catch (e) {
       await q.query('ROLLBACK').catch(() => undefined);
       done();
@@ -182,6 +190,8 @@ export class PgGroup implements Group {
         );
         if (u.sessions < 0) sent.push(q.query(`DELETE FROM ${S}.usage WHERE owner = $1 AND sessions = 0`, [owner]));
       }
+      // last before COMMIT: the events' ids are taken under a lock held until COMMIT (./events.ts)
+      if (this.events !== undefined) sent.push(...eventStatements(q, S, this.events.channel, this.events.announce(changes)));
       const fault = injectedFault('commit');
       if (fault !== undefined) throw fault;
     } catch (e) {

@@ -5,7 +5,7 @@
 import type { Pool, Queryable } from '../../pg/pool.js';
 import { StoreOpenFailed } from '../store.js';
 
-export const SCHEMA_VERSION = 1;
+export const SCHEMA_VERSION = 2;
 
 /** Each step takes the schema from version i to i + 1; `S` stands for the quoted schema name. */
 const MIGRATIONS: readonly ((S: string) => string)[] = [
@@ -39,6 +39,25 @@ const MIGRATIONS: readonly ((S: string) => string)[] = [
     sessions bigint NOT NULL,
     turns bigint NOT NULL,
     bytes bigint NOT NULL
+  );
+  `,
+  // the live feed (./events.ts): events written with the changes that make them; event_head's
+  // one row hands out their ids, and its row lock, held to COMMIT, puts them in commit order
+  (S) => `
+  CREATE TABLE ${S}.events (
+    id bigint PRIMARY KEY,
+    type text NOT NULL,
+    about text NOT NULL,
+    data text NOT NULL
+  );
+  CREATE TABLE ${S}.event_head (
+    one boolean PRIMARY KEY DEFAULT true CHECK (one),
+    last bigint NOT NULL
+  );
+  INSERT INTO ${S}.event_head (last) VALUES (0);
+  CREATE TABLE ${S}.used_tickets (
+    id text PRIMARY KEY,
+    expires_at bigint NOT NULL
   );
   `,
 ];

@@ -28,7 +28,7 @@ import {
   type TurnRecord,
   type Usage,
 } from '../store.js';
-import { SerialWriter, type Change, type Group, type GroupSource } from '../writer.js';
+import { SerialWriter, type Change, type CommitListener, type Group, type GroupSource } from '../writer.js';
 import { bytesOf, int, sqliteDatabase, text, textOrUndefined, type Database, type Row, type SqlValue, type Statement } from './binding.js';
 import { checkSchema, prepareSchema, unreadable } from './schema.js';
 import { WRITER_ROLE, type FromWriter, type Op, type PutSession, type ToWriter, type WriterData } from './worker.js';
@@ -413,6 +413,14 @@ export class SqliteStore implements Store, GroupSource, Group {
 
   appendTurn(sessionId: string, build: (current: Current) => Turn): Promise<TurnRecord> {
     return this.writer.appendTurn(sessionId, build);
+  }
+
+  onCommitted(listener: CommitListener): void {
+    this.writer.onCommitted(listener);
+  }
+
+  sharedEventLog(): undefined {
+    return undefined;
   }
 
   /** GroupSource: one group at a time, so the reading connection sees every group committed before. */
