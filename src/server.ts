@@ -53,6 +53,13 @@ export async function serve(config: Config, log: Logger, version: string): Promi
   };
 
   const app = createApp({ config, version, log, secrets, store, catalog: () => catalog, metrics });
+  try {
+    await app.start();
+  } catch (e) {
+    await app.close().catch(() => undefined);
+    await closeStore();
+    throw e;
+  }
   const { limits } = config;
   const server = createServer(
     {
@@ -82,6 +89,7 @@ export async function serve(config: Config, log: Logger, version: string): Promi
       });
     });
   } catch (e) {
+    await app.close().catch(() => undefined);
     await closeStore();
     throw e;
   }
@@ -107,6 +115,8 @@ export async function serve(config: Config, log: Logger, version: string): Promi
     if (stopping) return;
     stopping = true;
     log.info('shutting down', { signal });
+    // event streams never end by themselves: each gets its final event now, then drains like any answer
+    app.drain();
     const idle = setInterval(() => server.closeIdleConnections(), 50);
     const force = setTimeout(() => {
       log.warn('requests still running after the drain period; closing their connections', { ms: DRAIN_MS });
@@ -115,8 +125,11 @@ export async function serve(config: Config, log: Logger, version: string): Promi
     server.close(() => {
       clearInterval(idle);
       clearTimeout(force);
-      app.close();
-      closeStore().then(
+      app
+        .close()
+        .catch((e: unknown) => log.error('the live feed did not close cleanly', { err: e }))
+        .then(closeStore)
+        .then(
         () => {
           log.info('stopped');
           log.flush();
