@@ -470,3 +470,87 @@ describe('Live events: limits, slow consumers, shutdown', () => {
     }
   });
 });
+
+const PG = STORE === 'postgres' ? {} : { skip: `events across instances need STORE=postgres; this run tests STORE=${STORE}` };
+
+describe('Live events across instances (STORE=postgres)', PG, () => {
+  const servers = [];
+  const streams = [];
+  const schema = `live_${process.pid}`;
+  before(async () => {
+    for (let i = 0; i < 2; i++) servers.push(await startServer({ env: { DATABASE_SCHEMA: schema, DATABASE_POOL_SIZE: '4', EVENTS_HEARTBEAT: '500ms' } }));
+  });
+  after(async () => {
+    for (const s of streams) await s.close();
+    for (const s of servers) await stop(s);
+  });
+  const open = async (i, path, token, headers = {}) => {
+    const s = await openEvents(servers[i].url, path, { token, headers });
+    streams.push(s);
+    assert.equal(s.status, 200, s.text);
+    await s.waitFor((e) => e.event === 'ready');
+    return s;
+  };
+
+  test('"Events cross instances, and so does `Last-Event-ID`": a change made through one instance reaches the streams of every instance, and an id seen on one replays on the other', async () => {
+    const alice = tokenFor('alice');
+    const onA = await open(0, '/api/v1/events', alice);
+    const onB = await open(1, '/api/v1/events', alice);
+    const made = (await servers[1].request('POST', BASE, { token: alice, json: newSession({ name: 'made on B' }) })).body.data;
+    const a = await onA.waitFor((e) => e.event === 'session.created' && e.data._id === made._id);
+    const b = await onB.waitFor((e) => e.event === 'session.created' && e.data._id === made._id);
+    assert.equal(a.id, b.id, 'one id on every instance');
+    assert.deepEqual(a.data, made);
+    await onA.close();
+    await servers[0].request('PUT', `${BASE}/${made._id}`, { token: alice, json: { name: 'renamed on A' } });
+    // resume on the other instance from the id seen on the first
+    const resumed = await open(1, '/api/v1/events', alice, { 'last-event-id': a.id });
+    assert.deepEqual(resumed.events.map((e) => e.data?.name ?? e.event), ['renamed on A', 'ready']);
+  });
+
+  test('"PostgreSQL: ids in commit order across instances." Writes racing through both instances: each stream, on either instance, sees every event once, in one order, ids increasing by one', async () => {
+    const user = `racer-${process.pid}`;
+    const token = tokenFor(user);
+    const onA = await open(0, '/api/v1/events', token);
+    const onB = await open(1, '/api/v1/events', token);
+    const n = 60;
+    await Promise.all(Array.from({ length: n }, (_, i) => servers[i % 2].request('POST', BASE, { token, json: newSession({ name: `race ${i}` }) })));
+    const all = (s) => s.events.filter((e) => e.event === 'session.created');
+    await onA.until(() => all(onA).length === n, 20_000, `${n} events on A`);
+    await onB.until(() => all(onB).length === n, 20_000, `${n} events on B`);
+    const ids = all(onA).map((e) => Number(e.id));
+    for (let i = 1; i < ids.length; i++) assert.equal(ids[i], ids[i - 1] + 1, `contiguous: ${ids}`);
+    assert.deepEqual(all(onB).map((e) => [e.id, e.data._id]), all(onA).map((e) => [e.id, e.data._id]), 'the same events in the same order on both');
+    assert.equal(new Set(all(onA).map((e) => e.data._id)).size, n);
+  });
+
+  test('"so a ticket opens one stream on all instances together": minted on one instance, it opens a stream on the other once, and is refused after on both', async () => {
+    const alice = tokenFor('alice');
+    const { ticket } = (await servers[0].request('POST', '/api/v1/events/tickets', { token: alice })).body.data;
+    const s = await openEvents(servers[1].url, `/api/v1/events?ticket=${ticket}`);
+    streams.push(s);
+    assert.equal(s.status, 200, s.text);
+    for (const i of [0, 1]) assert.equal((await openEvents(servers[i].url, `/api/v1/events?ticket=${ticket}`)).status, 401, `instance ${i}`);
+  });
+
+  test('"An import on PostgreSQL sends `reset` to every stream" of the instances serving beside it', async () => {
+    const alice = tokenFor('alice');
+    const onA = await open(0, '/api/v1/events', alice);
+    const onB = await open(1, '/api/v1/events', alice);
+    const made = (await servers[0].request('POST', BASE, { token: alice, json: newSession({ name: 'to export' }) })).body.data;
+    await onB.waitFor((e) => e.event === 'session.created' && e.data._id === made._id);
+    const dir = servers[0].dataDir;
+    const file = `${dir}/export.ndjson`;
+    const exported = runCli(['export', '--out', file], { env: { DATA_DIR: dir, DATABASE_SCHEMA: schema } });
+    assert.equal(exported.code, 0, exported.stderr);
+    const edited = (await import('node:fs')).readFileSync(file, 'utf8').replace('"to export"', '"imported"');
+    (await import('node:fs')).writeFileSync(file, edited);
+    const imported = runCli(['import', file], { env: { DATA_DIR: `${dir}-import`, DATABASE_SCHEMA: schema } });
+    assert.equal(imported.code, 0, imported.stderr);
+    removeDir(`${dir}-import`);
+    for (const s of [onA, onB]) {
+      const r = await s.waitFor((e) => e.event === 'reset');
+      assert.deepEqual(r.data, { reason: 'import' });
+    }
+  });
+});
