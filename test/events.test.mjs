@@ -19,7 +19,7 @@ async function metric(server, series) {
 }
 
 /** Resolves once `cond()` (async) holds, asking again after each `step()` (or a short pause). */
-async function eventually(cond, what, { step, tries = 400 } = {}) {
+async function eventually(cond, what, { step, tries = 1200 } = {}) {
   for (let i = 0; i < tries; i++) {
     if (await cond()) return;
     if (step !== undefined) await step(i);

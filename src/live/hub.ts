@@ -155,18 +155,21 @@ export class Hub {
     try {
       if (f.ticket !== undefined && !(await this.feed.claimTicket(f.ticket.id, f.ticket.expiresAtMs))) throw new TokenError('ticket already used');
       let cursor = this.feed.head;
+      let replayTo = cursor;
       let reset: string | undefined;
       if (f.lastEventId !== undefined) {
         const after = parseEventId(f.lastEventId);
-        const where = after === undefined ? 'unknown' : await this.feed.check(after);
-        if (where === 'ok') cursor = after as number;
-        else reset = where;
+        const at = after === undefined ? { where: 'unknown', newest: cursor } : await this.feed.check(after);
+        // a replay goes up to what was committed when the client asked, even past what this instance has read yet
+        replayTo = at.newest;
+        if (at.where === 'ok') cursor = after as number;
+        else reset = at.where;
       }
       handed = true;
       return {
         status: 200,
         eventStream: {
-          attach: (res) => this.attach(res, f, cursor, reset),
+          attach: (res) => this.attach(res, f, cursor, replayTo, reset),
           cancel: () => this.release(f.user),
         },
       };
@@ -203,7 +206,7 @@ export class Hub {
     else this.perUser.set(user, mine);
   }
 
-  private attach(res: ServerResponse, f: Follow, cursor: number, reset: string | undefined): void {
+  private attach(res: ServerResponse, f: Follow, cursor: number, replayTo: number, reset: string | undefined): void {
     const s = new Stream(res, f, cursor);
     this.streams.add(s);
     res.once('close', () => this.gone(s));
@@ -211,18 +214,19 @@ export class Hub {
       this.end(s, 'shutdown');
       return;
     }
-    this.replay(s, reset).catch((e: unknown) => {
+    this.replay(s, replayTo, reset).catch((e: unknown) => {
       this.log.error('an event stream failed; it was cut', { reqId: f.reqId, err: e });
       res.destroy();
     });
   }
 
   /** Writes what the stream missed, as fast as the client reads it, then makes it live. */
-  private async replay(s: Stream, reset: string | undefined): Promise<void> {
+  private async replay(s: Stream, replayTo: number, reset: string | undefined): Promise<void> {
     if (reset !== undefined) this.reset(s, reset);
     for (;;) {
       if (s.ended) return;
-      const upTo = this.feed.head;
+      // events this instance delivers live from now on are skipped up to the stream's cursor
+      const upTo = Math.max(this.feed.head, replayTo);
       if (s.cursor >= upTo) break;
       const got = await this.feed.read(s.cursor, upTo, REPLAY_PAGE);
       if (s.ended) return;

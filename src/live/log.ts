@@ -14,9 +14,10 @@ export interface FeedLog {
   start(deliver: (events: readonly LoggedEvent[]) => void): Promise<void>;
   /**
    * Whether a client that saw every event up to `after` can be given what followed: 'ok', 'gone'
-   * (older than the retained window) or 'unknown' (an id this feed never gave).
+   * (older than the retained window) or 'unknown' (an id this feed never gave); and the newest
+   * event committed now, which a replay goes up to (on a shared log it may be ahead of `head`).
    */
-  check(after: number): 'ok' | 'gone' | 'unknown' | Promise<'ok' | 'gone' | 'unknown'>;
+  check(after: number): Position | Promise<Position>;
   /** Events with ids in (after, upTo], in order, at most `limit`; undefined when some of them are no longer kept. */
   read(after: number, upTo: number, limit: number): readonly LoggedEvent[] | undefined | Promise<readonly LoggedEvent[] | undefined>;
   /** Records a ticket's single use: false when it was used before. */
@@ -24,6 +25,11 @@ export interface FeedLog {
   /** Housekeeping, called on the feed's timer: forget expired tickets, trim, catch up. */
   tick(nowMs: number): void;
   close(): Promise<void>;
+}
+
+export interface Position {
+  readonly where: 'ok' | 'gone' | 'unknown';
+  readonly newest: number;
 }
 
 export interface WindowLimits {
@@ -96,9 +102,9 @@ export class MemoryFeedLog implements FeedLog {
     }
   }
 
-  check(after: number): 'ok' | 'gone' | 'unknown' {
-    if (after > this.head) return 'unknown';
-    return after + 1 >= this.first ? 'ok' : 'gone';
+  check(after: number): Position {
+    const where = after > this.head ? 'unknown' : after + 1 >= this.first ? 'ok' : 'gone';
+    return { where, newest: this.head };
   }
 
   read(after: number, upTo: number, limit: number): readonly LoggedEvent[] | undefined {
@@ -189,20 +195,20 @@ export class SharedFeedLog implements FeedLog {
     );
   }
 
-  async check(after: number): Promise<'ok' | 'gone' | 'unknown'> {
-    if (after === this.head) return 'ok';
+  async check(after: number): Promise<Position> {
     const { newest, oldest } = await this.shared.bounds();
-    if (after > newest) return 'unknown';
-    if (after === newest) return 'ok';
+    if (after > newest) return { where: 'unknown', newest };
     // the window is the newest EVENTS_WINDOW events, whether or not older rows are trimmed yet;
     // ids are contiguous, so what follows `after` is all there when the oldest kept is at most after + 1
-    return after >= newest - this.window && oldest !== undefined && oldest <= after + 1 ? 'ok' : 'gone';
+    const kept = after === newest || (after >= newest - this.window && oldest !== undefined && oldest <= after + 1);
+    return { where: kept ? 'ok' : 'gone', newest };
   }
 
   async read(after: number, upTo: number, limit: number): Promise<readonly LoggedEvent[] | undefined> {
     const events = await this.shared.read(after, upTo, limit);
     const first = events[0];
-    if (first === undefined) return after < Math.min(upTo, this.head) ? undefined : [];
+    // ids are contiguous and `upTo` is committed: nothing read while something lay between means trimmed
+    if (first === undefined) return after < upTo ? undefined : [];
     return first.id === after + 1 ? events : undefined;
   }
 
