@@ -54,7 +54,9 @@ const MIGRATIONS: readonly ((S: string) => string)[] = [
     one boolean PRIMARY KEY DEFAULT true CHECK (one),
     last bigint NOT NULL
   );
-  INSERT INTO ${S}.event_head (last) VALUES (0);
+  -- ids start at the creation time in ms x 1000, as a journal's or sqlite's run does: a store
+  -- moved here from another (or from another schema) gives ids above the ones its clients have
+  INSERT INTO ${S}.event_head (last) VALUES (floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint * 1000);
   CREATE TABLE ${S}.used_tickets (
     id text PRIMARY KEY,
     expires_at bigint NOT NULL
