@@ -210,12 +210,16 @@ export function openApiDocument(routes: readonly RouteDef[], version: string): J
           bearerFormat: 'JWT',
           description: `HS256 JWT; sub = user id. An optional scope claim limits it to: ${SCOPES.join(', ')}.`,
         },
-        eventTicket: {
-          type: 'apiKey',
-          in: 'query',
-          name: 'ticket',
-          description: 'On the event streams only: a ticket from POST /api/v1/events/tickets (single use, 60 s), for EventSource, which cannot send headers. A Bearer token is never accepted in a URL.',
-        },
+        ...(routes.some((r) => r.eventStream === true)
+          ? {
+              eventTicket: {
+                type: 'apiKey',
+                in: 'query',
+                name: 'ticket',
+                description: 'On the event streams only: a ticket from POST /api/v1/events/tickets (single use, 60 s), for EventSource, which cannot send headers. A Bearer token is never accepted in a URL.',
+              },
+            }
+          : {}),
       },
     },
   };

@@ -210,6 +210,8 @@ export class Hub {
     const s = new Stream(res, f, cursor);
     this.streams.add(s);
     res.once('close', () => this.gone(s));
+    // a write racing the client's going away must not become an uncaught 'error'
+    res.on('error', () => undefined);
     if (this.draining) {
       this.end(s, 'shutdown');
       return;

@@ -101,7 +101,9 @@ export class PgEventLog implements SharedEventLog {
   }
 
   async close(): Promise<void> {
-    await this.listener?.close();
+    const listener = this.listener;
+    this.listener = undefined;
+    await listener?.close();
   }
 }
 
