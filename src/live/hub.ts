@@ -5,6 +5,7 @@
 // Last-Event-ID first replays what it missed from the feed's log, as fast as it reads, then
 // goes live. One timer serves every stream: heartbeats, expiry, streams that stopped reading.
 import type { ServerResponse } from 'node:http';
+import type { Socket } from 'node:net';
 import type { EventStreamReply } from '../api/route.js';
 import { TokenError } from '../auth/jwt.js';
 import { HttpError } from '../http/errors.js';
@@ -61,7 +62,27 @@ const REPLAY_PAGE = 256;
 /** A replay waits for the client to read once this much is unsent. */
 const REPLAY_HIGH_WATER = 64 * 1024;
 const TAIL = Buffer.from('\n\n');
+const CRLF = Buffer.from('\r\n');
 
+/**
+ * An event's bytes, made once for every stream that takes it: as they are, and as one HTTP/1.1
+ * chunk (made when a chunked stream first needs them).
+ */
+class Frame {
+  private chunk: Buffer | undefined;
+  constructor(readonly raw: Buffer) {}
+  bytes(chunked: boolean): Buffer {
+    if (!chunked) return this.raw;
+    return (this.chunk ??= Buffer.concat([Buffer.from(`${this.raw.length.toString(16)}\r\n`, 'latin1'), this.raw, CRLF]));
+  }
+}
+
+/**
+ * One stream. Events are written straight to its socket, already framed (the head went through
+ * node:http, and `res.end()` writes the last chunk): one write call per stream and event, where
+ * node's `res.write` makes four and a deferred flush, which at 10,000 streams is most of the
+ * time an event takes (bench/README.md).
+ */
 class Stream {
   /** Indexed under its key and written to as events come (after its replay). */
   live = false;
@@ -73,13 +94,26 @@ class Stream {
   lastPending = 0;
   stalled = 0;
   readonly opened = Date.now();
+  /** HTTP/1.1 answers are chunked; an HTTP/1.0 one is delimited by the connection's end. */
+  readonly chunked: boolean;
 
   constructor(
     readonly res: ServerResponse,
+    readonly socket: Socket,
     readonly follow: Follow,
     cursor: number,
   ) {
     this.cursor = cursor;
+    this.chunked = res.chunkedEncoding;
+  }
+
+  send(f: Frame): void {
+    this.socket.write(f.bytes(this.chunked));
+  }
+
+  /** Bytes written and not yet taken by the kernel. */
+  get pending(): number {
+    return this.socket.writableLength;
   }
 }
 
@@ -90,12 +124,12 @@ function keysOf(e: LoggedEvent): string[] {
   return [FollowKey.user(e.owner), FollowKey.project(e.project), FollowKey.ownProject(e.project, e.owner), own];
 }
 
-function frame(type: string, id: number | undefined, data: string | Buffer): Buffer {
+function frame(type: string, id: number | undefined, data: string | Buffer): Frame {
   const head = `${id === undefined ? '' : `id: ${id}\n`}event: ${type}\ndata: `;
-  return typeof data === 'string' ? Buffer.from(`${head}${data}\n\n`) : Buffer.concat([Buffer.from(head), data, TAIL]);
+  return new Frame(typeof data === 'string' ? Buffer.from(`${head}${data}\n\n`) : Buffer.concat([Buffer.from(head), data, TAIL]));
 }
 
-const frameOf = (e: LoggedEvent): Buffer => frame(e.type, e.id, e.data);
+const frameOf = (e: LoggedEvent): Frame => frame(e.type, e.id, e.data);
 
 /** Last-Event-ID as an id, or undefined when it is not one this server could have sent. */
 function parseEventId(text: string): number | undefined {
@@ -105,15 +139,15 @@ function parseEventId(text: string): number | undefined {
   return Number.isSafeInteger(n) ? n : undefined;
 }
 
-function drained(res: ServerResponse): Promise<void> {
+function drained(socket: Socket): Promise<void> {
   return new Promise((resolve) => {
     const done = (): void => {
-      res.off('drain', done);
-      res.off('close', done);
+      socket.off('drain', done);
+      socket.off('close', done);
       resolve();
     };
-    res.on('drain', done);
-    res.on('close', done);
+    socket.on('drain', done);
+    socket.on('close', done);
   });
 }
 
@@ -149,7 +183,7 @@ export class Hub {
    * how it opens; 429, 503 or 401 when it cannot.
    */
   async open(f: Follow): Promise<EventStreamReply> {
-    if (this.draining) return { status: 200, eventStream: { attach: (res) => res.end(frame('end', undefined, '{"reason":"shutdown"}')), cancel: () => undefined } };
+    if (this.draining) return { status: 200, eventStream: { attach: (res) => res.end(frame('end', undefined, '{"reason":"shutdown"}').raw), cancel: () => undefined } };
     this.reserve(f.user);
     let handed = false;
     try {
@@ -207,7 +241,12 @@ export class Hub {
   }
 
   private attach(res: ServerResponse, f: Follow, cursor: number, replayTo: number, reset: string | undefined): void {
-    const s = new Stream(res, f, cursor);
+    const socket = res.socket;
+    if (socket === null) {
+      this.release(f.user);
+      return;
+    }
+    const s = new Stream(res, socket, f, cursor);
     this.streams.add(s);
     res.once('close', () => this.gone(s));
     // a write racing the client's going away must not become an uncaught 'error'
@@ -241,7 +280,7 @@ export class Hub {
         if (e.id <= s.cursor) continue;
         if (e.type === 'reset') this.reset(s, 'import', e.id);
         else if (this.follows(s, e)) {
-          s.res.write(frameOf(e));
+          s.send(frameOf(e));
           if (e.type === 'session.deleted' && s.follow.session !== undefined) {
             this.end(s, 'deleted');
             return;
@@ -249,14 +288,14 @@ export class Hub {
         }
         s.cursor = e.id;
       }
-      if (s.res.writableLength > REPLAY_HIGH_WATER) await drained(s.res);
+      if (s.pending > REPLAY_HIGH_WATER) await drained(s.socket);
     }
     // caught up, in the same turn of the event loop as the check: no event can fall in between
     s.live = true;
     let set = this.byKey.get(s.follow.key);
     if (set === undefined) this.byKey.set(s.follow.key, (set = new Set()));
     set.add(s);
-    s.res.write(frame('ready', s.cursor, '{}'));
+    s.send(frame('ready', s.cursor, '{}'));
   }
 
   private follows(s: Stream, e: LoggedEvent): boolean {
@@ -266,7 +305,7 @@ export class Hub {
   /** `reset`: what follows Last-Event-ID cannot be replayed; the client reads everything again. */
   private reset(s: Stream, reason: string, id: number = this.feed.head): void {
     s.cursor = Math.max(s.cursor, id);
-    s.res.write(frame('reset', s.cursor, JSON.stringify({ reason })));
+    s.send(frame('reset', s.cursor, JSON.stringify({ reason })));
   }
 
   /** New events, in id order: each serialized once, written to every live stream it is for. */
@@ -277,17 +316,17 @@ export class Hub {
         for (const s of this.streams) if (s.live && !s.ended) this.reset(s, 'import', e.id);
         continue;
       }
-      let bytes: Buffer | undefined;
+      let bytes: Frame | undefined;
       for (const key of keysOf(e)) {
         const set = this.byKey.get(key);
         if (set === undefined) continue;
         for (const s of set) {
           if (e.id <= s.cursor) continue;
-          if (s.res.writableLength > this.o.bufferBytes) {
+          if (s.pending > this.o.bufferBytes) {
             this.end(s, 'slow');
             continue;
           }
-          s.res.write((bytes ??= frameOf(e)));
+          s.send((bytes ??= frameOf(e)));
           s.cursor = e.id;
         }
       }
@@ -305,9 +344,10 @@ export class Hub {
     this.unindex(s);
     this.endedBy.set(reason, (this.endedBy.get(reason) ?? 0) + 1);
     const fields = { reqId: s.follow.reqId, user: s.follow.user, reason, seconds: Math.round((Date.now() - s.opened) / 1000) };
-    if (reason === 'slow') this.log.warn('an event stream fell too far behind (EVENTS_BUFFER); it was cut off', { ...fields, unsentBytes: s.res.writableLength });
+    if (reason === 'slow') this.log.warn('an event stream fell too far behind (EVENTS_BUFFER); it was cut off', { ...fields, unsentBytes: s.pending });
     else this.log.debug('event stream ended', fields);
-    s.res.end(frame('end', undefined, JSON.stringify({ reason })));
+    s.send(frame('end', undefined, JSON.stringify({ reason })));
+    s.res.end();
     if (!s.res.writableFinished) {
       // a client that does not read even its final event goes after WRITE_TIMEOUT
       const t = setTimeout(() => s.res.destroy(), this.o.writeTimeoutMs);
@@ -339,7 +379,7 @@ export class Hub {
   private tick(): void {
     const now = Date.now();
     this.feed.tick(now);
-    const heartbeat = Buffer.from(`: heartbeat\nid: ${this.feed.head}\n\n`);
+    const heartbeat = new Frame(Buffer.from(`: heartbeat\nid: ${this.feed.head}\n\n`));
     const stallTicks = Math.max(1, Math.ceil(this.o.writeTimeoutMs / this.o.heartbeatMs));
     for (const s of this.streams) {
       if (s.ended) continue;
@@ -347,7 +387,7 @@ export class Hub {
         this.end(s, 'expired');
         continue;
       }
-      const pending = s.res.writableLength;
+      const pending = s.pending;
       if (pending > 0 && pending >= s.lastPending) {
         if (++s.stalled >= stallTicks) {
           this.log.warn('an event stream took no byte for WRITE_TIMEOUT; connection closed', { reqId: s.follow.reqId, user: s.follow.user, unsentBytes: pending });
@@ -358,7 +398,7 @@ export class Hub {
       } else s.stalled = 0;
       s.lastPending = pending;
       // the newest id goes with it: a reconnect does not replay what this stream passed over
-      if (s.live) s.res.write(heartbeat);
+      if (s.live) s.send(heartbeat);
     }
   }
 }
