@@ -446,6 +446,38 @@ describe('Live events: limits, slow consumers, shutdown', () => {
     assert.match(bad.stderr, /MAX_STREAMS must be below MAX_CONNECTIONS/);
   });
 
+  test('"The window is in memory (`EVENTS_WINDOW_MEMORY`, default 64 MiB, bounds its data too)": past it the oldest events go, and an id among them gets `reset`', async (t) => {
+    if (STORE === 'postgres') {
+      t.skip('the window of STORE=postgres is in the database');
+      return;
+    }
+    const server = await startServer({ env: { EVENTS_WINDOW_MEMORY: '100kb' } });
+    try {
+      const a = server.as('alice');
+      const s = await openEvents(server.url, '/api/v1/events', { token: a.token });
+      await s.waitFor((e) => e.event === 'ready');
+      const made = (await a.post(BASE, newSession({ name: 'heavy' }))).body.data;
+      const early = await s.waitFor((e) => e.event === 'session.created');
+      for (let i = 0; i < 4; i++) await a.post(`${BASE}/${made._id}/turns`, { role: 'assistant', content: `${i}`.repeat(40 * 1024) });
+      await s.until(() => s.of('turn.created').length === 4, 20_000, 'four turns');
+      await s.close();
+      const r = await openEvents(server.url, '/api/v1/events', { token: a.token, headers: { 'last-event-id': early.id } });
+      await r.waitFor((e) => e.event === 'ready');
+      assert.deepEqual(r.events.map((e) => e.event), ['reset', 'ready']);
+      assert.deepEqual(r.events[0].data, { reason: 'gone' });
+      // the newest events are kept
+      const recent = s.of('turn.created').at(-2);
+      const q = await openEvents(server.url, '/api/v1/events', { token: a.token, headers: { 'last-event-id': recent.id } });
+      await q.waitFor((e) => e.event === 'ready');
+      assert.ok(!q.events.some((e) => e.event === 'reset'));
+      assert.deepEqual(q.of('turn.created').map((e) => e.id), [s.of('turn.created').at(-1).id], 'what followed is replayed');
+      await r.close();
+      await q.close();
+    } finally {
+      await stop(server);
+    }
+  });
+
   test('"Event ids increase in commit order" across a restart; ' + (STORE === 'postgres' ? 'on PostgreSQL the window is in the database and survives it' : '"a client that comes back after one gets `reset`"'), async () => {
     const server = await startServer();
     const a = server.as('alice');
