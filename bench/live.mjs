@@ -7,7 +7,7 @@
 //     renames through both, with EVENTS=on against EVENTS=off: what ordering events by commit
 //     costs the write rate of several instances.
 // Run alone (node bench/live.mjs [--subscribers=N] [--writes=N] [--rounds=N] [--quick]
-// [--no-postgres]) or as the scenario `live` of npm run bench. Prints Markdown to stdout,
+// [--no-postgres] [--only=fanout,throughput,postgres]) or as the scenario `live` of npm run bench. Prints Markdown to stdout,
 // progress to stderr. The subscribers of the throughput rounds live in a child process of
 // their own (this file with --sink), so the load generator's process does not read them.
 import { spawn } from 'node:child_process';
@@ -380,9 +380,10 @@ function render({ fan, thr, pg }) {
 export async function liveReport(o, progress = (t) => process.stderr.write(`${t}\n`)) {
   const dir = mkdtempSync(join(tmpdir(), 'csa-bench-live-'));
   try {
-    const fan = await fanOut(dir, o, progress);
-    const thr = await throughput(dir, { ...o, subscribers: o.throughputSubscribers }, progress);
-    const pg = o.postgres ? await postgresCost(dir, o, progress) : undefined;
+    const only = (part) => o.only === undefined || o.only.includes(part);
+    const fan = only('fanout') ? await fanOut(dir, o, progress) : undefined;
+    const thr = only('throughput') ? await throughput(dir, { ...o, subscribers: o.throughputSubscribers }, progress) : undefined;
+    const pg = o.postgres && only('postgres') ? await postgresCost(dir, o, progress) : undefined;
     return render({ fan, thr, pg });
   } finally {
     rmSync(dir, { recursive: true, force: true });
@@ -403,6 +404,7 @@ if (process.argv[1] === HERE) {
       warmupMs: flag('warmup', quick ? 0.5 : 1) * 1000,
       durationMs: flag('duration', quick ? 1 : 3) * 1000,
       postgres: !argv.includes('--no-postgres'),
+      only: argv.find((a) => a.startsWith('--only='))?.slice(7).split(','),
     });
     process.stdout.write(`${text}\n`);
   }
