@@ -107,8 +107,25 @@ class Stream {
     this.chunked = res.chunkedEncoding;
   }
 
+  /** Frames taken during one delivery, written together when it ends (see Hub.deliver). */
+  queue: Frame[] | undefined;
+
   send(f: Frame): void {
     this.socket.write(f.bytes(this.chunked));
+  }
+
+  /** Writes what was queued, several frames in one system call (writev). */
+  flush(): void {
+    const q = this.queue;
+    if (q === undefined) return;
+    this.queue = undefined;
+    if (q.length === 1) {
+      this.send(q[0] as Frame);
+      return;
+    }
+    this.socket.cork();
+    for (const f of q) this.send(f);
+    this.socket.uncork();
   }
 
   /** Bytes written and not yet taken by the kernel. */
@@ -304,13 +321,19 @@ export class Hub {
 
   /** `reset`: what follows Last-Event-ID cannot be replayed; the client reads everything again. */
   private reset(s: Stream, reason: string, id: number = this.feed.head): void {
+    s.flush();
     s.cursor = Math.max(s.cursor, id);
     s.send(frame('reset', s.cursor, JSON.stringify({ reason })));
   }
 
-  /** New events, in id order: each serialized once, written to every live stream it is for. */
+  /**
+   * New events, in id order: each serialized once, and given to every live stream it is for. A
+   * stream's events of one delivery (a turn and the session.updated it makes, a group's writes
+   * of one user) go out in one system call: on each of them, the call is most of what it costs.
+   */
   private deliver(events: readonly LoggedEvent[]): void {
     this.eventsDelivered += events.length;
+    const touched: Stream[] = [];
     for (const e of events) {
       if (e.type === 'reset') {
         for (const s of this.streams) if (s.live && !s.ended) this.reset(s, 'import', e.id);
@@ -326,7 +349,11 @@ export class Hub {
             this.end(s, 'slow');
             continue;
           }
-          s.send((bytes ??= frameOf(e)));
+          bytes ??= frameOf(e);
+          if (s.queue === undefined) {
+            s.queue = [bytes];
+            touched.push(s);
+          } else s.queue.push(bytes);
           s.cursor = e.id;
         }
       }
@@ -335,6 +362,7 @@ export class Hub {
         if (set !== undefined) for (const s of set) this.end(s, 'deleted');
       }
     }
+    for (const s of touched) s.flush();
   }
 
   /** Ends a stream with a final event saying why. */
@@ -346,6 +374,7 @@ export class Hub {
     const fields = { reqId: s.follow.reqId, user: s.follow.user, reason, seconds: Math.round((Date.now() - s.opened) / 1000) };
     if (reason === 'slow') this.log.warn('an event stream fell too far behind (EVENTS_BUFFER); it was cut off', { ...fields, unsentBytes: s.pending });
     else this.log.debug('event stream ended', fields);
+    s.flush();
     s.send(frame('end', undefined, JSON.stringify({ reason })));
     s.res.end();
     if (!s.res.writableFinished) {
