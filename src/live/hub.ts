@@ -79,9 +79,9 @@ class Frame {
 
 /**
  * One stream. Events are written straight to its socket, already framed (the head went through
- * node:http, and `res.end()` writes the last chunk): one write call per stream and event, where
- * node's `res.write` makes four and a deferred flush, which at 10,000 streams is most of the
- * time an event takes (bench/README.md).
+ * node:http, and `res.end()` writes the last chunk): one write call per stream and delivery,
+ * where node's `res.write` makes four per event and defers their flush (the fan-out took 10-15%
+ * less CPU so, bench/README.md).
  */
 class Stream {
   /** Indexed under its key and written to as events come (after its replay). */
@@ -96,6 +96,8 @@ class Stream {
   readonly opened = Date.now();
   /** HTTP/1.1 answers are chunked; an HTTP/1.0 one is delimited by the connection's end. */
   readonly chunked: boolean;
+  /** Frames taken during one delivery, written together when it ends (see Hub.deliver). */
+  queue: Frame[] | undefined;
 
   constructor(
     readonly res: ServerResponse,
@@ -106,9 +108,6 @@ class Stream {
     this.cursor = cursor;
     this.chunked = res.chunkedEncoding;
   }
-
-  /** Frames taken during one delivery, written together when it ends (see Hub.deliver). */
-  queue: Frame[] | undefined;
 
   send(f: Frame): void {
     this.socket.write(f.bytes(this.chunked));
