@@ -298,6 +298,23 @@ describe('Live events', () => {
     }
   });
 
+  test('an HTTP/1.0 client (no chunked encoding) gets the same events, delimited by the end of the connection', async () => {
+    const made = (await alice.post(BASE, newSession({ name: 'old client' }))).body.data;
+    const sock = connect(server.port, '127.0.0.1');
+    let got = '';
+    sock.setEncoding('utf8');
+    sock.on('data', (d) => (got += d));
+    const closed = new Promise((r) => sock.once('close', r));
+    sock.write(`GET ${BASE}/${made._id}/events HTTP/1.0\r\nAuthorization: Bearer ${alice.token}\r\n\r\n`);
+    await eventually(() => got.includes('event: ready'), 'the stream is open');
+    await alice.del(`${BASE}/${made._id}`);
+    await closed;
+    assert.match(got, /^HTTP\/1\.1 200 OK\r\n/);
+    assert.doesNotMatch(got, /transfer-encoding/i);
+    const body = got.slice(got.indexOf('\r\n\r\n') + 4);
+    assert.match(body, /^id: \d+\nevent: ready\ndata: \{\}\n\nid: \d+\nevent: session\.deleted\ndata: \{"_id":"[0-9a-f]{24}"\}\n\nevent: end\ndata: \{"reason":"deleted"\}\n\n$/);
+  });
+
   test('HEAD on an event route answers the head of the stream and ends', async () => {
     const r = await server.request('HEAD', '/api/v1/events', { token: alice.token });
     assert.equal(r.status, 200);
