@@ -11,6 +11,7 @@ import { api, BASELINE, cpuSecondsOf, EXAMPLE_PROVIDERS, logLines, median, memor
 import { generateDataDir, PER_LIST } from './datagen.mjs';
 import { buildRequest, percentile, runLoad } from './loadgen.mjs';
 import { profileTable } from './profile.mjs';
+import { conversationGroups, conversationScenarios, renderConversations } from './conversations.mjs';
 
 const HELP = `Usage: node bench/run.mjs [SCENARIO|GROUP ...] [options]   (npm run bench -- [...])
 
@@ -491,6 +492,7 @@ const scenarios = [
   { name: 'cold-start', run: coldStart },
   { name: 'replay', run: replay },
   { name: 'list-scale', run: listScale },
+  ...conversationScenarios({ opts, report, progress, runDir: () => runDir, track: (p) => live.add(p) }),
   // the live feed's measurements (bench/live.mjs), reported in a section of their own
   { name: 'live', run: async () => sections.push(await (await import('./live.mjs')).liveReport({ subscribers: quick ? 2000 : 10_000, throughputSubscribers: 1000, writes: quick ? 50 : 200, ...opts, postgres: true }, progress)) },
 ];
@@ -502,6 +504,7 @@ const groups = {
   writes: ['create-1', 'create-16', 'create-64', 'fsync', 'update', 'turn'],
   scale: ['replay', 'list-scale'],
   startup: ['cold-start', 'replay'],
+  ...conversationGroups,
 };
 
 if (has('help') || has('h')) {
@@ -621,6 +624,7 @@ function render(wallSeconds) {
     L.push('## Cold start', '', '| empty data directory, spawn → first /healthz 200 | median ms | min ms | max ms |', '|---|---:|---:|---:|');
     L.push(`| ${c.runs} runs | ${ms(c.median)} | ${ms(c.min)} | ${ms(c.max)} |`, '');
   }
+  L.push(...renderConversations(report));
   const t = targets();
   if (t.length > 0) L.push('## Targets', '', '| target | measured | met |', '|---|---|---|', ...t, '');
   for (const section of sections) L.push(section, '');

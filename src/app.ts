@@ -9,6 +9,7 @@ import { providerRoutes } from './api/providers.js';
 import type { RouteDef } from './api/route.js';
 import { serviceRoutes } from './api/service.js';
 import { sessionRoutes } from './api/sessions.js';
+import { turnRoutes } from './api/turns.js';
 import { Authenticator } from './auth/authenticate.js';
 import type { Secrets } from './auth/secret.js';
 import { TicketCodec } from './auth/tickets.js';
@@ -56,9 +57,11 @@ export function createApp(p: AppParts): App {
   const docsRoute = config.docs ? (): DocsPage => docs as DocsPage : undefined;
   const { limits } = config;
   const live = liveFeed(p);
+  const sessionDeps = { store: p.store, access: config.access, cursors: new CursorCodec(p.secrets.current) };
   const routes: RouteDef[] = [
     ...serviceRoutes({ version: p.version, catalog: p.catalog, store: p.store, metrics: p.metrics, openApiBody: () => openApiBody, docsPage: docsRoute }),
-    ...sessionRoutes({ store: p.store, access: config.access, cursors: new CursorCodec(p.secrets.current) }),
+    ...sessionRoutes(sessionDeps),
+    ...turnRoutes(sessionDeps),
     ...(live === undefined ? [] : eventRoutes({ hub: live.hub, tickets: live.tickets, store: p.store, access: config.access })),
     ...providerRoutes(p.catalog),
   ];

@@ -64,7 +64,7 @@ describe('Live events', () => {
     await stop(server);
   });
 
-  test('"Events carry the record as the API answers it." session.created, session.updated, turn.created (with the session.updated of its raise), session.deleted, in order, with increasing ids; the stream is text/event-stream, not buffered by nginx, and begins with `ready`', async () => {
+  test('"Events carry the record as the API answers it." session.created, session.updated, turn.created (with the session.updated of its new head), session.deleted, in order, with increasing ids; the stream is text/event-stream, not buffered by nginx, and begins with `ready`', async () => {
     const s = await follow('/api/v1/events', alice);
     assert.match(s.headers['content-type'], /^text\/event-stream/);
     assert.equal(s.headers['cache-control'], 'no-store');
@@ -81,16 +81,55 @@ describe('Live events', () => {
     const events = s.events.slice(1);
     assert.deepEqual(
       events.map((e) => e.event),
-      ['session.created', 'session.updated', 'turn.created', ...(raised.updatedAt !== renamed.updatedAt ? ['session.updated'] : []), 'session.deleted'],
+      ['session.created', 'session.updated', 'turn.created', 'session.updated', 'session.deleted'],
     );
     assert.deepEqual(events[0].data, made, 'the session as the create answered it');
     assert.deepEqual(events[1].data, renamed);
     assert.deepEqual(events[2].data, turn, 'the turn as the append answered it');
     assert.deepEqual(events.at(-1).data, { _id: made._id });
-    if (raised.updatedAt !== renamed.updatedAt) assert.deepEqual(events[3].data, raised, 'the session as its turn left it');
+    assert.deepEqual(events[3].data, raised, 'the session as its turn left it (the turn its head)');
+    assert.equal(raised.headTurnId, turn._id);
     const ids = s.events.map((e) => Number(e.id));
     for (let i = 1; i < ids.length; i++) assert.ok(ids[i] > ids[i - 1], `ids increase: ${ids}`);
     assert.ok(ids.every(Number.isSafeInteger));
+  });
+
+  test('"Every change of a conversation is an event." An edit of a turn is `turn.updated`, a deletion of turns one `turn.deleted` naming every turn that went, a switch of head a `session.updated`, each followed by the session as it leaves it; a fork is one `session.created`', async () => {
+    const made = (await alice.post(BASE, newSession({ name: 'tree' }))).body.data;
+    const list = await follow('/api/v1/events', alice);
+    const own = await follow(`${BASE}/${made._id}/events`, alice);
+    const say = async (content, over = {}) => (await alice.post(`${BASE}/${made._id}/turns`, { role: 'user', content, ...over })).body.data;
+    const q = await say('question');
+    const a1 = await say('answer 1', { role: 'assistant' });
+    const a2 = await say('answer 2', { role: 'assistant', parentId: q._id });
+    const q2 = await say('follow-up');
+    const from = Number(own.lastEventId);
+    const edited = await alice.put(`${BASE}/${made._id}/turns/${a1._id}`, { content: 'answer 1, edited', usage: { inputTokens: 3, outputTokens: 4 } });
+    assert.equal(edited.status, 200, edited.text);
+    const afterEdit = (await alice.get(`${BASE}/${made._id}`)).body.data;
+    const switched = (await alice.put(`${BASE}/${made._id}`, { headTurnId: a1._id })).body.data;
+    assert.equal(switched.headTurnId, a1._id);
+    const deleted = await alice.del(`${BASE}/${made._id}/turns/${a2._id}`);
+    assert.equal(deleted.status, 200, deleted.text);
+    const afterDelete = (await alice.get(`${BASE}/${made._id}`)).body.data;
+    const fork = await alice.post(`${BASE}/${made._id}/fork`, { name: 'a fork' });
+    assert.equal(fork.status, 201, fork.text);
+    await list.waitFor((e) => e.event === 'session.created' && e.data._id === fork.body.data._id);
+    await own.waitFor((e) => e.event === 'turn.deleted');
+    const seen = own.events.filter((e) => Number(e.id) > from && e.event !== 'ready');
+    assert.deepEqual(seen.map((e) => e.event), ['turn.updated', 'session.updated', 'session.updated', 'turn.deleted', 'session.updated']);
+    assert.deepEqual(seen[0].data, edited.body.data, 'the turn as the edit answered it');
+    assert.deepEqual(seen[1].data, afterEdit);
+    assert.deepEqual(seen[2].data, switched);
+    assert.equal(seen[3].data._id, a2._id);
+    assert.equal(seen[3].data.session, made._id);
+    assert.deepEqual([...seen[3].data.ids].sort(), [a2._id, q2._id].sort(), 'the turn and its descendants');
+    assert.deepEqual(seen[4].data, afterDelete);
+    assert.equal(afterDelete.headTurnId, a1._id, 'the head was not among them');
+    const listed = list.events.filter((e) => Number(e.id) > from && e.event !== 'ready');
+    assert.deepEqual(listed.map((e) => e.event), [...seen.map((e) => e.event), 'session.created'], 'the lists\' feed has the same, and the fork');
+    assert.deepEqual(listed.at(-1).data, fork.body.data, 'the fork as its POST answered it');
+    assert.ok(!own.events.some((e) => e.event === 'session.created'), "a fork is not an event of its source's stream");
   });
 
   test('"The lists\' feed is what the caller may list." Without `projectId`, the caller\'s own sessions; with it, the project\'s (ACCESS=shared), whoever owns them; a session\'s own feed takes only that session; an unknown session is 404', async () => {

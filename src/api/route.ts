@@ -70,6 +70,7 @@ export type SchemaName =
   | 'Provider'
   | 'ProviderList'
   | 'Deleted'
+  | 'TurnDeleted'
   | 'Health'
   | 'OpenApi'
   | 'Metrics'
@@ -82,6 +83,8 @@ export interface ResponseDoc {
   readonly description: string;
   /** Omitted for error answers, which all share the Error schema. */
   readonly schema?: SchemaName;
+  /** The answer carries the session's ETag (always so for a ChatSession). */
+  readonly etag?: boolean;
 }
 
 export interface RouteDef<Q extends Record<string, QueryField> = Record<string, QueryField>, B extends Record<string, BodyField> = Record<string, BodyField>> {

@@ -6,7 +6,7 @@ import type { ChangeEvent } from '../store/store.js';
 import type { Change } from '../store/writer.js';
 
 /** The types of the events changes make, in the order the feed's documentation lists them. */
-export const CHANGE_EVENT_TYPES = ['session.created', 'session.updated', 'session.deleted', 'turn.created'] as const;
+export const CHANGE_EVENT_TYPES = ['session.created', 'session.updated', 'session.deleted', 'turn.created', 'turn.updated', 'turn.deleted'] as const;
 export type ChangeEventType = (typeof CHANGE_EVENT_TYPES)[number];
 
 /**
@@ -23,14 +23,22 @@ function event(type: ChangeEventType, session: { readonly _id: string; readonly 
 export function eventsOf(c: Change): ChangeEvent[] {
   switch (c.kind) {
     case 'create':
+    case 'fork':
+      // a fork's copies are not sent one by one: its session.created says forkedFrom, and its turns are one read away
       return [event('session.created', c.session, c.json)];
     case 'update':
       return [event('session.updated', c.session, c.json)];
-    case 'turn': {
-      const turn = event('turn.created', c.session, c.json);
-      // the turn raised the session's updatedAt: list views move it to the top
-      return c.raised ? [turn, event('session.updated', c.session, JSON.stringify(c.session))] : [turn];
-    }
+    case 'turn':
+      // the turn became the session's head (and raised its updatedAt): list views move it to the top
+      return [event('turn.created', c.session, c.json), event('session.updated', c.session, c.sessionJson)];
+    case 'editTurn':
+      return [event('turn.updated', c.session, c.json), event('session.updated', c.session, c.sessionJson)];
+    case 'deleteTurns':
+      // one event for the subtree: the turn the DELETE named, and every turn that went with it
+      return [
+        event('turn.deleted', c.session, JSON.stringify({ _id: c.turnId, session: c.sessionId, ids: c.ids })),
+        event('session.updated', c.session, c.sessionJson),
+      ];
     case 'delete':
       return [event('session.deleted', c.session, JSON.stringify({ _id: c.id }))];
   }
