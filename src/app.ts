@@ -57,7 +57,7 @@ export function createApp(p: AppParts): App {
   const docsRoute = config.docs ? (): DocsPage => docs as DocsPage : undefined;
   const { limits } = config;
   const live = liveFeed(p);
-  const sessionDeps = { store: p.store, access: config.access, cursors: new CursorCodec(p.secrets.current) };
+  const sessionDeps = { store: p.store, access: config.access, cursors: new CursorCodec(p.secrets.current), maxTurnBytes: config.bodyLimit };
   const routes: RouteDef[] = [
     ...serviceRoutes({ version: p.version, catalog: p.catalog, store: p.store, metrics: p.metrics, openApiBody: () => openApiBody, docsPage: docsRoute }),
     ...sessionRoutes(sessionDeps),

@@ -49,6 +49,8 @@ export interface Config {
   readonly databaseUrl: string | undefined;
   readonly databaseSchema: string;
   readonly databasePoolSize: number;
+  /** STORE=postgres: a streaming turn with no write for this long is taken as left by a crash (STREAMING_IDLE). */
+  readonly streamingIdleMs: number;
   /** false only to measure what group commit buys (GROUP_COMMIT=off): one write per commit. */
   readonly groupCommit: boolean;
   readonly sqliteFile: string;
@@ -120,6 +122,7 @@ export const SETTINGS: readonly Setting[] = [
   { env: 'DATABASE_URL', flag: '--database-url', def: '(none)', help: 'STORE=postgres: postgres://user:password@host:port/db?sslmode=disable|require|verify-full[&sslrootcert=FILE]' },
   { env: 'DATABASE_SCHEMA', flag: '--database-schema', def: 'chat_session_api', help: 'STORE=postgres: the schema holding the tables (created and migrated at start)' },
   { env: 'DATABASE_POOL_SIZE', flag: '--database-pool-size', def: '10', help: 'STORE=postgres: connections to the database at most' },
+  { env: 'STREAMING_IDLE', flag: '--streaming-idle', def: '5m', help: 'STORE=postgres: a streaming turn that takes no delta for this long is marked interrupted (ms, s, m)' },
   { env: 'GROUP_COMMIT', flag: '--group-commit', def: 'on', help: 'off only to measure what sharing commits buys: one write per commit' },
   { env: 'MAX_CONNECTIONS', flag: '--max-connections', def: '1000', help: 'open connections at most; past it the oldest idle one is closed (keep below the descriptor limit)' },
   { env: 'BODY_MEMORY', flag: '--body-memory', def: '64mb', help: 'request body bytes held at once over all requests; past it 503 (at least BODY_LIMIT)' },
@@ -307,6 +310,7 @@ export function loadConfig(env: NodeJS.ProcessEnv, flags: Raw = new Map(), cwd: 
     databaseUrl,
     databaseSchema: (get('DATABASE_SCHEMA') ?? 'chat_session_api').trim(),
     databasePoolSize: parseCount('DATABASE_POOL_SIZE', get('DATABASE_POOL_SIZE') ?? '10', 1000),
+    streamingIdleMs: parseDuration('STREAMING_IDLE', get('STREAMING_IDLE') ?? '5m'),
     groupCommit: parseSwitch('GROUP_COMMIT', get('GROUP_COMMIT') ?? 'on'),
     sqliteFile: sqliteText === undefined ? join(dataDir, 'chat-sessions.db') : resolve(cwd, sqliteText),
     sqliteCacheBytes: parseSize('SQLITE_CACHE', get('SQLITE_CACHE') ?? '32mb'),

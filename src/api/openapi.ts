@@ -85,6 +85,16 @@ const RESPONSES: Record<SchemaName, Json> = {
   ProviderList: envelope({ type: 'array', items: ref('Provider') }),
   Deleted: { type: 'object', required: ['success', 'message'], properties: { success: { const: true }, message: { const: 'Chat session deleted' } } },
   TurnDeleted: { type: 'object', required: ['success', 'message'], properties: { success: { const: true }, message: { const: 'Turn deleted' } } },
+  DeltaAppended: envelope({
+    type: 'object',
+    required: ['_id', 'session', 'at'],
+    properties: {
+      _id: { type: 'string', description: 'The turn.' },
+      session: { type: 'string' },
+      at: { type: 'integer', description: "Length of the text before the delta, in UTF-16 code units (JavaScript's length): where the delta's text begins." },
+      part: { type: 'integer', description: 'For content of parts: the index of the text part the delta went to.' },
+    },
+  }),
   Health: envelope({
     type: 'object',
     required: ['status'],
@@ -106,6 +116,7 @@ const RESPONSES: Record<SchemaName, Json> = {
       '`session.deleted`: `{"_id"}`;',
       '`turn.created`, `turn.updated`: the Turn as the turns list answers it (a new turn, an edit), each followed by the `session.updated` of its session;',
       '`turn.deleted`: `{"_id", "session", "ids"}`, the turn a DELETE named and every turn that went with it, then the `session.updated`;',
+      '`turn.delta` (only on a session\'s own stream): `{"_id", "session", "text", "at", "part"?}`, text appended to a streaming turn at `at` (its text\'s length before it, in UTF-16 code units) of its content, or of its part `part`;',
       '`ready`: `{}`, once, when the stream is live (after what Last-Event-ID replayed); its id is where to resume from;',
       '`reset`: `{"reason"}`: what followed Last-Event-ID cannot be replayed (older than the retained window, or unknown to this server): read the lists again;',
       '`end`: `{"reason"}`, the final event before the server closes the stream: `slow` (the client fell EVENTS_BUFFER behind), `expired` (the token expired), `deleted` (the session was deleted), `shutdown`.',

@@ -71,6 +71,7 @@ export type SchemaName =
   | 'ProviderList'
   | 'Deleted'
   | 'TurnDeleted'
+  | 'DeltaAppended'
   | 'Health'
   | 'OpenApi'
   | 'Metrics'

@@ -12,7 +12,7 @@ import type { OpenedTicket, TicketCodec } from '../auth/tickets.js';
 import { parseQuery, validateBody, validateQuery, ValidationError } from '../domain/schema.js';
 import { requestLineMiddle, type Logger } from '../log.js';
 import type { Metrics, RouteStats } from '../metrics.js';
-import { PreconditionFailed, SessionNotFound, StorageUnavailable, StorageWriteFailed, TurnNotFound } from '../store/store.js';
+import { PreconditionFailed, SessionNotFound, StorageUnavailable, StorageWriteFailed, TurnNotFound, TurnNotStreaming, TurnTooLarge } from '../store/store.js';
 import { readJsonObject, releaseBody, type BodyHold, type BodyRules } from './body.js';
 import type { Connection, ConnectionGuard } from './connections.js';
 import type { Cors } from './cors.js';
@@ -74,6 +74,8 @@ function toHttp(e: unknown): HttpError | undefined {
   if (e instanceof ValidationError) return new HttpError(400, e.message);
   if (e instanceof SessionNotFound || e instanceof TurnNotFound) return new HttpError(404, e.message);
   if (e instanceof PreconditionFailed) return new HttpError(412, e.message);
+  if (e instanceof TurnNotStreaming) return new HttpError(409, e.message);
+  if (e instanceof TurnTooLarge) return new HttpError(413, e.message);
   if (e instanceof NoCredentials) return new HttpError(401, 'Unauthorized', [['www-authenticate', 'Bearer']]);
   if (e instanceof TokenError) {
     return new HttpError(401, 'Unauthorized', [['www-authenticate', `Bearer error="invalid_token", error_description="${e.message}"`]]);

@@ -6,14 +6,14 @@ import type { ChangeEvent } from '../store/store.js';
 import type { Change } from '../store/writer.js';
 
 /** The types of the events changes make, in the order the feed's documentation lists them. */
-export const CHANGE_EVENT_TYPES = ['session.created', 'session.updated', 'session.deleted', 'turn.created', 'turn.updated', 'turn.deleted'] as const;
+export const CHANGE_EVENT_TYPES = ['session.created', 'session.updated', 'session.deleted', 'turn.created', 'turn.updated', 'turn.deleted', 'turn.delta'] as const;
 export type ChangeEventType = (typeof CHANGE_EVENT_TYPES)[number];
 
 /**
- * Types only a session's own stream carries (not the lists' feed): none yet. A streaming turn's
- * `turn.delta` will be one, so a list view is not woken by every token.
+ * Types only a session's own stream carries (not the lists' feed): a streaming turn's
+ * `turn.delta`, so a list view is not woken by every token.
  */
-export const SESSION_ONLY_TYPES: ReadonlySet<string> = new Set<string>();
+export const SESSION_ONLY_TYPES: ReadonlySet<string> = new Set<string>(['turn.delta']);
 
 function event(type: ChangeEventType, session: { readonly _id: string; readonly user: string; readonly project: string }, data: string | Buffer): ChangeEvent {
   return { type, session: session._id, owner: session.user, project: session.project, data };
@@ -39,6 +39,11 @@ export function eventsOf(c: Change): ChangeEvent[] {
         event('turn.deleted', c.session, JSON.stringify({ _id: c.turnId, session: c.sessionId, ids: c.ids })),
         event('session.updated', c.session, c.sessionJson),
       ];
+    case 'delta': {
+      const p = c.place;
+      const data = { _id: c.turn._id, session: c.turn.session, text: c.text, at: p.at, ...(p.part !== undefined ? { part: p.part } : {}) };
+      return [event('turn.delta', c.session, JSON.stringify(data))];
+    }
     case 'delete':
       return [event('session.deleted', c.session, JSON.stringify({ _id: c.id }))];
   }

@@ -27,6 +27,7 @@ function openPostgres(config: Config, log: Logger, observer?: StoreObserver, rea
     url: config.databaseUrl,
     schema: config.databaseSchema,
     poolSize: config.databasePoolSize,
+    streamingIdleMs: config.streamingIdleMs,
     log,
     groupCommit: config.groupCommit,
     observer,

@@ -5,6 +5,7 @@
 // is committed (or has failed and changed nothing).
 import type { SessionKey, TurnKey } from '../domain/order.js';
 import type { ChatSession, JsonObject, Turn, TurnContent, TurnStatus, TurnUsage } from '../domain/records.js';
+import type { DeltaPlace } from '../domain/deltas.js';
 import type { Change, CommitListener } from './writer.js';
 
 export type { SessionKey, TurnKey } from '../domain/order.js';
@@ -249,6 +250,20 @@ export interface Store {
    * createdAt. SessionNotFound, TurnNotFound.
    */
   forkSession(sourceId: string, turnId: string | undefined, owner: string, build: (source: Current) => ChatSession): Promise<SessionRecord>;
+  /**
+   * Appends `text` to a streaming turn's content (src/domain/deltas.ts says where) after
+   * `check(current)` passes; the session does not change (its updatedAt, its version). Refused
+   * with TurnNotStreaming when the turn's status is not `streaming`, TurnTooLarge when its JSON
+   * would pass `maxBytes`. SessionNotFound, TurnNotFound.
+   */
+  appendDelta(sessionId: string, turnId: string, check: (current: Current) => void, text: string, maxBytes: number): Promise<TurnDelta>;
+  /**
+   * Streaming turns that no server is streaming any more: with `atStart` on an engine of one
+   * server (journal, sqlite), every streaming turn, since the server that streamed them is gone;
+   * on PostgreSQL, whose instances share the data, at any time the ones that took no write for
+   * the engine's idle time. The server marks them `interrupted`.
+   */
+  leftStreaming(atStart: boolean): Promise<readonly { readonly session: string; readonly turnId: string }[]>;
 
   /** Every live session with its turns, as of one moment. */
   exportAll(): Promise<ExportSnapshot>;
@@ -294,6 +309,28 @@ export class TurnNotFound extends Error {
   constructor() {
     super('Turn not found');
   }
+}
+
+/** A delta to a turn whose status is not `streaming`. */
+export class TurnNotStreaming extends Error {
+  override readonly name = 'TurnNotStreaming';
+  constructor() {
+    super('Turn is not streaming');
+  }
+}
+
+/** A delta that would make its turn larger than a turn may be. */
+export class TurnTooLarge extends Error {
+  override readonly name = 'TurnTooLarge';
+  constructor() {
+    super('Turn too large');
+  }
+}
+
+/** A delta as committed: the turn's new JSON, and where the text went. */
+export interface TurnDelta {
+  readonly turn: TurnRecord;
+  readonly place: DeltaPlace;
 }
 
 export class PreconditionFailed extends Error {

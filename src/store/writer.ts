@@ -5,6 +5,7 @@
 // all of it durable, or none of it and every write of the group refused. Engines supply only
 // the committed state and the commit; the rules of what a write does live here, once: every
 // resulting session state, its version and its newest turn are decided here.
+import { appendText, isStreamingJson, type DeltaPlace } from '../domain/deltas.js';
 import { newObjectId } from '../domain/ids.js';
 import { turnBefore, type TurnKey } from '../domain/order.js';
 import { chatSession, nextTimestamp, raisedByTurn, turnRecord, type ChatSession, type Turn } from '../domain/records.js';
@@ -15,10 +16,13 @@ import {
   StorageUnavailable,
   StorageWriteFailed,
   TurnNotFound,
+  TurnNotStreaming,
+  TurnTooLarge,
   type Current,
   type SessionRecord,
   type SessionState,
   type TreeTurn,
+  type TurnDelta,
   type TurnEdit,
   type TurnNode,
   type TurnRecord,
@@ -86,6 +90,19 @@ export type Change =
       readonly version: string;
       /** The copies, root first. */
       readonly turns: readonly TurnWithJson[];
+    }
+  | {
+      readonly kind: 'delta';
+      /** The streaming turn with the text appended (same _id, place and createdAt). */
+      readonly turn: Turn;
+      readonly json: Buffer;
+      /** UTF-8 bytes of the turn's JSON before the delta. */
+      readonly previousBytes: number;
+      /** The text appended, and where it went. */
+      readonly text: string;
+      readonly place: DeltaPlace;
+      /** The session, which a delta does not change (the live feed tells whoever may see it). */
+      readonly session: ChatSession;
     }
   | {
       readonly kind: 'delete';
@@ -480,6 +497,30 @@ export class SerialWriter {
       for (const c of turns) tree.added.set(c.turn._id, treeTurnOf(c.turn, c.json));
       return { kind: 'fork', session, json, version: versionOfSession(json, last), turns };
     }, sessionResult);
+  }
+
+  appendDelta(sessionId: string, turnId: string, check: (current: Current) => void, text: string, maxBytes: number): Promise<TurnDelta> {
+    return this.submit<TurnDelta>([sessionId], undefined, needsOf(sessionId, { turns: [turnId] }), (view) => {
+      const current = view.current(sessionId);
+      if (current === undefined) throw new SessionNotFound();
+      check(current);
+      const found = current.turn(turnId);
+      if (found === undefined) throw new TurnNotFound();
+      if (!isStreamingJson(found.json)) throw new TurnNotStreaming();
+      const was = turnRecord(JSON.parse(found.json.toString('utf8')) as Turn);
+      const { content, place } = appendText(was.content, text);
+      const turn = turnRecord({ ...was, content });
+      const json = ownBytes(JSON.stringify(turn));
+      if (json.length > maxBytes) throw new TurnTooLarge();
+      // the session is not staged: a delta leaves it as it is
+      const tree = view.tree(sessionId);
+      if (tree.added.has(turnId)) tree.added.set(turnId, treeTurnOf(turn, json));
+      else tree.edited.set(turnId, treeTurnOf(turn, json));
+      return { kind: 'delta', turn, json, previousBytes: found.bytes, text, place, session: current.session };
+    }, (c) => {
+      if (c.kind !== 'delta') throw new Error(`a ${c.kind} change has no delta answer`);
+      return { turn: { _id: c.turn._id, createdAt: c.turn.createdAt, json: c.json }, place: c.place };
+    });
   }
 
   /**

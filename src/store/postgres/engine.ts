@@ -18,6 +18,7 @@ import {
   TurnNotFound,
   type Branch,
   type Current,
+  type TurnDelta,
   type TurnEdit,
   type TurnUpdate,
   type WriteHint,
@@ -47,6 +48,8 @@ export interface PostgresOptions {
   readonly url: string;
   readonly schema: string;
   readonly poolSize: number;
+  /** A streaming turn with no write for this long was left by a crash (see leftStreaming); default 5 minutes. */
+  readonly streamingIdleMs?: number;
   readonly log: Logger;
   /** false only to measure what group commit buys: one write per transaction. */
   readonly groupCommit: boolean;
@@ -373,6 +376,21 @@ export class PostgresStore implements Store, GroupSource {
 
   forkSession(sourceId: string, turnId: string | undefined, owner: string, build: (source: Current) => ChatSession): Promise<SessionRecord> {
     return this.writer.forkSession(sourceId, turnId, owner, build);
+  }
+
+  appendDelta(sessionId: string, turnId: string, check: (current: Current) => void, text: string, maxBytes: number): Promise<TurnDelta> {
+    return this.writer.appendDelta(sessionId, turnId, check, text, maxBytes);
+  }
+
+  /**
+   * Streaming turns that took no write (creation, delta, edit) for the idle time, at any time:
+   * instances share the data, so one that starts cannot tell a turn another instance is
+   * streaming from one a crashed instance left, except by its silence.
+   */
+  async leftStreaming(): Promise<readonly { session: string; turnId: string }[]> {
+    const idle = this.opts.streamingIdleMs ?? 5 * 60_000;
+    const r = await this.pool.query(`SELECT session, id FROM ${this.S}.turns WHERE streamed_at < clock_timestamp() - $1::bigint * interval '1 millisecond'`, [String(idle)]);
+    return r.rows.map((row) => ({ session: row[0] as string, turnId: row[1] as string }));
   }
 
   onCommitted(listener: CommitListener): void {

@@ -5,8 +5,9 @@
 import type { Pool, Queryable } from '../../pg/pool.js';
 import { StoreOpenFailed } from '../store.js';
 import { placesSql } from '../tree-index.js';
+import { isStreamingSql } from './group.js';
 
-export const SCHEMA_VERSION = 3;
+export const SCHEMA_VERSION = 4;
 
 /** Each step takes the schema from version i to i + 1; `S` stands for the quoted schema name. */
 const MIGRATIONS: readonly ((S: string) => string)[] = [
@@ -86,6 +87,13 @@ const MIGRATIONS: readonly ((S: string) => string)[] = [
     id text PRIMARY KEY,
     expires_at bigint NOT NULL
   );
+  `,
+  // 4: streaming turns: when each took its last write (creation, delta, edit), so an instance
+  // tells a turn a live client streams from one left by a crash (./engine.ts, leftStreaming)
+  (S) => `
+  ALTER TABLE ${S}.turns ADD COLUMN streamed_at timestamptz;
+  UPDATE ${S}.turns SET streamed_at = now() WHERE ${isStreamingSql('json')};
+  CREATE INDEX turns_streaming ON ${S}.turns (streamed_at) WHERE streamed_at IS NOT NULL;
   `,
 ];
 
