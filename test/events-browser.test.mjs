@@ -1,7 +1,7 @@
 // The live feed in a real browser (docs/DECISIONS.md, "Live events"): headless Chromium, driven
 // over the DevTools pipe, loads a page from another origin (so CORS is exercised as a front end
 // on its own host meets it), trades a token minted with the CLI for a ticket, opens an
-// EventSource on a session's stream, and sees the turns recorded through the API arrive; then,
+// EventSource on a session's stream, and sees the turns recorded through the API arrive, a streaming turn with its deltas too; then,
 // as a reloaded page does, comes back with a new ticket and lastEventId and gets what it missed.
 import assert from 'node:assert/strict';
 import { createServer } from 'node:http';
@@ -19,7 +19,7 @@ const PAGE = `<!doctype html><meta charset="utf-8"><title>live feed</title>
     const { data } = await r.json();
     const from = lastEventId ? '&lastEventId=' + encodeURIComponent(lastEventId) : '';
     const es = new EventSource(api + '/api/v1/chat-sessions/' + sessionId + '/events?ticket=' + data.ticket + from);
-    for (const type of ['ready', 'reset', 'turn.created', 'session.updated', 'end']) {
+    for (const type of ['ready', 'reset', 'turn.created', 'turn.delta', 'turn.updated', 'session.updated', 'end']) {
       es.addEventListener(type, (e) => window.seen.push({ type, id: e.lastEventId, data: JSON.parse(e.data) }));
     }
     es.onerror = () => window.seen.push({ type: 'error', readyState: es.readyState });
@@ -47,7 +47,7 @@ after(async () => {
 });
 
 describe('The live feed in a browser', () => {
-  test('"The browser test drives Debian\'s Chromium over the DevTools protocol on a pipe": a page on another origin trades a token minted with the CLI for a ticket, opens an EventSource on a session\'s stream with it, and sees the turns recorded through the API arrive; reloaded, a new EventSource with a new ticket and `lastEventId` gets the turn it missed', async (t) => {
+  test('"The browser test drives Debian\'s Chromium over the DevTools protocol on a pipe": a page on another origin trades a token minted with the CLI for a ticket, opens an EventSource on a session\'s stream with it, and sees the turns recorded through the API arrive, and a streaming turn with its deltas; reloaded, a new EventSource with a new ticket and `lastEventId` gets the turn it missed', async (t) => {
     if (!chromiumOrSkip(t, 'the live feed was not tried in a browser')) return;
     const minted = runCli(['token', '--sub', 'browser-user'], { env: { AUTH_SECRET: SECRET } });
     assert.equal(minted.code, 0, minted.stderr);
@@ -88,6 +88,22 @@ describe('The live feed in a browser', () => {
         const seen = await seenOnPage(`(e) => e.type === 'turn.created' && e.data._id === ${JSON.stringify(r.body.data._id)}`, content);
         assert.deepEqual(seen.data, r.body.data, 'the turn as the API answered it');
       }
+      // a reply that streams in: the turn, then its deltas, then its completion
+      const streaming = (await api.request('POST', `/api/v1/chat-sessions/${id}/turns`, { token, json: { role: 'assistant', content: 'Stream', status: 'streaming' } })).body.data;
+      await seenOnPage(`(e) => e.type === 'turn.created' && e.data._id === ${JSON.stringify(streaming._id)}`, 'the streaming turn');
+      for (const text of ['ing in', ' a browser']) {
+        const r = await api.request('POST', `/api/v1/chat-sessions/${id}/turns/${streaming._id}/deltas`, { token, json: { text } });
+        assert.equal(r.status, 200, r.text);
+      }
+      await api.request('PUT', `/api/v1/chat-sessions/${id}/turns/${streaming._id}`, { token, json: { status: 'complete' } });
+      const completed = await seenOnPage(`(e) => e.type === 'turn.updated'`, 'the turn completed');
+      const deltas = await browser.evaluate(`window.seen.filter((e) => e.type === 'turn.delta').map((e) => e.data)`);
+      assert.deepEqual(deltas, [
+        { _id: streaming._id, session: id, text: 'ing in', at: 6 },
+        { _id: streaming._id, session: id, text: ' a browser', at: 12 },
+      ], 'each delta, in order, with where it goes');
+      assert.equal(completed.data.content, 'Streaming in a browser');
+      assert.equal(completed.data.status, 'complete');
       const last = await browser.evaluate('window.seen.at(-1).id');
       assert.ok(last !== '', 'the page knows the last event id');
 
