@@ -7,14 +7,14 @@
 //     renames through both, with EVENTS=on against EVENTS=off: what ordering events by commit
 //     costs the write rate of several instances.
 // Run alone (node bench/live.mjs [--subscribers=N] [--writes=N] [--rounds=N] [--quick]
-// [--no-postgres] [--only=fanout,throughput,postgres]) or as the scenario `live` of npm run bench. Prints Markdown to stdout,
+// [--no-postgres] [--only=fanout,throughput,postgres,deltas]) or as the scenario `live` of npm run bench. Prints Markdown to stdout,
 // progress to stderr. The subscribers of the throughput rounds live in a child process of
 // their own (this file with --sink), so the load generator's process does not read them.
 import { spawn } from 'node:child_process';
-import { copyFileSync, mkdirSync, mkdtempSync, rmSync } from 'node:fs';
+import { copyFileSync, existsSync, mkdirSync, mkdtempSync, rmSync, statSync } from 'node:fs';
 import { connect } from 'node:net';
 import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { api, cpuSecondsOf, EXAMPLE_PROVIDERS, median, memoryOf, SECRET, SERVER, sleep, startProcess, token } from './common.mjs';
 import { buildRequest, percentile, runLoad } from './loadgen.mjs';
@@ -331,7 +331,60 @@ async function postgresCost(dir, { rounds, warmupMs, durationMs }, progress) {
 const int = (v) => Math.round(v).toLocaleString('en-US');
 const ms = (v) => (Math.abs(v) < 10 ? v.toFixed(2) : v.toFixed(1));
 
-function render({ fan, thr, pg }) {
+// ---- deltas of streaming turns ----
+
+/**
+ * Deltas of 20 characters to streaming turns, 8 clients each on a turn of its own, one delta
+ * after another: to small turns, then to turns of 400 KB (what a delta costs an engine that
+ * rewrites the whole turn), journal and sqlite. Also the journal's growth per delta.
+ */
+async function deltas(dir, { durationMs }, progress) {
+  const node24 = join(dirname(SERVER), '..', 'node_modules', 'node', 'bin', 'node');
+  const out = [];
+  for (const engine of ['journal', 'sqlite']) {
+    const at = join(dir, `deltas-${engine}`);
+    mkdirSync(at, { recursive: true });
+    copyFileSync(EXAMPLE_PROVIDERS, join(at, 'providers.json'));
+    const server = await startProcess({
+      script: SERVER,
+      cwd: at,
+      logFile: join(at, 'server.log'),
+      node: engine === 'sqlite' && existsSync(node24) ? node24 : process.execPath,
+      env: { DATA_DIR: at, AUTH_SECRET: SECRET, LOG_LEVEL: 'warn', HOST: '127.0.0.1', STORE: engine, BODY_LIMIT: '2mb', COMPACT_MIN_SIZE: '1gb' },
+    });
+    try {
+      const row = { engine };
+      for (const [size, start] of [['small', 'x'.repeat(100)], ['400 KB', 'x'.repeat(400_000)]]) {
+        const auth = token('delta-writer');
+        const s = await api(server.port, 'POST', '/api/v1/chat-sessions', { auth, body: { projectId: 'p', providerId: PROVIDER, selectedModel: 'm' } });
+        const turns = [];
+        for (let i = 0; i < 8; i++) turns.push((await api(server.port, 'POST', `/api/v1/chat-sessions/${s.body.data._id}/turns`, { auth, body: { role: 'assistant', content: start, status: 'streaming' } })).body.data._id);
+        const file = engine === 'journal' ? join(at, 'sessions.journal') : undefined;
+        const bytesBefore = file === undefined ? 0 : statSync(file).size;
+        let done = 0;
+        const until = Date.now() + durationMs;
+        await Promise.all(
+          turns.map(async (id) => {
+            while (Date.now() < until) {
+              const r = await api(server.port, 'POST', `/api/v1/chat-sessions/${s.body.data._id}/turns/${id}/deltas`, { auth, body: { text: 'twenty characters!!!' } });
+              if (r.status !== 200) throw new Error(`delta: ${r.status} ${r.text}`);
+              done++;
+            }
+          }),
+        );
+        row[size] = done / (durationMs / 1000);
+        if (file !== undefined) row[`${size} bytes`] = (statSync(file).size - bytesBefore) / done;
+        progress(`deltas ${engine} ${size}: ${Math.round(row[size])}/s`);
+      }
+      out.push(row);
+    } finally {
+      await server.stop();
+    }
+  }
+  return out;
+}
+
+function render({ fan, thr, pg, dl }) {
   const L = ['## Live feed', ''];
   if (fan !== undefined) {
     L.push(
@@ -373,6 +426,16 @@ function render({ fan, thr, pg }) {
       );
     }
   }
+  if (dl !== undefined) {
+    L.push(
+      'Deltas of streaming turns: 8 clients, each appending 20 characters at a time to a streaming turn of its own, one delta after another (each committed before the next); to small turns, then to turns of 400 KB, which an engine that rewrites the turn writes whole each time.',
+      '',
+      '| engine | deltas/s, small turns | deltas/s, 400 KB turns | journal bytes per delta |',
+      '|---|---:|---:|---:|',
+      ...dl.map((r) => `| ${r.engine} | ${int(r.small)} | ${int(r['400 KB'])} | ${r['small bytes'] === undefined ? '' : `${Math.round(r['small bytes'])} (small), ${Math.round(r['400 KB bytes'])} (400 KB)`} |`),
+      '',
+    );
+  }
   return L.join('\n');
 }
 
@@ -384,7 +447,8 @@ export async function liveReport(o, progress = (t) => process.stderr.write(`${t}
     const fan = only('fanout') ? await fanOut(dir, o, progress) : undefined;
     const thr = only('throughput') ? await throughput(dir, { ...o, subscribers: o.throughputSubscribers }, progress) : undefined;
     const pg = o.postgres && only('postgres') ? await postgresCost(dir, o, progress) : undefined;
-    return render({ fan, thr, pg });
+    const dl = only('deltas') ? await deltas(dir, o, progress) : undefined;
+    return render({ fan, thr, pg, dl });
   } finally {
     rmSync(dir, { recursive: true, force: true });
   }
