@@ -16,6 +16,8 @@ export interface SessionDeps {
   readonly access: AccessMode;
   readonly cursors: CursorCodec;
   readonly retentionDays: number | undefined;
+  /** The largest a turn's JSON may grow to by deltas, in bytes (BODY_LIMIT: what one request could record). */
+  readonly maxTurnBytes: number;
 }
 
 export const BASE = '/api/v1/chat-sessions';

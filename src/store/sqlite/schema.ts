@@ -4,12 +4,16 @@
 // stops the start with one line naming it and what to do; it is never reset.
 import { existsSync } from 'node:fs';
 import { StoreOpenFailed } from '../store.js';
+import { STREAMING_MARK, STREAMING_MARK_FROM_END } from '../../domain/deltas.js';
 import { placesSql } from '../tree-index.js';
 import { sqliteCode, type Database } from './binding.js';
 
+/** The turns whose JSON says `status: "streaming"` (the index turns_streaming holds them; a query uses this very term). */
+export const STREAMING_WHERE = `substr(json, -${STREAMING_MARK_FROM_END}, ${STREAMING_MARK.length}) = CAST('${STREAMING_MARK}' AS BLOB)`;
+
 /** 'csap' in ASCII: marks the file as this service's (PRAGMA application_id). */
 const APPLICATION_ID = 0x63736170;
-export const SCHEMA_VERSION = 3;
+export const SCHEMA_VERSION = 4;
 
 /** Each step takes the schema from version i to i + 1. */
 const MIGRATIONS: readonly string[] = [
@@ -64,11 +68,15 @@ const MIGRATIONS: readonly string[] = [
   UPDATE counters SET value = (SELECT coalesce(sum(json_bytes + turn_bytes), 0) FROM sessions) WHERE name = 'bytes';
   UPDATE users SET bytes = (SELECT coalesce(sum(s.json_bytes + s.turn_bytes), 0) FROM sessions s WHERE s.user = users.user);
   `,
-  // 3: finding and keeping. Each tag of a session (folded) is a row beside it carrying the
+  // 3: the streaming turns, found at start without reading every turn (../../domain/deltas.ts)
+  `
+  CREATE INDEX turns_streaming ON turns (session) WHERE ${STREAMING_WHERE};
+  `,
+  // 4: finding and keeping. Each tag of a session (folded) is a row beside it carrying the
   // session's list columns, so a tag's list is read from its own index in list order; triggers
   // keep those columns with the session's. A session's own expiry (expires_at; keep = 1 for an
   // explicit null, never) is a column, indexed for the purge, as are the sessions that
-  // RETENTION_DAYS applies to. Sessions of schema 2 have neither tags nor an expiry.
+  // RETENTION_DAYS applies to. Sessions of earlier schemas have neither tags nor an expiry.
   `
   CREATE TABLE session_tags (
     session TEXT NOT NULL,
@@ -100,7 +108,7 @@ const BEFORE: Readonly<Record<number, string>> = {
 };
 
 /** Tables and indexes the current schema must have: a file missing one fails its check. */
-const REQUIRED = ['sessions', 'sessions_by_user', 'sessions_by_project', 'turns', 'turns_by_session', 'turns_by_parent', 'counters', 'users', 'session_tags', 'session_tags_by_user', 'session_tags_by_project', 'session_tags_follow', 'session_tags_gone', 'sessions_by_expiry', 'sessions_by_activity'];
+const REQUIRED = ['sessions', 'sessions_by_user', 'sessions_by_project', 'turns', 'turns_by_session', 'turns_by_parent', 'turns_streaming', 'counters', 'users', 'session_tags', 'session_tags_by_user', 'session_tags_by_project', 'session_tags_follow', 'session_tags_gone', 'sessions_by_expiry', 'sessions_by_activity'];
 
 function scalar(db: Database, sql: string): number {
   const row = db.prepare(sql).get();
