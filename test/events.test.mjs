@@ -103,7 +103,10 @@ describe('Live events', () => {
     const a1 = await say('answer 1', { role: 'assistant' });
     const a2 = await say('answer 2', { role: 'assistant', parentId: q._id });
     const q2 = await say('follow-up');
-    const from = Number(own.lastEventId);
+    // the appends' events may still be on their way (across PostgreSQL instances they come by
+    // NOTIFY): the last of them, the session with q2 its head, is where this test starts counting
+    const last = await own.waitFor((e) => e.event === 'session.updated' && e.data.headTurnId === q2._id);
+    const from = Number(last.id);
     const edited = await alice.put(`${BASE}/${made._id}/turns/${a1._id}`, { content: 'answer 1, edited', usage: { inputTokens: 3, outputTokens: 4 } });
     assert.equal(edited.status, 200, edited.text);
     const afterEdit = (await alice.get(`${BASE}/${made._id}`)).body.data;

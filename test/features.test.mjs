@@ -1497,7 +1497,9 @@ describe('i. One source of truth: the OpenAPI document', () => {
   async function concretePath(path) {
     if (!path.includes('{')) return path;
     const id = path.startsWith('/api/v1/providers/') ? PROVIDERS[0]._id : (await create(alice))._id;
-    const turn = path.startsWith('/api/v1/providers/') ? undefined : await addTurn(alice, id);
+    // a turn's deltas go to a streaming turn
+    const body = path.endsWith('/deltas') ? { role: 'assistant', content: 'so far', status: 'streaming' } : undefined;
+    const turn = path.startsWith('/api/v1/providers/') ? undefined : await addTurn(alice, id, body);
     const out = path.replace(/\{id\}/g, id).replace(/\{turnId\}/g, turn?._id);
     assert.ok(!out.includes('{'), `every path parameter of ${path} is known to this test`);
     return out;

@@ -181,8 +181,6 @@ export function turnRoutes({ store, access: mode, cursors, maxTurnBytes, retenti
       errors: [notFound, turnNotFound, notStreaming, turnTooLarge, modified],
       async handle(ctx) {
         const { text } = ctx.body;
-        if (text === undefined) throw new ValidationError('text is required');
-        if (text === '') throw new ValidationError('text must not be empty');
         const d = await store.appendDelta(ctx.params['id'] as string, ctx.params['turnId'] as string, access.mine(user(ctx), ctx.req), text, maxTurnBytes);
         const p = d.place;
         const data = { _id: d.turn._id, session: ctx.params['id'] as string, at: p.at, ...(p.part !== undefined ? { part: p.part } : {}) };

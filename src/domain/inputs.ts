@@ -183,6 +183,7 @@ export const deltaBody = {
   fields: {
     text: {
       kind: 'string',
+      present: true,
       maxLength: DELTA_MAX,
       description: `Text to append to the streaming turn (at least one character; spaces count), at most ${DELTA_MAX} characters.`,
     },
