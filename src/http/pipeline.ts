@@ -7,7 +7,7 @@ import { randomBytes } from 'node:crypto';
 import { STATUS_CODES, type IncomingMessage, type ServerResponse } from 'node:http';
 import { isIP, type Socket } from 'node:net';
 import { hasScope, NoCredentials, TokenError, type Authenticator, type Principal } from '../auth/authenticate.js';
-import type { Answer, EventStreamReply, RouteDef, StreamReply } from '../api/route.js';
+import type { Answer, EventStreamReply, RouteDef, StreamReply } from './route.js';
 import type { OpenedTicket, TicketCodec } from '../auth/tickets.js';
 import { parseQuery, validateBody, validateQuery, ValidationError } from '../domain/schema.js';
 import { requestLineMiddle, type Logger } from '../log.js';
@@ -16,6 +16,7 @@ import { PreconditionFailed, SessionNotFound, StorageUnavailable, StorageWriteFa
 import { readJsonObject, releaseBody, type BodyHold, type BodyRules } from './body.js';
 import type { Connection, ConnectionGuard } from './connections.js';
 import type { Cors } from './cors.js';
+import { errorBody } from './envelope.js';
 import { HttpError } from './errors.js';
 import type { RateLimiter } from './rate-limit.js';
 import type { Router } from './router.js';
@@ -292,7 +293,7 @@ export class Pipeline {
    * answer is not lost to a reset, and after RAW_LINGER_MS the socket is destroyed anyway.
    */
   private answerRaw(socket: Socket, status: number, message: string, id: string, method: string | null, logExtra: string, headers: string): void {
-    const body = JSON.stringify({ success: false, message });
+    const body = errorBody(message);
     socket.on('error', () => socket.destroy());
     socket.resume();
     socket.end(
@@ -424,7 +425,7 @@ export class Pipeline {
     const more: string[] = [];
     if (h !== undefined) for (const [k, v] of h.headers) more.push(k, v);
     if (h?.close === true) more.push('connection', 'close');
-    this.send(x, status, JSON.stringify({ success: false, message }), undefined, more);
+    this.send(x, status, errorBody(message), undefined, more);
   }
 
   private send(x: Exchange, status: number, body: string | Buffer, contentType: string | undefined, more: readonly string[] | undefined): void {
