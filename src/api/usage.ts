@@ -2,7 +2,8 @@
 // up to date with every write, so the answer costs one lookup whatever the caller holds.
 import type { Store } from '../store/store.js';
 import { user } from './access.js';
-import { dataBody, route, type RouteDef } from './route.js';
+import { dataBody } from '../http/envelope.js';
+import { route, type RouteDef } from '../http/route.js';
 
 export function usageRoutes(store: Store): RouteDef[] {
   return [
