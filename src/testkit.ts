@@ -14,6 +14,7 @@ export { setFaultPlan } from './store/faults.js';
 export { PreconditionFailed, SessionNotFound, StorageWriteFailed, StoreOpenFailed } from './store/store.js';
 export { PAGE_SCAN_BUDGET } from './domain/order.js';
 export { versionOf } from './domain/version.js';
+export { foldForSearch } from './domain/search.js';
 export { chatSession } from './domain/records.js';
 export { newObjectId } from './domain/ids.js';
 export { ConnectionGuard, HEADROOM } from './http/connections.js';
