@@ -36,9 +36,9 @@ const PG_ONE = () => `one instance, Node ${v(NODE_OLDEST)}`;
 const PG_TWO = () => `two instances on one database, Node ${v(NODE_OLDEST)}`;
 
 export const ENGINE_GROUPS = {
-  engines: ['engine-get', 'engine-list-user', 'engine-list-project', 'engine-create-64', 'sqlite-scale', 'pg-group-commit', 'pg-instances'],
-  sqlite: ['engine-get', 'engine-list-user', 'engine-list-project', 'engine-create-64', 'sqlite-scale'],
-  postgres: ['engine-get', 'engine-list-user', 'engine-list-project', 'engine-create-64', 'pg-group-commit', 'pg-instances'],
+  engines: ['engine-get', 'engine-list-user', 'engine-list-project', 'engine-list-page', 'engine-create-64', 'sqlite-scale', 'pg-group-commit', 'pg-instances'],
+  sqlite: ['engine-get', 'engine-list-user', 'engine-list-project', 'engine-list-page', 'engine-create-64', 'sqlite-scale'],
+  postgres: ['engine-get', 'engine-list-user', 'engine-list-project', 'engine-list-page', 'engine-create-64', 'pg-group-commit', 'pg-instances'],
 };
 
 /**
@@ -60,6 +60,20 @@ export function engineScenarios(context) {
     { name: 'engine-get', run: engines('get') },
     { name: 'engine-list-user', run: engines('list-user') },
     { name: 'engine-list-project', run: engines('list-project') },
+    {
+      // the same list as a page (`limit` given): read on the engine's shared connection, where a whole list takes a snapshot of its own
+      name: 'engine-list-page',
+      run: () =>
+        load(
+          like('list-user', {
+            name: 'engine-list-page',
+            title: "GET /chat-sessions?limit=50 (a user's 50, as a page)",
+            targets: lineup(),
+            request: () => buildRequest('GET', '/api/v1/chat-sessions?limit=50', { headers: { authorization: `Bearer ${token('bench-user-0')}` } }),
+          }),
+          JOURNAL(),
+        ),
+    },
     { name: 'engine-create-64', run: engines('create-64') },
     { name: 'sqlite-scale', run: sqliteScale },
     {
@@ -82,12 +96,15 @@ export function engineScenarios(context) {
       name: 'journal-seam',
       optIn: true,
       run: async () => {
-        const before = seamBuild();
+        const { before, seam } = seamCommits();
         const now = `${git('rev-parse', '--short=7', 'HEAD')}${git('status', '--porcelain', '--untracked-files=no') === '' ? '' : ' + local changes'}`;
-        const targets = () => [
-          { label: `before the seam (${before.commit.slice(0, 7)}), Node ${v(NODE_OLDEST)}`, node: NODE_OLDEST, server: before.server },
-          { label: `now (${now}), Node ${v(NODE_OLDEST)}`, node: NODE_OLDEST },
+        const builds = [
+          { label: `before the seam (${before.slice(0, 7)}), Node ${v(NODE_OLDEST)}`, server: oldBuild(before) },
+          ...(seam === undefined ? [] : [{ label: `the seam itself (${seam.slice(0, 7)}), Node ${v(NODE_OLDEST)}`, server: oldBuild(seam) }]),
+          { label: `now (${now}), Node ${v(NODE_OLDEST)}` },
         ];
+        seamLabels = { before: builds[0].label, seam: builds.length === 3 ? builds[1].label : undefined, now: builds.at(-1).label };
+        const targets = () => builds.map((b) => ({ ...b, node: NODE_OLDEST }));
         // a 5% threshold needs more rounds than the default 3 to stand out of the noise
         const rounds = ctx.opts.quick ? undefined : Math.max(ctx.opts.rounds, 7);
         for (const name of ['get', 'create-64']) {
@@ -215,30 +232,35 @@ function pgTarget(label, { instances = 1, env = {} } = {}) {
 // ---- the journal before the store seam ----
 
 const git = (...args) => execFileSync('git', ['-C', ROOT, ...args], { encoding: 'utf8' }).trim();
+let seamLabels; // the three builds' labels, once journal-seam has run
 
 /**
- * dist/server.js of the build to compare with: --seam-base, else the parent of the commit that
- * brought the store seam (the last journal-only build). Built once into $TMPDIR from `git
- * archive` (no worktree is registered in the repository) with its own `npm ci`, and kept there
- * for the next run (rm -rf $TMPDIR/csa-bench-build-* to drop it).
+ * The builds to compare with now: `before`, the parent of the commit "Store seam: ..." (the last
+ * journal-only build), and `seam`, that commit itself, which tells what the interface cost from
+ * what came after it; with --seam-base, that build alone.
  */
-function seamBuild() {
-  let commit;
+function seamCommits() {
   try {
-    if (ctx.opts.seamBase !== undefined) commit = git('rev-parse', '--verify', `${ctx.opts.seamBase}^{commit}`);
-    else {
-      const seam = git('log', '--format=%H', '-1', '--grep=^Store seam: ', 'HEAD');
-      if (seam === '') throw new Error('no commit "Store seam: ..." in this history; name the build to compare with --seam-base=REF');
-      commit = git('rev-parse', `${seam}^`);
-    }
+    if (ctx.opts.seamBase !== undefined) return { before: git('rev-parse', '--verify', `${ctx.opts.seamBase}^{commit}`) };
+    const seam = git('log', '--format=%H', '-1', '--grep=^Store seam: ', 'HEAD');
+    if (seam === '') throw new Error('no commit "Store seam: ..." in this history; name the build to compare with --seam-base=REF');
+    return { before: git('rev-parse', `${seam}^`), seam };
   } catch (e) {
     throw new Error(`journal-seam needs git and this repository's history: ${e.message.split('\n')[0]}`);
   }
+}
+
+/**
+ * dist/server.js of an older commit, built once into $TMPDIR from `git archive` (no worktree is
+ * registered in the repository) with its own `npm ci`, and kept there for the next run
+ * (rm -rf $TMPDIR/csa-bench-build-* to drop it).
+ */
+function oldBuild(commit) {
   const dir = join(tmpdir(), `csa-bench-build-${commit.slice(0, 12)}`);
   const server = join(dir, 'dist', 'server.js');
   if (existsSync(server)) {
     ctx.progress(`journal-seam: reusing the build of ${commit.slice(0, 7)} in ${dir}`);
-    return { commit, server };
+    return server;
   }
   ctx.progress(`journal-seam: building ${commit.slice(0, 7)} in ${dir} (git archive, npm ci, node build.mjs)...`);
   rmSync(dir, { recursive: true, force: true });
@@ -252,7 +274,7 @@ function seamBuild() {
     rmSync(dir, { recursive: true, force: true });
     throw new Error(`journal-seam: building ${commit.slice(0, 7)} failed: ${e.message.split('\n')[0]}`);
   }
-  return { commit, server };
+  return server;
 }
 
 // ---- sqlite and the journal at scale ----
@@ -392,24 +414,35 @@ const pct = (x) => (x === undefined || Number.isNaN(x) ? '–' : String(Math.rou
 const row = (scenario, label) => rows.find((r) => r.scenario === scenario && r.label === label);
 const reference = (r) => row(r.scenario, references.get(r.scenario));
 
+/**
+ * a's req/s over b's, round by round (the two ran within seconds of each other, under the same
+ * load from the rest of the machine): the median of those ratios, and their lowest and highest.
+ */
+function paired(a, b) {
+  if (a === undefined || b === undefined) return undefined;
+  const ratios = a.rounds.map((x, i) => x / b.rounds[i]).sort((p, q) => p - q);
+  return { median: median(ratios), min: ratios[0], max: ratios.at(-1), rounds: ratios.length };
+}
+const spread = (p) => (p.rounds > 1 ? ` (${p.min.toFixed(2)}–${p.max.toFixed(2)})` : '');
+
 /** The report's sections for these scenarios (Markdown lines). */
 export function renderEngines() {
   const L = [];
   if (rows.length > 0) {
     L.push('## Engines', '');
     L.push(
-      "Same requests, same rounds: the baseline, then each target, round after round. **× first row**: req/s over the req/s of the scenario's first row (the journal on its Node, one PostgreSQL instance, group commit on, or the build before the seam) in the same run. CPU: share of one core of the server(s) / the PostgreSQL cluster / the load generator. Writes per commit: from the servers' commit counters. Event-loop delay: p99 over the measured windows of the servers' `nodejs_eventloop_delay_seconds` (a 10 ms timer's lateness; interpolated within its bucket, as Prometheus does).",
+      "Same requests, same rounds: the baseline, then each target, round after round. **× first row**: req/s over the req/s of the scenario's first row (the journal on its Node, one PostgreSQL instance, group commit on, or the build before the seam), round by round: the median of the rounds' ratios, and in brackets the lowest and highest. CPU: share of one core of the server(s) / the PostgreSQL cluster / the load generator. Writes per commit: from the servers' commit counters. Event-loop delay: p99 over the measured windows of the servers' `nodejs_eventloop_delay_seconds` (a 10 ms timer's lateness; interpolated within its bucket, as Prometheus does).",
       '',
     );
     L.push('| scenario | target | conns | req/s | × first row | × baseline | p50 ms | p99 ms | errors | CPU % server/db/gen | main thread µs/req (busy %) | writes per commit | event-loop delay p99 ms |');
     L.push('|---|---|---:|---:|---:|---:|---:|---:|---|---|---:|---:|---:|');
     for (const r of rows) {
-      const ref = reference(r);
+      const ref = paired(r, reference(r));
       const errors = r.errors === 0 ? '0' : `${r.errors} (${r.firstError ?? ''})`;
       const wpc = r.fsyncRate > 0 ? (r.rps / r.fsyncRate).toFixed(1) : '–';
       const eld = r.eldSamples > 0 ? ms(r.eldP99 * 1000) : '–';
       L.push(
-        `| \`${r.scenario}\` ${r.title} | ${r.label} | ${r.conns} | ${num(r.rps)} | ${ref === undefined ? '–' : (r.rps / ref.rps).toFixed(2)} | ${r.ratio.toFixed(2)} | ${ms(r.p50)} | ${ms(r.p99)} | ${errors} | ${pct(r.targetCpu)}/${pct(r.dbCpu)}/${pct(r.loadgenCpu)} | ${r.mainUs.toFixed(1)} (${pct(r.mainBusy)}) | ${wpc} | ${eld} |`,
+        `| \`${r.scenario}\` ${r.title} | ${r.label} | ${r.conns} | ${num(r.rps)} | ${ref === undefined ? '–' : `${ref.median.toFixed(2)}${spread(ref)}`} | ${r.ratio.toFixed(2)} | ${ms(r.p50)} | ${ms(r.p99)} | ${errors} | ${pct(r.targetCpu)}/${pct(r.dbCpu)}/${pct(r.loadgenCpu)} | ${r.mainUs.toFixed(1)} (${pct(r.mainBusy)}) | ${wpc} | ${eld} |`,
       );
     }
     L.push('');
@@ -436,20 +469,19 @@ export function renderEngines() {
 export function engineTargets() {
   const out = [];
   const add = (what, measured, met) => out.push(`| ${what} | ${measured} | ${met === undefined ? '–' : met ? 'yes' : '**no**'} |`);
-  const versus = (scenario, label, refLabel) => {
-    const a = row(scenario, label);
-    const b = row(scenario, refLabel);
-    return a === undefined || b === undefined ? undefined : a.rps / b.rps;
-  };
+  const versus = (scenario, label, refLabel) => paired(row(scenario, label), row(scenario, refLabel));
+  const x2 = (p) => `${p.median.toFixed(2)}${spread(p)}`;
   const sq = [
     ['engine-get', 'GET by id', 0.7],
     ['engine-list-user', "list of 50 (a user's)", 0.5],
     ['engine-list-project', "list of 50 (a project's)", 0.5],
+    ['engine-list-page', "list of 50 (a user's) as a page, `limit=50` (for reference)", 0.5],
     ['engine-create-64', 'durable create, 64 clients', 0.25],
   ];
   for (const [scenario, what, min] of sq) {
     const x = versus(scenario, SQLITE(), JOURNAL());
-    if (x !== undefined) add(`#11 sqlite ÷ journal, ${what} ≥ ${min}`, `${x.toFixed(2)} (journal on Node 24: sqlite ÷ it ${versus(scenario, SQLITE(), JOURNAL_24())?.toFixed(2) ?? '–'})`, x >= min);
+    const x24 = versus(scenario, SQLITE(), JOURNAL_24());
+    if (x !== undefined) add(`#11 sqlite ÷ journal, ${what} ≥ ${min}`, `${x2(x)}; ÷ the journal on Node 24: ${x24 === undefined ? '–' : x2(x24)}`, x.median >= min);
   }
   const creates = row('engine-create-64', SQLITE());
   if (creates !== undefined) {
@@ -463,32 +495,36 @@ export function engineTargets() {
     add(`#11 sqlite with ${sqs.dataLabel}: start < 1 s${note}`, `${(sqs.startMs / 1000).toFixed(2)} s to /healthz (journal: ${js === undefined ? '–' : `${(js.startMs / 1000).toFixed(1)} s`})`, exact ? sqs.startMs < 1000 : undefined);
     add(`#11 sqlite with ${sqs.dataLabel}: RSS < 300 MiB serving reads${note}`, `${num(sqs.rssMiB)} MiB after ${sqs.seconds} s of reads, peak ${num(sqs.peakMiB)} (journal: ${js === undefined ? '–' : `${num(js.rssMiB)} MiB`})`, exact ? sqs.rssMiB < 300 : undefined);
   }
-  for (const name of ['get', 'create-64']) {
+  for (const name of seamLabels === undefined ? [] : ['get', 'create-64']) {
     const scenario = `seam-${name}`;
-    const ref = references.get(scenario);
-    const now = rows.find((r) => r.scenario === scenario && r.label !== ref);
-    if (now !== undefined) {
-      const x = now.rps / row(scenario, ref).rps;
-      add(`#11 the journal now ÷ before the store seam, ${name === 'get' ? 'GET by id' : 'durable create, 64 clients'} ≥ 0.95`, `${x.toFixed(3)}; main thread ${row(scenario, ref).mainUs.toFixed(1)} → ${now.mainUs.toFixed(1)} µs/req`, x >= 0.95);
+    const what = name === 'get' ? 'GET by id' : 'durable create, 64 clients';
+    const us = (label) => row(scenario, label)?.mainUs.toFixed(1);
+    const { before, seam, now } = seamLabels;
+    if (seam !== undefined) {
+      const x = versus(scenario, seam, before);
+      if (x !== undefined) add(`#11 the journal with the new interface (the seam commit) ÷ before it, ${what} ≥ 0.95`, `${x2(x)}; main thread ${us(before)} → ${us(seam)} µs/req`, x.median >= 0.95);
     }
+    const x = versus(scenario, now, before);
+    if (x !== undefined) add(`#11 the journal now ÷ before the store seam, ${what} ≥ 0.95`, `${x2(x)}; main thread ${us(before)} → ${us(now)} µs/req`, x.median >= 0.95);
   }
   for (const [scenario, what] of [
     ['engine-create-64', 'durable create, 64 clients'],
     ['engine-get', 'GET by id'],
     ['engine-list-user', "list of 50 (a user's)"],
     ['engine-list-project', "list of 50 (a project's)"],
+    ['engine-list-page', "list of 50 (a user's) as a page"],
   ]) {
     const x = versus(scenario, POSTGRES(), JOURNAL());
-    if (x !== undefined) add(`#12 postgres ÷ journal, ${what} (no target)`, `${x.toFixed(2)} (${num(row(scenario, POSTGRES()).rps)} against ${num(row(scenario, JOURNAL()).rps)} req/s)`);
+    if (x !== undefined) add(`#12 postgres ÷ journal, ${what} (no target)`, `${x2(x)}: ${num(row(scenario, POSTGRES()).rps)} against ${num(row(scenario, JOURNAL()).rps)} req/s`);
   }
   const gc = versus('pg-group-commit', POSTGRES(), PG_NO_GROUP());
-  if (gc !== undefined) add('#12 postgres group commit ÷ GROUP_COMMIT=off, durable create at 64 clients ≥ 3', `${gc.toFixed(1)}× (${row('pg-group-commit', POSTGRES()).rps.toFixed(0)} against ${row('pg-group-commit', PG_NO_GROUP()).rps.toFixed(0)} creates/s)`, gc >= 3);
+  if (gc !== undefined) add('#12 postgres group commit ÷ GROUP_COMMIT=off, durable create at 64 clients ≥ 3', `${x2(gc)}: ${num(row('pg-group-commit', POSTGRES()).rps)} against ${num(row('pg-group-commit', PG_NO_GROUP()).rps)} creates/s`, gc.median >= 3);
   for (const [scenario, what] of [
     ['pg-instances-get', 'GET by id'],
     ['pg-instances-create-64', 'durable create, 64 clients'],
   ]) {
     const x = versus(scenario, PG_TWO(), PG_ONE());
-    if (x !== undefined) add(`#12 postgres, two instances on one database ÷ one instance, ${what} (no target)`, `${x.toFixed(2)}`);
+    if (x !== undefined) add(`#12 postgres, two instances on one database ÷ one instance, ${what} (no target)`, x2(x));
   }
   return out;
 }
