@@ -354,20 +354,22 @@ async function startAndServe({ engine, label, node, env = {}, dir, sessions, tur
   let served;
   for (let i = 0; i < runs; i++) {
     const p = await ctx.startApi({ name: `scale-${engine}`, node, dataDir: dir, env });
+    let atStart;
     try {
-      const atStart = memoryOf(p.pid);
-      const opened = logLines(p.logFile, openLine).at(-1);
+      atStart = memoryOf(p.pid);
       if (i === 0) answers = await fingerprint(p.port, sessions, turns);
       if (i === runs - 1) {
         const seconds = ctx.opts.quick ? 2 : 5;
         const r = await runLoad({ port: p.port, connections: READ_CONNS, warmupMs: 0, durationMs: seconds * 1000, request: readLoad(sessions) });
         served = { rps: r.rps, errors: r.errors, firstError: r.firstError, seconds, ...memoryOf(p.pid) };
       }
-      samples.push({ startMs: p.startMs, openMs: opened?.ms ?? NaN, rssStartMiB: atStart.rssMiB });
-      ctx.progress(`${label}: start ${p.startMs.toFixed(0)} ms to /healthz (open ${opened?.ms} ms), RSS ${atStart.rssMiB.toFixed(0)} MiB${served && i === runs - 1 ? `; after ${served.seconds} s of reads (${served.rps.toFixed(0)}/s) RSS ${served.rssMiB.toFixed(0)} MiB, peak ${served.peakMiB.toFixed(0)}` : ''}`);
     } finally {
       await p.stop();
     }
+    // read once the server has stopped: its log is flushed at exit, not line by line
+    const opened = logLines(p.logFile, openLine).at(-1);
+    samples.push({ startMs: p.startMs, openMs: opened?.ms ?? NaN, rssStartMiB: atStart.rssMiB });
+    ctx.progress(`${label}: start ${p.startMs.toFixed(0)} ms to /healthz (open ${opened?.ms} ms), RSS ${atStart.rssMiB.toFixed(0)} MiB${served && i === runs - 1 ? `; after ${served.seconds} s of reads (${served.rps.toFixed(0)}/s) RSS ${served.rssMiB.toFixed(0)} MiB, peak ${served.peakMiB.toFixed(0)}` : ''}`);
   }
   scale.push({
     engine,

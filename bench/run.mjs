@@ -5,7 +5,7 @@
 // 2-core machine. Progress goes to stderr, the report to stdout (and bench/results/latest.md
 // with --out or BENCH_OUT=1).
 import { closeSync, copyFileSync, fdatasyncSync, mkdirSync, mkdtempSync, openSync, readdirSync, rmSync, statSync, writeFileSync, writeSync } from 'node:fs';
-import { availableParallelism, cpus, tmpdir, totalmem } from 'node:os';
+import { availableParallelism, cpus, loadavg, tmpdir, totalmem } from 'node:os';
 import { join } from 'node:path';
 import { api, BASELINE, cpuSecondsOf, EXAMPLE_PROVIDERS, logLines, median, memoryOf, NODE_OLDEST, nodeVersion, ROOT, SECRET, SERVER, sleep, startProcess, token } from './common.mjs';
 import { generateDataDir, PER_LIST } from './datagen.mjs';
@@ -73,6 +73,7 @@ const progress = (text) => process.stderr.write(`[${((performance.now() - wallSt
 // ---- the run's shared state ----
 
 const wallStart = performance.now();
+const loadAtStart = loadavg();
 let runDir; // the run's temporary directory, made once the command line is accepted
 const profileDir = join(ROOT, 'bench', 'results', 'profiles');
 const live = new Set(); // processes to stop if the run is interrupted
@@ -628,7 +629,8 @@ function render(wallSeconds) {
   L.push('# chat-session-api benchmark', '');
   L.push(`- ${new Date().toISOString()}; ${availableParallelism()} cores (${cpu}), ${(totalmem() / 2 ** 30).toFixed(0)} GiB RAM; servers and baseline on Node ${nodeVersion(NODE_OLDEST)} unless a row names another, load generator on Node ${process.version}; load generator and server share the cores`);
   L.push(`- ${opts.rounds} round(s) × ${opts.durationMs / 1000} s measured after ${opts.warmupMs / 1000} s warm-up, baseline and server interleaved; server LOG_LEVEL=${opts.logLevel} (stdout to a file)${opts.profile ? '; **servers under --cpu-prof (slower)**' : ''}`);
-  L.push(`- whole run: ${wallSeconds.toFixed(0)} s`, '');
+  const load = (l) => l.map((x) => x.toFixed(1)).join(' / ');
+  L.push(`- whole run: ${wallSeconds.toFixed(0)} s; load average (1 / 5 / 15 min) ${load(loadAtStart)} at the start, ${load(loadavg())} at the end (other work on the machine shows here)`, '');
   if (report.load.length > 0) {
     L.push('## Throughput and latency', '');
     L.push('req/s: median of the rounds; latency percentiles: all rounds\' samples pooled (closed loop, one request in flight per connection). Baseline: bench/baseline.mjs, raw node:http answering the GET-by-id bytes, driven with the same requests. CPU: share of one core used by the process under load and by the load generator over the measured window (100 = one core; the machine has ' + availableParallelism() + '). Main thread: the server\'s CPU time per request on its main thread (JavaScript, the event loop, the socket system calls), and how busy that thread was; at 100% it is what limits req/s.', '');
