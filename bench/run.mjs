@@ -368,6 +368,7 @@ function summarize(runs) {
     targetCpu: median(runs.map((r) => r.targetCpu)),
     mainBusy: median(runs.map((r) => r.mainBusy)),
     mainUs: median(runs.map((r) => r.mainUs)),
+    mainUsRounds: runs.map((r) => r.mainUs),
     fsyncRate: median(runs.map((r) => r.fsyncRate ?? NaN)),
     compactions: runs.reduce((n, r) => n + (r.compactions ?? 0), 0),
     loadgenCpu: median(runs.map((r) => r.cpu)),
