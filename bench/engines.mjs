@@ -9,7 +9,7 @@
 // PostgreSQL is a private cluster (test/pg/cluster.mjs) with durable settings, started on the
 // first scenario that needs it; without PostgreSQL those scenarios are skipped with one loud line.
 import { execFileSync, spawnSync } from 'node:child_process';
-import { existsSync, mkdirSync, readFileSync, rmSync } from 'node:fs';
+import { closeSync, existsSync, fdatasyncSync, mkdirSync, openSync, readFileSync, rmSync, writeSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { findPostgresBin, startCluster } from '../test/pg/cluster.mjs';
@@ -74,13 +74,15 @@ export function engineScenarios(context) {
           JOURNAL(),
         ),
     },
-    { name: 'engine-create-64', run: engines('create-64') },
+    { name: 'engine-create-64', run: withDisk('engine-create-64', engines('create-64')) },
     { name: 'sqlite-scale', run: sqliteScale },
     {
       name: 'pg-group-commit',
       run: async () => {
         if (!(await postgres())) return;
-        await load(like('create-64', { name: 'pg-group-commit', targets: [pgTarget(POSTGRES()), pgTarget(PG_NO_GROUP(), { env: { GROUP_COMMIT: 'off' } })] }), POSTGRES());
+        await withDisk('pg-group-commit', () =>
+          load(like('create-64', { name: 'pg-group-commit', targets: [pgTarget(POSTGRES()), pgTarget(PG_NO_GROUP(), { env: { GROUP_COMMIT: 'off' } })] }), POSTGRES()),
+        )();
       },
     },
     {
@@ -123,6 +125,48 @@ function lineup() {
   t.push({ label: SQLITE(), node: NODE_24, env: { STORE: 'sqlite' } });
   if (postgresInstalled()) t.push(pgTarget(POSTGRES()));
   return t;
+}
+
+// ---- the disk ----
+
+/**
+ * The disk's rate of small appends + fdatasync right now (one writer, 0.5 s, in the run's
+ * directory, the filesystem of the data and of the cluster). What one durable commit costs moves
+ * with the rest of the machine's I/O, and the worth of group commit with it.
+ */
+function diskProbe() {
+  const file = join(ctx.runDir(), 'disk-probe');
+  const fd = openSync(file, 'w');
+  const line = Buffer.alloc(300, 'x');
+  const lat = [];
+  const t0 = performance.now();
+  let now = t0;
+  try {
+    while (now - t0 < 500) {
+      writeSync(fd, line);
+      fdatasyncSync(fd);
+      const t = performance.now();
+      lat.push(t - now);
+      now = t;
+    }
+  } finally {
+    closeSync(fd);
+    rmSync(file, { force: true });
+  }
+  lat.sort((a, b) => a - b);
+  return `${Math.round(lat.length / ((now - t0) / 1000))}/s (p50 ${ms(lat[lat.length >> 1])} ms, p99 ${ms(lat[Math.floor(lat.length * 0.99)])} ms)`;
+}
+
+/** `run` with the disk's fdatasync rate measured just before and just after it, in the report's notes. */
+function withDisk(name, run) {
+  return async () => {
+    const before = diskProbe();
+    try {
+      await run();
+    } finally {
+      ctx.report.notes.push(`${name}: the disk's small append + fdatasync, one writer, just before: ${before}; just after: ${diskProbe()}.`);
+    }
+  };
 }
 
 // ---- PostgreSQL ----
