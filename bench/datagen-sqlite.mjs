@@ -2,8 +2,9 @@
 // data directory, exactly as the sqlite engine would have written it: the file is created
 // through the real engine (dist/testkit.cjs's openStore), so its schema is the engine's; then
 // the rows are bulk-inserted with node:sqlite in large transactions with every column the
-// engine keeps (json, json_bytes, version, name_folded, last_turn_at/id, turn_count,
-// turn_bytes), the counters and each owner's usage row; last, it is opened through the engine
+// engine keeps (json, json_bytes, version, name_folded, head_turn_id, last_turn_at/id,
+// turn_count, turn_bytes; a turn's parent_id, depth and skip_id), the counters and each
+// owner's usage row; last, it is opened through the engine
 // again and checked (counts, bytes, usage, versions). Needs Node 22.13+ (node:sqlite).
 // Usage: node_modules/node/bin/node bench/datagen-sqlite.mjs DIR SESSIONS [TURNS]
 import { closeSync, copyFileSync, fdatasyncSync, mkdirSync, openSync, statSync } from 'node:fs';
@@ -33,12 +34,22 @@ function rowsOf(i, shape) {
     // a turn raises its session's updatedAt to its own createdAt (src/domain/records.ts raisedByTurn)
     updatedAt: last === undefined || last.createdAt <= g.createdAt ? g.createdAt : last.createdAt,
     archived: false,
+    // the newest turn is the head, as replay of the journal makes it
+    headTurnId: last?.id ?? null,
   });
   const json = JSON.stringify(session);
   const lastTurn = last === undefined ? undefined : { createdAt: last.createdAt, _id: last.id };
-  // field order of src/domain/records.ts turnRecord; the engine keeps the turn's JSON as UTF-8 bytes
-  const turns = g.turns.map((t) => ({ id: t.id, createdAt: t.createdAt, json: Buffer.from(JSON.stringify({ _id: t.id, session: g.id, user: g.user, role: 'user', content: t.content, createdAt: t.createdAt })) }));
-  return { session, json, version: kit.versionOf(json, lastTurn), lastTurn, turns };
+  const places = kit.placesOfChain(g.turns.map((t) => t.id));
+  // the engine keeps the turn's JSON (src/domain/records.ts turnRecord) as UTF-8 bytes
+  const turns = g.turns.map((t, k) => ({
+    id: t.id,
+    parentId: t.parentId,
+    createdAt: t.createdAt,
+    depth: places[k].depth,
+    skipId: places[k].skipId,
+    json: Buffer.from(JSON.stringify(kit.turnRecord({ _id: t.id, session: g.id, parentId: t.parentId, user: g.user, role: 'user', content: t.content, status: 'complete', createdAt: t.createdAt }))),
+  }));
+  return { session, json, version: kit.versionOfSession(json, lastTurn), lastTurn, turns };
 }
 
 /**
@@ -62,10 +73,10 @@ export async function generateSqliteDir(dir, { sessions, turns = 0, turnBytes = 
   db.exec('PRAGMA synchronous = OFF');
   db.exec('PRAGMA cache_size = -1048576');
   const putSession = db.prepare(
-    `INSERT INTO sessions (id, user, project, archived, updated_at, name_folded, json, json_bytes, version, last_turn_at, last_turn_id, turn_count, turn_bytes)
-     VALUES (?, ?, ?, 0, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+    `INSERT INTO sessions (id, user, project, archived, updated_at, name_folded, json, json_bytes, version, head_turn_id, last_turn_at, last_turn_id, turn_count, turn_bytes)
+     VALUES (?, ?, ?, 0, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
   );
-  const putTurn = db.prepare('INSERT INTO turns (id, session, created_at, json) VALUES (?, ?, ?, ?)');
+  const putTurn = db.prepare('INSERT INTO turns (id, session, parent_id, created_at, json, depth, skip_id) VALUES (?, ?, ?, ?, ?, ?, ?)');
   const shape = { sessions, turns, turnBytes };
   const users = new Map();
   const total = { sessions: 0, turns: 0, bytes: 0 };
@@ -77,10 +88,10 @@ export async function generateSqliteDir(dir, { sessions, turns = 0, turnBytes = 
       const jsonBytes = Buffer.byteLength(r.json);
       let turnBytesOf = 0;
       for (const t of r.turns) {
-        putTurn.run(t.id, s._id, t.createdAt, t.json);
+        putTurn.run(t.id, s._id, t.parentId, t.createdAt, t.json, t.depth, t.skipId);
         turnBytesOf += t.json.length;
       }
-      putSession.run(s._id, s.user, s.project, s.updatedAt, kit.foldForSearch(s.name), r.json, jsonBytes, r.version, r.lastTurn?.createdAt ?? null, r.lastTurn?._id ?? null, r.turns.length, turnBytesOf);
+      putSession.run(s._id, s.user, s.project, s.updatedAt, kit.foldForSearch(s.name), r.json, jsonBytes, r.version, s.headTurnId, r.lastTurn?.createdAt ?? null, r.lastTurn?._id ?? null, r.turns.length, turnBytesOf);
       const u = users.get(s.user) ?? { sessions: 0, turns: 0, bytes: 0 };
       u.sessions++;
       u.turns += r.turns.length;

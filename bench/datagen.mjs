@@ -6,8 +6,10 @@
 // with users = sessions / 50, so every user and every project holds exactly 50 sessions
 // (user-0's are spread over the whole file). Turn j belongs to session j % sessions and is
 // written right after it, as the server writes them: the session is created with updatedAt =
-// createdAt, and each turn is a millisecond later, so replay raises the session to its newest
-// turn (the journal holds no second put of the session for that).
+// createdAt, and each turn is a millisecond later, under the turn before it, so replay raises
+// the session to its newest turn and makes it the head (the journal holds no second put of the
+// session for that). Journal format version 2 (turns with parentId and status, sessions with
+// headTurnId).
 // Usage: node bench/datagen.mjs DIR SESSIONS [TURNS]
 import { closeSync, copyFileSync, fdatasyncSync, mkdirSync, openSync, writeSync } from 'node:fs';
 import { join } from 'node:path';
@@ -33,7 +35,8 @@ export const usersOf = (sessions) => Math.max(1, Math.floor(sessions / PER_LIST)
 
 /**
  * Session i of a data set of `sessions` sessions and `turns` turns: its fields as created
- * (updatedAt = createdAt) and its turns oldest first, each `turnBytes` ASCII characters.
+ * (updatedAt = createdAt) and its turns oldest first, each `turnBytes` ASCII characters and
+ * each under the one before it (one branch; the newest is the head).
  */
 export function sessionOf(i, { sessions, turns = 0, turnBytes = 1024 }) {
   const created = BASE_MS + i * 1000;
@@ -41,7 +44,12 @@ export function sessionOf(i, { sessions, turns = 0, turnBytes = 1024 }) {
   const s = { id, name: `Session ${i}`, user: `user-${i % usersOf(sessions)}`, project: `project-${Math.floor(i / PER_LIST)}`, createdAt: new Date(created).toISOString(), turns: [] };
   for (let j = i, k = 0; j < turns; j += sessions, k++) {
     const prefix = `turn ${j}: `;
-    s.turns.push({ id: objectId(created, 'b000', j), content: prefix + FILLER.slice(0, turnBytes - prefix.length), createdAt: new Date(created + 1 + Math.min(k, 998)).toISOString() });
+    s.turns.push({
+      id: objectId(created, 'b000', j),
+      parentId: k === 0 ? null : objectId(created, 'b000', j - sessions),
+      content: prefix + FILLER.slice(0, turnBytes - prefix.length),
+      createdAt: new Date(created + 1 + Math.min(k, 998)).toISOString(),
+    });
   }
   return s;
 }
@@ -55,7 +63,7 @@ export function generateDataDir(dir, { sessions, turns = 0, turnBytes = 1024 }) 
   mkdirSync(dir, { recursive: true });
   copyFileSync(EXAMPLE_PROVIDERS, join(dir, 'providers.json'));
   const fd = openSync(join(dir, 'sessions.journal'), 'w', 0o600);
-  let parts = [line(JSON.stringify({ format: 'chat-session-api/journal', version: 1, createdAt: new Date().toISOString() }))];
+  let parts = [line(JSON.stringify({ format: 'chat-session-api/journal', version: 2, createdAt: new Date().toISOString() }))];
   let pending = parts[0].length;
   let bytes = 0;
   const flush = () => {
@@ -70,10 +78,11 @@ export function generateDataDir(dir, { sessions, turns = 0, turnBytes = 1024 }) 
     // field order as src/domain/records.ts writes them
     const put =
       `{"put":{"_id":"${s.id}","name":"${s.name}","provider":"${PROVIDER}","selectedModel":"gpt-4o","mode":"Build",` +
-      `"user":"${s.user}","project":"${s.project}","createdAt":"${s.createdAt}","updatedAt":"${s.createdAt}","archived":false}}`;
+      `"user":"${s.user}","project":"${s.project}","createdAt":"${s.createdAt}","updatedAt":"${s.createdAt}","archived":false,"headTurnId":null}}`;
     let text = line(put);
     for (const t of s.turns) {
-      text += line(`{"turn":{"_id":"${t.id}","session":"${s.id}","user":"${s.user}","role":"user","content":"${t.content}","createdAt":"${t.createdAt}"}}`);
+      const parent = t.parentId === null ? 'null' : `"${t.parentId}"`;
+      text += line(`{"turn":{"_id":"${t.id}","session":"${s.id}","parentId":${parent},"user":"${s.user}","role":"user","content":"${t.content}","status":"complete","createdAt":"${t.createdAt}"}}`);
     }
     parts.push(text);
     pending += text.length;

@@ -12,6 +12,7 @@ import { generateDataDir, PER_LIST } from './datagen.mjs';
 import { ENGINE_GROUPS, engineScenarios, engineTargets, renderEngines, stopEngines } from './engines.mjs';
 import { buildRequest, percentile, runLoad } from './loadgen.mjs';
 import { profileTable } from './profile.mjs';
+import { conversationGroups, conversationScenarios, renderConversations } from './conversations.mjs';
 
 const HELP = `Usage: node bench/run.mjs [SCENARIO|GROUP ...] [options]   (npm run bench -- [...])
 
@@ -545,6 +546,7 @@ const scenarios = [
   { name: 'list-scale', run: listScale },
   // the engines against each other (bench/engines.mjs)
   ...engineScenarios({ opts, progress, report, runDir: () => runDir, start, startApi, runLoadScenario, dataSet, scenario: (name) => loadScenarios.find((sc) => sc.name === name), seedLists, createRequest }),
+  ...conversationScenarios({ opts, report, progress, runDir: () => runDir, track: (p) => live.add(p) }),
 ];
 const groups = {
   reads: ['get', 'list-user', 'list-project', 'providers'],
@@ -554,6 +556,7 @@ const groups = {
   scale: ['replay', 'list-scale'],
   startup: ['cold-start', 'replay'],
   ...ENGINE_GROUPS,
+  ...conversationGroups,
 };
 
 if (has('help') || has('h')) {
@@ -675,6 +678,7 @@ function render(wallSeconds) {
     L.push(`| ${c.runs} runs | ${ms(c.median)} | ${ms(c.min)} | ${ms(c.max)} |`, '');
   }
   L.push(...renderEngines());
+  L.push(...renderConversations(report));
   const t = [...targets(), ...engineTargets()];
   if (t.length > 0) L.push('## Targets', '', '| target | measured | met |', '|---|---|---|', ...t, '');
   for (const p of report.profiles) L.push(`## CPU profile: ${p.name}`, '', p.table, '');

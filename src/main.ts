@@ -16,6 +16,7 @@ import { COMMITTED_FILE, COMPACT_SUFFIX, IMPORT_SUFFIX, JOURNAL_FILE } from './s
 import { JournalDamaged } from './store/journal/format.js';
 import { openStore, openStoreSnapshot } from './store/open.js';
 import { runSqliteWriterIfWorker } from './store/sqlite/worker.js';
+import { ImportConflict } from './store/import-plan.js';
 import { StoreOpenFailed, type Store } from './store/store.js';
 
 declare const __VERSION__: string;
@@ -282,7 +283,7 @@ if (!runSqliteWriterIfWorker()) main(process.argv.slice(2)).catch((e: unknown) =
   const message = (e instanceof Error ? e.message : String(e)).replace(/\s*\n\s*/g, ' ');
   process.stderr.write(`${NAME}: ${message}\n`);
   if (e instanceof ConfigError) process.exit(2);
-  const expected = e instanceof StartFailed || e instanceof ProvidersFileError || e instanceof DataDirLocked || e instanceof JournalDamaged || e instanceof ImportRejected || e instanceof ExportFailed || e instanceof StoreOpenFailed;
+  const expected = e instanceof StartFailed || e instanceof ProvidersFileError || e instanceof DataDirLocked || e instanceof JournalDamaged || e instanceof ImportRejected || e instanceof ImportConflict || e instanceof ExportFailed || e instanceof StoreOpenFailed;
   if (!expected && process.env['LOG_LEVEL']?.trim().toLowerCase() === 'debug' && e instanceof Error) process.stderr.write(`${e.stack ?? ''}\n`);
   process.exit(1);
 });

@@ -54,7 +54,7 @@ function parseExport(text) {
 function checkExport(text) {
   const [header, ...records] = parseExport(text);
   assert.equal(header.format, FORMAT);
-  assert.equal(header.version, 1);
+  assert.equal(header.version, 2);
   assert.equal(typeof header.sessions, 'number');
   assert.equal(typeof header.turns, 'number');
   const sessions = new Map();
@@ -514,8 +514,8 @@ describe('Restore: import', () => {
     const header = JSON.parse(lines[0]);
     refused('noheader', join_(lines.slice(1)), /line 1: the first line must be the chat-session-api\/export header/);
     refused('format', join_([JSON.stringify({ ...header, format: 'something/else' }), ...lines.slice(1)]), /line 1: the first line must be/);
-    refused('version', join_([JSON.stringify({ ...header, version: 2 }), ...lines.slice(1)]), /line 1: export format version 2 is not supported/);
-    refused('nocounts', join_([JSON.stringify({ format: FORMAT, version: 1 }), ...lines.slice(1)]), /line 1: the header must give the sessions and turns counts/);
+    refused('version', join_([JSON.stringify({ ...header, version: 3 }), ...lines.slice(1)]), /line 1: export format version 3 is not supported/);
+    refused('nocounts', join_([JSON.stringify({ format: FORMAT, version: 2 }), ...lines.slice(1)]), /line 1: the header must give the sessions and turns counts/);
     refused('not a backup', STORE_FILE === undefined ? 'a store is not a backup\n' : readFileSync(join(source, STORE_FILE), 'utf8'), /line 1: not valid JSON/);
     const empty = join(work, 'empty.ndjson');
     writeFileSync(empty, '');

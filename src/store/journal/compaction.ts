@@ -46,8 +46,10 @@ export class Compaction {
           if (this.abort) throw new CompactionAborted();
         }
         const item = snapshot[i] as SnapshotItem;
-        out.add(putLine(JSON.stringify(item.session)));
+        // a session's turns, then its state: replay makes each turn line its session's head, as
+        // appending it did, and the put that follows gives the session its own head back
         for (const t of item.turns) out.add(turnLine(t.json));
+        out.add(putLine(JSON.stringify(item.session)));
         if (i === snapshot.length >> 1) crashpoint('compact-middle');
       }
       await out.flush();

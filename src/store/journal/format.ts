@@ -1,9 +1,16 @@
 // The journal file format: one record per line, `<crc32 as 8 hex digits> <JSON>\n`, the CRC
-// taken over the JSON's UTF-8 bytes. The first line is a header naming the format. Records:
-//   {"put":<chat session>}   a session's whole new state (create, update, archive)
-//   {"del":"<session id>"}   a tombstone: the session and all its turns are gone
-//   {"turn":<turn>}          a turn; it also raises its session's updatedAt to the turn's createdAt
-// Replay applies them in order, the last write of an id winning.
+// taken over the JSON's UTF-8 bytes. The first line is a header naming the format and its
+// version. Records:
+//   {"put":<chat session>}                  a session's whole new state (create, update, archive, head switch)
+//   {"del":"<session id>"}                  a tombstone: the session and all its turns are gone
+//   {"turn":<turn>}                         a turn; it becomes its session's head and raises its updatedAt to the turn's createdAt
+//   {"edit":<turn>,"session":<session>}     a turn's new state, and its session's
+//   {"prune":["<turn id>",...],"session":<session>}   turns deleted (a turn and its descendants), and the session as that leaves it
+//   {"fork":<session>,"turns":[<turn>,...]} a new session with its copied turns, root first
+// Each change is one line, so an interrupted final write drops a change whole. Replay applies
+// them in order, the last write of an id winning. Version 1 (the first release) had the first
+// three only, its turns without `parentId` and `status`: replay gives each turn the one before
+// it as parent, and a journal of version 1 is rewritten as version 2 at the first start.
 import { closeSync, fstatSync, openSync, readSync } from 'node:fs';
 import { basename } from 'node:path';
 import { sessionProblem } from '../../domain/inputs.js';
@@ -12,7 +19,10 @@ import { crc32 } from './crc32.js';
 import { StoredTurn } from './state.js';
 
 export const JOURNAL_FORMAT = 'chat-session-api/journal';
-export const JOURNAL_VERSION = 1;
+/** The version this release writes. */
+export const JOURNAL_VERSION = 2;
+/** The versions it reads: 1 is the first release's, rewritten at start. */
+const READS = [1, 2];
 
 export interface JournalHeader {
   readonly format: typeof JOURNAL_FORMAT;
@@ -20,11 +30,17 @@ export interface JournalHeader {
   readonly createdAt: string;
 }
 
-/** A record as replay hands it over. Turns stay JSON bytes: they are only ever sent as JSON. */
+/**
+ * A record as replay hands it over. Turns stay JSON bytes: they are only ever sent as JSON.
+ * `parentId` undefined: a turn of the first release, whose parent is the turn before it.
+ */
 export type JournalRecord =
   | { readonly kind: 'put'; readonly session: ChatSession }
   | { readonly kind: 'del'; readonly id: string }
-  | { readonly kind: 'turn'; readonly session: string; readonly turn: StoredTurn };
+  | { readonly kind: 'turn'; readonly session: string; readonly turn: StoredTurn; readonly parentId: string | null | undefined }
+  | { readonly kind: 'edit'; readonly session: ChatSession; readonly turn: StoredTurn }
+  | { readonly kind: 'prune'; readonly session: ChatSession; readonly ids: readonly string[] }
+  | { readonly kind: 'fork'; readonly session: ChatSession; readonly turns: readonly { readonly turn: StoredTurn; readonly parentId: string | null }[] };
 
 const HEX = '0123456789abcdef';
 
@@ -49,6 +65,14 @@ export function frame(...parts: readonly (string | Buffer)[]): Buffer {
 export const putLine = (sessionJson: string): Buffer => frame('{"put":', sessionJson, '}');
 export const turnLine = (turnJson: string | Buffer): Buffer => frame('{"turn":', turnJson, '}');
 export const delLine = (id: string): Buffer => frame(`{"del":${JSON.stringify(id)}}`);
+export const editLine = (turnJson: Buffer, sessionJson: string): Buffer => frame('{"edit":', turnJson, ',"session":', sessionJson, '}');
+export const pruneLine = (ids: readonly string[], sessionJson: string): Buffer => frame(`{"prune":${JSON.stringify(ids)},"session":`, sessionJson, '}');
+export function forkLine(sessionJson: string, turns: readonly Buffer[]): Buffer {
+  const parts: (string | Buffer)[] = ['{"fork":', sessionJson, ',"turns":['];
+  turns.forEach((t, i) => parts.push(...(i > 0 ? [',', t] : [t])));
+  parts.push(']}');
+  return frame(...parts);
+}
 /** Bytes a put line adds to its session's JSON: checksum, space, `{"put":`, `}`, newline. */
 export const PUT_LINE_OVERHEAD = 18;
 /** Bytes a turn line adds to its turn's JSON: checksum, space, `{"turn":`, `}`, newline. */
@@ -139,7 +163,9 @@ class Slab {
 
 const TURN_PREFIX = Buffer.from('{"turn":{"_id":"');
 const SESSION_KEY = Buffer.from('","session":"');
+const PARENT_KEY = Buffer.from(',"parentId":');
 const CREATED_KEY = Buffer.from(',"createdAt":"');
+const NULL = Buffer.from('null');
 
 function bytesAt(buf: Buffer, at: number, what: Buffer): boolean {
   return at >= 0 && buf.compare(what, 0, what.length, at, at + what.length) === 0;
@@ -147,9 +173,11 @@ function bytesAt(buf: Buffer, at: number, what: Buffer): boolean {
 
 /**
  * A turn line's record, read from its bytes [start, end) (the JSON, checksum excluded)
- * without parsing the turn: the writer always puts `_id` and `session` (24-character ids)
- * first and `createdAt` (24 characters) last, so they sit at known places. The turn's JSON is
- * copied out as bytes. Anything unexpected takes the slow path, a full parse.
+ * without parsing the turn: the writer always puts `_id`, `session` (24-character ids) and
+ * `parentId` (an id or null) first and `createdAt` (24 characters) last, so they sit at known
+ * places. The turn's JSON is copied out as bytes. Anything unexpected takes the slow path, a
+ * full parse; a turn of the first release (no parentId) is kept as written until the load
+ * gives it its parent (upgradeTurnJson).
  */
 function turnAt(buf: Buffer, start: number, end: number, slab: Slab): JournalRecord | undefined {
   const jsonStart = start + 8;
@@ -165,18 +193,44 @@ function turnAt(buf: Buffer, start: number, end: number, slab: Slab): JournalRec
     buf[jsonEnd - 1] === 0x7d &&
     buf[end - 1] === 0x7d
   ) {
+    let parentId: string | null | undefined;
+    if (bytesAt(buf, start + 78, PARENT_KEY)) {
+      if (bytesAt(buf, start + 90, NULL)) parentId = null;
+      else if (buf[start + 90] === 0x22 && buf[start + 115] === 0x22) parentId = buf.toString('latin1', start + 91, start + 115);
+      else return slowTurn(buf, start, end);
+    }
     return {
       kind: 'turn',
       session: buf.toString('latin1', start + 53, start + 77),
       turn: slab.turn(buf.toString('latin1', start + 16, start + 40), buf.toString('latin1', created + 14, created + 38), buf, jsonStart, jsonEnd),
+      parentId,
     };
   }
+  return slowTurn(buf, start, end);
+}
+
+function slowTurn(buf: Buffer, start: number, end: number): JournalRecord | undefined {
   const v: unknown = JSON.parse(buf.toString('utf8', start, end));
-  const t = (v as { turn?: Record<string, unknown> }).turn;
-  if (typeof t !== 'object' || t === null || typeof t['_id'] !== 'string' || typeof t['session'] !== 'string' || typeof t['createdAt'] !== 'string') {
-    return undefined;
-  }
-  return { kind: 'turn', session: t['session'], turn: StoredTurn.of(t['_id'], t['createdAt'], Buffer.from(JSON.stringify(t))) };
+  const t = (v as { turn?: unknown }).turn;
+  if (!isTurnish(t)) return undefined;
+  const parentId = t['parentId'];
+  return { kind: 'turn', session: t['session'] as string, turn: storedOf(t), parentId: parentId === undefined ? undefined : (parentId as string | null) };
+}
+
+type Turnish = Record<string, unknown> & { readonly _id: string; readonly session: string; readonly createdAt: string };
+
+function isTurnish(t: unknown): t is Turnish {
+  if (typeof t !== 'object' || t === null) return false;
+  const r = t as Record<string, unknown>;
+  const p = r['parentId'];
+  return typeof r['_id'] === 'string' && typeof r['session'] === 'string' && typeof r['createdAt'] === 'string' && (p === undefined || p === null || typeof p === 'string');
+}
+
+const storedOf = (t: Turnish): StoredTurn => StoredTurn.of(t._id, t.createdAt, Buffer.from(JSON.stringify(t)));
+
+/** A session of a record: its shape checked (checksummed and written by this server, so the types, not the API's limits). */
+function sessionOf(v: unknown): ChatSession | undefined {
+  return sessionProblem(v, false) === undefined ? (v as ChatSession) : undefined;
 }
 
 /** The record bytes [start, end) hold (the JSON, checksum excluded), or undefined when none this release knows. */
@@ -186,10 +240,55 @@ function recordAt(buf: Buffer, start: number, end: number, slab: Slab): JournalR
   if (typeof v !== 'object' || v === null) return undefined;
   const r = v as Record<string, unknown>;
   if (typeof r['del'] === 'string') return { kind: 'del', id: r['del'] };
-  const put = r['put'];
-  // checksummed and written by this server, so the types are checked, not the API's limits
-  if (sessionProblem(put, false) === undefined) return { kind: 'put', session: put as ChatSession };
+  if (r['put'] !== undefined) {
+    const session = sessionOf(r['put']);
+    return session === undefined ? undefined : { kind: 'put', session };
+  }
+  const session = sessionOf(r['session'] ?? r['fork']);
+  if (session === undefined || session.headTurnId === undefined) return undefined;
+  if (r['edit'] !== undefined) {
+    const t = r['edit'];
+    return isTurnish(t) && t.parentId !== undefined ? { kind: 'edit', session, turn: storedOf(t) } : undefined;
+  }
+  const prune = r['prune'];
+  if (Array.isArray(prune)) return prune.every((id) => typeof id === 'string') ? { kind: 'prune', session, ids: prune as string[] } : undefined;
+  const turns = r['turns'];
+  if (r['fork'] !== undefined && Array.isArray(turns)) {
+    const out: { turn: StoredTurn; parentId: string | null }[] = [];
+    for (const t of turns as unknown[]) {
+      if (!isTurnish(t) || t.parentId === undefined) return undefined;
+      out.push({ turn: storedOf(t), parentId: t.parentId as string | null });
+    }
+    return { kind: 'fork', session, turns: out };
+  }
   return undefined;
+}
+
+const V1_TURN_HEAD = 70; // {"_id":"<24>","session":"<24>"
+const V1_TURN_TAIL = 40; // ,"createdAt":"<24>"}
+const STATUS_COMPLETE = ',"status":"complete"';
+
+/**
+ * The JSON of a turn of the first release as this release keeps it: `parentId` after
+ * `session`, `status` (complete) before `createdAt`. The first release wrote `_id` and `session`
+ * first and `createdAt` last, so both go in at known places without parsing the turn; anything
+ * else is parsed and written again.
+ */
+export function upgradeTurnJson(json: Buffer, parentId: string | null): Buffer {
+  const parent = `,"parentId":${parentId === null ? 'null' : `"${parentId}"`}`;
+  const n = json.length;
+  if (n > V1_TURN_HEAD + V1_TURN_TAIL && json.toString('latin1', 0, 8) === '{"_id":"' && json.toString('latin1', 32, 45) === '","session":"' && json[69] === 0x22 && json.toString('latin1', n - V1_TURN_TAIL, n - 26) === ',"createdAt":"') {
+    return Buffer.concat([json.subarray(0, V1_TURN_HEAD), Buffer.from(parent), json.subarray(V1_TURN_HEAD, n - V1_TURN_TAIL), Buffer.from(STATUS_COMPLETE), json.subarray(n - V1_TURN_TAIL)]);
+  }
+  const t = JSON.parse(json.toString('utf8')) as Record<string, unknown>;
+  const out: Record<string, unknown> = {};
+  for (const [k, v] of Object.entries(t)) {
+    if (k === 'parentId' || k === 'status') continue;
+    if (k === 'createdAt') out['status'] = t['status'] ?? 'complete';
+    out[k] = v;
+    if (k === 'session') out['parentId'] = parentId;
+  }
+  return Buffer.from(JSON.stringify(out));
 }
 
 function isHeader(v: unknown): v is JournalHeader {
@@ -262,8 +361,8 @@ export function scanJournal(file: string, onRecord: (r: JournalRecord, bytes: nu
       }
       if (lineNo === 1) {
         if (!isHeader(value)) throw new JournalDamaged(file, 1, 0, 'the first line is not a chat-session-api journal header', 0, 0);
-        if (value.version !== JOURNAL_VERSION) {
-          throw new Error(`${file}: journal format version ${String(value.version)} is not supported by this release (it reads version ${JOURNAL_VERSION})`);
+        if (!READS.includes(value.version)) {
+          throw new Error(`${file}: journal format version ${String(value.version)} is not supported by this release (it reads versions ${READS.join(' and ')})`);
         }
         header = value;
       } else {

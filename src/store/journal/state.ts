@@ -4,23 +4,28 @@
 // items on every engine). It knows nothing about files; the engine changes it only after a
 // change is durable.
 import { PAGE_SCAN_BUDGET, sessionBefore, turnBefore, type SessionKey, type TurnKey } from '../../domain/order.js';
-import { raisedByTurn, type ChatSession } from '../../domain/records.js';
+import { chatSession, raisedByTurn, type ChatSession } from '../../domain/records.js';
 import { foldForSearch } from '../../domain/search.js';
-import { versionOf } from '../../domain/version.js';
-import type { Page, SessionFilter, SessionRecord, TurnRecord } from '../store.js';
+import { versionOfSession } from '../../domain/version.js';
+import type { Page, SessionFilter, SessionRecord, TreeTurn, TurnRecord } from '../store.js';
 import { SortedList } from './sorted-list.js';
 
 /**
- * A turn as kept: its sort key, and its JSON as bytes off the JS heap. The bytes are a range of
- * a larger buffer (the turn's own JSON as written, or a slab of the turns read at start-up), so
- * a kept turn is one small object and not also a Buffer view of its own: a million turns replay
- * sooner and in less memory (bench/README.md). Never changed once made.
+ * A turn as kept: its sort key, its parent, and its JSON as bytes off the JS heap. The bytes are
+ * a range of a larger buffer (the turn's own JSON as written, or a slab of the turns read at
+ * start-up), so a kept turn is one small object and not also a Buffer view of its own: a million
+ * turns replay sooner and in less memory (bench/README.md). Its JSON never changes (an edit
+ * makes a new StoredTurn); its parent is set once it is placed in its session's tree, and
+ * pointed at the new object when the parent is edited.
  */
-export class StoredTurn implements TurnRecord {
+export class StoredTurn implements TurnRecord, TreeTurn {
+  /** The turn this one follows in its session's tree; null for a root. */
+  parent: StoredTurn | null = null;
+
   constructor(
     readonly _id: string,
     readonly createdAt: string,
-    private readonly bytes: Buffer,
+    private readonly buf: Buffer,
     private readonly start: number,
     private readonly end: number,
   ) {}
@@ -32,13 +37,21 @@ export class StoredTurn implements TurnRecord {
 
   /** Its JSON (a new view of the bytes on each call). */
   get json(): Buffer {
-    return this.bytes.subarray(this.start, this.end);
+    return this.buf.subarray(this.start, this.end);
   }
 
-  get jsonLength(): number {
+  /** UTF-8 bytes of its JSON. */
+  get bytes(): number {
     return this.end - this.start;
   }
+
+  get parentId(): string | null {
+    return this.parent === null ? null : this.parent._id;
+  }
 }
+
+/** Turns of a session past which a lookup by id builds the session's index instead of scanning. */
+const SCAN_TURNS = 16;
 
 /**
  * Read records are cached (their JSON made once), but not without bound: past this many bytes
@@ -55,19 +68,99 @@ const RECORD_CACHE_BYTES = 64 * 1024 * 1024;
 export class SessionEntry {
   private cached: SessionRecord | undefined;
   private cachedVersion: string | undefined;
+  /** Its turns, oldest first (a parent always comes before its children). */
   turns: StoredTurn[] | undefined;
-  /** Bytes of the journal lines that hold this session's current state and its turns. */
-  putBytes = 0;
+  /** Its turns by id, made when first needed in a session of more than a few turns. */
+  private index: Map<string, StoredTurn> | undefined;
+  /** UTF-8 bytes of its JSON, and of all its turns' JSON. */
+  sessionBytes = 0;
   turnBytes = 0;
 
   constructor(public session: ChatSession) {}
+
+  /** One of its turns by id. */
+  turn(id: string): StoredTurn | undefined {
+    const list = this.turns;
+    if (list === undefined) return undefined;
+    if (this.index === undefined) {
+      if (list.length <= SCAN_TURNS) {
+        for (let i = list.length - 1; i >= 0; i--) if ((list[i] as StoredTurn)._id === id) return list[i];
+        return undefined;
+      }
+      this.index = new Map(list.map((t) => [t._id, t]));
+    }
+    return this.index.get(id);
+  }
+
+  /** The turns from the root to `t`, oldest first. */
+  static pathTo(t: StoredTurn): StoredTurn[] {
+    const out: StoredTurn[] = [];
+    for (let at: StoredTurn | null = t; at !== null; at = at.parent) out.push(at);
+    return out.reverse();
+  }
+
+  /** Turn `t` and its descendants, in list order: children come after their parent. */
+  subtreeOf(t: StoredTurn): StoredTurn[] {
+    const list = this.turns as StoredTurn[];
+    const inside = new Set<StoredTurn>([t]);
+    const out = [t];
+    for (let i = turnsBefore(list, t) + 1; i < list.length; i++) {
+      const c = list[i] as StoredTurn;
+      if (c.parent !== null && inside.has(c.parent)) {
+        inside.add(c);
+        out.push(c);
+      }
+    }
+    return out;
+  }
+
+  /** Adds a turn at its place in the list (at the end but on replays out of order). */
+  placeTurn(t: StoredTurn): void {
+    const list = (this.turns ??= []);
+    const last = list[list.length - 1];
+    if (last === undefined || turnBefore(last, t)) list.push(t);
+    else list.splice(turnsBefore(list, t), 0, t);
+    this.index?.set(t._id, t);
+    this.turnBytes += t.bytes;
+    this.turnsChanged();
+  }
+
+  /** Puts an edited turn (same id and createdAt) in the place of the old one; its children follow it. */
+  replaceTurn(old: StoredTurn, t: StoredTurn): void {
+    const list = this.turns as StoredTurn[];
+    const i = turnsBefore(list, old);
+    t.parent = old.parent;
+    list[i] = t;
+    for (let j = i + 1; j < list.length; j++) if ((list[j] as StoredTurn).parent === old) (list[j] as StoredTurn).parent = t;
+    this.index?.set(t._id, t);
+    this.turnBytes += t.bytes - old.bytes;
+    this.turnsChanged();
+  }
+
+  /** Removes these turns; returns how many were there. */
+  removeTurns(ids: ReadonlySet<string>): number {
+    const list = this.turns;
+    if (list === undefined) return 0;
+    const kept: StoredTurn[] = [];
+    let removed = 0;
+    for (const t of list) {
+      if (ids.has(t._id)) {
+        removed++;
+        this.turnBytes -= t.bytes;
+        this.index?.delete(t._id);
+      } else kept.push(t);
+    }
+    this.turns = kept;
+    this.turnsChanged();
+    return removed;
+  }
 
   /** The session as a reader gets it: never changed afterwards, whatever later writes do. */
   record(cache: RecordCache): SessionRecord {
     let r = this.cached;
     if (r === undefined) {
       const json = JSON.stringify(this.session);
-      r = { session: this.session, json, version: (this.cachedVersion ??= versionOf(json, this.lastTurn)) };
+      r = { session: this.session, json, version: (this.cachedVersion ??= versionOfSession(json, this.lastTurn)) };
       this.cached = r;
       cache.admit(this, json.length);
     }
@@ -80,7 +173,7 @@ export class SessionEntry {
   }
 
   get version(): string {
-    return (this.cachedVersion ??= versionOf(this.cached?.json ?? JSON.stringify(this.session), this.lastTurn));
+    return (this.cachedVersion ??= versionOfSession(this.cached?.json ?? JSON.stringify(this.session), this.lastTurn));
   }
 
   get lastTurn(): StoredTurn | undefined {
@@ -153,6 +246,8 @@ export class MemoryState {
   private turnTotal = 0;
   /** While loading, indexes are left alone and built once by `finishLoad`. */
   private loading = false;
+  /** Turns replayed whose parent was not there (they are kept as roots). */
+  private unlinked = 0;
 
   get turnCount(): number {
     return this.turnTotal;
@@ -166,8 +261,13 @@ export class MemoryState {
     this.loading = true;
   }
 
-  /** Builds the list indexes after a bulk load; drops turns whose session does not exist. */
-  finishLoad(): { orphanTurns: number } {
+  /**
+   * Builds the list indexes after a bulk load; drops turns whose session does not exist. A
+   * journal of the first release (`upgrade` given) has turns without parents and sessions without
+   * heads: each turn gets the one before it as parent (its JSON made anew by `upgrade`), each
+   * session its newest turn as head.
+   */
+  finishLoad(upgrade?: (json: Buffer, parentId: string | null) => Buffer): { orphanTurns: number; unlinkedTurns: number } {
     this.loading = false;
     const byUser = new Map<string, SessionEntry[]>();
     const byProject = new Map<string, SessionEntry[]>();
@@ -179,16 +279,32 @@ export class MemoryState {
         this.entries.delete(id);
         continue;
       }
+      if (upgrade !== undefined) {
+        const turns = e.turns ?? [];
+        let previous: StoredTurn | null = null;
+        e.turnBytes = 0;
+        for (let i = 0; i < turns.length; i++) {
+          const t = turns[i] as StoredTurn;
+          const up = StoredTurn.of(t._id, t.createdAt, upgrade(t.json, previous === null ? null : previous._id));
+          up.parent = previous;
+          turns[i] = up;
+          e.turnBytes += up.bytes;
+          previous = up;
+        }
+        e.replace(chatSession({ ...e.session, headTurnId: previous === null ? null : previous._id }));
+        e.turnsChanged();
+      }
       // a turn replayed before its session did not move it: apply that now
       const lastAt = e.lastTurn?.createdAt;
       if (lastAt !== undefined && lastAt > e.session.updatedAt) e.replace(raisedByTurn(e.session, lastAt));
+      if (upgrade !== undefined) e.sessionBytes = Buffer.byteLength(JSON.stringify(e.session));
       push(byUser, listKey(e.session.user, e.session.archived), e);
       push(byProject, listKey(e.session.project, e.session.archived), e);
     }
     const order = (a: SessionEntry, b: SessionEntry): number => (entryBefore(a, b) ? -1 : 1);
     for (const [k, items] of byUser) this.listOf(this.byUser, k).fill(items.sort(order));
     for (const [k, items] of byProject) this.listOf(this.byProject, k).fill(items.sort(order));
-    return { orphanTurns };
+    return { orphanTurns, unlinkedTurns: this.unlinked };
   }
 
   get(id: string): SessionEntry | undefined {
@@ -230,37 +346,80 @@ export class MemoryState {
   }
 
   /**
-   * Adds a turn and raises its session's updatedAt to the turn's createdAt (what appending a
-   * turn does). While loading, a turn may come before its session; it waits on a placeholder.
+   * Puts a turn in its session's tree under `parentId` (undefined: a turn of the first
+   * release, its parent given by finishLoad), leaving the session as it is. While loading, a
+   * turn may come before its session; it waits on a placeholder.
    */
-  addTurn(sessionId: string, t: StoredTurn): SessionEntry {
+  placeTurn(sessionId: string, t: StoredTurn, parentId: string | null | undefined): SessionEntry {
     let e = this.entries.get(sessionId);
     if (e === undefined) {
       e = new SessionEntry(ORPHAN);
       this.entries.set(sessionId, e);
     }
-    const list = (e.turns ??= []);
-    const last = list[list.length - 1];
-    if (last === undefined || turnBefore(last, t)) list.push(t);
-    else list.splice(turnsBefore(list, t), 0, t);
+    if (parentId !== undefined && parentId !== null) {
+      const last = e.lastTurn;
+      const parent = last !== undefined && last._id === parentId ? last : e.turn(parentId);
+      if (parent === undefined) this.unlinked++;
+      else t.parent = parent;
+    }
+    e.placeTurn(t);
     this.turnTotal++;
-    e.turnsChanged();
-    if (e.session !== ORPHAN) {
+    return e;
+  }
+
+  /**
+   * Appends a turn: it becomes its session's head and raises its updatedAt to its createdAt;
+   * `after` is the session's new state when the writer has it (else it is made here, as replay
+   * does).
+   */
+  addTurn(sessionId: string, t: StoredTurn, parentId: string | null | undefined, after?: { session: ChatSession; version: string; bytes: number }): SessionEntry {
+    const e = this.placeTurn(sessionId, t, parentId);
+    if (e.session === ORPHAN) return e;
+    if (after !== undefined) {
+      this.putSession(after.session, after.version);
+      e.sessionBytes = after.bytes;
+    } else if (parentId === undefined) {
+      // the first release's turn: its session's head is set once the load is done
       const raised = raisedByTurn(e.session, t.createdAt);
       if (raised !== e.session) this.putSession(raised);
+    } else {
+      const head = e.session.headTurnId;
+      this.putSession(chatSession({ ...raisedByTurn(e.session, t.createdAt), headTurnId: t._id }));
+      e.sessionBytes += headBytes(t._id) - headBytes(head);
     }
     return e;
   }
 
-  /** Removes one turn (import replacing it with the backup's version); false when it is not there. */
-  removeTurn(sessionId: string, turnId: string): boolean {
+  /** An edited turn (same id and createdAt) in the place of the old one, and its session's new state. */
+  editTurn(t: StoredTurn, session: ChatSession, sessionBytes: number, version?: string): void {
+    const e = this.get(session._id);
+    const old = e?.turn(t._id);
+    if (e === undefined || old === undefined) return;
+    e.replaceTurn(old, t);
+    this.putSession(session, version);
+    e.sessionBytes = sessionBytes;
+  }
+
+  /** Turns deleted (a turn and its descendants), and their session's new state. */
+  pruneTurns(ids: readonly string[], session: ChatSession, sessionBytes: number, version?: string): void {
+    const e = this.get(session._id);
+    if (e === undefined) return;
+    this.turnTotal -= e.removeTurns(new Set(ids));
+    this.putSession(session, version);
+    e.sessionBytes = sessionBytes;
+  }
+
+  /** A backup's version of a turn stored in the same session (import): its children follow it. */
+  reimportTurn(sessionId: string, t: StoredTurn, parentId: string | null): void {
     const e = this.entries.get(sessionId);
-    const i = e?.turns?.findIndex((t) => t._id === turnId) ?? -1;
-    if (e === undefined || i < 0) return false;
-    e.turns?.splice(i, 1);
-    this.turnTotal--;
-    e.turnsChanged();
-    return true;
+    const old = e?.turn(t._id);
+    if (e === undefined || old === undefined) {
+      this.placeTurn(sessionId, t, parentId);
+      return;
+    }
+    this.turnTotal -= e.removeTurns(new Set([t._id]));
+    this.placeTurn(sessionId, t, parentId);
+    for (const c of e.turns ?? []) if (c.parent === old) c.parent = t;
   }
 
   /**
@@ -315,17 +474,21 @@ export class MemoryState {
   }
 
   listTurns(sessionId: string, after: TurnKey | undefined, limit: number): Page<TurnRecord, TurnKey> {
-    const list = this.get(sessionId)?.turns;
-    if (list === undefined) return { items: [], next: undefined };
-    let start = 0;
-    if (after !== undefined) {
-      start = turnsBefore(list, after);
-      if (list[start]?._id === after._id && list[start]?.createdAt === after.createdAt) start++;
-    }
-    const end = Math.min(list.length, start + limit);
-    const items = list.slice(start, end);
-    const last = items[items.length - 1];
-    return { items, next: end < list.length && last !== undefined ? { createdAt: last.createdAt, _id: last._id } : undefined };
+    return pageOf(this.get(sessionId)?.turns ?? EMPTY, after, limit);
+  }
+
+  /**
+   * The path of a branch of a session as of now, root first: to its head ('head'; [] while it has
+   * no turns) or to a turn; undefined when that turn is not one of the session's. [] for a
+   * session that does not exist.
+   */
+  branch(sessionId: string, to: 'head' | string): StoredTurn[] | undefined {
+    const e = this.get(sessionId);
+    if (e === undefined) return [];
+    const id = to === 'head' ? e.session.headTurnId : to;
+    if (id === null) return [];
+    const t = e.turn(id);
+    return t === undefined ? undefined : SessionEntry.pathTo(t);
   }
 
   /** The turns of a session as of now (a copy of the list; the turns themselves never change). */
@@ -408,6 +571,7 @@ const ORPHAN: ChatSession = Object.freeze({
   createdAt: '',
   updatedAt: '',
   archived: false,
+  headTurnId: null,
 });
 
 const EMPTY: readonly StoredTurn[] = [];
@@ -425,13 +589,31 @@ function dropFrom(map: Map<string, SortedList<SessionEntry>>, key: string, e: Se
   if (l.size === 0) map.delete(key);
 }
 
+/** A page of a list of turns (oldest first) strictly after `after`. */
+export function pageOf(list: readonly StoredTurn[], after: TurnKey | undefined, limit: number): Page<TurnRecord, TurnKey> {
+  let start = 0;
+  if (after !== undefined) {
+    start = turnsBefore(list, after);
+    if (list[start]?._id === after._id && list[start]?.createdAt === after.createdAt) start++;
+  }
+  const end = Math.min(list.length, start + limit);
+  const items = list.slice(start, end);
+  const last = items[items.length - 1];
+  return { items, next: end < list.length && last !== undefined ? { createdAt: last.createdAt, _id: last._id } : undefined };
+}
+
+/** UTF-8 bytes of a session's `headTurnId` value in its JSON: null, or a quoted 24-character id. */
+function headBytes(head: string | null): number {
+  return head === null ? 4 : head.length + 2;
+}
+
 /** How many turns of a list (oldest first) come before `key`: where `key` is, or would go. */
-function turnsBefore(list: readonly StoredTurn[], key: TurnKey): number {
+function turnsBefore(list: readonly TurnKey[], key: TurnKey): number {
   let lo = 0;
   let hi = list.length;
   while (lo < hi) {
     const mid = (lo + hi) >>> 1;
-    if (turnBefore(list[mid] as StoredTurn, key)) lo = mid + 1;
+    if (turnBefore(list[mid] as TurnKey, key)) lo = mid + 1;
     else hi = mid;
   }
   return lo;

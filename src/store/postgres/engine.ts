@@ -5,7 +5,7 @@
 import { PAGE_SCAN_BUDGET, type SessionKey, type TurnKey } from '../../domain/order.js';
 import type { ChatSession, Turn } from '../../domain/records.js';
 import { foldForSearch } from '../../domain/search.js';
-import { versionOf } from '../../domain/version.js';
+import { versionOfSession } from '../../domain/version.js';
 import type { Logger } from '../../log.js';
 import type { QueryResult, Row } from '../../pg/connection.js';
 import { PgError } from '../../pg/errors.js';
@@ -15,7 +15,12 @@ import { planImport } from '../import-plan.js';
 import {
   StorageWriteFailed,
   StoreOpenFailed,
+  TurnNotFound,
+  type Branch,
   type Current,
+  type TurnEdit,
+  type TurnUpdate,
+  type WriteHint,
   type ExportItem,
   type ExportSnapshot,
   type ImportSummary,
@@ -28,11 +33,12 @@ import {
   type TurnRecord,
   type Usage,
 } from '../store.js';
-import { SerialWriter, type Group, type GroupSource } from '../writer.js';
+import { SerialWriter, type Group, type GroupSource, type TreeNeeds } from '../writer.js';
 import { sqlText, storeError, textArray } from './values.js';
-import { finish, PgGroup, rowOf, SESSION_ROW } from './group.js';
+import { finish, insertTurnSql, PgGroup, rowOf, SESSION_ROW } from './group.js';
 import { matchingSql, pageSql } from './lists.js';
 import { prepareSchema, quotedSchema } from './schema.js';
+import { pageByDepthSql, placesSql } from '../tree-index.js';
 
 export interface PostgresOptions {
   readonly url: string;
@@ -181,7 +187,14 @@ export class PostgresStore implements Store, GroupSource {
     });
   }
 
-  async listTurns(sessionId: string, after: TurnKey | undefined, limit: number): Promise<Page<TurnRecord, TurnKey>> {
+  async listTurns(sessionId: string, after: TurnKey | undefined, limit: number, branch?: Branch): Promise<Page<TurnRecord, TurnKey>> {
+    if (branch !== undefined) {
+      const rows = await this.branchPage(sessionId, branch, after, limit + 1);
+      if (rows.length === 0 && branch !== 'head' && !(await this.hasTurn(this.pool, sessionId, branch.turnId))) throw new TurnNotFound();
+      const items = rows.slice(0, limit).map(turnOf);
+      const last = items[items.length - 1];
+      return { items, next: rows.length > limit && last !== undefined ? { createdAt: last.createdAt, _id: last._id } : undefined };
+    }
     const r =
       after === undefined
         ? await this.pool.query(`SELECT id, created_at, json FROM ${this.S}.turns WHERE session = $1 ORDER BY created_at, id LIMIT $2`, [sqlText(sessionId), String(limit + 1)]).catch(rethrow)
@@ -193,10 +206,52 @@ export class PostgresStore implements Store, GroupSource {
     return { items, next: r.rows.length > limit && last !== undefined ? { createdAt: last.createdAt, _id: last._id } : undefined };
   }
 
-  async *scanTurns(sessionId: string): AsyncIterable<readonly TurnRecord[]> {
+  async getTurn(sessionId: string, turnId: string): Promise<TurnRecord | undefined> {
+    const row = (await this.pool.query(`SELECT id, created_at, json FROM ${this.S}.turns WHERE id = $1 AND session = $2`, [sqlText(turnId), sqlText(sessionId)]).catch(rethrow)).rows[0];
+    return row === undefined ? undefined : turnOf(row);
+  }
+
+  async *scanTurns(sessionId: string, branch?: Branch): AsyncIterable<readonly TurnRecord[]> {
+    const hasTurn = (q: Queryable, id: string): Promise<boolean> => this.hasTurn(q, sessionId, id);
     yield* this.inSnapshot(async function* (q: Queryable, S: string) {
-      yield* turnPages(q, S, sessionId);
+      if (branch === undefined) {
+        yield* turnPages(q, S, sessionId);
+        return;
+      }
+      if (branch !== 'head' && !(await hasTurn(q, branch.turnId))) throw new TurnNotFound();
+      let after: TurnKey | undefined;
+      for (;;) {
+        const sql = branchQuery(S, sessionId, branch, after, CHUNK * 4);
+        const turns = (await q.query(sql.text, sql.params)).rows.map(turnOf);
+        if (turns.length > 0) yield turns;
+        const last = turns[turns.length - 1];
+        if (turns.length < CHUNK * 4 || last === undefined) return;
+        after = { createdAt: last.createdAt, _id: last._id };
+      }
     });
+  }
+
+  /**
+   * The turns of a page of a branch: by depth when the cursor is a turn of the path (or there is
+   * none), else (the cursor's turn deleted, the head moved elsewhere) by walking the path from
+   * its end to the cursor, which gives the same page wherever the cursor is.
+   */
+  private async branchPage(sessionId: string, branch: Branch, after: TurnKey | undefined, limit: number): Promise<Row[]> {
+    const byDepth = async (lo: string | undefined): Promise<Row[] | undefined> => {
+      const sql = branchPageQuery(this.S, sessionId, branch, lo, limit);
+      const rows = (await this.pool.query(sql.text, sql.params).catch(rethrow)).rows;
+      // the page's first turn follows the cursor, or the cursor is not on this path
+      if (after !== undefined && rows[0]?.[3] !== sqlText(after._id)) return undefined;
+      return rows;
+    };
+    const page = await byDepth(after === undefined ? undefined : sqlText(after._id));
+    if (page !== undefined) return page;
+    const sql = branchQuery(this.S, sessionId, branch, after, limit);
+    return (await this.pool.query(sql.text, sql.params).catch(rethrow)).rows;
+  }
+
+  private async hasTurn(q: Queryable, sessionId: string, id: string): Promise<boolean> {
+    return (await q.query(`SELECT 1 FROM ${this.S}.turns WHERE id = $1 AND session = $2`, [sqlText(id), sqlText(sessionId)]).catch(rethrow)).rows.length > 0;
   }
 
   /**
@@ -216,6 +271,7 @@ export class PostgresStore implements Store, GroupSource {
         await held.q.query('COMMIT').catch(() => undefined);
       }
     } catch (e) {
+      if (e instanceof TurnNotFound) throw e;
       throw storeError(e);
     } finally {
       held?.done();
@@ -285,29 +341,45 @@ export class PostgresStore implements Store, GroupSource {
     return this.writer.createSession(session);
   }
 
-  updateSession(id: string, change: (current: Current) => ChatSession): Promise<SessionRecord> {
-    return this.writer.updateSession(id, change);
+  updateSession(id: string, change: (current: Current) => ChatSession, hint?: WriteHint): Promise<SessionRecord> {
+    return this.writer.updateSession(id, change, hint);
   }
 
   deleteSession(id: string, check: (current: Current) => void): Promise<void> {
     return this.writer.deleteSession(id, check);
   }
 
-  appendTurn(sessionId: string, build: (current: Current) => Turn): Promise<TurnRecord> {
-    return this.writer.appendTurn(sessionId, build);
+  appendTurn(sessionId: string, build: (current: Current) => Turn, hint?: WriteHint): Promise<TurnRecord> {
+    return this.writer.appendTurn(sessionId, build, hint);
   }
 
-  /** GroupSource: a transaction that has locked the group's sessions (see ./group.ts). */
-  async begin(ids: readonly string[], owners: readonly string[]): Promise<Group> {
+  updateTurn(sessionId: string, turnId: string, check: (current: Current) => void, edit: (turn: Turn) => TurnEdit): Promise<TurnUpdate> {
+    return this.writer.updateTurn(sessionId, turnId, check, edit);
+  }
+
+  deleteTurn(sessionId: string, turnId: string, check: (current: Current) => void): Promise<SessionRecord> {
+    return this.writer.deleteTurn(sessionId, turnId, check);
+  }
+
+  forkSession(sourceId: string, turnId: string | undefined, owner: string, build: (source: Current) => ChatSession): Promise<SessionRecord> {
+    return this.writer.forkSession(sourceId, turnId, owner, build);
+  }
+
+  /** GroupSource: a transaction that has locked the group's sessions and read what its writes need of their turns (see ./group.ts). */
+  async begin(ids: readonly string[], owners: readonly string[], needs: readonly TreeNeeds[]): Promise<Group> {
     if (this.opts.readOnly === true) throw new StorageWriteFailed(new Error('this store was opened read-only'));
     const started = process.hrtime.bigint();
     const { q, done } = await lease(this.pool);
-    const group = await PgGroup.open(this.S, q, done, ids, owners);
+    const group = await PgGroup.open(this.S, q, done, ids, owners, needs);
     const observer = this.opts.observer;
     if (observer === undefined) return group;
     // the commit's duration as the metrics see it: from taking the connection to COMMIT answered
     return {
       current: (id) => group.current(id),
+      turn: (session, id) => group.turn(session, id),
+      path: (session, id) => group.path(session, id),
+      subtree: (session, id) => group.subtree(session, id),
+      lastTurnExcept: (session, excluded) => group.lastTurnExcept(session, excluded),
       usageOf: (user) => group.usageOf(user),
       release: () => group.release(),
       commit: async (changes) => {
@@ -354,20 +426,23 @@ export class PostgresStore implements Store, GroupSource {
           const json = JSON.stringify(s);
           sent.push(
             q.query(
-              `INSERT INTO ${S}.sessions (id, owner, project, archived, updated_at, name_folded, json, json_bytes, version) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, '')
+              `INSERT INTO ${S}.sessions (id, owner, project, archived, updated_at, name_folded, json, json_bytes, version, head_turn_id) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, '', $9)
                ON CONFLICT (id) DO UPDATE SET owner = excluded.owner, project = excluded.project, archived = excluded.archived, updated_at = excluded.updated_at,
-                 name_folded = excluded.name_folded, json = excluded.json, json_bytes = excluded.json_bytes`,
-              [s._id, sqlText(s.user), sqlText(s.project), String(s.archived), s.updatedAt, sqlText(foldForSearch(s.name)), json, String(Buffer.byteLength(json))],
+                 name_folded = excluded.name_folded, json = excluded.json, json_bytes = excluded.json_bytes, head_turn_id = excluded.head_turn_id`,
+              [s._id, sqlText(s.user), sqlText(s.project), String(s.archived), s.updatedAt, sqlText(foldForSearch(s.name)), json, String(Buffer.byteLength(json)), s.headTurnId],
             ),
           );
         }
         for (const t of plan.turns) {
           if (t.replaces !== undefined) sent.push(q.query(`DELETE FROM ${S}.turns WHERE id = $1`, [t.turn._id]));
-          sent.push(q.query(`INSERT INTO ${S}.turns (id, session, created_at, json) VALUES ($1, $2, $3, $4)`, [t.turn._id, t.turn.session, t.turn.createdAt, t.json.toString('utf8')]));
+          sent.push(q.query(insertTurnSql(S), [t.turn._id, t.turn.session, t.turn.parentId, t.turn.createdAt, t.json.toString('utf8')]));
         }
         // the sessions whose turns changed (here or by a replaced turn elsewhere) get their newest turn and counts again
         const touched = new Set<string>([...plan.sessions.map((s) => s._id), ...plan.turns.flatMap((t) => [t.turn.session, ...(t.replaces !== undefined ? [t.replaces] : [])])]);
         await Promise.all(sent);
+        // an import may give a stored turn another parent: the depths of the sessions whose turns it wrote are made again
+        const withTurns = [...new Set(plan.turns.flatMap((t) => [t.turn.session, ...(t.replaces !== undefined ? [t.replaces] : [])]))];
+        for (let i = 0; i < withTurns.length; i += 5000) await q.query(placesSql(`${S}.turns`, 'session = ANY($1::text[])', 'NULL::text COLLATE "C"'), [textArray(withTurns.slice(i, i + 5000))]);
         const touchedIds = [...touched];
         for (let i = 0; i < touchedIds.length; i += 5000) {
           const some = textArray(touchedIds.slice(i, i + 5000));
@@ -383,7 +458,7 @@ export class PostgresStore implements Store, GroupSource {
           const versions: Promise<QueryResult>[] = [];
           for (const r of (await q.query(`SELECT id, json, last_turn_at, last_turn_id FROM ${S}.sessions WHERE id = ANY($1::text[])`, [some])).rows) {
             const last = r[2] === null || r[3] === null ? undefined : { createdAt: r[2] as string, _id: r[3] as string };
-            versions.push(q.query(`UPDATE ${S}.sessions SET version = $1 WHERE id = $2`, [versionOf(r[1] as string, last), r[0] as string]));
+            versions.push(q.query(`UPDATE ${S}.sessions SET version = $1 WHERE id = $2`, [versionOfSession(r[1] as string, last), r[0] as string]));
           }
           await Promise.all(versions);
         }
@@ -412,6 +487,46 @@ export class PostgresStore implements Store, GroupSource {
   get database(): string {
     return this.where;
   }
+}
+
+/**
+ * A branch's turns in list order: the keys of the path from its turn up to the root along the
+ * parents (each a primary-key lookup; the head's turn read from the session row), the page cut
+ * from those keys (strictly after a key when given, at most `limit`; the walk then stops at that
+ * key), and only then the page's JSON: sorting the whole path with its JSON would cost more than
+ * walking it.
+ */
+function branchQuery(S: string, sessionId: string, branch: Branch, after: TurnKey | undefined, limit: number): { text: string; params: string[] } {
+  const params = [sqlText(sessionId)];
+  const at = (v: string): string => `$${params.push(v)}`;
+  const start = branch === 'head' ? `id = (SELECT head_turn_id FROM ${S}.sessions WHERE id = $1)` : `id = ${at(sqlText(branch.turnId))}`;
+  const key = after === undefined ? undefined : `(${at(sqlText(after.createdAt))}, ${at(sqlText(after._id))})`;
+  // after a cursor the walk stops at it: keys fall along the path toward the root
+  const text = `WITH RECURSIVE path(id, parent_id, created_at) AS (
+      SELECT id, parent_id, created_at FROM ${S}.turns WHERE ${start} AND session = $1
+      UNION ALL SELECT t.id, t.parent_id, t.created_at FROM ${S}.turns t JOIN path p ON t.id = p.parent_id ${key === undefined ? '' : `WHERE (t.created_at, t.id) > ${key}`}),
+    page AS MATERIALIZED (SELECT id, created_at FROM path ${key === undefined ? '' : `WHERE (created_at, id) > ${key}`} ORDER BY created_at, id LIMIT ${at(String(limit))})
+    SELECT t.id, t.created_at, t.json FROM page JOIN ${S}.turns t ON t.id = page.id ORDER BY page.created_at, page.id`;
+  return { text, params };
+}
+
+/**
+ * A page of a branch by depth (../tree-index.ts): the turns at the depths after the cursor's
+ * (`after`: its id, or none for the first page), at most `limit`, oldest first, each with its
+ * JSON and its parent: about depth / JUMP + JUMP lookups beside the page's own, however deep the
+ * branch. A cursor that is not a turn of the session gives no page (the caller walks instead).
+ */
+function branchPageQuery(S: string, sessionId: string, branch: Branch, after: string | undefined, limit: number): { text: string; params: string[] } {
+  const params = [sqlText(sessionId)];
+  const at = (v: string): string => `$${params.push(v)}`;
+  const start = branch === 'head' ? `id = (SELECT head_turn_id FROM ${S}.sessions WHERE id = $1)` : `id = ${at(sqlText(branch.turnId))}`;
+  const lo = after === undefined ? '0' : `(SELECT depth + 1 FROM ${S}.turns WHERE id = ${at(after)} AND session = $1)`;
+  const text = `WITH RECURSIVE
+      target(id, depth) AS (SELECT id, depth FROM ${S}.turns WHERE ${start} AND session = $1),
+      bounds(lo, hi) AS (SELECT b.lo, least(target.depth, b.lo + ${at(String(limit))} - 1) FROM target CROSS JOIN (SELECT ${lo} AS lo) b WHERE b.lo IS NOT NULL),
+      ${pageByDepthSql(`${S}.turns`)}
+    SELECT t.id, t.created_at, t.json, w.parent_id FROM walk w JOIN ${S}.turns t ON t.id = w.id WHERE w.depth >= (SELECT lo FROM bounds) ORDER BY w.depth`;
+  return { text, params };
 }
 
 /** A session's turns, oldest first, a page at a time, on one connection. */

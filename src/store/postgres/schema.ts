@@ -4,8 +4,9 @@
 // database whose schema is newer than this release knows stops the start.
 import type { Pool, Queryable } from '../../pg/pool.js';
 import { StoreOpenFailed } from '../store.js';
+import { placesSql } from '../tree-index.js';
 
-export const SCHEMA_VERSION = 1;
+export const SCHEMA_VERSION = 2;
 
 /** Each step takes the schema from version i to i + 1; `S` stands for the quoted schema name. */
 const MIGRATIONS: readonly ((S: string) => string)[] = [
@@ -41,7 +42,36 @@ const MIGRATIONS: readonly ((S: string) => string)[] = [
     bytes bigint NOT NULL
   );
   `,
+  // 2: conversations as trees. Every turn of the first release gets the turn before it (by
+  // created_at, id) as parent and status complete, every session its newest turn as head, every
+  // turn its depth and jump pointer (../tree-index.ts); the
+  // stored JSON gets the new keys at their places (the first release wrote a turn's _id and
+  // session first and its createdAt last: 70 and 40 ASCII characters), and the byte counts follow.
+  (S) => `
+  ALTER TABLE ${S}.turns ADD COLUMN parent_id text COLLATE "C";
+  ALTER TABLE ${S}.turns ADD COLUMN depth integer NOT NULL DEFAULT 0;
+  ALTER TABLE ${S}.turns ADD COLUMN skip_id text COLLATE "C";
+  ALTER TABLE ${S}.sessions ADD COLUMN head_turn_id text COLLATE "C";
+  CREATE INDEX turns_by_parent ON ${S}.turns (parent_id);
+  UPDATE ${S}.turns t SET parent_id = p.prev
+    FROM (SELECT id, lag(id) OVER (PARTITION BY session ORDER BY created_at, id) AS prev FROM ${S}.turns) p
+    WHERE t.id = p.id AND p.prev IS NOT NULL;
+  ${placesSql(`${S}.turns`, 'true', 'NULL::text COLLATE "C"')};
+  UPDATE ${S}.turns SET json =
+    left(json, 70) || ',"parentId":' || coalesce('"' || parent_id || '"', 'null') || substr(json, 71, length(json) - 110) || ',"status":"complete"' || right(json, 40);
+  UPDATE ${S}.sessions SET head_turn_id = last_turn_id,
+    json = left(json, -1) || ',"headTurnId":' || coalesce('"' || last_turn_id || '"', 'null') || '}';
+  UPDATE ${S}.sessions s SET json_bytes = octet_length(s.json),
+    turn_bytes = coalesce((SELECT sum(octet_length(t.json)) FROM ${S}.turns t WHERE t.session = s.id), 0);
+  DELETE FROM ${S}.usage;
+  INSERT INTO ${S}.usage (owner, sessions, turns, bytes) SELECT owner, count(*), sum(turn_count), sum(json_bytes + turn_bytes) FROM ${S}.sessions GROUP BY owner;
+  `,
 ];
+
+/** Checks made before a step runs (their count must be 0), so data it cannot rewrite stops the start instead of being damaged. */
+const BEFORE: Readonly<Record<number, (S: string) => string>> = {
+  1: (S) => `SELECT count(*) FROM ${S}.turns WHERE NOT (left(json, 8) = '{"_id":"' AND substr(json, 33, 13) = '","session":"' AND substr(json, 70, 1) = '"' AND substr(json, length(json) - 39, 14) = ',"createdAt":"')`,
+};
 
 const SCHEMA_NAME = /^[a-z_][a-z0-9_]{0,62}$/;
 
@@ -85,7 +115,13 @@ export async function prepareSchema(pool: Pool, schema: string, where: string, m
       const other = (await tx.query(`SELECT count(*) FROM pg_tables WHERE schemaname = $1 AND tablename <> 'meta'`, [schema])).rows[0]?.[0];
       if (other !== '0') throw new StoreOpenFailed(`${where}: schema ${schema} holds tables of another application; set DATABASE_SCHEMA to a schema of this service's own. Nothing was changed.`);
     }
-    for (let v = version; v < SCHEMA_VERSION; v++) await tx.exec((MIGRATIONS[v] as (S: string) => string)(S));
+    for (let v = version; v < SCHEMA_VERSION; v++) {
+      const before = BEFORE[v];
+      if (before !== undefined && (await tx.query(before(S))).rows[0]?.[0] !== '0') {
+        throw new StoreOpenFailed(`${where}: schema ${schema} holds turns this release cannot rewrite for schema version ${v + 1} (not as the first release wrote them); export them with the release that wrote them. Nothing was changed.`);
+      }
+      await tx.exec((MIGRATIONS[v] as (S: string) => string)(S));
+    }
     if (version < SCHEMA_VERSION) {
       await tx.query(`INSERT INTO ${S}.meta (key, value) VALUES ('schema_version', $1) ON CONFLICT (key) DO UPDATE SET value = excluded.value`, [String(SCHEMA_VERSION)]);
     }
