@@ -1,8 +1,8 @@
 // List answers: a page, built whole (`limit` given, so it is small), or the spec's whole list,
 // streamed in pieces as the client reads it (it may be any size). Items are the JSON the store
 // keeps, joined without being parsed or serialized again.
-import type { Answer, Reply } from './route.js';
-import { DATA_OPEN } from './route.js';
+import type { Answer, Reply } from '../http/route.js';
+import { DATA_OPEN } from '../http/envelope.js';
 
 const OPEN_TEXT = `${DATA_OPEN}[`;
 const COMMA = Buffer.from(',');

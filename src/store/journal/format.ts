@@ -122,10 +122,10 @@ function hexValue(c: number): number {
   return -1;
 }
 
-type Decoded = { ok: true } | { ok: false; reason: string };
+type LineCheck = { ok: true } | { ok: false; reason: string };
 
 /** Whether bytes [start, end) (newline excluded) are an intact line: its checksum holds. */
-function decode(buf: Buffer, start: number, end: number): Decoded {
+function checkLine(buf: Buffer, start: number, end: number): LineCheck {
   if (end - start < 11 || buf[start + 8] !== 0x20) return { ok: false, reason: 'not a journal line' };
   let want = 0;
   for (let i = 0; i < 8; i++) {
@@ -347,7 +347,7 @@ export function scanJournal(file: string, onRecord: (r: JournalRecord, bytes: nu
     const handle = (start: number, end: number): void => {
       lineNo++;
       const offset = base + start;
-      const d = decode(buf, start, end);
+      const d = checkLine(buf, start, end);
       if (damage !== undefined) {
         linesAfterDamage++;
         if (d.ok) validAfterDamage++;
