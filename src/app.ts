@@ -11,6 +11,7 @@ import { serviceRoutes } from './api/service.js';
 import { sessionRoutes } from './api/sessions.js';
 import { turnRoutes } from './api/turns.js';
 import { usageRoutes } from './api/usage.js';
+import { searchRoutes } from './api/search.js';
 import { Authenticator } from './auth/authenticate.js';
 import type { Secrets } from './auth/secret.js';
 import { TicketCodec } from './auth/tickets.js';
@@ -62,6 +63,7 @@ export function createApp(p: AppParts): App {
     ...serviceRoutes({ version: p.version, catalog: p.catalog, store: p.store, metrics: p.metrics, openApiBody: () => openApiBody, docsPage: docsRoute }),
     ...sessionRoutes(sessionDeps),
     ...turnRoutes(sessionDeps),
+    ...searchRoutes(sessionDeps),
     ...usageRoutes(p.store),
     ...(live === undefined ? [] : eventRoutes({ hub: live.hub, tickets: live.tickets, store: p.store, access: config.access })),
     ...providerRoutes(p.catalog),

@@ -79,6 +79,21 @@ const RECORDS: Record<string, Json> = {
 const RESPONSES: Record<SchemaName, Json> = {
   ChatSession: envelope(ref('ChatSession')),
   ChatSessionList: envelope({ type: 'array', items: ref('ChatSession') }, nextCursor),
+  SearchHitList: envelope(
+    {
+      type: 'array',
+      items: {
+        type: 'object',
+        required: ['session', 'turnId', 'snippet'],
+        properties: {
+          session: ref('ChatSession'),
+          turnId: { type: ['string', 'null'], description: 'The turn whose text matched; null when the session\'s name matched.' },
+          snippet: { type: 'string', description: 'Up to 160 characters of the matched text around the first matching word; … where it was cut.' },
+        },
+      },
+    },
+    nextCursor,
+  ),
   Turn: envelope(ref('Turn')),
   TurnList: envelope({ type: 'array', items: ref('Turn') }, nextCursor),
   Provider: envelope(ref('Provider')),

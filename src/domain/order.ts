@@ -33,3 +33,14 @@ export function turnBefore(a: TurnKey, b: TurnKey): boolean {
  * work however many of the list's items the filters leave out.
  */
 export const PAGE_SCAN_BUDGET = 4096;
+
+/** Where a search hit stands: newest first by `at`, ties by `doc` descending (src/store/store.ts SearchKey). */
+export interface HitKey {
+  readonly at: string;
+  readonly doc: string;
+}
+
+/** True when a comes before b in search answers. */
+export function hitBefore(a: HitKey, b: HitKey): boolean {
+  return a.at > b.at || (a.at === b.at && a.doc > b.doc);
+}

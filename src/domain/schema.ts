@@ -421,6 +421,9 @@ export function validateQuery<F extends Record<string, QueryField>>(schema: Quer
       out[name] = raw;
     }
   }
+  for (const [name, f] of Object.entries(schema.fields)) {
+    if (f.kind === 'string' && f.required === true && out[name] === undefined) throw new ValidationError(`${name} is required`);
+  }
   return out as Values<F>;
 }
 
@@ -509,7 +512,7 @@ export function queryParameters(schema: QuerySchema): JsonSchema[] {
   return Object.entries(schema.fields).map(([name, f]) => ({
     name,
     in: 'query',
-    required: false,
+    required: f.kind === 'string' && f.required === true,
     description: f.description,
     schema: fieldJsonSchema(f),
     // a repeated parameter is given once per value: ?tag=a&tag=b

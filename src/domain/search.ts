@@ -1,7 +1,89 @@
-// Case folding for finding sessions by name, the same on every engine: the text searched and
-// the text searched for are folded alike, and a match is a plain substring of the folded name.
+// Finding sessions, the same on every engine. Names in lists: the text searched and the text
+// searched for are folded alike, and a match is a plain substring of the folded name. Search
+// (GET /api/v1/search): texts are cut into words (runs of letters and digits), each folded;
+// a query matches a text when every query word is a prefix of one of the text's words.
+import type { JsonValue } from './records.js';
 
-/** The folded form of a name or of a search text. */
+/** The folded form of a name or of a search text (the list's `q`). */
 export function foldForSearch(text: string): string {
   return text.toLowerCase();
+}
+
+const WORD = /[\p{L}\p{N}]+/gu;
+
+/** One word folded: NFKC, then upper and lower case (so ß is ss, final sigma is sigma). */
+export function foldWord(word: string): string {
+  return word.normalize('NFKC').toUpperCase().toLowerCase().replace(/ς/g, 'σ');
+}
+
+/** The distinct folded words of a text, in order of first appearance. */
+export function wordsOf(text: string): string[] {
+  const seen = new Set<string>();
+  for (const m of text.matchAll(WORD)) {
+    // a fold may introduce a separator (NFKC of a ligature or a fraction): cut again
+    for (const w of foldWord(m[0]).match(WORD) ?? []) seen.add(w);
+  }
+  return [...seen];
+}
+
+/** The words an index keeps for a text: its distinct folded words joined by spaces. */
+export function indexedWords(text: string): string {
+  return wordsOf(text).join(' ');
+}
+
+/** The text of a turn that search reads: string content, or its `text` and `reasoning` parts, one per line. */
+export function turnText(content: JsonValue | undefined): string {
+  if (typeof content === 'string') return content;
+  if (!Array.isArray(content)) return '';
+  const out: string[] = [];
+  for (const p of content as readonly JsonValue[]) {
+    if (p !== null && typeof p === 'object' && !Array.isArray(p)) {
+      const part = p as { readonly [k: string]: JsonValue };
+      if ((part['type'] === 'text' || part['type'] === 'reasoning') && typeof part['text'] === 'string') out.push(part['text']);
+    }
+  }
+  return out.join('\n');
+}
+
+/** The searchable text of a turn's JSON. */
+export function turnTextOfJson(json: string | Uint8Array): string {
+  const turn = JSON.parse(typeof json === 'string' ? json : Buffer.from(json).toString('utf8')) as { content?: JsonValue };
+  return turnText(turn.content);
+}
+
+/** The words of a turn's JSON as an index keeps them. */
+export function indexedTurnWords(json: string | Uint8Array): string {
+  return indexedWords(turnTextOfJson(json));
+}
+
+/** True when every query word is a prefix of (or equal to) one of `words`. */
+export function matchesAll(words: readonly string[], query: readonly string[]): boolean {
+  return query.every((q) => words.some((w) => w.startsWith(q)));
+}
+
+export const SNIPPET_CHARS = 160;
+
+/**
+ * Up to SNIPPET_CHARS characters of `text` around its first word that a query word starts,
+ * on word boundaries where it can, with … where it was cut.
+ */
+export function snippetOf(text: string, query: readonly string[]): string {
+  let at = 0;
+  for (const m of text.matchAll(WORD)) {
+    const folded = foldWord(m[0]);
+    if (query.some((q) => folded.startsWith(q))) {
+      at = m.index;
+      break;
+    }
+  }
+  const chars = Array.from(text.replace(/\s+/g, ' '));
+  // the position of `at` among code points after whitespace is collapsed
+  const before = Array.from(text.slice(0, at).replace(/\s+/g, ' ')).length;
+  let start = Math.max(0, before - 40);
+  if (start > 0) {
+    const space = chars.lastIndexOf(' ', before - 1);
+    if (space >= start - 20 && space < before) start = space + 1;
+  }
+  const end = Math.min(chars.length, start + SNIPPET_CHARS);
+  return `${start > 0 ? '…' : ''}${chars.slice(start, end).join('').trim()}${end < chars.length ? '…' : ''}`;
 }

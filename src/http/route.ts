@@ -65,6 +65,7 @@ export interface ParamDoc {
 export type SchemaName =
   | 'ChatSession'
   | 'ChatSessionList'
+  | 'SearchHitList'
   | 'Turn'
   | 'TurnList'
   | 'Provider'

@@ -98,6 +98,34 @@ export interface SessionFilter {
   readonly tags?: readonly string[];
 }
 
+/** Which sessions a search reads: those a list with the same filter would (no name or tag filter). */
+export interface SearchFilter {
+  readonly project?: string;
+  readonly user?: string;
+  readonly archived: ArchivedFilter;
+  /** Only sessions live at that moment. */
+  readonly live: Liveness;
+  /** The query's words, folded (src/domain/search.ts wordsOf), at least one: each must start a word of the text. */
+  readonly words: readonly string[];
+}
+
+/**
+ * Where a hit stands in search answers, newest first: `at` is the turn's createdAt for a turn,
+ * the session's updatedAt for its name; ties by `doc` descending (the turn's id, or the session's
+ * id for its name).
+ */
+export interface SearchKey {
+  readonly at: string;
+  readonly doc: string;
+}
+
+/** A search hit: a session whose name matched (turn undefined) or one of its turns. */
+export interface SearchHit {
+  readonly key: SearchKey;
+  readonly session: SessionRecord;
+  readonly turn: TurnRecord | undefined;
+}
+
 /** One page of a list. */
 export interface Page<T, K> {
   readonly items: readonly T[];
@@ -223,6 +251,14 @@ export interface Store {
    * unknown branch turn rejects the first chunk with TurnNotFound.
    */
   scanTurns(sessionId: string, branch?: Branch): AsyncIterable<readonly TurnRecord[]>;
+
+  /**
+   * Hits of `filter.words` in session names and turn texts, newest first (SearchKey), strictly
+   * after `after`, at most `limit`: read from the engine's search index, never by reading every turn.
+   */
+  search(filter: SearchFilter, after: SearchKey | undefined, limit: number): Promise<Page<SearchHit, SearchKey>>;
+  /** Builds the search index again from the stored sessions and turns; answers how many documents it indexed. */
+  reindex(): Promise<number>;
 
   createSession(session: ChatSession): Promise<SessionRecord>;
   /**

@@ -17,6 +17,9 @@ import {
   StoreOpenFailed,
   TurnNotFound,
   type Branch,
+  type SearchFilter,
+  type SearchHit,
+  type SearchKey,
   type Current,
   type SessionState,
   type TreeTurn,
@@ -157,6 +160,14 @@ export class JournalStore implements Store, GroupSource, Group {
   getSession(id: string): Promise<SessionRecord | undefined> {
     const e = this.state.get(id);
     return Promise.resolve(e === undefined ? undefined : e.record(this.state.cache));
+  }
+
+  search(filter: SearchFilter, after: SearchKey | undefined, limit: number): Promise<Page<SearchHit, SearchKey>> {
+    return Promise.resolve(this.state.search(filter, after, limit));
+  }
+
+  reindex(): Promise<number> {
+    return Promise.resolve(this.state.reindex());
   }
 
   listSessions(filter: SessionFilter, after: SessionKey | undefined, limit: number): Promise<Page<SessionRecord, SessionKey>> {

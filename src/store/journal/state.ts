@@ -3,13 +3,14 @@
 // and archived sessions (as the other engines' indexes keep them, so a page examines the same
 // items on every engine). It knows nothing about files; the engine changes it only after a
 // change is durable.
-import { PAGE_SCAN_BUDGET, sessionBefore, turnBefore, type SessionKey, type TurnKey } from '../../domain/order.js';
+import { hitBefore, PAGE_SCAN_BUDGET, sessionBefore, turnBefore, type SessionKey, type TurnKey } from '../../domain/order.js';
 import { chatSession, foldedTags, raisedByTurn, type ChatSession } from '../../domain/records.js';
 import { isLive } from '../../domain/retention.js';
-import { foldForSearch } from '../../domain/search.js';
+import { foldForSearch, turnTextOfJson, wordsOf } from '../../domain/search.js';
 import { versionOfSession } from '../../domain/version.js';
-import type { Page, SessionFilter, SessionRecord, TreeTurn, TurnRecord } from '../store.js';
+import type { Page, SearchFilter, SearchHit, SearchKey, SessionFilter, SessionRecord, TreeTurn, TurnRecord } from '../store.js';
 import { SortedList } from './sorted-list.js';
+import { docParts, nameDoc, turnDoc, WordIndex } from './word-index.js';
 
 /**
  * A turn as kept: its sort key, its parent, and its JSON as bytes off the JS heap. The bytes are
@@ -247,6 +248,8 @@ export class MemoryState {
   /** The same lists for each tag of their sessions (apart, so no user or project name can meet a tag's key). */
   private readonly byUserTag = new Map<string, SortedList<SessionEntry>>();
   private readonly byProjectTag = new Map<string, SortedList<SessionEntry>>();
+  /** The search index: every session's name and every turn's text, kept with each change and at replay. */
+  readonly words = new WordIndex();
   private turnTotal = 0;
   /** While loading, indexes are left alone and built once by `finishLoad`. */
   private loading = false;
@@ -280,6 +283,7 @@ export class MemoryState {
     let orphanTurns = 0;
     for (const [id, e] of this.entries) {
       if (e.session === ORPHAN) {
+        for (const t of e.turns ?? []) this.words.remove(turnDoc(id, t._id));
         orphanTurns += e.turns?.length ?? 0;
         this.turnTotal -= e.turns?.length ?? 0;
         this.entries.delete(id);
@@ -326,6 +330,7 @@ export class MemoryState {
   putSession(s: ChatSession, version?: string): SessionEntry {
     const e = this.entries.get(s._id);
     if (e === undefined) return this.insertNew(s, version);
+    if (e.session === ORPHAN || e.session.name !== s.name) this.words.set(nameDoc(s._id), wordsOf(s.name));
     if (this.loading) {
       e.replace(s, version);
       return e;
@@ -340,6 +345,7 @@ export class MemoryState {
   insertNew(s: ChatSession, version?: string): SessionEntry {
     const e = new SessionEntry(s);
     if (version !== undefined) e.replace(s, version);
+    this.words.set(nameDoc(s._id), wordsOf(s.name));
     this.entries.set(s._id, e);
     if (!this.loading) this.index(e);
     return e;
@@ -350,6 +356,8 @@ export class MemoryState {
     const e = this.entries.get(id);
     if (e === undefined) return undefined;
     this.entries.delete(id);
+    this.words.remove(nameDoc(id));
+    for (const t of e.turns ?? []) this.words.remove(turnDoc(id, t._id));
     this.turnTotal -= e.turns?.length ?? 0;
     if (!this.loading && e.session !== ORPHAN) this.unindex(e);
     return e;
@@ -373,6 +381,7 @@ export class MemoryState {
       else t.parent = parent;
     }
     e.placeTurn(t);
+    this.words.set(turnDoc(sessionId, t._id), turnWords(t));
     this.turnTotal++;
     return e;
   }
@@ -406,6 +415,7 @@ export class MemoryState {
     const old = e?.turn(t._id);
     if (e === undefined || old === undefined) return;
     e.replaceTurn(old, t);
+    this.words.set(turnDoc(session._id, t._id), turnWords(t));
     this.putSession(session, version);
     e.sessionBytes = sessionBytes;
   }
@@ -423,6 +433,7 @@ export class MemoryState {
     const e = this.get(session._id);
     if (e === undefined) return;
     this.turnTotal -= e.removeTurns(new Set(ids));
+    for (const id of ids) this.words.remove(turnDoc(session._id, id));
     this.putSession(session, version);
     e.sessionBytes = sessionBytes;
   }
@@ -517,6 +528,38 @@ export class MemoryState {
     return this.get(sessionId)?.turns?.slice() ?? [];
   }
 
+  /** Search hits newest first, from the word index; only the matching documents are read. */
+  search(filter: SearchFilter, after: SearchKey | undefined, limit: number): Page<SearchHit, SearchKey> {
+    const found: { key: SearchKey; e: SessionEntry; turn: StoredTurn | undefined }[] = [];
+    for (const doc of this.words.find(filter.words)) {
+      const [sid, tid] = docParts(doc);
+      const e = this.get(sid);
+      if (e === undefined || !searchable(e.session, filter)) continue;
+      const turn = tid === undefined ? undefined : e.turn(tid);
+      if (tid !== undefined && turn === undefined) continue;
+      const key = turn === undefined ? { at: e.session.updatedAt, doc: sid } : { at: turn.createdAt, doc: turn._id };
+      if (after !== undefined && !hitBefore(after, key)) continue;
+      found.push({ key, e, turn });
+    }
+    found.sort((a, b) => (hitBefore(a.key, b.key) ? -1 : 1));
+    const page = found.slice(0, limit);
+    return {
+      items: page.map((h) => ({ key: h.key, session: h.e.record(this.cache), turn: h.turn })),
+      next: found.length > limit ? page[page.length - 1]?.key : undefined,
+    };
+  }
+
+  /** Builds the word index again from memory; answers how many documents it holds. */
+  reindex(): number {
+    this.words.clear();
+    for (const [id, e] of this.entries) {
+      if (e.session === ORPHAN) continue;
+      this.words.set(nameDoc(id), wordsOf(e.session.name));
+      for (const t of e.turns ?? []) this.words.set(turnDoc(id, t._id), turnWords(t));
+    }
+    return this.words.size;
+  }
+
   /** Every live session with its turns as of now, for compaction and export. */
   snapshot(): SnapshotItem[] {
     const out: SnapshotItem[] = [];
@@ -549,6 +592,18 @@ export class MemoryState {
     }
     return l;
   }
+}
+
+/** A session search may read for this filter (the lists' rules: owner or project, archived, live). */
+function searchable(s: ChatSession, f: SearchFilter): boolean {
+  if (f.user !== undefined ? s.user !== f.user || (f.project !== undefined && s.project !== f.project) : s.project !== f.project) return false;
+  if (f.archived !== 'all' && s.archived !== (f.archived === 'true')) return false;
+  return isLive(s, f.live);
+}
+
+/** The words of a turn's searchable text (a delta's text waits for the turn's next edit: ./engine.ts deltaTurn). */
+function turnWords(t: StoredTurn): string[] {
+  return wordsOf(turnTextOfJson(t.json));
 }
 
 /** The filters a list applies beyond the lists it reads (the same residual filters on every engine). */

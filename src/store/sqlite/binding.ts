@@ -17,6 +17,8 @@ export interface Statement {
 export interface Database {
   exec(sql: string): void;
   prepare(sql: string): Statement;
+  /** Makes a JavaScript function callable from SQL on this connection. */
+  function(name: string, options: { readonly deterministic?: boolean }, fn: (...args: SqlValue[]) => SqlValue): void;
   close(): void;
 }
 

@@ -9,6 +9,7 @@ import { Worker } from 'node:worker_threads';
 import { PAGE_SCAN_BUDGET, sessionBefore, type SessionKey, type TurnKey } from '../../domain/order.js';
 import { foldedTags, type ChatSession, type Turn } from '../../domain/records.js';
 import { foldForSearch } from '../../domain/search.js';
+import type { Liveness } from '../../domain/retention.js';
 import { versionOfSession } from '../../domain/version.js';
 import type { Logger } from '../../log.js';
 import { planImport } from '../import-plan.js';
@@ -29,6 +30,9 @@ import {
   type ExportSnapshot,
   type ImportSummary,
   type Page,
+  type SearchFilter,
+  type SearchHit,
+  type SearchKey,
   type SessionFilter,
   type SessionRecord,
   type Store,
@@ -39,7 +43,7 @@ import {
 } from '../store.js';
 import { SerialWriter, type Change, type CommitListener, type Group, type GroupSource } from '../writer.js';
 import { bytesOf, int, sqliteDatabase, text, textOrUndefined, type Database, type Row, type SqlValue, type Statement } from './binding.js';
-import { checkSchema, prepareSchema, STREAMING_WHERE, unreadable } from './schema.js';
+import { checkSchema, prepareSchema, registerSearchFunctions, REINDEX_SQL, STREAMING_WHERE, unreadable } from './schema.js';
 import { pageByDepthSql } from '../tree-index.js';
 import { WRITER_ROLE, type FromWriter, type Op, type PutSession, type SessionAfter, type ToWriter, type WriterData } from './worker.js';
 
@@ -161,12 +165,7 @@ function sessionRows(c: Connection, filter: SessionFilter, archived: 0 | 1, afte
     residual.push('instr(s.name_folded, ?) > 0');
     params.push(filter.nameContains);
   }
-  if (filter.live !== undefined) {
-    // live: an own expiry later than now, kept for good, or (no own expiry) activity after the cutoff
-    residual.push(`(CASE WHEN s.expires_at IS NOT NULL THEN s.expires_at > ? WHEN s.keep = 1 THEN 1 ELSE ${filter.live.cutoff === undefined ? '1' : 's.updated_at > ?'} END)`);
-    params.push(filter.live.now);
-    if (filter.live.cutoff !== undefined) params.push(filter.live.cutoff);
-  }
+  if (filter.live !== undefined) residual.push(liveSql(filter.live, params));
   const [tag, ...otherTags] = filter.tags ?? [];
   for (const t of otherTags) {
     residual.push('EXISTS (SELECT 1 FROM session_tags o WHERE o.session = s.id AND o.tag = ?)');
@@ -190,6 +189,45 @@ function sessionRows(c: Connection, filter: SessionFilter, archived: 0 | 1, afte
       WHERE t.tag = ? AND t.${owner} = ? AND t.archived = ${archived}${keyset} ORDER BY t.updated_at DESC, t.session DESC`;
   }
   return c.prepare(sql).iterate(...params);
+}
+
+/** live: an own expiry later than now, kept for good, or (no own expiry) activity after the cutoff. */
+function liveSql(live: Liveness, params: SqlValue[]): string {
+  params.push(live.now);
+  if (live.cutoff !== undefined) params.push(live.cutoff);
+  return `(CASE WHEN s.expires_at IS NOT NULL THEN s.expires_at > ? WHEN s.keep = 1 THEN 1 ELSE ${live.cutoff === undefined ? '1' : 's.updated_at > ?'} END)`;
+}
+
+/**
+ * One half of a search (names or turns): the index finds the documents, the session's columns
+ * decide whether the caller may read them (the lists' rules), keys after the cursor only.
+ */
+function searchHalf(filter: SearchFilter, after: SearchKey | undefined, turns: boolean, params: SqlValue[]): string {
+  const where: string[] = [];
+  params.push(filter.words.map((w) => `"${w}"*`).join(' '));
+  if (filter.user !== undefined) {
+    where.push('s.user = ?');
+    params.push(filter.user);
+    if (filter.project !== undefined) {
+      where.push('s.project = ?');
+      params.push(filter.project);
+    }
+  } else {
+    where.push('s.project = ?');
+    params.push(filter.project ?? '');
+  }
+  if (filter.archived !== 'all') where.push(`s.archived = ${filter.archived === 'true' ? 1 : 0}`);
+  where.push(liveSql(filter.live, params));
+  const [at, doc] = turns ? ['t.created_at', 't.id'] : ['s.updated_at', 's.id'];
+  if (after !== undefined) {
+    where.push(`(${at}, ${doc}) < (?, ?)`);
+    params.push(after.at, after.doc);
+  }
+  return turns
+    ? `SELECT t.created_at AS at, t.id AS doc, s.json, s.version, t.json AS turn_json FROM turn_words f JOIN turns t ON t.rowid = f.rowid JOIN sessions s ON s.id = t.session
+       WHERE turn_words MATCH ? AND ${where.join(' AND ')}`
+    : `SELECT s.updated_at AS at, s.id AS doc, s.json, s.version, NULL AS turn_json FROM name_words f JOIN sessions s ON s.rowid = f.rowid
+       WHERE name_words MATCH ? AND ${where.join(' AND ')}`;
 }
 
 /** Both halves of an `archived=all` list (each served by the index) merged in list order. */
@@ -326,6 +364,42 @@ export class SqliteStore implements Store, GroupSource, Group {
   getSession(id: string): Promise<SessionRecord | undefined> {
     const row = this.reader.prepare('SELECT json, version FROM sessions WHERE id = ?').get(id);
     return Promise.resolve(row === undefined ? undefined : recordOf(row));
+  }
+
+  search(filter: SearchFilter, after: SearchKey | undefined, limit: number): Promise<Page<SearchHit, SearchKey>> {
+    const params: SqlValue[] = [];
+    const sql = `${searchHalf(filter, after, false, params)} UNION ALL ${searchHalf(filter, after, true, params)} ORDER BY at DESC, doc DESC LIMIT ?`;
+    params.push(limit + 1);
+    const rows = this.reader.prepare(sql).all(...params);
+    const items: SearchHit[] = rows.slice(0, limit).map((row) => {
+      const key = { at: text(row['at']), doc: text(row['doc']) };
+      const turn = row['turn_json'] === null ? undefined : { _id: key.doc, createdAt: key.at, json: bytesOf(row['turn_json']) };
+      return { key, session: recordOf(row), turn };
+    });
+    return Promise.resolve({ items, next: rows.length > limit ? items[items.length - 1]?.key : undefined });
+  }
+
+  /**
+   * Indexes every name and turn again, in one transaction on a connection of its own (the CLI's
+   * `reindex`, under the data-directory lock: no server writes meanwhile).
+   */
+  reindex(): Promise<number> {
+    const db = new (sqliteDatabase())(this.opts.file, { timeout: 10_000 });
+    try {
+      registerSearchFunctions(db);
+      db.exec('BEGIN IMMEDIATE');
+      try {
+        db.exec(REINDEX_SQL);
+        db.exec('COMMIT');
+      } catch (e) {
+        db.exec('ROLLBACK');
+        throw e;
+      }
+      const row = db.prepare('SELECT (SELECT count(*) FROM sessions) + (SELECT count(*) FROM turns) AS n').get();
+      return Promise.resolve(int(row?.['n']));
+    } finally {
+      db.close();
+    }
   }
 
   listSessions(filter: SessionFilter, after: SessionKey | undefined, limit: number): Promise<Page<SessionRecord, SessionKey>> {

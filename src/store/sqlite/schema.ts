@@ -6,6 +6,7 @@ import { existsSync } from 'node:fs';
 import { StoreOpenFailed } from '../store.js';
 import { STREAMING_MARK, STREAMING_MARK_FROM_END } from '../../domain/deltas.js';
 import { placesSql } from '../tree-index.js';
+import { indexedTurnWords, indexedWords } from '../../domain/search.js';
 import { sqliteCode, type Database } from './binding.js';
 
 /** The turns whose JSON says `status: "streaming"` (the index turns_streaming holds them; a query uses this very term). */
@@ -13,7 +14,40 @@ export const STREAMING_WHERE = `substr(json, -${STREAMING_MARK_FROM_END}, ${STRE
 
 /** 'csap' in ASCII: marks the file as this service's (PRAGMA application_id). */
 const APPLICATION_ID = 0x63736170;
-export const SCHEMA_VERSION = 4;
+export const SCHEMA_VERSION = 5;
+
+/** The SQL functions the search index's triggers call: the words of a session's JSON's name, of a turn's JSON. */
+export function registerSearchFunctions(db: Database): void {
+  db.function('csa_name_words', { deterministic: true }, (json) => indexedWords(String((JSON.parse(String(json)) as { name?: unknown }).name ?? '')));
+  db.function('csa_turn_words', { deterministic: true }, (json) => indexedTurnWords(json instanceof Uint8Array ? json : String(json)));
+}
+
+const SEARCH_TRIGGERS = `
+  CREATE TRIGGER name_words_add AFTER INSERT ON sessions BEGIN
+    INSERT INTO name_words (rowid, words) VALUES (NEW.rowid, csa_name_words(NEW.json));
+  END;
+  CREATE TRIGGER name_words_rename AFTER UPDATE OF json ON sessions WHEN json_extract(OLD.json, '$.name') IS NOT json_extract(NEW.json, '$.name') BEGIN
+    DELETE FROM name_words WHERE rowid = OLD.rowid;
+    INSERT INTO name_words (rowid, words) VALUES (NEW.rowid, csa_name_words(NEW.json));
+  END;
+  CREATE TRIGGER name_words_gone AFTER DELETE ON sessions BEGIN
+    DELETE FROM name_words WHERE rowid = OLD.rowid;
+  END;
+  CREATE TRIGGER turn_words_add AFTER INSERT ON turns BEGIN
+    INSERT INTO turn_words (rowid, words) VALUES (NEW.rowid, csa_turn_words(NEW.json));
+  END;
+  CREATE TRIGGER turn_words_gone AFTER DELETE ON turns BEGIN
+    DELETE FROM turn_words WHERE rowid = OLD.rowid;
+  END;
+`;
+
+/** Empties the search index and indexes every name and turn again (migration 5 and `reindex`). */
+export const REINDEX_SQL = `
+  INSERT INTO name_words (name_words) VALUES ('delete-all');
+  INSERT INTO turn_words (turn_words) VALUES ('delete-all');
+  INSERT INTO name_words (rowid, words) SELECT rowid, csa_name_words(json) FROM sessions;
+  INSERT INTO turn_words (rowid, words) SELECT rowid, csa_turn_words(json) FROM turns;
+`;
 
 /** Each step takes the schema from version i to i + 1. */
 const MIGRATIONS: readonly string[] = [
@@ -100,6 +134,18 @@ const MIGRATIONS: readonly string[] = [
   CREATE INDEX sessions_by_expiry ON sessions (expires_at) WHERE expires_at IS NOT NULL;
   CREATE INDEX sessions_by_activity ON sessions (updated_at) WHERE expires_at IS NULL AND keep = 0;
   `,
+  // 5: search. Two FTS5 indexes without content of their own, keyed by the rowid of the session
+  // or turn they index: the words of each name and turn text, folded and cut by the domain's
+  // rule (src/domain/search.ts, called as SQL functions every writing connection registers),
+  // joined by spaces, so FTS5's ascii tokenizer only splits them at those spaces. Triggers keep
+  // them with every insert, rename and delete; a turn's edit is indexed by the writer (./worker.ts).
+  // The existing names and turns are indexed here.
+  `
+  CREATE VIRTUAL TABLE name_words USING fts5(words, tokenize = 'ascii', content = '', contentless_delete = 1);
+  CREATE VIRTUAL TABLE turn_words USING fts5(words, tokenize = 'ascii', content = '', contentless_delete = 1);
+  ${SEARCH_TRIGGERS}
+  ${REINDEX_SQL}
+  `,
 ];
 
 /** Checks made before a step runs, so data it cannot rewrite stops the start instead of being damaged. */
@@ -108,7 +154,7 @@ const BEFORE: Readonly<Record<number, string>> = {
 };
 
 /** Tables and indexes the current schema must have: a file missing one fails its check. */
-const REQUIRED = ['sessions', 'sessions_by_user', 'sessions_by_project', 'turns', 'turns_by_session', 'turns_by_parent', 'turns_streaming', 'counters', 'users', 'session_tags', 'session_tags_by_user', 'session_tags_by_project', 'session_tags_follow', 'session_tags_gone', 'sessions_by_expiry', 'sessions_by_activity'];
+const REQUIRED = ['sessions', 'sessions_by_user', 'sessions_by_project', 'turns', 'turns_by_session', 'turns_by_parent', 'turns_streaming', 'counters', 'users', 'session_tags', 'session_tags_by_user', 'session_tags_by_project', 'session_tags_follow', 'session_tags_gone', 'sessions_by_expiry', 'sessions_by_activity', 'name_words', 'turn_words', 'name_words_add', 'name_words_rename', 'name_words_gone', 'turn_words_add', 'turn_words_gone'];
 
 function scalar(db: Database, sql: string): number {
   const row = db.prepare(sql).get();
@@ -144,6 +190,7 @@ export function prepareSchema(db: Database, file: string): void {
   }
   try {
     db.exec('PRAGMA journal_mode = WAL');
+    registerSearchFunctions(db);
     if (version < SCHEMA_VERSION) {
       db.exec('BEGIN IMMEDIATE');
       try {

@@ -9,6 +9,7 @@ import { versionOfSession } from '../../domain/version.js';
 import { injectedFault } from '../faults.js';
 import { int, sqliteDatabase, text, textOrUndefined, type Database, type Row, type Statement } from './binding.js';
 import { placesOfChain, placesSql, placeUnder, type TreePlace } from '../tree-index.js';
+import { registerSearchFunctions } from './schema.js';
 
 export const WRITER_ROLE = 'chat-session-api:sqlite-writer';
 
@@ -105,6 +106,7 @@ function runWriter(data: WriterData, port: MessagePort): void {
     db.exec(`PRAGMA cache_size = ${-Math.max(64, Math.floor(data.cacheBytes / 1024))}`);
     db.exec('PRAGMA wal_autocheckpoint = 0'); // checkpoints are run here, between commits
     db.exec('PRAGMA journal_size_limit = 67108864');
+    registerSearchFunctions(db);
     w = new Writes(db);
   } catch (e) {
     post({ kind: 'fatal', message: e instanceof Error ? e.message : String(e) });
@@ -165,6 +167,8 @@ class Writes {
   private readonly addUsage: Statement;
   private readonly dropIdleUser: Statement;
   private readonly setTurnJson: Statement;
+  private readonly reindexTurn: Statement;
+  private readonly unindexTurn: Statement;
   private readonly setSessionAfter: Statement;
   private readonly placeOf: Statement;
   /** Sets depth and jump pointer of every turn of a session (after an import). */
@@ -187,6 +191,8 @@ class Writes {
     this.placeOf = db.prepare('SELECT id, depth, skip_id FROM turns WHERE id = ?');
     this.replace = db.prepare(placesSql('turns', 'session = ?'));
     this.setTurnJson = db.prepare('UPDATE turns SET json = ? WHERE id = ?');
+    this.unindexTurn = db.prepare('DELETE FROM turn_words WHERE rowid = (SELECT rowid FROM turns WHERE id = ?)');
+    this.reindexTurn = db.prepare('INSERT INTO turn_words (rowid, words) SELECT rowid, csa_turn_words(json) FROM turns WHERE id = ?');
     this.setSessionAfter = db.prepare(
       `UPDATE sessions SET updated_at = ?, json = ?, json_bytes = ?, version = ?, head_turn_id = ?, last_turn_at = ?, last_turn_id = ?,
          turn_count = turn_count + ?, turn_bytes = turn_bytes + ? WHERE id = ?`,
@@ -300,6 +306,9 @@ class Writes {
         const t = this.turnOf.get(op.id);
         if (before === undefined || t === undefined) throw new Error(`turn ${op.id} of session ${op.session} is not stored`);
         this.setTurnJson.run(op.json, op.id);
+        // an edit's text is found at once; a delta's waits for the turn's next edit (docs/DECISIONS.md)
+        this.unindexTurn.run(op.id);
+        this.reindexTurn.run(op.id);
         const change = op.json.byteLength - int(t['bytes']);
         this.sessionAfter(op.session, before, op.after, 0, change, delta);
         delta.bytes += change;
