@@ -16,6 +16,12 @@ export function foldWord(word: string): string {
   return word.normalize('NFKC').toUpperCase().toLowerCase().replace(/ς/g, 'σ');
 }
 
+/**
+ * Words longer than this (in UTF-16 code units) are not indexed, on any engine: PostgreSQL refuses
+ * a lexeme of 2 KiB, and no one searches for such a word. A query word as long matches nothing.
+ */
+export const WORD_MAX = 64;
+
 /** The distinct folded words of a text, in order of first appearance. */
 export function wordsOf(text: string): string[] {
   const seen = new Set<string>();
@@ -26,9 +32,11 @@ export function wordsOf(text: string): string[] {
   return [...seen];
 }
 
-/** The words an index keeps for a text: its distinct folded words joined by spaces. */
+/** The words an index keeps for a text: its distinct folded words of at most WORD_MAX, joined by spaces. */
 export function indexedWords(text: string): string {
-  return wordsOf(text).join(' ');
+  return wordsOf(text)
+    .filter((w) => w.length <= WORD_MAX)
+    .join(' ');
 }
 
 /** The text of a turn that search reads: string content, or its `text` and `reasoning` parts, one per line. */

@@ -6,7 +6,7 @@
 import { hitBefore, PAGE_SCAN_BUDGET, sessionBefore, turnBefore, type SessionKey, type TurnKey } from '../../domain/order.js';
 import { chatSession, foldedTags, raisedByTurn, type ChatSession } from '../../domain/records.js';
 import { isLive } from '../../domain/retention.js';
-import { foldForSearch, turnTextOfJson, wordsOf } from '../../domain/search.js';
+import { foldForSearch, indexedWords, turnTextOfJson } from '../../domain/search.js';
 import { versionOfSession } from '../../domain/version.js';
 import type { Page, SearchFilter, SearchHit, SearchKey, SessionFilter, SessionRecord, TreeTurn, TurnRecord } from '../store.js';
 import { SortedList } from './sorted-list.js';
@@ -330,7 +330,7 @@ export class MemoryState {
   putSession(s: ChatSession, version?: string): SessionEntry {
     const e = this.entries.get(s._id);
     if (e === undefined) return this.insertNew(s, version);
-    if (e.session === ORPHAN || e.session.name !== s.name) this.words.set(nameDoc(s._id), wordsOf(s.name));
+    if (e.session === ORPHAN || e.session.name !== s.name) this.words.set(nameDoc(s._id), indexedWordsOf(s.name));
     if (this.loading) {
       e.replace(s, version);
       return e;
@@ -345,7 +345,7 @@ export class MemoryState {
   insertNew(s: ChatSession, version?: string): SessionEntry {
     const e = new SessionEntry(s);
     if (version !== undefined) e.replace(s, version);
-    this.words.set(nameDoc(s._id), wordsOf(s.name));
+    this.words.set(nameDoc(s._id), indexedWordsOf(s.name));
     this.entries.set(s._id, e);
     if (!this.loading) this.index(e);
     return e;
@@ -554,7 +554,7 @@ export class MemoryState {
     this.words.clear();
     for (const [id, e] of this.entries) {
       if (e.session === ORPHAN) continue;
-      this.words.set(nameDoc(id), wordsOf(e.session.name));
+      this.words.set(nameDoc(id), indexedWordsOf(e.session.name));
       for (const t of e.turns ?? []) this.words.set(turnDoc(id, t._id), turnWords(t));
     }
     return this.words.size;
@@ -594,6 +594,12 @@ export class MemoryState {
   }
 }
 
+/** The words of a text as every engine indexes them (src/domain/search.ts indexedWords). */
+function indexedWordsOf(text: string): string[] {
+  const words = indexedWords(text);
+  return words === '' ? [] : words.split(' ');
+}
+
 /** A session search may read for this filter (the lists' rules: owner or project, archived, live). */
 function searchable(s: ChatSession, f: SearchFilter): boolean {
   if (f.user !== undefined ? s.user !== f.user || (f.project !== undefined && s.project !== f.project) : s.project !== f.project) return false;
@@ -603,7 +609,7 @@ function searchable(s: ChatSession, f: SearchFilter): boolean {
 
 /** The words of a turn's searchable text (a delta's text waits for the turn's next edit: ./engine.ts deltaTurn). */
 function turnWords(t: StoredTurn): string[] {
-  return wordsOf(turnTextOfJson(t.json));
+  return indexedWordsOf(turnTextOfJson(t.json));
 }
 
 /** The filters a list applies beyond the lists it reads (the same residual filters on every engine). */

@@ -4,7 +4,7 @@
 // exports read a REPEATABLE READ snapshot on a connection of their own.
 import { PAGE_SCAN_BUDGET, type SessionKey, type TurnKey } from '../../domain/order.js';
 import type { ChatSession, Turn } from '../../domain/records.js';
-import { foldForSearch } from '../../domain/search.js';
+import { foldForSearch, indexedTurnWords, indexedWords } from '../../domain/search.js';
 import { versionOfSession } from '../../domain/version.js';
 import type { Logger } from '../../log.js';
 import type { QueryResult, Row } from '../../pg/connection.js';
@@ -26,6 +26,9 @@ import {
   type ExportSnapshot,
   type ImportSummary,
   type Page,
+  type SearchFilter,
+  type SearchHit,
+  type SearchKey,
   type SessionFilter,
   type SessionRecord,
   type Store,
@@ -37,11 +40,11 @@ import {
   type SharedEventLog,
 } from '../store.js';
 import { SerialWriter, type CommitListener, type Group, type GroupSource, type TreeNeeds } from '../writer.js';
-import { keptColumns, sqlText, storeError, textArray } from './values.js';
+import { keptColumns, sqlText, storeError, textArray, wordsSql } from './values.js';
 import { channelOf, eventStatements, PgEventLog } from './events.js';
 import { finish, insertTurnSql, PgGroup, rowOf, SESSION_ROW, type GroupEvents } from './group.js';
 import { matchingSql, pageSql } from './lists.js';
-import { prepareSchema, quotedSchema } from './schema.js';
+import { prepareSchema, quotedSchema, reindexRows } from './schema.js';
 import { pageByDepthSql, placesSql } from '../tree-index.js';
 
 export interface PostgresOptions {
@@ -163,6 +166,41 @@ export class PostgresStore implements Store, GroupSource {
       const row = r.rows[0];
       return row === undefined ? undefined : new Record(row[0] as string, row[1] as string);
     }, rethrow);
+  }
+
+  async search(filter: SearchFilter, after: SearchKey | undefined, limit: number): Promise<Page<SearchHit, SearchKey>> {
+    const params: string[] = [];
+    const p = (v: string): string => {
+      params.push(v);
+      return `$${params.length}`;
+    };
+    // the words as a tsquery of prefixes, every one required; the words are letters and digits only
+    const query = p(filter.words.map((w) => `'${w}':*`).join(' & '));
+    const where: string[] = [];
+    if (filter.user !== undefined) {
+      where.push(`s.owner = ${p(sqlText(filter.user))}`);
+      if (filter.project !== undefined) where.push(`s.project = ${p(sqlText(filter.project))}`);
+    } else where.push(`s.project = ${p(sqlText(filter.project ?? ''))}`);
+    if (filter.archived !== 'all') where.push(`s.archived = ${filter.archived === 'true'}`);
+    const cutoff = filter.live.cutoff === undefined ? 'true' : `s.updated_at > ${p(filter.live.cutoff)}`;
+    where.push(`(CASE WHEN s.expires_at IS NOT NULL THEN s.expires_at > ${p(filter.live.now)} WHEN s.keep THEN true ELSE ${cutoff} END)`);
+    const keyset = (at: string, doc: string): string => (after === undefined ? '' : ` AND (${at}, ${doc}) < (${p(after.at)}, ${p(after.doc)})`);
+    const names = `SELECT s.updated_at AS at, s.id AS doc, s.json, s.version, NULL::text AS turn_json FROM ${this.S}.sessions s
+      WHERE s.name_words @@ ${query}::tsquery AND ${where.join(' AND ')}${keyset('s.updated_at', 's.id')}`;
+    const turns = `SELECT t.created_at, t.id, s.json, s.version, t.json FROM ${this.S}.turns t JOIN ${this.S}.sessions s ON s.id = t.session
+      WHERE t.words @@ ${query}::tsquery AND ${where.join(' AND ')}${keyset('t.created_at', 't.id')}`;
+    const rows = (await this.pool.query(`${names} UNION ALL ${turns} ORDER BY at DESC, doc DESC LIMIT ${p(String(limit + 1))}`, params).catch(rethrow)).rows;
+    const items: SearchHit[] = rows.slice(0, limit).map((r) => {
+      const key = { at: r[0] as string, doc: r[1] as string };
+      const turn = r[4] === null ? undefined : { _id: key.doc, createdAt: key.at, json: Buffer.from(r[4] as string) };
+      return { key, session: new Record(r[2] as string, r[3] as string), turn };
+    });
+    return { items, next: rows.length > limit ? items[items.length - 1]?.key : undefined };
+  }
+
+  /** Indexes every name and turn again, in one transaction. */
+  async reindex(): Promise<number> {
+    return this.pool.transaction((tx) => reindexRows(tx, this.S)).catch(rethrow);
   }
 
   async listSessions(filter: SessionFilter, after: SessionKey | undefined, limit: number): Promise<Page<SessionRecord, SessionKey>> {
@@ -465,17 +503,17 @@ export class PostgresStore implements Store, GroupSource {
           const json = JSON.stringify(s);
           sent.push(
             q.query(
-              `INSERT INTO ${S}.sessions (id, owner, project, archived, updated_at, name_folded, json, json_bytes, version, head_turn_id, tags, expires_at, keep) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, '', $9, $10::text[], $11, $12)
+              `INSERT INTO ${S}.sessions (id, owner, project, archived, updated_at, name_folded, json, json_bytes, version, head_turn_id, tags, expires_at, keep, name_words) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, '', $9, $10::text[], $11, $12, ${wordsSql('$13')})
                ON CONFLICT (id) DO UPDATE SET owner = excluded.owner, project = excluded.project, archived = excluded.archived, updated_at = excluded.updated_at,
                  name_folded = excluded.name_folded, json = excluded.json, json_bytes = excluded.json_bytes, head_turn_id = excluded.head_turn_id,
-                 tags = excluded.tags, expires_at = excluded.expires_at, keep = excluded.keep`,
-              [s._id, sqlText(s.user), sqlText(s.project), String(s.archived), s.updatedAt, sqlText(foldForSearch(s.name)), json, String(Buffer.byteLength(json)), s.headTurnId, ...keptColumns(s)],
+                 tags = excluded.tags, expires_at = excluded.expires_at, keep = excluded.keep, name_words = excluded.name_words`,
+              [s._id, sqlText(s.user), sqlText(s.project), String(s.archived), s.updatedAt, sqlText(foldForSearch(s.name)), json, String(Buffer.byteLength(json)), s.headTurnId, ...keptColumns(s), indexedWords(s.name)],
             ),
           );
         }
         for (const t of plan.turns) {
           if (t.replaces !== undefined) sent.push(q.query(`DELETE FROM ${S}.turns WHERE id = $1`, [t.turn._id]));
-          sent.push(q.query(insertTurnSql(S), [t.turn._id, t.turn.session, t.turn.parentId, t.turn.createdAt, t.json.toString('utf8')]));
+          sent.push(q.query(insertTurnSql(S), [t.turn._id, t.turn.session, t.turn.parentId, t.turn.createdAt, t.json.toString('utf8'), indexedTurnWords(t.json)]));
         }
         // the sessions whose turns changed (here or by a replaced turn elsewhere) get their newest turn and counts again
         const touched = new Set<string>([...plan.sessions.map((s) => s._id), ...plan.turns.flatMap((t) => [t.turn.session, ...(t.replaces !== undefined ? [t.replaces] : [])])]);

@@ -8,7 +8,7 @@
 // durable together.
 import { turnBefore, type TurnKey } from '../../domain/order.js';
 import type { ChatSession } from '../../domain/records.js';
-import { foldForSearch } from '../../domain/search.js';
+import { foldForSearch, indexedTurnWords, indexedWords } from '../../domain/search.js';
 import type { QueryResult, Row } from '../../pg/connection.js';
 import type { Queryable } from '../../pg/pool.js';
 import type { Announce, SessionState, TreeTurn, TurnNode, Usage } from '../store.js';
@@ -17,7 +17,7 @@ import { injectedFault } from '../faults.js';
 import { JUMP, placesOfChain } from '../tree-index.js';
 import { STREAMING_MARK, STREAMING_MARK_FROM_END } from '../../domain/deltas.js';
 import { eventStatements } from './events.js';
-import { keptColumns, sqlText, storeError, textArray } from './values.js';
+import { keptColumns, sqlText, storeError, textArray, wordsSql } from './values.js';
 
 /** How a group logs the live feed's events of its changes (absent with EVENTS=off). */
 export interface GroupEvents {
@@ -288,10 +288,10 @@ export class PgGroup implements Group {
             sent.push(
               q.query(
                 c.kind === 'create'
-                  ? `INSERT INTO ${S}.sessions (owner, project, archived, updated_at, name_folded, json, json_bytes, version, head_turn_id, id, tags, expires_at, keep) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11::text[], $12, $13)`
+                  ? `INSERT INTO ${S}.sessions (owner, project, archived, updated_at, name_folded, json, json_bytes, version, head_turn_id, id, tags, expires_at, keep, name_words) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11::text[], $12, $13, ${wordsSql('$14')})`
                   : `UPDATE ${S}.sessions SET owner = $1, project = $2, archived = $3, updated_at = $4, name_folded = $5, json = $6, json_bytes = $7, version = $8, head_turn_id = $9,
-                       tags = $11::text[], expires_at = $12, keep = $13 WHERE id = $10`,
-                [sqlText(s.user), sqlText(s.project), String(s.archived), s.updatedAt, sqlText(foldForSearch(s.name)), c.json, String(bytes), c.version, s.headTurnId, s._id, ...keptColumns(s)],
+                       tags = $11::text[], expires_at = $12, keep = $13, name_words = ${wordsSql('$14')} WHERE id = $10`,
+                [sqlText(s.user), sqlText(s.project), String(s.archived), s.updatedAt, sqlText(foldForSearch(s.name)), c.json, String(bytes), c.version, s.headTurnId, s._id, ...keptColumns(s), indexedWords(s.name)],
               ),
             );
             const turnCount = before?.turnCount ?? 0;
@@ -304,7 +304,7 @@ export class PgGroup implements Group {
           case 'turn': {
             const id = c.session._id;
             const before = rowNow(id);
-            sent.push(q.query(insertTurnSql(S), [c.turn._id, id, c.turn.parentId, c.turn.createdAt, c.json.toString('utf8')]));
+            sent.push(q.query(insertTurnSql(S), [c.turn._id, id, c.turn.parentId, c.turn.createdAt, c.json.toString('utf8'), indexedTurnWords(c.json)]));
             const key = { createdAt: c.turn.createdAt, _id: c.turn._id };
             const last = before.lastTurn === undefined || turnBefore(before.lastTurn, key) ? key : before.lastTurn;
             setSession(id, before, c.session, c.sessionJson, c.version, last, 1, c.json.length);
@@ -313,7 +313,8 @@ export class PgGroup implements Group {
           case 'editTurn': {
             const id = c.session._id;
             const before = rowNow(id);
-            sent.push(q.query(`UPDATE ${S}.turns SET json = $1, streamed_at = ${streamedAtSql('$1::text')} WHERE id = $2`, [c.json.toString('utf8'), c.turn._id]));
+            // an edit's text is found at once; a delta's waits for the turn's next edit (docs/DECISIONS.md)
+            sent.push(q.query(`UPDATE ${S}.turns SET json = $1, streamed_at = ${streamedAtSql('$1::text')}, words = ${wordsSql('$3')} WHERE id = $2`, [c.json.toString('utf8'), c.turn._id, indexedTurnWords(c.json)]));
             setSession(id, before, c.session, c.sessionJson, c.version, c.lastTurn, 0, c.json.length - c.previousBytes);
             break;
           }
@@ -341,9 +342,9 @@ export class PgGroup implements Group {
             for (const t of c.turns) turnBytes += t.json.length;
             sent.push(
               q.query(
-                `INSERT INTO ${S}.sessions (owner, project, archived, updated_at, name_folded, json, json_bytes, version, head_turn_id, id, last_turn_at, last_turn_id, turn_count, turn_bytes, tags, expires_at, keep)
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15::text[], $16, $17)`,
-                [sqlText(s.user), sqlText(s.project), String(s.archived), s.updatedAt, sqlText(foldForSearch(s.name)), c.json, String(bytes), c.version, s.headTurnId, s._id, last?.createdAt ?? null, last?._id ?? null, String(c.turns.length), String(turnBytes), ...keptColumns(s)],
+                `INSERT INTO ${S}.sessions (owner, project, archived, updated_at, name_folded, json, json_bytes, version, head_turn_id, id, last_turn_at, last_turn_id, turn_count, turn_bytes, tags, expires_at, keep, name_words)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15::text[], $16, $17, ${wordsSql('$18')})`,
+                [sqlText(s.user), sqlText(s.project), String(s.archived), s.updatedAt, sqlText(foldForSearch(s.name)), c.json, String(bytes), c.version, s.headTurnId, s._id, last?.createdAt ?? null, last?._id ?? null, String(c.turns.length), String(turnBytes), ...keptColumns(s), indexedWords(s.name)],
               ),
             );
             const places = placesOfChain(c.turns.map((t) => t.turn._id));
@@ -351,8 +352,9 @@ export class PgGroup implements Group {
               // all the copies in one statement: a long path is one round of parsing, not one per turn
               sent.push(
                 q.query(
-                  `INSERT INTO ${S}.turns (id, session, parent_id, created_at, json, depth, skip_id, streamed_at)
-                   SELECT id, $1, parent_id, created_at, json, depth, skip_id, ${streamedAtSql('json')} FROM unnest($2::text[], $3::text[], $4::text[], $5::text[], $6::int[], $7::text[]) AS c(id, parent_id, created_at, json, depth, skip_id)`,
+                  `INSERT INTO ${S}.turns (id, session, parent_id, created_at, json, depth, skip_id, streamed_at, words)
+                   SELECT id, $1, parent_id, created_at, json, depth, skip_id, ${streamedAtSql('json')}, ${wordsSql('words')}
+                   FROM unnest($2::text[], $3::text[], $4::text[], $5::text[], $6::int[], $7::text[], $8::text[]) AS c(id, parent_id, created_at, json, depth, skip_id, words)`,
                   [
                     s._id,
                     textArray(c.turns.map((t) => t.turn._id)),
@@ -361,6 +363,7 @@ export class PgGroup implements Group {
                     textArray(c.turns.map((t) => t.json.toString('utf8'))),
                     `{${places.map((p) => p.depth).join(',')}}`,
                     nullableTextArray(places.map((p) => p.skipId)),
+                    textArray(c.turns.map((t) => indexedTurnWords(t.json))),
                   ],
                 ),
               );
@@ -427,8 +430,8 @@ export function isStreamingSql(json: string): string {
 }
 
 export function insertTurnSql(S: string): string {
-  return `INSERT INTO ${S}.turns (id, session, parent_id, created_at, json, depth, skip_id, streamed_at)
-    SELECT $1, $2, $3, $4, $5, coalesce(p.depth + 1, 0), CASE WHEN p.id IS NULL THEN NULL WHEN p.depth % ${JUMP} = 0 THEN p.id ELSE p.skip_id END, ${streamedAtSql('$5::text')}
+  return `INSERT INTO ${S}.turns (id, session, parent_id, created_at, json, depth, skip_id, streamed_at, words)
+    SELECT $1, $2, $3, $4, $5, coalesce(p.depth + 1, 0), CASE WHEN p.id IS NULL THEN NULL WHEN p.depth % ${JUMP} = 0 THEN p.id ELSE p.skip_id END, ${streamedAtSql('$5::text')}, ${wordsSql('$6::text')}
     FROM (SELECT 1) one LEFT JOIN ${S}.turns p ON p.id = $3`;
 }
 

@@ -6,8 +6,10 @@ import type { Pool, Queryable } from '../../pg/pool.js';
 import { StoreOpenFailed } from '../store.js';
 import { placesSql } from '../tree-index.js';
 import { isStreamingSql } from './group.js';
+import { indexedTurnWords, indexedWords } from '../../domain/search.js';
+import { textArray, wordsSql } from './values.js';
 
-export const SCHEMA_VERSION = 5;
+export const SCHEMA_VERSION = 6;
 
 /** Each step takes the schema from version i to i + 1; `S` stands for the quoted schema name. */
 const MIGRATIONS: readonly ((S: string) => string)[] = [
@@ -135,7 +137,45 @@ const MIGRATIONS: readonly ((S: string) => string)[] = [
   $f$;
   CREATE TRIGGER session_tags_follow AFTER INSERT OR UPDATE ON ${S}.sessions FOR EACH ROW EXECUTE FUNCTION ${S}.session_tags_follow();
   `,
+  // 6: search. Each name and turn keeps its words as a tsvector made from the words the domain
+  // folds and cuts (src/domain/search.ts, the same on every engine), not by a text search
+  // configuration's parser; GIN indexes find them. The existing rows are indexed by AFTER[5].
+  (S) => `
+  ALTER TABLE ${S}.sessions ADD COLUMN name_words tsvector NOT NULL DEFAULT ''::tsvector;
+  ALTER TABLE ${S}.turns ADD COLUMN words tsvector NOT NULL DEFAULT ''::tsvector;
+  `,
 ];
+
+/** Indexes every name and turn again, a thousand rows per statement, in the caller's transaction (migration 6 and `reindex`). */
+export async function reindexRows(q: Queryable, S: string): Promise<number> {
+  let n = 0;
+  for (const [table, column, words] of [
+    ['sessions', 'name_words', (json: string) => indexedWords(String((JSON.parse(json) as { name?: unknown }).name ?? ''))],
+    ['turns', 'words', indexedTurnWords],
+  ] as const) {
+    let after = '';
+    for (;;) {
+      const rows = (await q.query(`SELECT id, json FROM ${S}.${table} WHERE id > $1 ORDER BY id LIMIT 1000`, [after])).rows;
+      if (rows.length === 0) break;
+      const ids = rows.map((r) => r[0] as string);
+      await q.query(`UPDATE ${S}.${table} x SET ${column} = ${wordsSql('w.words')} FROM unnest($1::text[], $2::text[]) AS w(id, words) WHERE x.id = w.id`, [
+        textArray(ids),
+        textArray(rows.map((r) => words(r[1] as string))),
+      ]);
+      n += rows.length;
+      after = ids[ids.length - 1] as string;
+    }
+  }
+  return n;
+}
+
+/** Steps run after a migration step, in its transaction: 5 indexes the existing rows, then builds the GIN indexes (faster than keeping them row by row). */
+const AFTER: Readonly<Record<number, (q: Queryable, S: string) => Promise<void>>> = {
+  5: async (q, S) => {
+    await reindexRows(q, S);
+    await q.exec(`CREATE INDEX sessions_by_word ON ${S}.sessions USING gin (name_words); CREATE INDEX turns_by_word ON ${S}.turns USING gin (words);`);
+  },
+};
 
 /** Checks made before a step runs (their count must be 0), so data it cannot rewrite stops the start instead of being damaged. */
 const BEFORE: Readonly<Record<number, (S: string) => string>> = {
@@ -190,6 +230,7 @@ export async function prepareSchema(pool: Pool, schema: string, where: string, m
         throw new StoreOpenFailed(`${where}: schema ${schema} holds turns this release cannot rewrite for schema version ${v + 1} (not as the first release wrote them); export them with the release that wrote them. Nothing was changed.`);
       }
       await tx.exec((MIGRATIONS[v] as (S: string) => string)(S));
+      await AFTER[v]?.(tx, S);
     }
     if (version < SCHEMA_VERSION) {
       await tx.query(`INSERT INTO ${S}.meta (key, value) VALUES ('schema_version', $1) ON CONFLICT (key) DO UPDATE SET value = excluded.value`, [String(SCHEMA_VERSION)]);

@@ -39,3 +39,8 @@ export function sqlText(s: string): string {
 export function keptColumns(s: ChatSession): [string, string | null, string] {
   return [textArray(foldedTags(s).map(sqlText)), s.expiresAt ?? null, String(s.expiresAt === null)];
 }
+
+/** A tsvector from one text parameter holding the domain's words joined by spaces (src/domain/search.ts indexedWords). */
+export function wordsSql(param: string): string {
+  return `array_to_tsvector(string_to_array(${param}, ' '))`;
+}
