@@ -1,4 +1,4 @@
-// The command line: serve (the default), token, export, import, --help, --version.
+// The command line: serve (the default), token, export, import, reindex, --help, --version.
 // Errors a person can fix end the process with one plain line on stderr.
 import { existsSync, mkdirSync, statSync, writeSync } from 'node:fs';
 import { resolve } from 'node:path';
@@ -33,6 +33,8 @@ Usage:
   node dist/server.js export [--out FILE] [options]  write all sessions and turns as NDJSON
                                                      (stdout by default; safe while the server runs)
   node dist/server.js import FILE [options]          load an export into a stopped data directory
+  node dist/server.js reindex [options]              build the search index again (sqlite, postgres;
+                                                     the journal builds it at every start)
   node dist/server.js --help | --version
 
 Token options: --sub is the user id; --ttl like 30s, 15m, 1h, 7d or "never" (default 1h);
@@ -237,6 +239,25 @@ async function importCommand(argv: string[]): Promise<void> {
   }
 }
 
+async function reindexCommand(argv: string[]): Promise<void> {
+  const config = loadCheckedConfig(argv);
+  if (config.store === 'journal') {
+    process.stdout.write('the journal keeps its search index in memory and builds it at every start: nothing to rebuild\n');
+    return;
+  }
+  const log = new Logger('warn');
+  mkdirSync(config.dataDir, { recursive: true });
+  await guardDataDir(config.dataDir);
+  const lock = acquireLock(config.dataDir);
+  try {
+    const started = Date.now();
+    const n = await withStore(await openStore(config, log), (store) => store.reindex());
+    process.stdout.write(`reindexed ${n} session names and turns in ${((Date.now() - started) / 1000).toFixed(1)} s\n`);
+  } finally {
+    lock.release();
+  }
+}
+
 async function main(argv: string[]): Promise<void> {
   process.stdout.on('error', () => undefined); // a closed pipe must not crash the server
   if (argv.includes('--help') || argv.includes('-h')) {
@@ -271,6 +292,8 @@ async function main(argv: string[]): Promise<void> {
       return exportCommand(argv);
     case 'import':
       return importCommand(argv);
+    case 'reindex':
+      return reindexCommand(argv);
     default:
       throw new ConfigError(`unknown command "${command}" (see --help)`);
   }

@@ -14,7 +14,7 @@ export { setFaultPlan } from './store/faults.js';
 export { PreconditionFailed, SessionNotFound, StorageWriteFailed, StoreOpenFailed, TurnNotFound } from './store/store.js';
 export { PAGE_SCAN_BUDGET } from './domain/order.js';
 export { versionOf, versionOfSession } from './domain/version.js';
-export { foldForSearch } from './domain/search.js';
+export { foldForSearch, indexedWords, turnText, wordsOf } from './domain/search.js';
 export { placesOfChain } from './store/tree-index.js';
 export { chatSession, turnRecord } from './domain/records.js';
 export { newObjectId } from './domain/ids.js';

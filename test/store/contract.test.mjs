@@ -5,7 +5,9 @@ import { STORE } from '../helpers.mjs';
 import { contract } from './cases.mjs';
 import { treeContract } from './tree-cases.mjs';
 import { findingContract } from './finding-cases.mjs';
+import { searchContract } from './search-cases.mjs';
 
 after(contract(STORE));
 after(treeContract(STORE));
 after(findingContract(STORE));
+after(searchContract(STORE));

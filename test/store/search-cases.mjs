@@ -1,0 +1,149 @@
+// The store contract for search (issue #14 item 1), run in-process against each engine like
+// cases.mjs: an engine's index answers what reading every name and turn would, in the same order.
+import assert from 'node:assert/strict';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { describe, test } from 'node:test';
+import { kit, openOn } from './engines.mjs';
+
+const { chatSession, newObjectId, indexedWords, turnText, wordsOf } = kit;
+
+const T0 = Date.UTC(2026, 0, 1);
+const at = (ms) => new Date(T0 + ms).toISOString();
+let clock = 0;
+const FAR = { now: at(0), cutoff: undefined };
+const VOCAB = ['apple', 'apricot', 'Banana', 'band', 'CHERRY', 'Straße', 'été', 'x1', 'deep-learning', 'zoo'];
+
+function session(over = {}) {
+  const t = at(over.ms ?? 0);
+  return chatSession({ _id: newObjectId(T0 + clock++ * 1000), name: '', provider: 'prov', selectedModel: 'model', mode: 'Build', user: 'alice', project: 'proj', createdAt: t, updatedAt: t, archived: false, headTurnId: null, ...over });
+}
+
+/** A turn `build` for appendTurn, saying `content`, at `ms`. */
+const turn = (ms, content) => (current) => ({
+  _id: newObjectId(T0 + 500_000 + clock++ * 1000),
+  session: current.session._id,
+  user: current.session.user,
+  role: 'user',
+  content,
+  parentId: current.session.headTurnId,
+  createdAt: at(ms),
+  status: 'complete',
+});
+
+/** What a search must answer, found by reading every name and turn (the engines may not do this). */
+async function expected(store, ids, filter) {
+  const hits = [];
+  const ok = (words) => filter.words.every((q) => words.some((w) => w.startsWith(q)));
+  for (const id of ids) {
+    const r = await store.getSession(id);
+    if (r === undefined) continue;
+    const s = r.session;
+    if (filter.user !== undefined ? s.user !== filter.user || (filter.project !== undefined && s.project !== filter.project) : s.project !== filter.project) continue;
+    if (filter.archived !== 'all' && s.archived !== (filter.archived === 'true')) continue;
+    if (typeof s.expiresAt === 'string' && s.expiresAt <= filter.live.now) continue;
+    if (ok(indexedWords(s.name).split(' '))) hits.push({ at: s.updatedAt, doc: s._id, turn: null });
+    for await (const chunk of store.scanTurns(id)) {
+      for (const t of chunk) {
+        const parsed = JSON.parse(t.json.toString('utf8'));
+        if (ok(indexedWords(turnText(parsed.content)).split(' '))) hits.push({ at: t.createdAt, doc: t._id, turn: t._id });
+      }
+    }
+  }
+  hits.sort((a, b) => (a.at !== b.at ? (a.at > b.at ? -1 : 1) : a.doc > b.doc ? -1 : 1));
+  return hits.map((h) => `${h.doc}:${h.turn ?? 'name'}`);
+}
+
+async function walk(store, filter, limit) {
+  const out = [];
+  let after;
+  for (;;) {
+    const page = await store.search(filter, after, limit);
+    assert.ok(page.items.length <= limit);
+    out.push(...page.items.map((h) => `${h.key.doc}:${h.turn === undefined ? 'name' : h.turn._id}`));
+    if (page.next === undefined) return out;
+    after = page.next;
+  }
+}
+
+export function searchContract(engine) {
+  describe(`Store contract, search: ${engine}`, () => {
+    test('"Served from an index": every engine answers what reading every name and turn would, in the same order ("Hits are newest first: a turn by its createdAt, a name by its session\'s updatedAt"), page by page, after edits, deletes, a fork, an import, a reopen and a reindex', async () => {
+      const dir = mkdtempSync(join(tmpdir(), `csa-search-${engine}-`));
+      let store = await openOn(engine, dir);
+      try {
+        const ids = [];
+        const pick = (i, k) => VOCAB[(i * 7 + k * 3) % VOCAB.length];
+        for (let i = 0; i < 16; i++) {
+          const s = (await store.createSession(session({ ms: i, name: `${pick(i, 0)} ${i}`, user: i % 5 === 0 ? 'bob' : 'alice', project: i % 3 === 0 ? 'p1' : 'p2', archived: i % 4 === 0, ...(i === 7 ? { expiresAt: at(-1) } : {}) }))).session;
+          ids.push(s._id);
+          const parts = i % 2 === 0;
+          for (let k = 0; k < 3; k++) {
+            const text = `${pick(i, k)} and ${pick(i + 1, k + 2)}; ${k}`;
+            await store.appendTurn(s._id, turn(100 + i * 10 + k, parts ? [{ type: 'text', text }, { type: 'reasoning', text: pick(i, 9) }, { type: 'tool_call', id: 'c', name: 'zoo', arguments: {} }] : text));
+          }
+        }
+        // changes the index must follow
+        await store.updateSession(ids[1], (cur) => chatSession({ ...cur.session, name: 'renamed cherry', updatedAt: at(900) }));
+        const turns1 = [];
+        for await (const chunk of store.scanTurns(ids[2])) turns1.push(...chunk);
+        await store.updateTurn(ids[2], turns1[0]._id, () => undefined, () => ({ content: 'now about zoo band' }));
+        await store.deleteTurn(ids[3], (await store.scanTurns(ids[3])[Symbol.asyncIterator]().next()).value[1]._id, () => undefined);
+        await store.deleteSession(ids[4], () => undefined);
+        const fork = await store.forkSession(ids[5], undefined, 'alice', (src) => session({ ms: 950, name: `fork of ${src.session.name}`, project: src.session.project }));
+        ids.push(fork.session._id);
+        const imported = session({ ms: 960, name: 'imported apple' });
+        await store.importAll([imported], [{ _id: newObjectId(T0 + 9_000_000), session: imported._id, user: 'alice', role: 'assistant', content: 'imported band cherry', parentId: null, createdAt: at(970), status: 'complete' }]);
+        ids.push(imported._id);
+
+        const filters = [];
+        for (const words of [['ap'], ['apple'], ['band', 'ch'], ['strasse'], ['ete'], ['été'], ['x1'], ['deep', 'learning'], ['zoo'], ['a']]) {
+          for (const scope of [{ user: 'alice' }, { user: 'bob' }, { project: 'p1' }, { user: 'alice', project: 'p2' }]) {
+            for (const archived of ['false', 'true', 'all']) filters.push({ ...scope, archived, live: FAR, words: wordsOf(words.join(' ')) });
+          }
+        }
+        const check = async (what) => {
+          let found = 0;
+          for (const f of filters) {
+            const want = await expected(store, ids, f);
+            found += want.length;
+            for (const limit of [1, 4, 1000]) assert.deepEqual(await walk(store, f, limit), want, `${what} ${JSON.stringify(f)} limit ${limit}`);
+          }
+          assert.ok(found > 100, `${what}: the cases find something (${found})`);
+        };
+        await check('open');
+        await store.close();
+        store = await openOn(engine, dir);
+        await check('reopened');
+        assert.ok((await store.reindex()) > 0);
+        await check('reindexed');
+      } finally {
+        await store.close();
+        rmSync(dir, { recursive: true, force: true });
+      }
+    });
+
+    test('a hit carries the session as stored and the turn whose text matched', async () => {
+      const dir = mkdtempSync(join(tmpdir(), `csa-search-${engine}-`));
+      const store = await openOn(engine, dir);
+      try {
+        const s = (await store.createSession(session({ ms: 1, name: 'walrus' }))).session;
+        const t = await store.appendTurn(s._id, turn(5, 'tusk and walrus'));
+        const page = await store.search({ user: 'alice', archived: 'false', live: FAR, words: ['walrus'] }, undefined, 10);
+        const stored = await store.getSession(s._id);
+        assert.deepEqual(
+          page.items.map((h) => [h.key, h.session.json, h.turn?.json.toString('utf8')]),
+          [
+            [{ at: t.createdAt, doc: t._id }, stored.json, t.json.toString('utf8')],
+            [{ at: stored.session.updatedAt, doc: s._id }, stored.json, undefined],
+          ].sort((a, b) => (a[0].at !== b[0].at ? (a[0].at > b[0].at ? -1 : 1) : a[0].doc > b[0].doc ? -1 : 1)),
+        );
+        assert.equal(page.next, undefined);
+      } finally {
+        await store.close();
+        rmSync(dir, { recursive: true, force: true });
+      }
+    });
+  });
+}
