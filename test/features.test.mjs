@@ -1495,6 +1495,9 @@ describe('i. One source of truth: the OpenAPI document', () => {
 
   /** Real ids for {id} and {turnId}: a fresh session (with a turn) for chat-session paths, a real provider otherwise. */
   async function concretePath(path) {
+    // a query parameter the document marks required (search's q) gets a value
+    const required = Object.values(doc.paths[path] ?? {}).flatMap((op) => op.parameters ?? []).filter((p) => p.in === 'query' && p.required === true);
+    if (required.length > 0) return `${path}?${required.map((p) => `${p.name}=x`).join('&')}`;
     if (!path.includes('{')) return path;
     const id = path.startsWith('/api/v1/providers/') ? PROVIDERS[0]._id : (await create(alice))._id;
     // a turn's deltas go to a streaming turn

@@ -2,7 +2,7 @@
 // of this run of the suite, one test per decision of docs/DECISIONS.md "Search".
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
-import { newSession, removeDir, startServer } from './helpers.mjs';
+import { newSession, removeDir, runCli, startServer, STORE } from './helpers.mjs';
 
 const BASE = '/api/v1/chat-sessions';
 const SEARCH = '/api/v1/search';
@@ -198,6 +198,35 @@ describe('Search', () => {
       assert.equal((await search(v, { q: 'narwhal' })).data.length, 1);
     } finally {
       await second.stop();
+      removeDir(dataDir);
+    }
+  });
+
+  test('"reindex builds the search index again" on sqlite and PostgreSQL, under the data-directory lock; the journal builds it at every start', async () => {
+    const first = await startServer();
+    const dataDir = first.dataDir;
+    try {
+      const u = first.as('s-reindex');
+      const s = await create(u, { name: 'manatee' });
+      await say(u, s._id, 'sea cow');
+      const locked = runCli(['reindex'], { env: { DATA_DIR: dataDir } });
+      if (STORE !== 'journal') {
+        assert.equal(locked.code, 1, locked.stdout);
+        assert.match(locked.stderr, /in use/);
+      }
+      await first.stop();
+      const r = runCli(['reindex'], { env: { DATA_DIR: dataDir } });
+      assert.equal(r.code, 0, r.stderr);
+      if (STORE === 'journal') assert.equal(r.stdout, 'the journal keeps its search index in memory and builds it at every start: nothing to rebuild\n');
+      else assert.match(r.stdout, /^reindexed 2 session names and turns in \d+\.\d s\n$/);
+      const again = await startServer({ dataDir });
+      try {
+        assert.equal((await search(again.as('s-reindex'), { q: 'sea cow' })).data.length, 1);
+        assert.equal((await search(again.as('s-reindex'), { q: 'manatee' })).data.length, 1);
+      } finally {
+        await again.stop();
+      }
+    } finally {
       removeDir(dataDir);
     }
   });

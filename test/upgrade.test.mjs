@@ -64,6 +64,32 @@ describe('Upgrading from the first release', () => {
     }
   });
 
+  test('"The migration indexes the existing turns": every word of a name or a turn the first release wrote is found by search after the upgrade (sqlite schema 5, PostgreSQL schema 6, the journal at replay)', async () => {
+    const dir = await firstReleaseStore();
+    const answers = JSON.parse(readFileSync(join(FIXTURES, 'answers.json'), 'utf8'))[STORE];
+    const server = await startServer({ dataDir: dir });
+    try {
+      const alice = server.as('alice');
+      let checked = 0;
+      for (const [id, was] of Object.entries(answers.sessions)) {
+        const who = server.as(was.session.user);
+        for (const t of was.turns) {
+          const word = typeof t.content === 'string' ? t.content.match(/[\p{L}\p{N}]+/u)?.[0] : undefined;
+          if (word === undefined) continue;
+          const r = await who.get(`/api/v1/search?q=${encodeURIComponent(word)}&archived=all&limit=1000`);
+          assert.equal(r.status, 200, r.text);
+          assert.ok(r.body.data.some((h) => h.turnId === t._id && h.session._id === id), `${word}: turn ${t._id} is found`);
+          checked++;
+        }
+      }
+      assert.ok(checked > 0, 'the fixture has turns with words');
+      void alice;
+    } finally {
+      await server.stop();
+      removeDir(dir);
+    }
+  });
+
   test('"... and exports written before these fields load; their turns get parents in order": a backup of the first release imports with each turn under the one before it (turns sharing a millisecond by _id) and each head its newest turn', async () => {
     const dir = tempDir('csa-upgrade-import-');
     try {
