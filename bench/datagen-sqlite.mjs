@@ -68,6 +68,8 @@ export async function generateSqliteDir(dir, { sessions, turns = 0, turnBytes = 
 
   const { DatabaseSync } = process.getBuiltinModule('node:sqlite');
   const db = new DatabaseSync(file);
+  // the search index's triggers call the engine's folding, as on the engine's own connections
+  kit.registerSearchFunctions(db);
   // bulk-load settings of this connection only; the file keeps WAL mode (set again below)
   db.exec('PRAGMA journal_mode = OFF');
   db.exec('PRAGMA synchronous = OFF');

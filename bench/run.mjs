@@ -193,6 +193,44 @@ async function seedWriters(p, conns, perConn) {
   return Promise.all(out);
 }
 
+/**
+ * The search scenarios' store: a user's 100 sessions of 20 turns of about 1 KiB, words drawn
+ * from a 5,000-word vocabulary with Zipf frequencies (word k about 1/k as often as the first),
+ * so `w1z` is in every turn; `needle` is in one turn only. The z ends each word, so no word is
+ * a prefix of another (a query word matches the words it starts: `w1` would match 1,111 words).
+ */
+async function seedSearch(p) {
+  const auth = token('searcher');
+  const ids = await createSessions(p.port, 'searcher', 100, 'search-project');
+  const harmonic = Array.from({ length: 5000 }, (_, k) => 1 / (k + 1));
+  const total = harmonic.reduce((a, b) => a + b, 0);
+  let seed = 1;
+  const random = () => ((seed = (seed * 48271) % 2147483647) / 2147483647);
+  const word = () => {
+    let r = random() * total;
+    for (let k = 0; k < harmonic.length; k++) if ((r -= harmonic[k]) <= 0) return `w${k + 1}z`;
+    return 'w5000z';
+  };
+  for (const [i, id] of ids.entries()) {
+    for (let k = 0; k < 20; k++) {
+      let text = i === 50 && k === 10 ? 'needle' : 'w1z';
+      while (text.length < 1024) text += ` ${word()}`;
+      const r = await api(p.port, 'POST', `/api/v1/chat-sessions/${id}/turns`, { auth, body: { role: 'user', content: text } });
+      if (r.status !== 201) throw new Error(`seeding: a turn answered ${r.status} ${r.text}`);
+    }
+  }
+  const rare = await api(p.port, 'GET', '/api/v1/search?q=needle', { auth });
+  if (rare.body?.data?.length !== 1) throw new Error(`seeding: the rare word is found ${rare.body?.data?.length} times`);
+}
+
+const searchScenario = (name, q, what) => ({
+  name,
+  title: `GET /search?q=${q} (${what}; 2,000 turns of 1 KiB, 20 hits a page)`,
+  conns: READ_CONNS,
+  prepare: seedSearch,
+  request: () => buildRequest('GET', `/api/v1/search?q=${q}`, { headers: bearer('searcher') }),
+});
+
 // ---- load scenarios ----
 
 /** One request Buffer per connection, built once (token per connection = one user each). */
@@ -264,6 +302,9 @@ const loadScenarios = [
     prepare: (p) => expectCount(p.port, '/api/v1/providers', 'reader-0', 3),
     request: () => perConn(READ_CONNS, (c) => buildRequest('GET', '/api/v1/providers', { headers: bearer(`reader-${c}`) })),
   },
+  searchScenario('search-rare', 'needle', 'a word in one turn'),
+  searchScenario('search-common', 'w1z', 'a word in every turn'),
+  searchScenario('search-prefix', 'w1', 'the start of 1,111 words, together in every turn'),
   createScenario(1),
   createScenario(16),
   createScenario(WRITE_CONNS, [
@@ -554,6 +595,7 @@ const sections = [];
 const groups = {
   reads: ['get', 'list-user', 'list-project', 'providers'],
   list: ['list-user', 'list-project'],
+  search: ['search-rare', 'search-common', 'search-prefix'],
   create: ['create-1', 'create-16', 'create-64', 'fsync'],
   writes: ['create-1', 'create-16', 'create-64', 'fsync', 'update', 'turn'],
   scale: ['replay', 'list-scale'],

@@ -15,6 +15,7 @@ export { PreconditionFailed, SessionNotFound, StorageWriteFailed, StoreOpenFaile
 export { PAGE_SCAN_BUDGET } from './domain/order.js';
 export { versionOf, versionOfSession } from './domain/version.js';
 export { foldForSearch, indexedWords, turnText, wordsOf } from './domain/search.js';
+export { registerSearchFunctions } from './store/sqlite/schema.js';
 export { placesOfChain } from './store/tree-index.js';
 export { chatSession, turnRecord } from './domain/records.js';
 export { newObjectId } from './domain/ids.js';
