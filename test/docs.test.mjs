@@ -73,6 +73,7 @@ describe('Documents', () => {
     assert.ok(checked > 20, `only ${checked} quotes found: the scan is broken`);
     assert.deepEqual(missing, []);
   });
+
   test('the README\'s table of schema versions ends at the versions this release writes (sqlite and PostgreSQL)', () => {
     const readme = readFileSync(join(ROOT, 'README.md'), 'utf8');
     const start = readme.indexOf('| step | sqlite | PostgreSQL |');
