@@ -3,7 +3,7 @@
 // implementation, so the server's verification is checked against another signer.
 import { spawn, spawnSync } from 'node:child_process';
 import { createHmac } from 'node:crypto';
-import { accessSync, constants, copyFileSync, mkdtempSync, rmSync, writeFileSync, mkdirSync } from 'node:fs';
+import { accessSync, closeSync, constants, copyFileSync, mkdtempSync, openSync, rmSync, statSync, statfsSync, truncateSync, unlinkSync, writeFileSync, writeSync, mkdirSync } from 'node:fs';
 import { request as httpRequest, Agent } from 'node:http';
 import { tmpdir } from 'node:os';
 import { delimiter, join, dirname } from 'node:path';
@@ -266,4 +266,69 @@ export function findExecutable(name, more = []) {
     }
   }
   return undefined;
+}
+
+/**
+ * A real small file system for disk-full tests: a tmpfs of `size` (e.g. '4m') mounted on a new
+ * temporary directory, unmounted by `release()`. Mounting needs root (or CAP_SYS_ADMIN); where
+ * it is impossible the test is skipped with one loud line, and fails instead when
+ * REQUIRE_MOUNT=1 (.ci/run sets it). Returns undefined when skipped.
+ */
+export function smallDisk(t, size) {
+  const dir = tempDir('csa-disk-');
+  const r = spawnSync('mount', ['-t', 'tmpfs', '-o', `size=${size},mode=0700`, 'tmpfs', dir], { encoding: 'utf8' });
+  if (r.status !== 0) {
+    removeDir(dir);
+    const why = (r.error?.message ?? r.stderr ?? '').trim() || `exit ${r.status}`;
+    if (process.env.REQUIRE_MOUNT === '1') throw new Error(`REQUIRE_MOUNT=1 but a tmpfs cannot be mounted here (${why}); run as root`);
+    console.log(`# SKIPPED: cannot mount a small tmpfs for the disk-full tests (${why}); run as root, or set REQUIRE_MOUNT=1 to make this a failure`);
+    t.skip('no small file system can be mounted here');
+    return undefined;
+  }
+  const filler = join(dir, 'filler');
+  return {
+    dir,
+    /** Fills the file system with a file of its own until writing fails (ENOSPC); returns its bytes. */
+    fill() {
+      const fd = openSync(filler, 'a');
+      const block = Buffer.alloc(4096, 0x2e);
+      let bytes = 0;
+      try {
+        for (;;) bytes += writeSync(fd, block);
+      } catch (e) {
+        if (e.code !== 'ENOSPC') throw e;
+        // a partial block may still fit
+        for (let n = 2048; n >= 1; n >>= 1) {
+          try {
+            bytes += writeSync(fd, block, 0, n);
+          } catch {
+            // full
+          }
+        }
+      } finally {
+        closeSync(fd);
+      }
+      return bytes;
+    },
+    /** Leaves `bytes` free: the filler shrinks to what it was minus them (or goes). */
+    free(bytes = Infinity) {
+      let size = 0;
+      try {
+        size = statSync(filler).size;
+      } catch {
+        return;
+      }
+      if (bytes >= size) unlinkSync(filler);
+      else truncateSync(filler, size - bytes);
+    },
+    /** Free bytes as the file system reports them. */
+    available() {
+      const s = statfsSync(dir);
+      return s.bavail * s.bsize;
+    },
+    release() {
+      spawnSync('umount', ['-l', dir]);
+      removeDir(dir);
+    },
+  };
 }
