@@ -2,6 +2,7 @@
 // with a warning; damage anywhere else stops the start naming file and position; a kill at
 // each step of compaction loses nothing; a failed write or fsync is never acknowledged.
 import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
 import { cpSync, existsSync, readFileSync, statSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, test } from 'node:test';
@@ -31,6 +32,16 @@ async function startOn(dir, bytes) {
   } finally {
     await s.stop();
     removeDir(copy);
+  }
+}
+
+/** Waits until `check()` is truthy (polling), failing after `ms` with `what`. */
+async function until(check, what, ms = 20_000) {
+  const started = Date.now();
+  for (;;) {
+    if (await check()) return;
+    if (Date.now() - started > ms) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 20));
   }
 }
 
@@ -171,6 +182,44 @@ describe('Damage that is not a torn tail', JOURNAL_FILES, () => {
     });
     assert.equal(r.code, 1);
     assert.match(r.stderr, /damaged record at line 1 \(byte offset 0\)/);
+    // cutting the file at its header would throw away every record: a backup is the way back
+    assert.doesNotMatch(r.stderr, /truncate/);
+    assert.match(r.stderr, /restore from a backup/);
+  });
+
+  test('a journal with Windows line endings (CRLF) is not damaged: the start stops with one line saying how to convert it back (never `truncate -s 0`), nothing is changed, and after the conversion every record is there (regression)', async () => {
+    const dir = tempDir();
+    try {
+      const s = await startServer({ dataDir: dir });
+      const u = s.as('alice');
+      for (const name of ['one', 'two']) {
+        const id = (await u.post('/api/v1/chat-sessions', newSession({ name }))).body.data._id;
+        await u.post(`/api/v1/chat-sessions/${id}/turns`, { role: 'user', content: `line one\r\nline two of ${name}` });
+      }
+      const before = await dump(s);
+      await s.stop();
+      const file = join(dir, JOURNAL);
+      const crlf = Buffer.from(readFileSync(file, 'latin1').replace(/\n/g, '\r\n'), 'latin1');
+      writeFileSync(file, crlf);
+      const r = runCli([], { env: { DATA_DIR: dir, PORT: '0', AUTH_SECRET: SECRET } });
+      assert.equal(r.code, 1);
+      const lines = r.stderr.split('\n').filter((l) => l !== '');
+      assert.equal(lines.length, 1, r.stderr);
+      assert.match(lines[0], /sessions\.journal: the journal has Windows line endings \(CRLF\).*its records are intact\. Nothing was changed\./);
+      assert.doesNotMatch(r.stderr, /truncate/);
+      assert.ok(readFileSync(file).equals(crlf), 'the journal was not modified');
+      // the advice, as given
+      const command = /`(sed -i [^`]+)`/.exec(lines[0])[1];
+      assert.equal(spawnSync('bash', ['-c', command], { cwd: dir }).status, 0, command);
+      const again = await startServer({ dataDir: dir });
+      try {
+        assert.deepEqual(await dump(again), before);
+      } finally {
+        await again.stop();
+      }
+    } finally {
+      removeDir(dir);
+    }
   });
 
   test('a file that is not a journal at all stops the start (and is not wiped)', async () => {
@@ -241,12 +290,10 @@ describe('Compaction', JOURNAL_FILES, () => {
     }
   });
 
-  test('a failed directory fsync after the compaction rename: no write is acknowledged until it succeeds, and none acknowledged is lost (regression)', async () => {
-    // dirsync:1 fails the compaction's own directory fsync, dirsync:2 the retry made by the next batch
-    const s = await startServer({ env: { COMPACT_MIN_SIZE: '4kb', CHAT_SESSION_API_FAULTS: 'dirsync:1,dirsync:2' } });
+  test('"A failed directory fsync after the compaction\'s rename refuses nothing: either name holds a whole journal": writes go on, and after a kill every acknowledged write is there (regression)', async () => {
+    const s = await startServer({ env: { COMPACT_MIN_SIZE: '4kb', CHAT_SESSION_API_FAULTS: 'dirsync:1' } });
     const u = s.as('alice');
     const acked = new Map();
-    const statuses = [];
     try {
       const ids = [];
       for (let i = 0; i < 4; i++) {
@@ -256,15 +303,11 @@ describe('Compaction', JOURNAL_FILES, () => {
       }
       for (let i = 0; i < 300; i++) {
         const id = ids[i % ids.length];
-        const name = `n${i}`;
-        const r = await u.put(`/api/v1/chat-sessions/${id}`, { name });
-        statuses.push(r.status);
-        if (r.status === 200) acked.set(id, name);
-        else assert.deepEqual(r.body, { success: false, message: 'Storage write failed' });
+        const r = await u.put(`/api/v1/chat-sessions/${id}`, { name: `n${i}` });
+        assert.equal(r.status, 200, r.text);
+        acked.set(id, `n${i}`);
       }
-      assert.ok(s.logs().some((l) => /fsync of the data directory failed after compaction/.test(l.msg)), 'the failure happened');
-      assert.equal(statuses.filter((x) => x === 500).length, 1, 'exactly the batch that found the retry failing was refused');
-      assert.ok(statuses.at(-1) === 200, 'writes go on once the directory fsync succeeds');
+      await until(() => s.logs().some((l) => /fsync of the data directory failed after a compaction/.test(l.msg)), 'the failure');
     } finally {
       await s.kill();
     }
@@ -278,8 +321,8 @@ describe('Compaction', JOURNAL_FILES, () => {
     }
   });
 
-  for (const step of ['compact-start', 'compact-middle', 'compact-written', 'compact-before-rename', 'compact-after-rename', 'compact-done']) {
-    test(`a kill during compaction (at ${step}) loses nothing; a leftover temp file is handled at start`, async () => {
+  for (const step of ['compact-start', 'compact-piece', 'compact-moved', 'compact-cut', 'compact-before-rename', 'compact-after-rename', 'compact-done']) {
+    test(`"So a kill at any step loses nothing: the next start replays the two files and the compaction goes on from where it stopped": a kill during compaction (at ${step}) loses nothing, and the next start goes on with the compaction until the journal is one file again`, async () => {
       const dir = tempDir();
       const s = await startServer({ dataDir: dir, env: { COMPACT_MIN_SIZE: '4kb', CHAT_SESSION_API_FAULTS: `crash:${step}` } });
       const u = s.as('alice');
@@ -289,7 +332,12 @@ describe('Compaction', JOURNAL_FILES, () => {
         for (let i = 0; i < 6; i++) {
           const r = await u.post('/api/v1/chat-sessions', newSession({ name: `s${i}` }));
           names.set(r.body.data._id, r.body.data.name);
+          for (let k = 0; k < 3; k++) assert.equal((await u.post(`/api/v1/chat-sessions/${r.body.data._id}/turns`, { role: 'user', content: `turn ${k}` })).status, 201);
         }
+        // a session and its turns deleted: its tombstone is carried over by the compaction
+        const gone = (await u.post('/api/v1/chat-sessions', newSession({ name: 'gone' }))).body.data._id;
+        await u.post(`/api/v1/chat-sessions/${gone}/turns`, { role: 'user', content: 'gone' });
+        assert.equal((await u.del(`/api/v1/chat-sessions/${gone}`)).status, 200);
         const ids = [...names.keys()];
         for (let i = 0; i < 2000; i++) {
           const id = ids[i % ids.length];
@@ -305,21 +353,32 @@ describe('Compaction', JOURNAL_FILES, () => {
       }
       const { signal } = await s.exit;
       assert.equal(signal, 'SIGKILL');
-      const again = await startServer({ dataDir: dir });
-      try {
-        const state = await dump(again);
+      const check = async (server, when) => {
+        const state = await dump(server);
         for (const [id, name] of names) {
           const got = state[id]?.name;
           if (pending?.id === id && got === pending.name) continue; // the write in flight may have landed
-          assert.equal(got, name, `${id} after a kill at ${step}`);
+          assert.equal(got, name, `${id} ${when}`);
+          assert.deepEqual(state[id].turns.map((t) => t.content), ['turn 0', 'turn 1', 'turn 2'], `${id}'s turns ${when}`);
         }
-        assert.equal(Object.keys(state).length, names.size);
+        assert.equal(Object.keys(state).length, names.size, `no session more or less ${when}`);
+      };
+      const again = await startServer({ dataDir: dir, env: { COMPACT_MIN_SIZE: '4kb' } });
+      try {
+        await check(again, `after a kill at ${step}`);
         assert.equal(existsSync(join(dir, `${JOURNAL}.compact`)), false, 'no temp file left');
-        if (['compact-start', 'compact-middle', 'compact-written', 'compact-before-rename'].includes(step)) {
-          assert.ok(again.logs().some((l) => /unfinished rewrite of the journal/.test(l.msg)), 'the leftover temp file was noticed');
-        }
+        // the compaction goes on by itself (at start, or at the next write)
+        await again.as('alice').put(`/api/v1/chat-sessions/${[...names.keys()][0]}`, { name: names.get([...names.keys()][0]) });
+        await until(() => !existsSync(join(dir, `${JOURNAL}.next`)), 'the journal to be one file again');
+        assert.ok(!again.logs().some((l) => l.level === 'error' || /dropped turns/.test(l.msg)), JSON.stringify(again.logs().filter((l) => l.level !== 'info')));
       } finally {
         await again.stop();
+      }
+      const third = await startServer({ dataDir: dir });
+      try {
+        await check(third, 'after the compaction finished');
+      } finally {
+        await third.stop();
         removeDir(dir);
       }
     });

@@ -2,6 +2,7 @@
 // taken over the JSON's UTF-8 bytes. The first line is a header naming the format. Records:
 //   {"put":<chat session>}   a session's whole new state (create, update, archive)
 //   {"del":"<session id>"}   a tombstone: the session and all its turns are gone
+//                            (`"carried":true` marks one a compaction carried over; see compaction.ts)
 //   {"turn":<turn>}          a turn; it also raises its session's updatedAt to the turn's createdAt
 // Replay applies them in order, the last write of an id winning.
 import { closeSync, fstatSync, openSync, readSync } from 'node:fs';
@@ -9,7 +10,7 @@ import { basename } from 'node:path';
 import { sessionProblem } from '../../domain/inputs.js';
 import type { ChatSession } from '../../domain/records.js';
 import { crc32 } from './crc32.js';
-import { StoredTurn } from './state.js';
+import { StoredTurn, type TurnArena } from './turns.js';
 
 export const JOURNAL_FORMAT = 'chat-session-api/journal';
 export const JOURNAL_VERSION = 1;
@@ -23,8 +24,10 @@ export interface JournalHeader {
 /** A record as replay hands it over. Turns stay JSON bytes: they are only ever sent as JSON. */
 export type JournalRecord =
   | { readonly kind: 'put'; readonly session: ChatSession }
-  | { readonly kind: 'del'; readonly id: string }
-  | { readonly kind: 'turn'; readonly session: string; readonly turn: StoredTurn };
+  | { readonly kind: 'del'; readonly id: string; readonly carried: boolean }
+  | { readonly kind: 'turn'; readonly session: string; readonly turn: StoredTurn }
+  /** A turn of a session a later tombstone deletes: not kept at all. */
+  | { readonly kind: 'dead-turn'; readonly session: string };
 
 const HEX = '0123456789abcdef';
 
@@ -48,7 +51,7 @@ export function frame(...parts: readonly (string | Buffer)[]): Buffer {
 /** Lines of each record, built around JSON the writer already has. */
 export const putLine = (sessionJson: string): Buffer => frame('{"put":', sessionJson, '}');
 export const turnLine = (turnJson: string | Buffer): Buffer => frame('{"turn":', turnJson, '}');
-export const delLine = (id: string): Buffer => frame(`{"del":${JSON.stringify(id)}}`);
+export const delLine = (id: string, carried = false): Buffer => frame(`{"del":${JSON.stringify(id)}${carried ? ',"carried":true' : ''}}`);
 /** Bytes a put line adds to its session's JSON: checksum, space, `{"put":`, `}`, newline. */
 export const PUT_LINE_OVERHEAD = 18;
 /** Bytes a turn line adds to its turn's JSON: checksum, space, `{"turn":`, `}`, newline. */
@@ -70,11 +73,29 @@ export class JournalDamaged extends Error {
     linesAfter: number,
     validAfter: number,
   ) {
+    const restore = 'restore from a backup (stop the server, move the data directory aside, run `node dist/server.js import <backup.ndjson>`)';
     super(
       `${file}: damaged record at line ${line} (byte offset ${offset}): ${reason}; ` +
         `${linesAfter} more line(s) follow it (${validAfter} intact), so this is not an interrupted final write. Nothing was changed. ` +
-        `To recover, restore from a backup (stop the server, move the data directory aside, run \`node dist/server.js import <backup.ndjson>\`), ` +
-        `or keep only the records before the damage: copy the file aside, then \`truncate -s ${offset} ${basename(file)}\`.`,
+        // cutting at the header would keep nothing: then a backup is the only way back
+        (line <= 1
+          ? `To recover, ${restore}.`
+          : `To recover, ${restore}, or keep only the records before the damage: copy the file aside, then \`truncate -s ${offset} ${basename(file)}\`.`),
+    );
+  }
+}
+
+/**
+ * A journal whose lines end in CRLF, as a copy through a text-mode tool (a Windows editor, git
+ * with autocrlf) leaves: every record is intact once the CR is removed, and JSON never holds a
+ * raw CR, so removing them loses nothing.
+ */
+export class JournalHasCrlf extends Error {
+  override readonly name = 'JournalHasCrlf';
+  constructor(readonly file: string) {
+    super(
+      `${file}: the journal has Windows line endings (CRLF), as a copy through a text-mode tool leaves; its records are intact. Nothing was changed. ` +
+        `Convert it back, then start again: \`sed -i 's/\\r$//' ${basename(file)}\` (or \`dos2unix ${basename(file)}\`).`,
     );
   }
 }
@@ -109,32 +130,13 @@ function decode(buf: Buffer, start: number, end: number): Decoded {
   return { ok: true };
 }
 
-const MAX_SLAB = 1024 * 1024 * 1024;
-
-/**
- * Where replay copies turns: large shared buffers. Replay copies a million turns; V8 answers
- * every 64 MB of new external memory with a full garbage collection, whose cost grows with the
- * heap, so space is reserved in big steps (up to the unread size of the journal, at most 1 GiB
- * at a time). Pages never written are never resident.
- */
-class Slab {
-  private buf = Buffer.alloc(0);
-  private used = 0;
-  /** Bytes of the journal not yet read: the most the turns still to come can need. */
-  unread = 0;
-
-  /** A turn whose JSON is a copy of src[start, end). */
-  turn(_id: string, createdAt: string, src: Buffer, start: number, end: number): StoredTurn {
-    const n = end - start;
-    if (this.used + n > this.buf.length) {
-      this.buf = Buffer.allocUnsafeSlow(Math.max(n, Math.min(MAX_SLAB, this.unread)));
-      this.used = 0;
-    }
-    src.copy(this.buf, this.used, start, end);
-    const out = new StoredTurn(_id, createdAt, this.buf, this.used, this.used + n);
-    this.used += n;
-    return out;
-  }
+/** Where replay puts what it reads: turns' JSON in the arena, unless `dead` says a later tombstone deletes them. */
+interface ReplayTarget {
+  readonly arena: TurnArena;
+  /** Position of this file's first byte among all the journal's files (their sizes before it). */
+  readonly base: number;
+  /** Whether a tombstone after position `pos` deletes `session`. */
+  readonly dead: ((session: string, pos: number) => boolean) | undefined;
 }
 
 const TURN_PREFIX = Buffer.from('{"turn":{"_id":"');
@@ -151,7 +153,7 @@ function bytesAt(buf: Buffer, at: number, what: Buffer): boolean {
  * first and `createdAt` (24 characters) last, so they sit at known places. The turn's JSON is
  * copied out as bytes. Anything unexpected takes the slow path, a full parse.
  */
-function turnAt(buf: Buffer, start: number, end: number, slab: Slab): JournalRecord | undefined {
+function turnAt(buf: Buffer, start: number, end: number, to: ReplayTarget, pos: number): JournalRecord | undefined {
   const jsonStart = start + 8;
   const jsonEnd = end - 1;
   const created = jsonEnd - 40; // ,"createdAt":"<24>"}
@@ -165,10 +167,12 @@ function turnAt(buf: Buffer, start: number, end: number, slab: Slab): JournalRec
     buf[jsonEnd - 1] === 0x7d &&
     buf[end - 1] === 0x7d
   ) {
+    const session = buf.toString('latin1', start + 53, start + 77);
+    if (to.dead?.(session, pos) === true) return { kind: 'dead-turn', session };
     return {
       kind: 'turn',
-      session: buf.toString('latin1', start + 53, start + 77),
-      turn: slab.turn(buf.toString('latin1', start + 16, start + 40), buf.toString('latin1', created + 14, created + 38), buf, jsonStart, jsonEnd),
+      session,
+      turn: to.arena.replayed(buf.toString('latin1', start + 16, start + 40), buf.toString('latin1', created + 14, created + 38), buf, jsonStart, jsonEnd),
     };
   }
   const v: unknown = JSON.parse(buf.toString('utf8', start, end));
@@ -176,16 +180,18 @@ function turnAt(buf: Buffer, start: number, end: number, slab: Slab): JournalRec
   if (typeof t !== 'object' || t === null || typeof t['_id'] !== 'string' || typeof t['session'] !== 'string' || typeof t['createdAt'] !== 'string') {
     return undefined;
   }
-  return { kind: 'turn', session: t['session'], turn: StoredTurn.of(t['_id'], t['createdAt'], Buffer.from(JSON.stringify(t))) };
+  if (to.dead?.(t['session'], pos) === true) return { kind: 'dead-turn', session: t['session'] };
+  const json = Buffer.from(JSON.stringify(t));
+  return { kind: 'turn', session: t['session'], turn: to.arena.replayed(t['_id'], t['createdAt'], json, 0, json.length) };
 }
 
 /** The record bytes [start, end) hold (the JSON, checksum excluded), or undefined when none this release knows. */
-function recordAt(buf: Buffer, start: number, end: number, slab: Slab): JournalRecord | undefined {
-  if (buf[start + 2] === 0x74 /* t */ && bytesAt(buf, start, TURN_PREFIX.subarray(0, 8))) return turnAt(buf, start, end, slab);
+function recordAt(buf: Buffer, start: number, end: number, to: ReplayTarget, pos: number): JournalRecord | undefined {
+  if (buf[start + 2] === 0x74 /* t */ && bytesAt(buf, start, TURN_PREFIX.subarray(0, 8))) return turnAt(buf, start, end, to, pos);
   const v: unknown = JSON.parse(buf.toString('utf8', start, end));
   if (typeof v !== 'object' || v === null) return undefined;
   const r = v as Record<string, unknown>;
-  if (typeof r['del'] === 'string') return { kind: 'del', id: r['del'] };
+  if (typeof r['del'] === 'string') return { kind: 'del', id: r['del'], carried: r['carried'] === true };
   const put = r['put'];
   // checksummed and written by this server, so the types are checked, not the API's limits
   if (sessionProblem(put, false) === undefined) return { kind: 'put', session: put as ChatSession };
@@ -222,8 +228,13 @@ function unfinishedHeader(fd: number, size: number): boolean {
  * `upTo` bounds the bytes read, and `fd` reads an already open file: together they give a
  * consistent prefix of a journal that is still growing (or being replaced by compaction).
  */
-export function scanJournal(file: string, onRecord: (r: JournalRecord, bytes: number) => void, opts: { fd?: number; upTo?: number } = {}): ScanResult {
+export function scanJournal(
+  file: string,
+  onRecord: (r: JournalRecord, bytes: number) => void,
+  opts: { fd?: number; upTo?: number; arena: TurnArena; base?: number; dead?: (session: string, pos: number) => boolean },
+): ScanResult {
   const upTo = opts.upTo ?? Infinity;
+  const target: ReplayTarget = { arena: opts.arena, base: opts.base ?? 0, dead: opts.dead };
   const fd = opts.fd ?? openSync(file, 'r');
   try {
     let buf = Buffer.allocUnsafe(CHUNK);
@@ -242,6 +253,7 @@ export function scanJournal(file: string, onRecord: (r: JournalRecord, bytes: nu
       lineNo++;
       const offset = base + start;
       const d = decode(buf, start, end);
+      if (!d.ok && lineNo === 1 && buf[end - 1] === 0x0d && decode(buf, start, end - 1).ok) throw new JournalHasCrlf(file);
       if (damage !== undefined) {
         linesAfterDamage++;
         if (d.ok) validAfterDamage++;
@@ -255,7 +267,7 @@ export function scanJournal(file: string, onRecord: (r: JournalRecord, bytes: nu
       let record: JournalRecord | undefined;
       try {
         if (lineNo === 1) value = JSON.parse(buf.toString('utf8', start + 9, end));
-        else record = recordAt(buf, start + 9, end, slab);
+        else record = recordAt(buf, start + 9, end, target, target.base + offset);
       } catch {
         damage = { line: lineNo, offset, reason: 'checksum matches but the JSON does not parse' };
         return;
@@ -277,9 +289,8 @@ export function scanJournal(file: string, onRecord: (r: JournalRecord, bytes: nu
       validBytes = base + end + 1;
     };
 
-    const slab = new Slab();
     for (;;) {
-      slab.unread = Math.min(upTo, fstatSync(fd).size) - base;
+      target.arena.unread = Math.min(upTo, fstatSync(fd).size) - base;
       if (!eof && filled < buf.length) {
         const want = Math.min(buf.length - filled, upTo - (base + filled));
         const n = want > 0 ? readSync(fd, buf, filled, want, base + filled) : 0;
@@ -318,6 +329,64 @@ export function scanJournal(file: string, onRecord: (r: JournalRecord, bytes: nu
       throw new JournalDamaged(file, 1, 0, damage?.reason ?? 'not a chat-session-api journal', 0, 0);
     }
     return { validBytes, tornBytes: end - validBytes, records, header };
+  } finally {
+    if (opts.fd === undefined) closeSync(fd);
+  }
+}
+
+const DEL_PREFIX = Buffer.from('{"del":"');
+
+/**
+ * Where each session's last tombstone is, before replay: `into` gets, per deleted session id,
+ * the position (`base` + byte offset) of its last intact `del` line. Replay then leaves out the
+ * turns a later tombstone deletes instead of copying them into memory first, so replay needs no
+ * more memory than the live data, however many deleted turns the journal still holds. A quick
+ * search for the bytes a tombstone starts with; only whole, checksummed lines count (a torn last
+ * line deletes nothing, as replay drops it).
+ */
+export function findTombstones(file: string, into: Map<string, number>, opts: { fd?: number; upTo?: number; base?: number } = {}): void {
+  const upTo = opts.upTo ?? Infinity;
+  const base = opts.base ?? 0;
+  const fd = opts.fd ?? openSync(file, 'r');
+  try {
+    let buf = Buffer.allocUnsafe(CHUNK);
+    let filled = 0;
+    let at = 0; // file offset of buf[0]
+    for (;;) {
+      const want = Math.min(buf.length - filled, upTo - (at + filled));
+      const n = want > 0 ? readSync(fd, buf, filled, want, at + filled) : 0;
+      filled += n;
+      // lines wholly inside buf[0, end) are examined; the rest waits for the next read
+      const end = n === 0 ? filled : buf.lastIndexOf(0x0a, filled - 1) + 1;
+      let pos = 0;
+      for (;;) {
+        const hit = buf.indexOf(DEL_PREFIX, pos);
+        if (hit === -1 || hit >= end) break;
+        pos = hit + 1;
+        // a tombstone line: `<8 hex> {"del":"<id>"...}` at the start of a line (buf[0] always is one;
+        // never inside a line: JSON escapes newlines)
+        if (hit < 9 || buf[hit - 1] !== 0x20 || (hit > 9 && buf[hit - 10] !== 0x0a)) continue;
+        const nl = buf.indexOf(0x0a, hit);
+        if (nl === -1 || nl >= end) continue;
+        if (!decode(buf, hit - 9, nl).ok) continue;
+        const idEnd = buf.indexOf(0x22, hit + DEL_PREFIX.length);
+        if (idEnd === -1 || idEnd >= nl) continue;
+        into.set(buf.toString('latin1', hit + DEL_PREFIX.length, idEnd), base + at + hit - 9);
+      }
+      if (n === 0) return;
+      if (end === 0) {
+        // a line longer than the buffer: grow it
+        if (filled === buf.length) {
+          const bigger = Buffer.allocUnsafe(buf.length * 2);
+          buf.copy(bigger, 0, 0, filled);
+          buf = bigger;
+        }
+        continue;
+      }
+      buf.copy(buf, 0, end, filled);
+      at += end;
+      filled -= end;
+    }
   } finally {
     if (opts.fd === undefined) closeSync(fd);
   }

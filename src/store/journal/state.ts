@@ -7,36 +7,9 @@ import { foldForSearch } from '../../domain/search.js';
 import { versionOf } from '../../domain/version.js';
 import type { Page, SessionFilter, SessionRecord, TurnRecord } from '../store.js';
 import { SortedList } from './sorted-list.js';
+import { StoredTurn, TurnArena } from './turns.js';
 
-/**
- * A turn as kept: its sort key, and its JSON as bytes off the JS heap. The bytes are a range of
- * a larger buffer (the turn's own JSON as written, or a slab of the turns read at start-up), so
- * a kept turn is one small object and not also a Buffer view of its own: a million turns replay
- * sooner and in less memory (bench/README.md). Never changed once made.
- */
-export class StoredTurn implements TurnRecord {
-  constructor(
-    readonly _id: string,
-    readonly createdAt: string,
-    private readonly bytes: Buffer,
-    private readonly start: number,
-    private readonly end: number,
-  ) {}
-
-  /** A turn whose JSON is all of `json`. */
-  static of(_id: string, createdAt: string, json: Buffer): StoredTurn {
-    return new StoredTurn(_id, createdAt, json, 0, json.length);
-  }
-
-  /** Its JSON (a new view of the bytes on each call). */
-  get json(): Buffer {
-    return this.bytes.subarray(this.start, this.end);
-  }
-
-  get jsonLength(): number {
-    return this.end - this.start;
-  }
-}
+export { StoredTurn } from './turns.js';
 
 /**
  * Read records are cached (their JSON made once), but not without bound: past this many bytes
@@ -146,9 +119,13 @@ const sameEntry = (a: SessionEntry, b: SessionEntry): boolean => a === b;
 export class MemoryState {
   readonly entries = new Map<string, SessionEntry>();
   readonly cache = new RecordCache();
+  /** Where the turns' JSON is kept. */
+  readonly arena = new TurnArena();
   private readonly byUser = new Map<string, SortedList<SessionEntry>>();
   private readonly byProject = new Map<string, SortedList<SessionEntry>>();
   private turnTotal = 0;
+  /** Whether the last addTurn replaced a turn already there. */
+  lastTurnReplaced = false;
   /** While loading, indexes are left alone and built once by `finishLoad`. */
   private loading = false;
 
@@ -162,11 +139,13 @@ export class MemoryState {
 
   beginLoad(): void {
     this.loading = true;
+    this.arena.beginLoad();
   }
 
   /** Builds the list indexes after a bulk load; drops turns whose session does not exist. */
   finishLoad(): { orphanTurns: number } {
     this.loading = false;
+    this.arena.finishLoad();
     const byUser = new Map<string, SessionEntry[]>();
     const byProject = new Map<string, SessionEntry[]>();
     let orphanTurns = 0;
@@ -174,6 +153,7 @@ export class MemoryState {
       if (e.session === ORPHAN) {
         orphanTurns += e.turns?.length ?? 0;
         this.turnTotal -= e.turns?.length ?? 0;
+        for (const t of e.turns ?? []) this.arena.released(t);
         this.entries.delete(id);
         continue;
       }
@@ -223,6 +203,7 @@ export class MemoryState {
     if (e === undefined) return undefined;
     this.entries.delete(id);
     this.turnTotal -= e.turns?.length ?? 0;
+    for (const t of e.turns ?? []) this.arena.released(t);
     if (!this.loading && e.session !== ORPHAN) this.unindex(e);
     return e;
   }
@@ -230,6 +211,8 @@ export class MemoryState {
   /**
    * Adds a turn and raises its session's updatedAt to the turn's createdAt (what appending a
    * turn does). While loading, a turn may come before its session; it waits on a placeholder.
+   * A turn already there (the same id and time: a journal compacted while it was being written
+   * can hold a turn twice) is replaced, and `lastTurnReplaced` says so.
    */
   addTurn(sessionId: string, t: StoredTurn): SessionEntry {
     let e = this.entries.get(sessionId);
@@ -239,10 +222,21 @@ export class MemoryState {
     }
     const list = (e.turns ??= []);
     const last = list[list.length - 1];
+    let replaced = false;
     if (last === undefined || turnBefore(last, t)) list.push(t);
-    else list.splice(turnsBefore(list, t), 0, t);
+    else {
+      const at = turnsBefore(list, t);
+      const there = list[at];
+      if (there !== undefined && there._id === t._id && there.createdAt === t.createdAt) {
+        this.arena.released(there);
+        list[at] = t;
+        replaced = true;
+        this.turnTotal--;
+      } else list.splice(at, 0, t);
+    }
     this.turnTotal++;
     e.turnsChanged();
+    this.lastTurnReplaced = replaced;
     if (e.session !== ORPHAN) {
       const raised = raisedByTurn(e.session, t.createdAt);
       if (raised !== e.session) this.putSession(raised);
@@ -255,7 +249,8 @@ export class MemoryState {
     const e = this.entries.get(sessionId);
     const i = e?.turns?.findIndex((t) => t._id === turnId) ?? -1;
     if (e === undefined || i < 0) return false;
-    e.turns?.splice(i, 1);
+    const [gone] = e.turns?.splice(i, 1) ?? [];
+    if (gone !== undefined) this.arena.released(gone);
     this.turnTotal--;
     e.turnsChanged();
     return true;
