@@ -3,7 +3,7 @@
 // implementation, so the server's verification is checked against another signer.
 import { spawn, spawnSync } from 'node:child_process';
 import { createHmac } from 'node:crypto';
-import { accessSync, closeSync, constants, copyFileSync, mkdtempSync, openSync, rmSync, statSync, statfsSync, truncateSync, unlinkSync, writeFileSync, writeSync, mkdirSync } from 'node:fs';
+import { accessSync, closeSync, constants, copyFileSync, existsSync, mkdtempSync, openSync, readFileSync, rmdirSync, rmSync, statSync, statfsSync, truncateSync, unlinkSync, writeFileSync, writeSync, mkdirSync } from 'node:fs';
 import { request as httpRequest, Agent } from 'node:http';
 import { tmpdir } from 'node:os';
 import { delimiter, join, dirname } from 'node:path';
@@ -112,9 +112,10 @@ process.on('exit', () => {
 });
 
 /**
- * Starts dist/server.js. Options: env (extra variables), args (extra argv), dataDir (default a
- * new temp dir), providers (array written to providers.json; default test/fixtures/providers.json; null
- * for none), script (another copy of the server file), cwd.
+ * Starts dist/server.js. Options: env (extra variables), args (extra argv), nodeArgs (options for
+ * node itself), dataDir (default a new temp dir), providers (array written to providers.json;
+ * default test/fixtures/providers.json; null for none), script (another copy of the server
+ * file), cwd, cgroup (a memoryCgroup to run it in).
  */
 export async function startServer(opts = {}) {
   const madeDir = opts.dataDir === undefined;
@@ -134,11 +135,15 @@ export async function startServer(opts = {}) {
     ...opts.env,
   };
   for (const [k, v] of Object.entries(env)) if (v === undefined) delete env[k];
-  const child = spawn(process.execPath, [opts.script ?? SERVER, ...(opts.args ?? [])], {
-    cwd: opts.cwd ?? dataDir,
-    env,
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
+  const argv = [...(opts.nodeArgs ?? []), opts.script ?? SERVER, ...(opts.args ?? [])];
+  // in a memory cgroup (memoryCgroup): the shell joins it, then becomes the server
+  const child = opts.cgroup === undefined
+    ? spawn(process.execPath, argv, { cwd: opts.cwd ?? dataDir, env, stdio: ['ignore', 'pipe', 'pipe'] })
+    : spawn('/bin/sh', ['-c', 'echo $$ > "$CSA_CGROUP_PROCS" && exec "$@"', 'sh', process.execPath, ...argv], {
+        cwd: opts.cwd ?? dataDir,
+        env: { ...env, CSA_CGROUP_PROCS: opts.cgroup.procs },
+        stdio: ['ignore', 'pipe', 'pipe'],
+      });
   // a failed assertion must not leave a server running that keeps the test process alive
   live.add(child);
   child.on('exit', () => live.delete(child));
@@ -329,6 +334,68 @@ export function smallDisk(t, size) {
     release() {
       spawnSync('umount', ['-l', dir]);
       removeDir(dir);
+    },
+  };
+}
+
+/**
+ * A real memory ceiling for memory tests: a new memory cgroup (v2, or v1's memory controller)
+ * under this process's own, limited to `bytes` with no swap, so the kernel's OOM killer ends a
+ * process in it that passes the limit. Pass it as startServer's `cgroup`. Needs root (or a
+ * delegated cgroup); where it cannot be made the test is skipped with one loud line, and fails
+ * instead when REQUIRE_CGROUP=1 (.ci/run sets it). Returns undefined when skipped.
+ */
+export function memoryCgroup(t, bytes) {
+  const lines = readFileSync('/proc/self/cgroup', 'utf8').split('\n');
+  const v1 = lines.find((l) => /^\d+:([^:]*,)?memory(,[^:]*)?:/.test(l));
+  const v2 = lines.find((l) => l.startsWith('0::'));
+  let dir;
+  let why = 'no memory cgroup controller here';
+  const name = `csa-test-${process.pid}-${Math.random().toString(36).slice(2, 8)}`;
+  try {
+    if (v1 !== undefined) {
+      dir = join('/sys/fs/cgroup/memory', v1.slice(v1.lastIndexOf(':') + 1), name);
+      mkdirSync(dir);
+      writeFileSync(join(dir, 'memory.limit_in_bytes'), String(bytes));
+      try {
+        writeFileSync(join(dir, 'memory.memsw.limit_in_bytes'), String(bytes));
+      } catch {
+        // no swap accounting: no swap to use either
+      }
+    } else if (v2 !== undefined && existsSync('/sys/fs/cgroup/cgroup.controllers')) {
+      dir = join('/sys/fs/cgroup', v2.slice(3), name);
+      mkdirSync(dir);
+      writeFileSync(join(dir, 'memory.max'), String(bytes));
+      try {
+        writeFileSync(join(dir, 'memory.swap.max'), '0');
+      } catch {
+        // no swap controller
+      }
+    } else dir = undefined;
+  } catch (e) {
+    why = e.message;
+    if (dir !== undefined) rmSync(dir, { recursive: false, force: true });
+    dir = undefined;
+  }
+  if (dir === undefined) {
+    if (process.env.REQUIRE_CGROUP === '1') throw new Error(`REQUIRE_CGROUP=1 but a memory cgroup cannot be made here (${why}); run as root`);
+    console.log(`# SKIPPED: cannot make a memory cgroup for the memory-ceiling tests (${why}); run as root, or set REQUIRE_CGROUP=1 to make this a failure`);
+    t.skip('no memory cgroup can be made here');
+    return undefined;
+  }
+  return {
+    dir,
+    procs: join(dir, 'cgroup.procs'),
+    /** Removes the cgroup (its processes must have ended). */
+    release() {
+      for (let i = 0; i < 50; i++) {
+        try {
+          rmdirSync(dir);
+          return;
+        } catch {
+          Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, 20);
+        }
+      }
     },
   };
 }

@@ -11,10 +11,11 @@ import type { Answer, RouteDef, StreamReply } from '../api/route.js';
 import { parseQuery, validateBody, validateQuery, ValidationError } from '../domain/schema.js';
 import { requestLineMiddle, type Logger } from '../log.js';
 import type { Metrics, RouteStats } from '../metrics.js';
-import { PreconditionFailed, SessionNotFound, StorageUnavailable, StorageWriteFailed } from '../store/store.js';
+import { PreconditionFailed, QuotaExceeded, SessionNotFound, StorageUnavailable, StorageWriteFailed } from '../store/store.js';
 import { readJsonObject, releaseBody, type BodyHold, type BodyRules } from './body.js';
 import type { Connection, ConnectionGuard } from './connections.js';
 import type { Cors } from './cors.js';
+import type { MemoryGuard } from './memory-guard.js';
 import { HttpError } from './errors.js';
 import type { RateLimiter } from './rate-limit.js';
 import type { Router } from './router.js';
@@ -42,6 +43,8 @@ export interface PipelineOptions {
   readonly limiter: RateLimiter | undefined;
   readonly trustProxy: boolean;
   readonly metrics: Metrics | undefined;
+  /** Refuses writes (503) before the process runs out of memory; undefined: never. */
+  readonly memory?: MemoryGuard | undefined;
 }
 
 const JSON_TYPE = 'application/json; charset=utf-8';
@@ -70,6 +73,7 @@ function toHttp(e: unknown): HttpError | undefined {
   if (e instanceof ValidationError) return new HttpError(400, e.message);
   if (e instanceof SessionNotFound) return new HttpError(404, e.message);
   if (e instanceof PreconditionFailed) return new HttpError(412, e.message);
+  if (e instanceof QuotaExceeded) return new HttpError(403, e.message);
   if (e instanceof NoCredentials) return new HttpError(401, 'Unauthorized', [['www-authenticate', 'Bearer']]);
   if (e instanceof TokenError) {
     return new HttpError(401, 'Unauthorized', [['www-authenticate', `Bearer error="invalid_token", error_description="${e.message}"`]]);
@@ -163,6 +167,11 @@ export class Pipeline {
       if (def.scope !== undefined && !hasScope(principal, def.scope)) throw new HttpError(403, 'Forbidden');
     } else if (def.unlimited !== true) {
       this.limit(this.addressOf(req));
+    }
+    // writes that add data wait for memory; reads and deletes (which free it) go on
+    if ((def.method === 'POST' || def.method === 'PUT') && this.o.memory?.low() === true) {
+      this.o.memory.refuse();
+      throw new HttpError(503, 'Server is low on memory', [['retry-after', '5']], def.body !== undefined);
     }
 
     const params: Record<string, string> = {};
@@ -370,7 +379,8 @@ export class Pipeline {
 
   private fail(x: Exchange, e: unknown): void {
     const h = toHttp(e);
-    if (h === undefined || h.status >= 500) {
+    // a 503 the server chose (busy, low on memory) is counted and in the request line, not a failure to report
+    if (h === undefined || (h.status >= 500 && !(e instanceof HttpError && h.status === 503))) {
       this.o.log.error('request failed', { reqId: x.id, route: x.route?.def.path ?? null, err: e });
     }
     const status = h?.status ?? 500;

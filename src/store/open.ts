@@ -16,9 +16,9 @@ export async function openStore(config: Config, log: Logger, observer?: StoreObs
   switch (config.store) {
     case 'journal':
       if (!config.fsync) log.warn('FSYNC=off: writes are acknowledged before they are durable; a crash can lose them');
-      return JournalStore.open({ dir: config.dataDir, log, fsync: config.fsync, compactMinBytes: config.compactMinBytes, observer });
+      return JournalStore.open({ dir: config.dataDir, log, fsync: config.fsync, compactMinBytes: config.compactMinBytes, observer, quotas: config.limits.quotas });
     case 'sqlite':
-      return openSqliteStore({ file: config.sqliteFile, log, cacheBytes: config.sqliteCacheBytes, fsync: config.fsync, observer });
+      return openSqliteStore({ file: config.sqliteFile, log, cacheBytes: config.sqliteCacheBytes, fsync: config.fsync, observer, quotas: config.limits.quotas });
     case 'postgres':
       throw new StoreOpenFailed('STORE=postgres is not available in this release');
   }

@@ -7,8 +7,9 @@
 import { versionOf } from '../domain/version.js';
 import { chatSession, raisedByTurn, type ChatSession, type Turn } from '../domain/records.js';
 import type { TurnKey } from '../domain/order.js';
+import type { Quotas } from '../config.js';
 import type { Logger } from '../log.js';
-import { SessionNotFound, StorageWriteFailed, type Current, type SessionRecord, type TurnRecord, type Usage } from './store.js';
+import { QuotaExceeded, SessionNotFound, StorageWriteFailed, type Current, type SessionRecord, type TurnRecord, type Usage } from './store.js';
 
 /** One change of a group, as the engine commits it. */
 export type Change =
@@ -61,7 +62,36 @@ interface Staged {
 /** The committed state seen through the changes the group has decided so far. */
 class GroupView {
   private readonly staged = new Map<string, Staged | null>();
-  constructor(readonly group: Group) {}
+  /** What the group's earlier writes add to each owner's committed usage. */
+  private readonly added = new Map<string, { sessions: number; turns: number; bytes: number }>();
+  constructor(
+    readonly group: Group,
+    private readonly quotas: Quotas | undefined,
+  ) {}
+
+  /**
+   * Charges a write to `user`'s usage, or throws QuotaExceeded when it would take a quota past
+   * its limit (only what grows is checked: a user over a quota lowered since may still shrink).
+   * The usage is the committed one plus what the group's earlier writes added, so writes that
+   * arrive together cannot pass a quota between them. A delete gives its share back at commit.
+   */
+  charge(user: string, sessions: number, turns: number, bytes: () => number): void {
+    const q = this.quotas;
+    if (q === undefined || (q.sessions === undefined && q.turns === undefined && q.bytes === undefined)) return;
+    let a = this.added.get(user);
+    const b = q.bytes === undefined ? 0 : bytes();
+    const committed = this.group.usageOf(user);
+    const over = (name: keyof Usage, limit: number | undefined, delta: number): void => {
+      if (limit !== undefined && delta > 0 && committed[name] + (a?.[name] ?? 0) + delta > limit) throw new QuotaExceeded(name, limit);
+    };
+    over('sessions', q.sessions, sessions);
+    over('turns', q.turns, turns);
+    over('bytes', q.bytes, b);
+    if (a === undefined) this.added.set(user, (a = { sessions: 0, turns: 0, bytes: 0 }));
+    a.sessions += sessions;
+    a.turns += turns;
+    a.bytes += b;
+  }
 
   current(id: string): Current | undefined {
     const staged = this.staged.get(id);
@@ -82,16 +112,19 @@ export class SerialWriter {
   private closed = false;
   private idleWaiters: (() => void)[] = [];
 
+  /** `quotas`: what one user's sessions may hold (usage by session owner), checked at this serial point. */
   constructor(
     private readonly source: GroupSource,
     private readonly log: Logger,
+    private readonly quotas?: Quotas,
   ) {}
 
   createSession(session: ChatSession): Promise<SessionRecord> {
     return this.submit<SessionRecord>(session._id, (view) => {
       if (view.current(session._id) !== undefined) throw new Error('duplicate session id');
-      view.stage(session._id, { session, lastTurn: undefined });
       const json = JSON.stringify(session);
+      view.charge(session.user, 1, 0, () => Buffer.byteLength(json));
+      view.stage(session._id, { session, lastTurn: undefined });
       return { kind: 'create', session, json, version: versionOf(json, undefined) };
     }, sessionResult);
   }
@@ -101,8 +134,9 @@ export class SerialWriter {
       const current = view.current(id);
       if (current === undefined) throw new SessionNotFound();
       const next = chatSession(change(current));
-      view.stage(id, { session: next, lastTurn: current.lastTurn });
       const json = JSON.stringify(next);
+      view.charge(next.user, 0, 0, () => Buffer.byteLength(json) - Buffer.byteLength(JSON.stringify(current.session)));
+      view.stage(id, { session: next, lastTurn: current.lastTurn });
       return { kind: 'update', session: next, json, version: versionOf(json, current.lastTurn) };
     }, sessionResult);
   }
@@ -123,8 +157,11 @@ export class SerialWriter {
       if (current === undefined) throw new SessionNotFound();
       const turn = build(current);
       const session = raisedByTurn(current.session, turn.createdAt);
+      const json = ownBytes(JSON.stringify(turn));
+      // the session's owner is charged, whoever writes the turn
+      view.charge(current.session.user, 0, 1, () => json.length);
       view.stage(sessionId, { session, lastTurn: turn });
-      return { kind: 'turn', turn, json: ownBytes(JSON.stringify(turn)), session, raised: session !== current.session };
+      return { kind: 'turn', turn, json, session, raised: session !== current.session };
     }, turnResult);
   }
 
@@ -188,7 +225,7 @@ export class SerialWriter {
   }
 
   private decideAndCommit(writes: readonly PendingWrite[], group: Group): void {
-    const view = new GroupView(group);
+    const view = new GroupView(group, this.quotas);
     const accepted: PendingWrite[] = [];
     const changes: Change[] = [];
     for (const w of writes) {

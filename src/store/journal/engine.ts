@@ -4,11 +4,11 @@
 // When dead records outweigh live ones, the journal is rewritten beside the old one.
 import { closeSync, existsSync, fstatSync, ftruncateSync, fsyncSync, mkdirSync, openSync, statfs, statfsSync, unlinkSync } from 'node:fs';
 import { dirname, join } from 'node:path';
-import type { SessionKey, TurnKey } from '../../domain/order.js';
+import { SCAN_CHUNK, type SessionKey, type TurnKey } from '../../domain/order.js';
 import type { ChatSession, Turn } from '../../domain/records.js';
-import { versionOf } from '../../domain/version.js';
 import { lockHolder } from '../../data-dir-lock.js';
 import { fsyncDir, writeFullySync } from '../../files.js';
+import type { Quotas } from '../../config.js';
 import type { Logger } from '../../log.js';
 import { planImport } from '../import-plan.js';
 import {
@@ -31,7 +31,7 @@ import { SerialWriter, type Change, type Group, type GroupSource } from '../writ
 import { Appender, COMPACT_SUFFIX, IMPORT_SUFFIX, JOURNAL_FILE, NEXT_SUFFIX, readCommitted } from './appender.js';
 import { Compaction, CompactionAborted, TailFirstCompaction, type TailFirstHost } from './compaction.js';
 import { delLine, findTombstones, headerLine, putLine, PUT_LINE_OVERHEAD, scanJournal, TURN_LINE_OVERHEAD, turnLine, type JournalRecord, type ScanResult } from './format.js';
-import { MemoryState, StoredTurn, type SessionEntry } from './state.js';
+import { LazyRecord, MemoryState, StoredTurn, type SessionEntry } from './state.js';
 
 export interface JournalStoreOptions {
   readonly dir: string;
@@ -41,6 +41,8 @@ export interface JournalStoreOptions {
   /** The journal is not compacted below this size. */
   readonly compactMinBytes: number;
   readonly observer?: StoreObserver | undefined;
+  /** What one user's sessions may hold, checked at the serial point. */
+  readonly quotas?: Quotas | undefined;
 }
 
 const HEADER_BYTES = headerLine().length;
@@ -50,7 +52,6 @@ const MAX_PIECE = 8 * 1024 * 1024;
 /** The longest wait before a failed compaction (not for want of space) is tried again. */
 const MAX_RETRY_MS = 5 * 60_000;
 const NO_USAGE: Usage = { sessions: 0, turns: 0, bytes: 0 };
-const CHUNK = 256;
 
 export class JournalStore implements Store, GroupSource, Group {
   readonly engine = 'journal';
@@ -80,7 +81,7 @@ export class JournalStore implements Store, GroupSource, Group {
     this.state = loaded.state;
     this.liveBytes = loaded.liveBytes;
     this.recountUsage();
-    this.writer = new SerialWriter(this, opts.log);
+    this.writer = new SerialWriter(this, opts.log, opts.quotas);
   }
 
   /** Replays the journal of `dir` and opens it for appending. The data directory's lock is the caller's. */
@@ -175,8 +176,15 @@ export class JournalStore implements Store, GroupSource, Group {
   }
 
   async *scanSessions(filter: SessionFilter): AsyncIterable<readonly SessionRecord[]> {
-    const sessions = this.state.snapshotList(filter);
-    for (let i = 0; i < sessions.length; i += CHUNK) yield sessions.slice(i, i + CHUNK).map((s) => this.recordOf(s));
+    const { sessions, keep } = this.state.snapshotList(filter);
+    for (let i = 0; i < sessions.length; i += SCAN_CHUNK) {
+      const out: SessionRecord[] = [];
+      for (let j = i; j < Math.min(i + SCAN_CHUNK, sessions.length); j++) {
+        const s = sessions[j] as ChatSession;
+        if (keep(s)) out.push(this.recordOf(s));
+      }
+      yield out;
+    }
   }
 
   listTurns(sessionId: string, after: TurnKey | undefined, limit: number): Promise<Page<TurnRecord, TurnKey>> {
@@ -185,14 +193,18 @@ export class JournalStore implements Store, GroupSource, Group {
 
   async *scanTurns(sessionId: string): AsyncIterable<readonly TurnRecord[]> {
     const turns = this.state.snapshotTurns(sessionId);
-    for (let i = 0; i < turns.length; i += CHUNK * 4) yield turns.slice(i, i + CHUNK * 4);
+    // the turns are references to what memory keeps: a chunk costs no copy of their JSON
+    for (let i = 0; i < turns.length; i += SCAN_CHUNK) yield turns.slice(i, i + SCAN_CHUNK);
   }
 
-  /** The record of a session as a snapshot took it: the live entry's when it has not changed since. */
+  /**
+   * The record of a session as a snapshot took it: the live entry's when it has not changed
+   * since. A whole list is read once: it uses what the cache holds but adds nothing to it.
+   */
   private recordOf(s: ChatSession, lastTurn?: TurnKey): SessionRecord {
     const e = this.state.get(s._id);
-    if (e !== undefined && e.session === s) return e.record(this.state.cache);
-    return new SnapshotRecord(s, lastTurn);
+    if (e !== undefined && e.session === s) return e.peekRecord();
+    return new LazyRecord(s, lastTurn);
   }
 
   async exportAll(): Promise<ExportSnapshot> {
@@ -226,6 +238,7 @@ export class JournalStore implements Store, GroupSource, Group {
         { name: 'journal_bytes', type: 'gauge', help: 'Size of the journal (both its files while a compaction is under way).', value: this.appender?.totalSize ?? 0 },
         { name: 'journal_live_bytes', type: 'gauge', help: 'Bytes of the journal still holding live records.', value: this.liveBytes },
         { name: 'compactions_total', type: 'counter', help: 'Journal compactions completed.', value: this.compactions },
+        { name: 'journal_record_cache_bytes', type: 'gauge', help: "Sessions' JSON kept for reads (at most a sixty-fourth of V8's heap limit, 1 to 64 MiB).", value: this.state.cache.bytes },
         { name: 'journal_turn_memory_bytes', type: 'gauge', help: "Memory holding the turns' JSON (the slabs turns were replayed into, and buffers of turns written since).", value: this.state.arena.heldBytes },
       ],
     };
@@ -500,21 +513,6 @@ export class JournalStore implements Store, GroupSource, Group {
     await this.compactionDone;
     await this.writer.close();
     this.appender?.close();
-  }
-}
-
-/** A session of a snapshot whose live entry has changed since: its JSON and version made when read. */
-class SnapshotRecord implements SessionRecord {
-  private text: string | undefined;
-  constructor(
-    readonly session: ChatSession,
-    private readonly lastTurn: TurnKey | undefined,
-  ) {}
-  get json(): string {
-    return (this.text ??= JSON.stringify(this.session));
-  }
-  get version(): string {
-    return versionOf(this.json, this.lastTurn);
   }
 }
 

@@ -1,21 +1,28 @@
 // The journal engine's image of the data in memory: an entry per session (the session, its
 // version, its turns), and per-user and per-project lists kept in list order. It knows nothing
 // about files; the engine changes it only after a change is durable.
-import { PAGE_SCAN_BUDGET, sessionBefore, turnBefore, type SessionKey, type TurnKey } from '../../domain/order.js';
+import { PAGE_BYTE_BUDGET, PAGE_SCAN_BUDGET, sessionBefore, turnBefore, type SessionKey, type TurnKey } from '../../domain/order.js';
 import { raisedByTurn, type ChatSession } from '../../domain/records.js';
 import { foldForSearch } from '../../domain/search.js';
 import { versionOf } from '../../domain/version.js';
 import type { Page, SessionFilter, SessionRecord, TurnRecord } from '../store.js';
+import { ceilingsOf } from '../../memory.js';
 import { SortedList } from './sorted-list.js';
 import { StoredTurn, TurnArena } from './turns.js';
 
 export { StoredTurn } from './turns.js';
 
 /**
- * Read records are cached (their JSON made once), but not without bound: past this many bytes
- * of cached JSON the oldest cached records are dropped and made again on their next read.
+ * Read records are cached (their JSON made once), but not without bound: past a budget the
+ * oldest cached records are dropped and made again on their next read. The budget follows V8's
+ * heap limit (a sixty-fourth of it, from 1 to 64 MiB), so that near a small ceiling a client
+ * that only reads cannot fill the heap with cached JSON.
  */
-const RECORD_CACHE_BYTES = 64 * 1024 * 1024;
+export function recordCacheBudget(heapBytes: number = ceilingsOf('off').heapBytes): number {
+  return Math.min(64 * 1024 * 1024, Math.max(1024 * 1024, Math.floor(heapBytes / 64)));
+}
+/** What a cached record costs beside its JSON: the record, its string's header, its place in the ring. */
+const RECORD_OVERHEAD = 96;
 
 /**
  * One session as held in memory. Its answer (an immutable record with its JSON) is made on the
@@ -40,9 +47,17 @@ export class SessionEntry {
       const json = JSON.stringify(this.session);
       r = { session: this.session, json, version: (this.cachedVersion ??= versionOf(json, this.lastTurn)) };
       this.cached = r;
-      cache.admit(this, json.length);
+      cache.admit(this, json.length + RECORD_OVERHEAD);
     }
     return r;
+  }
+
+  /**
+   * The session as a reader gets it, made without entering the cache when not there (a whole
+   * list, read once): its JSON and version are made when asked for and kept by no one after.
+   */
+  peekRecord(): SessionRecord {
+    return this.cached ?? new LazyRecord(this.session, this.lastTurn, this.cachedVersion);
   }
 
   /** Drops the cached record (the cache ran out of room). */
@@ -79,24 +94,45 @@ export class SessionEntry {
   }
 }
 
+/** A session as of one moment, its JSON and version made when first read from this object. */
+export class LazyRecord implements SessionRecord {
+  private text: string | undefined;
+  constructor(
+    readonly session: ChatSession,
+    private readonly lastTurn: TurnKey | undefined,
+    private known?: string | undefined,
+  ) {}
+  get json(): string {
+    return (this.text ??= JSON.stringify(this.session));
+  }
+  get version(): string {
+    return (this.known ??= versionOf(this.json, this.lastTurn));
+  }
+}
+
 /** The entries whose records are cached, oldest first; past its budget the oldest lose theirs. */
 export class RecordCache {
   private ring: (SessionEntry | undefined)[] = [];
   private sizes: number[] = [];
   private head = 0;
-  private bytes = 0;
+  private held = 0;
 
-  constructor(private readonly budget = RECORD_CACHE_BYTES) {}
+  constructor(readonly budget = recordCacheBudget()) {}
+
+  /** Bytes the cached records hold now (at most the budget). */
+  get bytes(): number {
+    return this.held;
+  }
 
   admit(e: SessionEntry, size: number): void {
     this.ring.push(e);
     this.sizes.push(size);
-    this.bytes += size;
-    while (this.bytes > this.budget && this.head < this.ring.length) {
+    this.held += size;
+    while (this.held > this.budget && this.head < this.ring.length) {
       // an entry read twice is in the ring twice; evicting its older place early costs one re-read
       this.ring[this.head]?.evict();
       this.ring[this.head] = undefined;
-      this.bytes -= this.sizes[this.head] as number;
+      this.held -= this.sizes[this.head] as number;
       this.head++;
     }
     if (this.head > 4096 && this.head * 2 > this.ring.length) {
@@ -283,17 +319,19 @@ export class MemoryState {
     return { items: out, next };
   }
 
-  /** Every session of a list as of now, in list order (immutable session records; their answers are made as they are read). */
-  snapshotList(filter: SessionFilter): ChatSession[] {
+  /**
+   * Every session of a list as of now, in list order (immutable session records; their answers
+   * are made as they are read), and the filter to apply to them: applied as they are read, so
+   * taking the snapshot costs a copy of references, not a pass of the filter over the list.
+   */
+  snapshotList(filter: SessionFilter): { sessions: ChatSession[]; keep: (s: ChatSession) => boolean } {
     const list = this.listFor(filter);
-    if (list === undefined) return [];
-    const keep = matcher(filter);
-    const out: ChatSession[] = [];
-    list.forEachAfter(undefined, (e) => {
-      if (keep(e.session)) out.push(e.session);
+    const sessions: ChatSession[] = [];
+    list?.forEachAfter(undefined, (e) => {
+      sessions.push(e.session);
       return true;
     });
-    return out;
+    return { sessions, keep: matcher(filter) };
   }
 
   listTurns(sessionId: string, after: TurnKey | undefined, limit: number): Page<TurnRecord, TurnKey> {
@@ -304,7 +342,8 @@ export class MemoryState {
       start = turnsBefore(list, after);
       if (list[start]?._id === after._id && list[start]?.createdAt === after.createdAt) start++;
     }
-    const end = Math.min(list.length, start + limit);
+    let end = start;
+    for (let bytes = 0; end < list.length && end - start < limit && (end === start || bytes < PAGE_BYTE_BUDGET); end++) bytes += (list[end] as StoredTurn).jsonLength;
     const items = list.slice(start, end);
     const last = items[items.length - 1];
     return { items, next: end < list.length && last !== undefined ? { createdAt: last.createdAt, _id: last._id } : undefined };

@@ -6,10 +6,11 @@
 import { closeSync, mkdirSync, openSync, statSync } from 'node:fs';
 import { dirname } from 'node:path';
 import { Worker } from 'node:worker_threads';
-import { PAGE_SCAN_BUDGET, sessionBefore, type SessionKey, type TurnKey } from '../../domain/order.js';
+import { PAGE_BYTE_BUDGET, PAGE_SCAN_BUDGET, SCAN_CHUNK, SCAN_CHUNK_BYTES, sessionBefore, type SessionKey, type TurnKey } from '../../domain/order.js';
 import type { ChatSession, Turn } from '../../domain/records.js';
 import { foldForSearch } from '../../domain/search.js';
 import { versionOf } from '../../domain/version.js';
+import type { Quotas } from '../../config.js';
 import type { Logger } from '../../log.js';
 import { planImport } from '../import-plan.js';
 import {
@@ -40,10 +41,10 @@ export interface SqliteOptions {
   readonly cacheBytes: number;
   readonly fsync: boolean;
   readonly observer?: StoreObserver | undefined;
+  /** What one user's sessions may hold, checked at the serial point. */
+  readonly quotas?: Quotas | undefined;
 }
 
-/** Items per chunk of a whole list. */
-const CHUNK = 256;
 /** Snapshot connections kept open between scans, and the most open at once (more scans wait). */
 const SCAN_IDLE = 4;
 const SCAN_MAX = 16;
@@ -151,7 +152,7 @@ export class SqliteStore implements Store, GroupSource, Group {
     reader: Database,
   ) {
     this.reader = new Connection(reader);
-    this.writer = new SerialWriter(this, opts.log);
+    this.writer = new SerialWriter(this, opts.log, opts.quotas);
   }
 
   /** Opens (creating or migrating) the file and starts the writer thread. */
@@ -265,12 +266,15 @@ export class SqliteStore implements Store, GroupSource, Group {
     try {
       c.db.exec('BEGIN');
       let chunk: SessionRecord[] = [];
+      let examined = 0;
       for (const row of listRows(c, filter, undefined)) {
-        if (row['json'] === null) continue;
-        chunk.push(recordOf(row));
-        if (chunk.length === CHUNK) {
+        if (row['json'] !== null) chunk.push(recordOf(row));
+        // a chunk per SCAN_CHUNK rows examined, empty when the filter left them all out, so the
+        // list yields to other requests however few of its rows match
+        if (++examined === SCAN_CHUNK) {
           yield chunk;
           chunk = [];
+          examined = 0;
         }
       }
       if (chunk.length > 0) yield chunk;
@@ -282,11 +286,23 @@ export class SqliteStore implements Store, GroupSource, Group {
   listTurns(sessionId: string, after: TurnKey | undefined, limit: number): Promise<Page<TurnRecord, TurnKey>> {
     const rows =
       after === undefined
-        ? this.reader.prepare('SELECT id, created_at, json FROM turns WHERE session = ? ORDER BY created_at, id LIMIT ?').all(sessionId, limit + 1)
-        : this.reader.prepare('SELECT id, created_at, json FROM turns WHERE session = ? AND (created_at, id) > (?, ?) ORDER BY created_at, id LIMIT ?').all(sessionId, after.createdAt, after._id, limit + 1);
-    const items = rows.slice(0, limit).map(turnOf);
+        ? this.reader.prepare('SELECT id, created_at, json FROM turns WHERE session = ? ORDER BY created_at, id LIMIT ?').iterate(sessionId, limit + 1)
+        : this.reader.prepare('SELECT id, created_at, json FROM turns WHERE session = ? AND (created_at, id) > (?, ?) ORDER BY created_at, id LIMIT ?').iterate(sessionId, after.createdAt, after._id, limit + 1);
+    const items: TurnRecord[] = [];
+    let bytes = 0;
+    let more = false;
+    for (const row of rows) {
+      // the row after a full page (by count, or by PAGE_BYTE_BUDGET) only says there is more
+      if (items.length === limit || (items.length > 0 && bytes >= PAGE_BYTE_BUDGET)) {
+        more = true;
+        break;
+      }
+      const t = turnOf(row);
+      items.push(t);
+      bytes += t.json.length;
+    }
     const last = items[items.length - 1];
-    return Promise.resolve({ items, next: rows.length > limit && last !== undefined ? { createdAt: last.createdAt, _id: last._id } : undefined });
+    return Promise.resolve({ items, next: more && last !== undefined ? { createdAt: last.createdAt, _id: last._id } : undefined });
   }
 
   async *scanTurns(sessionId: string): AsyncIterable<readonly TurnRecord[]> {
@@ -507,13 +523,18 @@ export class SqliteStore implements Store, GroupSource, Group {
   }
 }
 
+/** A session's turns in chunks of SCAN_CHUNK turns or SCAN_CHUNK_BYTES of JSON, whichever comes first (rows are copies). */
 function* turnChunks(c: Connection, sessionId: string): Iterable<TurnRecord[]> {
   let chunk: TurnRecord[] = [];
+  let bytes = 0;
   for (const row of c.prepare('SELECT id, created_at, json FROM turns WHERE session = ? ORDER BY created_at, id').iterate(sessionId)) {
-    chunk.push(turnOf(row));
-    if (chunk.length === CHUNK * 4) {
+    const t = turnOf(row);
+    chunk.push(t);
+    bytes += t.json.length;
+    if (chunk.length === SCAN_CHUNK || bytes >= SCAN_CHUNK_BYTES) {
       yield chunk;
       chunk = [];
+      bytes = 0;
     }
   }
   if (chunk.length > 0) yield chunk;

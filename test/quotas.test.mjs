@@ -1,0 +1,106 @@
+// Quotas per user (#16 item 1): QUOTA_SESSIONS, QUOTA_TURNS, QUOTA_BYTES, counted by session
+// owner and checked at the store's serial point, so writes that arrive together cannot pass one.
+import assert from 'node:assert/strict';
+import { describe, test } from 'node:test';
+import { newSession, removeDir, runCli, startServer } from './helpers.mjs';
+
+const refusal = (quota, limit) => ({ status: 403, body: { success: false, message: `Quota exceeded: ${quota} (at most ${limit} per user)` } });
+const answer = (r) => ({ status: r.status, body: r.body });
+
+describe('Quotas', () => {
+  test('"QUOTA_SESSIONS": past it a create gets 403 Quota exceeded naming it; other users are not affected; a delete makes room again', async () => {
+    const s = await startServer({ env: { QUOTA_SESSIONS: '3' } });
+    try {
+      const alice = s.as('alice');
+      const ids = [];
+      for (let i = 0; i < 3; i++) ids.push((await alice.post('/api/v1/chat-sessions', newSession())).body.data._id);
+      assert.deepEqual(answer(await alice.post('/api/v1/chat-sessions', newSession())), refusal('sessions', 3));
+      assert.equal((await s.as('bob').post('/api/v1/chat-sessions', newSession())).status, 201);
+      assert.equal((await alice.del(`/api/v1/chat-sessions/${ids[0]}`)).status, 200);
+      assert.equal((await alice.post('/api/v1/chat-sessions', newSession())).status, 201);
+      assert.equal((await alice.get('/api/v1/chat-sessions')).body.data.length, 3);
+    } finally {
+      await s.stop();
+      removeDir(s.dataDir);
+    }
+  });
+
+  test('"QUOTA_TURNS": turns count against the session\'s owner, whoever writes them (ACCESS=shared); past it 403 Quota exceeded naming it', async () => {
+    const s = await startServer({ env: { QUOTA_TURNS: '4' } });
+    try {
+      const alice = s.as('alice');
+      const bob = s.as('bob');
+      const id = (await alice.post('/api/v1/chat-sessions', newSession())).body.data._id;
+      for (let i = 0; i < 2; i++) assert.equal((await alice.post(`/api/v1/chat-sessions/${id}/turns`, { role: 'user', content: `a${i}` })).status, 201);
+      for (let i = 0; i < 2; i++) assert.equal((await bob.post(`/api/v1/chat-sessions/${id}/turns`, { role: 'assistant', content: `b${i}` })).status, 201);
+      assert.deepEqual(answer(await bob.post(`/api/v1/chat-sessions/${id}/turns`, { role: 'user', content: 'one more' })), refusal('turns', 4));
+      const own = (await bob.post('/api/v1/chat-sessions', newSession())).body.data._id;
+      assert.equal((await bob.post(`/api/v1/chat-sessions/${own}/turns`, { role: 'user', content: 'bob has room' })).status, 201);
+      assert.equal((await alice.get(`/api/v1/chat-sessions/${id}/turns`)).body.data.length, 4);
+    } finally {
+      await s.stop();
+      removeDir(s.dataDir);
+    }
+  });
+
+  test('"QUOTA_BYTES": the UTF-8 bytes of a user\'s sessions and turns; a write that would pass it gets 403 Quota exceeded naming it, one that shrinks what is held goes through', async () => {
+    const s = await startServer({ env: { QUOTA_BYTES: '8kb' } });
+    try {
+      const alice = s.as('alice');
+      const id = (await alice.post('/api/v1/chat-sessions', newSession({ name: 'n'.repeat(300) }))).body.data._id;
+      const fill = async (size) => {
+        for (let i = 0; i < 50; i++) {
+          const r = await alice.post(`/api/v1/chat-sessions/${id}/turns`, { role: 'user', content: 'y'.repeat(size) });
+          if (r.status !== 201) return r;
+        }
+        assert.fail('never refused');
+      };
+      assert.deepEqual(answer(await fill(1000)), refusal('bytes', 8192));
+      await fill(50); // what is left is less than a small turn (under 200 bytes)
+      assert.deepEqual(answer(await alice.put(`/api/v1/chat-sessions/${id}`, { name: 'n'.repeat(500) })), refusal('bytes', 8192), 'a longer name would pass it');
+      assert.equal((await alice.put(`/api/v1/chat-sessions/${id}`, { name: 'short' })).status, 200, 'a shorter one frees bytes');
+    } finally {
+      await s.stop();
+      removeDir(s.dataDir);
+    }
+  });
+
+  test('"A quota is enforced at the serial point (the store\'s one writer), against the committed usage plus what the earlier writes of the same group add, so writes sent together cannot pass it": 40 turns sent at once against QUOTA_TURNS=10 give exactly 10 turns and 30 refusals, and a restart shows exactly those 10', async () => {
+    const s = await startServer({ env: { QUOTA_TURNS: '10' } });
+    try {
+      const alice = s.as('alice');
+      const id = (await alice.post('/api/v1/chat-sessions', newSession())).body.data._id;
+      const all = await Promise.all(Array.from({ length: 40 }, (_, i) => alice.post(`/api/v1/chat-sessions/${id}/turns`, { role: 'user', content: `t${i}` })));
+      assert.equal(all.filter((r) => r.status === 201).length, 10);
+      assert.equal(all.filter((r) => r.status === 403).length, 30);
+      await s.stop();
+      const again = await startServer({ dataDir: s.dataDir, env: { QUOTA_TURNS: '10' } });
+      try {
+        assert.equal((await again.as('alice').get(`/api/v1/chat-sessions/${id}/turns`)).body.data.length, 10);
+      } finally {
+        await again.stop();
+      }
+    } finally {
+      await s.stop();
+      removeDir(s.dataDir);
+    }
+  });
+
+  test('quotas are off by default, --help lists them and MEMORY_LIMIT with their defaults, and a bad value stops the start with one line naming the setting', () => {
+    const help = runCli(['--help']).stdout;
+    for (const line of ['QUOTA_SESSIONS / --quota-sessions', 'QUOTA_TURNS / --quota-turns', 'QUOTA_BYTES / --quota-bytes', 'MEMORY_LIMIT / --memory-limit']) assert.ok(help.includes(line), line);
+    assert.match(help, /QUOTA_SESSIONS[^\n]*\[default: \(off\)\]/);
+    assert.match(help, /MEMORY_LIMIT[^\n]*\[default: auto\]/);
+    for (const [name, value, message] of [
+      ['QUOTA_SESSIONS', '0', /QUOTA_SESSIONS must be a whole number from 1 to/],
+      ['QUOTA_TURNS', 'many', /QUOTA_TURNS must be a whole number from 1 to/],
+      ['QUOTA_BYTES', '10 parsecs', /QUOTA_BYTES must be a size/],
+      ['MEMORY_LIMIT', 'lots', /MEMORY_LIMIT must be auto, off or a size/],
+    ]) {
+      const r = runCli([], { env: { [name]: value, PORT: '0' } });
+      assert.equal(r.code, 2, `${name}=${value}: ${r.stderr}`);
+      assert.match(r.stderr, message);
+      assert.equal(r.stderr.trim().split('\n').length, 1);
+    }
+  });
+});
