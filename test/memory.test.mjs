@@ -145,7 +145,7 @@ async function inParallel(n, width, fn, stop = () => false) {
 }
 
 describe('Under V8\'s heap limit', () => {
-  test('"always starts on a data set it wrote": under a small heap (--max-old-space-size=48), creates are refused before the heap runs out; whole lists and every page stream what was accepted, the record cache stays within its budget, and after a kill the server starts again under the same heap', async () => {
+  test('"always starts on a data set it wrote": under a small heap (--max-old-space-size=48), creates are refused before the heap runs out; whole lists and every page stream what was accepted; "The record cache follows the heap"; after a kill the server starts again under the same heap', async () => {
     const nodeArgs = ['--max-old-space-size=48'];
     const env = { FSYNC: 'off', MEMORY_LIMIT: 'off' };
     const name = 'n'.repeat(490);

@@ -8,7 +8,7 @@ const refusal = (quota, limit) => ({ status: 403, body: { success: false, messag
 const answer = (r) => ({ status: r.status, body: r.body });
 
 describe('Quotas', () => {
-  test('"QUOTA_SESSIONS": past it a create gets 403 Quota exceeded naming it; other users are not affected; a delete makes room again', async () => {
+  test('"Quotas per user: QUOTA_SESSIONS, QUOTA_TURNS, QUOTA_BYTES (default off)" ... "Past one: 403 Quota exceeded: sessions (at most N per user)": other users are not affected; "a delete gives its share back once committed"', async () => {
     const s = await startServer({ env: { QUOTA_SESSIONS: '3' } });
     try {
       const alice = s.as('alice');
@@ -25,7 +25,7 @@ describe('Quotas', () => {
     }
   });
 
-  test('"QUOTA_TURNS": turns count against the session\'s owner, whoever writes them (ACCESS=shared); past it 403 Quota exceeded naming it', async () => {
+  test('"Usage is counted by session owner: a turn counts against the owner of its session, whoever wrote it" (ACCESS=shared); past QUOTA_TURNS 403 Quota exceeded naming it', async () => {
     const s = await startServer({ env: { QUOTA_TURNS: '4' } });
     try {
       const alice = s.as('alice');
@@ -43,7 +43,7 @@ describe('Quotas', () => {
     }
   });
 
-  test('"QUOTA_BYTES": the UTF-8 bytes of a user\'s sessions and turns; a write that would pass it gets 403 Quota exceeded naming it, one that shrinks what is held goes through', async () => {
+  test('"bytes are the UTF-8 bytes of the JSON of the user\'s sessions and of their turns"; a write that would pass QUOTA_BYTES gets 403 Quota exceeded naming it; "Only what grows is checked"', async () => {
     const s = await startServer({ env: { QUOTA_BYTES: '8kb' } });
     try {
       const alice = s.as('alice');

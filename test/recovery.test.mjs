@@ -175,7 +175,7 @@ describe('Damage that is not a torn tail', JOURNAL_FILES, () => {
     assert.match(r.stderr, /damaged record at line 2/);
   });
 
-  test('a damaged header with records after it stops the start', async () => {
+  test('a damaged header with records after it stops the start; "Damage at the header never suggests cutting the file there, which would keep nothing"', async () => {
     const r = await damagedRefusal((buf) => {
       buf[12] = 'X'.charCodeAt(0);
       return buf;
@@ -187,7 +187,7 @@ describe('Damage that is not a torn tail', JOURNAL_FILES, () => {
     assert.match(r.stderr, /restore from a backup/);
   });
 
-  test('a journal with Windows line endings (CRLF) is not damaged: the start stops with one line saying how to convert it back (never `truncate -s 0`), nothing is changed, and after the conversion every record is there (regression)', async () => {
+  test('"A journal with Windows line endings (CRLF), as a copy through a text-mode tool leaves, is not damaged: the start stops with one line saying how to convert it back" (never `truncate -s 0`), nothing is changed, and after the conversion every record is there (regression)', async () => {
     const dir = tempDir();
     try {
       const s = await startServer({ dataDir: dir });

@@ -223,7 +223,7 @@ export function contract(engine) {
       });
     });
 
-    test(`a whole list yields to the event loop between chunks of ${SCAN_CHUNK} items, however many of them its filter leaves out (no request stalls the others)`, async () => {
+    test(`"the event loop is free between chunks however few items a filter keeps": a whole list yields to it between chunks of ${SCAN_CHUNK} items`, async () => {
       await withStore(async (store) => {
         const n = SCAN_CHUNK * 4;
         for (let i = 0; i < n; i += 256) await Promise.all(Array.from({ length: 256 }, (_, k) => store.createSession(session({ ms: i + k, name: 'hay' }))));
