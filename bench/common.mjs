@@ -68,16 +68,16 @@ export function api(port, method, path, { auth, body, keepAlive = true } = {}) {
 }
 
 /**
- * Spawns `node [nodeArgs] script [args]` with PORT set to a free port and its stdout/stderr
+ * Spawns `node [nodeArgs] script [args]` (`node`: another Node.js binary than this one's) with PORT set to a free port and its stdout/stderr
  * going to `logFile` (a file, not a pipe: draining a pipe would cost the load generator's CPU,
  * and a file never blocks the server). Resolves once GET /healthz answers 200, with
  * `startMs` = spawn to that first 200, polled every 2 ms.
  */
-export async function startProcess({ script, args = [], env = {}, nodeArgs = [], cwd, logFile, timeoutMs = 180_000 }) {
+export async function startProcess({ script, args = [], env = {}, nodeArgs = [], cwd, logFile, timeoutMs = 180_000, node = process.execPath }) {
   const port = await freePort();
   const fd = openSync(logFile, 'a');
   const started = performance.now();
-  const child = spawn(process.execPath, [...nodeArgs, script, ...args], {
+  const child = spawn(node, [...nodeArgs, script, ...args], {
     cwd,
     env: { PATH: process.env.PATH, HOME: process.env.HOME, ...env, PORT: String(port) },
     stdio: ['ignore', fd, fd],

@@ -5,8 +5,10 @@
 // with users = sessions / 50, so every user and every project holds exactly 50 sessions
 // (user-0's are spread over the whole file). Turn j belongs to session j % sessions and is
 // written right after it, as the server writes them: the session is created with updatedAt =
-// createdAt, and each turn is a millisecond later, so replay raises the session to its newest
-// turn (the journal holds no second put of the session for that).
+// createdAt, and each turn is a millisecond later, under the turn before it, so replay raises
+// the session to its newest turn and makes it the head (the journal holds no second put of the
+// session for that). Journal format version 2 (turns with parentId and status, sessions with
+// headTurnId).
 // Usage: node bench/datagen.mjs DIR SESSIONS [TURNS]
 import { closeSync, copyFileSync, fdatasyncSync, mkdirSync, openSync, writeSync } from 'node:fs';
 import { join } from 'node:path';
@@ -37,7 +39,7 @@ export function generateDataDir(dir, { sessions, turns = 0, turnBytes = 1024 }) 
   copyFileSync(EXAMPLE_PROVIDERS, join(dir, 'providers.json'));
   const fd = openSync(join(dir, 'sessions.journal'), 'w', 0o600);
   const users = Math.max(1, Math.floor(sessions / PER_LIST));
-  let parts = [line(JSON.stringify({ format: 'chat-session-api/journal', version: 1, createdAt: new Date().toISOString() }))];
+  let parts = [line(JSON.stringify({ format: 'chat-session-api/journal', version: 2, createdAt: new Date().toISOString() }))];
   let pending = parts[0].length;
   let bytes = 0;
   const flush = () => {
@@ -56,13 +58,14 @@ export function generateDataDir(dir, { sessions, turns = 0, turnBytes = 1024 }) 
     // field order as src/domain/records.ts writes them
     const put =
       `{"put":{"_id":"${id}","name":"Session ${i}","provider":"${PROVIDER}","selectedModel":"gpt-4o","mode":"Build",` +
-      `"user":"${user}","project":"project-${Math.floor(i / PER_LIST)}","createdAt":"${createdAt}","updatedAt":"${updatedAt}","archived":false}}`;
+      `"user":"${user}","project":"project-${Math.floor(i / PER_LIST)}","createdAt":"${createdAt}","updatedAt":"${updatedAt}","archived":false,"headTurnId":null}}`;
     let text = line(put);
     for (let j = i, k = 0; j < turns; j += sessions, k++) {
       const prefix = `turn ${j}: `;
       const content = prefix + FILLER.slice(0, turnBytes - prefix.length);
       const at = new Date(created + 1 + Math.min(k, 998)).toISOString();
-      text += line(`{"turn":{"_id":"${objectId(created, 'b000', j)}","session":"${id}","user":"${user}","role":"user","content":"${content}","createdAt":"${at}"}}`);
+      const parent = k === 0 ? 'null' : `"${objectId(created, 'b000', j - sessions)}"`;
+      text += line(`{"turn":{"_id":"${objectId(created, 'b000', j)}","session":"${id}","parentId":${parent},"user":"${user}","role":"user","content":"${content}","status":"complete","createdAt":"${at}"}}`);
     }
     parts.push(text);
     pending += text.length;

@@ -12,6 +12,7 @@ import { generateDataDir, PER_LIST } from './datagen.mjs';
 import { buildRequest, percentile, runLoad } from './loadgen.mjs';
 import { profileTable } from './profile.mjs';
 import { engineAvailable, seedDataDir, soakEngine } from './soak.mjs';
+import { conversationGroups, conversationScenarios, renderConversations } from './conversations.mjs';
 
 const HELP = `Usage: node bench/run.mjs [SCENARIO|GROUP ...] [options]   (npm run bench -- [...])
 
@@ -514,6 +515,7 @@ const scenarios = [
   { name: 'replay', run: replay },
   { name: 'list-scale', run: listScale },
   { name: 'soak', run: soak },
+  ...conversationScenarios({ opts, report, progress, runDir: () => runDir, track: (p) => live.add(p) }),
 ];
 const groups = {
   reads: ['get', 'list-user', 'list-project', 'providers'],
@@ -523,6 +525,7 @@ const groups = {
   scale: ['replay', 'list-scale'],
   startup: ['cold-start', 'replay'],
   hostile: ['soak'],
+  ...conversationGroups,
 };
 
 if (has('help') || has('h')) {
@@ -651,6 +654,7 @@ function render(wallSeconds) {
     }
     L.push('');
   }
+  L.push(...renderConversations(report));
   const t = targets();
   if (t.length > 0) L.push('## Targets', '', '| target | measured | met |', '|---|---|---|', ...t, '');
   for (const p of report.profiles) L.push(`## CPU profile: ${p.name}`, '', p.table, '');

@@ -8,6 +8,7 @@ import { providerRoutes } from './api/providers.js';
 import type { RouteDef } from './api/route.js';
 import { serviceRoutes } from './api/service.js';
 import { sessionRoutes } from './api/sessions.js';
+import { turnRoutes } from './api/turns.js';
 import { Authenticator } from './auth/authenticate.js';
 import type { Secrets } from './auth/secret.js';
 import type { Config } from './config.js';
@@ -47,9 +48,11 @@ export function createApp(p: AppParts): App {
   let openApiBody = '';
   let docs: DocsPage | undefined;
   const docsRoute = config.docs ? (): DocsPage => docs as DocsPage : undefined;
+  const sessionDeps = { store: p.store, access: config.access, cursors: new CursorCodec(p.secrets.current) };
   const routes: RouteDef[] = [
     ...serviceRoutes({ version: p.version, catalog: p.catalog, store: p.store, metrics: p.metrics, openApiBody: () => openApiBody, docsPage: docsRoute }),
-    ...sessionRoutes({ store: p.store, access: config.access, cursors: new CursorCodec(p.secrets.current) }),
+    ...sessionRoutes(sessionDeps),
+    ...turnRoutes(sessionDeps),
     ...providerRoutes(p.catalog),
   ];
   openApiBody = JSON.stringify(openApiDocument(routes, p.version));

@@ -2,19 +2,25 @@
 // between engines. `export` reads one consistent snapshot (beside a running server); `import`
 // checks a whole file before it writes anything, then writes it in one all-or-nothing step.
 //
-// Format: a header line, then one record per line, each session followed by its turns:
-//   {"format":"chat-session-api/export","version":1,"exportedAt":"...","sessions":N,"turns":M}
+// Format: a header line, then one record per line, each session followed by its turns, oldest
+// first (so a turn's parent comes before it):
+//   {"format":"chat-session-api/export","version":2,"exportedAt":"...","sessions":N,"turns":M}
 //   {"session":{...}}
 //   {"turn":{...}}
+// Version 1 (the first release) had no parentId on turns and no headTurnId on sessions: its
+// turns are given the turn before them as parent, its sessions their newest turn as head.
 import { closeSync, openSync } from 'node:fs';
-import { sessionProblem, turnProblem } from './domain/inputs.js';
+import { forkedFromOf, sessionProblem, turnOfBackup } from './domain/inputs.js';
+import { turnBefore } from './domain/order.js';
 import { isPlainObject } from './domain/schema.js';
-import { chatSession, turnRecord, type ChatSession, type Turn } from './domain/records.js';
+import { chatSession, turnRecord, type ChatSession, type JsonObject, type Turn } from './domain/records.js';
 import { forEachLine } from './files.js';
 import type { Store } from './store/store.js';
 
 export const EXPORT_FORMAT = 'chat-session-api/export';
-export const EXPORT_VERSION = 1;
+/** The version this release writes; it reads 1 too. */
+export const EXPORT_VERSION = 2;
+const READS = [1, 2];
 
 /** A backup file that cannot be imported; nothing was written. */
 export class ImportRejected extends Error {
@@ -70,12 +76,17 @@ export function parseBackup(file: string): Parsed {
   const sessions: ChatSession[] = [];
   const turns: Turn[] = [];
   const ids = new Set<string>();
-  const turnIds = new Set<string>();
-  let header: { sessions: number; turns: number } | undefined;
+  /** Each turn read so far: its session and its sort key, for its children's check. */
+  const turnsRead = new Map<string, Turn>();
+  /** The newest turn of each session read so far (a turn of a first-release backup follows it). */
+  const newest = new Map<string, Turn>();
+  let header: { version: number; sessions: number; turns: number } | undefined;
   const bad = (lineNo: number, why: string): never => {
     throw new ImportRejected(`${file} line ${lineNo}: ${why}; nothing was imported`);
   };
   let lastLine = 0;
+  /** The line of each session, for a message about its head. */
+  const heads: number[] = [];
   let fd: number;
   try {
     fd = openSync(file, 'r');
@@ -98,26 +109,46 @@ export function parseBackup(file: string): Parsed {
     }
     if (header === undefined) {
       if (!isPlainObject(v) || v['format'] !== EXPORT_FORMAT) return bad(lineNo, `the first line must be the ${EXPORT_FORMAT} header`);
-      if (v['version'] !== EXPORT_VERSION) return bad(lineNo, `export format version ${String(v['version'])} is not supported (this release reads ${EXPORT_VERSION})`);
+      const version = v['version'];
+      if (typeof version !== 'number' || !READS.includes(version)) return bad(lineNo, `export format version ${String(version)} is not supported (this release reads ${READS.join(' and ')})`);
       if (typeof v['sessions'] !== 'number' || typeof v['turns'] !== 'number') return bad(lineNo, 'the header must give the sessions and turns counts');
-      header = { sessions: v['sessions'], turns: v['turns'] };
+      header = { version, sessions: v['sessions'], turns: v['turns'] };
       return;
     }
+    const legacy = header.version === 1;
     if (!isPlainObject(v)) return bad(lineNo, 'a record must be an object');
     if ('session' in v) {
-      const p = sessionProblem(v['session'], true);
+      const raw = v['session'];
+      const p = sessionProblem(raw, true);
       if (p !== undefined) return bad(lineNo, p);
-      const s = chatSession(v['session'] as unknown as ChatSession); // its shape checked by sessionProblem just above
+      const r = raw as unknown as ChatSession & Record<string, unknown>; // its shape checked by sessionProblem just above
+      if (!legacy && r['headTurnId'] === undefined) return bad(lineNo, 'session headTurnId must be a turn _id or null');
+      const forkedFrom = forkedFromOf(raw as JsonObject);
+      const s = chatSession({ ...r, headTurnId: legacy ? null : r.headTurnId, ...(forkedFrom !== undefined ? { forkedFrom } : {}) });
       if (ids.has(s._id)) return bad(lineNo, `session ${s._id} appears twice`);
       ids.add(s._id);
       sessions.push(s);
+      heads.push(lineNo);
     } else if ('turn' in v) {
-      const p = turnProblem(v['turn']);
-      if (p !== undefined) return bad(lineNo, p);
-      const t = turnRecord(v['turn'] as unknown as Turn); // its shape checked by turnProblem just above
-      if (turnIds.has(t._id)) return bad(lineNo, `turn ${t._id} appears twice`);
-      if (!ids.has(t.session)) return bad(lineNo, `turn ${t._id} comes before (or without) its session ${t.session}`);
-      turnIds.add(t._id);
+      const raw = v['turn'];
+      if (!legacy && isPlainObject(raw) && raw['parentId'] === undefined) return bad(lineNo, 'turn parentId must be a turn _id or null');
+      const read = turnOfBackup(raw);
+      if (typeof read === 'string') return bad(lineNo, read);
+      if (turnsRead.has(read._id)) return bad(lineNo, `turn ${read._id} appears twice`);
+      if (!ids.has(read.session)) return bad(lineNo, `turn ${read._id} comes before (or without) its session ${read.session}`);
+      const before = newest.get(read.session);
+      let t = read;
+      if (legacy) {
+        // the first release's turns come in their session's order: each follows the one before it
+        if (before !== undefined && !turnBefore(before, t)) return bad(lineNo, `turn ${t._id} comes before the turn listed above it (${before._id}): a backup lists a session's turns oldest first`);
+        t = turnRecord({ ...t, parentId: before?._id ?? null });
+      } else if (t.parentId !== null) {
+        const parent = turnsRead.get(t.parentId);
+        if (parent === undefined || parent.session !== t.session) return bad(lineNo, `turn ${t._id} has parentId ${t.parentId}, which is not a turn of its session listed above it`);
+        if (!turnBefore(parent, t)) return bad(lineNo, `turn ${t._id} is older than its parent ${t.parentId}`);
+      }
+      if (before === undefined || turnBefore(before, t)) newest.set(t.session, t);
+      turnsRead.set(t._id, t);
       turns.push(t);
     } else {
       return bad(lineNo, 'a record must be {"session":...} or {"turn":...}');
@@ -128,6 +159,13 @@ export function parseBackup(file: string): Parsed {
     throw new ImportRejected(
       `${file} line ${lastLine}: the header promises ${header.sessions} sessions and ${header.turns} turns but the file holds ${sessions.length} and ${turns.length} (truncated?); nothing was imported`,
     );
+  }
+  for (let i = 0; i < sessions.length; i++) {
+    const s = sessions[i] as ChatSession;
+    if (header.version === 1) sessions[i] = chatSession({ ...s, headTurnId: newest.get(s._id)?._id ?? null });
+    else if (s.headTurnId !== null && turnsRead.get(s.headTurnId)?.session !== s._id) {
+      throw new ImportRejected(`${file} line ${heads[i] as number}: session ${s._id} has headTurnId ${s.headTurnId}, which is not one of its turns in the file; nothing was imported`);
+    }
   }
   return { sessions, turns };
 }

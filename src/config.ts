@@ -45,6 +45,12 @@ export interface Config {
   readonly fsync: boolean;
   readonly compactMinBytes: number;
   readonly store: EngineName;
+  /** STORE=postgres: where the database is (it holds the password: never log it). */
+  readonly databaseUrl: string | undefined;
+  readonly databaseSchema: string;
+  readonly databasePoolSize: number;
+  /** false only to measure what group commit buys (GROUP_COMMIT=off): one write per commit. */
+  readonly groupCommit: boolean;
   readonly sqliteFile: string;
   /** Page cache of each sqlite connection, in bytes. */
   readonly sqliteCacheBytes: number;
@@ -107,6 +113,10 @@ export const SETTINGS: readonly Setting[] = [
   { env: 'STORE', flag: '--store', def: 'journal', help: 'storage engine: journal (all in memory, Node 20+), sqlite (on disk, Node 22.13+) or postgres' },
   { env: 'SQLITE_FILE', flag: '--sqlite-file', def: '$DATA_DIR/chat-sessions.db', help: 'the database file of STORE=sqlite' },
   { env: 'SQLITE_CACHE', flag: '--sqlite-cache', def: '32mb', help: 'page cache of each STORE=sqlite connection (the reader and the writer): what bounds its memory' },
+  { env: 'DATABASE_URL', flag: '--database-url', def: '(none)', help: 'STORE=postgres: postgres://user:password@host:port/db?sslmode=disable|require|verify-full[&sslrootcert=FILE]' },
+  { env: 'DATABASE_SCHEMA', flag: '--database-schema', def: 'chat_session_api', help: 'STORE=postgres: the schema holding the tables (created and migrated at start)' },
+  { env: 'DATABASE_POOL_SIZE', flag: '--database-pool-size', def: '10', help: 'STORE=postgres: connections to the database at most' },
+  { env: 'GROUP_COMMIT', flag: '--group-commit', def: 'on', help: 'off only to measure what sharing commits buys: one write per commit' },
   { env: 'MAX_CONNECTIONS', flag: '--max-connections', def: '1000', help: 'open connections at most; past it the oldest idle one is closed (keep below the descriptor limit)' },
   { env: 'BODY_MEMORY', flag: '--body-memory', def: '64mb', help: 'request body bytes held at once over all requests; past it 503 (at least BODY_LIMIT)' },
   { env: 'BODY_TIMEOUT', flag: '--body-timeout', def: '15s', help: 'a request body must arrive within this time of its headers, else 408 (ms, s, m)' },
@@ -240,6 +250,8 @@ export function loadConfig(env: NodeJS.ProcessEnv, flags: Raw = new Map(), cwd: 
   const storeText = (get('STORE') ?? 'journal').trim().toLowerCase();
   if (!(ENGINES as readonly string[]).includes(storeText)) throw new ConfigError(`STORE must be one of ${ENGINES.join(', ')} (got "${storeText}")`);
   const sqliteText = get('SQLITE_FILE');
+  const databaseUrl = get('DATABASE_URL');
+  if (storeText === 'postgres' && databaseUrl === undefined) throw new ConfigError('STORE=postgres needs DATABASE_URL (postgres://user:password@host:port/database)');
   const bodyLimit = parseSize('BODY_LIMIT', get('BODY_LIMIT') ?? '1mb');
   const bodyMemory = parseSize('BODY_MEMORY', get('BODY_MEMORY') ?? '64mb');
   if (bodyMemory < bodyLimit) throw new ConfigError(`BODY_MEMORY must be at least BODY_LIMIT (${bodyLimit} bytes), or no body that large could ever be read (got ${bodyMemory} bytes)`);
@@ -268,6 +280,10 @@ export function loadConfig(env: NodeJS.ProcessEnv, flags: Raw = new Map(), cwd: 
     fsync: parseSwitch('FSYNC', get('FSYNC') ?? 'on'),
     compactMinBytes: parseSize('COMPACT_MIN_SIZE', get('COMPACT_MIN_SIZE') ?? '1mb'),
     store: storeText as EngineName,
+    databaseUrl,
+    databaseSchema: (get('DATABASE_SCHEMA') ?? 'chat_session_api').trim(),
+    databasePoolSize: parseCount('DATABASE_POOL_SIZE', get('DATABASE_POOL_SIZE') ?? '10', 1000),
+    groupCommit: parseSwitch('GROUP_COMMIT', get('GROUP_COMMIT') ?? 'on'),
     sqliteFile: sqliteText === undefined ? join(dataDir, 'chat-sessions.db') : resolve(cwd, sqliteText),
     sqliteCacheBytes: parseSize('SQLITE_CACHE', get('SQLITE_CACHE') ?? '32mb'),
     limits: {

@@ -14,8 +14,9 @@ import { acquireLock, DataDirLocked, guardDataDir, LOCK_FILE } from './data-dir-
 import { writeFileAtomically } from './files.js';
 import { COMMITTED_FILE, COMPACT_SUFFIX, IMPORT_SUFFIX, JOURNAL_FILE, NEXT_SUFFIX } from './store/journal/appender.js';
 import { JournalDamaged, JournalHasCrlf } from './store/journal/format.js';
-import { openStore, openStoreSnapshot, ownsDataDir } from './store/open.js';
+import { openStore, openStoreSnapshot } from './store/open.js';
 import { runSqliteWriterIfWorker } from './store/sqlite/worker.js';
+import { ImportConflict } from './store/import-plan.js';
 import { StoreOpenFailed, type Store } from './store/store.js';
 
 declare const __VERSION__: string;
@@ -223,18 +224,16 @@ async function importCommand(argv: string[]): Promise<void> {
   const config = loadCheckedConfig(argv);
   const log = new Logger('warn');
   const backup = parseBackup(file); // every line checked before anything is opened or written
-  let lock: { release(): void } | undefined;
-  if (ownsDataDir(config.store)) {
-    mkdirSync(config.dataDir, { recursive: true });
-    await guardDataDir(config.dataDir);
-    lock = acquireLock(config.dataDir);
-  }
+  // the data directory's owner, whatever the engine: a server using it must be stopped first
+  mkdirSync(config.dataDir, { recursive: true });
+  await guardDataDir(config.dataDir);
+  const lock = acquireLock(config.dataDir);
   try {
     const r = await withStore(await openStore(config, log), (store) => store.importAll(backup.sessions, backup.turns));
     if (r.sessions + r.turns === 0) process.stdout.write(`nothing to import: all ${r.unchanged} records are already stored as in ${file}\n`);
     else process.stdout.write(`imported ${r.sessions} sessions and ${r.turns} turns (${r.unchanged} already stored)\n`);
   } finally {
-    lock?.release();
+    lock.release();
   }
 }
 
@@ -284,7 +283,7 @@ if (!runSqliteWriterIfWorker()) main(process.argv.slice(2)).catch((e: unknown) =
   const message = (e instanceof Error ? e.message : String(e)).replace(/\s*\n\s*/g, ' ');
   process.stderr.write(`${NAME}: ${message}\n`);
   if (e instanceof ConfigError) process.exit(2);
-  const expected = e instanceof StartFailed || e instanceof ProvidersFileError || e instanceof DataDirLocked || e instanceof JournalDamaged || e instanceof JournalHasCrlf || e instanceof ImportRejected || e instanceof ExportFailed || e instanceof StoreOpenFailed;
+  const expected = e instanceof StartFailed || e instanceof ProvidersFileError || e instanceof DataDirLocked || e instanceof JournalDamaged || e instanceof JournalHasCrlf || e instanceof ImportRejected || e instanceof ImportConflict || e instanceof ExportFailed || e instanceof StoreOpenFailed;
   if (!expected && process.env['LOG_LEVEL']?.trim().toLowerCase() === 'debug' && e instanceof Error) process.stderr.write(`${e.stack ?? ''}\n`);
   process.exit(1);
 });

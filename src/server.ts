@@ -7,12 +7,11 @@ import type { AddressInfo } from 'node:net';
 import { createApp } from './app.js';
 import { loadSecrets } from './auth/secret.js';
 import type { Config } from './config.js';
-import { guardDataDir } from './data-dir-lock.js';
 import type { Logger } from './log.js';
 import { Metrics } from './metrics.js';
-import { acquireLock } from './data-dir-lock.js';
+import { acquireLock, guardDataDir } from './data-dir-lock.js';
 import { loadProviders, type ProviderCatalog } from './providers.js';
-import { openStore, ownsDataDir } from './store/open.js';
+import { openStore } from './store/open.js';
 import type { Store } from './store/store.js';
 
 const DRAIN_MS = 10_000;
@@ -20,11 +19,10 @@ const HEADERS_TIMEOUT_MS = 15_000;
 
 /** Starts serving; resolves once listening. Start-up errors are thrown for main to report. */
 export async function serve(config: Config, log: Logger, version: string): Promise<Server> {
-  const ownsDir = ownsDataDir(config.store);
-  if (ownsDir) {
-    const unguarded = await guardDataDir(config.dataDir);
-    if (unguarded !== undefined) log.warn('cannot hold the data directory by a socket name; the lock file alone keeps other servers out', { code: unguarded });
-  }
+  // one server per data directory, whatever the engine (its secret, its providers, and for the
+  // journal and sqlite its data live there; several postgres instances each have their own)
+  const unguarded = await guardDataDir(config.dataDir);
+  if (unguarded !== undefined) log.warn('cannot hold the data directory by a socket name; the lock file alone keeps other servers out', { code: unguarded });
   const secrets = loadSecrets(config);
   for (const w of secrets.warnings) log.warn(w);
 
@@ -33,7 +31,7 @@ export async function serve(config: Config, log: Logger, version: string): Promi
   else log.warn('no providers file; the provider list is empty until one is created and SIGHUP is sent', { file: config.providersFile });
 
   const metrics = config.metrics ? new Metrics() : undefined;
-  const lock = ownsDir ? takeDataDir(config, log) : undefined;
+  const lock = takeDataDir(config, log);
   let store: Store;
   try {
     store = await openStore(config, log, metrics === undefined ? undefined : {
@@ -43,14 +41,14 @@ export async function serve(config: Config, log: Logger, version: string): Promi
       },
     });
   } catch (e) {
-    lock?.release();
+    lock.release();
     throw e;
   }
   const closeStore = async (): Promise<void> => {
     try {
       await store.close();
     } finally {
-      lock?.release();
+      lock.release();
     }
   };
 

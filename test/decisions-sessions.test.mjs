@@ -7,7 +7,9 @@ import { after, before, describe, test } from 'node:test';
 import { newSession, removeDir, startServer } from './helpers.mjs';
 
 const BASE = '/api/v1/chat-sessions';
-const SESSION_KEYS = ['_id', 'name', 'provider', 'selectedModel', 'mode', 'user', 'project', 'createdAt', 'updatedAt', 'archived'];
+const V1_SESSION_KEYS = ['_id', 'name', 'provider', 'selectedModel', 'mode', 'user', 'project', 'createdAt', 'updatedAt', 'archived'];
+// docs/DECISIONS.md, Conversations: the fields added since follow the first release's, in a fixed place
+const SESSION_KEYS = [...V1_SESSION_KEYS, 'headTurnId'];
 const ISO_MS = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z$/;
 const OBJECT_ID = /^[0-9a-f]{24}$/;
 const MISSING = '0123456789abcdef01234567';
@@ -94,7 +96,7 @@ describe('Identifiers and records', () => {
     assert.equal(t.session, a._id);
   });
 
-  test('"Chat session as returned: {_id, name, provider, selectedModel, mode, user, project, createdAt, updatedAt, archived}" (exactly these keys, in this order, in every answer)', async () => {
+  test('"Chat session as returned: {_id, name, provider, selectedModel, mode, user, project, createdAt, updatedAt, archived}" (these keys first, in this order, in every answer; then "headTurnId", always present)', async () => {
     const u = freshUser('shape');
     const created = await u.post(BASE, newSession({ projectId: 'shape-proj', name: 'n', extra: 'ignored', providerId: 'pv' }));
     assert.equal(created.status, 201);
@@ -120,7 +122,7 @@ describe('Identifiers and records', () => {
     assert.match(final.user, /^shape-\d+$/);
     assert.deepEqual(
       { ...final, createdAt: 0, updatedAt: 0, _id: 0 },
-      { _id: 0, name: 'n2', provider: 'pv', selectedModel: 'gpt-4o', mode: 'Build', user: final.user, project: 'shape-proj', createdAt: 0, updatedAt: 0, archived: false },
+      { _id: 0, name: 'n2', provider: 'pv', selectedModel: 'gpt-4o', mode: 'Build', user: final.user, project: 'shape-proj', createdAt: 0, updatedAt: 0, archived: false, headTurnId: null },
     );
   });
 
@@ -177,15 +179,15 @@ describe('Identifiers and records', () => {
     assert.equal((await alice.get(`${BASE}/${s._id}`)).body.data.mode, 'Build', 'nothing was changed');
   });
 
-  test('"Turn as returned: {_id, session, user, role, content, model?, metadata?, createdAt}; role is one of user, assistant, system, tool"', async () => {
+  test('"Turn as returned: {_id, session, user, role, content, model?, metadata?, createdAt}; role is one of user, assistant, system, tool" (with "parentId" after session and "status" before createdAt, always present)', async () => {
     const s = await create();
     const plain = await addTurn(alice, s._id, { role: 'user', content: 'q' });
-    assert.deepEqual(Object.keys(plain), ['_id', 'session', 'user', 'role', 'content', 'createdAt'], 'model and metadata absent when not given');
+    assert.deepEqual(Object.keys(plain), ['_id', 'session', 'parentId', 'user', 'role', 'content', 'status', 'createdAt'], 'model and metadata absent when not given');
     const nulls = await addTurn(alice, s._id, { role: 'system', content: 'n', model: null, metadata: null });
-    assert.deepEqual(Object.keys(nulls), ['_id', 'session', 'user', 'role', 'content', 'createdAt'], 'null on create-style bodies is absent');
+    assert.deepEqual(Object.keys(nulls), ['_id', 'session', 'parentId', 'user', 'role', 'content', 'status', 'createdAt'], 'null on create-style bodies is absent');
     const full = await addTurn(bob, s._id, { metadata: { tokens: 3 }, model: 'gpt-4o', content: 'a', role: 'assistant', extra: 1 });
-    assert.deepEqual(Object.keys(full), ['_id', 'session', 'user', 'role', 'content', 'model', 'metadata', 'createdAt']);
-    assert.deepEqual({ ...full, _id: 0, createdAt: 0 }, { _id: 0, session: s._id, user: 'bob', role: 'assistant', content: 'a', model: 'gpt-4o', metadata: { tokens: 3 }, createdAt: 0 });
+    assert.deepEqual(Object.keys(full), ['_id', 'session', 'parentId', 'user', 'role', 'content', 'model', 'metadata', 'status', 'createdAt']);
+    assert.deepEqual({ ...full, _id: 0, createdAt: 0 }, { _id: 0, session: s._id, parentId: nulls._id, user: 'bob', role: 'assistant', content: 'a', model: 'gpt-4o', metadata: { tokens: 3 }, status: 'complete', createdAt: 0 });
     const tool = await addTurn(alice, s._id, { role: 'tool', content: '{"ok":true}' });
     assert.equal(tool.role, 'tool');
     const listed = (await alice.get(`${BASE}/${s._id}/turns`)).body.data;

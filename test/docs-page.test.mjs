@@ -186,7 +186,7 @@ describe('The OpenAPI document', () => {
     for (const f of ['provider', 'selectedModel']) assert.equal(update.properties[f].minLength, 1, f);
     assert.equal(update.properties.name.minLength, undefined);
     const turn = schemaOf('/api/v1/chat-sessions/{id}/turns', 'post');
-    assert.equal(turn.properties.content.minLength, 1);
+    assert.equal(turn.properties.content.oneOf[0].minLength, 1, 'content: a string (not blank) or parts');
     const id = doc.paths['/api/v1/chat-sessions/{id}'].get.parameters.find((p) => p.name === 'id');
     assert.deepEqual(id.schema, { type: 'string', minLength: 1, pattern: '\\S' });
     // and the server does refuse what the pattern refuses

@@ -278,14 +278,16 @@ describe('a. Turns, fully', () => {
     assert.equal((await turnsOf(alice, s._id)).length, 4);
   });
 
-  test('"content required" (missing, null or blank -> "content is required"; not a string -> "content must be a string")', async () => {
+  test('"content required" (missing, null or blank -> "content is required"; not a string -> "content must be a string", since conversations: "content must be a string or an array of parts")', async () => {
     const s = await create(alice);
     for (const content of [undefined, null, '', ' ', '\n\t']) {
       assert400(await alice.post(`${BASE}/${s._id}/turns`, { role: 'user', content }), 'content is required', JSON.stringify(content));
     }
-    for (const content of [0, 42, false, [], ['a'], { text: 'a' }]) {
-      assert400(await alice.post(`${BASE}/${s._id}/turns`, { role: 'user', content }), 'content must be a string', JSON.stringify(content));
+    for (const content of [0, 42, false, { text: 'a' }]) {
+      assert400(await alice.post(`${BASE}/${s._id}/turns`, { role: 'user', content }), 'content must be a string or an array of parts', JSON.stringify(content));
     }
+    assert400(await alice.post(`${BASE}/${s._id}/turns`, { role: 'user', content: [] }), 'content must not be empty');
+    assert400(await alice.post(`${BASE}/${s._id}/turns`, { role: 'user', content: ['a'] }), 'content[0] must be an object');
     // the first failing field answers: role before content
     assert400(await alice.post(`${BASE}/${s._id}/turns`, {}), 'role is required');
     assert400(await alice.post(`${BASE}/${s._id}/turns`, { role: 'nope' }), 'role must be one of: user, assistant, system, tool');
@@ -327,7 +329,8 @@ describe('a. Turns, fully', () => {
     assert.ok(after.body.data.updatedAt > before.body.data.updatedAt, 'updatedAt moved forward');
     assert.ok(after.body.data.updatedAt >= t.createdAt, 'to the time of the turn at least');
     assert.notEqual(after.headers.etag, before.headers.etag, 'a new ETag');
-    assert.deepEqual({ ...after.body.data, updatedAt: 0 }, { ...before.body.data, updatedAt: 0 }, 'nothing else changed');
+    assert.deepEqual({ ...after.body.data, updatedAt: 0, headTurnId: 0 }, { ...before.body.data, updatedAt: 0, headTurnId: 0 }, 'nothing else changed');
+    assert.equal(after.body.data.headTurnId, t._id, 'but the head: the new turn');
     assert.equal(ids((await u.get(BASE)).body.data)[0], s._id, "front of the owner's list");
     assert.equal(ids((await bob.get(`${BASE}?projectId=${project}`)).body.data)[0], s._id, "front of the project's list");
     assert.equal(ids((await u.get(`${BASE}?archived=all&limit=1`)).body.data)[0], s._id);
@@ -932,19 +935,20 @@ describe('e. Safe concurrent edits (ETag / If-Match)', () => {
     assert.equal(answers[6][1].headers.etag, answers[5][1].headers.etag, 'no change, same tag');
   });
 
-  test('the ETag is a digest of the state, the same in every release: SHA-256 of the session\'s JSON (and of its newest turn\'s createdAt and _id), base64url, first 22 characters', async () => {
+  test('the ETag is a digest of the state, the same in every release: SHA-256 of the session\'s JSON (and of its newest turn\'s createdAt and _id), base64url, first 22 characters (the JSON of the first release\'s ten fields: those added since follow them)', async () => {
     // clients keep tags across upgrades of the server: a new way of computing them would turn
     // every kept tag into a 412
     const u = freshUser('etag-digest');
     const tagOf = (text) => `"${createHash('sha256').update(text).digest('base64url').slice(0, 22)}"`;
+    const v1 = ({ _id, name, provider, selectedModel, mode, user, project, createdAt, updatedAt, archived }) => JSON.stringify({ _id, name, provider, selectedModel, mode, user, project, createdAt, updatedAt, archived });
     const c = await u.post(BASE, newSession({ name: 'digest \u{1F600} é' }));
-    assert.equal(c.headers.etag, tagOf(JSON.stringify(c.body.data)), 'create');
+    assert.equal(c.headers.etag, tagOf(v1(c.body.data)), 'create');
     const id = c.body.data._id;
     const p = await u.put(`${BASE}/${id}`, { name: 'renamed' });
-    assert.equal(p.headers.etag, tagOf(JSON.stringify(p.body.data)), 'update');
+    assert.equal(p.headers.etag, tagOf(v1(p.body.data)), 'update');
     const t = await addTurn(u, id);
     const g = await u.get(`${BASE}/${id}`);
-    assert.equal(g.headers.etag, tagOf(`${JSON.stringify(g.body.data)}\n${t.createdAt}\n${t._id}`), 'with a turn');
+    assert.equal(g.headers.etag, tagOf(`${v1(g.body.data)}\n${t.createdAt}\n${t._id}`), 'with a turn');
   });
 
   test('"If-Match on PUT, DELETE, archive and turn append": the current tag passes', async () => {
@@ -1488,12 +1492,12 @@ describe('i. One source of truth: the OpenAPI document', () => {
     return Array.isArray(op.security) && op.security.length > 0;
   }
 
-  /** Real ids for {id}: a fresh session (with a turn) for chat-session paths, a real provider otherwise. */
+  /** Real ids for {id} and {turnId}: a fresh session (with a turn) for chat-session paths, a real provider otherwise. */
   async function concretePath(path) {
     if (!path.includes('{')) return path;
     const id = path.startsWith('/api/v1/providers/') ? PROVIDERS[0]._id : (await create(alice))._id;
-    if (!path.startsWith('/api/v1/providers/')) await addTurn(alice, id);
-    const out = path.replace(/\{id\}/g, id);
+    const turn = path.startsWith('/api/v1/providers/') ? undefined : await addTurn(alice, id);
+    const out = path.replace(/\{id\}/g, id).replace(/\{turnId\}/g, turn?._id);
     assert.ok(!out.includes('{'), `every path parameter of ${path} is known to this test`);
     return out;
   }
@@ -1566,13 +1570,16 @@ describe('i. One source of truth: the OpenAPI document', () => {
       ['post', '/api/v1/chat-sessions/{id}/turns'],
       ['post', '/api/v1/chat-sessions/{id}/archive'],
       ['post', '/api/v1/chat-sessions/{id}/unarchive'],
+      ['put', '/api/v1/chat-sessions/{id}/turns/{turnId}'],
+      ['delete', '/api/v1/chat-sessions/{id}/turns/{turnId}'],
+      ['post', '/api/v1/chat-sessions/{id}/fork'],
       ['get', '/api/v1/providers'],
       ['get', '/api/v1/providers/{id}'],
     ];
     for (const [method, path] of expected) assert.ok(doc.paths[path]?.[method], `${method.toUpperCase()} ${path} is documented`);
     // per documented path, the methods the server answers (its 405 Allow) are exactly the documented ones
     for (const [path, item] of Object.entries(doc.paths)) {
-      const concrete = path.replace(/\{id\}/g, MISSING);
+      const concrete = path.replace(/\{\w+\}/g, MISSING);
       const r = await server.request('PATCH', concrete, { token: alice.token });
       assert.equal(r.status, 405, `PATCH ${path}`);
       const allowed = new Set(r.headers.allow.split(',').map((m) => m.trim().toLowerCase()));
@@ -1594,7 +1601,7 @@ describe('i. One source of truth: the OpenAPI document', () => {
       '/readyz',
       '/api/v1/providers/reload',
     ]) {
-      const documented = Object.keys(doc.paths).some((p) => new RegExp(`^${p.replace(/[.]/g, '\\.').replace(/\{id\}/g, '[^/]+')}$`).test(path));
+      const documented = Object.keys(doc.paths).some((p) => new RegExp(`^${p.replace(/[.]/g, '\\.').replace(/\{\w+\}/g, '[^/]+')}$`).test(path));
       if (documented) continue; // e.g. /chat-sessions/search is {id}=search: a documented route
       for (const method of ['GET', 'POST']) {
         const r = await server.request(method, path, { token: alice.token, json: method === 'POST' ? {} : undefined });

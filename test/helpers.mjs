@@ -2,11 +2,12 @@
 // directory and talks HTTP to it. Tokens are signed here with an independent HS256
 // implementation, so the server's verification is checked against another signer.
 import { spawn, spawnSync } from 'node:child_process';
-import { createHmac } from 'node:crypto';
+import { createHmac, randomBytes } from 'node:crypto';
 import { accessSync, closeSync, constants, copyFileSync, existsSync, mkdtempSync, openSync, readFileSync, rmdirSync, rmSync, statSync, statfsSync, truncateSync, unlinkSync, writeFileSync, writeSync, mkdirSync } from 'node:fs';
 import { request as httpRequest, Agent } from 'node:http';
+import { createRequire } from 'node:module';
 import { tmpdir } from 'node:os';
-import { delimiter, join, dirname } from 'node:path';
+import { delimiter, join, dirname, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
 export const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..');
@@ -28,11 +29,67 @@ export const STORE = process.env.CSA_TEST_STORE ?? 'journal';
  * journal write that stops halfway, or a sqlite transaction rolled back just before COMMIT.
  */
 export function failingWrite(...ks) {
+  // the journal fails a file write; sqlite and postgres roll a transaction back just before COMMIT
   return ks.map((k) => (STORE === 'journal' ? `write:${k}` : `commit:${k}`)).join(',');
 }
 
-/** The file this run's engine keeps its data in, inside the data directory. */
+/** The file this run's engine keeps its data in, inside the data directory (none for postgres). */
 export const STORE_FILE = { journal: 'sessions.journal', sqlite: 'chat-sessions.db' }[STORE];
+
+const schemas = new Map();
+/**
+ * The settings that point a server or a command at the store of `dataDir` on this run's engine.
+ * For postgres each data directory gets a schema of its own in the run's database, so every
+ * test starts on an empty store as it would with a fresh directory; the same directory keeps
+ * its schema (a restart, an export, an import) until forgetStore.
+ */
+export function storeEnv(dataDir) {
+  if (STORE !== 'postgres') return { STORE };
+  const url = process.env.CSA_TEST_DATABASE_URL;
+  if (url === undefined) throw new Error('STORE=postgres tests need CSA_TEST_DATABASE_URL (test/run.mjs starts a cluster and sets it)');
+  const key = dataDir === undefined ? '' : resolve(dataDir);
+  let schema = schemas.get(key);
+  if (schema === undefined) {
+    schema = `t_${randomBytes(8).toString('hex')}`;
+    schemas.set(key, schema);
+  }
+  return { STORE, DATABASE_URL: url, DATABASE_SCHEMA: schema };
+}
+
+/**
+ * What the store of `dataDir` holds, to prove that nothing was written: its file's bytes, or for
+ * postgres its schema's export (the header's time left out).
+ */
+export function storeFingerprint(dataDir) {
+  if (STORE_FILE !== undefined) return readFileSync(join(dataDir, STORE_FILE)).toString('base64');
+  const r = runCli(['export'], { env: { DATA_DIR: dataDir } });
+  if (r.code !== 0) throw new Error(`export for a fingerprint failed: ${r.stderr}`);
+  return r.stdout.replace(/"exportedAt":"[^"]*"/, '');
+}
+
+/** Damages the store of `dataDir` so that opening it fails: a file that is not one, or a postgres schema of a future version. */
+export async function damageStore(dataDir) {
+  if (STORE_FILE !== undefined) {
+    writeFileSync(join(dataDir, STORE_FILE), 'not a journal\nnor this\n');
+    return;
+  }
+  const { Pool } = createRequire(import.meta.url)('../dist/testkit.cjs');
+  const pool = new Pool(process.env.CSA_TEST_DATABASE_URL, { max: 1 });
+  const S = `"${storeEnv(dataDir).DATABASE_SCHEMA}"`;
+  try {
+    await pool.exec(`CREATE SCHEMA IF NOT EXISTS ${S}; CREATE TABLE IF NOT EXISTS ${S}.meta (key text PRIMARY KEY, value text NOT NULL); INSERT INTO ${S}.meta VALUES ('schema_version', '99') ON CONFLICT (key) DO UPDATE SET value = '99'`);
+  } finally {
+    await pool.end();
+  }
+}
+
+/** What opening a store damaged by damageStore says. */
+export const DAMAGED_STORE = { journal: /damaged record at line 1/, sqlite: /is not a SQLite database/, postgres: /is at version 99/ }[STORE];
+
+/** The data directory was wiped: its store starts empty too (postgres: a new schema). */
+export function forgetStore(dataDir) {
+  schemas.delete(resolve(dataDir));
+}
 
 /**
  * Skips a test that pins how the journal engine keeps its files (torn tails, compaction, the
@@ -113,9 +170,9 @@ process.on('exit', () => {
 
 /**
  * Starts dist/server.js. Options: env (extra variables), args (extra argv), nodeArgs (options for
- * node itself), dataDir (default a new temp dir), providers (array written to providers.json;
- * default test/fixtures/providers.json; null for none), script (another copy of the server
- * file), cwd, cgroup (a memoryCgroup to run it in).
+ * node itself), node (another Node.js binary), dataDir (default a new temp dir), providers (array
+ * written to providers.json; default test/fixtures/providers.json; null for none), script
+ * (another copy of the server file), cwd, cgroup (a memoryCgroup to run it in).
  */
 export async function startServer(opts = {}) {
   const madeDir = opts.dataDir === undefined;
@@ -131,15 +188,16 @@ export async function startServer(opts = {}) {
     DATA_DIR: dataDir,
     AUTH_SECRET: SECRET,
     LOG_LEVEL: 'info',
-    STORE,
+    ...storeEnv(opts.env?.DATA_DIR ?? dataDir),
     ...opts.env,
   };
   for (const [k, v] of Object.entries(env)) if (v === undefined) delete env[k];
   const argv = [...(opts.nodeArgs ?? []), opts.script ?? SERVER, ...(opts.args ?? [])];
+  const node = opts.node ?? process.execPath;
   // in a memory cgroup (memoryCgroup): the shell joins it, then becomes the server
   const child = opts.cgroup === undefined
-    ? spawn(process.execPath, argv, { cwd: opts.cwd ?? dataDir, env, stdio: ['ignore', 'pipe', 'pipe'] })
-    : spawn('/bin/sh', ['-c', 'echo $$ > "$CSA_CGROUP_PROCS" && exec "$@"', 'sh', process.execPath, ...argv], {
+    ? spawn(node, argv, { cwd: opts.cwd ?? dataDir, env, stdio: ['ignore', 'pipe', 'pipe'] })
+    : spawn('/bin/sh', ['-c', 'echo $$ > "$CSA_CGROUP_PROCS" && exec "$@"', 'sh', node, ...argv], {
         cwd: opts.cwd ?? dataDir,
         env: { ...env, CSA_CGROUP_PROCS: opts.cgroup.procs },
         stdio: ['ignore', 'pipe', 'pipe'],
@@ -239,10 +297,10 @@ export class ServerProcess {
 }
 
 /** Runs the server file as a command (token, export, import, --help...) and waits for it. */
-export function runCli(args, { env = {}, cwd, input, script = SERVER } = {}) {
-  const r = spawnSync(process.execPath, [script, ...args], {
+export function runCli(args, { env = {}, cwd, input, script = SERVER, node = process.execPath } = {}) {
+  const r = spawnSync(node, [script, ...args], {
     cwd,
-    env: { PATH: process.env.PATH, HOME: process.env.HOME, STORE, ...env },
+    env: { PATH: process.env.PATH, HOME: process.env.HOME, ...storeEnv(env.DATA_DIR ?? (cwd === undefined ? undefined : join(cwd, 'data'))), ...env },
     input,
     encoding: 'utf8',
     timeout: 60_000,

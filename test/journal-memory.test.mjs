@@ -29,6 +29,13 @@ async function until(check, what, ms = 20_000) {
   }
 }
 
+/** Bytes of turns' JSON the start's replay copied, from its log line. */
+function loadedBytes(s) {
+  const line = s.logs().find((l) => l.msg === 'journal replayed');
+  assert.equal(typeof line?.turnBytesLoaded, 'number', 'the replay log line says what it loaded');
+  return line.turnBytesLoaded;
+}
+
 /** Every session of alice with its turns, and the bytes of all their turns' JSON. */
 async function dump(s) {
   const u = s.as('alice');
@@ -64,6 +71,8 @@ describe('Journal memory follows the live data', JOURNAL, () => {
       assert.equal(Object.keys(before.state).length, 18);
       const held = await metric(again, 'journal_turn_memory_bytes');
       assert.ok(held <= before.turnBytes * 1.02, `replay keeps ${held} bytes for ${before.turnBytes} bytes of live turns (the deleted ones are not loaded)`);
+      // what replay copied at all (a slab mostly dead would be repacked at once, hiding it from the gauge)
+      assert.ok(loadedBytes(again) <= before.turnBytes * 1.02, `replay copied ${loadedBytes(again)} bytes of turns for ${before.turnBytes} bytes of live turns`);
 
       // most of what was replayed is deleted: the slab's live turns move, the rest is let go
       const v = again.as('alice');
@@ -81,6 +90,47 @@ describe('Journal memory follows the live data', JOURNAL, () => {
       await again.stop();
       again = await startServer({ dataDir: s.dataDir });
       assert.deepEqual(await dump(again), after);
+    } finally {
+      await s.stop();
+      await again?.stop();
+      removeDir(s.dataDir);
+    }
+  });
+
+  test('"Replay finds the tombstones first and never loads the turns they delete, nor those a later prune deletes (their turn lines, edits and fork copies)": a deleted subtree, an edit of one of its turns and a fork whose copies are deleted are not loaded at start', async () => {
+    const s = await startServer({ env: { COMPACT_MIN_SIZE: '1gb' } });
+    let again;
+    try {
+      const u = s.as('alice');
+      const base = '/api/v1/chat-sessions';
+      const content = 'm'.repeat(16 * 1024);
+      const id = (await u.post(base, newSession({ name: 'tree' }))).body.data._id;
+      const turns = [];
+      for (let k = 0; k < 10; k++) {
+        const r = await u.post(`${base}/${id}/turns`, { role: 'user', content });
+        assert.equal(r.status, 201);
+        turns.push(r.body.data._id);
+      }
+      // a branch beside the subtree to delete stays
+      assert.equal((await u.post(`${base}/${id}/turns`, { role: 'user', content: 'kept', parentId: turns[1] })).status, 201);
+      assert.equal((await u.put(`${base}/${id}/turns/${turns[6]}`, { content: `${content}, edited` })).status, 200);
+      const fork = (await u.post(`${base}/${id}/fork`, { turnId: turns[9] })).body.data._id;
+      const copies = (await u.get(`${base}/${fork}/turns`)).body.data;
+      assert.equal(copies.length, 10);
+      // the subtree from the third turn on (8 turns, one of them edited), and all the fork's copies but its root
+      assert.equal((await u.del(`${base}/${id}/turns/${turns[2]}`)).status, 200);
+      assert.equal((await u.del(`${base}/${fork}/turns/${copies[1]._id}`)).status, 200);
+      const before = await dump(s);
+      assert.deepEqual(before.state[id].turns.map((t) => t._id).slice(0, 2), turns.slice(0, 2));
+      assert.equal(before.state[id].turns.length, 3);
+      assert.equal(before.state[fork].turns.length, 1);
+      await s.stop();
+
+      again = await startServer({ dataDir: s.dataDir, env: { COMPACT_MIN_SIZE: '1gb' } });
+      assert.deepEqual(await dump(again), before);
+      const held = await metric(again, 'journal_turn_memory_bytes');
+      assert.ok(held <= before.turnBytes * 1.02, `replay keeps ${held} bytes for ${before.turnBytes} bytes of live turns (the deleted ones are not loaded)`);
+      assert.ok(loadedBytes(again) <= before.turnBytes * 1.02, `replay copied ${loadedBytes(again)} bytes of turns for ${before.turnBytes} bytes of live turns`);
     } finally {
       await s.stop();
       await again?.stop();

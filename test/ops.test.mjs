@@ -9,7 +9,7 @@ import { existsSync, statSync, unlinkSync, writeFileSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
-import { SECRET, SERVER, STORE, ServerProcess, failingWrite, journalOnly, newSession, removeDir, request, runCli, sign, startServer, tempDir } from './helpers.mjs';
+import { SECRET, SERVER, STORE, ServerProcess, failingWrite, journalOnly, newSession, removeDir, request, runCli, sign, startServer, storeEnv, tempDir } from './helpers.mjs';
 
 const JOURNAL = 'sessions.journal';
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
@@ -855,7 +855,7 @@ async function startOnFixedPort({ env = {}, providers } = {}) {
   if (providers !== undefined) writeFileSync(join(dataDir, 'providers.json'), JSON.stringify(providers));
   const child = spawn(process.execPath, [SERVER], {
     cwd: dataDir,
-    env: { PATH: process.env.PATH, HOME: process.env.HOME, PORT: String(port), HOST: '127.0.0.1', DATA_DIR: dataDir, AUTH_SECRET: SECRET, STORE, ...env },
+    env: { PATH: process.env.PATH, HOME: process.env.HOME, PORT: String(port), HOST: '127.0.0.1', DATA_DIR: dataDir, AUTH_SECRET: SECRET, ...storeEnv(dataDir), ...env },
     stdio: ['ignore', 'pipe', 'pipe'],
   });
   quiet.add(child);

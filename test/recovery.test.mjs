@@ -6,7 +6,7 @@ import { spawnSync } from 'node:child_process';
 import { cpSync, existsSync, readFileSync, statSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, test } from 'node:test';
-import { failingWrite, newSession, removeDir, runCli, SECRET, startServer, STORE, tempDir } from './helpers.mjs';
+import { failingWrite, newSession, removeDir, runCli, SECRET, smallDisk, startServer, STORE, tempDir } from './helpers.mjs';
 
 const JOURNAL = 'sessions.journal';
 /** The blocks about the journal's own file run on the journal engine's run of the suite only. */
@@ -43,6 +43,41 @@ async function until(check, what, ms = 20_000) {
     if (Date.now() - started > ms) throw new Error(`timed out waiting for ${what}`);
     await new Promise((r) => setTimeout(r, 20));
   }
+}
+
+/**
+ * Makes a conversation of alice's: turns a, b (under a) and c (under b), b edited, d under a (a
+ * branch), c deleted, a fork at b, the head switched back to b. Returns `check(state, when)`,
+ * which asserts what a dump shows of them.
+ */
+async function conversation(u) {
+  const base = '/api/v1/chat-sessions';
+  const id = (await u.post(base, newSession({ name: 'tree' }))).body.data._id;
+  const turn = async (body) => {
+    const r = await u.post(`${base}/${id}/turns`, body);
+    assert.equal(r.status, 201, r.text);
+    return r.body.data._id;
+  };
+  const a = await turn({ role: 'user', content: 'a' });
+  const b = await turn({ role: 'assistant', content: 'b' });
+  const c = await turn({ role: 'user', content: 'c' });
+  assert.equal((await u.put(`${base}/${id}/turns/${b}`, { content: 'b edited' })).status, 200);
+  const d = await turn({ role: 'assistant', content: 'd', parentId: a });
+  assert.equal((await u.del(`${base}/${id}/turns/${c}`)).status, 200);
+  const fork = await u.post(`${base}/${id}/fork`, { turnId: b });
+  assert.equal(fork.status, 201, fork.text);
+  assert.equal((await u.put(`${base}/${id}`, { headTurnId: b })).status, 200);
+  return {
+    check(state, when) {
+      assert.equal(state[id]?.headTurnId, b, `the switched head ${when}`);
+      assert.deepEqual(state[id].turns.map((t) => [t._id, t.parentId, t.content]), [[a, null, 'a'], [b, a, 'b edited'], [d, a, 'd']], `the tree ${when}`);
+      const f = state[fork.body.data._id];
+      assert.deepEqual(f?.forkedFrom, { session: id, turn: b }, `the fork ${when}`);
+      assert.deepEqual(f.turns.map((t) => t.content), ['a', 'b edited'], `the fork's copies ${when}`);
+      assert.equal(f.turns[1].parentId, f.turns[0]._id);
+      assert.equal(f.headTurnId, f.turns[1]._id);
+    },
+  };
 }
 
 /** Runs `fn` over items with at most `n` at a time. */
@@ -270,15 +305,23 @@ describe('Compaction', JOURNAL_FILES, () => {
       const ids = [];
       for (let i = 0; i < 5; i++) ids.push((await u.post('/api/v1/chat-sessions', newSession({ name: `s${i}` }))).body.data._id);
       for (let i = 0; i < 600; i++) await u.put(`/api/v1/chat-sessions/${ids[i % 5]}`, { name: `s${i % 5}-v${i}` });
-      // a compaction runs beside the writes: the journal is one file again once it is done
-      await until(() => !existsSync(join(s.dataDir, `${JOURNAL}.next`)), 'the last compaction to finish');
-      const metrics = (await s.request('GET', '/metrics')).text;
-      const bytes = Number(/chat_session_api_journal_bytes (\d+)/.exec(metrics)[1]);
-      const live = Number(/chat_session_api_journal_live_bytes (\d+)/.exec(metrics)[1]);
-      const compactions = Number(/chat_session_api_compactions_total (\d+)/.exec(metrics)[1]);
+      // the last write may have started a compaction, which ends after its answer (the journal is
+      // one file again then): read the figures once the file and the gauge agree
+      let bytes;
+      let live;
+      let compactions;
+      for (let tries = 0; ; tries++) {
+        await until(() => !existsSync(join(s.dataDir, `${JOURNAL}.next`)), 'the last compaction to finish');
+        const metrics = (await s.request('GET', '/metrics')).text;
+        bytes = Number(/chat_session_api_journal_bytes (\d+)/.exec(metrics)[1]);
+        live = Number(/chat_session_api_journal_live_bytes (\d+)/.exec(metrics)[1]);
+        compactions = Number(/chat_session_api_compactions_total (\d+)/.exec(metrics)[1]);
+        if (statSync(join(s.dataDir, JOURNAL)).size === bytes) break;
+        assert.ok(tries < 500, `the journal file (${statSync(join(s.dataDir, JOURNAL)).size} bytes) and the gauge (${bytes}) never agree`);
+        await new Promise((r) => setTimeout(r, 10));
+      }
       assert.ok(compactions >= 5, `compactions ${compactions}`);
       assert.ok(bytes <= 2 * live + 8 * 1024, `journal ${bytes} bytes for ${live} live bytes`);
-      assert.equal(statSync(join(s.dataDir, JOURNAL)).size, bytes);
       const state = await dump(s);
       await s.stop();
       const again = await startServer({ dataDir: s.dataDir });
@@ -323,6 +366,65 @@ describe('Compaction', JOURNAL_FILES, () => {
     }
   });
 
+  test('"compaction in pieces" keeps every tree: parents, heads, edits, deleted turns and forks spread over several pieces of a journal on a small disk are the same after the compaction and after a restart', async (t) => {
+    // a small file system makes small pieces (an eighth of the free space, at least 64 KiB)
+    const disk = smallDisk(t, '3m');
+    if (disk === undefined) return;
+    const s = await startServer({ dataDir: disk.dir, env: { COMPACT_MIN_SIZE: '4kb', BODY_LIMIT: '1mb' } });
+    try {
+      const u = s.as('alice');
+      const big = (c) => `${c}${'.'.repeat(20_000)}`;
+      const other = (await u.post('/api/v1/chat-sessions', newSession({ name: 'other' }))).body.data._id;
+      const renames = async (n) => {
+        for (let i = 0; i < n; i++) assert.equal((await u.put(`/api/v1/chat-sessions/${other}`, { name: `${i}${'n'.repeat(480)}` })).status, 200);
+      };
+      const id = (await u.post('/api/v1/chat-sessions', newSession({ name: 'tree' }))).body.data._id;
+      const turn = async (body) => {
+        const r = await u.post(`/api/v1/chat-sessions/${id}/turns`, body);
+        assert.equal(r.status, 201, r.text);
+        return r.body.data._id;
+      };
+      const a = await turn({ role: 'user', content: big('a') });
+      const b = await turn({ role: 'assistant', content: big('b') });
+      await renames(150);
+      const c = await turn({ role: 'assistant', content: big('c'), parentId: a });
+      const d = await turn({ role: 'user', content: big('d'), parentId: b });
+      assert.equal((await u.put(`/api/v1/chat-sessions/${id}/turns/${a}`, { content: big('a edited') })).status, 200);
+      await renames(150);
+      assert.equal((await u.del(`/api/v1/chat-sessions/${id}/turns/${c}`)).status, 200);
+      const fork = await u.post(`/api/v1/chat-sessions/${id}/fork`, { turnId: d });
+      assert.equal(fork.status, 201, fork.text);
+      assert.equal((await u.put(`/api/v1/chat-sessions/${id}`, { headTurnId: b })).status, 200);
+      const e = await turn({ role: 'user', content: big('e') });
+      await renames(150);
+      await until(async () => !existsSync(join(disk.dir, `${JOURNAL}.next`)) && /chat_session_api_compactions_total [1-9]/.test((await s.request('GET', '/metrics')).text), 'a compaction to finish');
+      const before = await dump(s);
+      const tree = before[id];
+      assert.equal(tree.headTurnId, e, 'the head is the turn appended last');
+      assert.deepEqual(tree.turns.map((x) => [x._id, x.parentId, x.content.slice(0, 8)]), [
+        [a, null, 'a edited'],
+        [b, a, 'b.......'],
+        [d, b, 'd.......'],
+        [e, b, 'e.......'],
+      ]);
+      const copies = before[fork.body.data._id].turns;
+      assert.deepEqual(copies.map((x) => x.content[0]), ['a', 'b', 'd']);
+      assert.equal(copies[0].content.slice(0, 8), 'a edited');
+      assert.equal(before[fork.body.data._id].headTurnId, copies[2]._id);
+      await s.stop();
+      const again = await startServer({ dataDir: disk.dir });
+      try {
+        assert.deepEqual(await dump(again), before, 'after a restart');
+        assert.ok(!again.logs().some((l) => l.level !== 'info'), JSON.stringify(again.logs().filter((l) => l.level !== 'info')));
+      } finally {
+        await again.stop();
+      }
+    } finally {
+      await s.stop();
+      disk.release();
+    }
+  });
+
   for (const step of ['compact-start', 'compact-piece', 'compact-moved', 'compact-cut', 'compact-before-rename', 'compact-after-rename', 'compact-done']) {
     test(`"So a kill at any step loses nothing: the next start replays the two files and the compaction goes on from where it stopped": a kill during compaction (at ${step}) loses nothing, and the next start goes on with the compaction until the journal is one file again`, async () => {
       const dir = tempDir();
@@ -330,7 +432,10 @@ describe('Compaction', JOURNAL_FILES, () => {
       const u = s.as('alice');
       const names = new Map();
       let pending;
+      let tree;
       try {
+        // a conversation first (before any compaction): a branch, an edit, a deleted turn, a fork, a switched head
+        tree = await conversation(u);
         for (let i = 0; i < 6; i++) {
           const r = await u.post('/api/v1/chat-sessions', newSession({ name: `s${i}` }));
           names.set(r.body.data._id, r.body.data.name);
@@ -357,13 +462,14 @@ describe('Compaction', JOURNAL_FILES, () => {
       assert.equal(signal, 'SIGKILL');
       const check = async (server, when) => {
         const state = await dump(server);
+        tree.check(state, when);
         for (const [id, name] of names) {
           const got = state[id]?.name;
           if (pending?.id === id && got === pending.name) continue; // the write in flight may have landed
           assert.equal(got, name, `${id} ${when}`);
           assert.deepEqual(state[id].turns.map((t) => t.content), ['turn 0', 'turn 1', 'turn 2'], `${id}'s turns ${when}`);
         }
-        assert.equal(Object.keys(state).length, names.size, `no session more or less ${when}`);
+        assert.equal(Object.keys(state).length, names.size + 2, `no session more or less ${when}`);
       };
       const again = await startServer({ dataDir: dir, env: { COMPACT_MIN_SIZE: '4kb' } });
       try {

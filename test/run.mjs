@@ -1,11 +1,15 @@
 // `npm test`'s runner: the whole suite once per engine, each on the Node.js it needs. The
 // journal runs on the oldest supported Node (the one that runs npm; inside npm scripts `node`
 // is the pinned Node 24 from node_modules, so that one is asked for by path), sqlite on the
-// pinned Node 24 LTS. No engine is ever skipped: a missing runtime fails the run.
+// pinned Node 24 LTS, postgres on the oldest Node against a private cluster started here
+// (initdb in a temporary directory) and stopped after. No engine is skipped silently: a
+// missing runtime fails the run, and missing PostgreSQL is one loud line (a failure in CI,
+// where REQUIRE_POSTGRES=1).
 import { spawnSync } from 'node:child_process';
 import { existsSync, readdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { ROOT } from './helpers.mjs';
+import { postgresMissing, startCluster } from './pg/cluster.mjs';
 
 const oldest = process.env.npm_node_execpath ?? process.execPath;
 const node24 = join(ROOT, 'node_modules', 'node', 'bin', 'node');
@@ -21,6 +25,7 @@ const passes = [
   // the PostgreSQL client's own tests do not depend on the engine: they run once
   { store: 'journal', node: oldest, files: [...suite, ...files('test/pg')] },
   { store: 'sqlite', node: node24, files: suite },
+  { store: 'postgres', node: oldest, files: suite, cluster: true },
 ];
 
 const only = process.env.CSA_TEST_ONLY?.split(',');
@@ -33,12 +38,30 @@ for (const pass of passes) {
     continue;
   }
   const version = spawnSync(pass.node, ['--version'], { encoding: 'utf8' }).stdout.trim();
+  let cluster;
+  if (pass.cluster) {
+    let missing;
+    try {
+      missing = postgresMissing();
+    } catch (e) {
+      console.error(`\n✖ STORE=${pass.store}: ${e.message}`);
+      failed = true;
+      continue;
+    }
+    if (missing !== undefined) {
+      console.error(`\n*** STORE=postgres: the whole suite SKIPPED: ${missing} ***\n`);
+      continue;
+    }
+    // many servers at once, each with a pool of its own: room for their connections
+    cluster = await startCluster({ settings: { max_connections: 300 } });
+  }
   console.log(`\n▶ the suite on STORE=${pass.store}, Node.js ${version}\n`);
   const r = spawnSync(pass.node, ['--test', '--test-reporter=spec', '--test-concurrency=2', ...process.argv.slice(2), ...pass.files], {
     cwd: ROOT,
     stdio: 'inherit',
-    env: { ...process.env, CSA_TEST_STORE: pass.store },
+    env: { ...process.env, CSA_TEST_STORE: pass.store, ...(cluster !== undefined ? { CSA_TEST_DATABASE_URL: cluster.url('postgres') } : {}) },
   });
+  await cluster?.destroy();
   if (r.status !== 0) {
     console.error(`\n✖ the suite failed on STORE=${pass.store} (Node.js ${version})`);
     failed = true;

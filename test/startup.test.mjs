@@ -6,7 +6,7 @@ import { chmodSync, existsSync, readFileSync, unlinkSync, writeFileSync } from '
 import { join } from 'node:path';
 import { createRequire } from 'node:module';
 import { describe, test } from 'node:test';
-import { ROOT, SECRET, SERVER, STORE, journalOnly, removeDir, runCli, startServer, tempDir } from './helpers.mjs';
+import { ROOT, SECRET, SERVER, STORE, journalOnly, removeDir, runCli, startServer, storeEnv, tempDir } from './helpers.mjs';
 
 const NAME = 'chat-session-api';
 const { crc32 } = createRequire(import.meta.url)('../dist/testkit.cjs');
@@ -16,7 +16,7 @@ function start(env, nodeArgs = []) {
   const dir = tempDir();
   const r = spawnSync(process.execPath, [...nodeArgs, SERVER], {
     cwd: dir,
-    env: { PATH: process.env.PATH, PORT: '0', HOST: '127.0.0.1', DATA_DIR: join(dir, 'data'), AUTH_SECRET: SECRET, STORE, ...env },
+    env: { PATH: process.env.PATH, PORT: '0', HOST: '127.0.0.1', DATA_DIR: join(dir, 'data'), AUTH_SECRET: SECRET, ...storeEnv(join(dir, 'data')), ...env },
     encoding: 'utf8',
     timeout: 30_000,
   });
@@ -163,7 +163,7 @@ describe('The CLI', () => {
       const imported = runCli(['import', join(dir, 'backup.ndjson')], { env: { DATA_DIR: join(dir, 'data') } });
       assert.equal(imported.code, 0, imported.stderr);
       // the reader takes one line and closes the pipe: the export meets EPIPE on a later write
-      const child = spawn(process.execPath, [SERVER, 'export'], { env: { PATH: process.env.PATH, DATA_DIR: join(dir, 'data'), STORE }, stdio: ['ignore', 'pipe', 'pipe'] });
+      const child = spawn(process.execPath, [SERVER, 'export'], { env: { PATH: process.env.PATH, DATA_DIR: join(dir, 'data'), ...storeEnv(join(dir, 'data')) }, stdio: ['ignore', 'pipe', 'pipe'] });
       let stderr = '';
       child.stderr.on('data', (d) => (stderr += d));
       const firstLine = await new Promise((resolve) => {

@@ -16,7 +16,7 @@ import { spawn, spawnSync } from 'node:child_process';
 import { readFileSync, symlinkSync, writeFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { pathToFileURL } from 'node:url';
-import { ROOT, STORE, removeDir, startServer, tempDir } from './helpers.mjs';
+import { ROOT, STORE, removeDir, startServer, storeEnv, tempDir } from './helpers.mjs';
 
 export const README = join(ROOT, 'README.md');
 
@@ -147,7 +147,7 @@ export async function runWalkthrough(text, { write = false } = {}) {
   const startOpts = (env) => ({ dataDir: join(dir, 'data'), cwd: dir, providers: null, env: { AUTH_SECRET: undefined, DATA_DIR: undefined, ...env } });
   let server = await startServer(startOpts({}));
   // the reader's shell has the server's engine in its environment, as the README's commands need (export reads the store)
-  const sh = shell(dir, { PATH: `${dirname(process.execPath)}:${process.env.PATH}`, HOME: dir, LANG: 'C.UTF-8', STORE });
+  const sh = shell(dir, { PATH: `${dirname(process.execPath)}:${process.env.PATH}`, HOME: dir, LANG: 'C.UTF-8', ...storeEnv(join(dir, 'data')) });
   const bindings = new Map();
   const failures = [];
   try {

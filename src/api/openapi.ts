@@ -1,8 +1,9 @@
 // The OpenAPI 3.1 document, generated from the route table: paths, parameters, bodies and
 // answers all come from the declarations the server validates with, so they cannot drift.
 import { SCOPES } from '../auth/authenticate.js';
-import { CHAT_SESSION_MODES, TURN_ROLES } from '../domain/records.js';
-import { bodyJsonSchema, NOT_BLANK, queryParameters, type BodySchema } from '../domain/schema.js';
+import { contentField, USAGE } from '../domain/inputs.js';
+import { CHAT_SESSION_MODES, TURN_ROLES, TURN_STATUSES } from '../domain/records.js';
+import { bodyJsonSchema, fieldJsonSchema, NOT_BLANK, queryParameters, type BodySchema } from '../domain/schema.js';
 import type { ResponseDoc, RouteDef, SchemaName } from './route.js';
 
 type Json = { [key: string]: unknown };
@@ -15,10 +16,12 @@ const envelope = (data: Json, extra: Json = {}): Json => ({
 });
 const nextCursor = { nextCursor: { type: ['string', 'null'], description: 'Present when `limit` was given; null on the last page.' } };
 
+const ID = { type: 'string', pattern: '^[0-9a-f]{24}$' };
+
 const RECORDS: Record<string, Json> = {
   ChatSession: {
     type: 'object',
-    required: ['_id', 'name', 'provider', 'selectedModel', 'mode', 'user', 'project', 'createdAt', 'updatedAt', 'archived'],
+    required: ['_id', 'name', 'provider', 'selectedModel', 'mode', 'user', 'project', 'createdAt', 'updatedAt', 'archived', 'headTurnId'],
     properties: {
       _id: { type: 'string', pattern: '^[0-9a-f]{24}$' },
       name: { type: 'string' },
@@ -28,21 +31,31 @@ const RECORDS: Record<string, Json> = {
       user: { type: 'string' },
       project: { type: 'string' },
       createdAt: { type: 'string', format: 'date-time' },
-      updatedAt: { type: 'string', format: 'date-time' },
+      updatedAt: { type: 'string', format: 'date-time', description: 'Moves forward with every change of the session or of its turns.' },
       archived: { type: 'boolean' },
+      headTurnId: { type: ['string', 'null'], pattern: ID.pattern, description: 'The newest turn of the active branch; null while the session has no turns.' },
+      forkedFrom: {
+        type: 'object',
+        description: 'Only on a session made by a fork: the source session and the turn its copy ends at.',
+        required: ['session', 'turn'],
+        properties: { session: ID, turn: { type: ['string', 'null'], pattern: ID.pattern } },
+      },
     },
   },
   Turn: {
     type: 'object',
-    required: ['_id', 'session', 'user', 'role', 'content', 'createdAt'],
+    required: ['_id', 'session', 'parentId', 'user', 'role', 'content', 'status', 'createdAt'],
     properties: {
-      _id: { type: 'string', pattern: '^[0-9a-f]{24}$' },
+      _id: ID,
       session: { type: 'string' },
+      parentId: { type: ['string', 'null'], pattern: ID.pattern, description: 'The turn this one follows (a turn of the same session); null for a root.' },
       user: { type: 'string' },
       role: { type: 'string', enum: [...TURN_ROLES] },
-      content: { type: 'string' },
+      content: fieldJsonSchema(contentField(true)),
       model: { type: 'string' },
       metadata: { type: 'object', additionalProperties: true },
+      usage: fieldJsonSchema(USAGE),
+      status: { type: 'string', enum: [...TURN_STATUSES] },
       createdAt: { type: 'string', format: 'date-time' },
     },
   },
@@ -71,12 +84,14 @@ const RESPONSES: Record<SchemaName, Json> = {
   Provider: envelope(ref('Provider')),
   ProviderList: envelope({ type: 'array', items: ref('Provider') }),
   Deleted: { type: 'object', required: ['success', 'message'], properties: { success: { const: true }, message: { const: 'Chat session deleted' } } },
+  TurnDeleted: { type: 'object', required: ['success', 'message'], properties: { success: { const: true }, message: { const: 'Turn deleted' } } },
   Health: envelope({
     type: 'object',
     required: ['status'],
     properties: {
       status: { const: 'ok' },
       version: { type: 'string' },
+      store: { type: 'string', enum: ['journal', 'sqlite', 'postgres'], description: 'The storage engine (STORE).' },
       providers: { type: 'object', properties: { count: { type: 'integer' }, loadedAt: { type: 'string', format: 'date-time' } } },
     },
   }),
@@ -95,7 +110,8 @@ function errorResponse(description: string): Json {
 function successResponse(r: ResponseDoc): Json {
   if (r.schema === undefined) return { description: r.description };
   const type = MEDIA_TYPES[r.schema] ?? 'application/json';
-  const headers = r.schema === 'ChatSession' ? { headers: { ETag: { description: 'Give it back in If-Match to update only this version.', schema: { type: 'string' } } } } : {};
+  const headers =
+    r.schema === 'ChatSession' || r.etag === true ? { headers: { ETag: { description: "The session's version: give it back in If-Match to change only this version.", schema: { type: 'string' } } } } : {};
   return { description: r.description, ...headers, content: { [type]: { schema: RESPONSES[r.schema] } } };
 }
 

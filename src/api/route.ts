@@ -44,13 +44,15 @@ export interface ParamDoc {
 }
 
 /** Names of the response schemas the OpenAPI document defines. */
-export type SchemaName = 'ChatSession' | 'ChatSessionList' | 'Turn' | 'TurnList' | 'Provider' | 'ProviderList' | 'Deleted' | 'Health' | 'OpenApi' | 'Metrics' | 'DocsPage';
+export type SchemaName = 'ChatSession' | 'ChatSessionList' | 'Turn' | 'TurnList' | 'Provider' | 'ProviderList' | 'Deleted' | 'TurnDeleted' | 'Health' | 'OpenApi' | 'Metrics' | 'DocsPage';
 
 export interface ResponseDoc {
   readonly status: number;
   readonly description: string;
   /** Omitted for error answers, which all share the Error schema. */
   readonly schema?: SchemaName;
+  /** The answer carries the session's ETag (always so for a ChatSession). */
+  readonly etag?: boolean;
 }
 
 export interface RouteDef<Q extends Record<string, QueryField> = Record<string, QueryField>, B extends Record<string, BodyField> = Record<string, BodyField>> {

@@ -24,16 +24,18 @@ export function serviceRoutes(d: ServiceDeps): RouteDef[] {
       method: 'GET',
       path: '/healthz',
       operationId: 'health',
-      summary: 'Liveness, version, and when the providers file was last loaded',
+      summary: 'Liveness, version, the storage engine, and when the providers file was last loaded; 503 while the database is unreachable',
       tag: 'Service',
       auth: false,
       unlimited: true,
       responses: [{ status: 200, description: 'Serving', schema: 'Health' }],
-      handle() {
+      errors: [{ status: 503, description: 'Storage unavailable: the database cannot be reached' }],
+      async handle() {
+        await d.store.health();
         const c = d.catalog();
         return {
           status: 200,
-          body: dataBody(JSON.stringify({ status: 'ok', version: d.version, providers: { count: c.count, loadedAt: c.loadedAt } })),
+          body: dataBody(JSON.stringify({ status: 'ok', version: d.version, store: d.store.engine, providers: { count: c.count, loadedAt: c.loadedAt } })),
         };
       },
     }),

@@ -9,7 +9,17 @@ export function isChatSessionMode(value: string): value is ChatSessionMode {
   return (CHAT_SESSION_MODES as readonly string[]).includes(value);
 }
 
-/** A chat session as stored and as returned. Records are never mutated: a change makes a new object. */
+/** Where a fork came from: the source session and the turn its copy ends at (null: the source had no turns). */
+export interface ForkedFrom {
+  readonly session: string;
+  readonly turn: string | null;
+}
+
+/**
+ * A chat session as stored and as returned. Records are never mutated: a change makes a new
+ * object. The ten fields of the first release come first, in their order (the version tag is a
+ * digest of them: src/domain/version.ts); the fields added since follow.
+ */
 export interface ChatSession {
   readonly _id: string;
   readonly name: string;
@@ -21,6 +31,10 @@ export interface ChatSession {
   readonly createdAt: string;
   readonly updatedAt: string;
   readonly archived: boolean;
+  /** The newest turn of the active branch; null while the session has no turns. */
+  readonly headTurnId: string | null;
+  /** Only on a session made by a fork. */
+  readonly forkedFrom?: ForkedFrom;
 }
 
 export const TURN_ROLES = ['user', 'assistant', 'system', 'tool'] as const;
@@ -29,19 +43,55 @@ export type TurnRole = (typeof TURN_ROLES)[number];
 export type JsonObject = { readonly [key: string]: JsonValue };
 export type JsonValue = null | boolean | number | string | readonly JsonValue[] | JsonObject;
 
-/** One turn of a session; `model` and `metadata` are present only when given. */
+export const TURN_STATUSES = ['complete', 'streaming', 'interrupted', 'error'] as const;
+export type TurnStatus = (typeof TURN_STATUSES)[number];
+export const DEFAULT_TURN_STATUS: TurnStatus = 'complete';
+
+export const PART_TYPES = ['text', 'reasoning', 'tool_call', 'tool_result', 'file'] as const;
+export type PartType = (typeof PART_TYPES)[number];
+
+/** One typed part of a turn's content. */
+export type Part =
+  | { readonly type: 'text'; readonly text: string }
+  | { readonly type: 'reasoning'; readonly text: string }
+  | { readonly type: 'tool_call'; readonly id: string; readonly name: string; readonly arguments: JsonValue }
+  | { readonly type: 'tool_result'; readonly toolCallId: string; readonly content: JsonValue; readonly isError?: boolean }
+  | { readonly type: 'file'; readonly name: string; readonly mediaType: string; readonly data?: string; readonly url?: string };
+
+/** What a turn says: plain text (what the first release stored), or typed parts. */
+export type TurnContent = string | readonly Part[];
+
+/** The token usage of one turn. */
+export interface TurnUsage {
+  readonly inputTokens: number;
+  readonly outputTokens: number;
+  readonly cachedTokens?: number;
+  readonly costUsd?: number;
+}
+
+/**
+ * One turn of a session. Turns form a tree: `parentId` is a turn of the same session, or null
+ * for a root. `model`, `metadata` and `usage` are present only when given.
+ */
 export interface Turn {
   readonly _id: string;
   readonly session: string;
+  readonly parentId: string | null;
   readonly user: string;
   readonly role: TurnRole;
-  readonly content: string;
+  readonly content: TurnContent;
   readonly model?: string;
   readonly metadata?: JsonObject;
+  readonly usage?: TurnUsage;
+  readonly status: TurnStatus;
   readonly createdAt: string;
 }
 
-/** Builds a session with the fields in their wire order, so every record shares one shape. */
+/**
+ * Builds a session with the fields in their wire order, so every record shares one shape. A
+ * record of the first release (no `headTurnId`) gets null there; callers that know its turns
+ * set its head.
+ */
 export function chatSession(f: ChatSession): ChatSession {
   return {
     _id: f._id,
@@ -54,33 +104,47 @@ export function chatSession(f: ChatSession): ChatSession {
     createdAt: f.createdAt,
     updatedAt: f.updatedAt,
     archived: f.archived,
+    headTurnId: f.headTurnId ?? null,
+    ...(f.forkedFrom !== undefined ? { forkedFrom: { session: f.forkedFrom.session, turn: f.forkedFrom.turn } } : {}),
   };
 }
 
-/** Builds a turn with the fields in their wire order (`_id` and `session` first, `createdAt` last). */
+/**
+ * Builds a turn with the fields in their wire order: `_id`, `session` and `parentId` first and
+ * `createdAt` last, where the journal's fast replay path finds them. A record of the first
+ * release (no `parentId`, no `status`) gets null and `complete`; callers that know its place in
+ * its session set its parent.
+ */
 export function turnRecord(f: Turn): Turn {
   return {
     _id: f._id,
     session: f.session,
+    parentId: f.parentId ?? null,
     user: f.user,
     role: f.role,
     content: f.content,
     ...(f.model !== undefined ? { model: f.model } : {}),
     ...(f.metadata !== undefined ? { metadata: f.metadata } : {}),
+    ...(f.usage !== undefined ? { usage: f.usage } : {}),
+    status: f.status ?? DEFAULT_TURN_STATUS,
     createdAt: f.createdAt,
   };
 }
 
 /**
- * The next `updatedAt` of a record: now, or the previous value when that is later (the clock
- * stepped back since the record last changed). A record never goes back in time: its turns are
- * listed in the order of their times, and replay, compaction and import raise a session to its
- * newest turn, so a step back would not survive a restart. A record changed while the clock ran
- * ahead therefore keeps that time until the clock passes it; new records take the clock's time.
+ * The next `updatedAt` of a record: now when that is later than the previous value, else one
+ * millisecond after it. So every change moves it forward, even two within one millisecond or
+ * after a step back of the clock: the version tag, a digest of the first release's fields, then
+ * tells apart states that differ only in what was added since (the head, a turn's content). A
+ * record never goes back in time: its turns are listed in the order of their times, and replay,
+ * compaction and import raise a session to its newest turn, so a step back would not survive a
+ * restart. A record changed while the clock runs behind it creeps on by a millisecond a change
+ * until the clock passes it; new records take the clock's time.
  */
 export function nextTimestamp(previous: string | undefined, nowMs: number = Date.now()): string {
-  const now = new Date(nowMs).toISOString();
-  return previous !== undefined && previous > now ? previous : now;
+  if (previous === undefined) return new Date(nowMs).toISOString();
+  const before = Date.parse(previous);
+  return new Date(nowMs > before ? nowMs : before + 1).toISOString();
 }
 
 /**

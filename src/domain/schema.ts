@@ -1,6 +1,6 @@
 // A small schema language for request bodies and query strings. The route table declares
 // its inputs with it once; validation and the OpenAPI document are both derived from that.
-import type { JsonObject } from './records.js';
+import type { JsonObject, JsonValue } from './records.js';
 
 export interface StringField {
   readonly kind: 'string';
@@ -14,11 +14,16 @@ export interface StringField {
   /** Counted in Unicode code points. */
   readonly maxLength?: number;
   readonly oneOf?: readonly string[];
+  /** null is a value of its own (kept as null), even in a body where null counts as absent. */
+  readonly nullable?: boolean;
+  /** A regular expression (Unicode mode) the whole value must match, and what it means for the message. */
+  readonly pattern?: { readonly regex: string; readonly means: string };
 }
 
 export interface ObjectField {
   readonly kind: 'object';
   readonly description: string;
+  readonly required?: boolean;
   /** Limit on the field's JSON text in UTF-8 bytes. */
   readonly maxBytes: number;
   /** Limit on nesting (the object itself is level 1). */
@@ -32,7 +37,75 @@ export interface IntegerField {
   readonly max: number;
 }
 
-export type BodyField = StringField | ObjectField;
+/** A JSON number (an integer when `integer`), at least `min`. */
+export interface NumberField {
+  readonly kind: 'number';
+  readonly description: string;
+  readonly required?: boolean;
+  readonly integer: boolean;
+  readonly min: number;
+}
+
+export interface BooleanField {
+  readonly kind: 'boolean';
+  readonly description: string;
+  readonly required?: boolean;
+}
+
+/** Any JSON value (null included), nested at most `maxDepth` levels. */
+export interface JsonField {
+  readonly kind: 'json';
+  readonly description: string;
+  readonly required?: boolean;
+  readonly maxDepth: number;
+}
+
+/** An object with declared fields, kept in their declared order; other keys are dropped. */
+export interface ShapeField {
+  readonly kind: 'shape';
+  readonly description: string;
+  readonly required?: boolean;
+  readonly fields: Readonly<Record<string, BodyField>>;
+}
+
+/** One kind of object a TaggedField takes: its fields beside the tag. */
+export interface Variant {
+  readonly description: string;
+  readonly fields: Readonly<Record<string, BodyField>>;
+  /** Exactly one of these fields must be present. */
+  readonly exactlyOneOf?: readonly string[];
+}
+
+/** An object whose `tag` field names which of the variants it is. */
+export interface TaggedField {
+  readonly kind: 'tagged';
+  readonly description: string;
+  readonly required?: boolean;
+  readonly tag: string;
+  readonly variants: Readonly<Record<string, Variant>>;
+}
+
+/** A JSON array of items of one field's kind. */
+export interface ListField {
+  readonly kind: 'list';
+  readonly description: string;
+  readonly required?: boolean;
+  readonly items: BodyField;
+  readonly minItems: number;
+  readonly maxItems: number;
+}
+
+/** One of several fields, chosen by the JSON type of the value (a string, an array, an object...). */
+export interface EitherField {
+  readonly kind: 'either';
+  readonly description: string;
+  readonly required?: boolean;
+  readonly of: readonly BodyField[];
+  /** What the value must be, for the message when it is none of them ("a string or an array of parts"). */
+  readonly expected: string;
+}
+
+export type BodyField = StringField | ObjectField | NumberField | BooleanField | JsonField | ShapeField | TaggedField | ListField | EitherField;
 export type QueryField = StringField | IntegerField;
 
 export interface BodySchema<F extends Record<string, BodyField> = Record<string, BodyField>> {
@@ -49,7 +122,17 @@ export interface QuerySchema<F extends Record<string, QueryField> = Record<strin
   readonly fields: F;
 }
 
-type ValueOf<F> = F extends StringField ? string : F extends ObjectField ? JsonObject : F extends IntegerField ? number : never;
+type ValueOf<F> = F extends StringField
+  ? F extends { readonly nullable: true }
+    ? string | null
+    : string
+  : F extends ObjectField
+    ? JsonObject
+    : F extends IntegerField | NumberField
+      ? number
+      : F extends BooleanField
+        ? boolean
+        : JsonValue;
 export type Values<F> = { -readonly [K in keyof F]?: ValueOf<F[K]> };
 
 /** A request input that does not satisfy its schema; the message is the client's answer. */
@@ -79,6 +162,17 @@ function checkString(name: string, f: StringField, value: string): void {
   if (f.oneOf !== undefined && !f.oneOf.includes(value)) {
     throw new ValidationError(`${name} must be one of: ${f.oneOf.join(', ')}`);
   }
+  if (f.pattern !== undefined && !compiled(f.pattern.regex).test(value)) throw new ValidationError(`${name} must be ${f.pattern.means}`);
+}
+
+const patterns = new Map<string, RegExp>();
+function compiled(regex: string): RegExp {
+  let r = patterns.get(regex);
+  if (r === undefined) {
+    r = new RegExp(regex, 'u');
+    patterns.set(regex, r);
+  }
+  return r;
 }
 
 /** True when `value` nests objects or arrays deeper than `max` levels; iterative, so any depth is safe. */
@@ -100,32 +194,124 @@ export function isPlainObject(v: unknown): v is JsonObject {
   return typeof v === 'object' && v !== null && !Array.isArray(v);
 }
 
+/** The JSON type a field takes, to choose among the fields of an EitherField. */
+function jsonTypeOf(f: BodyField): string {
+  switch (f.kind) {
+    case 'string':
+    case 'number':
+    case 'boolean':
+      return f.kind;
+    case 'list':
+      return 'array';
+    case 'json':
+      return 'any';
+    default:
+      return 'object';
+  }
+}
+
+function jsonTypeOfValue(v: unknown): string {
+  if (Array.isArray(v)) return 'array';
+  if (v === null) return 'null';
+  return typeof v;
+}
+
+/**
+ * Checks a present value (not undefined) of field `f` at `path` (`content[2].type`) and returns
+ * it as kept: objects of declared fields rebuilt in their declared order, without other keys.
+ */
+function checkValue(path: string, f: BodyField, value: unknown): JsonValue {
+  switch (f.kind) {
+    case 'string':
+      if (value === null && f.nullable === true) return null;
+      if (typeof value !== 'string') throw new ValidationError(`${path} must be a string${f.nullable === true ? ' or null' : ''}`);
+      if (f.required === true && value.trim() === '') throw new ValidationError(`${path} is required`);
+      checkString(path, f, value);
+      return value;
+    case 'object':
+      if (!isPlainObject(value)) throw new ValidationError(`${path} must be a JSON object`);
+      // checked without recursion before anything recursive (JSON.stringify) walks it
+      if (depthExceeds(value, f.maxDepth)) throw new ValidationError(`${path} must be nested at most ${f.maxDepth} levels deep`);
+      if (Buffer.byteLength(JSON.stringify(value)) > f.maxBytes) throw new ValidationError(`${path} must be at most ${f.maxBytes} bytes of JSON`);
+      return value;
+    case 'number': {
+      const kind = f.integer ? 'integer' : 'number';
+      const what = f.min === 0 ? `a non-negative ${kind}` : `${f.integer ? 'an' : 'a'} ${kind} of at least ${f.min}`;
+      if (typeof value !== 'number' || !Number.isFinite(value) || (f.integer && !Number.isSafeInteger(value)) || value < f.min) {
+        throw new ValidationError(`${path} must be ${what}`);
+      }
+      return value;
+    }
+    case 'boolean':
+      if (typeof value !== 'boolean') throw new ValidationError(`${path} must be true or false`);
+      return value;
+    case 'json':
+      if (depthExceeds(value, f.maxDepth)) throw new ValidationError(`${path} must be nested at most ${f.maxDepth} levels deep`);
+      return value as JsonValue;
+    case 'shape':
+      if (!isPlainObject(value)) throw new ValidationError(`${path} must be an object`);
+      return checkFields(path, f.fields, value);
+    case 'tagged': {
+      if (!isPlainObject(value)) throw new ValidationError(`${path} must be an object`);
+      const tag = value[f.tag];
+      if (tag === undefined || tag === null) throw new ValidationError(`${path}.${f.tag} is required`);
+      const names = Object.keys(f.variants);
+      const variant = typeof tag === 'string' && Object.hasOwn(f.variants, tag) ? f.variants[tag] : undefined;
+      if (variant === undefined) throw new ValidationError(`${path}.${f.tag} must be one of: ${names.join(', ')}`);
+      const present = (variant.exactlyOneOf ?? []).filter((n) => value[n] !== undefined && value[n] !== null);
+      if (variant.exactlyOneOf !== undefined && present.length !== 1) {
+        throw new ValidationError(`${path} must have exactly one of: ${variant.exactlyOneOf.join(', ')}`);
+      }
+      return { [f.tag]: tag as string, ...checkFields(path, variant.fields, value) };
+    }
+    case 'list': {
+      if (!Array.isArray(value)) throw new ValidationError(`${path} must be an array`);
+      if (value.length < f.minItems) throw new ValidationError(f.minItems === 1 ? `${path} must not be empty` : `${path} must have at least ${f.minItems} items`);
+      if (value.length > f.maxItems) throw new ValidationError(`${path} must have at most ${f.maxItems} items`);
+      return value.map((item: unknown, i) => {
+        if (item === undefined || item === null) throw new ValidationError(`${path}[${i}] must not be null`);
+        return checkValue(`${path}[${i}]`, f.items, item);
+      });
+    }
+    case 'either': {
+      const type = jsonTypeOfValue(value);
+      const alt = f.of.find((a) => jsonTypeOf(a) === type || jsonTypeOf(a) === 'any');
+      if (alt === undefined) throw new ValidationError(`${path} must be ${f.expected}`);
+      return checkValue(path, alt, value);
+    }
+  }
+}
+
+/** The declared fields of an object at `path`, in their order; null is absent for an optional field. */
+function checkFields(path: string, fields: Readonly<Record<string, BodyField>>, value: JsonObject): JsonObject {
+  const out: Record<string, JsonValue> = {};
+  for (const name of Object.keys(fields)) {
+    const f = fields[name] as BodyField;
+    let v: unknown = Object.hasOwn(value, name) ? value[name] : undefined;
+    if (v === null && f.kind !== 'json' && !(f.kind === 'string' && f.nullable === true)) v = undefined;
+    if (v === undefined) {
+      if (f.required === true) throw new ValidationError(`${path}.${name} is required`);
+      continue;
+    }
+    out[name] = checkValue(`${path}.${name}`, f, v);
+  }
+  return out;
+}
+
 /** Validates a parsed JSON object against a body schema; unknown fields are ignored. */
 export function validateBody<F extends Record<string, BodyField>>(schema: BodySchema<F>, body: Record<string, unknown>): Values<F> {
-  const out: Record<string, string | JsonObject> = {};
+  const out: Record<string, JsonValue> = {};
   for (const name of Object.keys(schema.fields)) {
     const f = schema.fields[name] as BodyField;
     let value = Object.prototype.hasOwnProperty.call(body, name) ? body[name] : undefined;
-    if (value === null && (schema.nullIsAbsent || (f.kind === 'string' && f.required === true))) value = undefined;
-    if (f.kind === 'string') {
-      if (typeof value === 'string' && value === '' && f.emptyIsAbsent === true) value = undefined;
-      if (f.required === true && (value === undefined || (typeof value === 'string' && value.trim() === ''))) {
-        throw new ValidationError(`${name} is required`);
-      }
-      if (value === undefined) continue;
-      if (typeof value !== 'string') throw new ValidationError(`${name} must be a string`);
-      checkString(name, f, value);
-      out[name] = value;
-    } else {
-      if (value === undefined) continue;
-      if (!isPlainObject(value)) throw new ValidationError(`${name} must be a JSON object`);
-      // checked without recursion before anything recursive (JSON.stringify) walks it
-      if (depthExceeds(value, f.maxDepth)) throw new ValidationError(`${name} must be nested at most ${f.maxDepth} levels deep`);
-      if (Buffer.byteLength(JSON.stringify(value)) > f.maxBytes) {
-        throw new ValidationError(`${name} must be at most ${f.maxBytes} bytes of JSON`);
-      }
-      out[name] = value;
+    const nullIsValue = f.kind === 'string' && f.nullable === true;
+    if (value === null && !nullIsValue && (schema.nullIsAbsent || f.required === true)) value = undefined;
+    if (f.kind === 'string' && typeof value === 'string' && value === '' && f.emptyIsAbsent === true) value = undefined;
+    if (value === undefined) {
+      if (f.required === true) throw new ValidationError(`${name} is required`);
+      continue;
     }
+    out[name] = checkValue(name, f, value);
   }
   return out as Values<F>;
 }
@@ -188,34 +374,68 @@ type JsonSchema = { readonly [key: string]: unknown };
 /** JSON Schema for a string that must not be blank after trimming. */
 export const NOT_BLANK: JsonSchema = { minLength: 1, pattern: '\\S' };
 
-function fieldJsonSchema(f: BodyField | QueryField): JsonSchema {
+/** JSON Schema (OpenAPI 3.1 dialect) of one field of a body or a query. */
+export function fieldJsonSchema(f: BodyField | QueryField): JsonSchema {
   switch (f.kind) {
     case 'string':
       return {
-        type: 'string',
+        type: f.nullable === true ? ['string', 'null'] : 'string',
         description: f.description,
         // refused when blank after trimming: at least one character, and one that is not white space
         ...(f.oneOf === undefined && (f.required === true || f.notBlank === true) ? NOT_BLANK : {}),
         ...(f.maxLength !== undefined ? { maxLength: f.maxLength } : {}),
         // where "" counts as absent it is accepted, so the enum says so
         ...(f.oneOf !== undefined ? { enum: f.emptyIsAbsent === true ? [...f.oneOf, ''] : [...f.oneOf] } : {}),
+        ...(f.pattern !== undefined ? { pattern: f.pattern.regex } : {}),
       };
     case 'object':
       return { type: 'object', description: `${f.description} At most ${f.maxBytes} bytes as JSON, nested at most ${f.maxDepth} levels.`, additionalProperties: true };
     case 'integer':
       return { type: 'integer', description: f.description, minimum: f.min, maximum: f.max };
+    case 'number':
+      return { type: f.integer ? 'integer' : 'number', description: f.description, minimum: f.min };
+    case 'boolean':
+      return { type: 'boolean', description: f.description };
+    case 'json':
+      return { description: `${f.description} Any JSON value, nested at most ${f.maxDepth} levels.` };
+    case 'shape':
+      return objectJsonSchema(f.description, f.fields);
+    case 'tagged':
+      return {
+        type: 'object',
+        description: f.description,
+        oneOf: Object.entries(f.variants).map(([name, v]) => {
+          const o = objectJsonSchema(v.description, v.fields);
+          return {
+            ...o,
+            title: name,
+            properties: { [f.tag]: { const: name }, ...(o['properties'] as JsonSchema) },
+            required: [f.tag, ...((o['required'] as string[] | undefined) ?? [])],
+            ...(v.exactlyOneOf !== undefined ? { oneOf: v.exactlyOneOf.map((n) => ({ required: [n] })) } : {}),
+          };
+        }),
+      };
+    case 'list':
+      return { type: 'array', description: f.description, items: fieldJsonSchema(f.items), minItems: f.minItems, maxItems: f.maxItems };
+    case 'either':
+      return { description: f.description, oneOf: f.of.map(fieldJsonSchema) };
   }
+}
+
+/** JSON Schema of an object with declared fields (others are accepted and ignored). */
+function objectJsonSchema(description: string | undefined, fields: Readonly<Record<string, BodyField>>): JsonSchema {
+  const properties: Record<string, JsonSchema> = {};
+  const required: string[] = [];
+  for (const [name, f] of Object.entries(fields)) {
+    properties[name] = fieldJsonSchema(f);
+    if (f.required === true) required.push(name);
+  }
+  return { type: 'object', ...(description !== undefined ? { description } : {}), properties, ...(required.length > 0 ? { required } : {}), additionalProperties: true };
 }
 
 /** JSON Schema (OpenAPI 3.1 dialect) of a body schema. */
 export function bodyJsonSchema(schema: BodySchema): JsonSchema {
-  const properties: Record<string, JsonSchema> = {};
-  const required: string[] = [];
-  for (const [name, f] of Object.entries(schema.fields)) {
-    properties[name] = fieldJsonSchema(f);
-    if (f.kind === 'string' && f.required === true) required.push(name);
-  }
-  return { type: 'object', properties, ...(required.length > 0 ? { required } : {}), additionalProperties: true };
+  return objectJsonSchema(undefined, schema.fields);
 }
 
 /** OpenAPI parameter objects of a query schema. */

@@ -1,8 +1,30 @@
 // The version tag of a chat session, which its ETag quotes. It is a digest of the state, not of
 // the clock or of how an engine keeps it, so the same history gives the same tag on every
-// engine, after a restart, after an export and import, and in every release.
+// engine, after a restart, after an export and import, and in every release: it is taken over
+// the ten fields of the first release only, so a session keeps its tag across the upgrade that
+// added fields after them. Every write moves a session's updatedAt (nextTimestamp), so states
+// that differ only in a later field (the head, a turn's content) still get tags of their own.
 import * as crypto from 'node:crypto';
 import type { TurnKey } from './order.js';
+
+/** What a session's JSON starts its fields of later releases with (see ChatSession). */
+const LATER_FIELDS = ',"headTurnId":';
+
+/**
+ * The JSON of the first release's ten fields of a session, cut from the session's JSON: the
+ * later fields all follow them, from `headTurnId` on. Inside a JSON string every `"` is escaped,
+ * so the key can only be found where it really starts. A JSON without it (the first release's)
+ * is that JSON already.
+ */
+export function firstReleaseJson(sessionJson: string): string {
+  const at = sessionJson.indexOf(LATER_FIELDS);
+  return at < 0 ? sessionJson : `${sessionJson.slice(0, at)}}`;
+}
+
+/** The version tag of a session from its JSON as stored and answered, and its newest turn. */
+export function versionOfSession(sessionJson: string, lastTurn: TurnKey | undefined): string {
+  return versionOf(firstReleaseJson(sessionJson), lastTurn);
+}
 
 /**
  * The first 22 characters of the base64url SHA-256 of the session's JSON, followed (when the

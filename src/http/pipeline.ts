@@ -11,7 +11,7 @@ import type { Answer, RouteDef, StreamReply } from '../api/route.js';
 import { parseQuery, validateBody, validateQuery, ValidationError } from '../domain/schema.js';
 import { requestLineMiddle, type Logger } from '../log.js';
 import type { Metrics, RouteStats } from '../metrics.js';
-import { PreconditionFailed, QuotaExceeded, SessionNotFound, StorageUnavailable, StorageWriteFailed } from '../store/store.js';
+import { PreconditionFailed, QuotaExceeded, SessionNotFound, StorageUnavailable, StorageWriteFailed, TurnNotFound } from '../store/store.js';
 import { readJsonObject, releaseBody, type BodyHold, type BodyRules } from './body.js';
 import type { Connection, ConnectionGuard } from './connections.js';
 import type { Cors } from './cors.js';
@@ -71,7 +71,7 @@ function originForm(url: string): string {
 function toHttp(e: unknown): HttpError | undefined {
   if (e instanceof HttpError) return e;
   if (e instanceof ValidationError) return new HttpError(400, e.message);
-  if (e instanceof SessionNotFound) return new HttpError(404, e.message);
+  if (e instanceof SessionNotFound || e instanceof TurnNotFound) return new HttpError(404, e.message);
   if (e instanceof PreconditionFailed) return new HttpError(412, e.message);
   if (e instanceof QuotaExceeded) return new HttpError(403, e.message);
   if (e instanceof NoCredentials) return new HttpError(401, 'Unauthorized', [['www-authenticate', 'Bearer']]);

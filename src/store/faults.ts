@@ -6,7 +6,7 @@
 //   CHAT_SESSION_API_FAULTS="write:3"             3rd journal write writes half its bytes, then EIO
 //   CHAT_SESSION_API_FAULTS="fsync:2:ENOSPC"      2nd journal fsync fails with ENOSPC
 //   CHAT_SESSION_API_FAULTS="dirsync:1"           1st directory fsync after a compaction's rename fails
-//   CHAT_SESSION_API_FAULTS="commit:2"            2nd sqlite transaction fails just before COMMIT (rolled back)
+//   CHAT_SESSION_API_FAULTS="commit:2"            2nd sqlite or postgres transaction fails just before COMMIT (rolled back)
 //   CHAT_SESSION_API_FAULTS="crash:compact-before-rename"   SIGKILL on reaching that step
 
 type FaultKind = 'write' | 'fsync' | 'dirsync' | 'commit';

@@ -13,8 +13,13 @@ export interface StoredLookup {
 export interface PlannedTurn {
   readonly turn: Turn;
   readonly json: Buffer;
-  /** The session a stored turn with this `_id` sits under, which the backup's version replaces. */
+  /** The session a stored turn with this `_id` sits under (its own), which the backup's version replaces. */
   readonly replaces: string | undefined;
+}
+
+/** A backup that cannot be imported over what is stored; nothing was written. */
+export class ImportConflict extends Error {
+  override readonly name = 'ImportConflict';
 }
 
 export interface ImportPlan {
@@ -41,7 +46,9 @@ export function planImport(sessions: readonly ChatSession[], turns: readonly Tur
   for (const t of turns) {
     const json = Buffer.from(JSON.stringify(t));
     const have = stored.turn(t._id);
-    if (have !== undefined && have.session === t.session && have.json.equals(json)) unchanged++;
+    // a turn has its place in its session's tree: it cannot move to another session
+    if (have !== undefined && have.session !== t.session) throw new ImportConflict(`turn ${t._id} is stored in session ${have.session}, the backup puts it in session ${t.session}; nothing was imported`);
+    if (have !== undefined && have.json.equals(json)) unchanged++;
     else outTurns.push({ turn: t, json, replaces: have?.session });
   }
   return { sessions: outSessions, turns: outTurns, summary: { sessions: outSessions.length, turns: outTurns.length, unchanged } };

@@ -3,25 +3,26 @@
 import type { Config } from '../config.js';
 import type { Logger } from '../log.js';
 import { JournalStore } from './journal/engine.js';
+import { openPostgresStore } from './postgres/engine.js';
 import { openSqliteSnapshot, openSqliteStore } from './sqlite/engine.js';
-import { StoreOpenFailed, type EngineName, type Store, type StoreObserver } from './store.js';
-
-/** Whether the engine keeps its data in the data directory, so one server must own that directory. */
-export function ownsDataDir(engine: EngineName): boolean {
-  return engine !== 'postgres';
-}
+import { StoreOpenFailed, type Store, type StoreObserver } from './store.js';
 
 /** Opens the configured store for a server (or an import). The data directory's lock is the caller's. */
 export async function openStore(config: Config, log: Logger, observer?: StoreObserver): Promise<Store> {
   switch (config.store) {
     case 'journal':
       if (!config.fsync) log.warn('FSYNC=off: writes are acknowledged before they are durable; a crash can lose them');
-      return JournalStore.open({ dir: config.dataDir, log, fsync: config.fsync, compactMinBytes: config.compactMinBytes, observer, quotas: config.limits.quotas });
+      return JournalStore.open({ dir: config.dataDir, log, fsync: config.fsync, compactMinBytes: config.compactMinBytes, observer, groupCommit: config.groupCommit, quotas: config.limits.quotas });
     case 'sqlite':
-      return openSqliteStore({ file: config.sqliteFile, log, cacheBytes: config.sqliteCacheBytes, fsync: config.fsync, observer, quotas: config.limits.quotas });
+      return openSqliteStore({ file: config.sqliteFile, log, cacheBytes: config.sqliteCacheBytes, fsync: config.fsync, observer, groupCommit: config.groupCommit, quotas: config.limits.quotas });
     case 'postgres':
-      throw new StoreOpenFailed('STORE=postgres is not available in this release');
+      return openPostgres(config, log, observer);
   }
+}
+
+function openPostgres(config: Config, log: Logger, observer?: StoreObserver, readOnly = false): Promise<Store> {
+  if (config.databaseUrl === undefined) throw new StoreOpenFailed('STORE=postgres needs DATABASE_URL');
+  return openPostgresStore({ url: config.databaseUrl, schema: config.databaseSchema, poolSize: config.databasePoolSize, log, groupCommit: config.groupCommit, observer, readOnly, quotas: config.limits.quotas });
 }
 
 /**
@@ -35,6 +36,7 @@ export async function openStoreSnapshot(config: Config, log: Logger): Promise<St
     case 'sqlite':
       return openSqliteSnapshot({ file: config.sqliteFile, log, cacheBytes: config.sqliteCacheBytes });
     case 'postgres':
-      throw new StoreOpenFailed('STORE=postgres is not available in this release');
+      // an export reads one snapshot of the database, beside any number of instances
+      return openPostgres(config, log, undefined, true);
   }
 }

@@ -4,7 +4,7 @@
 // state, so ownership and If-Match checks cannot race; a write's promise settles once the change
 // is committed (or has failed and changed nothing).
 import type { SessionKey, TurnKey } from '../domain/order.js';
-import type { ChatSession, Turn } from '../domain/records.js';
+import type { ChatSession, JsonObject, Turn, TurnContent, TurnStatus, TurnUsage } from '../domain/records.js';
 
 export type { SessionKey, TurnKey } from '../domain/order.js';
 
@@ -25,13 +25,58 @@ export interface TurnRecord {
   readonly json: Buffer;
 }
 
-/** A session as a write finds it at the serial point. */
-export interface Current {
+/** A session's state as committed (what a Group reads). */
+export interface SessionState {
   readonly session: ChatSession;
   /** Its newest turn, if any. */
   readonly lastTurn: TurnKey | undefined;
   /** Its version tag (computed on demand: only conditional writes need it). */
   version(): string;
+}
+
+/** A turn's place in its session's tree, and the UTF-8 bytes of its JSON. */
+export interface TurnNode {
+  readonly _id: string;
+  readonly createdAt: string;
+  readonly parentId: string | null;
+  readonly bytes: number;
+}
+
+/** A turn as the serial point reads it: its place in the tree and its JSON. */
+export interface TreeTurn extends TurnNode {
+  readonly json: Buffer;
+}
+
+/**
+ * A session as a write finds it at the serial point, with a view of its turn tree: what every
+ * earlier write (of this group too) left.
+ */
+export interface Current extends SessionState {
+  /** A turn of this session, or undefined when it has none by that id. */
+  turn(id: string): TreeTurn | undefined;
+  /** The turns from the root to turn `id`, oldest first; undefined when `id` is not one of its turns. */
+  path(id: string): readonly TreeTurn[] | undefined;
+  /** Turn `id` and all its descendants; undefined when `id` is not one of its turns. */
+  subtree(id: string): readonly TurnNode[] | undefined;
+  /** What would be its newest turn once the turns `removed` are gone. */
+  lastTurnAfterRemoving(removed: ReadonlySet<string>): TurnKey | undefined;
+}
+
+/** What a turn's edit may change (PUT .../turns/:turnId); absent fields stay as they are. */
+export interface TurnEdit {
+  readonly content?: TurnContent;
+  readonly metadata?: JsonObject;
+  readonly usage?: TurnUsage;
+  readonly status?: TurnStatus;
+}
+
+/** A list of turns: all of a session's (none given), or one branch: the path from the root to the head or to a turn. */
+export type Branch = 'head' | { readonly turnId: string };
+
+/** An edited turn and its session as the edit left them. */
+export interface TurnUpdate {
+  readonly turn: TurnRecord;
+  readonly session: SessionRecord;
 }
 
 export type ArchivedFilter = 'false' | 'true' | 'all';
@@ -117,10 +162,19 @@ export interface Store {
    * answers. The snapshot holds while the caller reads it slowly; writes go on meanwhile.
    */
   scanSessions(filter: SessionFilter): AsyncIterable<readonly SessionRecord[]>;
-  /** Turns of a session oldest first, strictly after `after`, at most `limit`; an unknown session has none. */
-  listTurns(sessionId: string, after: TurnKey | undefined, limit: number): Promise<Page<TurnRecord, TurnKey>>;
-  /** Every turn of a session as of one moment, oldest first, in chunks. */
-  scanTurns(sessionId: string): AsyncIterable<readonly TurnRecord[]>;
+  /**
+   * Turns of a session oldest first, strictly after `after`, at most `limit`; an unknown session
+   * has none. With `branch`, only the turns of that path; TurnNotFound when its turn is not one
+   * of the session's.
+   */
+  listTurns(sessionId: string, after: TurnKey | undefined, limit: number, branch?: Branch): Promise<Page<TurnRecord, TurnKey>>;
+  /** One turn of a session, or undefined when the session has none by that id. */
+  getTurn(sessionId: string, turnId: string): Promise<TurnRecord | undefined>;
+  /**
+   * Every turn of a session (or of one branch) as of one moment, oldest first, in chunks. An
+   * unknown branch turn rejects the first chunk with TurnNotFound.
+   */
+  scanTurns(sessionId: string, branch?: Branch): AsyncIterable<readonly TurnRecord[]>;
 
   createSession(session: ChatSession): Promise<SessionRecord>;
   /**
@@ -128,11 +182,31 @@ export interface Store {
    * every earlier write, so checks it makes (ownership, If-Match) cannot race. It may throw to
    * refuse; a missing session is a SessionNotFound before `change` is called.
    */
-  updateSession(id: string, change: (current: Current) => ChatSession): Promise<SessionRecord>;
+  updateSession(id: string, change: (current: Current) => ChatSession, hint?: WriteHint): Promise<SessionRecord>;
   /** Deletes a session and its turns after `check(current)` passes. */
   deleteSession(id: string, check: (current: Current) => void): Promise<void>;
-  /** Appends the turn `build(current)` returns; the session's `updatedAt` is raised to the turn's `createdAt` when later. */
-  appendTurn(sessionId: string, build: (current: Current) => Turn): Promise<TurnRecord>;
+  /**
+   * Appends the turn `build(current)` returns, newer than everything in its session; it becomes
+   * the session's head and raises the session's `updatedAt` to its `createdAt`. `hint` names the
+   * parent the request gave, so engines can read it ahead.
+   */
+  appendTurn(sessionId: string, build: (current: Current) => Turn, hint?: WriteHint): Promise<TurnRecord>;
+  /**
+   * Changes one turn by what `edit(turn)` returns, after `check(current)` passes; the session's
+   * updatedAt moves. SessionNotFound, TurnNotFound.
+   */
+  updateTurn(sessionId: string, turnId: string, check: (current: Current) => void, edit: (turn: Turn) => TurnEdit): Promise<TurnUpdate>;
+  /**
+   * Deletes a turn and its descendants after `check(current)` passes; the head moves to the
+   * turn's parent when it was among them. Answers the session as it leaves it.
+   */
+  deleteTurn(sessionId: string, turnId: string, check: (current: Current) => void): Promise<SessionRecord>;
+  /**
+   * A new session of `owner`, `build(source)` (its name, id, times), holding copies of the path from
+   * the root to `turnId` (undefined: the head) of the source: new ids, the same contents and
+   * createdAt. SessionNotFound, TurnNotFound.
+   */
+  forkSession(sourceId: string, turnId: string | undefined, owner: string, build: (source: Current) => ChatSession): Promise<SessionRecord>;
 
   /** Every live session with its turns, as of one moment. */
   exportAll(): Promise<ExportSnapshot>;
@@ -146,6 +220,8 @@ export interface Store {
   stats(): Promise<StoreStats>;
   /** What the sessions `user` owns hold (the same figures on every engine). */
   usage(user: string): Promise<Usage>;
+  /** Resolves when the engine can serve now; rejects with StorageUnavailable when it cannot (a database that is down). */
+  health(): Promise<void>;
   /** Finishes queued writes, then releases what the engine holds. */
   close(): Promise<void>;
 }
@@ -154,6 +230,19 @@ export class SessionNotFound extends Error {
   override readonly name = 'SessionNotFound';
   constructor() {
     super('Chat session not found');
+  }
+}
+
+/** Turns a write names ahead of deciding it (a parent, a new head), so engines can read them with the group. */
+export interface WriteHint {
+  readonly parentId?: string | null;
+  readonly headTurnId?: string;
+}
+
+export class TurnNotFound extends Error {
+  override readonly name = 'TurnNotFound';
+  constructor() {
+    super('Turn not found');
   }
 }
 

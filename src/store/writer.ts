@@ -3,33 +3,119 @@
 // order, the caller's callback (a check, a change, a turn to build) runs against the committed
 // state plus the group's earlier changes, then the engine commits the whole group at once:
 // all of it durable, or none of it and every write of the group refused. Engines supply only
-// the committed state and the commit; the rules of what a write does live here, once.
-import { versionOf } from '../domain/version.js';
-import { chatSession, raisedByTurn, type ChatSession, type Turn } from '../domain/records.js';
-import type { TurnKey } from '../domain/order.js';
+// the committed state and the commit; the rules of what a write does live here, once: every
+// resulting session state, its version and its newest turn are decided here.
+import { newObjectId } from '../domain/ids.js';
+import { turnBefore, type TurnKey } from '../domain/order.js';
+import { chatSession, nextTimestamp, raisedByTurn, turnRecord, type ChatSession, type Turn } from '../domain/records.js';
+import { versionOfSession } from '../domain/version.js';
 import type { Quotas } from '../config.js';
 import type { Logger } from '../log.js';
-import { QuotaExceeded, SessionNotFound, StorageWriteFailed, type Current, type SessionRecord, type TurnRecord, type Usage } from './store.js';
+import {
+  QuotaExceeded,
+  SessionNotFound,
+  StorageUnavailable,
+  StorageWriteFailed,
+  TurnNotFound,
+  type Current,
+  type SessionRecord,
+  type SessionState,
+  type TreeTurn,
+  type TurnEdit,
+  type TurnNode,
+  type TurnRecord,
+  type TurnUpdate,
+  type Usage,
+  type WriteHint,
+} from './store.js';
 
-/** One change of a group, as the engine commits it. */
+/** A turn of a change, with its JSON as UTF-8 bytes. */
+export interface TurnWithJson {
+  readonly turn: Turn;
+  readonly json: Buffer;
+}
+
+/** One change of a group, as the engine commits it. Each carries the session's state as it leaves it. */
 export type Change =
   | { readonly kind: 'create'; readonly session: ChatSession; readonly json: string; readonly version: string }
+  /** Any change of a session's own fields (a rename, archive, a switch of its head). */
   | { readonly kind: 'update'; readonly session: ChatSession; readonly json: string; readonly version: string }
   | {
       readonly kind: 'turn';
       readonly turn: Turn;
       /** The turn's JSON as UTF-8 bytes. */
       readonly json: Buffer;
-      /** The session as the turn leaves it (its updatedAt raised, or unchanged). */
+      /** The session as the turn leaves it: the turn its head and its newest, its updatedAt raised. */
       readonly session: ChatSession;
+      readonly sessionJson: string;
+      readonly version: string;
       readonly raised: boolean;
     }
+  | {
+      readonly kind: 'editTurn';
+      /** The turn as edited (same _id, place and createdAt). */
+      readonly turn: Turn;
+      readonly json: Buffer;
+      /** UTF-8 bytes of the turn's JSON before the edit. */
+      readonly previousBytes: number;
+      readonly session: ChatSession;
+      readonly sessionJson: string;
+      readonly version: string;
+      /** The session's newest turn (an edit does not change it). */
+      readonly lastTurn: TurnKey | undefined;
+    }
+  | {
+      readonly kind: 'deleteTurns';
+      readonly sessionId: string;
+      /** The turn deleted and its descendants. */
+      readonly ids: readonly string[];
+      /** UTF-8 bytes of their JSON. */
+      readonly bytes: number;
+      /** The session as the deletion leaves it (its head moved when it was among them). */
+      readonly session: ChatSession;
+      readonly sessionJson: string;
+      readonly version: string;
+      /** Its newest turn once they are gone. */
+      readonly lastTurn: TurnKey | undefined;
+    }
+  | {
+      readonly kind: 'fork';
+      /** The new session, its head the last copy. */
+      readonly session: ChatSession;
+      readonly json: string;
+      readonly version: string;
+      /** The copies, root first. */
+      readonly turns: readonly TurnWithJson[];
+    }
   | { readonly kind: 'delete'; readonly id: string };
+
+/**
+ * What the writes of a group will ask about one session's turns, known from their requests
+ * before they are decided. An engine that cannot read at the serial point (PostgreSQL, whose
+ * reads are a round trip) reads these when the group begins; the others may ignore them.
+ */
+export interface TreeNeeds {
+  readonly session: string;
+  /** Turns looked up by id (a parent, a new head, a turn to edit or delete). */
+  readonly turns: readonly string[];
+  /** Paths from the root to these turns; null: to the session's head (a fork). */
+  readonly paths: readonly (string | null)[];
+  /** Subtrees a write deletes, each with the newest turn outside it. */
+  readonly subtrees: readonly string[];
+}
 
 /** What one group sees of the committed state, and how it becomes durable. */
 export interface Group {
   /** A session as committed before this group, or undefined when there is none. */
-  current(id: string): Current | undefined;
+  current(id: string): SessionState | undefined;
+  /** A committed turn of a session; undefined when the session has none by that id. */
+  turn(session: string, id: string): TreeTurn | undefined;
+  /** The committed path from the root to a turn, oldest first; undefined when it is not a turn of the session. */
+  path(session: string, id: string): readonly TreeTurn[] | undefined;
+  /** A committed turn and its committed descendants; undefined when it is not a turn of the session. */
+  subtree(session: string, id: string): readonly TurnNode[] | undefined;
+  /** The newest committed turn of a session not in `excluded`. */
+  lastTurnExcept(session: string, excluded: ReadonlySet<string>): TurnKey | undefined;
   /** What a user's sessions held as committed before this group. */
   usageOf(user: string): Usage;
   /** Makes every change durable at once, in order; rejects (changing nothing) if it cannot. */
@@ -39,12 +125,42 @@ export interface Group {
 }
 
 export interface GroupSource {
-  /** Opens a group touching these sessions (an engine that serializes across processes locks them here). */
-  begin(ids: readonly string[]): Group | Promise<Group>;
+  /**
+   * Opens a group touching these sessions (an engine that serializes across processes locks
+   * them here); `owners` are the users of the sessions the group creates; `needs` what its
+   * writes will ask about the sessions' turns.
+   */
+  begin(ids: readonly string[], owners: readonly string[], needs: readonly TreeNeeds[]): Group | Promise<Group>;
 }
 
+/**
+ * A commit that failed only because another process's transaction got in its way (a deadlock):
+ * nothing was written, and the group is decided and committed again from the start.
+ */
+export class GroupConflict extends Error {
+  override readonly name = 'GroupConflict';
+}
+
+/**
+ * A Group asked about turns it did not read when it began (an engine that reads ahead, when an
+ * earlier write of the same group moved the tree): the write waits for the next group, where it
+ * comes first for its session and its own needs are read.
+ */
+export class NotReadAhead extends Error {
+  override readonly name = 'NotReadAhead';
+}
+
+/** Times a group is tried before its writes are refused. */
+const ATTEMPTS = 3;
+
 interface PendingWrite {
-  readonly id: string;
+  /** The sessions it touches. */
+  readonly ids: readonly string[];
+  /** Times it was put off to the next group (NotReadAhead). */
+  deferrals: number;
+  /** The owner of the session a create or a fork makes. */
+  readonly owner: string | undefined;
+  readonly needs: TreeNeeds | undefined;
   /** Decides the change against the group's view; throws to refuse. */
   decide(view: GroupView): Change;
   /** The write's answer once its change is durable. */
@@ -57,11 +173,29 @@ interface PendingWrite {
 interface Staged {
   readonly session: ChatSession;
   readonly lastTurn: TurnKey | undefined;
+  /** Its JSON, once made. */
+  readonly json?: string;
 }
+
+/** What the earlier writes of a group did to one session's turns. */
+class StagedTree {
+  /** Turns added, oldest first (each newer than every committed one), as they now are. */
+  readonly added = new Map<string, TreeTurn>();
+  /** Committed turns edited, as they now are. */
+  readonly edited = new Map<string, TreeTurn>();
+  /** Committed turns deleted. */
+  readonly removed = new Set<string>();
+  /** A session made in this group: nothing of it is committed. */
+  constructor(readonly fresh: boolean) {}
+}
+
+const treeTurnOf = (turn: Turn, json: Buffer): TreeTurn => ({ _id: turn._id, createdAt: turn.createdAt, parentId: turn.parentId, bytes: json.length, json });
+const keyOf = (t: TurnKey): TurnKey => ({ createdAt: t.createdAt, _id: t._id });
 
 /** The committed state seen through the changes the group has decided so far. */
 class GroupView {
   private readonly staged = new Map<string, Staged | null>();
+  private readonly trees = new Map<string, StagedTree>();
   /** What the group's earlier writes add to each owner's committed usage. */
   private readonly added = new Map<string, { sessions: number; turns: number; bytes: number }>();
   constructor(
@@ -72,8 +206,8 @@ class GroupView {
   /**
    * Charges a write to `user`'s usage, or throws QuotaExceeded when it would take a quota past
    * its limit (only what grows is checked: a user over a quota lowered since may still shrink).
-   * The usage is the committed one plus what the group's earlier writes added, so writes that
-   * arrive together cannot pass a quota between them. A delete gives its share back at commit.
+   * The usage is the committed one plus what the group's earlier writes added or gave back, so
+   * writes that arrive together cannot pass a quota between them.
    */
   charge(user: string, sessions: number, turns: number, bytes: () => number): void {
     const q = this.quotas;
@@ -95,14 +229,105 @@ class GroupView {
 
   current(id: string): Current | undefined {
     const staged = this.staged.get(id);
-    if (staged === undefined) return this.group.current(id);
-    if (staged === null) return undefined;
-    return { session: staged.session, lastTurn: staged.lastTurn, version: () => versionOf(JSON.stringify(staged.session), staged.lastTurn) };
+    let state: SessionState | undefined;
+    if (staged === undefined) state = this.group.current(id);
+    else if (staged !== null) state = { session: staged.session, lastTurn: staged.lastTurn, version: () => versionOfSession(staged.json ?? JSON.stringify(staged.session), staged.lastTurn) };
+    if (state === undefined) return undefined;
+    const { session, lastTurn, version } = state;
+    return {
+      session,
+      lastTurn,
+      version,
+      turn: (t) => this.turn(id, t),
+      path: (t) => this.path(id, t),
+      subtree: (t) => this.subtree(id, t),
+      lastTurnAfterRemoving: (removed) => (lastTurn === undefined || !removed.has(lastTurn._id) ? lastTurn : this.lastTurnExcept(id, removed)),
+    };
   }
 
   stage(id: string, s: Staged | null): void {
     this.staged.set(id, s);
+    if (s === null) this.trees.delete(id);
   }
+
+  /** The staged tree of a session; `fresh` for one this group makes. */
+  tree(id: string, fresh = false): StagedTree {
+    let t = this.trees.get(id);
+    if (t === undefined || fresh) {
+      t = new StagedTree(fresh);
+      this.trees.set(id, t);
+    }
+    return t;
+  }
+
+  turn(session: string, id: string): TreeTurn | undefined {
+    const t = this.trees.get(session);
+    if (t === undefined) return this.group.turn(session, id);
+    if (t.removed.has(id)) return undefined;
+    const staged = t.added.get(id) ?? t.edited.get(id);
+    if (staged !== undefined) return staged;
+    return t.fresh ? undefined : this.group.turn(session, id);
+  }
+
+  path(session: string, id: string): readonly TreeTurn[] | undefined {
+    const t = this.trees.get(session);
+    if (t === undefined) return this.group.path(session, id);
+    const tail: TreeTurn[] = [];
+    let at: string | null = id;
+    while (at !== null) {
+      if (t.removed.has(at)) return undefined;
+      const added = t.added.get(at);
+      if (added === undefined) break;
+      tail.push(added);
+      at = added.parentId;
+    }
+    tail.reverse();
+    if (at === null) return tail;
+    if (t.fresh) return undefined;
+    const base = this.group.path(session, at);
+    if (base === undefined) return undefined;
+    return [...base.map((b) => t.edited.get(b._id) ?? b), ...tail];
+  }
+
+  subtree(session: string, id: string): readonly TurnNode[] | undefined {
+    const t = this.trees.get(session);
+    if (t === undefined) return this.group.subtree(session, id);
+    if (t.removed.has(id)) return undefined;
+    let nodes: TurnNode[];
+    const added = t.added.get(id);
+    if (added !== undefined) nodes = [added];
+    else {
+      if (t.fresh) return undefined;
+      const base = this.group.subtree(session, id);
+      if (base === undefined) return undefined;
+      nodes = base.filter((n) => !t.removed.has(n._id)).map((n) => t.edited.get(n._id) ?? n);
+    }
+    const inside = new Set(nodes.map((n) => n._id));
+    for (const a of t.added.values()) {
+      if (!inside.has(a._id) && a.parentId !== null && inside.has(a.parentId)) {
+        nodes.push(a);
+        inside.add(a._id);
+      }
+    }
+    return nodes;
+  }
+
+  lastTurnExcept(session: string, excluded: ReadonlySet<string>): TurnKey | undefined {
+    const t = this.trees.get(session);
+    if (t === undefined) return this.group.lastTurnExcept(session, excluded);
+    const added = [...t.added.values()];
+    for (let i = added.length - 1; i >= 0; i--) {
+      const a = added[i] as TreeTurn;
+      if (!excluded.has(a._id)) return keyOf(a);
+    }
+    if (t.fresh) return undefined;
+    return this.group.lastTurnExcept(session, t.removed.size === 0 ? excluded : new Set([...t.removed, ...excluded]));
+  }
+}
+
+/** An empty TreeNeeds for a session, to fill in. */
+function needsOf(session: string, over: Partial<Omit<TreeNeeds, 'session'>>): TreeNeeds {
+  return { session, turns: over.turns ?? [], paths: over.paths ?? [], subtrees: over.subtrees ?? [] };
 }
 
 export class SerialWriter {
@@ -112,57 +337,178 @@ export class SerialWriter {
   private closed = false;
   private idleWaiters: (() => void)[] = [];
 
-  /** `quotas`: what one user's sessions may hold (usage by session owner), checked at this serial point. */
   constructor(
     private readonly source: GroupSource,
     private readonly log: Logger,
+    /** What one user's sessions may hold (usage by session owner), checked at this serial point. */
     private readonly quotas?: Quotas,
+    /** Writes in one group at most: 1 only to measure what group commit buys (GROUP_COMMIT=off). */
+    private readonly maxGroup = Infinity,
   ) {}
 
   createSession(session: ChatSession): Promise<SessionRecord> {
-    return this.submit<SessionRecord>(session._id, (view) => {
+    return this.submit<SessionRecord>([session._id], session.user, undefined, (view) => {
       if (view.current(session._id) !== undefined) throw new Error('duplicate session id');
-      const json = JSON.stringify(session);
-      view.charge(session.user, 1, 0, () => Buffer.byteLength(json));
-      view.stage(session._id, { session, lastTurn: undefined });
-      return { kind: 'create', session, json, version: versionOf(json, undefined) };
+      const s = chatSession({ ...session, headTurnId: null });
+      const json = JSON.stringify(s);
+      view.charge(s.user, 1, 0, () => Buffer.byteLength(json));
+      view.stage(s._id, { session: s, lastTurn: undefined, json });
+      view.tree(s._id, true);
+      return { kind: 'create', session: s, json, version: versionOfSession(json, undefined) };
     }, sessionResult);
   }
 
-  updateSession(id: string, change: (current: Current) => ChatSession): Promise<SessionRecord> {
-    return this.submit<SessionRecord>(id, (view) => {
+  updateSession(id: string, change: (current: Current) => ChatSession, hint?: WriteHint): Promise<SessionRecord> {
+    const head = hint?.headTurnId;
+    return this.submit<SessionRecord>([id], undefined, head === undefined ? undefined : needsOf(id, { turns: [head] }), (view) => {
       const current = view.current(id);
       if (current === undefined) throw new SessionNotFound();
       const next = chatSession(change(current));
+      if (next.headTurnId !== current.session.headTurnId && next.headTurnId !== null && current.turn(next.headTurnId) === undefined) {
+        throw new Error('a session head must be one of its turns');
+      }
+      if (next._id !== id || next.forkedFrom?.session !== current.session.forkedFrom?.session) throw new Error('an update cannot change what a session is');
       const json = JSON.stringify(next);
-      view.charge(next.user, 0, 0, () => Buffer.byteLength(json) - Buffer.byteLength(JSON.stringify(current.session)));
-      view.stage(id, { session: next, lastTurn: current.lastTurn });
-      return { kind: 'update', session: next, json, version: versionOf(json, current.lastTurn) };
+      view.charge(next.user, 0, 0, () => Buffer.byteLength(json) - sessionBytes(current));
+      view.stage(id, { session: next, lastTurn: current.lastTurn, json });
+      return { kind: 'update', session: next, json, version: versionOfSession(json, current.lastTurn) };
     }, sessionResult);
   }
 
   deleteSession(id: string, check: (current: Current) => void): Promise<void> {
-    return this.submit<void>(id, (view) => {
+    return this.submit<void>([id], undefined, undefined, (view) => {
       const current = view.current(id);
       if (current === undefined) throw new SessionNotFound();
       check(current);
+      // what the session held is given back at commit
       view.stage(id, null);
       return { kind: 'delete', id };
     }, () => undefined);
   }
 
-  appendTurn(sessionId: string, build: (current: Current) => Turn): Promise<TurnRecord> {
-    return this.submit<TurnRecord>(sessionId, (view) => {
+  appendTurn(sessionId: string, build: (current: Current) => Turn, hint?: WriteHint): Promise<TurnRecord> {
+    const parent = hint?.parentId;
+    const needs = typeof parent === 'string' ? needsOf(sessionId, { turns: [parent] }) : undefined;
+    return this.submit<TurnRecord>([sessionId], undefined, needs, (view) => {
       const current = view.current(sessionId);
       if (current === undefined) throw new SessionNotFound();
-      const turn = build(current);
-      const session = raisedByTurn(current.session, turn.createdAt);
+      const built = build(current);
+      // a builder that leaves the parent out (as the first release's callers did) continues the head
+      const parentId = built.parentId === undefined ? current.session.headTurnId : built.parentId;
+      const turn = turnRecord({ ...built, session: sessionId, parentId });
+      // the head is one of the session's turns; another parent is one the request named (and the hint read ahead)
+      if (parentId !== null && parentId !== current.session.headTurnId && current.turn(parentId) === undefined) throw new Error('a turn parent must be a turn of its session');
+      const before = current.session;
+      const newest = current.lastTurn;
+      if (turn.createdAt < before.updatedAt || (newest !== undefined && !turnBefore(newest, turn))) throw new Error("a new turn must be newer than its session's turns and not older than its updatedAt");
+      const session = chatSession({ ...raisedByTurn(before, turn.createdAt), headTurnId: turn._id });
       const json = ownBytes(JSON.stringify(turn));
+      const sessionJson = JSON.stringify(session);
       // the session's owner is charged, whoever writes the turn
-      view.charge(current.session.user, 0, 1, () => json.length);
-      view.stage(sessionId, { session, lastTurn: turn });
-      return { kind: 'turn', turn, json, session, raised: session !== current.session };
+      view.charge(before.user, 0, 1, () => json.length + Buffer.byteLength(sessionJson) - sessionBytes(current));
+      const lastTurn = keyOf(turn);
+      view.stage(sessionId, { session, lastTurn, json: sessionJson });
+      view.tree(sessionId).added.set(turn._id, treeTurnOf(turn, json));
+      return { kind: 'turn', turn, json, session, sessionJson, version: versionOfSession(sessionJson, lastTurn), raised: session.updatedAt !== before.updatedAt };
     }, turnResult);
+  }
+
+  updateTurn(sessionId: string, turnId: string, check: (current: Current) => void, edit: (turn: Turn) => TurnEdit): Promise<TurnUpdate> {
+    return this.submit<TurnUpdate>([sessionId], undefined, needsOf(sessionId, { turns: [turnId] }), (view) => {
+      const current = view.current(sessionId);
+      if (current === undefined) throw new SessionNotFound();
+      check(current);
+      const found = current.turn(turnId);
+      if (found === undefined) throw new TurnNotFound();
+      const was = turnRecord(JSON.parse(found.json.toString('utf8')) as Turn);
+      const e = edit(was);
+      const turn = turnRecord({
+        ...was,
+        ...(e.content !== undefined ? { content: e.content } : {}),
+        ...(e.metadata !== undefined ? { metadata: e.metadata } : {}),
+        ...(e.usage !== undefined ? { usage: e.usage } : {}),
+        ...(e.status !== undefined ? { status: e.status } : {}),
+      });
+      const session = chatSession({ ...current.session, updatedAt: nextTimestamp(current.session.updatedAt) });
+      const json = ownBytes(JSON.stringify(turn));
+      const sessionJson = JSON.stringify(session);
+      view.charge(session.user, 0, 0, () => json.length - found.bytes + Buffer.byteLength(sessionJson) - sessionBytes(current));
+      view.stage(sessionId, { session, lastTurn: current.lastTurn, json: sessionJson });
+      const tree = view.tree(sessionId);
+      if (tree.added.has(turnId)) tree.added.set(turnId, treeTurnOf(turn, json));
+      else tree.edited.set(turnId, treeTurnOf(turn, json));
+      return { kind: 'editTurn', turn, json, previousBytes: found.bytes, session, sessionJson, version: versionOfSession(sessionJson, current.lastTurn), lastTurn: current.lastTurn };
+    }, (c) => {
+      if (c.kind !== 'editTurn') throw new Error(`a ${c.kind} change has no turn update answer`);
+      return { turn: { _id: c.turn._id, createdAt: c.turn.createdAt, json: c.json }, session: { session: c.session, json: c.sessionJson, version: c.version } };
+    });
+  }
+
+  deleteTurn(sessionId: string, turnId: string, check: (current: Current) => void): Promise<SessionRecord> {
+    return this.submit<SessionRecord>([sessionId], undefined, needsOf(sessionId, { turns: [turnId], subtrees: [turnId] }), (view) => {
+      const current = view.current(sessionId);
+      if (current === undefined) throw new SessionNotFound();
+      check(current);
+      const target = current.turn(turnId);
+      const removed = target === undefined ? undefined : current.subtree(turnId);
+      if (target === undefined || removed === undefined) throw new TurnNotFound();
+      const ids = new Set(removed.map((n) => n._id));
+      const lastTurn = current.lastTurnAfterRemoving(ids);
+      const head = current.session.headTurnId;
+      const session = chatSession({ ...current.session, headTurnId: head !== null && ids.has(head) ? target.parentId : head, updatedAt: nextTimestamp(current.session.updatedAt) });
+      const sessionJson = JSON.stringify(session);
+      let bytes = 0;
+      for (const n of removed) bytes += n.bytes;
+      // never refused: what it gives back counts for the group's later writes
+      view.charge(session.user, 0, -ids.size, () => Buffer.byteLength(sessionJson) - sessionBytes(current) - bytes);
+      view.stage(sessionId, { session, lastTurn, json: sessionJson });
+      const tree = view.tree(sessionId);
+      for (const id of ids) {
+        if (tree.added.delete(id)) continue;
+        tree.edited.delete(id);
+        tree.removed.add(id);
+      }
+      return { kind: 'deleteTurns', sessionId, ids: [...ids], bytes, session, sessionJson, version: versionOfSession(sessionJson, lastTurn), lastTurn };
+    }, (c) => {
+      if (c.kind !== 'deleteTurns') throw new Error(`a ${c.kind} change has no session answer`);
+      return { session: c.session, json: c.sessionJson, version: c.version };
+    });
+  }
+
+  forkSession(sourceId: string, turnId: string | undefined, owner: string, build: (source: Current) => ChatSession): Promise<SessionRecord> {
+    return this.submit<SessionRecord>([sourceId], owner, needsOf(sourceId, { paths: [turnId ?? null], ...(turnId !== undefined ? { turns: [turnId] } : {}) }), (view) => {
+      const source = view.current(sourceId);
+      if (source === undefined) throw new SessionNotFound();
+      const given = chatSession(build(source));
+      if (given.user !== owner) throw new Error("a fork is its caller's");
+      const end = turnId ?? source.session.headTurnId;
+      const path = end === null ? [] : source.path(end);
+      if (path === undefined) throw new TurnNotFound();
+      if (view.current(given._id) !== undefined) throw new Error('duplicate session id');
+      const turns: TurnWithJson[] = [];
+      const copyOf = new Map<string, string>();
+      let previous: Turn | undefined;
+      for (const t of path) {
+        const was = turnRecord(JSON.parse(t.json.toString('utf8')) as Turn);
+        const turn = turnRecord({ ...was, _id: copyId(was, previous), session: given._id, parentId: was.parentId === null ? null : (copyOf.get(was.parentId) ?? null) });
+        copyOf.set(was._id, turn._id);
+        turns.push({ turn, json: ownBytes(JSON.stringify(turn)) });
+        previous = turn;
+      }
+      const last = previous === undefined ? undefined : keyOf(previous);
+      const session = chatSession({
+        ...(last === undefined ? given : raisedByTurn(given, last.createdAt)),
+        headTurnId: previous?._id ?? null,
+        forkedFrom: { session: sourceId, turn: end },
+      });
+      const json = JSON.stringify(session);
+      // the copies are the fork's owner's, like turns they wrote
+      view.charge(owner, 1, turns.length, () => turns.reduce((n, c) => n + c.json.length, Buffer.byteLength(json)));
+      view.stage(session._id, { session, lastTurn: last, json });
+      const tree = view.tree(session._id, true);
+      for (const c of turns) tree.added.set(c.turn._id, treeTurnOf(c.turn, c.json));
+      return { kind: 'fork', session, json, version: versionOfSession(json, last), turns };
+    }, sessionResult);
   }
 
   /** Stops taking groups once the one being committed is done (compaction swaps files then). */
@@ -188,10 +534,17 @@ export class SerialWriter {
     return new Promise((resolve) => this.idleWaiters.push(resolve));
   }
 
-  private submit<T>(id: string, decide: (view: GroupView) => Change, result: (change: Change) => T): Promise<T> {
+  private submit<T>(
+    ids: readonly string[],
+    owner: string | undefined,
+    needs: TreeNeeds | undefined,
+    decide: (view: GroupView) => Change,
+    result: (change: Change) => T,
+  ): Promise<T> {
     if (this.closed) return Promise.reject(new StorageWriteFailed(new Error('store is closed')));
     return new Promise<T>((resolve, reject) => {
-      this.queue.push({ id, decide, result, resolve: resolve as (v: unknown) => void, reject });
+      const w: PendingWrite = { ids, owner, needs, decide, result, resolve: resolve as (v: unknown) => void, reject, deferrals: 0 };
+      this.queue.push(w);
       if (!this.writing) this.nextGroup();
     });
   }
@@ -205,37 +558,62 @@ export class SerialWriter {
       return;
     }
     this.writing = true;
-    const writes = this.queue;
-    this.queue = [];
+    let writes: PendingWrite[];
+    if (this.queue.length <= this.maxGroup) {
+      writes = this.queue;
+      this.queue = [];
+    } else writes = this.queue.splice(0, this.maxGroup);
+    this.attempt(writes, 1);
+  }
+
+  /** Opens a group for `writes`, decides each against it and commits; a conflict tries again. */
+  private attempt(writes: readonly PendingWrite[], n: number): void {
     let begun: Group | Promise<Group>;
     try {
-      begun = this.source.begin(writes.map((w) => w.id));
+      begun = this.source.begin(
+        writes.flatMap((w) => w.ids),
+        writes.flatMap((w) => (w.owner === undefined ? [] : [w.owner])),
+        writes.flatMap((w) => (w.needs === undefined ? [] : [w.needs])),
+      );
     } catch (e) {
       this.refuseAll(writes, e);
       return;
     }
-    if (begun instanceof Promise) begun.then((g) => this.decideAndCommit(writes, g), (e: unknown) => this.refuseAll(writes, e));
-    else this.decideAndCommit(writes, begun);
+    if (begun instanceof Promise) begun.then((g) => this.decideAndCommit(writes, g, n), (e: unknown) => this.refuseAll(writes, e));
+    else this.decideAndCommit(writes, begun, n);
   }
 
   private refuseAll(writes: readonly PendingWrite[], err: unknown): void {
     this.log.error('store write failed; the writes of this group were refused and nothing changed', { err, writes: writes.length });
-    for (const w of writes) w.reject(err instanceof StorageWriteFailed ? err : new StorageWriteFailed(err));
+    const refusal = err instanceof StorageWriteFailed || err instanceof StorageUnavailable ? err : new StorageWriteFailed(err);
+    for (const w of writes) w.reject(refusal);
     this.nextGroup();
   }
 
-  private decideAndCommit(writes: readonly PendingWrite[], group: Group): void {
+  private decideAndCommit(writes: readonly PendingWrite[], group: Group, n: number): void {
     const view = new GroupView(group, this.quotas);
     const accepted: PendingWrite[] = [];
     const changes: Change[] = [];
+    const deferred: PendingWrite[] = [];
+    const waiting = new Set<string>();
     for (const w of writes) {
+      // a write after a deferred one of the same session waits too, so each session's writes keep their order
+      if (w.ids.some((id) => waiting.has(id))) {
+        deferred.push(w);
+        continue;
+      }
       try {
         changes.push(w.decide(view));
         accepted.push(w);
       } catch (e) {
-        w.reject(e);
+        // put off once: first of its session in the next group, what it asks is what its needs read
+        if (e instanceof NotReadAhead && w.deferrals++ === 0) {
+          deferred.push(w);
+          for (const id of w.ids) waiting.add(id);
+        } else w.reject(e);
       }
     }
+    if (deferred.length > 0) this.queue.unshift(...deferred);
     if (changes.length === 0) {
       group.release();
       this.nextGroup();
@@ -249,13 +627,32 @@ export class SerialWriter {
         }
         this.nextGroup();
       },
-      (e: unknown) => this.refuseAll(accepted, e),
+      (e: unknown) => {
+        if (e instanceof GroupConflict && n < ATTEMPTS) this.attempt(accepted, n + 1);
+        else this.refuseAll(accepted, e);
+      },
     );
   }
 }
 
+/**
+ * The id of a turn's copy: a new id carrying its createdAt's second. Ids made in one second
+ * sort in the order they are made, so copies keep the order of their originals; a copy that
+ * shares a millisecond with the one before it (data of the first release) is made to sort after it.
+ */
+function copyId(original: Turn, previous: Turn | undefined): string {
+  const id = newObjectId(Date.parse(original.createdAt));
+  if (previous === undefined || previous.createdAt !== original.createdAt || id > previous._id) return id;
+  return (BigInt(`0x${previous._id}`) + 1n).toString(16).padStart(24, '0');
+}
+
+/** UTF-8 bytes of a session's JSON as it stands before a write. */
+function sessionBytes(current: Current): number {
+  return Buffer.byteLength(JSON.stringify(current.session));
+}
+
 function sessionResult(c: Change): SessionRecord {
-  if (c.kind === 'create' || c.kind === 'update') return { session: c.session, json: c.json, version: c.version };
+  if (c.kind === 'create' || c.kind === 'update' || c.kind === 'fork') return { session: c.session, json: c.json, version: c.version };
   throw new Error(`a ${c.kind} change has no session answer`);
 }
 

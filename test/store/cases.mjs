@@ -11,7 +11,7 @@ import { describe, test } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import { ENGINES, kit, openOn, openSnapshotOn } from './engines.mjs';
 
-const { chatSession, newObjectId, versionOf, PreconditionFailed, SessionNotFound, StorageWriteFailed, PAGE_BYTE_BUDGET, PAGE_SCAN_BUDGET, SCAN_CHUNK, setFaultPlan, wholeListReply } = kit;
+const { chatSession, newObjectId, versionOfSession, PreconditionFailed, SessionNotFound, StorageWriteFailed, PAGE_BYTE_BUDGET, PAGE_SCAN_BUDGET, SCAN_CHUNK, setFaultPlan, wholeListReply } = kit;
 const CHILD = fileURLToPath(new URL('./child-writer.mjs', import.meta.url));
 
 /** A timestamp `ms` milliseconds after a fixed instant (ISO 8601 UTC with milliseconds, as stored). */
@@ -184,6 +184,27 @@ export function contract(engine) {
       });
     });
 
+    test('a page ends (no resume key) exactly when its list has nothing after it: active and archived sessions are two lists on every engine, so pages break the same everywhere', async () => {
+      await withStore(async (store) => {
+        // an archived session older than active ones, and one newer
+        await store.createSession(session({ ms: 0, archived: true }));
+        await store.createSession(session({ ms: 1 }));
+        await store.createSession(session({ ms: 2, archived: true }));
+        await store.createSession(session({ ms: 3 }));
+        const archived = await store.listSessions({ user: 'alice', archived: 'true' }, undefined, 2);
+        assert.equal(archived.items.length, 2);
+        assert.equal(archived.next, undefined, 'the archived list has nothing after its two');
+        const first = await store.listSessions({ user: 'alice', archived: 'true' }, undefined, 1);
+        assert.notEqual(first.next, undefined);
+        const active = await store.listSessions({ project: 'proj', archived: 'false' }, undefined, 2);
+        assert.equal(active.next, undefined, 'the active list has nothing after its two');
+        const all = await store.listSessions({ user: 'alice', archived: 'all' }, undefined, 4);
+        assert.equal(all.next, undefined);
+        const three = await store.listSessions({ user: 'alice', archived: 'all' }, undefined, 3);
+        assert.notEqual(three.next, undefined);
+      });
+    });
+
     test(`a page examines at most ${PAGE_SCAN_BUDGET} items: when a filter leaves most out, the page ends early with a key to resume from, and walking on finds the rest`, async () => {
       await withStore(async (store) => {
         const n = PAGE_SCAN_BUDGET + 300;
@@ -311,20 +332,23 @@ export function contract(engine) {
       });
     });
 
-    test("a turn raises its session's updatedAt to the turn's createdAt when later (never lowers it), moves its version, and moves it to the front of its lists", async () => {
+    test("a turn becomes its session's head and raises its updatedAt to the turn's createdAt, moves its version, and moves it to the front of its lists; a turn older than its session or its newest turn is refused and changes nothing", async () => {
       await withStore(async (store) => {
         const a = await store.createSession(session({ ms: 0 }));
         const b = await store.createSession(session({ ms: 5 }));
-        await store.appendTurn(a.session._id, turnAt(10));
+        const t = await store.appendTurn(a.session._id, turnAt(10));
         let list = await scanned(store, { user: 'alice', archived: 'false' });
         assert.deepEqual(list.map((s) => s._id), [a.session._id, b.session._id]);
         const raised = await store.getSession(a.session._id);
         assert.equal(raised.session.updatedAt, at(10));
+        assert.equal(raised.session.headTurnId, t._id);
         assert.notEqual(raised.version, a.version, 'the version moves with a turn');
-        // a turn stamped before the session's updatedAt does not lower it
+        // a turn stamped at or before the session's updatedAt would not move it: the serial point refuses it
         await store.updateSession(b.session._id, (c) => ({ ...c.session, updatedAt: at(100) }));
-        await store.appendTurn(b.session._id, turnAt(50));
-        assert.equal((await store.getSession(b.session._id)).session.updatedAt, at(100));
+        const before = await everything(store);
+        await assert.rejects(store.appendTurn(b.session._id, turnAt(50)), /must be newer than its session's turns and not older than its updatedAt/);
+        await assert.rejects(store.appendTurn(a.session._id, (cur) => ({ ...turnAt(10)(cur), _id: '000000000000000000000000' })), /must be newer/);
+        assert.deepEqual(await everything(store), before);
         list = await scanned(store, { user: 'alice', archived: 'false' });
         assert.deepEqual(list.map((s) => s._id), [b.session._id, a.session._id]);
       });
@@ -334,7 +358,7 @@ export function contract(engine) {
       await withStore(async (store) => {
         const s = await store.createSession(session());
         const id = s.session._id;
-        for (let i = 0; i < 9; i++) await store.appendTurn(id, turnAt(10 + Math.floor(i / 3), `t${i}`));
+        for (let i = 0; i < 9; i++) await store.appendTurn(id, turnAt(10 + i, `t${i}`));
         const all = await turnsOf(store, id);
         assert.deepEqual(all.map((t) => t.content), ['t0', 't1', 't2', 't3', 't4', 't5', 't6', 't7', 't8']);
         const paged = [];
@@ -427,16 +451,21 @@ export function contract(engine) {
       await withStore(async (store) => {
         // a fixed history: fixed ids and times
         const s = chatSession({ _id: '6b0000000000000000000001', name: 'fixed', provider: 'p', selectedModel: 'm', mode: 'Plan', user: 'u', project: 'pr', createdAt: at(0), updatedAt: at(0), archived: false });
-        // the derivation, written out independently of the server's code: SHA-256, base64url, 22 characters
+        // the derivation, written out independently of the server's code: SHA-256, base64url, 22
+        // characters, over the JSON of the first release's ten fields (the fields added since follow them)
         const tagOf = (text) => createHash('sha256').update(text).digest('base64url').slice(0, 22);
+        const firstRelease = (json) => {
+          const { _id, name, provider, selectedModel, mode, user, project, createdAt, updatedAt, archived } = JSON.parse(json);
+          return JSON.stringify({ _id, name, provider, selectedModel, mode, user, project, createdAt, updatedAt, archived });
+        };
         const created = await store.createSession(s);
-        assert.equal(created.version, tagOf(JSON.stringify(s)));
+        assert.equal(created.version, tagOf(firstRelease(created.json)));
         assert.equal(created.version, 'veRdDtNGoOHjJwV89GcsjY', 'the tag of this history in every release so far');
         await store.appendTurn(s._id, (cur) => ({ _id: '6b0000000000000000000002', session: cur.session._id, user: 'u', role: 'user', content: 'c', createdAt: at(5) }));
         const after = await store.getSession(s._id);
-        assert.equal(after.version, tagOf(`${after.json}\n${at(5)}\n6b0000000000000000000002`), 'with a turn: the JSON, a newline, the newest turn\'s createdAt, a newline, its _id');
+        assert.equal(after.version, tagOf(`${firstRelease(after.json)}\n${at(5)}\n6b0000000000000000000002`), 'with a turn: the JSON, a newline, the newest turn\'s createdAt, a newline, its _id');
         assert.equal(after.version, 'JWqN48qdXeFVAgeFvYVEYy');
-        assert.equal((await store.getSession(s._id)).version, versionOf(after.json, { createdAt: at(5), _id: '6b0000000000000000000002' }));
+        assert.equal((await store.getSession(s._id)).version, versionOfSession(after.json, { createdAt: at(5), _id: '6b0000000000000000000002' }));
       });
     });
 
@@ -564,7 +593,7 @@ export function contract(engine) {
         assert.deepEqual((await turnsOf(store, s.session._id)).map((x) => x.content), ['new text', 'added']);
         assert.notEqual(await store.getSession(keep.session._id), undefined);
         const newest = (await turnsOf(store, s.session._id))[1];
-        assert.equal(now.version, versionOf(now.json, { createdAt: newest.createdAt, _id: newest._id }), 'the version follows the imported newest turn');
+        assert.equal(now.version, versionOfSession(now.json, { createdAt: newest.createdAt, _id: newest._id }), 'the version follows the imported newest turn');
         const stats = await store.stats();
         assert.deepEqual([stats.sessions, stats.turns], [2, 2]);
       });

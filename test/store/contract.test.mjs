@@ -3,5 +3,7 @@
 import { after } from 'node:test';
 import { STORE } from '../helpers.mjs';
 import { contract } from './cases.mjs';
+import { treeContract } from './tree-cases.mjs';
 
 after(contract(STORE));
+after(treeContract(STORE));

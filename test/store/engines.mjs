@@ -1,5 +1,6 @@
 // The engines the store contract runs against, what each can do beyond the contract
 // (capability flags, like abstract-level's `supports`), and how a test opens one in-process.
+import { createHash } from 'node:crypto';
 import { createRequire } from 'node:module';
 
 const kit = createRequire(import.meta.url)('../../dist/testkit.cjs');
@@ -16,11 +17,16 @@ export const ENGINES = {
     fault: 'commit',
     tornTails: false,
   },
+  postgres: {
+    fault: 'commit',
+    tornTails: false,
+  },
 };
 
-/** The settings a test store runs with: its engine, its directory, and `extra` on top. */
+/** The settings a test store runs with: its engine, its directory (postgres: a schema named after it), and `extra` on top. */
 export function configFor(engine, dir, extra = {}) {
-  return kit.loadConfig({ STORE: engine, DATA_DIR: dir, COMPACT_MIN_SIZE: '16kb', ...extra });
+  const pg = engine === 'postgres' ? { DATABASE_URL: process.env.CSA_TEST_DATABASE_URL, DATABASE_SCHEMA: `c_${createHash('sha256').update(dir).digest('hex').slice(0, 16)}` } : {};
+  return kit.loadConfig({ STORE: engine, DATA_DIR: dir, COMPACT_MIN_SIZE: '16kb', ...pg, ...extra });
 }
 
 /** Opens the engine's store on `dir` in this process (the data-directory lock is a server's job, not taken here). */

@@ -32,6 +32,7 @@
     if (!schema) return '';
     if (schema.$ref !== undefined) return el('a', { href: `#schema-${refName(schema.$ref)}`, class: 'ref' }, refName(schema.$ref));
     const parts = [];
+    if (Array.isArray(schema.oneOf)) return el('span', null, 'one of: ', schema.oneOf.map((o, i) => [i > 0 ? '; or ' : '', o.title ? [el('code', null, o.title), ' '] : '', schemaSummary(o)]));
     if ('const' in schema) parts.push(`= ${JSON.stringify(schema.const)}`);
     else if (schema.enum) parts.push(`one of ${schema.enum.map((v) => JSON.stringify(v)).join(', ')}`);
     else if (schema.type === 'array') {

@@ -11,8 +11,8 @@ import { ChunkWriter, fdatasyncAsync, fsyncDir, writeFullySync } from '../../fil
 import { crashpoint } from '../faults.js';
 import type { Appender } from './appender.js';
 import { COMPACT_SUFFIX } from './appender.js';
-import { delLine, headerLine, putLine, turnLine } from './format.js';
-import type { SnapshotItem } from './state.js';
+import { delLine, headerLine, pruneLine, putLine, turnLine } from './format.js';
+import type { SnapshotItem, StoredTurn } from './state.js';
 
 export interface CompactionHost {
   readonly file: string;
@@ -51,8 +51,10 @@ export class Compaction {
           if (this.abort) throw new CompactionAborted();
         }
         const item = snapshot[i] as SnapshotItem;
-        out.add(putLine(JSON.stringify(item.session)));
+        // a session's turns, then its state: replay makes each turn line its session's head, as
+        // appending it did, and the put that follows gives the session its own head back
         for (const t of item.turns) out.add(turnLine(t.json));
+        out.add(putLine(JSON.stringify(item.session)));
         if (i === snapshot.length >> 1) crashpoint('compact-middle');
       }
       await out.flush();
@@ -106,6 +108,8 @@ export interface TailFirstHost {
   readonly appender: Appender;
   /** The live session with this id, as it is now, if any. */
   live(id: string): ChatSession | undefined;
+  /** A live turn of a live session, as it is now (edited or not), if any. */
+  turn(session: string, id: string): StoredTurn | undefined;
   /** Resolves once no group is being committed and no new one will start. */
   pauseWriter(): Promise<void>;
   resumeWriter(): void;
@@ -120,12 +124,16 @@ export interface TailFirstHost {
  * older file holds only its header, the newer one is renamed over it.
  *
  * Replay reads the older file, then the newer one, so at every step the two hold every
- * acknowledged write: records appended to the newer file come after all of the older one's, a
- * session's state is written as it is in memory (its newest, whatever the older file still
- * holds), a turn copied twice by a repeated step is one turn (replay keeps one per id), and a
- * tombstone is carried over (`"carried":true`) for the older records of its session that are
- * still in the older file. A carried tombstone is dropped by the next compaction: by then no
- * record of its session is left before it. A kill at any step leaves two whole files or one; the
+ * acknowledged write. What a piece moves is written as memory holds it now, never as the piece
+ * held it: each live turn a record of the piece names (a turn, an edit, a fork's copies) as a
+ * turn line with its newest JSON, then, for each live session the piece touches, its state as a
+ * put line, after its turns (replay makes a turn line its session's head; the put gives the
+ * session its own head back). A turn written twice (its older records still in the older file,
+ * or a step repeated after a kill) is one turn: replay keeps the last by id, and links a turn
+ * moved before its parent once the load is done. A deleting record (a tombstone, a prune of
+ * turns of a live session) is carried over (`"carried":true`) for the older records it deletes
+ * that are still in the older file. A carried one is dropped by the next compaction: by then
+ * nothing it deletes is left before it. A kill at any step leaves two whole files or one; the
  * next start replays them, and the next compaction goes on from where this one stopped.
  */
 export class TailFirstCompaction {
@@ -140,8 +148,6 @@ export class TailFirstCompaction {
     if (!appender.twoFiles) await this.split(host);
     const fd = appender.baseFd as number;
     const headerEnd = firstLineEnd(fd);
-    // sessions whose state this run has written to the newer file already
-    const written = new Set<string>();
     let end = appender.baseSize;
     while (end > headerEnd) {
       if (this.abort) throw new CompactionAborted();
@@ -149,23 +155,7 @@ export class TailFirstCompaction {
       // decided with the writer paused: what is live cannot change before it is appended
       await host.pauseWriter();
       try {
-        const out: Buffer[] = [];
-        let pos = 0;
-        while (pos < buf.length) {
-          const nl = buf.indexOf(0x0a, pos);
-          const line = buf.subarray(pos, nl + 1);
-          pos = nl + 1;
-          const r = classify(line);
-          if (r.kind === 'turn') {
-            if (host.live(r.session) !== undefined) out.push(line);
-          } else if (r.kind === 'put') {
-            const s = host.live(r.id);
-            if (s !== undefined && !written.has(r.id)) {
-              written.add(r.id);
-              out.push(putLine(JSON.stringify(s)));
-            }
-          } else if (!r.carried) out.push(delLine(r.id, true));
-        }
+        const out = movedLines(host, buf);
         crashpoint('compact-piece');
         if (out.length > 0) {
           const data = Buffer.concat(out);
@@ -251,7 +241,56 @@ async function linesBefore(fd: number, floor: number, end: number, size: number)
   }
 }
 
-type Classified = { kind: 'turn'; session: string } | { kind: 'put'; id: string } | { kind: 'del'; id: string; carried: boolean };
+/** What a piece of the older file becomes in the newer one (see TailFirstCompaction). */
+function movedLines(host: TailFirstHost, buf: Buffer): Buffer[] {
+  const turns: Buffer[] = [];
+  const carried: Buffer[] = [];
+  const moved = new Set<string>();
+  // live sessions the piece touches, each to be put once after its turns
+  const touched = new Set<string>();
+  let pos = 0;
+  while (pos < buf.length) {
+    const nl = buf.indexOf(0x0a, pos);
+    const r = classify(buf.subarray(pos, nl + 1));
+    pos = nl + 1;
+    switch (r.kind) {
+      case 'turns': {
+        if (host.live(r.session) === undefined) break;
+        touched.add(r.session);
+        for (const id of r.ids) {
+          if (moved.has(id)) continue;
+          moved.add(id);
+          const t = host.turn(r.session, id);
+          if (t !== undefined) turns.push(turnLine(t.json));
+        }
+        break;
+      }
+      case 'put':
+        if (host.live(r.id) !== undefined) touched.add(r.id);
+        break;
+      case 'prune': {
+        const s = r.carried ? undefined : host.live(r.session);
+        // the turns of a deleted session are the tombstone's to delete
+        if (s === undefined) break;
+        carried.push(pruneLine(r.ids, JSON.stringify(s), true));
+        touched.add(r.session);
+        break;
+      }
+      case 'del':
+        if (!r.carried) carried.push(delLine(r.id, true));
+    }
+  }
+  const puts: Buffer[] = [];
+  for (const id of touched) puts.push(putLine(JSON.stringify(host.live(id) as ChatSession)));
+  return [...turns, ...carried, ...puts];
+}
+
+type Classified =
+  /** A record holding turns: a turn, an edit, a fork's copies. */
+  | { kind: 'turns'; session: string; ids: readonly string[] }
+  | { kind: 'put'; id: string }
+  | { kind: 'del'; id: string; carried: boolean }
+  | { kind: 'prune'; session: string; ids: readonly string[]; carried: boolean };
 
 const TURN_HEAD = Buffer.from('{"turn":{"_id":"');
 const SESSION_KEY = Buffer.from('","session":"');
@@ -260,13 +299,19 @@ const SESSION_KEY = Buffer.from('","session":"');
 function classify(line: Buffer): Classified {
   // the writer puts a turn's _id and session (24-character ids) first
   if (line.compare(TURN_HEAD, 0, TURN_HEAD.length, 9, 9 + TURN_HEAD.length) === 0 && line.compare(SESSION_KEY, 0, SESSION_KEY.length, 49, 62) === 0) {
-    return { kind: 'turn', session: line.toString('latin1', 62, 86) };
+    return { kind: 'turns', session: line.toString('latin1', 62, 86), ids: [line.toString('latin1', 25, 49)] };
   }
   const v = JSON.parse(line.toString('utf8', 9, line.length - 1)) as Record<string, unknown>;
   const put = v['put'] as Record<string, unknown> | undefined;
   if (typeof put === 'object' && put !== null && typeof put['_id'] === 'string') return { kind: 'put', id: put['_id'] };
   if (typeof v['del'] === 'string') return { kind: 'del', id: v['del'], carried: v['carried'] === true };
-  const turn = v['turn'] as Record<string, unknown> | undefined;
-  if (typeof turn === 'object' && turn !== null && typeof turn['session'] === 'string') return { kind: 'turn', session: turn['session'] };
+  const turn = (v['turn'] ?? v['edit']) as Record<string, unknown> | undefined;
+  if (typeof turn === 'object' && turn !== null && typeof turn['session'] === 'string' && typeof turn['_id'] === 'string') return { kind: 'turns', session: turn['session'], ids: [turn['_id']] };
+  const session = (v['session'] ?? v['fork']) as Record<string, unknown> | undefined;
+  if (typeof session === 'object' && session !== null && typeof session['_id'] === 'string') {
+    const ids = (list: unknown): string[] => (Array.isArray(list) ? list.flatMap((x: unknown) => (typeof x === 'string' ? [x] : typeof x === 'object' && x !== null && typeof (x as Record<string, unknown>)['_id'] === 'string' ? [(x as Record<string, unknown>)['_id'] as string] : [])) : []);
+    if (Array.isArray(v['prune'])) return { kind: 'prune', session: session['_id'], ids: ids(v['prune']), carried: v['carried'] === true };
+    if (v['fork'] !== undefined) return { kind: 'turns', session: session['_id'], ids: ids(v['turns']) };
+  }
   throw new Error('a journal line holds no known record');
 }

@@ -14,7 +14,15 @@ import { planImport } from '../import-plan.js';
 import {
   StorageWriteFailed,
   StoreOpenFailed,
+  TurnNotFound,
+  type Branch,
   type Current,
+  type SessionState,
+  type TreeTurn,
+  type TurnEdit,
+  type TurnNode,
+  type TurnUpdate,
+  type WriteHint,
   type ExportItem,
   type ExportSnapshot,
   type ImportSummary,
@@ -30,8 +38,26 @@ import {
 import { SerialWriter, type Change, type Group, type GroupSource } from '../writer.js';
 import { Appender, COMPACT_SUFFIX, IMPORT_SUFFIX, JOURNAL_FILE, NEXT_SUFFIX, readCommitted } from './appender.js';
 import { Compaction, CompactionAborted, TailFirstCompaction, type TailFirstHost } from './compaction.js';
-import { delLine, findTombstones, headerLine, putLine, PUT_LINE_OVERHEAD, scanJournal, TURN_LINE_OVERHEAD, turnLine, type JournalRecord, type ScanResult } from './format.js';
-import { LazyRecord, MemoryState, StoredTurn, type SessionEntry } from './state.js';
+import {
+  delLine,
+  editLine,
+  findDeletions,
+  forkLine,
+  headerLine,
+  JOURNAL_VERSION,
+  pruneLine,
+  putLine,
+  PUT_LINE_OVERHEAD,
+  scanJournal,
+  TURN_LINE_OVERHEAD,
+  turnLine,
+  upgradeTurnJson,
+  type Deleted,
+  type Deletions,
+  type JournalRecord,
+  type ScanResult,
+} from './format.js';
+import { LazyRecord, MemoryState, pageOf, SessionEntry, StoredTurn } from './state.js';
 
 export interface JournalStoreOptions {
   readonly dir: string;
@@ -41,6 +67,8 @@ export interface JournalStoreOptions {
   /** The journal is not compacted below this size. */
   readonly compactMinBytes: number;
   readonly observer?: StoreObserver | undefined;
+  /** false only to measure what group commit buys: one write per append and fsync. */
+  readonly groupCommit?: boolean;
   /** What one user's sessions may hold, checked at the serial point. */
   readonly quotas?: Quotas | undefined;
 }
@@ -59,10 +87,10 @@ export class JournalStore implements Store, GroupSource, Group {
   private readonly file: string;
   private readonly next: string;
   private readonly writer: SerialWriter;
-  /** Bytes of the journal holding live records: the header, each session's last put, its turns. */
-  private liveBytes = 0;
+  /** UTF-8 bytes of the JSON of every live session and turn. */
+  private jsonBytes = 0;
   private compactions = 0;
-  /** After a failed compaction: what lets the next one start (see retryCompaction). */
+  /** After a failed compaction: what lets the next one start (see mayRetryCompaction). */
   private compactBackoff: { readonly at: number; readonly needBytes: number; readonly delayMs: number } | undefined;
   private checkingSpace = false;
   private compaction: TailFirstCompaction | undefined;
@@ -79,17 +107,19 @@ export class JournalStore implements Store, GroupSource, Group {
     this.file = join(opts.dir, JOURNAL_FILE);
     this.next = this.file + NEXT_SUFFIX;
     this.state = loaded.state;
-    this.liveBytes = loaded.liveBytes;
     this.recountUsage();
-    this.writer = new SerialWriter(this, opts.log, opts.quotas);
+    this.writer = new SerialWriter(this, opts.log, opts.quotas, opts.groupCommit === false ? 1 : Infinity);
   }
 
-  /** Replays the journal of `dir` and opens it for appending. The data directory's lock is the caller's. */
-  static open(opts: JournalStoreOptions): JournalStore {
+  /**
+   * Replays the journal of `dir` and opens it for appending. A journal of the first release is
+   * rewritten in this release's version first (through compaction: a crash leaves the old file or
+   * the new one). The data directory's lock is the caller's.
+   */
+  static async open(opts: JournalStoreOptions): Promise<JournalStore> {
     const { log } = opts;
     mkdirSync(opts.dir, { recursive: true });
     const file = join(opts.dir, JOURNAL_FILE);
-    const next = file + NEXT_SUFFIX;
     for (const suffix of [COMPACT_SUFFIX, IMPORT_SUFFIX]) {
       if (existsSync(file + suffix)) {
         unlinkSync(file + suffix);
@@ -98,6 +128,7 @@ export class JournalStore implements Store, GroupSource, Group {
     }
     if (!existsSync(file)) createEmpty(file);
     const started = process.hrtime.bigint();
+    const next = file + NEXT_SUFFIX;
     const files = [{ file }];
     const twoFiles = existsSync(next);
     if (twoFiles) files.push({ file: next });
@@ -126,19 +157,33 @@ export class JournalStore implements Store, GroupSource, Group {
         log.warn('removed the unfinished start of a compaction left by an earlier run; the journal itself is complete', { file: next });
       } else nextSize = sizes[1];
     }
+    const scan = loaded.scans[0] as ScanResult;
     let size = sizes[0] as number;
-    if (loaded.scans[0]?.header === undefined) {
+    if (scan.header === undefined) {
       if (nextSize !== undefined) throw new StoreOpenFailed(`${file}: the journal has no intact header while ${next} continues it; restore from a backup (\`node dist/server.js import <backup.ndjson>\` into a new data directory)`);
       // nothing intact, not even the header: a journal whose creation was interrupted
-      log.warn('the journal had no intact header; starting it afresh', { file, droppedBytes: loaded.scans[0]?.tornBytes });
+      log.warn('the journal had no intact header; starting it afresh', { file, droppedBytes: scan.tornBytes });
       createEmpty(file);
       size = HEADER_BYTES;
+    } else if (scan.header.version !== JOURNAL_VERSION && nextSize !== undefined) {
+      // only this release splits a journal in two, and it writes its own version
+      throw new StoreOpenFailed(`${file}: a journal of version ${scan.header.version} with ${next} beside it was not written by a release of this application; restore from a backup`);
     }
     const appender = new Appender(file, size, { dir: opts.dir, fsync: opts.fsync, log }, nextSize === undefined ? undefined : { file: next, size: nextSize });
     const store = new JournalStore(opts, appender, loaded);
     const ms = Number(process.hrtime.bigint() - started) / 1e6;
-    const records = loaded.scans.reduce((n, scan) => n + scan.records, 0);
-    log.info('journal replayed', { sessions: loaded.state.sessionCount, turns: loaded.state.turnCount, records, bytes: appender.totalSize, ms: Math.round(ms) });
+    const records = loaded.scans.reduce((n, sc) => n + sc.records, 0);
+    // turnBytesLoaded: what replay copied of turns' JSON (the turns a later record deletes are not)
+    log.info('journal replayed', { sessions: loaded.state.sessionCount, turns: loaded.state.turnCount, records, bytes: appender.totalSize, turnBytesLoaded: loaded.state.arena.replayedBytes, ms: Math.round(ms) });
+    if (scan.header !== undefined && scan.header.version !== JOURNAL_VERSION) {
+      try {
+        await new Compaction().run(store.compactionHost(), store.state.snapshot());
+      } catch (e) {
+        store.appender?.close();
+        throw new StoreOpenFailed(`${file}: a journal of version ${scan.header.version} could not be rewritten in version ${JOURNAL_VERSION} (${(e as Error).message}); it is unchanged`);
+      }
+      log.info('journal rewritten in this release\'s format: turns have their parents, sessions their heads', { file, fromVersion: scan.header.version, toVersion: JOURNAL_VERSION, bytes: appender.size });
+    }
     // a journal replayed mostly dead, or a compaction the last run left under way: at once, in the background
     setImmediate(() => store.maybeCompact());
     return store;
@@ -187,12 +232,19 @@ export class JournalStore implements Store, GroupSource, Group {
     }
   }
 
-  listTurns(sessionId: string, after: TurnKey | undefined, limit: number): Promise<Page<TurnRecord, TurnKey>> {
-    return Promise.resolve(this.state.listTurns(sessionId, after, limit));
+  listTurns(sessionId: string, after: TurnKey | undefined, limit: number, branch?: Branch): Promise<Page<TurnRecord, TurnKey>> {
+    if (branch === undefined) return Promise.resolve(this.state.listTurns(sessionId, after, limit));
+    const path = this.state.branch(sessionId, branch === 'head' ? 'head' : branch.turnId);
+    return path === undefined ? Promise.reject(new TurnNotFound()) : Promise.resolve(pageOf(path, after, limit));
   }
 
-  async *scanTurns(sessionId: string): AsyncIterable<readonly TurnRecord[]> {
-    const turns = this.state.snapshotTurns(sessionId);
+  getTurn(sessionId: string, turnId: string): Promise<TurnRecord | undefined> {
+    return Promise.resolve(this.state.get(sessionId)?.turn(turnId));
+  }
+
+  async *scanTurns(sessionId: string, branch?: Branch): AsyncIterable<readonly TurnRecord[]> {
+    const turns = branch === undefined ? this.state.snapshotTurns(sessionId) : this.state.branch(sessionId, branch === 'head' ? 'head' : branch.turnId);
+    if (turns === undefined) throw new TurnNotFound();
     // the turns are references to what memory keeps: a chunk costs no copy of their JSON
     for (let i = 0; i < turns.length; i += SCAN_CHUNK) yield turns.slice(i, i + SCAN_CHUNK);
   }
@@ -218,6 +270,10 @@ export class JournalStore implements Store, GroupSource, Group {
     return { sessions: snapshot.length, turns, items: items() };
   }
 
+  health(): Promise<void> {
+    return Promise.resolve();
+  }
+
   usage(user: string): Promise<Usage> {
     return Promise.resolve(this.usageOf(user));
   }
@@ -233,7 +289,7 @@ export class JournalStore implements Store, GroupSource, Group {
     return {
       sessions,
       turns,
-      bytes: this.liveBytes - HEADER_BYTES - PUT_LINE_OVERHEAD * sessions - TURN_LINE_OVERHEAD * turns,
+      bytes: this.jsonBytes,
       engine: [
         { name: 'journal_bytes', type: 'gauge', help: 'Size of the journal (both its files while a compaction is under way).', value: this.appender?.totalSize ?? 0 },
         { name: 'journal_live_bytes', type: 'gauge', help: 'Bytes of the journal still holding live records.', value: this.liveBytes },
@@ -250,16 +306,28 @@ export class JournalStore implements Store, GroupSource, Group {
     return this.writer.createSession(session);
   }
 
-  updateSession(id: string, change: (current: Current) => ChatSession): Promise<SessionRecord> {
-    return this.writer.updateSession(id, change);
+  updateSession(id: string, change: (current: Current) => ChatSession, hint?: WriteHint): Promise<SessionRecord> {
+    return this.writer.updateSession(id, change, hint);
   }
 
   deleteSession(id: string, check: (current: Current) => void): Promise<void> {
     return this.writer.deleteSession(id, check);
   }
 
-  appendTurn(sessionId: string, build: (current: Current) => Turn): Promise<TurnRecord> {
-    return this.writer.appendTurn(sessionId, build);
+  appendTurn(sessionId: string, build: (current: Current) => Turn, hint?: WriteHint): Promise<TurnRecord> {
+    return this.writer.appendTurn(sessionId, build, hint);
+  }
+
+  updateTurn(sessionId: string, turnId: string, check: (current: Current) => void, edit: (turn: Turn) => TurnEdit): Promise<TurnUpdate> {
+    return this.writer.updateTurn(sessionId, turnId, check, edit);
+  }
+
+  deleteTurn(sessionId: string, turnId: string, check: (current: Current) => void): Promise<SessionRecord> {
+    return this.writer.deleteTurn(sessionId, turnId, check);
+  }
+
+  forkSession(sourceId: string, turnId: string | undefined, owner: string, build: (source: Current) => ChatSession): Promise<SessionRecord> {
+    return this.writer.forkSession(sourceId, turnId, owner, build);
   }
 
   /** GroupSource: one group at a time, seeing memory, which holds exactly what is committed. */
@@ -268,10 +336,34 @@ export class JournalStore implements Store, GroupSource, Group {
     return this;
   }
 
-  current(id: string): Current | undefined {
+  current(id: string): SessionState | undefined {
     const e = this.state.get(id);
     if (e === undefined) return undefined;
     return { session: e.session, lastTurn: e.lastTurn, version: () => e.version };
+  }
+
+  turn(session: string, id: string): TreeTurn | undefined {
+    return this.state.get(session)?.turn(id);
+  }
+
+  path(session: string, id: string): readonly TreeTurn[] | undefined {
+    const t = this.state.get(session)?.turn(id);
+    return t === undefined ? undefined : SessionEntry.pathTo(t);
+  }
+
+  subtree(session: string, id: string): readonly TurnNode[] | undefined {
+    const e = this.state.get(session);
+    const t = e?.turn(id);
+    return e === undefined || t === undefined ? undefined : e.subtreeOf(t);
+  }
+
+  lastTurnExcept(session: string, excluded: ReadonlySet<string>): TurnKey | undefined {
+    const turns = this.state.get(session)?.turns ?? [];
+    for (let i = turns.length - 1; i >= 0; i--) {
+      const t = turns[i] as StoredTurn;
+      if (!excluded.has(t._id)) return { createdAt: t.createdAt, _id: t._id };
+    }
+    return undefined;
   }
 
   release(): void {
@@ -287,50 +379,61 @@ export class JournalStore implements Store, GroupSource, Group {
       appender.append(data, (err) => {
         if (err !== undefined) return reject(err);
         this.opts.observer?.commit(Number(process.hrtime.bigint() - started) / 1e9, changes.length);
-        for (let i = 0; i < changes.length; i++) this.apply(changes[i] as Change, (lines[i] as Buffer).length);
+        for (const c of changes) this.apply(c);
         resolve();
         this.maybeCompact();
       });
     });
   }
 
-  /** Applies a durable change to memory. */
-  private apply(c: Change, bytes: number): void {
+  /** Applies a durable change to memory, with what it changes in its owner's usage. */
+  private apply(c: Change): void {
     const state = this.state;
-    let e: SessionEntry | undefined;
+    const id = c.kind === 'delete' ? c.id : c.kind === 'deleteTurns' ? c.sessionId : c.session._id;
+    const before = state.get(id);
+    const bytesBefore = before === undefined ? 0 : before.sessionBytes + before.turnBytes;
+    if (before !== undefined) this.addUsage(before.session.user, -1, -(before.turns?.length ?? 0), -bytesBefore);
     switch (c.kind) {
       case 'create':
-        e = state.insertNew(c.session, c.version);
-        e.putBytes = bytes;
-        this.liveBytes += bytes;
-        this.addUsage(c.session.user, 1, 0, bytes - PUT_LINE_OVERHEAD);
-        return;
-      case 'update': {
-        const before = state.get(c.session._id);
-        if (before !== undefined) this.addUsage(before.session.user, -1, -(before.turns?.length ?? 0), -(before.putBytes - PUT_LINE_OVERHEAD + before.turnBytes - TURN_LINE_OVERHEAD * (before.turns?.length ?? 0)));
-        e = state.putSession(c.session, c.version);
-        this.liveBytes += bytes - e.putBytes;
-        e.putBytes = bytes;
-        this.addUsage(c.session.user, 1, e.turns?.length ?? 0, bytes - PUT_LINE_OVERHEAD + e.turnBytes - TURN_LINE_OVERHEAD * (e.turns?.length ?? 0));
-        return;
-      }
-      case 'turn': {
-        const t = StoredTurn.of(c.turn._id, c.turn.createdAt, c.json);
-        state.arena.written(t);
-        e = state.addTurn(c.session._id, t);
-        e.turnBytes += bytes;
-        this.liveBytes += bytes;
-        this.addUsage(e.session.user, 0, 1, c.json.length);
-        return;
+        state.insertNew(c.session, c.version).sessionBytes = Buffer.byteLength(c.json);
+        break;
+      case 'update':
+        state.putSession(c.session, c.version).sessionBytes = Buffer.byteLength(c.json);
+        break;
+      case 'turn':
+        state.addTurn(c.session._id, this.written(c.turn, c.json), c.turn.parentId, { session: c.session, version: c.version, bytes: Buffer.byteLength(c.sessionJson) });
+        break;
+      case 'editTurn':
+        state.editTurn(this.written(c.turn, c.json), c.session, Buffer.byteLength(c.sessionJson), c.version);
+        break;
+      case 'deleteTurns':
+        state.pruneTurns(c.ids, c.session, Buffer.byteLength(c.sessionJson), c.version);
+        break;
+      case 'fork': {
+        const e = state.insertNew(c.session, c.version);
+        for (const t of c.turns) state.placeTurn(c.session._id, this.written(t.turn, t.json), t.turn.parentId);
+        e.replace(c.session, c.version);
+        e.sessionBytes = Buffer.byteLength(c.json);
+        break;
       }
       case 'delete':
-        e = state.deleteSession(c.id);
-        if (e !== undefined) {
-          this.liveBytes -= e.putBytes + e.turnBytes;
-          const turns = e.turns?.length ?? 0;
-          this.addUsage(e.session.user, -1, -turns, -(e.putBytes - PUT_LINE_OVERHEAD + e.turnBytes - TURN_LINE_OVERHEAD * turns));
-        }
+        state.deleteSession(c.id);
     }
+    const after = state.get(id);
+    if (after !== undefined) this.addUsage(after.session.user, 1, after.turns?.length ?? 0, after.sessionBytes + after.turnBytes);
+    this.jsonBytes += (after === undefined ? 0 : after.sessionBytes + after.turnBytes) - bytesBefore;
+  }
+
+  /** A turn the writer made, kept in its own buffer. */
+  private written(turn: Turn, json: Buffer): StoredTurn {
+    const t = StoredTurn.of(turn._id, turn.createdAt, json);
+    this.state.arena.written(t);
+    return t;
+  }
+
+  /** Bytes of the journal holding live records: what a compaction would write. */
+  private get liveBytes(): number {
+    return HEADER_BYTES + this.jsonBytes + PUT_LINE_OVERHEAD * this.state.sessionCount + TURN_LINE_OVERHEAD * this.state.turnCount;
   }
 
   private addUsage(user: string, sessions: number, turns: number, bytes: number): void {
@@ -345,12 +448,13 @@ export class JournalStore implements Store, GroupSource, Group {
     if (u.sessions === 0) this.usageByUser.delete(user);
   }
 
-  /** Every user's usage from the entries' line sizes (after a load or an import). */
+  /** Every user's usage, and the bytes of all JSON, from the entries (after a load or an import). */
   private recountUsage(): void {
     this.usageByUser = new Map();
+    this.jsonBytes = 0;
     for (const e of this.state.entries.values()) {
-      const turns = e.turns?.length ?? 0;
-      this.addUsage(e.session.user, 1, turns, e.putBytes - PUT_LINE_OVERHEAD + e.turnBytes - TURN_LINE_OVERHEAD * turns);
+      this.addUsage(e.session.user, 1, e.turns?.length ?? 0, e.sessionBytes + e.turnBytes);
+      this.jsonBytes += e.sessionBytes + e.turnBytes;
     }
   }
 
@@ -380,10 +484,10 @@ export class JournalStore implements Store, GroupSource, Group {
       if (plan.sessions.length + plan.turns.length === 0) return plan.summary;
       for (const s of plan.sessions) state.putSession(s);
       for (const t of plan.turns) {
-        if (t.replaces !== undefined) state.removeTurn(t.replaces, t.turn._id);
         const turn = StoredTurn.of(t.turn._id, t.turn.createdAt, t.json);
         state.arena.written(turn);
-        state.addTurn(t.turn.session, turn);
+        if (t.replaces === undefined) state.placeTurn(t.turn.session, turn, t.turn.parentId);
+        else state.reimportTurn(t.turn.session, turn, t.turn.parentId);
       }
       try {
         await new Compaction().run(this.compactionHost(), state.snapshot());
@@ -401,18 +505,17 @@ export class JournalStore implements Store, GroupSource, Group {
     }
   }
 
-  private compactionHost(): { file: string; appender: Appender; pauseWriter: () => Promise<void>; resumeWriter: () => void } {
+  compactionHost(): { file: string; appender: Appender; pauseWriter: () => Promise<void>; resumeWriter: () => void } {
     return { file: this.file, appender: this.appender as Appender, pauseWriter: () => this.writer.pause(), resumeWriter: () => this.writer.resume() };
   }
 
-  /** After an import rewrote the journal: each entry's line sizes as written, and the live total. */
+  /** After an import rewrote the journal: each entry's sizes as written. */
   private recountLive(): void {
     for (const e of this.state.entries.values()) {
-      e.putBytes = PUT_LINE_OVERHEAD + Buffer.byteLength(JSON.stringify(e.session));
+      e.sessionBytes = Buffer.byteLength(JSON.stringify(e.session));
       e.turnBytes = 0;
-      for (const t of e.turns ?? []) e.turnBytes += TURN_LINE_OVERHEAD + t.jsonLength;
+      for (const t of e.turns ?? []) e.turnBytes += t.bytes;
     }
-    this.liveBytes = liveBytesOf(this.state);
   }
 
   // ---- compaction ----
@@ -424,6 +527,7 @@ export class JournalStore implements Store, GroupSource, Group {
       dir: this.opts.dir,
       appender: this.appender as Appender,
       live: (id) => this.state.get(id)?.session,
+      turn: (session, id) => this.state.get(session)?.turn(id),
       pauseWriter: () => this.writer.pause(),
       resumeWriter: () => this.writer.resume(),
     };
@@ -523,6 +627,12 @@ function lineOf(c: Change): Buffer {
       return putLine(c.json);
     case 'turn':
       return turnLine(c.json);
+    case 'editTurn':
+      return editLine(c.json, c.sessionJson);
+    case 'deleteTurns':
+      return pruneLine(c.ids, c.sessionJson);
+    case 'fork':
+      return forkLine(c.json, c.turns.map((t) => t.json));
     case 'delete':
       return delLine(c.id);
   }
@@ -532,7 +642,6 @@ interface Loaded {
   readonly state: MemoryState;
   /** One scan per file of the journal, older first. */
   readonly scans: readonly ScanResult[];
-  readonly liveBytes: number;
 }
 
 /** A journal file to replay: by path, or an open descriptor read up to `upTo` (a consistent prefix). */
@@ -544,20 +653,24 @@ interface JournalFile {
 
 /**
  * Replays a journal (its files in order) into a new state, indexes built once at the end. The
- * tombstones are found first, so the turns they delete are never copied into memory.
+ * records that delete (tombstones, prunes) are found first, so the turns they delete are never
+ * copied into memory. A journal of the first release gets its turns' parents and its sessions'
+ * heads at the end of the load.
  */
 function load(files: readonly JournalFile[], log: Logger): Loaded {
   const state = new MemoryState();
   state.beginLoad();
-  const tombstones = new Map<string, number>();
+  const deletions: Deletions = { sessions: new Map(), turns: new Map() };
   const bases: number[] = [];
   let base = 0;
   for (const f of files) {
     bases.push(base);
-    findTombstones(f.file, tombstones, { ...(f.fd !== undefined ? { fd: f.fd } : {}), ...(f.upTo !== undefined ? { upTo: f.upTo } : {}), base });
+    findDeletions(f.file, deletions, { ...(f.fd !== undefined ? { fd: f.fd } : {}), ...(f.upTo !== undefined ? { upTo: f.upTo } : {}), base });
     base += f.upTo ?? fileSize(f);
   }
-  const dead = tombstones.size === 0 ? undefined : (session: string, pos: number): boolean => (tombstones.get(session) ?? -1) > pos;
+  const { sessions, turns } = deletions;
+  const dead: Deleted | undefined =
+    sessions.size + turns.size === 0 ? undefined : (session, turn, pos) => (sessions.get(session) ?? -1) > pos || (turn !== undefined && (turns.get(turn) ?? -1) > pos);
   const scans = files.map((f, i) =>
     scanJournal(f.file, (r, bytes) => replay(state, r, bytes), {
       ...(f.fd !== undefined ? { fd: f.fd } : {}),
@@ -567,9 +680,12 @@ function load(files: readonly JournalFile[], log: Logger): Loaded {
       ...(dead !== undefined ? { dead } : {}),
     }),
   );
-  const { orphanTurns } = state.finishLoad();
+  const first = scans[0]?.header;
+  const legacy = first !== undefined && first.version < JOURNAL_VERSION;
+  const { orphanTurns, unlinkedTurns } = state.finishLoad(legacy ? upgradeTurnJson : undefined);
   if (orphanTurns > 0) log.warn('dropped turns whose session does not exist', { turns: orphanTurns });
-  return { state, scans, liveBytes: liveBytesOf(state) };
+  if (unlinkedTurns > 0) log.warn('turns whose parent does not exist are kept as roots', { turns: unlinkedTurns });
+  return { state, scans };
 }
 
 function fileSize(f: JournalFile): number {
@@ -582,20 +698,33 @@ function fileSize(f: JournalFile): number {
   }
 }
 
-/** Applies one journal record during a load, counting the bytes that hold each session. */
+/** Applies one journal record during a load, counting the bytes of each session's JSON. */
 function replay(state: MemoryState, r: JournalRecord, bytes: number): void {
-  if (r.kind === 'put') state.putSession(r.session).putBytes = bytes;
-  else if (r.kind === 'turn') {
-    const e = state.addTurn(r.session, r.turn);
-    if (!state.lastTurnReplaced) e.turnBytes += bytes;
-  } else if (r.kind === 'del') state.deleteSession(r.id);
-  // a dead turn: its session is deleted later on, and it was never kept
-}
-
-function liveBytesOf(state: MemoryState): number {
-  let live = HEADER_BYTES;
-  for (const e of state.entries.values()) live += e.putBytes + e.turnBytes;
-  return live;
+  switch (r.kind) {
+    case 'put':
+      state.putSession(r.session).sessionBytes = bytes - PUT_LINE_OVERHEAD;
+      return;
+    case 'turn':
+      state.addTurn(r.session, r.turn, r.parentId);
+      return;
+    case 'edit':
+      state.editTurn(r.turn, r.session, Buffer.byteLength(JSON.stringify(r.session)));
+      return;
+    case 'prune':
+      state.pruneTurns(r.ids, r.session, Buffer.byteLength(JSON.stringify(r.session)));
+      return;
+    case 'fork': {
+      const e = state.putSession(r.session);
+      for (const t of r.turns) state.placeTurn(r.session._id, t.turn, t.parentId);
+      e.sessionBytes = Buffer.byteLength(JSON.stringify(r.session));
+      return;
+    }
+    case 'del':
+      state.deleteSession(r.id);
+      return;
+    case 'dead-turn':
+    // a turn a later record deletes: never kept
+  }
 }
 
 function createEmpty(path: string): void {

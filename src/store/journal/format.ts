@@ -1,10 +1,18 @@
 // The journal file format: one record per line, `<crc32 as 8 hex digits> <JSON>\n`, the CRC
-// taken over the JSON's UTF-8 bytes. The first line is a header naming the format. Records:
-//   {"put":<chat session>}   a session's whole new state (create, update, archive)
-//   {"del":"<session id>"}   a tombstone: the session and all its turns are gone
-//                            (`"carried":true` marks one a compaction carried over; see compaction.ts)
-//   {"turn":<turn>}          a turn; it also raises its session's updatedAt to the turn's createdAt
-// Replay applies them in order, the last write of an id winning.
+// taken over the JSON's UTF-8 bytes. The first line is a header naming the format and its
+// version. Records:
+//   {"put":<chat session>}                  a session's whole new state (create, update, archive, head switch)
+//   {"del":"<session id>"}                  a tombstone: the session and all its turns are gone
+//                                           (`"carried":true` marks one a compaction carried over; see compaction.ts)
+//   {"turn":<turn>}                         a turn; it becomes its session's head and raises its updatedAt to the turn's createdAt
+//   {"edit":<turn>,"session":<session>}     a turn's new state, and its session's
+//   {"prune":["<turn id>",...],"session":<session>}   turns deleted (a turn and its descendants), and the session as that leaves it
+//                                           (`"carried":true` at its end: carried over by a compaction)
+//   {"fork":<session>,"turns":[<turn>,...]} a new session with its copied turns, root first
+// Each change is one line, so an interrupted final write drops a change whole. Replay applies
+// them in order, the last write of an id winning. Version 1 (the first release) had the first
+// three only, its turns without `parentId` and `status`: replay gives each turn the one before
+// it as parent, and a journal of version 1 is rewritten as version 2 at the first start.
 import { closeSync, fstatSync, openSync, readSync } from 'node:fs';
 import { basename } from 'node:path';
 import { sessionProblem } from '../../domain/inputs.js';
@@ -13,7 +21,10 @@ import { crc32 } from './crc32.js';
 import { StoredTurn, type TurnArena } from './turns.js';
 
 export const JOURNAL_FORMAT = 'chat-session-api/journal';
-export const JOURNAL_VERSION = 1;
+/** The version this release writes. */
+export const JOURNAL_VERSION = 2;
+/** The versions it reads: 1 is the first release's, rewritten at start. */
+const READS = [1, 2];
 
 export interface JournalHeader {
   readonly format: typeof JOURNAL_FORMAT;
@@ -21,13 +32,20 @@ export interface JournalHeader {
   readonly createdAt: string;
 }
 
-/** A record as replay hands it over. Turns stay JSON bytes: they are only ever sent as JSON. */
+/**
+ * A record as replay hands it over. Turns stay JSON bytes: they are only ever sent as JSON.
+ * `parentId` undefined: a turn of the first release, whose parent is the turn before it.
+ */
 export type JournalRecord =
   | { readonly kind: 'put'; readonly session: ChatSession }
-  | { readonly kind: 'del'; readonly id: string; readonly carried: boolean }
-  | { readonly kind: 'turn'; readonly session: string; readonly turn: StoredTurn }
-  /** A turn of a session a later tombstone deletes: not kept at all. */
-  | { readonly kind: 'dead-turn'; readonly session: string };
+  | { readonly kind: 'del'; readonly id: string }
+  | { readonly kind: 'turn'; readonly session: string; readonly turn: StoredTurn; readonly parentId: string | null | undefined }
+  /** A turn a later record deletes (its session's tombstone, or a prune): not kept at all. */
+  | { readonly kind: 'dead-turn'; readonly session: string }
+  /** `turn` undefined: the edit of a turn a later record deletes (its session still moves). */
+  | { readonly kind: 'edit'; readonly session: ChatSession; readonly turn: StoredTurn | undefined }
+  | { readonly kind: 'prune'; readonly session: ChatSession; readonly ids: readonly string[] }
+  | { readonly kind: 'fork'; readonly session: ChatSession; readonly turns: readonly { readonly turn: StoredTurn; readonly parentId: string | null }[] };
 
 const HEX = '0123456789abcdef';
 
@@ -52,6 +70,15 @@ export function frame(...parts: readonly (string | Buffer)[]): Buffer {
 export const putLine = (sessionJson: string): Buffer => frame('{"put":', sessionJson, '}');
 export const turnLine = (turnJson: string | Buffer): Buffer => frame('{"turn":', turnJson, '}');
 export const delLine = (id: string, carried = false): Buffer => frame(`{"del":${JSON.stringify(id)}${carried ? ',"carried":true' : ''}}`);
+export const editLine = (turnJson: Buffer, sessionJson: string): Buffer => frame('{"edit":', turnJson, ',"session":', sessionJson, '}');
+export const pruneLine = (ids: readonly string[], sessionJson: string, carried = false): Buffer =>
+  frame(`{"prune":${JSON.stringify(ids)},"session":`, sessionJson, carried ? ',"carried":true}' : '}');
+export function forkLine(sessionJson: string, turns: readonly Buffer[]): Buffer {
+  const parts: (string | Buffer)[] = ['{"fork":', sessionJson, ',"turns":['];
+  turns.forEach((t, i) => parts.push(...(i > 0 ? [',', t] : [t])));
+  parts.push(']}');
+  return frame(...parts);
+}
 /** Bytes a put line adds to its session's JSON: checksum, space, `{"put":`, `}`, newline. */
 export const PUT_LINE_OVERHEAD = 18;
 /** Bytes a turn line adds to its turn's JSON: checksum, space, `{"turn":`, `}`, newline. */
@@ -130,18 +157,22 @@ function decode(buf: Buffer, start: number, end: number): Decoded {
   return { ok: true };
 }
 
-/** Where replay puts what it reads: turns' JSON in the arena, unless `dead` says a later tombstone deletes them. */
+/** Where replay puts what it reads: turns' JSON in the arena, unless `dead` says a later record deletes them. */
 interface ReplayTarget {
   readonly arena: TurnArena;
   /** Position of this file's first byte among all the journal's files (their sizes before it). */
   readonly base: number;
-  /** Whether a tombstone after position `pos` deletes `session`. */
-  readonly dead: ((session: string, pos: number) => boolean) | undefined;
+  readonly dead: Deleted | undefined;
 }
+
+/** Whether a record after position `pos` deletes session `session`, or its turn `turn`. */
+export type Deleted = (session: string, turn: string | undefined, pos: number) => boolean;
 
 const TURN_PREFIX = Buffer.from('{"turn":{"_id":"');
 const SESSION_KEY = Buffer.from('","session":"');
+const PARENT_KEY = Buffer.from(',"parentId":');
 const CREATED_KEY = Buffer.from(',"createdAt":"');
+const NULL = Buffer.from('null');
 
 function bytesAt(buf: Buffer, at: number, what: Buffer): boolean {
   return at >= 0 && buf.compare(what, 0, what.length, at, at + what.length) === 0;
@@ -149,9 +180,11 @@ function bytesAt(buf: Buffer, at: number, what: Buffer): boolean {
 
 /**
  * A turn line's record, read from its bytes [start, end) (the JSON, checksum excluded)
- * without parsing the turn: the writer always puts `_id` and `session` (24-character ids)
- * first and `createdAt` (24 characters) last, so they sit at known places. The turn's JSON is
- * copied out as bytes. Anything unexpected takes the slow path, a full parse.
+ * without parsing the turn: the writer always puts `_id`, `session` (24-character ids) and
+ * `parentId` (an id or null) first and `createdAt` (24 characters) last, so they sit at known
+ * places. The turn's JSON is copied out as bytes. Anything unexpected takes the slow path, a
+ * full parse; a turn of the first release (no parentId) is kept as written until the load
+ * gives it its parent (upgradeTurnJson).
  */
 function turnAt(buf: Buffer, start: number, end: number, to: ReplayTarget, pos: number): JournalRecord | undefined {
   const jsonStart = start + 8;
@@ -167,22 +200,47 @@ function turnAt(buf: Buffer, start: number, end: number, to: ReplayTarget, pos: 
     buf[jsonEnd - 1] === 0x7d &&
     buf[end - 1] === 0x7d
   ) {
+    let parentId: string | null | undefined;
+    if (bytesAt(buf, start + 78, PARENT_KEY)) {
+      if (bytesAt(buf, start + 90, NULL)) parentId = null;
+      else if (buf[start + 90] === 0x22 && buf[start + 115] === 0x22) parentId = buf.toString('latin1', start + 91, start + 115);
+      else return slowTurn(buf, start, end, to, pos);
+    }
     const session = buf.toString('latin1', start + 53, start + 77);
-    if (to.dead?.(session, pos) === true) return { kind: 'dead-turn', session };
-    return {
-      kind: 'turn',
-      session,
-      turn: to.arena.replayed(buf.toString('latin1', start + 16, start + 40), buf.toString('latin1', created + 14, created + 38), buf, jsonStart, jsonEnd),
-    };
+    const id = buf.toString('latin1', start + 16, start + 40);
+    if (to.dead?.(session, id, pos) === true) return { kind: 'dead-turn', session };
+    return { kind: 'turn', session, turn: to.arena.replayed(id, buf.toString('latin1', created + 14, created + 38), buf, jsonStart, jsonEnd), parentId };
   }
+  return slowTurn(buf, start, end, to, pos);
+}
+
+function slowTurn(buf: Buffer, start: number, end: number, to: ReplayTarget, pos: number): JournalRecord | undefined {
   const v: unknown = JSON.parse(buf.toString('utf8', start, end));
-  const t = (v as { turn?: Record<string, unknown> }).turn;
-  if (typeof t !== 'object' || t === null || typeof t['_id'] !== 'string' || typeof t['session'] !== 'string' || typeof t['createdAt'] !== 'string') {
-    return undefined;
-  }
-  if (to.dead?.(t['session'], pos) === true) return { kind: 'dead-turn', session: t['session'] };
+  const t = (v as { turn?: unknown }).turn;
+  if (!isTurnish(t)) return undefined;
+  if (to.dead?.(t.session, t._id, pos) === true) return { kind: 'dead-turn', session: t.session };
+  const parentId = t['parentId'];
+  return { kind: 'turn', session: t.session, turn: storedOf(t, to.arena), parentId: parentId === undefined ? undefined : (parentId as string | null) };
+}
+
+type Turnish = Record<string, unknown> & { readonly _id: string; readonly session: string; readonly createdAt: string };
+
+function isTurnish(t: unknown): t is Turnish {
+  if (typeof t !== 'object' || t === null) return false;
+  const r = t as Record<string, unknown>;
+  const p = r['parentId'];
+  return typeof r['_id'] === 'string' && typeof r['session'] === 'string' && typeof r['createdAt'] === 'string' && (p === undefined || p === null || typeof p === 'string');
+}
+
+/** A turn parsed from a record, its JSON written again into the arena. */
+function storedOf(t: Turnish, arena: TurnArena): StoredTurn {
   const json = Buffer.from(JSON.stringify(t));
-  return { kind: 'turn', session: t['session'], turn: to.arena.replayed(t['_id'], t['createdAt'], json, 0, json.length) };
+  return arena.replayed(t._id, t.createdAt, json, 0, json.length);
+}
+
+/** A session of a record: its shape checked (checksummed and written by this server, so the types, not the API's limits). */
+function sessionOf(v: unknown): ChatSession | undefined {
+  return sessionProblem(v, false) === undefined ? (v as ChatSession) : undefined;
 }
 
 /** The record bytes [start, end) hold (the JSON, checksum excluded), or undefined when none this release knows. */
@@ -191,11 +249,58 @@ function recordAt(buf: Buffer, start: number, end: number, to: ReplayTarget, pos
   const v: unknown = JSON.parse(buf.toString('utf8', start, end));
   if (typeof v !== 'object' || v === null) return undefined;
   const r = v as Record<string, unknown>;
-  if (typeof r['del'] === 'string') return { kind: 'del', id: r['del'], carried: r['carried'] === true };
-  const put = r['put'];
-  // checksummed and written by this server, so the types are checked, not the API's limits
-  if (sessionProblem(put, false) === undefined) return { kind: 'put', session: put as ChatSession };
+  if (typeof r['del'] === 'string') return { kind: 'del', id: r['del'] };
+  if (r['put'] !== undefined) {
+    const session = sessionOf(r['put']);
+    return session === undefined ? undefined : { kind: 'put', session };
+  }
+  const session = sessionOf(r['session'] ?? r['fork']);
+  if (session === undefined || session.headTurnId === undefined) return undefined;
+  if (r['edit'] !== undefined) {
+    const t = r['edit'];
+    if (!isTurnish(t) || t.parentId === undefined) return undefined;
+    // an edit of a turn deleted later: its session still moves, its turn is not kept
+    return { kind: 'edit', session, turn: to.dead?.(t.session, t._id, pos) === true ? undefined : storedOf(t, to.arena) };
+  }
+  const prune = r['prune'];
+  if (Array.isArray(prune)) return prune.every((id) => typeof id === 'string') ? { kind: 'prune', session, ids: prune as string[] } : undefined;
+  const turns = r['turns'];
+  if (r['fork'] !== undefined && Array.isArray(turns)) {
+    const out: { turn: StoredTurn; parentId: string | null }[] = [];
+    for (const t of turns as unknown[]) {
+      if (!isTurnish(t) || t.parentId === undefined) return undefined;
+      if (to.dead?.(t.session, t._id, pos) !== true) out.push({ turn: storedOf(t, to.arena), parentId: t.parentId as string | null });
+    }
+    return { kind: 'fork', session, turns: out };
+  }
   return undefined;
+}
+
+const V1_TURN_HEAD = 70; // {"_id":"<24>","session":"<24>"
+const V1_TURN_TAIL = 40; // ,"createdAt":"<24>"}
+const STATUS_COMPLETE = ',"status":"complete"';
+
+/**
+ * The JSON of a turn of the first release as this release keeps it: `parentId` after
+ * `session`, `status` (complete) before `createdAt`. The first release wrote `_id` and `session`
+ * first and `createdAt` last, so both go in at known places without parsing the turn; anything
+ * else is parsed and written again.
+ */
+export function upgradeTurnJson(json: Buffer, parentId: string | null): Buffer {
+  const parent = `,"parentId":${parentId === null ? 'null' : `"${parentId}"`}`;
+  const n = json.length;
+  if (n > V1_TURN_HEAD + V1_TURN_TAIL && json.toString('latin1', 0, 8) === '{"_id":"' && json.toString('latin1', 32, 45) === '","session":"' && json[69] === 0x22 && json.toString('latin1', n - V1_TURN_TAIL, n - 26) === ',"createdAt":"') {
+    return Buffer.concat([json.subarray(0, V1_TURN_HEAD), Buffer.from(parent), json.subarray(V1_TURN_HEAD, n - V1_TURN_TAIL), Buffer.from(STATUS_COMPLETE), json.subarray(n - V1_TURN_TAIL)]);
+  }
+  const t = JSON.parse(json.toString('utf8')) as Record<string, unknown>;
+  const out: Record<string, unknown> = {};
+  for (const [k, v] of Object.entries(t)) {
+    if (k === 'parentId' || k === 'status') continue;
+    if (k === 'createdAt') out['status'] = t['status'] ?? 'complete';
+    out[k] = v;
+    if (k === 'session') out['parentId'] = parentId;
+  }
+  return Buffer.from(JSON.stringify(out));
 }
 
 function isHeader(v: unknown): v is JournalHeader {
@@ -231,7 +336,7 @@ function unfinishedHeader(fd: number, size: number): boolean {
 export function scanJournal(
   file: string,
   onRecord: (r: JournalRecord, bytes: number) => void,
-  opts: { fd?: number; upTo?: number; arena: TurnArena; base?: number; dead?: (session: string, pos: number) => boolean },
+  opts: { fd?: number; upTo?: number; arena: TurnArena; base?: number; dead?: Deleted },
 ): ScanResult {
   const upTo = opts.upTo ?? Infinity;
   const target: ReplayTarget = { arena: opts.arena, base: opts.base ?? 0, dead: opts.dead };
@@ -274,8 +379,8 @@ export function scanJournal(
       }
       if (lineNo === 1) {
         if (!isHeader(value)) throw new JournalDamaged(file, 1, 0, 'the first line is not a chat-session-api journal header', 0, 0);
-        if (value.version !== JOURNAL_VERSION) {
-          throw new Error(`${file}: journal format version ${String(value.version)} is not supported by this release (it reads version ${JOURNAL_VERSION})`);
+        if (!READS.includes(value.version)) {
+          throw new Error(`${file}: journal format version ${String(value.version)} is not supported by this release (it reads versions ${READS.join(' and ')})`);
         }
         header = value;
       } else {
@@ -335,16 +440,24 @@ export function scanJournal(
 }
 
 const DEL_PREFIX = Buffer.from('{"del":"');
+const PRUNE_PREFIX = Buffer.from('{"prune":[');
+
+/** Where the records that delete are: per session its last tombstone, per turn the last prune naming it. */
+export interface Deletions {
+  readonly sessions: Map<string, number>;
+  readonly turns: Map<string, number>;
+}
 
 /**
- * Where each session's last tombstone is, before replay: `into` gets, per deleted session id,
- * the position (`base` + byte offset) of its last intact `del` line. Replay then leaves out the
- * turns a later tombstone deletes instead of copying them into memory first, so replay needs no
- * more memory than the live data, however many deleted turns the journal still holds. A quick
- * search for the bytes a tombstone starts with; only whole, checksummed lines count (a torn last
- * line deletes nothing, as replay drops it).
+ * Where each deleting record is, before replay: `into` gets, per deleted session id, the
+ * position (`base` + byte offset) of its last intact `del` line, and per deleted turn id that of
+ * the last `prune` line naming it. Replay then leaves out the turns a later record deletes
+ * instead of copying them into memory first, so replay needs no more memory than the live data,
+ * however many deleted turns the journal still holds. A quick search for the bytes those lines
+ * start with; only whole, checksummed lines count (a torn last line deletes nothing, as replay
+ * drops it).
  */
-export function findTombstones(file: string, into: Map<string, number>, opts: { fd?: number; upTo?: number; base?: number } = {}): void {
+export function findDeletions(file: string, into: Deletions, opts: { fd?: number; upTo?: number; base?: number } = {}): void {
   const upTo = opts.upTo ?? Infinity;
   const base = opts.base ?? 0;
   const fd = opts.fd ?? openSync(file, 'r');
@@ -358,20 +471,36 @@ export function findTombstones(file: string, into: Map<string, number>, opts: { 
       filled += n;
       // lines wholly inside buf[0, end) are examined; the rest waits for the next read
       const end = n === 0 ? filled : buf.lastIndexOf(0x0a, filled - 1) + 1;
-      let pos = 0;
-      for (;;) {
-        const hit = buf.indexOf(DEL_PREFIX, pos);
-        if (hit === -1 || hit >= end) break;
-        pos = hit + 1;
-        // a tombstone line: `<8 hex> {"del":"<id>"...}` at the start of a line (buf[0] always is one;
-        // never inside a line: JSON escapes newlines)
-        if (hit < 9 || buf[hit - 1] !== 0x20 || (hit > 9 && buf[hit - 10] !== 0x0a)) continue;
-        const nl = buf.indexOf(0x0a, hit);
-        if (nl === -1 || nl >= end) continue;
-        if (!decode(buf, hit - 9, nl).ok) continue;
-        const idEnd = buf.indexOf(0x22, hit + DEL_PREFIX.length);
-        if (idEnd === -1 || idEnd >= nl) continue;
-        into.set(buf.toString('latin1', hit + DEL_PREFIX.length, idEnd), base + at + hit - 9);
+      for (const prefix of [DEL_PREFIX, PRUNE_PREFIX]) {
+        let pos = 0;
+        for (;;) {
+          const hit = buf.indexOf(prefix, pos);
+          if (hit === -1 || hit >= end) break;
+          pos = hit + 1;
+          // a line `<8 hex> {"del":"<id>"...}` or `<8 hex> {"prune":[...` at the start of a line
+          // (buf[0] always is one; never inside a line: JSON escapes newlines)
+          if (hit < 9 || buf[hit - 1] !== 0x20 || (hit > 9 && buf[hit - 10] !== 0x0a)) continue;
+          const nl = buf.indexOf(0x0a, hit);
+          if (nl === -1 || nl >= end) continue;
+          if (!decode(buf, hit - 9, nl).ok) continue;
+          const where = base + at + hit - 9;
+          if (prefix === DEL_PREFIX) {
+            const idEnd = buf.indexOf(0x22, hit + DEL_PREFIX.length);
+            if (idEnd === -1 || idEnd >= nl) continue;
+            into.sessions.set(buf.toString('latin1', hit + DEL_PREFIX.length, idEnd), where);
+          } else {
+            // ids are hex: the list ends at the first `]`
+            const listEnd = buf.indexOf(0x5d, hit + PRUNE_PREFIX.length - 1);
+            if (listEnd === -1 || listEnd >= nl) continue;
+            let ids: unknown;
+            try {
+              ids = JSON.parse(buf.toString('latin1', hit + PRUNE_PREFIX.length - 1, listEnd + 1));
+            } catch {
+              continue;
+            }
+            if (Array.isArray(ids)) for (const id of ids) if (typeof id === 'string') into.turns.set(id, where);
+          }
+        }
       }
       if (n === 0) return;
       if (end === 0) {

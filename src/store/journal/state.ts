@@ -1,16 +1,21 @@
 // The journal engine's image of the data in memory: an entry per session (the session, its
-// version, its turns), and per-user and per-project lists kept in list order. It knows nothing
-// about files; the engine changes it only after a change is durable.
+// version, its turns), and per-user and per-project lists kept in list order, apart for active
+// and archived sessions (as the other engines' indexes keep them, so a page examines the same
+// items on every engine). It knows nothing about files; the engine changes it only after a
+// change is durable.
 import { PAGE_BYTE_BUDGET, PAGE_SCAN_BUDGET, sessionBefore, turnBefore, type SessionKey, type TurnKey } from '../../domain/order.js';
-import { raisedByTurn, type ChatSession } from '../../domain/records.js';
+import { chatSession, raisedByTurn, type ChatSession } from '../../domain/records.js';
 import { foldForSearch } from '../../domain/search.js';
-import { versionOf } from '../../domain/version.js';
+import { versionOfSession } from '../../domain/version.js';
 import type { Page, SessionFilter, SessionRecord, TurnRecord } from '../store.js';
 import { ceilingsOf } from '../../memory.js';
 import { SortedList } from './sorted-list.js';
 import { StoredTurn, TurnArena } from './turns.js';
 
 export { StoredTurn } from './turns.js';
+
+/** Turns of a session past which a lookup by id builds the session's index instead of scanning. */
+const SCAN_TURNS = 16;
 
 /**
  * Read records are cached (their JSON made once), but not without bound: past a budget the
@@ -33,19 +38,113 @@ const RECORD_OVERHEAD = 96;
 export class SessionEntry {
   private cached: SessionRecord | undefined;
   private cachedVersion: string | undefined;
+  /** Its turns, oldest first (a parent always comes before its children). */
   turns: StoredTurn[] | undefined;
-  /** Bytes of the journal lines that hold this session's current state and its turns. */
-  putBytes = 0;
+  /** Its turns by id, made when first needed in a session of more than a few turns. */
+  private index: Map<string, StoredTurn> | undefined;
+  /** UTF-8 bytes of its JSON, and of all its turns' JSON. */
+  sessionBytes = 0;
   turnBytes = 0;
 
   constructor(public session: ChatSession) {}
+
+  /** One of its turns by id. */
+  turn(id: string): StoredTurn | undefined {
+    const list = this.turns;
+    if (list === undefined) return undefined;
+    if (this.index === undefined) {
+      if (list.length <= SCAN_TURNS) {
+        for (let i = list.length - 1; i >= 0; i--) if ((list[i] as StoredTurn)._id === id) return list[i];
+        return undefined;
+      }
+      this.index = new Map(list.map((t) => [t._id, t]));
+    }
+    return this.index.get(id);
+  }
+
+  /** The turns from the root to `t`, oldest first. */
+  static pathTo(t: StoredTurn): StoredTurn[] {
+    const out: StoredTurn[] = [];
+    for (let at: StoredTurn | null = t; at !== null; at = at.parent) out.push(at);
+    return out.reverse();
+  }
+
+  /** Turn `t` and its descendants, in list order: children come after their parent. */
+  subtreeOf(t: StoredTurn): StoredTurn[] {
+    const list = this.turns as StoredTurn[];
+    const inside = new Set<StoredTurn>([t]);
+    const out = [t];
+    for (let i = turnsBefore(list, t) + 1; i < list.length; i++) {
+      const c = list[i] as StoredTurn;
+      if (c.parent !== null && inside.has(c.parent)) {
+        inside.add(c);
+        out.push(c);
+      }
+    }
+    return out;
+  }
+
+  /**
+   * Adds a turn at its place in the list (at the end but on replays out of order). A turn
+   * already there (the same id and time: a compaction moves a turn's newest state after its
+   * older records, and a kill between its steps can leave a turn twice) is replaced, its
+   * children following the new one; returns the turn replaced, if any.
+   */
+  placeTurn(t: StoredTurn): StoredTurn | undefined {
+    const list = (this.turns ??= []);
+    const last = list[list.length - 1];
+    if (last === undefined || turnBefore(last, t)) list.push(t);
+    else {
+      const at = turnsBefore(list, t);
+      const there = list[at];
+      if (there !== undefined && there._id === t._id && there.createdAt === t.createdAt) {
+        this.replaceTurn(there, t);
+        return there;
+      }
+      list.splice(at, 0, t);
+    }
+    this.index?.set(t._id, t);
+    this.turnBytes += t.bytes;
+    this.turnsChanged();
+    return undefined;
+  }
+
+  /** Puts an edited turn (same id and createdAt) in the place of the old one; its children follow it. */
+  replaceTurn(old: StoredTurn, t: StoredTurn): void {
+    const list = this.turns as StoredTurn[];
+    const i = turnsBefore(list, old);
+    t.parent ??= old.parent;
+    list[i] = t;
+    for (let j = i + 1; j < list.length; j++) if ((list[j] as StoredTurn).parent === old) (list[j] as StoredTurn).parent = t;
+    this.index?.set(t._id, t);
+    this.turnBytes += t.bytes - old.bytes;
+    this.turnsChanged();
+  }
+
+  /** Removes these turns; returns them. */
+  removeTurns(ids: ReadonlySet<string>): StoredTurn[] {
+    const list = this.turns;
+    if (list === undefined) return [];
+    const kept: StoredTurn[] = [];
+    const removed: StoredTurn[] = [];
+    for (const t of list) {
+      if (ids.has(t._id)) {
+        removed.push(t);
+        this.turnBytes -= t.bytes;
+        this.index?.delete(t._id);
+      } else kept.push(t);
+    }
+    this.turns = kept;
+    this.turnsChanged();
+    return removed;
+  }
 
   /** The session as a reader gets it: never changed afterwards, whatever later writes do. */
   record(cache: RecordCache): SessionRecord {
     let r = this.cached;
     if (r === undefined) {
       const json = JSON.stringify(this.session);
-      r = { session: this.session, json, version: (this.cachedVersion ??= versionOf(json, this.lastTurn)) };
+      r = { session: this.session, json, version: (this.cachedVersion ??= versionOfSession(json, this.lastTurn)) };
       this.cached = r;
       cache.admit(this, json.length + RECORD_OVERHEAD);
     }
@@ -66,7 +165,7 @@ export class SessionEntry {
   }
 
   get version(): string {
-    return (this.cachedVersion ??= versionOf(this.cached?.json ?? JSON.stringify(this.session), this.lastTurn));
+    return (this.cachedVersion ??= versionOfSession(this.cached?.json ?? JSON.stringify(this.session), this.lastTurn));
   }
 
   get lastTurn(): StoredTurn | undefined {
@@ -106,7 +205,7 @@ export class LazyRecord implements SessionRecord {
     return (this.text ??= JSON.stringify(this.session));
   }
   get version(): string {
-    return (this.known ??= versionOf(this.json, this.lastTurn));
+    return (this.known ??= versionOfSession(this.json, this.lastTurn));
   }
 }
 
@@ -160,10 +259,13 @@ export class MemoryState {
   private readonly byUser = new Map<string, SortedList<SessionEntry>>();
   private readonly byProject = new Map<string, SortedList<SessionEntry>>();
   private turnTotal = 0;
-  /** Whether the last addTurn replaced a turn already there. */
-  lastTurnReplaced = false;
   /** While loading, indexes are left alone and built once by `finishLoad`. */
   private loading = false;
+  /**
+   * Turns replayed before their parent (a compaction moves a piece of the journal's end after
+   * its older records), linked at the end of the load; those whose parent never comes are kept as roots.
+   */
+  private readonly unlinked = new Map<StoredTurn, { readonly session: string; readonly parentId: string }>();
 
   get turnCount(): number {
     return this.turnTotal;
@@ -178,13 +280,28 @@ export class MemoryState {
     this.arena.beginLoad();
   }
 
-  /** Builds the list indexes after a bulk load; drops turns whose session does not exist. */
-  finishLoad(): { orphanTurns: number } {
+  /**
+   * Builds the list indexes after a bulk load; drops turns whose session does not exist. A
+   * journal of the first release (`upgrade` given) has turns without parents and sessions without
+   * heads: each turn gets the one before it as parent (its JSON made anew by `upgrade`), each
+   * session its newest turn as head.
+   */
+  finishLoad(upgrade?: (json: Buffer, parentId: string | null) => Buffer): { orphanTurns: number; unlinkedTurns: number } {
     this.loading = false;
-    this.arena.finishLoad();
     const byUser = new Map<string, SessionEntry[]>();
     const byProject = new Map<string, SessionEntry[]>();
     let orphanTurns = 0;
+    let unlinkedTurns = 0;
+    for (const [t, { session, parentId }] of this.unlinked) {
+      const e = this.entries.get(session);
+      // the turn as it is now (a later record may have replaced it), if it is still there
+      const now = e?.turn(t._id);
+      if (e === undefined || now === undefined || now.parent !== null) continue;
+      const parent = e.turn(parentId);
+      if (parent === undefined || parent === now) unlinkedTurns++;
+      else now.parent = parent;
+    }
+    this.unlinked.clear();
     for (const [id, e] of this.entries) {
       if (e.session === ORPHAN) {
         orphanTurns += e.turns?.length ?? 0;
@@ -193,16 +310,35 @@ export class MemoryState {
         this.entries.delete(id);
         continue;
       }
+      if (upgrade !== undefined) {
+        const turns = e.turns ?? [];
+        let previous: StoredTurn | null = null;
+        e.turnBytes = 0;
+        for (let i = 0; i < turns.length; i++) {
+          const t = turns[i] as StoredTurn;
+          const up = StoredTurn.of(t._id, t.createdAt, upgrade(t.json, previous === null ? null : previous._id));
+          this.arena.released(t);
+          this.arena.written(up);
+          up.parent = previous;
+          turns[i] = up;
+          e.turnBytes += up.bytes;
+          previous = up;
+        }
+        e.replace(chatSession({ ...e.session, headTurnId: previous === null ? null : previous._id }));
+        e.turnsChanged();
+      }
       // a turn replayed before its session did not move it: apply that now
       const lastAt = e.lastTurn?.createdAt;
       if (lastAt !== undefined && lastAt > e.session.updatedAt) e.replace(raisedByTurn(e.session, lastAt));
-      push(byUser, e.session.user, e);
-      push(byProject, e.session.project, e);
+      if (upgrade !== undefined) e.sessionBytes = Buffer.byteLength(JSON.stringify(e.session));
+      push(byUser, listKey(e.session.user, e.session.archived), e);
+      push(byProject, listKey(e.session.project, e.session.archived), e);
     }
     const order = (a: SessionEntry, b: SessionEntry): number => (entryBefore(a, b) ? -1 : 1);
     for (const [k, items] of byUser) this.listOf(this.byUser, k).fill(items.sort(order));
     for (const [k, items] of byProject) this.listOf(this.byProject, k).fill(items.sort(order));
-    return { orphanTurns };
+    this.arena.finishLoad();
+    return { orphanTurns, unlinkedTurns };
   }
 
   get(id: string): SessionEntry | undefined {
@@ -245,68 +381,117 @@ export class MemoryState {
   }
 
   /**
-   * Adds a turn and raises its session's updatedAt to the turn's createdAt (what appending a
-   * turn does). While loading, a turn may come before its session; it waits on a placeholder.
-   * A turn already there (the same id and time: a journal compacted while it was being written
-   * can hold a turn twice) is replaced, and `lastTurnReplaced` says so.
+   * Puts a turn in its session's tree under `parentId` (undefined: a turn of the first
+   * release, its parent given by finishLoad), leaving the session as it is. While loading, a
+   * turn may come before its session (it waits on a placeholder) or before its parent (it is
+   * linked at the end of the load). A turn already there is replaced (see SessionEntry.placeTurn).
    */
-  addTurn(sessionId: string, t: StoredTurn): SessionEntry {
+  placeTurn(sessionId: string, t: StoredTurn, parentId: string | null | undefined): SessionEntry {
     let e = this.entries.get(sessionId);
     if (e === undefined) {
       e = new SessionEntry(ORPHAN);
       this.entries.set(sessionId, e);
     }
-    const list = (e.turns ??= []);
-    const last = list[list.length - 1];
-    let replaced = false;
-    if (last === undefined || turnBefore(last, t)) list.push(t);
-    else {
-      const at = turnsBefore(list, t);
-      const there = list[at];
-      if (there !== undefined && there._id === t._id && there.createdAt === t.createdAt) {
-        this.arena.released(there);
-        list[at] = t;
-        replaced = true;
-        this.turnTotal--;
-      } else list.splice(at, 0, t);
+    if (parentId !== undefined && parentId !== null) {
+      const last = e.lastTurn;
+      const parent = last !== undefined && last._id === parentId ? last : e.turn(parentId);
+      if (parent !== undefined) t.parent = parent;
+      else if (this.loading) this.unlinked.set(t, { session: sessionId, parentId });
     }
-    this.turnTotal++;
-    e.turnsChanged();
-    this.lastTurnReplaced = replaced;
-    if (e.session !== ORPHAN) {
+    const replaced = e.placeTurn(t);
+    if (replaced === undefined) this.turnTotal++;
+    else this.arena.released(replaced);
+    return e;
+  }
+
+  /**
+   * Appends a turn: it becomes its session's head and raises its updatedAt to its createdAt;
+   * `after` is the session's new state when the writer has it (else it is made here, as replay
+   * does).
+   */
+  addTurn(sessionId: string, t: StoredTurn, parentId: string | null | undefined, after?: { session: ChatSession; version: string; bytes: number }): SessionEntry {
+    const e = this.placeTurn(sessionId, t, parentId);
+    if (e.session === ORPHAN) return e;
+    if (after !== undefined) {
+      this.putSession(after.session, after.version);
+      e.sessionBytes = after.bytes;
+    } else if (parentId === undefined) {
+      // the first release's turn: its session's head is set once the load is done
       const raised = raisedByTurn(e.session, t.createdAt);
       if (raised !== e.session) this.putSession(raised);
+    } else {
+      const head = e.session.headTurnId;
+      this.putSession(chatSession({ ...raisedByTurn(e.session, t.createdAt), headTurnId: t._id }));
+      e.sessionBytes += headBytes(t._id) - headBytes(head);
     }
     return e;
   }
 
-  /** Removes one turn (import replacing it with the backup's version); false when it is not there. */
-  removeTurn(sessionId: string, turnId: string): boolean {
-    const e = this.entries.get(sessionId);
-    const i = e?.turns?.findIndex((t) => t._id === turnId) ?? -1;
-    if (e === undefined || i < 0) return false;
-    const [gone] = e.turns?.splice(i, 1) ?? [];
-    if (gone !== undefined) this.arena.released(gone);
-    this.turnTotal--;
-    e.turnsChanged();
-    return true;
+  /** An edited turn (same id and createdAt) in the place of the old one, and its session's new state. */
+  editTurn(t: StoredTurn | undefined, session: ChatSession, sessionBytes: number, version?: string): void {
+    const e = this.get(session._id);
+    const old = t === undefined ? undefined : e?.turn(t._id);
+    if (t !== undefined && old === undefined) this.arena.released(t);
+    if (e === undefined) return;
+    // replay: a turn a later record deletes is not kept (`t` undefined, or not there); its session still moves
+    if (t !== undefined && old !== undefined) {
+      e.replaceTurn(old, t);
+      this.arena.released(old);
+    }
+    this.putSession(session, version);
+    e.sessionBytes = sessionBytes;
   }
 
-  /** The list a filter reads: a project's, or under owner-only access the caller's own (so its cost says nothing of others' sessions). */
-  private listFor(filter: SessionFilter): SortedList<SessionEntry> | undefined {
-    if (filter.user !== undefined) return this.byUser.get(filter.user);
-    return filter.project !== undefined ? this.byProject.get(filter.project) : undefined;
+  /** Turns deleted (a turn and its descendants), and their session's new state. */
+  pruneTurns(ids: readonly string[], session: ChatSession, sessionBytes: number, version?: string): void {
+    const e = this.get(session._id);
+    if (e === undefined) return;
+    const removed = e.removeTurns(new Set(ids));
+    this.turnTotal -= removed.length;
+    for (const t of removed) this.arena.released(t);
+    this.putSession(session, version);
+    e.sessionBytes = sessionBytes;
+  }
+
+  /** A backup's version of a turn stored in the same session (import): its children follow it. */
+  reimportTurn(sessionId: string, t: StoredTurn, parentId: string | null): void {
+    const e = this.entries.get(sessionId);
+    const old = e?.turn(t._id);
+    if (e === undefined || old === undefined) {
+      this.placeTurn(sessionId, t, parentId);
+      return;
+    }
+    const removed = e.removeTurns(new Set([t._id]));
+    this.turnTotal -= removed.length;
+    for (const r of removed) this.arena.released(r);
+    this.placeTurn(sessionId, t, parentId);
+    for (const c of e.turns ?? []) if (c.parent === old) c.parent = t;
+  }
+
+  /**
+   * The lists a filter reads, one per archived state it wants: a project's, or under owner-only
+   * access the caller's own (so its cost says nothing of others' sessions).
+   */
+  private listsFor(filter: SessionFilter): SortedList<SessionEntry>[] {
+    const map = filter.user !== undefined ? this.byUser : this.byProject;
+    const key = filter.user ?? filter.project;
+    if (key === undefined) return [];
+    const states = filter.archived === 'all' ? [false, true] : [filter.archived === 'true'];
+    const out: SortedList<SessionEntry>[] = [];
+    for (const archived of states) {
+      const l = map.get(listKey(key, archived));
+      if (l !== undefined) out.push(l);
+    }
+    return out;
   }
 
   listSessions(filter: SessionFilter, after: SessionKey | undefined, limit: number): Page<SessionRecord, SessionKey> {
-    const list = this.listFor(filter);
-    if (list === undefined) return { items: [], next: undefined };
     const keep = matcher(filter);
     const out: SessionRecord[] = [];
     let examined = 0;
     let last: ChatSession | undefined;
     let next: SessionKey | undefined;
-    list.forEachAfter(after === undefined ? undefined : keyEntry(after), (e) => {
+    const each = (e: SessionEntry): boolean => {
       if (last !== undefined && (out.length === limit || examined === PAGE_SCAN_BUDGET)) {
         next = { updatedAt: last.updatedAt, _id: last._id };
         return false;
@@ -315,7 +500,14 @@ export class MemoryState {
       last = e.session;
       if (keep(e.session)) out.push(e.record(this.cache));
       return true;
-    });
+    };
+    const lists = this.listsFor(filter);
+    const from = after === undefined ? undefined : keyEntry(after);
+    if (lists.length === 1) (lists[0] as SortedList<SessionEntry>).forEachAfter(from, each);
+    else if (lists.length === 2) {
+      // both halves, as far as a page can examine, merged in list order
+      for (const e of merge(lists.map((l) => take(l, from, PAGE_SCAN_BUDGET + 1)))) if (!each(e)) break;
+    }
     return { items: out, next };
   }
 
@@ -325,28 +517,26 @@ export class MemoryState {
    * taking the snapshot costs a copy of references, not a pass of the filter over the list.
    */
   snapshotList(filter: SessionFilter): { sessions: ChatSession[]; keep: (s: ChatSession) => boolean } {
-    const list = this.listFor(filter);
-    const sessions: ChatSession[] = [];
-    list?.forEachAfter(undefined, (e) => {
-      sessions.push(e.session);
-      return true;
-    });
+    const sessions = merge(this.listsFor(filter).map((l) => take(l, undefined, Infinity))).map((e) => e.session);
     return { sessions, keep: matcher(filter) };
   }
 
   listTurns(sessionId: string, after: TurnKey | undefined, limit: number): Page<TurnRecord, TurnKey> {
-    const list = this.get(sessionId)?.turns;
-    if (list === undefined) return { items: [], next: undefined };
-    let start = 0;
-    if (after !== undefined) {
-      start = turnsBefore(list, after);
-      if (list[start]?._id === after._id && list[start]?.createdAt === after.createdAt) start++;
-    }
-    let end = start;
-    for (let bytes = 0; end < list.length && end - start < limit && (end === start || bytes < PAGE_BYTE_BUDGET); end++) bytes += (list[end] as StoredTurn).jsonLength;
-    const items = list.slice(start, end);
-    const last = items[items.length - 1];
-    return { items, next: end < list.length && last !== undefined ? { createdAt: last.createdAt, _id: last._id } : undefined };
+    return pageOf(this.get(sessionId)?.turns ?? EMPTY, after, limit);
+  }
+
+  /**
+   * The path of a branch of a session as of now, root first: to its head ('head'; [] while it has
+   * no turns) or to a turn; undefined when that turn is not one of the session's. [] for a
+   * session that does not exist.
+   */
+  branch(sessionId: string, to: 'head' | string): StoredTurn[] | undefined {
+    const e = this.get(sessionId);
+    if (e === undefined) return [];
+    const id = to === 'head' ? e.session.headTurnId : to;
+    if (id === null) return [];
+    const t = e.turn(id);
+    return t === undefined ? undefined : SessionEntry.pathTo(t);
   }
 
   /** The turns of a session as of now (a copy of the list; the turns themselves never change). */
@@ -365,13 +555,13 @@ export class MemoryState {
   }
 
   private index(e: SessionEntry): void {
-    this.listOf(this.byUser, e.session.user).insert(e);
-    this.listOf(this.byProject, e.session.project).insert(e);
+    this.listOf(this.byUser, listKey(e.session.user, e.session.archived)).insert(e);
+    this.listOf(this.byProject, listKey(e.session.project, e.session.archived)).insert(e);
   }
 
   private unindex(e: SessionEntry): void {
-    dropFrom(this.byUser, e.session.user, e);
-    dropFrom(this.byProject, e.session.project, e);
+    dropFrom(this.byUser, listKey(e.session.user, e.session.archived), e);
+    dropFrom(this.byProject, listKey(e.session.project, e.session.archived), e);
   }
 
   private listOf(map: Map<string, SortedList<SessionEntry>>, key: string): SortedList<SessionEntry> {
@@ -384,14 +574,37 @@ export class MemoryState {
   }
 }
 
-/** The filters a list applies beyond the list it reads. */
+/** The filters a list applies beyond the lists it reads (the same residual filters on every engine). */
 function matcher(filter: SessionFilter): (s: ChatSession) => boolean {
-  const { archived, nameContains } = filter;
+  const { nameContains } = filter;
   const project = filter.user !== undefined ? filter.project : undefined;
-  return (s) =>
-    (archived === 'all' || s.archived === (archived === 'true')) &&
-    (project === undefined || s.project === project) &&
-    (nameContains === undefined || foldForSearch(s.name).includes(nameContains));
+  return (s) => (project === undefined || s.project === project) && (nameContains === undefined || foldForSearch(s.name).includes(nameContains));
+}
+
+/** The key of a user's or a project's list of active or archived sessions. */
+function listKey(key: string, archived: boolean): string {
+  return archived ? `${key}\u0000archived` : key;
+}
+
+/** At most `n` items of a list after `from`, in list order. */
+function take(list: SortedList<SessionEntry>, from: SessionEntry | undefined, n: number): SessionEntry[] {
+  const out: SessionEntry[] = [];
+  list.forEachAfter(from, (e) => out.push(e) < n);
+  return out;
+}
+
+/** Lists in list order merged into one (one list is itself). */
+function merge(lists: SessionEntry[][]): SessionEntry[] {
+  if (lists.length < 2) return lists[0] ?? [];
+  const [a, b] = lists as [SessionEntry[], SessionEntry[]];
+  const out: SessionEntry[] = [];
+  let i = 0;
+  let j = 0;
+  while (i < a.length || j < b.length) {
+    if (j === b.length || (i < a.length && entryBefore(a[i] as SessionEntry, b[j] as SessionEntry))) out.push(a[i++] as SessionEntry);
+    else out.push(b[j++] as SessionEntry);
+  }
+  return out;
 }
 
 /** Placeholder session of turns replayed before their session (dropped if it never comes). */
@@ -406,6 +619,7 @@ const ORPHAN: ChatSession = Object.freeze({
   createdAt: '',
   updatedAt: '',
   archived: false,
+  headTurnId: null,
 });
 
 const EMPTY: readonly StoredTurn[] = [];
@@ -423,13 +637,35 @@ function dropFrom(map: Map<string, SortedList<SessionEntry>>, key: string, e: Se
   if (l.size === 0) map.delete(key);
 }
 
+/**
+ * A page of a list of turns (oldest first) strictly after `after`: at most `limit` turns, ending
+ * early once it holds PAGE_BYTE_BUDGET bytes of JSON (at least one turn, whatever its size).
+ */
+export function pageOf(list: readonly StoredTurn[], after: TurnKey | undefined, limit: number): Page<TurnRecord, TurnKey> {
+  let start = 0;
+  if (after !== undefined) {
+    start = turnsBefore(list, after);
+    if (list[start]?._id === after._id && list[start]?.createdAt === after.createdAt) start++;
+  }
+  let end = start;
+  for (let bytes = 0; end < list.length && end - start < limit && (end === start || bytes < PAGE_BYTE_BUDGET); end++) bytes += (list[end] as StoredTurn).bytes;
+  const items = list.slice(start, end);
+  const last = items[items.length - 1];
+  return { items, next: end < list.length && last !== undefined ? { createdAt: last.createdAt, _id: last._id } : undefined };
+}
+
+/** UTF-8 bytes of a session's `headTurnId` value in its JSON: null, or a quoted 24-character id. */
+function headBytes(head: string | null): number {
+  return head === null ? 4 : head.length + 2;
+}
+
 /** How many turns of a list (oldest first) come before `key`: where `key` is, or would go. */
-function turnsBefore(list: readonly StoredTurn[], key: TurnKey): number {
+function turnsBefore(list: readonly TurnKey[], key: TurnKey): number {
   let lo = 0;
   let hi = list.length;
   while (lo < hi) {
     const mid = (lo + hi) >>> 1;
-    if (turnBefore(list[mid] as StoredTurn, key)) lo = mid + 1;
+    if (turnBefore(list[mid] as TurnKey, key)) lo = mid + 1;
     else hi = mid;
   }
   return lo;

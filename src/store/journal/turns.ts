@@ -3,15 +3,19 @@
 // start-up. Memory follows the live data: a slab counts the bytes of its live turns, and once
 // half of it is dead its live turns are copied into a slab of their exact size, a few MiB per
 // turn of the event loop, and the old one is let go.
-import type { TurnRecord } from '../store.js';
+import type { TreeTurn, TurnRecord } from '../store.js';
 
 /**
- * A turn as kept: its sort key, and where its JSON bytes are. A kept turn is one small object,
- * not also a Buffer view of its own: a million turns replay sooner and in less memory
- * (bench/README.md). Its JSON never changes; where the bytes are may (a slab repacked), so
- * `json` is a new view on each call.
+ * A turn as kept: its sort key, its parent, and where its JSON bytes are. A kept turn is one
+ * small object, not also a Buffer view of its own: a million turns replay sooner and in less
+ * memory (bench/README.md). Its JSON never changes (an edit makes a new StoredTurn); where the
+ * bytes are may (a slab repacked), so `json` is a new view on each call. Its parent is set once
+ * it is placed in its session's tree, and pointed at the new object when the parent is edited.
  */
-export class StoredTurn implements TurnRecord {
+export class StoredTurn implements TurnRecord, TreeTurn {
+  /** The turn this one follows in its session's tree; null for a root. */
+  parent: StoredTurn | null = null;
+
   constructor(
     readonly _id: string,
     readonly createdAt: string,
@@ -26,13 +30,19 @@ export class StoredTurn implements TurnRecord {
     return new StoredTurn(_id, createdAt, json, 0, json.length);
   }
 
+  /** Its JSON (a new view of the bytes on each call). */
   get json(): Buffer {
     const h = this.home;
     return (h instanceof Slab ? h.buf : h).subarray(this.start, this.end);
   }
 
-  get jsonLength(): number {
+  /** UTF-8 bytes of its JSON. */
+  get bytes(): number {
     return this.end - this.start;
+  }
+
+  get parentId(): string | null {
+    return this.parent === null ? null : this.parent._id;
   }
 
   /** The slab that counts this turn as live, if any. */
@@ -97,6 +107,8 @@ export class TurnArena {
   private loading = false;
   /** Bytes of the journal not yet read: the most the turns still to come can need. */
   unread = 0;
+  /** Bytes of turns' JSON replayed into slabs since this arena was made (what a load copied). */
+  replayedBytes = 0;
 
   beginLoad(): void {
     this.loading = true;
@@ -119,6 +131,7 @@ export class TurnArena {
       this.slabs.add(s);
     }
     src.copy(s.buf, s.used, start, end);
+    this.replayedBytes += n;
     const t = new StoredTurn(_id, createdAt, s, s.used, s.used + n);
     s.turns.push(t);
     s.used += n;
@@ -128,18 +141,18 @@ export class TurnArena {
 
   /** A turn written while running, in a buffer of its own (the writer made it). */
   written(t: StoredTurn): void {
-    this.ownBytes += t.jsonLength;
+    this.ownBytes += t.bytes;
   }
 
   /** A kept turn is gone (its session deleted, or replaced by an import). */
   released(t: StoredTurn): void {
     const s = t.slab;
     if (s === undefined) {
-      this.ownBytes -= t.jsonLength;
+      this.ownBytes -= t.bytes;
       return;
     }
     t.leaveSlab();
-    s.live -= t.jsonLength;
+    s.live -= t.bytes;
     if (!this.loading) this.check(s);
   }
 

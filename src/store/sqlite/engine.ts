@@ -9,14 +9,22 @@ import { Worker } from 'node:worker_threads';
 import { PAGE_BYTE_BUDGET, PAGE_SCAN_BUDGET, SCAN_CHUNK, SCAN_CHUNK_BYTES, sessionBefore, type SessionKey, type TurnKey } from '../../domain/order.js';
 import type { ChatSession, Turn } from '../../domain/records.js';
 import { foldForSearch } from '../../domain/search.js';
-import { versionOf } from '../../domain/version.js';
+import { versionOfSession } from '../../domain/version.js';
 import type { Quotas } from '../../config.js';
 import type { Logger } from '../../log.js';
 import { planImport } from '../import-plan.js';
 import {
   StorageWriteFailed,
   StoreOpenFailed,
+  TurnNotFound,
+  type Branch,
   type Current,
+  type SessionState,
+  type TreeTurn,
+  type TurnEdit,
+  type TurnNode,
+  type TurnUpdate,
+  type WriteHint,
   type ExportItem,
   type ExportSnapshot,
   type ImportSummary,
@@ -32,7 +40,8 @@ import {
 import { SerialWriter, type Change, type Group, type GroupSource } from '../writer.js';
 import { bytesOf, int, sqliteDatabase, text, textOrUndefined, type Database, type Row, type SqlValue, type Statement } from './binding.js';
 import { checkSchema, prepareSchema, unreadable } from './schema.js';
-import { WRITER_ROLE, type FromWriter, type Op, type PutSession, type ToWriter, type WriterData } from './worker.js';
+import { pageByDepthSql } from '../tree-index.js';
+import { WRITER_ROLE, type FromWriter, type Op, type PutSession, type SessionAfter, type ToWriter, type WriterData } from './worker.js';
 
 export interface SqliteOptions {
   readonly file: string;
@@ -43,6 +52,8 @@ export interface SqliteOptions {
   readonly observer?: StoreObserver | undefined;
   /** What one user's sessions may hold, checked at the serial point. */
   readonly quotas?: Quotas | undefined;
+  /** false only to measure what group commit buys: one write per transaction. */
+  readonly groupCommit?: boolean;
 }
 
 /** Snapshot connections kept open between scans, and the most open at once (more scans wait). */
@@ -65,6 +76,59 @@ class Record implements SessionRecord {
 
 const recordOf = (row: Row): Record => new Record(text(row['json']), text(row['version']));
 const turnOf = (row: Row): TurnRecord => ({ _id: text(row['id']), createdAt: text(row['created_at']), json: bytesOf(row['json']) });
+const treeTurnOf = (row: Row): TreeTurn => {
+  const json = bytesOf(row['json']);
+  return { _id: text(row['id']), createdAt: text(row['created_at']), parentId: textOrUndefined(row['parent_id']) ?? null, bytes: json.length, json };
+};
+
+/**
+ * The keys of a branch's path, oldest first: from its turn (`?1`, in session `?2`; the head's
+ * read from the session row) up to the root along the parents, each step a primary-key lookup
+ * that reads no JSON; strictly after (?3, ?4) and at most ?5 when asked (a page after a cursor walks
+ * from the head to the cursor only). The JSON of the page is
+ * read afterwards, turn by turn: sorting rows that carry their JSON cost more than the whole walk.
+ */
+function branchKeysSql(branch: Branch, after: boolean, limit: boolean): string {
+  const start = branch === 'head' ? 'id = (SELECT head_turn_id FROM sessions WHERE id = ?2)' : 'id = ?1';
+  // after a cursor the walk stops at it: keys fall along the path toward the root
+  const keyset = after ? 'WHERE (t.created_at, t.id) > (?3, ?4)' : '';
+  return `WITH RECURSIVE path(id, parent_id, created_at) AS (
+      SELECT id, parent_id, created_at FROM turns WHERE ${start} AND session = ?2
+      UNION ALL SELECT t.id, t.parent_id, t.created_at FROM turns t JOIN path p ON t.id = p.parent_id ${keyset})
+    SELECT id, created_at FROM path ${after ? 'WHERE (created_at, id) > (?3, ?4)' : ''} ORDER BY created_at, id ${limit ? 'LIMIT ?5' : ''}`;
+}
+
+/** The parameters of branchKeysSql: the turn (or null for the head), the session, the key after, the limit. */
+function branchParams(sessionId: string, branch: Branch, after: TurnKey | undefined, limit: number | undefined): SqlValue[] {
+  const out: SqlValue[] = [branch === 'head' ? null : branch.turnId, sessionId];
+  if (after !== undefined) out.push(after.createdAt, after._id);
+  else if (limit !== undefined) out.push(null, null);
+  if (limit !== undefined) out.push(limit);
+  return out;
+}
+
+/**
+ * A page of a branch by depth (../tree-index.ts): the keys of the turns at depths ?3 .. ?3 + ?4 - 1
+ * of the path to the branch's turn (?1, or the head of session ?2), oldest first, each with its
+ * parent: about depth / JUMP + JUMP lookups beside the page's own, however deep the branch.
+ */
+function branchPageSql(branch: Branch): string {
+  const start = branch === 'head' ? 'id = (SELECT head_turn_id FROM sessions WHERE id = ?2)' : 'id = ?1';
+  return `WITH RECURSIVE
+    target(id, depth) AS (SELECT id, depth FROM turns WHERE ${start} AND session = ?2),
+    bounds(lo, hi) AS (SELECT ?3, min(depth, ?3 + ?4 - 1) FROM target),
+    ${pageByDepthSql('turns')}
+    SELECT id, created_at, parent_id, depth FROM walk WHERE depth >= (SELECT lo FROM bounds) ORDER BY depth`;
+}
+
+/** The turns of a branch's keys, in their order, their JSON read one by one. */
+function* branchTurns(c: Connection, keys: Iterable<Row>): IterableIterator<Row> {
+  const one = c.prepare('SELECT id, created_at, json FROM turns WHERE id = ?');
+  for (const k of keys) {
+    const row = one.get(k['id'] as string);
+    if (row !== undefined) yield row;
+  }
+}
 
 /** A connection with its statements prepared once each. */
 class Connection {
@@ -152,7 +216,7 @@ export class SqliteStore implements Store, GroupSource, Group {
     reader: Database,
   ) {
     this.reader = new Connection(reader);
-    this.writer = new SerialWriter(this, opts.log, opts.quotas);
+    this.writer = new SerialWriter(this, opts.log, opts.quotas, opts.groupCommit === false ? 1 : Infinity);
   }
 
   /** Opens (creating or migrating) the file and starts the writer thread. */
@@ -283,7 +347,15 @@ export class SqliteStore implements Store, GroupSource, Group {
     }
   }
 
-  listTurns(sessionId: string, after: TurnKey | undefined, limit: number): Promise<Page<TurnRecord, TurnKey>> {
+  listTurns(sessionId: string, after: TurnKey | undefined, limit: number, branch?: Branch): Promise<Page<TurnRecord, TurnKey>> {
+    if (branch !== undefined) {
+      const keys = this.branchPage(sessionId, branch, after, limit + 1);
+      const rows = [...branchTurns(this.reader, keys)];
+      if (rows.length === 0 && branch !== 'head' && !this.hasTurn(this.reader, sessionId, branch.turnId)) return Promise.reject(new TurnNotFound());
+      const items = rows.slice(0, limit).map(turnOf);
+      const last = items[items.length - 1];
+      return Promise.resolve({ items, next: rows.length > limit && last !== undefined ? { createdAt: last.createdAt, _id: last._id } : undefined });
+    }
     const rows =
       after === undefined
         ? this.reader.prepare('SELECT id, created_at, json FROM turns WHERE session = ? ORDER BY created_at, id LIMIT ?').iterate(sessionId, limit + 1)
@@ -305,14 +377,44 @@ export class SqliteStore implements Store, GroupSource, Group {
     return Promise.resolve({ items, next: more && last !== undefined ? { createdAt: last.createdAt, _id: last._id } : undefined });
   }
 
-  async *scanTurns(sessionId: string): AsyncIterable<readonly TurnRecord[]> {
+  getTurn(sessionId: string, turnId: string): Promise<TurnRecord | undefined> {
+    const row = this.reader.prepare('SELECT id, created_at, json FROM turns WHERE id = ? AND session = ?').get(turnId, sessionId);
+    return Promise.resolve(row === undefined ? undefined : turnOf(row));
+  }
+
+  async *scanTurns(sessionId: string, branch?: Branch): AsyncIterable<readonly TurnRecord[]> {
     const c = await this.takeScan();
     try {
       c.db.exec('BEGIN');
-      yield* turnChunks(c, sessionId);
+      if (branch === undefined) yield* turnChunks(c, sessionId);
+      else {
+        if (branch !== 'head' && !this.hasTurn(c, sessionId, branch.turnId)) throw new TurnNotFound();
+        yield* chunksOf(branchTurns(c, c.prepare(branchKeysSql(branch, false, false)).all(...branchParams(sessionId, branch, undefined, undefined))));
+      }
     } finally {
       this.giveBackScan(c);
     }
+  }
+
+  /**
+   * The keys of a page of a branch: by depth when the cursor is a turn of the path (or there is
+   * none), else (the cursor's turn deleted, the head moved elsewhere) by walking the path from
+   * its end to the cursor, which gives the same page wherever the cursor is.
+   */
+  private branchPage(sessionId: string, branch: Branch, after: TurnKey | undefined, limit: number): Row[] {
+    const c = this.reader;
+    const turnId = branch === 'head' ? null : branch.turnId;
+    if (after === undefined) return c.prepare(branchPageSql(branch)).all(turnId, sessionId, 0, limit);
+    const cursor = c.prepare('SELECT depth FROM turns WHERE id = ? AND session = ?').get(after._id, sessionId);
+    if (cursor !== undefined) {
+      const rows = c.prepare(branchPageSql(branch)).all(turnId, sessionId, int(cursor['depth']) + 1, limit);
+      if (rows[0]?.['parent_id'] === after._id) return rows;
+    }
+    return c.prepare(branchKeysSql(branch, true, true)).all(...branchParams(sessionId, branch, after, limit));
+  }
+
+  private hasTurn(c: Connection, sessionId: string, id: string): boolean {
+    return c.prepare('SELECT 1 AS found FROM turns WHERE id = ? AND session = ?').get(id, sessionId) !== undefined;
   }
 
   async exportAll(): Promise<ExportSnapshot> {
@@ -342,6 +444,10 @@ export class SqliteStore implements Store, GroupSource, Group {
 
   private counters(): { sessions: number; turns: number; bytes: number } {
     return countersOf(this.reader);
+  }
+
+  health(): Promise<void> {
+    return Promise.resolve();
   }
 
   usage(user: string): Promise<Usage> {
@@ -413,16 +519,28 @@ export class SqliteStore implements Store, GroupSource, Group {
     return this.writer.createSession(session);
   }
 
-  updateSession(id: string, change: (current: Current) => ChatSession): Promise<SessionRecord> {
-    return this.writer.updateSession(id, change);
+  updateSession(id: string, change: (current: Current) => ChatSession, hint?: WriteHint): Promise<SessionRecord> {
+    return this.writer.updateSession(id, change, hint);
   }
 
   deleteSession(id: string, check: (current: Current) => void): Promise<void> {
     return this.writer.deleteSession(id, check);
   }
 
-  appendTurn(sessionId: string, build: (current: Current) => Turn): Promise<TurnRecord> {
-    return this.writer.appendTurn(sessionId, build);
+  appendTurn(sessionId: string, build: (current: Current) => Turn, hint?: WriteHint): Promise<TurnRecord> {
+    return this.writer.appendTurn(sessionId, build, hint);
+  }
+
+  updateTurn(sessionId: string, turnId: string, check: (current: Current) => void, edit: (turn: Turn) => TurnEdit): Promise<TurnUpdate> {
+    return this.writer.updateTurn(sessionId, turnId, check, edit);
+  }
+
+  deleteTurn(sessionId: string, turnId: string, check: (current: Current) => void): Promise<SessionRecord> {
+    return this.writer.deleteTurn(sessionId, turnId, check);
+  }
+
+  forkSession(sourceId: string, turnId: string | undefined, owner: string, build: (source: Current) => ChatSession): Promise<SessionRecord> {
+    return this.writer.forkSession(sourceId, turnId, owner, build);
   }
 
   /** GroupSource: one group at a time, so the reading connection sees every group committed before. */
@@ -431,7 +549,38 @@ export class SqliteStore implements Store, GroupSource, Group {
     return this;
   }
 
-  current(id: string): Current | undefined {
+  turn(session: string, id: string): TreeTurn | undefined {
+    const row = this.reader.prepare('SELECT id, created_at, parent_id, json FROM turns WHERE id = ? AND session = ?').get(id, session);
+    return row === undefined ? undefined : treeTurnOf(row);
+  }
+
+  path(session: string, id: string): readonly TreeTurn[] | undefined {
+    const keys = this.reader.prepare(branchKeysSql({ turnId: id }, false, false)).all(...branchParams(session, { turnId: id }, undefined, undefined));
+    if (keys.length === 0) return undefined;
+    const one = this.reader.prepare('SELECT id, created_at, parent_id, json FROM turns WHERE id = ?');
+    return keys.map((k) => treeTurnOf(one.get(k['id'] as string) as Row));
+  }
+
+  subtree(session: string, id: string): readonly TurnNode[] | undefined {
+    const rows = this.reader
+      .prepare(
+        `WITH RECURSIVE sub(id) AS (SELECT id FROM turns WHERE id = ?1 AND session = ?2 UNION ALL SELECT t.id FROM turns t JOIN sub s ON t.parent_id = s.id)
+         SELECT t.id, t.created_at, t.parent_id, length(t.json) AS bytes FROM sub JOIN turns t ON t.id = sub.id`,
+      )
+      .all(id, session);
+    if (rows.length === 0) return undefined;
+    return rows.map((r) => ({ _id: text(r['id']), createdAt: text(r['created_at']), parentId: textOrUndefined(r['parent_id']) ?? null, bytes: int(r['bytes']) }));
+  }
+
+  lastTurnExcept(session: string, excluded: ReadonlySet<string>): TurnKey | undefined {
+    for (const row of this.reader.prepare('SELECT created_at, id FROM turns WHERE session = ? ORDER BY created_at DESC, id DESC').iterate(session)) {
+      const id = text(row['id']);
+      if (!excluded.has(id)) return { createdAt: text(row['created_at']), _id: id }; // leaving the loop resets the statement
+    }
+    return undefined;
+  }
+
+  current(id: string): SessionState | undefined {
     const row = this.reader.prepare('SELECT json, version, last_turn_at, last_turn_id FROM sessions WHERE id = ?').get(id);
     if (row === undefined) return undefined;
     const createdAt = textOrUndefined(row['last_turn_at']);
@@ -486,11 +635,11 @@ export class SqliteStore implements Store, GroupSource, Group {
       const ops: Op[] = [];
       for (const s of plan.sessions) {
         const json = JSON.stringify(s);
-        ops.push({ op: 'put', s: putOf(s, json, versionOf(json, lastTurns.get(s._id))) });
+        ops.push({ op: 'put', s: putOf(s, json, versionOfSession(json, lastTurns.get(s._id))) });
       }
       for (const t of plan.turns) {
         if (t.replaces !== undefined) ops.push({ op: 'dropTurn', id: t.turn._id, session: t.replaces });
-        ops.push({ op: 'turn', id: t.turn._id, session: t.turn.session, createdAt: t.turn.createdAt, json: t.json, raised: undefined });
+        ops.push({ op: 'turn', session: t.turn.session, t: { id: t.turn._id, parentId: t.turn.parentId, createdAt: t.turn.createdAt, json: t.json }, after: undefined });
       }
       if (ops.length > 0) {
         try {
@@ -523,11 +672,15 @@ export class SqliteStore implements Store, GroupSource, Group {
   }
 }
 
-/** A session's turns in chunks of SCAN_CHUNK turns or SCAN_CHUNK_BYTES of JSON, whichever comes first (rows are copies). */
-function* turnChunks(c: Connection, sessionId: string): Iterable<TurnRecord[]> {
+function turnChunks(c: Connection, sessionId: string): Iterable<TurnRecord[]> {
+  return chunksOf(c.prepare('SELECT id, created_at, json FROM turns WHERE session = ? ORDER BY created_at, id').iterate(sessionId));
+}
+
+/** Turns in chunks of SCAN_CHUNK turns or SCAN_CHUNK_BYTES of JSON, whichever comes first (rows are copies). */
+function* chunksOf(rows: Iterable<Row>): Iterable<TurnRecord[]> {
   let chunk: TurnRecord[] = [];
   let bytes = 0;
-  for (const row of c.prepare('SELECT id, created_at, json FROM turns WHERE session = ? ORDER BY created_at, id').iterate(sessionId)) {
+  for (const row of rows) {
     const t = turnOf(row);
     chunk.push(t);
     bytes += t.json.length;
@@ -562,7 +715,11 @@ function openReader(file: string, cacheBytes: number): Database {
 }
 
 function putOf(s: ChatSession, json: string, version: string): PutSession {
-  return { id: s._id, user: s.user, project: s.project, archived: s.archived, updatedAt: s.updatedAt, nameFolded: foldForSearch(s.name), json, version };
+  return { id: s._id, user: s.user, project: s.project, archived: s.archived, updatedAt: s.updatedAt, nameFolded: foldForSearch(s.name), json, version, head: s.headTurnId };
+}
+
+function afterOf(s: ChatSession, json: string, version: string, lastTurn: TurnKey | undefined): SessionAfter {
+  return { json, version, updatedAt: s.updatedAt, head: s.headTurnId, lastTurn };
 }
 
 function opOf(c: Change): Op {
@@ -573,12 +730,23 @@ function opOf(c: Change): Op {
     case 'turn':
       return {
         op: 'turn',
-        id: c.turn._id,
         session: c.session._id,
-        createdAt: c.turn.createdAt,
-        json: c.json,
-        raised: c.raised ? { json: JSON.stringify(c.session), updatedAt: c.session.updatedAt } : undefined,
+        t: { id: c.turn._id, parentId: c.turn.parentId, createdAt: c.turn.createdAt, json: c.json },
+        after: afterOf(c.session, c.sessionJson, c.version, { createdAt: c.turn.createdAt, _id: c.turn._id }),
       };
+    case 'editTurn':
+      return { op: 'editTurn', session: c.session._id, id: c.turn._id, json: c.json, after: afterOf(c.session, c.sessionJson, c.version, c.lastTurn) };
+    case 'deleteTurns':
+      return { op: 'dropTurns', session: c.sessionId, ids: c.ids, after: afterOf(c.session, c.sessionJson, c.version, c.lastTurn) };
+    case 'fork': {
+      const last = c.turns[c.turns.length - 1]?.turn;
+      return {
+        op: 'fork',
+        s: putOf(c.session, c.json, c.version),
+        lastTurn: last === undefined ? undefined : { createdAt: last.createdAt, _id: last._id },
+        turns: c.turns.map((t) => ({ id: t.turn._id, parentId: t.turn.parentId, createdAt: t.turn.createdAt, json: t.json })),
+      };
+    }
     case 'delete':
       return { op: 'delete', id: c.id };
   }

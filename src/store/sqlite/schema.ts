@@ -4,11 +4,12 @@
 // stops the start with one line naming it and what to do; it is never reset.
 import { existsSync } from 'node:fs';
 import { StoreOpenFailed } from '../store.js';
+import { placesSql } from '../tree-index.js';
 import { sqliteCode, type Database } from './binding.js';
 
 /** 'csap' in ASCII: marks the file as this service's (PRAGMA application_id). */
 const APPLICATION_ID = 0x63736170;
-export const SCHEMA_VERSION = 1;
+export const SCHEMA_VERSION = 2;
 
 /** Each step takes the schema from version i to i + 1. */
 const MIGRATIONS: readonly string[] = [
@@ -41,10 +42,37 @@ const MIGRATIONS: readonly string[] = [
   INSERT INTO counters (name, value) VALUES ('sessions', 0), ('turns', 0), ('bytes', 0);
   CREATE TABLE users (user TEXT PRIMARY KEY NOT NULL, sessions INTEGER NOT NULL, turns INTEGER NOT NULL, bytes INTEGER NOT NULL) WITHOUT ROWID;
   `,
+  // 2: conversations as trees. Every turn of the first release gets the turn before it (by
+  // created_at, id) as parent and status complete, every session its newest turn as head; each
+  // turn its depth and jump pointer (../tree-index.ts); the stored JSON gets the new keys at
+  // their places (the first release wrote a turn's _id and session first and its createdAt
+  // last: 70 and 40 ASCII bytes), and the byte counts follow.
+  `
+  ALTER TABLE turns ADD COLUMN parent_id TEXT;
+  ALTER TABLE turns ADD COLUMN depth INTEGER NOT NULL DEFAULT 0;
+  ALTER TABLE turns ADD COLUMN skip_id TEXT;
+  ALTER TABLE sessions ADD COLUMN head_turn_id TEXT;
+  CREATE INDEX turns_by_parent ON turns (parent_id);
+  UPDATE turns SET parent_id = p.prev FROM (SELECT id, LAG(id) OVER (PARTITION BY session ORDER BY created_at, id) AS prev FROM turns) AS p WHERE turns.id = p.id;
+  ${placesSql('turns', 'true')};
+  UPDATE turns SET json = CAST(
+    substr(json, 1, 70) || ',"parentId":' || coalesce('"' || parent_id || '"', 'null') || substr(json, 71, length(json) - 110) || ',"status":"complete"' || substr(json, length(json) - 39)
+    AS BLOB);
+  UPDATE sessions SET head_turn_id = last_turn_id,
+    json = substr(json, 1, length(json) - 1) || ',"headTurnId":' || coalesce('"' || last_turn_id || '"', 'null') || '}';
+  UPDATE sessions SET json_bytes = length(CAST(json AS BLOB)), turn_bytes = (SELECT coalesce(sum(length(t.json)), 0) FROM turns t WHERE t.session = sessions.id);
+  UPDATE counters SET value = (SELECT coalesce(sum(json_bytes + turn_bytes), 0) FROM sessions) WHERE name = 'bytes';
+  UPDATE users SET bytes = (SELECT coalesce(sum(s.json_bytes + s.turn_bytes), 0) FROM sessions s WHERE s.user = users.user);
+  `,
 ];
 
+/** Checks made before a step runs, so data it cannot rewrite stops the start instead of being damaged. */
+const BEFORE: Readonly<Record<number, string>> = {
+  1: `SELECT count(*) FROM turns WHERE NOT (substr(json, 1, 8) = CAST('{"_id":"' AS BLOB) AND substr(json, 33, 13) = CAST('","session":"' AS BLOB) AND substr(json, 70, 1) = CAST('"' AS BLOB) AND substr(json, length(json) - 39, 14) = CAST(',"createdAt":"' AS BLOB))`,
+};
+
 /** Tables and indexes the current schema must have: a file missing one fails its check. */
-const REQUIRED = ['sessions', 'sessions_by_user', 'sessions_by_project', 'turns', 'turns_by_session', 'counters', 'users'];
+const REQUIRED = ['sessions', 'sessions_by_user', 'sessions_by_project', 'turns', 'turns_by_session', 'turns_by_parent', 'counters', 'users'];
 
 function scalar(db: Database, sql: string): number {
   const row = db.prepare(sql).get();
@@ -83,7 +111,11 @@ export function prepareSchema(db: Database, file: string): void {
     if (version < SCHEMA_VERSION) {
       db.exec('BEGIN IMMEDIATE');
       try {
-        for (let v = version; v < SCHEMA_VERSION; v++) db.exec(MIGRATIONS[v] as string);
+        for (let v = version; v < SCHEMA_VERSION; v++) {
+          const before = BEFORE[v];
+          if (before !== undefined && scalar(db, before) !== 0) throw new Error(`turns this release cannot rewrite for schema version ${v + 1} (not as the first release wrote them)`);
+          db.exec(MIGRATIONS[v] as string);
+        }
         db.exec(`PRAGMA application_id = ${APPLICATION_ID}`);
         db.exec(`PRAGMA user_version = ${SCHEMA_VERSION}`);
         db.exec('COMMIT');

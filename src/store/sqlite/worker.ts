@@ -4,10 +4,11 @@
 // blocks the event loop that answers requests. It keeps what the main thread reads cheaply:
 // each session's newest turn, its version, its turn count and bytes, and the store's counters.
 import { isMainThread, parentPort, workerData, type MessagePort } from 'node:worker_threads';
-import { turnBefore } from '../../domain/order.js';
-import { versionOf } from '../../domain/version.js';
+import { turnBefore, type TurnKey } from '../../domain/order.js';
+import { versionOfSession } from '../../domain/version.js';
 import { injectedFault } from '../faults.js';
-import { int, sqliteDatabase, text, textOrUndefined, type Database, type Statement } from './binding.js';
+import { int, sqliteDatabase, text, textOrUndefined, type Database, type Row, type Statement } from './binding.js';
+import { placesOfChain, placesSql, placeUnder, type TreePlace } from '../tree-index.js';
 
 export const WRITER_ROLE = 'chat-session-api:sqlite-writer';
 
@@ -28,6 +29,24 @@ export interface PutSession {
   readonly nameFolded: string;
   readonly json: string;
   readonly version: string;
+  readonly head: string | null;
+}
+
+/** A session's row as a change of its turns leaves it (the writer decided it all). */
+export interface SessionAfter {
+  readonly json: string;
+  readonly version: string;
+  readonly updatedAt: string;
+  readonly head: string | null;
+  readonly lastTurn: TurnKey | undefined;
+}
+
+/** A turn's row. */
+export interface TurnRow {
+  readonly id: string;
+  readonly parentId: string | null;
+  readonly createdAt: string;
+  readonly json: Uint8Array;
 }
 
 /** One change of a group, as the main thread sends it. */
@@ -35,14 +54,15 @@ export type Op =
   | { readonly op: 'put'; readonly s: PutSession }
   | {
       readonly op: 'turn';
-      readonly id: string;
       readonly session: string;
-      readonly createdAt: string;
-      readonly json: Uint8Array;
-      /** The session as the turn leaves it, when the turn raised its updatedAt. */
-      readonly raised: { readonly json: string; readonly updatedAt: string } | undefined;
+      readonly t: TurnRow;
+      /** The session as the turn leaves it; undefined for an import, which leaves the session as it put it. */
+      readonly after: SessionAfter | undefined;
     }
-  /** Removes one turn (an import replacing it under another session). */
+  | { readonly op: 'editTurn'; readonly session: string; readonly id: string; readonly json: Uint8Array; readonly after: SessionAfter }
+  | { readonly op: 'dropTurns'; readonly session: string; readonly ids: readonly string[]; readonly after: SessionAfter }
+  | { readonly op: 'fork'; readonly s: PutSession; readonly lastTurn: TurnKey | undefined; readonly turns: readonly TurnRow[] }
+  /** Removes one turn (an import replacing it). */
   | { readonly op: 'dropTurn'; readonly id: string; readonly session: string }
   | { readonly op: 'delete'; readonly id: string };
 
@@ -127,7 +147,6 @@ class Writes {
   private readonly insertTurn: Statement;
   private readonly turnOf: Statement;
   private readonly deleteTurn: Statement;
-  private readonly setAfterTurn: Statement;
   private readonly newestTurn: Statement;
   private readonly setTurnsOf: Statement;
   private readonly deleteTurns: Statement;
@@ -135,24 +154,32 @@ class Writes {
   private readonly addCounter: Statement;
   private readonly addUsage: Statement;
   private readonly dropIdleUser: Statement;
+  private readonly setTurnJson: Statement;
+  private readonly setSessionAfter: Statement;
+  private readonly placeOf: Statement;
+  /** Sets depth and jump pointer of every turn of a session (after an import). */
+  private readonly replace: Statement;
 
   constructor(db: Database) {
     this.begin = db.prepare('BEGIN IMMEDIATE');
     this.commitTx = db.prepare('COMMIT');
     this.rollback = db.prepare('ROLLBACK');
-    this.sessionSizes = db.prepare('SELECT user, json, json_bytes, updated_at, turn_count, turn_bytes, last_turn_at, last_turn_id FROM sessions WHERE id = ?');
+    this.sessionSizes = db.prepare('SELECT user, json, json_bytes, updated_at, head_turn_id, turn_count, turn_bytes, last_turn_at, last_turn_id FROM sessions WHERE id = ?');
     this.upsertSession = db.prepare(
-      `INSERT INTO sessions (id, user, project, archived, updated_at, name_folded, json, json_bytes, version) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+      `INSERT INTO sessions (id, user, project, archived, updated_at, name_folded, json, json_bytes, version, head_turn_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
        ON CONFLICT (id) DO UPDATE SET user = excluded.user, project = excluded.project, archived = excluded.archived, updated_at = excluded.updated_at,
-         name_folded = excluded.name_folded, json = excluded.json, json_bytes = excluded.json_bytes, version = excluded.version`,
+         name_folded = excluded.name_folded, json = excluded.json, json_bytes = excluded.json_bytes, version = excluded.version, head_turn_id = excluded.head_turn_id`,
     );
-    this.insertTurn = db.prepare('INSERT INTO turns (id, session, created_at, json) VALUES (?, ?, ?, ?)');
-    this.turnOf = db.prepare('SELECT session, length(json) AS bytes FROM turns WHERE id = ?');
-    this.deleteTurn = db.prepare('DELETE FROM turns WHERE id = ?');
-    this.setAfterTurn = db.prepare(
-      `UPDATE sessions SET updated_at = ?, json = ?, json_bytes = ?, version = ?, last_turn_at = ?, last_turn_id = ?,
+    this.insertTurn = db.prepare('INSERT INTO turns (id, session, parent_id, created_at, json, depth, skip_id) VALUES (?, ?, ?, ?, ?, ?, ?)');
+    this.placeOf = db.prepare('SELECT id, depth, skip_id FROM turns WHERE id = ?');
+    this.replace = db.prepare(placesSql('turns', 'session = ?'));
+    this.setTurnJson = db.prepare('UPDATE turns SET json = ? WHERE id = ?');
+    this.setSessionAfter = db.prepare(
+      `UPDATE sessions SET updated_at = ?, json = ?, json_bytes = ?, version = ?, head_turn_id = ?, last_turn_at = ?, last_turn_id = ?,
          turn_count = turn_count + ?, turn_bytes = turn_bytes + ? WHERE id = ?`,
     );
+    this.turnOf = db.prepare('SELECT session, length(json) AS bytes FROM turns WHERE id = ?');
+    this.deleteTurn = db.prepare('DELETE FROM turns WHERE id = ?');
     this.newestTurn = db.prepare('SELECT created_at, id FROM turns WHERE session = ? ORDER BY created_at DESC, id DESC LIMIT 1');
     this.setTurnsOf = db.prepare('UPDATE sessions SET version = ?, last_turn_at = ?, last_turn_id = ?, turn_count = turn_count + ?, turn_bytes = turn_bytes + ? WHERE id = ?');
     this.deleteTurns = db.prepare('DELETE FROM turns WHERE session = ?');
@@ -170,7 +197,13 @@ class Writes {
     this.begin.run();
     try {
       const delta: Delta = { sessions: 0, turns: 0, bytes: 0, users: new Map() };
-      for (const op of ops) this.apply(op, delta);
+      const imported = new Set<string>();
+      for (const op of ops) {
+        this.apply(op, delta);
+        if ((op.op === 'turn' && op.after === undefined) || op.op === 'dropTurn') imported.add(op.session);
+      }
+      // an import may give a stored turn another parent: its session's depths are made again
+      for (const session of imported) this.replace.run(session);
       for (const name of ['sessions', 'turns', 'bytes'] as const) if (delta[name] !== 0) this.addCounter.run(delta[name], name);
       for (const [user, u] of delta.users) {
         this.addUsage.run(user, u.sessions, u.turns, u.bytes);
@@ -189,6 +222,23 @@ class Writes {
     }
   }
 
+  /** The depth and jump pointer of a turn under `parentId` (null: a root). */
+  private placeUnder(parentId: string | null): TreePlace {
+    if (parentId === null) return placeUnder(undefined);
+    const p = this.placeOf.get(parentId);
+    return placeUnder(p === undefined ? undefined : { id: text(p['id']), depth: int(p['depth']), skipId: textOrUndefined(p['skip_id']) ?? null });
+  }
+
+  /** A session's row as a change of `turns` turns and `turnBytes` bytes of them leaves it. */
+  private sessionAfter(id: string, before: Row, after: SessionAfter, turns: number, turnBytes: number, delta: Delta): void {
+    const bytes = Buffer.byteLength(after.json);
+    const last = after.lastTurn;
+    this.setSessionAfter.run(after.updatedAt, after.json, bytes, after.version, after.head, last?.createdAt ?? null, last?._id ?? null, turns, turnBytes, id);
+    const change = bytes - int(before['json_bytes']);
+    delta.bytes += change;
+    charge(delta, text(before['user']), 0, 0, change);
+  }
+
   private apply(op: Op, delta: Delta): void {
     switch (op.op) {
       case 'put': {
@@ -202,21 +252,71 @@ class Writes {
         const turnBytes = before === undefined ? 0 : int(before['turn_bytes']);
         if (before !== undefined) charge(delta, text(before['user']), -1, -turns, -(int(before['json_bytes']) + turnBytes));
         charge(delta, s.user, 1, turns, bytes + turnBytes);
-        this.upsertSession.run(s.id, s.user, s.project, s.archived ? 1 : 0, s.updatedAt, s.nameFolded, s.json, bytes, s.version);
+        this.upsertSession.run(s.id, s.user, s.project, s.archived ? 1 : 0, s.updatedAt, s.nameFolded, s.json, bytes, s.version, s.head);
         return;
       }
       case 'turn': {
         const before = this.sessionSizes.get(op.session);
-        if (before === undefined) throw new Error(`turn ${op.id} of a session that is not stored`);
-        this.insertTurn.run(op.id, op.session, op.createdAt, op.json);
-        const json = op.raised?.json ?? text(before['json']);
-        const bytes = Buffer.byteLength(json);
-        const last = newer({ createdAt: op.createdAt, _id: op.id }, keyOf(before));
-        const updatedAt = op.raised?.updatedAt ?? text(before['updated_at']);
-        this.setAfterTurn.run(updatedAt, json, bytes, versionOf(json, last), last.createdAt, last._id, 1, op.json.byteLength, op.session);
+        if (before === undefined) throw new Error(`turn ${op.t.id} of a session that is not stored`);
+        const place = this.placeUnder(op.t.parentId);
+        this.insertTurn.run(op.t.id, op.session, op.t.parentId, op.t.createdAt, op.t.json, place.depth, place.skipId);
+        const size = op.t.json.byteLength;
+        let after = op.after;
+        if (after === undefined) {
+          // an import: the session stays as it was put; its newest turn and version follow
+          const json = text(before['json']);
+          const last = newer({ createdAt: op.t.createdAt, _id: op.t.id }, keyOf(before));
+          after = { json, version: versionOfSession(json, last), updatedAt: text(before['updated_at']), head: textOrUndefined(before['head_turn_id']) ?? null, lastTurn: last };
+        }
+        this.sessionAfter(op.session, before, after, 1, size, delta);
         delta.turns++;
-        delta.bytes += op.json.byteLength + bytes - int(before['json_bytes']);
-        charge(delta, text(before['user']), 0, 1, op.json.byteLength + bytes - int(before['json_bytes']));
+        delta.bytes += size;
+        charge(delta, text(before['user']), 0, 1, size);
+        return;
+      }
+      case 'editTurn': {
+        const before = this.sessionSizes.get(op.session);
+        const t = this.turnOf.get(op.id);
+        if (before === undefined || t === undefined) throw new Error(`turn ${op.id} of session ${op.session} is not stored`);
+        this.setTurnJson.run(op.json, op.id);
+        const change = op.json.byteLength - int(t['bytes']);
+        this.sessionAfter(op.session, before, op.after, 0, change, delta);
+        delta.bytes += change;
+        charge(delta, text(before['user']), 0, 0, change);
+        return;
+      }
+      case 'dropTurns': {
+        const before = this.sessionSizes.get(op.session);
+        if (before === undefined) throw new Error(`session ${op.session} is not stored`);
+        let bytes = 0;
+        for (const id of op.ids) {
+          const t = this.turnOf.get(id);
+          if (t === undefined || text(t['session']) !== op.session) throw new Error(`turn ${id} of session ${op.session} is not stored`);
+          bytes += int(t['bytes']);
+          this.deleteTurn.run(id);
+        }
+        this.sessionAfter(op.session, before, op.after, -op.ids.length, -bytes, delta);
+        delta.turns -= op.ids.length;
+        delta.bytes -= bytes;
+        charge(delta, text(before['user']), 0, -op.ids.length, -bytes);
+        return;
+      }
+      case 'fork': {
+        const { s } = op;
+        const bytes = Buffer.byteLength(s.json);
+        this.upsertSession.run(s.id, s.user, s.project, s.archived ? 1 : 0, s.updatedAt, s.nameFolded, s.json, bytes, s.version, s.head);
+        let turnBytes = 0;
+        const places = placesOfChain(op.turns.map((t) => t.id));
+        op.turns.forEach((t, i) => {
+          const place = places[i] as TreePlace;
+          this.insertTurn.run(t.id, s.id, t.parentId, t.createdAt, t.json, place.depth, place.skipId);
+          turnBytes += t.json.byteLength;
+        });
+        this.setTurnsOf.run(s.version, op.lastTurn?.createdAt ?? null, op.lastTurn?._id ?? null, op.turns.length, turnBytes, s.id);
+        delta.sessions++;
+        delta.turns += op.turns.length;
+        delta.bytes += bytes + turnBytes;
+        charge(delta, s.user, 1, op.turns.length, bytes + turnBytes);
         return;
       }
       case 'dropTurn': {
@@ -228,7 +328,7 @@ class Writes {
         const before = this.sessionSizes.get(session);
         if (before !== undefined) {
           const last = newest === undefined ? undefined : { createdAt: text(newest['created_at']), _id: text(newest['id']) };
-          this.setTurnsOf.run(versionOf(text(before['json']), last), last?.createdAt ?? null, last?._id ?? null, -1, -int(t['bytes']), session);
+          this.setTurnsOf.run(versionOfSession(text(before['json']), last), last?.createdAt ?? null, last?._id ?? null, -1, -int(t['bytes']), session);
           charge(delta, text(before['user']), 0, -1, -int(t['bytes']));
         }
         delta.turns--;

@@ -1,0 +1,554 @@
+// The PostgreSQL engine: several instances of the service on one database. Nothing is kept in
+// an instance's memory: reads go to the database, and each group of writes is one transaction
+// that locks what it changes (./group.ts), so every instance sees one history. Whole lists and
+// exports read a REPEATABLE READ snapshot on a connection of their own.
+import { PAGE_SCAN_BUDGET, type SessionKey, type TurnKey } from '../../domain/order.js';
+import type { ChatSession, Turn } from '../../domain/records.js';
+import { foldForSearch } from '../../domain/search.js';
+import { versionOfSession } from '../../domain/version.js';
+import type { Logger } from '../../log.js';
+import type { Quotas } from '../../config.js';
+import type { QueryResult, Row } from '../../pg/connection.js';
+import { PgError } from '../../pg/errors.js';
+import { Pool, type Queryable } from '../../pg/pool.js';
+import { describeTarget, parseDatabaseUrl } from '../../pg/url.js';
+import { planImport } from '../import-plan.js';
+import {
+  StorageWriteFailed,
+  StoreOpenFailed,
+  TurnNotFound,
+  type Branch,
+  type Current,
+  type TurnEdit,
+  type TurnUpdate,
+  type WriteHint,
+  type ExportItem,
+  type ExportSnapshot,
+  type ImportSummary,
+  type Page,
+  type SessionFilter,
+  type SessionRecord,
+  type Store,
+  type StoreObserver,
+  type StoreStats,
+  type TurnRecord,
+  type Usage,
+} from '../store.js';
+import { SerialWriter, type Group, type GroupSource, type TreeNeeds } from '../writer.js';
+import { sqlText, storeError, textArray } from './values.js';
+import { finish, insertTurnSql, PgGroup, rowOf, SESSION_ROW } from './group.js';
+import { matchingSql, pageSql } from './lists.js';
+import { prepareSchema, quotedSchema } from './schema.js';
+import { pageByDepthSql, placesSql } from '../tree-index.js';
+
+export interface PostgresOptions {
+  readonly url: string;
+  readonly schema: string;
+  readonly poolSize: number;
+  readonly log: Logger;
+  /** false only to measure what group commit buys: one write per transaction. */
+  readonly groupCommit: boolean;
+  readonly observer?: StoreObserver | undefined;
+  /** For export: reads only; a write is refused. */
+  readonly readOnly?: boolean;
+  /** What one user's sessions may hold, checked at the serial point. */
+  readonly quotas?: Quotas | undefined;
+}
+
+const CHUNK = 256;
+/** How long a start waits for an unreachable database before it gives up. */
+const START_PATIENCE_MS = 30_000;
+
+/** A session as read: its JSON and version as stored, the record parsed only when asked for. */
+class Record implements SessionRecord {
+  private parsed: ChatSession | undefined;
+  constructor(
+    readonly json: string,
+    readonly version: string,
+  ) {}
+  get session(): ChatSession {
+    return (this.parsed ??= JSON.parse(this.json) as ChatSession);
+  }
+}
+
+const turnOf = (r: Row): TurnRecord => ({ _id: r[0] as string, createdAt: r[1] as string, json: Buffer.from(r[2] as string) });
+
+/** A connection of its own until `done` is called. */
+function lease(pool: Pool): Promise<{ q: Queryable; done: () => void }> {
+  return new Promise((resolve, reject) => {
+    let granted = false;
+    pool
+      .withConnection(
+        (q) =>
+          new Promise<void>((done) => {
+            granted = true;
+            resolve({ q, done: () => done() });
+          }),
+      )
+      .catch((e: unknown) => {
+        if (!granted) reject(storeError(e));
+      });
+  });
+}
+
+/** Turns a client failure into what the store reports. */
+function rethrow(e: unknown): never {
+  throw storeError(e);
+}
+
+export class PostgresStore implements Store, GroupSource {
+  readonly engine = 'postgres';
+  private readonly S: string;
+  private readonly writer: SerialWriter;
+  private scans = 0;
+  private readonly scanWaiters: (() => void)[] = [];
+  private readonly scanMax: number;
+
+  private constructor(
+    private readonly pool: Pool,
+    private readonly opts: PostgresOptions,
+    private readonly where: string,
+  ) {
+    this.S = quotedSchema(opts.schema);
+    this.writer = new SerialWriter(this, opts.log, opts.quotas, opts.groupCommit ? Infinity : 1);
+    // whole lists hold a connection while the client reads: leave the rest to pages and writes
+    this.scanMax = Math.max(1, Math.floor(opts.poolSize / 2));
+  }
+
+  /** Connects (waiting a while for a database that is starting), creates or migrates the schema. */
+  static async open(opts: PostgresOptions): Promise<PostgresStore> {
+    let where: string;
+    let pool: Pool;
+    try {
+      where = `PostgreSQL ${describeTarget(parseDatabaseUrl(opts.url))}`;
+      pool = new Pool(opts.url, { max: opts.poolSize });
+    } catch (e) {
+      throw new StoreOpenFailed(`DATABASE_URL: ${(e as Error).message}`);
+    }
+    quotedSchema(opts.schema);
+    const started = Date.now();
+    for (let attempt = 1; ; attempt++) {
+      try {
+        await prepareSchema(pool, opts.schema, where, opts.readOnly !== true);
+        break;
+      } catch (e) {
+        const unavailable = e instanceof PgError && e.unavailable;
+        if (!unavailable || Date.now() - started > START_PATIENCE_MS) {
+          await pool.end();
+          if (e instanceof StoreOpenFailed) throw e;
+          throw new StoreOpenFailed(`${where}: ${(e as Error).message}${unavailable ? ` (waited ${Math.round(START_PATIENCE_MS / 1000)} s)` : ''}`);
+        }
+        if (attempt % 5 === 1) opts.log.warn('the database is not reachable yet; waiting for it', { database: where, err: (e as Error).message });
+        await new Promise((r) => setTimeout(r, 1000));
+      }
+    }
+    opts.log.info('postgres store opened', { database: where, schema: opts.schema, poolSize: opts.poolSize });
+    return new PostgresStore(pool, opts, where);
+  }
+
+  // ---- reads ----
+
+  getSession(id: string): Promise<SessionRecord | undefined> {
+    return this.pool.query(`SELECT json, version FROM ${this.S}.sessions WHERE id = $1`, [sqlText(id)]).then((r) => {
+      const row = r.rows[0];
+      return row === undefined ? undefined : new Record(row[0] as string, row[1] as string);
+    }, rethrow);
+  }
+
+  async listSessions(filter: SessionFilter, after: SessionKey | undefined, limit: number): Promise<Page<SessionRecord, SessionKey>> {
+    if ((filter.user ?? filter.project) === undefined) return { items: [], next: undefined };
+    const sql = pageSql(this.S, filter, after, limit, PAGE_SCAN_BUDGET);
+    const rows = (await this.pool.query(sql.text, sql.params).catch(rethrow)).rows;
+    const items: SessionRecord[] = [];
+    let examined = 0;
+    let last: SessionKey | undefined;
+    let next: SessionKey | undefined;
+    for (const r of rows) {
+      if (last !== undefined && (items.length === limit || examined === PAGE_SCAN_BUDGET)) {
+        next = last;
+        break;
+      }
+      examined++;
+      last = { updatedAt: r[1] as string, _id: r[0] as string };
+      if (r[2] !== null) items.push(new Record(r[2] as string, r[3] as string));
+    }
+    return { items, next };
+  }
+
+  async *scanSessions(filter: SessionFilter): AsyncIterable<readonly SessionRecord[]> {
+    if ((filter.user ?? filter.project) === undefined) return;
+    yield* this.inSnapshot(async function* (q: Queryable, S: string) {
+      let after: SessionKey | undefined;
+      for (;;) {
+        const sql = matchingSql(S, filter, after, CHUNK);
+        const rows = (await q.query(sql.text, sql.params)).rows;
+        if (rows.length > 0) yield rows.map((r) => new Record(r[2] as string, r[3] as string));
+        const lastRow = rows[rows.length - 1];
+        if (rows.length < CHUNK || lastRow === undefined) return;
+        after = { updatedAt: lastRow[1] as string, _id: lastRow[0] as string };
+      }
+    });
+  }
+
+  async listTurns(sessionId: string, after: TurnKey | undefined, limit: number, branch?: Branch): Promise<Page<TurnRecord, TurnKey>> {
+    if (branch !== undefined) {
+      const rows = await this.branchPage(sessionId, branch, after, limit + 1);
+      if (rows.length === 0 && branch !== 'head' && !(await this.hasTurn(this.pool, sessionId, branch.turnId))) throw new TurnNotFound();
+      const items = rows.slice(0, limit).map(turnOf);
+      const last = items[items.length - 1];
+      return { items, next: rows.length > limit && last !== undefined ? { createdAt: last.createdAt, _id: last._id } : undefined };
+    }
+    const r =
+      after === undefined
+        ? await this.pool.query(`SELECT id, created_at, json FROM ${this.S}.turns WHERE session = $1 ORDER BY created_at, id LIMIT $2`, [sqlText(sessionId), String(limit + 1)]).catch(rethrow)
+        : await this.pool
+            .query(`SELECT id, created_at, json FROM ${this.S}.turns WHERE session = $1 AND (created_at, id) > ($2, $3) ORDER BY created_at, id LIMIT $4`, [sqlText(sessionId), sqlText(after.createdAt), sqlText(after._id), String(limit + 1)])
+            .catch(rethrow);
+    const items = r.rows.slice(0, limit).map(turnOf);
+    const last = items[items.length - 1];
+    return { items, next: r.rows.length > limit && last !== undefined ? { createdAt: last.createdAt, _id: last._id } : undefined };
+  }
+
+  async getTurn(sessionId: string, turnId: string): Promise<TurnRecord | undefined> {
+    const row = (await this.pool.query(`SELECT id, created_at, json FROM ${this.S}.turns WHERE id = $1 AND session = $2`, [sqlText(turnId), sqlText(sessionId)]).catch(rethrow)).rows[0];
+    return row === undefined ? undefined : turnOf(row);
+  }
+
+  async *scanTurns(sessionId: string, branch?: Branch): AsyncIterable<readonly TurnRecord[]> {
+    const hasTurn = (q: Queryable, id: string): Promise<boolean> => this.hasTurn(q, sessionId, id);
+    yield* this.inSnapshot(async function* (q: Queryable, S: string) {
+      if (branch === undefined) {
+        yield* turnPages(q, S, sessionId);
+        return;
+      }
+      if (branch !== 'head' && !(await hasTurn(q, branch.turnId))) throw new TurnNotFound();
+      let after: TurnKey | undefined;
+      for (;;) {
+        const sql = branchQuery(S, sessionId, branch, after, CHUNK * 4);
+        const turns = (await q.query(sql.text, sql.params)).rows.map(turnOf);
+        if (turns.length > 0) yield turns;
+        const last = turns[turns.length - 1];
+        if (turns.length < CHUNK * 4 || last === undefined) return;
+        after = { createdAt: last.createdAt, _id: last._id };
+      }
+    });
+  }
+
+  /**
+   * The turns of a page of a branch: by depth when the cursor is a turn of the path (or there is
+   * none), else (the cursor's turn deleted, the head moved elsewhere) by walking the path from
+   * its end to the cursor, which gives the same page wherever the cursor is.
+   */
+  private async branchPage(sessionId: string, branch: Branch, after: TurnKey | undefined, limit: number): Promise<Row[]> {
+    const byDepth = async (lo: string | undefined): Promise<Row[] | undefined> => {
+      const sql = branchPageQuery(this.S, sessionId, branch, lo, limit);
+      const rows = (await this.pool.query(sql.text, sql.params).catch(rethrow)).rows;
+      // the page's first turn follows the cursor, or the cursor is not on this path
+      if (after !== undefined && rows[0]?.[3] !== sqlText(after._id)) return undefined;
+      return rows;
+    };
+    const page = await byDepth(after === undefined ? undefined : sqlText(after._id));
+    if (page !== undefined) return page;
+    const sql = branchQuery(this.S, sessionId, branch, after, limit);
+    return (await this.pool.query(sql.text, sql.params).catch(rethrow)).rows;
+  }
+
+  private async hasTurn(q: Queryable, sessionId: string, id: string): Promise<boolean> {
+    return (await q.query(`SELECT 1 FROM ${this.S}.turns WHERE id = $1 AND session = $2`, [sqlText(id), sqlText(sessionId)]).catch(rethrow)).rows.length > 0;
+  }
+
+  /**
+   * Runs `read` in a REPEATABLE READ, READ ONLY transaction on a connection of its own, at most
+   * scanMax at once; the connection goes back when the reader finishes or stops early.
+   */
+  private async *inSnapshot<T>(read: (q: Queryable, S: string) => AsyncIterable<T>): AsyncIterable<T> {
+    while (this.scans >= this.scanMax) await new Promise<void>((resolve) => this.scanWaiters.push(resolve));
+    this.scans++;
+    let held: { q: Queryable; done: () => void } | undefined;
+    try {
+      held = await lease(this.pool);
+      await held.q.query('BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY');
+      try {
+        yield* read(held.q, this.S);
+      } finally {
+        await held.q.query('COMMIT').catch(() => undefined);
+      }
+    } catch (e) {
+      if (e instanceof TurnNotFound) throw e;
+      throw storeError(e);
+    } finally {
+      held?.done();
+      this.scans--;
+      this.scanWaiters.shift()?.();
+    }
+  }
+
+  async exportAll(): Promise<ExportSnapshot> {
+    // the counts and the items from one snapshot: the generator holds it from its first step
+    const it = this.inSnapshot(async function* (q: Queryable, S: string): AsyncIterable<{ counts: Usage } | ExportItem> {
+      const totals = (await q.query(`SELECT coalesce(sum(sessions), 0), coalesce(sum(turns), 0) FROM ${S}.usage`)).rows[0] ?? ['0', '0'];
+      yield { counts: { sessions: Number(totals[0]), turns: Number(totals[1]), bytes: 0 } };
+      let after = '';
+      for (;;) {
+        const rows = (await q.query(`SELECT id, json, version FROM ${S}.sessions WHERE id > $1 ORDER BY id LIMIT $2`, [after, String(CHUNK)])).rows;
+        for (const r of rows) {
+          const turns: TurnRecord[] = [];
+          for await (const chunk of turnPages(q, S, r[0] as string)) turns.push(...chunk);
+          yield { session: new Record(r[1] as string, r[2] as string), turns };
+        }
+        const lastRow = rows[rows.length - 1];
+        if (rows.length < CHUNK || lastRow === undefined) return;
+        after = lastRow[0] as string;
+      }
+    })[Symbol.asyncIterator]();
+    const first = await it.next();
+    const counts = first.done === true || !('counts' in first.value) ? { sessions: 0, turns: 0 } : first.value.counts;
+    async function* items(): AsyncIterable<ExportItem> {
+      try {
+        for (let r = await it.next(); r.done !== true; r = await it.next()) if (!('counts' in r.value)) yield r.value;
+      } finally {
+        await it.return?.();
+      }
+    }
+    return { sessions: counts.sessions, turns: counts.turns, items: items() };
+  }
+
+  async stats(): Promise<StoreStats> {
+    const r = (await this.pool.query(`SELECT coalesce(sum(sessions), 0), coalesce(sum(turns), 0), coalesce(sum(bytes), 0) FROM ${this.S}.usage`).catch(rethrow)).rows[0] ?? ['0', '0', '0'];
+    const p = this.pool.stats();
+    return {
+      sessions: Number(r[0]),
+      turns: Number(r[1]),
+      bytes: Number(r[2]),
+      engine: [
+        { name: 'postgres_connections', type: 'gauge', help: 'Connections open to the database (DATABASE_POOL_SIZE bounds them).', value: p.connections },
+        { name: 'postgres_connections_busy', type: 'gauge', help: 'Connections held by a transaction or a whole-list read.', value: p.reserved },
+        { name: 'postgres_waiting', type: 'gauge', help: 'Requests waiting for a connection.', value: p.waiting },
+      ],
+    };
+  }
+
+  async usage(user: string): Promise<Usage> {
+    const row = (await this.pool.query(`SELECT sessions, turns, bytes FROM ${this.S}.usage WHERE owner = $1`, [sqlText(user)]).catch(rethrow)).rows[0];
+    return row === undefined ? { sessions: 0, turns: 0, bytes: 0 } : { sessions: Number(row[0]), turns: Number(row[1]), bytes: Number(row[2]) };
+  }
+
+  /** Resolves when the database answers; StorageUnavailable when it does not. */
+  async health(): Promise<void> {
+    await this.pool.ping().catch(rethrow);
+  }
+
+  // ---- writes ----
+
+  createSession(session: ChatSession): Promise<SessionRecord> {
+    return this.writer.createSession(session);
+  }
+
+  updateSession(id: string, change: (current: Current) => ChatSession, hint?: WriteHint): Promise<SessionRecord> {
+    return this.writer.updateSession(id, change, hint);
+  }
+
+  deleteSession(id: string, check: (current: Current) => void): Promise<void> {
+    return this.writer.deleteSession(id, check);
+  }
+
+  appendTurn(sessionId: string, build: (current: Current) => Turn, hint?: WriteHint): Promise<TurnRecord> {
+    return this.writer.appendTurn(sessionId, build, hint);
+  }
+
+  updateTurn(sessionId: string, turnId: string, check: (current: Current) => void, edit: (turn: Turn) => TurnEdit): Promise<TurnUpdate> {
+    return this.writer.updateTurn(sessionId, turnId, check, edit);
+  }
+
+  deleteTurn(sessionId: string, turnId: string, check: (current: Current) => void): Promise<SessionRecord> {
+    return this.writer.deleteTurn(sessionId, turnId, check);
+  }
+
+  forkSession(sourceId: string, turnId: string | undefined, owner: string, build: (source: Current) => ChatSession): Promise<SessionRecord> {
+    return this.writer.forkSession(sourceId, turnId, owner, build);
+  }
+
+  /** GroupSource: a transaction that has locked the group's sessions and read what its writes need of their turns (see ./group.ts). */
+  async begin(ids: readonly string[], owners: readonly string[], needs: readonly TreeNeeds[]): Promise<Group> {
+    if (this.opts.readOnly === true) throw new StorageWriteFailed(new Error('this store was opened read-only'));
+    const started = process.hrtime.bigint();
+    const { q, done } = await lease(this.pool);
+    const group = await PgGroup.open(this.S, q, done, ids, owners, needs);
+    const observer = this.opts.observer;
+    if (observer === undefined) return group;
+    // the commit's duration as the metrics see it: from taking the connection to COMMIT answered
+    return {
+      current: (id) => group.current(id),
+      turn: (session, id) => group.turn(session, id),
+      path: (session, id) => group.path(session, id),
+      subtree: (session, id) => group.subtree(session, id),
+      lastTurnExcept: (session, excluded) => group.lastTurnExcept(session, excluded),
+      usageOf: (user) => group.usageOf(user),
+      release: () => group.release(),
+      commit: async (changes) => {
+        await group.commit(changes);
+        observer.commit(Number(process.hrtime.bigint() - started) / 1e9, changes.length);
+      },
+    };
+  }
+
+  async importAll(sessions: readonly ChatSession[], turns: readonly Turn[]): Promise<ImportSummary> {
+    if (this.opts.readOnly === true) throw new StorageWriteFailed(new Error('this store was opened read-only'));
+    await this.writer.pause();
+    try {
+      const { q, done } = await lease(this.pool);
+      let ended = false;
+      try {
+        const S = this.S;
+        await q.query('BEGIN');
+        // what is stored of the records the file names, read (and the sessions locked) in pieces
+        const stored = new Map<string, { json: string; lastTurn: TurnKey | undefined }>();
+        const storedTurns = new Map<string, { session: string; json: Buffer }>();
+        const ids = sessions.map((s) => s._id);
+        for (let i = 0; i < ids.length; i += 5000) {
+          for (const r of (await q.query(`SELECT ${SESSION_ROW} FROM ${S}.sessions WHERE id = ANY($1::text[]) ORDER BY id FOR UPDATE`, [textArray(ids.slice(i, i + 5000))])).rows) {
+            const row = rowOf(r);
+            stored.set(r[0] as string, { json: row.json, lastTurn: row.lastTurn });
+          }
+        }
+        const turnIds = turns.map((t) => t._id);
+        for (let i = 0; i < turnIds.length; i += 5000) {
+          for (const r of (await q.query(`SELECT id, session, json FROM ${S}.turns WHERE id = ANY($1::text[])`, [textArray(turnIds.slice(i, i + 5000))])).rows) {
+            storedTurns.set(r[0] as string, { session: r[1] as string, json: Buffer.from(r[2] as string) });
+          }
+        }
+        const plan = planImport(sessions, turns, {
+          session: (id) => {
+            const s = stored.get(id);
+            return s === undefined ? undefined : { json: s.json, lastTurnAt: s.lastTurn?.createdAt };
+          },
+          turn: (id) => storedTurns.get(id),
+        });
+        const sent: Promise<QueryResult>[] = [];
+        for (const s of plan.sessions) {
+          const json = JSON.stringify(s);
+          sent.push(
+            q.query(
+              `INSERT INTO ${S}.sessions (id, owner, project, archived, updated_at, name_folded, json, json_bytes, version, head_turn_id) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, '', $9)
+               ON CONFLICT (id) DO UPDATE SET owner = excluded.owner, project = excluded.project, archived = excluded.archived, updated_at = excluded.updated_at,
+                 name_folded = excluded.name_folded, json = excluded.json, json_bytes = excluded.json_bytes, head_turn_id = excluded.head_turn_id`,
+              [s._id, sqlText(s.user), sqlText(s.project), String(s.archived), s.updatedAt, sqlText(foldForSearch(s.name)), json, String(Buffer.byteLength(json)), s.headTurnId],
+            ),
+          );
+        }
+        for (const t of plan.turns) {
+          if (t.replaces !== undefined) sent.push(q.query(`DELETE FROM ${S}.turns WHERE id = $1`, [t.turn._id]));
+          sent.push(q.query(insertTurnSql(S), [t.turn._id, t.turn.session, t.turn.parentId, t.turn.createdAt, t.json.toString('utf8')]));
+        }
+        // the sessions whose turns changed (here or by a replaced turn elsewhere) get their newest turn and counts again
+        const touched = new Set<string>([...plan.sessions.map((s) => s._id), ...plan.turns.flatMap((t) => [t.turn.session, ...(t.replaces !== undefined ? [t.replaces] : [])])]);
+        await Promise.all(sent);
+        // an import may give a stored turn another parent: the depths of the sessions whose turns it wrote are made again
+        const withTurns = [...new Set(plan.turns.flatMap((t) => [t.turn.session, ...(t.replaces !== undefined ? [t.replaces] : [])]))];
+        for (let i = 0; i < withTurns.length; i += 5000) await q.query(placesSql(`${S}.turns`, 'session = ANY($1::text[])', 'NULL::text COLLATE "C"'), [textArray(withTurns.slice(i, i + 5000))]);
+        const touchedIds = [...touched];
+        for (let i = 0; i < touchedIds.length; i += 5000) {
+          const some = textArray(touchedIds.slice(i, i + 5000));
+          await q.query(
+            `UPDATE ${S}.sessions s SET turn_count = coalesce(t.n, 0), turn_bytes = coalesce(t.bytes, 0), last_turn_at = t.last_at, last_turn_id = t.last_id
+             FROM (SELECT id FROM unnest($1::text[]) AS id) ids
+             LEFT JOIN (SELECT session, count(*) AS n, sum(octet_length(json)) AS bytes,
+                          (array_agg(created_at ORDER BY created_at DESC, id DESC))[1] AS last_at, (array_agg(id ORDER BY created_at DESC, id DESC))[1] AS last_id
+                        FROM ${S}.turns WHERE session = ANY($1::text[]) GROUP BY session) t ON t.session = ids.id
+             WHERE s.id = ids.id`,
+            [some],
+          );
+          const versions: Promise<QueryResult>[] = [];
+          for (const r of (await q.query(`SELECT id, json, last_turn_at, last_turn_id FROM ${S}.sessions WHERE id = ANY($1::text[])`, [some])).rows) {
+            const last = r[2] === null || r[3] === null ? undefined : { createdAt: r[2] as string, _id: r[3] as string };
+            versions.push(q.query(`UPDATE ${S}.sessions SET version = $1 WHERE id = $2`, [versionOfSession(r[1] as string, last), r[0] as string]));
+          }
+          await Promise.all(versions);
+        }
+        await q.query(`DELETE FROM ${S}.usage`);
+        await q.query(`INSERT INTO ${S}.usage (owner, sessions, turns, bytes) SELECT owner, count(*), sum(turn_count), sum(json_bytes + turn_bytes) FROM ${S}.sessions GROUP BY owner`);
+        await finish(q, [], done, () => (ended = true));
+        return plan.summary;
+      } catch (e) {
+        if (!ended) {
+          await q.query('ROLLBACK').catch(() => undefined);
+          done();
+        }
+        throw storeError(e);
+      }
+    } finally {
+      this.writer.resume();
+    }
+  }
+
+  async close(): Promise<void> {
+    await this.writer.close();
+    await this.pool.end();
+  }
+
+  /** The database this store uses, as logs may name it (never the password). */
+  get database(): string {
+    return this.where;
+  }
+}
+
+/**
+ * A branch's turns in list order: the keys of the path from its turn up to the root along the
+ * parents (each a primary-key lookup; the head's turn read from the session row), the page cut
+ * from those keys (strictly after a key when given, at most `limit`; the walk then stops at that
+ * key), and only then the page's JSON: sorting the whole path with its JSON would cost more than
+ * walking it.
+ */
+function branchQuery(S: string, sessionId: string, branch: Branch, after: TurnKey | undefined, limit: number): { text: string; params: string[] } {
+  const params = [sqlText(sessionId)];
+  const at = (v: string): string => `$${params.push(v)}`;
+  const start = branch === 'head' ? `id = (SELECT head_turn_id FROM ${S}.sessions WHERE id = $1)` : `id = ${at(sqlText(branch.turnId))}`;
+  const key = after === undefined ? undefined : `(${at(sqlText(after.createdAt))}, ${at(sqlText(after._id))})`;
+  // after a cursor the walk stops at it: keys fall along the path toward the root
+  const text = `WITH RECURSIVE path(id, parent_id, created_at) AS (
+      SELECT id, parent_id, created_at FROM ${S}.turns WHERE ${start} AND session = $1
+      UNION ALL SELECT t.id, t.parent_id, t.created_at FROM ${S}.turns t JOIN path p ON t.id = p.parent_id ${key === undefined ? '' : `WHERE (t.created_at, t.id) > ${key}`}),
+    page AS MATERIALIZED (SELECT id, created_at FROM path ${key === undefined ? '' : `WHERE (created_at, id) > ${key}`} ORDER BY created_at, id LIMIT ${at(String(limit))})
+    SELECT t.id, t.created_at, t.json FROM page JOIN ${S}.turns t ON t.id = page.id ORDER BY page.created_at, page.id`;
+  return { text, params };
+}
+
+/**
+ * A page of a branch by depth (../tree-index.ts): the turns at the depths after the cursor's
+ * (`after`: its id, or none for the first page), at most `limit`, oldest first, each with its
+ * JSON and its parent: about depth / JUMP + JUMP lookups beside the page's own, however deep the
+ * branch. A cursor that is not a turn of the session gives no page (the caller walks instead).
+ */
+function branchPageQuery(S: string, sessionId: string, branch: Branch, after: string | undefined, limit: number): { text: string; params: string[] } {
+  const params = [sqlText(sessionId)];
+  const at = (v: string): string => `$${params.push(v)}`;
+  const start = branch === 'head' ? `id = (SELECT head_turn_id FROM ${S}.sessions WHERE id = $1)` : `id = ${at(sqlText(branch.turnId))}`;
+  const lo = after === undefined ? '0' : `(SELECT depth + 1 FROM ${S}.turns WHERE id = ${at(after)} AND session = $1)`;
+  const text = `WITH RECURSIVE
+      target(id, depth) AS (SELECT id, depth FROM ${S}.turns WHERE ${start} AND session = $1),
+      bounds(lo, hi) AS (SELECT b.lo, least(target.depth, b.lo + ${at(String(limit))} - 1) FROM target CROSS JOIN (SELECT ${lo} AS lo) b WHERE b.lo IS NOT NULL),
+      ${pageByDepthSql(`${S}.turns`)}
+    SELECT t.id, t.created_at, t.json, w.parent_id FROM walk w JOIN ${S}.turns t ON t.id = w.id WHERE w.depth >= (SELECT lo FROM bounds) ORDER BY w.depth`;
+  return { text, params };
+}
+
+/** A session's turns, oldest first, a page at a time, on one connection. */
+async function* turnPages(q: Queryable, S: string, sessionId: string): AsyncIterable<TurnRecord[]> {
+  let after: TurnKey | undefined;
+  for (;;) {
+    const r =
+      after === undefined
+        ? await q.query(`SELECT id, created_at, json FROM ${S}.turns WHERE session = $1 ORDER BY created_at, id LIMIT $2`, [sqlText(sessionId), String(CHUNK * 4)])
+        : await q.query(`SELECT id, created_at, json FROM ${S}.turns WHERE session = $1 AND (created_at, id) > ($2, $3) ORDER BY created_at, id LIMIT $4`, [sqlText(sessionId), after.createdAt, after._id, String(CHUNK * 4)]);
+    const turns = r.rows.map(turnOf);
+    if (turns.length > 0) yield turns;
+    const last = turns[turns.length - 1];
+    if (turns.length < CHUNK * 4 || last === undefined) return;
+    after = { createdAt: last.createdAt, _id: last._id };
+  }
+}
+
+/** Opens the PostgreSQL store (a server, an import, or an export: all may run beside other instances). */
+export function openPostgresStore(opts: PostgresOptions): Promise<Store> {
+  return PostgresStore.open(opts);
+}

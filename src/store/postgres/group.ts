@@ -1,0 +1,425 @@
+// One group of writes on PostgreSQL: one transaction on a connection of its own. It opens by
+// locking the group's sessions (SELECT ... FOR UPDATE, in id order), so a write decided here
+// sees what every other instance committed before it and none can commit in between: If-Match
+// and ownership checks hold across instances. It then reads, in the same transaction, what the
+// group's writes will ask about those sessions' turns (the writer says which: a parent, a path
+// to copy, a subtree to delete), since a write is decided synchronously at the serial point.
+// Then every statement of the group goes out at once (pipelined) and one COMMIT makes them
+// durable together.
+import { turnBefore, type TurnKey } from '../../domain/order.js';
+import type { ChatSession } from '../../domain/records.js';
+import { foldForSearch } from '../../domain/search.js';
+import type { QueryResult, Row } from '../../pg/connection.js';
+import type { Queryable } from '../../pg/pool.js';
+import type { SessionState, TreeTurn, TurnNode, Usage } from '../store.js';
+import { NotReadAhead, type Change, type Group, type TreeNeeds } from '../writer.js';
+import { injectedFault } from '../faults.js';
+import { JUMP, placesOfChain } from '../tree-index.js';
+import { sqlText, storeError, textArray } from './values.js';
+
+/** A session's row as the group locked it, and as its changes leave it. */
+export interface SessionRow {
+  /** As stored (see sqlText). */
+  readonly owner: string;
+  readonly json: string;
+  readonly jsonBytes: number;
+  readonly version: string;
+  readonly lastTurn: TurnKey | undefined;
+  readonly turnCount: number;
+  readonly turnBytes: number;
+  readonly head: string | null;
+}
+
+const NO_USAGE: Usage = { sessions: 0, turns: 0, bytes: 0 };
+
+export function rowOf(r: readonly (string | null)[]): SessionRow {
+  const [, owner, json, jsonBytes, version, lastAt, lastId, turnCount, turnBytes, head] = r;
+  return {
+    owner: owner as string,
+    json: json as string,
+    jsonBytes: Number(jsonBytes),
+    version: version as string,
+    lastTurn: lastAt === null || lastId === null || lastAt === undefined || lastId === undefined ? undefined : { createdAt: lastAt, _id: lastId },
+    turnCount: Number(turnCount),
+    turnBytes: Number(turnBytes),
+    head: head ?? null,
+  };
+}
+
+export const SESSION_ROW = 'id, owner, json, json_bytes, version, last_turn_at, last_turn_id, turn_count, turn_bytes, head_turn_id';
+
+/** The ids from a turn up to its root, along the parents (each a primary-key lookup). */
+const pathCte = (S: string): string => `WITH RECURSIVE path(id, parent_id) AS (
+  SELECT id, parent_id FROM ${S}.turns WHERE id = $1 AND session = $2
+  UNION ALL SELECT t.id, t.parent_id FROM ${S}.turns t JOIN path p ON t.id = p.parent_id)`;
+
+/** A turn and its descendants (children found by the parent_id index), and the newest turn of the session outside them. */
+const subtreeSql = (S: string): string => `WITH RECURSIVE sub(id) AS (
+    SELECT id FROM ${S}.turns WHERE id = $1 AND session = $2
+    UNION ALL SELECT t.id FROM ${S}.turns t JOIN sub s ON t.parent_id = s.id)
+  SELECT t.id, t.created_at, t.parent_id, octet_length(t.json), false FROM sub JOIN ${S}.turns t ON t.id = sub.id
+  UNION ALL
+  (SELECT o.id, o.created_at, o.parent_id, 0, true FROM ${S}.turns o WHERE o.session = $2 AND o.id NOT IN (SELECT id FROM sub) ORDER BY o.created_at DESC, o.id DESC LIMIT 1)`;
+
+const treeTurnOf = (r: Row): TreeTurn => {
+  const json = Buffer.from(r[4] as string);
+  return { _id: r[0] as string, createdAt: r[2] as string, parentId: r[3] ?? null, bytes: json.length, json };
+};
+
+/** What the group read ahead about one session's turns. */
+interface ReadAhead {
+  /** Turns by id (asked for, or on a path read). */
+  readonly turns: Map<string, TreeTurn>;
+  /** Turn ids asked for that are not the session's. */
+  readonly absent: Set<string>;
+  /** Paths read, root first, by the turn they end at. */
+  readonly paths: Map<string, readonly TreeTurn[]>;
+  /** Subtrees read by their root, with the newest turn outside each. */
+  readonly subtrees: Map<string, { readonly nodes: readonly TurnNode[]; readonly newestOutside: TurnKey | undefined }>;
+}
+
+const aheadOf = (): ReadAhead => ({ turns: new Map(), absent: new Set(), paths: new Map(), subtrees: new Map() });
+
+export class PgGroup implements Group {
+  private ended = false;
+
+  constructor(
+    private readonly S: string,
+    private readonly q: Queryable,
+    private readonly done: () => void,
+    private readonly rows: ReadonlyMap<string, SessionRow>,
+    private readonly usage: ReadonlyMap<string, Usage>,
+    private readonly ahead: ReadonlyMap<string, ReadAhead>,
+  ) {}
+
+  /**
+   * Opens the transaction, locks the sessions and reads what `needs` name of their turns;
+   * `owners` (with the sessions' own) get their usage read.
+   */
+  static async open(S: string, q: Queryable, done: () => void, ids: readonly string[], owners: readonly string[], needs: readonly TreeNeeds[]): Promise<PgGroup> {
+    try {
+      // both sent at once; both awaited, so a failure of either is handled
+      const [, locked] = await Promise.all([
+        q.query('BEGIN'),
+        q.query(`SELECT ${SESSION_ROW} FROM ${S}.sessions WHERE id = ANY($1::text[]) ORDER BY id FOR UPDATE`, [textArray([...new Set(ids)].map(sqlText))]),
+      ]);
+      const rows = new Map<string, SessionRow>();
+      for (const r of locked.rows) rows.set(r[0] as string, rowOf(r));
+      // owners as stored (see sqlText): the keys of the usage table
+      const who = new Set(owners.map(sqlText));
+      for (const r of rows.values()) who.add(r.owner);
+      const usage = new Map<string, Usage>();
+      const reads: Promise<void>[] = [];
+      if (who.size > 0) {
+        reads.push(
+          q.query(`SELECT owner, sessions, turns, bytes FROM ${S}.usage WHERE owner = ANY($1::text[])`, [textArray([...who])]).then((r) => {
+            for (const row of r.rows) usage.set(row[0] as string, { sessions: Number(row[1]), turns: Number(row[2]), bytes: Number(row[3]) });
+          }),
+        );
+      }
+      const ahead = new Map<string, ReadAhead>();
+      for (const need of needs) {
+        const row = rows.get(sqlText(need.session));
+        if (row === undefined) continue; // no such session: the write is refused before asking
+        let a = ahead.get(need.session);
+        if (a === undefined) ahead.set(need.session, (a = aheadOf()));
+        const read = a;
+        if (need.turns.length > 0) {
+          reads.push(
+            q.query(`SELECT id, session, created_at, parent_id, json FROM ${S}.turns WHERE id = ANY($1::text[]) AND session = $2`, [textArray(need.turns.map(sqlText)), sqlText(need.session)]).then((r) => {
+              for (const t of r.rows) read.turns.set(t[0] as string, treeTurnOf(t));
+              for (const id of need.turns) if (!read.turns.has(id)) read.absent.add(id);
+            }),
+          );
+        }
+        for (const end of need.paths) {
+          const to = end ?? row.head;
+          if (to === null) continue;
+          reads.push(
+            q.query(`${pathCte(S)} SELECT t.id, t.session, t.created_at, t.parent_id, t.json FROM path JOIN ${S}.turns t ON t.id = path.id ORDER BY t.created_at, t.id`, [sqlText(to), sqlText(need.session)]).then((r) => {
+              if (r.rows.length === 0) {
+                read.absent.add(to);
+                return;
+              }
+              const path = r.rows.map(treeTurnOf);
+              read.paths.set(to, path);
+              for (const t of path) read.turns.set(t._id, t);
+            }),
+          );
+        }
+        for (const root of need.subtrees) {
+          reads.push(
+            q.query(subtreeSql(S), [sqlText(root), sqlText(need.session)]).then((r) => {
+              const nodes: TurnNode[] = [];
+              let newestOutside: TurnKey | undefined;
+              for (const t of r.rows) {
+                if (t[4] === 't') newestOutside = { createdAt: t[1] as string, _id: t[0] as string };
+                else nodes.push({ _id: t[0] as string, createdAt: t[1] as string, parentId: t[2] ?? null, bytes: Number(t[3]) });
+              }
+              if (nodes.length === 0) read.absent.add(root);
+              else read.subtrees.set(root, { nodes, newestOutside });
+            }),
+          );
+        }
+      }
+      await Promise.all(reads);
+      return new PgGroup(S, q, done, rows, usage, ahead);
+    } catch (e) {
+      await q.query('ROLLBACK').catch(() => undefined);
+      done();
+      throw storeError(e);
+    }
+  }
+
+  current(id: string): SessionState | undefined {
+    const row = this.rows.get(sqlText(id));
+    if (row === undefined) return undefined;
+    return { session: JSON.parse(row.json) as ChatSession, lastTurn: row.lastTurn, version: () => row.version };
+  }
+
+  /** What was read ahead of a session; a session not locked by this group has no committed turns to ask about. */
+  private aheadFor(session: string): ReadAhead {
+    const a = this.ahead.get(session);
+    if (a === undefined) throw new NotReadAhead(`nothing was read ahead of session ${session}`);
+    return a;
+  }
+
+  turn(session: string, id: string): TreeTurn | undefined {
+    const a = this.aheadFor(session);
+    const t = a.turns.get(id);
+    if (t !== undefined) return t;
+    if (a.absent.has(id)) return undefined;
+    throw new NotReadAhead(`turn ${id} was not read ahead`);
+  }
+
+  path(session: string, id: string): readonly TreeTurn[] | undefined {
+    const a = this.aheadFor(session);
+    if (a.absent.has(id)) return undefined;
+    // the path to a turn on a path read is that path's beginning
+    for (const path of a.paths.values()) {
+      const i = path.findIndex((t) => t._id === id);
+      if (i >= 0) return path.slice(0, i + 1);
+    }
+    throw new NotReadAhead(`the path to turn ${id} was not read ahead`);
+  }
+
+  subtree(session: string, id: string): readonly TurnNode[] | undefined {
+    const a = this.aheadFor(session);
+    const sub = a.subtrees.get(id);
+    if (sub !== undefined) return sub.nodes;
+    if (a.absent.has(id)) return undefined;
+    throw new NotReadAhead(`the subtree of turn ${id} was not read ahead`);
+  }
+
+  lastTurnExcept(session: string, excluded: ReadonlySet<string>): TurnKey | undefined {
+    const last = this.rows.get(sqlText(session))?.lastTurn;
+    if (last === undefined || !excluded.has(last._id)) return last;
+    // the newest turn outside a subtree is the newest outside `excluded` when the subtree is all
+    // excluded and that turn is not
+    for (const sub of this.aheadFor(session).subtrees.values()) {
+      if (!sub.nodes.every((n) => excluded.has(n._id))) continue;
+      if (sub.newestOutside === undefined || !excluded.has(sub.newestOutside._id)) return sub.newestOutside;
+    }
+    throw new NotReadAhead(`the newest turn of session ${session} outside those deleted was not read ahead`);
+  }
+
+  usageOf(user: string): Usage {
+    return this.usage.get(sqlText(user)) ?? NO_USAGE;
+  }
+
+  release(): void {
+    if (this.ended) return;
+    this.ended = true;
+    void this.q
+      .query('ROLLBACK')
+      .catch(() => undefined)
+      .finally(this.done);
+  }
+
+  async commit(changes: readonly Change[]): Promise<void> {
+    const { S, q } = this;
+    const staged = new Map<string, SessionRow | null>();
+    const rowNow = (id: string): SessionRow => {
+      const r = staged.has(id) ? staged.get(id) : this.rows.get(sqlText(id));
+      if (r === undefined || r === null) throw new Error(`session ${id} is not in the group`);
+      return r;
+    };
+    const usage = new Map<string, { sessions: number; turns: number; bytes: number }>();
+    const charge = (owner: string, sessions: number, turns: number, bytes: number): void => {
+      const u = usage.get(owner);
+      if (u === undefined) usage.set(owner, { sessions, turns, bytes });
+      else {
+        u.sessions += sessions;
+        u.turns += turns;
+        u.bytes += bytes;
+      }
+    };
+    const sent: Promise<QueryResult>[] = [];
+    /** The session row as a change of its turns leaves it: its JSON, version, head, newest turn and counts. */
+    const setSession = (id: string, before: SessionRow, s: ChatSession, json: string, version: string, lastTurn: TurnKey | undefined, turns: number, turnBytes: number): void => {
+      const bytes = Buffer.byteLength(json);
+      sent.push(
+        q.query(
+          `UPDATE ${S}.sessions SET updated_at = $1, json = $2, json_bytes = $3, version = $4, head_turn_id = $5, last_turn_at = $6, last_turn_id = $7,
+             turn_count = turn_count + $8, turn_bytes = turn_bytes + $9 WHERE id = $10`,
+          [s.updatedAt, json, String(bytes), version, s.headTurnId, lastTurn?.createdAt ?? null, lastTurn?._id ?? null, String(turns), String(turnBytes), id],
+        ),
+      );
+      charge(before.owner, 0, turns, turnBytes + bytes - before.jsonBytes);
+      staged.set(id, { ...before, json, jsonBytes: bytes, version, lastTurn, head: s.headTurnId, turnCount: before.turnCount + turns, turnBytes: before.turnBytes + turnBytes });
+    };
+    try {
+      for (const c of changes) {
+        switch (c.kind) {
+          case 'create':
+          case 'update': {
+            const s = c.session;
+            const bytes = Buffer.byteLength(c.json);
+            const before = c.kind === 'update' ? rowNow(s._id) : undefined;
+            sent.push(
+              q.query(
+                c.kind === 'create'
+                  ? `INSERT INTO ${S}.sessions (owner, project, archived, updated_at, name_folded, json, json_bytes, version, head_turn_id, id) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)`
+                  : `UPDATE ${S}.sessions SET owner = $1, project = $2, archived = $3, updated_at = $4, name_folded = $5, json = $6, json_bytes = $7, version = $8, head_turn_id = $9 WHERE id = $10`,
+                [sqlText(s.user), sqlText(s.project), String(s.archived), s.updatedAt, sqlText(foldForSearch(s.name)), c.json, String(bytes), c.version, s.headTurnId, s._id],
+              ),
+            );
+            const turnCount = before?.turnCount ?? 0;
+            const turnBytes = before?.turnBytes ?? 0;
+            if (before !== undefined) charge(before.owner, -1, -turnCount, -(before.jsonBytes + turnBytes));
+            charge(sqlText(s.user), 1, turnCount, bytes + turnBytes);
+            staged.set(s._id, { owner: sqlText(s.user), json: c.json, jsonBytes: bytes, version: c.version, lastTurn: before?.lastTurn, turnCount, turnBytes, head: s.headTurnId });
+            break;
+          }
+          case 'turn': {
+            const id = c.session._id;
+            const before = rowNow(id);
+            sent.push(q.query(insertTurnSql(S), [c.turn._id, id, c.turn.parentId, c.turn.createdAt, c.json.toString('utf8')]));
+            const key = { createdAt: c.turn.createdAt, _id: c.turn._id };
+            const last = before.lastTurn === undefined || turnBefore(before.lastTurn, key) ? key : before.lastTurn;
+            setSession(id, before, c.session, c.sessionJson, c.version, last, 1, c.json.length);
+            break;
+          }
+          case 'editTurn': {
+            const id = c.session._id;
+            const before = rowNow(id);
+            sent.push(q.query(`UPDATE ${S}.turns SET json = $1 WHERE id = $2`, [c.json.toString('utf8'), c.turn._id]));
+            setSession(id, before, c.session, c.sessionJson, c.version, c.lastTurn, 0, c.json.length - c.previousBytes);
+            break;
+          }
+          case 'deleteTurns': {
+            const before = rowNow(c.sessionId);
+            sent.push(q.query(`DELETE FROM ${S}.turns WHERE id = ANY($1::text[]) AND session = $2`, [textArray(c.ids), c.sessionId]));
+            setSession(c.sessionId, before, c.session, c.sessionJson, c.version, c.lastTurn, -c.ids.length, -c.bytes);
+            break;
+          }
+          case 'fork': {
+            const s = c.session;
+            const bytes = Buffer.byteLength(c.json);
+            const last = c.turns[c.turns.length - 1]?.turn;
+            let turnBytes = 0;
+            for (const t of c.turns) turnBytes += t.json.length;
+            sent.push(
+              q.query(
+                `INSERT INTO ${S}.sessions (owner, project, archived, updated_at, name_folded, json, json_bytes, version, head_turn_id, id, last_turn_at, last_turn_id, turn_count, turn_bytes)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)`,
+                [sqlText(s.user), sqlText(s.project), String(s.archived), s.updatedAt, sqlText(foldForSearch(s.name)), c.json, String(bytes), c.version, s.headTurnId, s._id, last?.createdAt ?? null, last?._id ?? null, String(c.turns.length), String(turnBytes)],
+              ),
+            );
+            const places = placesOfChain(c.turns.map((t) => t.turn._id));
+            if (c.turns.length > 0) {
+              // all the copies in one statement: a long path is one round of parsing, not one per turn
+              sent.push(
+                q.query(
+                  `INSERT INTO ${S}.turns (id, session, parent_id, created_at, json, depth, skip_id)
+                   SELECT id, $1, parent_id, created_at, json, depth, skip_id FROM unnest($2::text[], $3::text[], $4::text[], $5::text[], $6::int[], $7::text[]) AS c(id, parent_id, created_at, json, depth, skip_id)`,
+                  [
+                    s._id,
+                    textArray(c.turns.map((t) => t.turn._id)),
+                    nullableTextArray(c.turns.map((t) => t.turn.parentId)),
+                    textArray(c.turns.map((t) => t.turn.createdAt)),
+                    textArray(c.turns.map((t) => t.json.toString('utf8'))),
+                    `{${places.map((p) => p.depth).join(',')}}`,
+                    nullableTextArray(places.map((p) => p.skipId)),
+                  ],
+                ),
+              );
+            }
+            charge(sqlText(s.user), 1, c.turns.length, bytes + turnBytes);
+            staged.set(s._id, {
+              owner: sqlText(s.user),
+              json: c.json,
+              jsonBytes: bytes,
+              version: c.version,
+              lastTurn: last === undefined ? undefined : { createdAt: last.createdAt, _id: last._id },
+              turnCount: c.turns.length,
+              turnBytes,
+              head: s.headTurnId,
+            });
+            break;
+          }
+          case 'delete': {
+            const before = rowNow(c.id);
+            sent.push(q.query(`DELETE FROM ${S}.turns WHERE session = $1`, [c.id]));
+            sent.push(q.query(`DELETE FROM ${S}.sessions WHERE id = $1`, [c.id]));
+            charge(before.owner, -1, -before.turnCount, -(before.jsonBytes + before.turnBytes));
+            staged.set(c.id, null);
+          }
+        }
+      }
+      // in owner order, so two groups touching the same owners cannot deadlock on their rows
+      for (const owner of [...usage.keys()].sort()) {
+        const u = usage.get(owner) as { sessions: number; turns: number; bytes: number };
+        sent.push(
+          q.query(
+            `INSERT INTO ${S}.usage (owner, sessions, turns, bytes) VALUES ($1, $2, $3, $4)
+             ON CONFLICT (owner) DO UPDATE SET sessions = usage.sessions + excluded.sessions, turns = usage.turns + excluded.turns, bytes = usage.bytes + excluded.bytes`,
+            [owner, String(u.sessions), String(u.turns), String(u.bytes)],
+          ),
+        );
+        if (u.sessions < 0) sent.push(q.query(`DELETE FROM ${S}.usage WHERE owner = $1 AND sessions = 0`, [owner]));
+      }
+      const fault = injectedFault('commit');
+      if (fault !== undefined) throw fault;
+    } catch (e) {
+      await Promise.allSettled(sent);
+      this.release();
+      throw e;
+    }
+    await finish(q, sent, this.done, () => (this.ended = true));
+  }
+}
+
+/** A turn's row, its depth and jump pointer made from its parent's (inserted before it, in this transaction or earlier). */
+export function insertTurnSql(S: string): string {
+  return `INSERT INTO ${S}.turns (id, session, parent_id, created_at, json, depth, skip_id)
+    SELECT $1, $2, $3, $4, $5, coalesce(p.depth + 1, 0), CASE WHEN p.id IS NULL THEN NULL WHEN p.depth % ${JUMP} = 0 THEN p.id ELSE p.skip_id END
+    FROM (SELECT 1) one LEFT JOIN ${S}.turns p ON p.id = $3`;
+}
+
+/** A text[] literal whose nulls are SQL NULLs (a quoted element is text, the bare word NULL is none). */
+export function nullableTextArray(values: readonly (string | null)[]): string {
+  return `{${values.map((v) => (v === null ? 'NULL' : textArray([v]).slice(1, -1))).join(',')}}`;
+}
+
+/**
+ * Sends COMMIT after `sent` and waits for all of them. The first statement that failed is the
+ * error (those after it only say the transaction was aborted); a COMMIT answered ROLLBACK means
+ * nothing was written.
+ */
+export async function finish(q: Queryable, sent: readonly Promise<QueryResult>[], done: () => void, ended: () => void): Promise<void> {
+  const commit = q.query('COMMIT');
+  const results = await Promise.allSettled([...sent, commit]);
+  ended();
+  const failed = results.find((r): r is PromiseRejectedResult => r.status === 'rejected');
+  if (failed !== undefined) {
+    if (results[results.length - 1]?.status === 'fulfilled') {
+      // the statement failed but COMMIT was answered (with ROLLBACK): the connection is usable
+    } else await q.query('ROLLBACK').catch(() => undefined);
+    done();
+    throw storeError(failed.reason);
+  }
+  done();
+  const c = results[results.length - 1] as PromiseFulfilledResult<QueryResult>;
+  if (c.value.command !== 'COMMIT') throw storeError(new Error('the transaction was rolled back at COMMIT'));
+}

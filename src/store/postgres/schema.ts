@@ -1,0 +1,129 @@
+// The PostgreSQL engine's tables, in a schema of their own (DATABASE_SCHEMA), so the service
+// can share a database with other applications. They are created and migrated at start in
+// one transaction under an advisory lock, so instances that start together do not race; a
+// database whose schema is newer than this release knows stops the start.
+import type { Pool, Queryable } from '../../pg/pool.js';
+import { StoreOpenFailed } from '../store.js';
+import { placesSql } from '../tree-index.js';
+
+export const SCHEMA_VERSION = 2;
+
+/** Each step takes the schema from version i to i + 1; `S` stands for the quoted schema name. */
+const MIGRATIONS: readonly ((S: string) => string)[] = [
+  (S) => `
+  CREATE TABLE ${S}.sessions (
+    id text COLLATE "C" PRIMARY KEY,
+    owner text NOT NULL,
+    project text NOT NULL,
+    archived boolean NOT NULL,
+    updated_at text COLLATE "C" NOT NULL,
+    name_folded text NOT NULL,
+    json text NOT NULL,
+    json_bytes integer NOT NULL,
+    version text NOT NULL,
+    last_turn_at text COLLATE "C",
+    last_turn_id text COLLATE "C",
+    turn_count integer NOT NULL DEFAULT 0,
+    turn_bytes bigint NOT NULL DEFAULT 0
+  );
+  CREATE INDEX sessions_by_owner ON ${S}.sessions (owner, archived, updated_at, id);
+  CREATE INDEX sessions_by_project ON ${S}.sessions (project, archived, updated_at, id);
+  CREATE TABLE ${S}.turns (
+    id text COLLATE "C" PRIMARY KEY,
+    session text COLLATE "C" NOT NULL,
+    created_at text COLLATE "C" NOT NULL,
+    json text NOT NULL
+  );
+  CREATE INDEX turns_by_session ON ${S}.turns (session, created_at, id);
+  CREATE TABLE ${S}.usage (
+    owner text PRIMARY KEY,
+    sessions bigint NOT NULL,
+    turns bigint NOT NULL,
+    bytes bigint NOT NULL
+  );
+  `,
+  // 2: conversations as trees. Every turn of the first release gets the turn before it (by
+  // created_at, id) as parent and status complete, every session its newest turn as head, every
+  // turn its depth and jump pointer (../tree-index.ts); the
+  // stored JSON gets the new keys at their places (the first release wrote a turn's _id and
+  // session first and its createdAt last: 70 and 40 ASCII characters), and the byte counts follow.
+  (S) => `
+  ALTER TABLE ${S}.turns ADD COLUMN parent_id text COLLATE "C";
+  ALTER TABLE ${S}.turns ADD COLUMN depth integer NOT NULL DEFAULT 0;
+  ALTER TABLE ${S}.turns ADD COLUMN skip_id text COLLATE "C";
+  ALTER TABLE ${S}.sessions ADD COLUMN head_turn_id text COLLATE "C";
+  CREATE INDEX turns_by_parent ON ${S}.turns (parent_id);
+  UPDATE ${S}.turns t SET parent_id = p.prev
+    FROM (SELECT id, lag(id) OVER (PARTITION BY session ORDER BY created_at, id) AS prev FROM ${S}.turns) p
+    WHERE t.id = p.id AND p.prev IS NOT NULL;
+  ${placesSql(`${S}.turns`, 'true', 'NULL::text COLLATE "C"')};
+  UPDATE ${S}.turns SET json =
+    left(json, 70) || ',"parentId":' || coalesce('"' || parent_id || '"', 'null') || substr(json, 71, length(json) - 110) || ',"status":"complete"' || right(json, 40);
+  UPDATE ${S}.sessions SET head_turn_id = last_turn_id,
+    json = left(json, -1) || ',"headTurnId":' || coalesce('"' || last_turn_id || '"', 'null') || '}';
+  UPDATE ${S}.sessions s SET json_bytes = octet_length(s.json),
+    turn_bytes = coalesce((SELECT sum(octet_length(t.json)) FROM ${S}.turns t WHERE t.session = s.id), 0);
+  DELETE FROM ${S}.usage;
+  INSERT INTO ${S}.usage (owner, sessions, turns, bytes) SELECT owner, count(*), sum(turn_count), sum(json_bytes + turn_bytes) FROM ${S}.sessions GROUP BY owner;
+  `,
+];
+
+/** Checks made before a step runs (their count must be 0), so data it cannot rewrite stops the start instead of being damaged. */
+const BEFORE: Readonly<Record<number, (S: string) => string>> = {
+  1: (S) => `SELECT count(*) FROM ${S}.turns WHERE NOT (left(json, 8) = '{"_id":"' AND substr(json, 33, 13) = '","session":"' AND substr(json, 70, 1) = '"' AND substr(json, length(json) - 39, 14) = ',"createdAt":"')`,
+};
+
+const SCHEMA_NAME = /^[a-z_][a-z0-9_]{0,62}$/;
+
+/** The schema name quoted for SQL; a ConfigError-worthy message when it is not a plain lowercase name. */
+export function quotedSchema(name: string): string {
+  if (!SCHEMA_NAME.test(name)) throw new StoreOpenFailed(`DATABASE_SCHEMA must be a lowercase name of letters, digits and _ (got "${name}")`);
+  return `"${name}"`;
+}
+
+/**
+ * Creates or migrates the schema in one transaction, holding an advisory lock named after it.
+ * With `migrate` false (export, beside servers that may be of another release) it only checks
+ * that the schema is this release's.
+ */
+export async function prepareSchema(pool: Pool, schema: string, where: string, migrate = true): Promise<void> {
+  const S = quotedSchema(schema);
+  if (!migrate) {
+    const exists = (await pool.query('SELECT to_regclass($1) IS NOT NULL', [`${S}.meta`])).rows[0]?.[0] === 't';
+    const row = exists ? (await pool.query(`SELECT value FROM ${S}.meta WHERE key = 'schema_version'`)).rows[0] : undefined;
+    const version = row === undefined ? 0 : Number(row[0]);
+    if (version === SCHEMA_VERSION) return;
+    throw new StoreOpenFailed(
+      version === 0
+        ? `${where}: schema ${schema} holds no chat-session-api data (is DATABASE_SCHEMA right?)`
+        : `${where}: schema ${schema} is at version ${version}, this release reads ${SCHEMA_VERSION}; export with the release that wrote it (or start a server of this release once to migrate it)`,
+    );
+  }
+  await pool.transaction(async (tx: Queryable) => {
+    await tx.query('SELECT pg_advisory_xact_lock(hashtext($1))', [`chat-session-api schema ${schema}`]);
+    await tx.query(`CREATE SCHEMA IF NOT EXISTS ${S}`);
+    await tx.query(`CREATE TABLE IF NOT EXISTS ${S}.meta (key text PRIMARY KEY, value text NOT NULL)`);
+    const row = (await tx.query(`SELECT value FROM ${S}.meta WHERE key = 'schema_version'`)).rows[0];
+    const version = row === undefined ? 0 : Number(row[0]);
+    if (!Number.isInteger(version)) throw new StoreOpenFailed(`${where}: schema ${schema} holds a schema version this release cannot read ("${String(row?.[0])}"); point DATABASE_SCHEMA at this service's own schema`);
+    if (version > SCHEMA_VERSION) {
+      throw new StoreOpenFailed(
+        `${where}: schema ${schema} was written by a newer release (schema version ${version}; this release knows up to ${SCHEMA_VERSION}); run that release, or export with it and import into another schema with this one. Nothing was changed.`,
+      );
+    }
+    if (version === 0) {
+      const other = (await tx.query(`SELECT count(*) FROM pg_tables WHERE schemaname = $1 AND tablename <> 'meta'`, [schema])).rows[0]?.[0];
+      if (other !== '0') throw new StoreOpenFailed(`${where}: schema ${schema} holds tables of another application; set DATABASE_SCHEMA to a schema of this service's own. Nothing was changed.`);
+    }
+    for (let v = version; v < SCHEMA_VERSION; v++) {
+      const before = BEFORE[v];
+      if (before !== undefined && (await tx.query(before(S))).rows[0]?.[0] !== '0') {
+        throw new StoreOpenFailed(`${where}: schema ${schema} holds turns this release cannot rewrite for schema version ${v + 1} (not as the first release wrote them); export them with the release that wrote them. Nothing was changed.`);
+      }
+      await tx.exec((MIGRATIONS[v] as (S: string) => string)(S));
+    }
+    if (version < SCHEMA_VERSION) {
+      await tx.query(`INSERT INTO ${S}.meta (key, value) VALUES ('schema_version', $1) ON CONFLICT (key) DO UPDATE SET value = excluded.value`, [String(SCHEMA_VERSION)]);
+    }
+  });
+}

@@ -1,0 +1,35 @@
+// Between the store and PostgreSQL: what the client's failures mean to the store (a database
+// that cannot be used right now is StorageUnavailable, 503; a transaction that lost a deadlock
+// is a GroupConflict, tried again; anything else stays what it was, 500), and text as the
+// database can hold it.
+import { PgError } from '../../pg/errors.js';
+import { StorageUnavailable } from '../store.js';
+import { GroupConflict } from '../writer.js';
+
+export function storeError(e: unknown): unknown {
+  if (e instanceof StorageUnavailable || e instanceof GroupConflict) return e;
+  if (e instanceof PgError) {
+    if (e.unavailable || e.kind === 'pool_closed') return new StorageUnavailable(e);
+    if (e.kind === 'deadlock' || e.kind === 'serialization_failure') return new GroupConflict(e.message, { cause: e });
+  }
+  return e;
+}
+
+/** A text[] literal of `values` (each quoted, backslashes and quotes escaped), for `$n::text[]`. */
+export function textArray(values: readonly string[]): string {
+  let out = '{';
+  for (let i = 0; i < values.length; i++) {
+    if (i > 0) out += ',';
+    out += `"${(values[i] as string).replace(/[\\"]/g, (c) => `\\${c}`)}"`;
+  }
+  return `${out}}`;
+}
+
+/**
+ * Text as a PostgreSQL text value, which cannot hold NUL, while ids, users, projects and names
+ * given to the API may. Backslash and NUL are escaped (as a backslash pair and backslash-0):
+ * a change that is one-to-one and keeps substrings, so lookups and name search mean the same.
+ */
+export function sqlText(s: string): string {
+  return s.includes('\0') || s.includes('\\') ? s.replace(/[\\\0]/g, (c) => (c === '\\' ? '\\\\' : '\\0')) : s;
+}

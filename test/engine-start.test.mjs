@@ -1,0 +1,98 @@
+// What each engine refuses to start on, one line naming the file or database and what to do,
+// never a silent reset: a runtime without node:sqlite, a file that is not a store, a store of
+// another application, one missing a table, one written by a newer release.
+import assert from 'node:assert/strict';
+import { createRequire } from 'node:module';
+import { existsSync, readFileSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { describe, test } from 'node:test';
+import { newSession, removeDir, runCli, SECRET, startServer, STORE, storeEnv, tempDir } from './helpers.mjs';
+
+const hasSqlite = typeof process.getBuiltinModule === 'function' && process.getBuiltinModule('node:sqlite') !== undefined;
+
+/** Starts a server on `dir` with `env` and returns how it ended: it must not start. */
+function refusedStart(dir, env) {
+  const r = runCli([], { env: { PORT: '0', DATA_DIR: dir, AUTH_SECRET: SECRET, ...env } });
+  assert.equal(r.code, 1, `it started: ${r.stdout}`);
+  const lines = r.stderr.trim().split('\n');
+  assert.equal(lines.length, 1, `one line: ${r.stderr}`);
+  assert.match(lines[0], /^chat-session-api: /);
+  return lines[0];
+}
+
+describe('Starting an engine', () => {
+  test('"A start with STORE=sqlite on a Node without node:sqlite stops with one line naming the Node version it needs"', (t) => {
+    if (hasSqlite) return t.skip(`this Node.js (${process.version}) has node:sqlite; the journal's run (Node 20) checks this`);
+    const dir = tempDir();
+    try {
+      const line = refusedStart(dir, { STORE: 'sqlite' });
+      assert.match(line, /STORE=sqlite needs Node\.js 22\.13 or newer \(24 LTS recommended\); this is Node\.js v20\./);
+    } finally {
+      removeDir(dir);
+    }
+  });
+
+  test('sqlite: "a file that is not a database, or fails its check at start, stops the start naming the file and what to do; never a silent reset"', (t) => {
+    if (STORE !== 'sqlite') return t.skip(`about the sqlite engine; this run tests STORE=${STORE}`);
+    const { DatabaseSync } = process.getBuiltinModule('node:sqlite');
+    const cases = [
+      ['not a database', (file) => writeFileSync(file, 'chat history, but not a database\n'.repeat(200)), /chat-sessions\.db: is not a SQLite database; set SQLITE_FILE to the right file, or move this one aside/],
+      ['another application', (file) => new DatabaseSync(file).exec('CREATE TABLE invoices (id INTEGER PRIMARY KEY)'), /chat-sessions\.db: is a SQLite database of another application; set SQLITE_FILE to a file of its own/],
+    ];
+    for (const [what, make, expect] of cases) {
+      const dir = tempDir();
+      try {
+        const file = join(dir, 'chat-sessions.db');
+        make(file);
+        const before = readFileSync(file);
+        assert.match(refusedStart(dir, { STORE: 'sqlite' }), expect, what);
+        assert.ok(readFileSync(file).equals(before), `${what}: the file is left as it was`);
+      } finally {
+        removeDir(dir);
+      }
+    }
+  });
+
+  test('sqlite: "the schema is versioned, with migrations inside the file; a newer schema than the binary knows stops the start with one clear line", and a file missing a table fails its check', async (t) => {
+    if (STORE !== 'sqlite') return t.skip(`about the sqlite engine; this run tests STORE=${STORE}`);
+    const { DatabaseSync } = process.getBuiltinModule('node:sqlite');
+    const s = await startServer();
+    const dir = s.dataDir;
+    try {
+      await s.as('alice').post('/api/v1/chat-sessions', newSession({ name: 'kept' }));
+      await s.stop();
+      const file = join(dir, 'chat-sessions.db');
+      const db = new DatabaseSync(file);
+      db.exec('PRAGMA user_version = 99');
+      db.close();
+      assert.match(refusedStart(dir, { STORE: 'sqlite' }), /chat-sessions\.db: was written by a newer release \(schema version 99; this release knows up to \d+\); run that release, or `export` with it/);
+      const db2 = new DatabaseSync(file);
+      db2.exec('PRAGMA user_version = 1; DROP INDEX sessions_by_project');
+      db2.close();
+      assert.match(refusedStart(dir, { STORE: 'sqlite' }), /chat-sessions\.db: fails its check at start \(missing sessions_by_project\); restore it from a backup/);
+      assert.ok(existsSync(file));
+    } finally {
+      removeDir(dir);
+    }
+  });
+
+  test('postgres: "a database with a newer schema than the binary knows stops the start with one clear line"; a schema holding another application\'s tables is refused; neither is changed', async (t) => {
+    if (STORE !== 'postgres') return t.skip(`about the postgres engine; this run tests STORE=${STORE}`);
+    const { Pool } = createRequire(import.meta.url)('../dist/testkit.cjs');
+    const pool = new Pool(process.env.CSA_TEST_DATABASE_URL, { max: 1 });
+    const dir = tempDir();
+    try {
+      const env = storeEnv(dir);
+      const S = `"${env.DATABASE_SCHEMA}"`;
+      await pool.exec(`CREATE SCHEMA ${S}; CREATE TABLE ${S}.meta (key text PRIMARY KEY, value text NOT NULL); INSERT INTO ${S}.meta VALUES ('schema_version', '99')`);
+      assert.match(refusedStart(dir, env), /PostgreSQL postgres@127\.0\.0\.1:\d+\/postgres: schema t_[0-9a-f]+ was written by a newer release \(schema version 99; this release knows up to \d+\)/);
+      assert.deepEqual((await pool.query(`SELECT value FROM ${S}.meta`)).rows, [['99']], 'left as it was');
+      await pool.exec(`DROP SCHEMA ${S} CASCADE; CREATE SCHEMA ${S}; CREATE TABLE ${S}.invoices (id int)`);
+      assert.match(refusedStart(dir, env), /schema t_[0-9a-f]+ holds tables of another application; set DATABASE_SCHEMA to a schema of this service's own/);
+      assert.deepEqual((await pool.query(`SELECT tablename FROM pg_tables WHERE schemaname = $1`, [env.DATABASE_SCHEMA])).rows, [['invoices']], 'nothing added');
+    } finally {
+      await pool.end();
+      removeDir(dir);
+    }
+  });
+});

@@ -1,0 +1,126 @@
+// The PostgreSQL engine when its database fails: restarted under load, down for a while, a
+// backend killed mid-request. Never a 2xx for a write that did not commit, never a 500 or a
+// crash for a database that is away: 503 Storage unavailable, /healthz says so, and service
+// resumes by itself. These tests run a cluster of their own (they stop it); they run on the
+// postgres run of the suite and skip on the others.
+import assert from 'node:assert/strict';
+import { after, before, describe, test } from 'node:test';
+import { postgresMissing, startCluster, USERS, waitFor } from './pg/cluster.mjs';
+import { newSession, removeDir, runCli, startServer, STORE } from './helpers.mjs';
+
+const skip = STORE !== 'postgres' ? `about the postgres engine; this run tests STORE=${STORE}` : postgresMissing();
+const BASE = '/api/v1/chat-sessions';
+
+describe('PostgreSQL engine: the database fails', skip === undefined ? {} : { skip }, () => {
+  let cluster;
+  before(async () => {
+    cluster = await startCluster();
+    // the service creates its schema at start: its database user needs CREATE on the database (README)
+    await cluster.psql(`GRANT CREATE ON DATABASE postgres TO ${USERS.scram.user}`);
+  });
+  after(async () => {
+    await cluster?.destroy();
+  });
+
+  /** A server on the cluster, in a schema of its own. */
+  const serve = (env = {}) => startServer({ env: { DATABASE_URL: cluster.url(USERS.scram.user), DATABASE_SCHEMA: `f_${Math.random().toString(16).slice(2, 10)}`, ...env } });
+
+  test('the database restarted under load: every write answered 2xx is there afterwards, the others got 503 Storage unavailable (never a 500, a hang or a crash), /healthz said so, and service resumed by itself', async () => {
+    const s = await serve();
+    try {
+      const u = s.as('alice');
+      const acked = new Map(); // session id -> turns acknowledged
+      const statuses = new Map();
+      const note = (r) => statuses.set(r.status, (statuses.get(r.status) ?? 0) + 1);
+      let stop = false;
+      const worker = async (w) => {
+        let mine;
+        for (let i = 0; !stop; i++) {
+          if (mine === undefined || i % 4 === 0) {
+            const r = await u.post(BASE, newSession({ name: `w${w}-${i}` }));
+            note(r);
+            if (r.status === 201) {
+              mine = r.body.data._id;
+              acked.set(mine, 0);
+            } else assert.equal(r.body.message, 'Storage unavailable', `${r.status} ${r.text}`);
+          } else {
+            const r = await u.post(`${BASE}/${mine}/turns`, { role: 'user', content: `t${i}` });
+            note(r);
+            if (r.status === 201) acked.set(mine, acked.get(mine) + 1);
+            else assert.equal(r.body.message, 'Storage unavailable', `${r.status} ${r.text}`);
+          }
+        }
+      };
+      const workers = Array.from({ length: 6 }, (_, w) => worker(w));
+      await waitFor(() => acked.size >= 20, { what: 'writes before the restart' });
+      await cluster.stop();
+      await waitFor(async () => (await s.request('GET', '/healthz')).status === 503, { what: '/healthz to say the database is unreachable' });
+      const health = await s.request('GET', '/healthz');
+      assert.deepEqual(health.body, { success: false, message: 'Storage unavailable' });
+      assert.equal((await u.get(BASE)).status, 503, 'a read that needs the database');
+      await cluster.start();
+      await waitFor(async () => (await s.request('GET', '/healthz')).status === 200, { what: 'service to resume' });
+      const resumedAt = acked.size;
+      await waitFor(() => acked.size >= resumedAt + 10, { what: 'writes after the restart' });
+      stop = true;
+      await Promise.all(workers);
+      assert.deepEqual([...statuses.keys()].filter((x) => x !== 201 && x !== 503), [], `every answer was 201 or 503: ${[...statuses]}`);
+      assert.ok((statuses.get(503) ?? 0) > 0, 'some writes met the database down');
+      for (const [id, turns] of acked) {
+        assert.equal((await u.get(`${BASE}/${id}`)).status, 200, `acknowledged session ${id}`);
+        const stored = (await u.get(`${BASE}/${id}/turns`)).body.data.length;
+        // a turn whose COMMIT was under way when the connection broke got 503 and may have landed
+        assert.ok(stored >= turns, `${id}: ${stored} turns stored, ${turns} acknowledged`);
+      }
+      assert.equal(s.child.exitCode, null, 'the server is still running');
+    } finally {
+      await s.stop();
+      removeDir(s.dataDir);
+    }
+  });
+
+  test('a backend killed mid-request: that request gets 503, the connection is replaced, the next request is served', async () => {
+    const s = await serve({ DATABASE_POOL_SIZE: '2' });
+    try {
+      const u = s.as('bob');
+      const made = (await u.post(BASE, newSession({ name: 'before' }))).body.data;
+      await cluster.psql(`SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = '${USERS.scram.user}'`);
+      const after = await u.get(`${BASE}/${made._id}`);
+      assert.ok(after.status === 200 || after.status === 503, after.text);
+      await waitFor(async () => (await u.get(`${BASE}/${made._id}`)).status === 200, { what: 'a new connection' });
+      assert.equal((await u.post(BASE, newSession({ name: 'after' }))).status, 201);
+    } finally {
+      await s.stop();
+      removeDir(s.dataDir);
+    }
+  });
+
+  test('the password in DATABASE_URL appears in no log line, error message or --help output', async () => {
+    const secret = USERS.scram.password;
+    // a wrong one: the start fails with one line that names the database but not the password
+    const wrong = runCli([], { env: { PORT: '0', DATA_DIR: `/tmp/csa-pw-${process.pid}`, STORE: 'postgres', DATABASE_URL: cluster.url(USERS.scram.user, { password: 'Wr0ng-pw-and-secret' }) } });
+    assert.equal(wrong.code, 1);
+    assert.equal(wrong.stderr.trim().split('\n').length, 1, wrong.stderr);
+    assert.match(wrong.stderr, /PostgreSQL scram_user@127\.0\.0\.1:\d+\/postgres/);
+    assert.doesNotMatch(wrong.stderr + wrong.stdout, /Wr0ng-pw-and-secret/);
+    removeDir(`/tmp/csa-pw-${process.pid}`);
+    const help = runCli(['--help'], { env: { DATABASE_URL: cluster.url(USERS.scram.user) } });
+    assert.doesNotMatch(help.stdout + help.stderr, new RegExp(secret));
+    // a right one, and the database going away and coming back meanwhile
+    const s = await serve({ LOG_LEVEL: 'debug' });
+    try {
+      await s.as('carol').post(BASE, newSession());
+      await cluster.stop();
+      await waitFor(async () => (await s.request('GET', '/healthz')).status === 503, { what: 'the outage seen' });
+      await s.as('carol').get(BASE);
+      await cluster.start();
+      await waitFor(async () => (await s.request('GET', '/healthz')).status === 200, { what: 'service to resume' });
+      const metrics = (await s.request('GET', '/metrics')).text;
+      assert.doesNotMatch(s.stdout + s.stderr + metrics, new RegExp(secret));
+      assert.ok(s.logs().some((l) => l.level === 'error'), 'the outage was logged (without the password)');
+    } finally {
+      await s.stop();
+      removeDir(s.dataDir);
+    }
+  });
+});

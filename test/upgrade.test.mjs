@@ -1,0 +1,130 @@
+// The upgrade to conversations, over HTTP and the CLI: a store the first release wrote (the
+// fixtures of test/fixtures/v1, made by that release's own build: see make.mjs there) and its
+// exports, opened by this release on the engine of this run.
+import assert from 'node:assert/strict';
+import { copyFileSync, readFileSync, writeFileSync } from 'node:fs';
+import { createRequire } from 'node:module';
+import { join } from 'node:path';
+import { describe, test } from 'node:test';
+import { fileURLToPath } from 'node:url';
+import { removeDir, runCli, startServer, STORE, storeEnv, tempDir } from './helpers.mjs';
+
+const FIXTURES = fileURLToPath(new URL('./fixtures/v1/', import.meta.url));
+const BASE = '/api/v1/chat-sessions';
+
+/** The first release's store of this run's engine, in a fresh data directory. */
+async function firstReleaseStore() {
+  const dir = tempDir('csa-upgrade-');
+  if (STORE === 'journal') copyFileSync(join(FIXTURES, 'sessions.journal'), join(dir, 'sessions.journal'));
+  else if (STORE === 'sqlite') copyFileSync(join(FIXTURES, 'chat-sessions.db'), join(dir, 'chat-sessions.db'));
+  else {
+    const { Pool } = createRequire(import.meta.url)('../dist/testkit.cjs');
+    const { DATABASE_URL, DATABASE_SCHEMA } = storeEnv(dir);
+    const pool = new Pool(DATABASE_URL, { max: 1 });
+    try {
+      await pool.exec(readFileSync(join(FIXTURES, 'postgres.sql'), 'utf8').replaceAll('__SCHEMA__', `"${DATABASE_SCHEMA}"`));
+    } finally {
+      await pool.end();
+    }
+  }
+  return dir;
+}
+
+/** A turn of the first release as this release answers it: parentId after session, status before createdAt. */
+function upgraded(turn, parentId) {
+  const { _id, session, createdAt, ...rest } = turn;
+  return { _id, session, parentId, ...rest, status: 'complete', createdAt };
+}
+
+describe('Upgrading from the first release', () => {
+  test('"Journals ... written before these fields load; their turns get parents in order": every session and turn the first release answered, with the ETag it answered, each turn\'s parent the one before it, each head the newest turn; after a restart too', async () => {
+    const dir = await firstReleaseStore();
+    const answers = JSON.parse(readFileSync(join(FIXTURES, 'answers.json'), 'utf8'))[STORE];
+    try {
+      for (let round = 0; round < 2; round++) {
+        const server = await startServer({ dataDir: dir });
+        try {
+          const alice = server.as('alice');
+          for (const [id, was] of Object.entries(answers.sessions)) {
+            const r = await alice.get(`${BASE}/${id}`);
+            assert.equal(r.headers.etag, was.etag, `${id}: the ETag a client kept across the upgrade still matches (round ${round})`);
+            assert.deepEqual(r.body.data, { ...was.session, headTurnId: was.turns.at(-1)?._id ?? null });
+            const turns = (await alice.get(`${BASE}/${id}/turns`)).body.data;
+            assert.deepEqual(turns, was.turns.map((t, i) => upgraded(t, i === 0 ? null : was.turns[i - 1]._id)), `${id}: the turns, in order, each under the one before`);
+            assert.deepEqual((await alice.get(`${BASE}/${id}/turns?branch=head`)).body.data, turns);
+          }
+          for (const [who, ids] of Object.entries(answers.lists)) assert.deepEqual((await server.as(who).get(`${BASE}?archived=all`)).body.data.map((s) => s._id), ids);
+        } finally {
+          await server.stop();
+        }
+        if (STORE === 'journal') assert.match(readFileSync(join(dir, 'sessions.journal'), 'utf8').split('\n')[0], /"version":2/, 'the journal says what it holds now');
+      }
+    } finally {
+      removeDir(dir);
+    }
+  });
+
+  test('"... and exports written before these fields load; their turns get parents in order": a backup of the first release imports with each turn under the one before it (turns sharing a millisecond by _id) and each head its newest turn', async () => {
+    const dir = tempDir('csa-upgrade-import-');
+    try {
+      const r = runCli(['import', join(FIXTURES, 'export.ndjson')], { env: { DATA_DIR: dir } });
+      assert.equal(r.code, 0, r.stderr);
+      const server = await startServer({ dataDir: dir });
+      try {
+        const alice = server.as('alice');
+        const s = (await alice.get(`${BASE}/6a0000000000000000000001`)).body.data;
+        assert.equal(s.headTurnId, '6a000000000000000000a004');
+        const turns = (await alice.get(`${BASE}/6a0000000000000000000001/turns`)).body.data;
+        assert.deepEqual(turns.map((t) => [t._id, t.parentId, t.status]), [
+          ['6a000000000000000000a001', null, 'complete'],
+          ['6a000000000000000000a002', '6a000000000000000000a001', 'complete'],
+          ['6a000000000000000000a003', '6a000000000000000000a002', 'complete'],
+          ['6a000000000000000000a004', '6a000000000000000000a003', 'complete'],
+        ]);
+        assert.equal((await alice.get(`${BASE}/6a0000000000000000000003`)).body.data.headTurnId, null, 'no turns, no head');
+        // an export of this release round-trips it exactly
+        const out = join(dir, '..', `${dir.split('/').pop()}.ndjson`);
+        await server.stop();
+        assert.equal(runCli(['export', '--out', out], { env: { DATA_DIR: dir } }).code, 0);
+        const again = runCli(['import', out], { env: { DATA_DIR: dir } });
+        assert.match(again.stdout, /nothing to import/);
+        assert.match(readFileSync(out, 'utf8').split('\n')[0], /"version":2/);
+        removeDir(out);
+      } finally {
+        await server.stop();
+      }
+    } finally {
+      removeDir(dir);
+    }
+  });
+
+  test('a backup of this release is held to the tree: a parent must be an older turn of its session listed above it, a head one of its turns in the file; a turn stored under another session is refused; nothing is written', async () => {
+    const dir = tempDir('csa-upgrade-refuse-');
+    const file = join(dir, 'b.ndjson');
+    const header = (n, m) => JSON.stringify({ format: 'chat-session-api/export', version: 2, exportedAt: '2026-01-01T00:00:00.000Z', sessions: n, turns: m });
+    const session = (id, head) => JSON.stringify({ session: { _id: id, name: '', provider: 'p', selectedModel: 'm', mode: 'Build', user: 'alice', project: 'p', createdAt: '2026-01-01T00:00:00.000Z', updatedAt: '2026-01-01T00:00:10.000Z', archived: false, headTurnId: head } });
+    const turn = (id, sid, parentId, at) => JSON.stringify({ turn: { _id: id, session: sid, parentId, user: 'alice', role: 'user', content: 'c', status: 'complete', createdAt: at } });
+    const S1 = '6d0000000000000000000001';
+    const S2 = '6d0000000000000000000002';
+    const T = (n) => `6d00000000000000000000a${n}`;
+    const refused = (lines, pattern) => {
+      writeFileSync(file, `${lines.join('\n')}\n`);
+      const r = runCli(['import', file], { env: { DATA_DIR: dir } });
+      assert.notEqual(r.code, 0, lines.join('\n'));
+      assert.match(r.stderr, pattern);
+    };
+    try {
+      refused([header(1, 2), session(S1, T(2)), turn(T(2), S1, T(1), '2026-01-01T00:00:02.000Z'), turn(T(1), S1, null, '2026-01-01T00:00:01.000Z')], /line 3: turn 6d00000000000000000000a2 has parentId 6d00000000000000000000a1, which is not a turn of its session listed above it/);
+      refused([header(1, 2), session(S1, T(2)), turn(T(1), S1, null, '2026-01-01T00:00:02.000Z'), turn(T(2), S1, T(1), '2026-01-01T00:00:01.000Z')], /line 4: turn 6d00000000000000000000a2 is older than its parent/);
+      refused([header(1, 1), session(S1, T(9)), turn(T(1), S1, null, '2026-01-01T00:00:01.000Z')], /line 2: session 6d0000000000000000000001 has headTurnId 6d00000000000000000000a9, which is not one of its turns in the file/);
+      refused([header(1, 1), session(S1, null), JSON.stringify({ turn: { _id: T(1), session: S1, user: 'alice', role: 'user', content: 'c', status: 'complete', createdAt: '2026-01-01T00:00:01.000Z' } })], /line 3: turn parentId must be a turn _id or null/);
+      refused([header(1, 0), JSON.stringify({ session: { ...JSON.parse(session(S1, null)).session, headTurnId: undefined } })], /line 2: session headTurnId must be a turn _id or null/);
+      // a turn cannot move to another session
+      writeFileSync(file, `${[header(2, 1), session(S1, T(1)), session(S2, null), turn(T(1), S1, null, '2026-01-01T00:00:01.000Z')].join('\n')}\n`);
+      assert.equal(runCli(['import', file], { env: { DATA_DIR: dir } }).code, 0);
+      refused([header(1, 1), session(S2, T(1)), turn(T(1), S2, null, '2026-01-01T00:00:01.000Z')], /turn 6d00000000000000000000a1 is stored in session 6d0000000000000000000001, the backup puts it in session 6d0000000000000000000002; nothing was imported/);
+    } finally {
+      removeDir(dir);
+    }
+  });
+});
