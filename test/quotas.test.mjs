@@ -86,6 +86,35 @@ describe('Quotas', () => {
     }
   });
 
+  test('"A fork counts against its caller, who owns it: the new session and all its copied turns; an edit counts what it adds to the turn\'s JSON; deleting turns gives back theirs at once"', async () => {
+    const s = await startServer({ env: { QUOTA_TURNS: '5', QUOTA_BYTES: '8kb', ACCESS: 'shared' } });
+    try {
+      const alice = s.as('alice');
+      const bob = s.as('bob');
+      const base = '/api/v1/chat-sessions';
+      const id = (await alice.post(base, newSession())).body.data._id;
+      const turns = [];
+      for (let i = 0; i < 3; i++) turns.push((await alice.post(`${base}/${id}/turns`, { role: 'user', content: `t${i}` })).body.data._id);
+      // bob's fork of alice's three turns: three turns and a session of his
+      const fork = await bob.post(`${base}/${id}/fork`, {});
+      assert.equal(fork.status, 201, fork.text);
+      assert.equal((await bob.post(`${base}/${fork.body.data._id}/turns`, { role: 'user', content: 'b' })).status, 201);
+      assert.deepEqual(answer(await bob.post(`${base}/${id}/fork`, {})), refusal('turns', 5));
+      assert.deepEqual(answer(await alice.post(`${base}/${id}/fork`, {})), refusal('turns', 5), 'alice has 3 turns: a fork of 3 more would be 6');
+      // an edit that grows a turn past QUOTA_BYTES is refused; one that stays within it is not
+      assert.deepEqual(answer(await alice.put(`${base}/${id}/turns/${turns[0]}`, { content: 'x'.repeat(9000) })), refusal('bytes', 8192));
+      assert.equal((await alice.put(`${base}/${id}/turns/${turns[0]}`, { content: 'x'.repeat(4000) })).status, 200);
+      assert.deepEqual(answer(await alice.post(`${base}/${id}/turns`, { role: 'user', content: 'y'.repeat(4500) })), refusal('bytes', 8192));
+      // deleting the edited turn (and its descendants: all three) gives their turns and bytes back
+      assert.equal((await alice.del(`${base}/${id}/turns/${turns[0]}`)).status, 200);
+      assert.equal((await alice.post(`${base}/${id}/turns`, { role: 'user', content: 'y'.repeat(4500) })).status, 201);
+      assert.equal((await alice.get(`${base}/${id}/turns`)).body.data.length, 1);
+    } finally {
+      await s.stop();
+      removeDir(s.dataDir);
+    }
+  });
+
   test('quotas are off by default, --help lists them and MEMORY_LIMIT with their defaults, and a bad value stops the start with one line naming the setting', () => {
     const help = runCli(['--help']).stdout;
     for (const line of ['QUOTA_SESSIONS / --quota-sessions', 'QUOTA_TURNS / --quota-turns', 'QUOTA_BYTES / --quota-bytes', 'MEMORY_LIMIT / --memory-limit']) assert.ok(help.includes(line), line);
