@@ -122,6 +122,28 @@ function branchPageSql(branch: Branch): string {
 }
 
 /** The turns of a branch's keys, in their order, their JSON read one by one. */
+/**
+ * A page of turns from rows in order, read one at a time: at most `limit`, ending early once it
+ * holds PAGE_BYTE_BUDGET bytes of JSON (at least one turn); the row after a full page only says
+ * there is more (its JSON is read, not kept).
+ */
+function budgetedPage(rows: Iterable<Row>, limit: number): Page<TurnRecord, TurnKey> {
+  const items: TurnRecord[] = [];
+  let bytes = 0;
+  let more = false;
+  for (const row of rows) {
+    if (items.length === limit || (items.length > 0 && bytes >= PAGE_BYTE_BUDGET)) {
+      more = true;
+      break;
+    }
+    const t = turnOf(row);
+    items.push(t);
+    bytes += t.json.length;
+  }
+  const last = items[items.length - 1];
+  return { items, next: more && last !== undefined ? { createdAt: last.createdAt, _id: last._id } : undefined };
+}
+
 function* branchTurns(c: Connection, keys: Iterable<Row>): IterableIterator<Row> {
   const one = c.prepare('SELECT id, created_at, json FROM turns WHERE id = ?');
   for (const k of keys) {
@@ -350,31 +372,15 @@ export class SqliteStore implements Store, GroupSource, Group {
   listTurns(sessionId: string, after: TurnKey | undefined, limit: number, branch?: Branch): Promise<Page<TurnRecord, TurnKey>> {
     if (branch !== undefined) {
       const keys = this.branchPage(sessionId, branch, after, limit + 1);
-      const rows = [...branchTurns(this.reader, keys)];
-      if (rows.length === 0 && branch !== 'head' && !this.hasTurn(this.reader, sessionId, branch.turnId)) return Promise.reject(new TurnNotFound());
-      const items = rows.slice(0, limit).map(turnOf);
-      const last = items[items.length - 1];
-      return Promise.resolve({ items, next: rows.length > limit && last !== undefined ? { createdAt: last.createdAt, _id: last._id } : undefined });
+      const page = budgetedPage(branchTurns(this.reader, keys), limit);
+      if (page.items.length === 0 && branch !== 'head' && !this.hasTurn(this.reader, sessionId, branch.turnId)) return Promise.reject(new TurnNotFound());
+      return Promise.resolve(page);
     }
     const rows =
       after === undefined
         ? this.reader.prepare('SELECT id, created_at, json FROM turns WHERE session = ? ORDER BY created_at, id LIMIT ?').iterate(sessionId, limit + 1)
         : this.reader.prepare('SELECT id, created_at, json FROM turns WHERE session = ? AND (created_at, id) > (?, ?) ORDER BY created_at, id LIMIT ?').iterate(sessionId, after.createdAt, after._id, limit + 1);
-    const items: TurnRecord[] = [];
-    let bytes = 0;
-    let more = false;
-    for (const row of rows) {
-      // the row after a full page (by count, or by PAGE_BYTE_BUDGET) only says there is more
-      if (items.length === limit || (items.length > 0 && bytes >= PAGE_BYTE_BUDGET)) {
-        more = true;
-        break;
-      }
-      const t = turnOf(row);
-      items.push(t);
-      bytes += t.json.length;
-    }
-    const last = items[items.length - 1];
-    return Promise.resolve({ items, next: more && last !== undefined ? { createdAt: last.createdAt, _id: last._id } : undefined });
+    return Promise.resolve(budgetedPage(rows, limit));
   }
 
   getTurn(sessionId: string, turnId: string): Promise<TurnRecord | undefined> {
