@@ -516,7 +516,10 @@ const scenarios = [
   { name: 'list-scale', run: listScale },
   { name: 'soak', run: soak },
   ...conversationScenarios({ opts, report, progress, runDir: () => runDir, track: (p) => live.add(p) }),
+  // the live feed's measurements (bench/live.mjs), reported in a section of their own
+  { name: 'live', run: async () => sections.push(await (await import('./live.mjs')).liveReport({ subscribers: quick ? 2000 : 10_000, throughputSubscribers: 1000, writes: quick ? 50 : 200, ...opts, postgres: true }, progress)) },
 ];
+const sections = [];
 const groups = {
   reads: ['get', 'list-user', 'list-project', 'providers'],
   list: ['list-user', 'list-project'],
@@ -657,6 +660,7 @@ function render(wallSeconds) {
   L.push(...renderConversations(report));
   const t = targets();
   if (t.length > 0) L.push('## Targets', '', '| target | measured | met |', '|---|---|---|', ...t, '');
+  for (const section of sections) L.push(section, '');
   for (const p of report.profiles) L.push(`## CPU profile: ${p.name}`, '', p.table, '');
   if (report.notes.length > 0) L.push('## Notes', '', ...report.notes.map((n) => `- ${n}`), '');
   return L.join('\n');

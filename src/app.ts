@@ -4,6 +4,7 @@
 import { docsPage, type DocsPage } from './api/docs-page.js';
 import { openApiDocument } from './api/openapi.js';
 import { CursorCodec } from './api/cursor.js';
+import { eventRoutes } from './api/events.js';
 import { providerRoutes } from './api/providers.js';
 import type { RouteDef } from './api/route.js';
 import { serviceRoutes } from './api/service.js';
@@ -11,6 +12,7 @@ import { sessionRoutes } from './api/sessions.js';
 import { turnRoutes } from './api/turns.js';
 import { Authenticator } from './auth/authenticate.js';
 import type { Secrets } from './auth/secret.js';
+import { TicketCodec } from './auth/tickets.js';
 import type { Config } from './config.js';
 import { BodyBudget } from './http/body.js';
 import { ConnectionGuard } from './http/connections.js';
@@ -20,6 +22,9 @@ import { Cors } from './http/cors.js';
 import { Pipeline, type RuntimeRoute } from './http/pipeline.js';
 import { RateLimiter } from './http/rate-limit.js';
 import { Router } from './http/router.js';
+import { announce } from './live/changes.js';
+import { Hub } from './live/hub.js';
+import { MemoryFeedLog, SharedFeedLog, type FeedLog } from './live/log.js';
 import { requestLineMiddle, type Logger } from './log.js';
 import type { Metrics } from './metrics.js';
 import type { ProviderCatalog } from './providers.js';
@@ -40,7 +45,11 @@ export interface App {
   readonly routes: readonly RouteDef[];
   /** The server's `connection` listener lives here (MAX_CONNECTIONS). */
   readonly connections: ConnectionGuard;
-  close(): void;
+  /** Starts following the store's commits (the live feed); before the server listens. */
+  start(): Promise<void>;
+  /** SIGTERM: ends every event stream with its final event, so the server can drain. */
+  drain(): void;
+  close(): Promise<void>;
 }
 
 export function createApp(p: AppParts): App {
@@ -48,11 +57,14 @@ export function createApp(p: AppParts): App {
   let openApiBody = '';
   let docs: DocsPage | undefined;
   const docsRoute = config.docs ? (): DocsPage => docs as DocsPage : undefined;
-  const sessionDeps = { store: p.store, access: config.access, cursors: new CursorCodec(p.secrets.current) };
+  const { limits } = config;
+  const live = liveFeed(p);
+  const sessionDeps = { store: p.store, access: config.access, cursors: new CursorCodec(p.secrets.current), maxTurnBytes: config.bodyLimit };
   const routes: RouteDef[] = [
     ...serviceRoutes({ version: p.version, catalog: p.catalog, store: p.store, metrics: p.metrics, openApiBody: () => openApiBody, docsPage: docsRoute }),
     ...sessionRoutes(sessionDeps),
     ...turnRoutes(sessionDeps),
+    ...(live === undefined ? [] : eventRoutes({ hub: live.hub, tickets: live.tickets, store: p.store, access: config.access })),
     ...providerRoutes(p.catalog),
   ];
   openApiBody = JSON.stringify(openApiDocument(routes, p.version));
@@ -65,7 +77,6 @@ export function createApp(p: AppParts): App {
     router.add(def.method, def.path, { def, paramNames, stats: p.metrics?.forRoute(def.method, def.path), routeJson, logMiddle: requestLineMiddle(def.method, routeJson) });
   }
   const limiter = config.rateLimit === undefined ? undefined : new RateLimiter(config.rateLimit.rate, config.rateLimit.burst);
-  const { limits } = config;
   const budget = new BodyBudget(limits.bodyMemory);
   let pipeline: Pipeline | undefined;
   let warnedAt = -Infinity;
@@ -103,11 +114,44 @@ export function createApp(p: AppParts): App {
     trustProxy: config.trustProxy,
     metrics: p.metrics,
     memory,
+    tickets: live?.tickets,
   });
   return {
     pipeline,
     routes,
     connections,
-    close: () => limiter?.stop(),
+    start: async () => {
+      await live?.hub.start();
+    },
+    drain: () => live?.hub.drain(),
+    close: async () => {
+      limiter?.stop();
+      await live?.hub.close();
+    },
   };
+}
+
+/** The live feed, unless EVENTS=off: in the engine's shared log (several instances) or in memory. */
+function liveFeed(p: AppParts): { hub: Hub; tickets: TicketCodec } | undefined {
+  const { config } = p;
+  const events = config.events;
+  if (events === undefined) return undefined;
+  const shared = p.store.sharedEventLog();
+  const feed: FeedLog =
+    shared === undefined
+      ? new MemoryFeedLog(p.store, announce, { events: events.window, bytes: events.windowBytes })
+      : new SharedFeedLog(p.store, shared, events.window, p.log);
+  const hub = new Hub(
+    feed,
+    {
+      heartbeatMs: events.heartbeatMs,
+      bufferBytes: events.bufferBytes,
+      maxStreams: events.maxStreams,
+      maxStreamsPerUser: events.maxStreamsPerUser,
+      writeTimeoutMs: config.limits.writeTimeoutMs,
+    },
+    p.log,
+    p.metrics,
+  );
+  return { hub, tickets: new TicketCodec([p.secrets.current, ...p.secrets.previous]) };
 }

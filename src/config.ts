@@ -49,12 +49,30 @@ export interface Config {
   readonly databaseUrl: string | undefined;
   readonly databaseSchema: string;
   readonly databasePoolSize: number;
+  /** STORE=postgres: a streaming turn with no write for this long is taken as left by a crash (STREAMING_IDLE). */
+  readonly streamingIdleMs: number;
   /** false only to measure what group commit buys (GROUP_COMMIT=off): one write per commit. */
   readonly groupCommit: boolean;
   readonly sqliteFile: string;
   /** Page cache of each sqlite connection, in bytes. */
   readonly sqliteCacheBytes: number;
   readonly limits: ConnectionLimits;
+  /** The live feed (event streams, tickets); undefined with EVENTS=off. */
+  readonly events: EventSettings | undefined;
+}
+
+/** The live feed's settings. */
+export interface EventSettings {
+  /** Events kept for clients that reconnect with Last-Event-ID. */
+  readonly window: number;
+  /** journal and sqlite: bytes of those events' data kept in memory at most. */
+  readonly windowBytes: number;
+  readonly heartbeatMs: number;
+  /** Unsent bytes an event stream may hold before it is cut off. */
+  readonly bufferBytes: number;
+  /** Event streams open at once, and per user. */
+  readonly maxStreams: number;
+  readonly maxStreamsPerUser: number;
 }
 
 /** What bounds the memory and descriptors that clients can make the server hold. */
@@ -116,6 +134,7 @@ export const SETTINGS: readonly Setting[] = [
   { env: 'DATABASE_URL', flag: '--database-url', def: '(none)', help: 'STORE=postgres: postgres://user:password@host:port/db?sslmode=disable|require|verify-full[&sslrootcert=FILE]' },
   { env: 'DATABASE_SCHEMA', flag: '--database-schema', def: 'chat_session_api', help: 'STORE=postgres: the schema holding the tables (created and migrated at start)' },
   { env: 'DATABASE_POOL_SIZE', flag: '--database-pool-size', def: '10', help: 'STORE=postgres: connections to the database at most' },
+  { env: 'STREAMING_IDLE', flag: '--streaming-idle', def: '5m', help: 'STORE=postgres: a streaming turn that takes no delta for this long is marked interrupted (ms, s, m)' },
   { env: 'GROUP_COMMIT', flag: '--group-commit', def: 'on', help: 'off only to measure what sharing commits buys: one write per commit' },
   { env: 'MAX_CONNECTIONS', flag: '--max-connections', def: '1000', help: 'open connections at most; past it the oldest idle one is closed (keep below the descriptor limit)' },
   { env: 'BODY_MEMORY', flag: '--body-memory', def: '64mb', help: 'request body bytes held at once over all requests; past it 503 (at least BODY_LIMIT)' },
@@ -125,6 +144,13 @@ export const SETTINGS: readonly Setting[] = [
   { env: 'QUOTA_SESSIONS', flag: '--quota-sessions', def: '(off)', help: 'sessions one user may own at most; past it 403 Quota exceeded' },
   { env: 'QUOTA_TURNS', flag: '--quota-turns', def: '(off)', help: "turns one user's sessions may hold at most (whoever wrote them)" },
   { env: 'QUOTA_BYTES', flag: '--quota-bytes', def: '(off)', help: "bytes of JSON one user's sessions and their turns may hold at most (kb, mb, gb)" },
+  { env: 'EVENTS', flag: '--events', def: 'on', help: 'on or off: the live feed (GET /api/v1/events, the event streams, their tickets)' },
+  { env: 'EVENTS_WINDOW', flag: '--events-window', def: '10000', help: 'events kept for clients that come back with Last-Event-ID; older ones get reset' },
+  { env: 'EVENTS_WINDOW_MEMORY', flag: '--events-window-memory', def: '64mb', help: 'journal and sqlite: memory those kept events may take at most' },
+  { env: 'EVENTS_HEARTBEAT', flag: '--events-heartbeat', def: '15s', help: 'a heartbeat comment on every event stream this often, so proxies keep it open (ms, s, m)' },
+  { env: 'EVENTS_BUFFER', flag: '--events-buffer', def: '1mb', help: 'unsent bytes an event stream may hold; past it the stream ends with a final event saying so' },
+  { env: 'MAX_STREAMS', flag: '--max-streams', def: 'MAX_CONNECTIONS / 2', help: 'event streams open at once; past it 503 (below MAX_CONNECTIONS: streams are never idle)' },
+  { env: 'MAX_STREAMS_PER_USER', flag: '--max-streams-per-user', def: '16', help: 'event streams one user may have open at once; past it 429' },
 ];
 
 type Raw = Map<string, string>;
@@ -257,6 +283,23 @@ export function loadConfig(env: NodeJS.ProcessEnv, flags: Raw = new Map(), cwd: 
   if (bodyMemory < bodyLimit) throw new ConfigError(`BODY_MEMORY must be at least BODY_LIMIT (${bodyLimit} bytes), or no body that large could ever be read (got ${bodyMemory} bytes)`);
 
   const rateText = get('RATE_LIMIT');
+  const maxConnections = parseCount('MAX_CONNECTIONS', get('MAX_CONNECTIONS') ?? '1000', 1_000_000);
+  const eventsOn = parseSwitch('EVENTS', get('EVENTS') ?? 'on');
+  const maxStreamsText = get('MAX_STREAMS');
+  const maxStreams = maxStreamsText === undefined ? Math.max(1, Math.floor(maxConnections / 2)) : parseCount('MAX_STREAMS', maxStreamsText, 1_000_000);
+  if (eventsOn && maxStreams >= maxConnections) {
+    throw new ConfigError(`MAX_STREAMS must be below MAX_CONNECTIONS (${maxConnections}): an event stream holds its connection, and other requests need some (got ${maxStreams})`);
+  }
+  const events: EventSettings | undefined = eventsOn
+    ? {
+        window: parseCount('EVENTS_WINDOW', get('EVENTS_WINDOW') ?? '10000', 100_000_000),
+        windowBytes: parseSize('EVENTS_WINDOW_MEMORY', get('EVENTS_WINDOW_MEMORY') ?? '64mb'),
+        heartbeatMs: parseDuration('EVENTS_HEARTBEAT', get('EVENTS_HEARTBEAT') ?? '15s'),
+        bufferBytes: parseSize('EVENTS_BUFFER', get('EVENTS_BUFFER') ?? '1mb'),
+        maxStreams,
+        maxStreamsPerUser: parseCount('MAX_STREAMS_PER_USER', get('MAX_STREAMS_PER_USER') ?? '16', 1_000_000),
+      }
+    : undefined;
   return {
     port,
     host,
@@ -283,11 +326,12 @@ export function loadConfig(env: NodeJS.ProcessEnv, flags: Raw = new Map(), cwd: 
     databaseUrl,
     databaseSchema: (get('DATABASE_SCHEMA') ?? 'chat_session_api').trim(),
     databasePoolSize: parseCount('DATABASE_POOL_SIZE', get('DATABASE_POOL_SIZE') ?? '10', 1000),
+    streamingIdleMs: parseDuration('STREAMING_IDLE', get('STREAMING_IDLE') ?? '5m'),
     groupCommit: parseSwitch('GROUP_COMMIT', get('GROUP_COMMIT') ?? 'on'),
     sqliteFile: sqliteText === undefined ? join(dataDir, 'chat-sessions.db') : resolve(cwd, sqliteText),
     sqliteCacheBytes: parseSize('SQLITE_CACHE', get('SQLITE_CACHE') ?? '32mb'),
     limits: {
-      maxConnections: parseCount('MAX_CONNECTIONS', get('MAX_CONNECTIONS') ?? '1000', 1_000_000),
+      maxConnections,
       bodyMemory,
       bodyTimeoutMs: parseDuration('BODY_TIMEOUT', get('BODY_TIMEOUT') ?? '15s'),
       writeTimeoutMs: parseDuration('WRITE_TIMEOUT', get('WRITE_TIMEOUT') ?? '30s'),
@@ -298,6 +342,7 @@ export function loadConfig(env: NodeJS.ProcessEnv, flags: Raw = new Map(), cwd: 
       },
       memoryLimit: parseMemoryLimit(get('MEMORY_LIMIT') ?? 'auto'),
     },
+    events,
   };
 }
 

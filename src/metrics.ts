@@ -84,6 +84,8 @@ export class Metrics {
   load: { connections(): number; bodyBytes(): number } | undefined;
   /** The low-memory guard (set by the app). */
   memory: { low(): boolean; readonly refused: number } | undefined;
+  /** The live feed's streams and events (set by it; undefined with EVENTS=off). */
+  live: { streams(): number; events(): number; ended(): ReadonlyMap<string, number> } | undefined;
   private readonly startSeconds = Date.now() / 1000;
 
   /** The counters for one route; `route` is its pattern, never a raw path. */
@@ -139,6 +141,14 @@ export class Metrics {
     lines.push(`${p}_connections_refused_total ${this.connectionsRefused}`);
     meta(`${p}_write_timeouts_total`, 'counter', 'Answers cut off because the client did not read them.');
     lines.push(`${p}_write_timeouts_total ${this.writeTimeouts}`);
+    if (this.live !== undefined) {
+      meta(`${p}_event_streams`, 'gauge', 'Event streams open (MAX_STREAMS bounds them).');
+      lines.push(`${p}_event_streams ${this.live.streams()}`);
+      meta(`${p}_events_total`, 'counter', 'Events the live feed delivered to this instance\'s streams (one per change event, however many streams took it).');
+      lines.push(`${p}_events_total ${this.live.events()}`);
+      meta(`${p}_event_streams_ended_total`, 'counter', 'Event streams ended, by reason: client (it went away), slow, expired, deleted, shutdown.');
+      for (const [reason, n] of this.live.ended()) lines.push(`${p}_event_streams_ended_total{reason="${label(reason)}"} ${n}`);
+    }
     meta(`${p}_sessions`, 'gauge', 'Chat sessions stored.');
     lines.push(`${p}_sessions ${g.store.sessions}`);
     meta(`${p}_turns`, 'gauge', 'Turns stored.');

@@ -11,6 +11,7 @@ import type { Logger } from './log.js';
 import { Metrics } from './metrics.js';
 import { acquireLock, guardDataDir } from './data-dir-lock.js';
 import { loadProviders, type ProviderCatalog } from './providers.js';
+import { INTERRUPT_SWEEP_MS, interruptLeftStreaming } from './live/interrupted.js';
 import { openStore } from './store/open.js';
 import type { Store } from './store/store.js';
 
@@ -53,6 +54,25 @@ export async function serve(config: Config, log: Logger, version: string): Promi
   };
 
   const app = createApp({ config, version, log, secrets, store, catalog: () => catalog, metrics });
+  try {
+    await app.start();
+  } catch (e) {
+    await app.close().catch(() => undefined);
+    await closeStore();
+    throw e;
+  }
+  // before the first request: a client's delta to a turn the crash cut gets 409, never a place in it
+  let sweep: NodeJS.Timeout | undefined;
+  try {
+    await interruptLeftStreaming(store, true, log);
+    sweep = setInterval(() => {
+      interruptLeftStreaming(store, false, log).catch((e: unknown) => log.warn('looking for streaming turns left by a crash failed; trying again later', { err: e }));
+    }, INTERRUPT_SWEEP_MS).unref();
+  } catch (e) {
+    await app.close().catch(() => undefined);
+    await closeStore();
+    throw e;
+  }
   const { limits } = config;
   const server = createServer(
     {
@@ -82,6 +102,7 @@ export async function serve(config: Config, log: Logger, version: string): Promi
       });
     });
   } catch (e) {
+    await app.close().catch(() => undefined);
     await closeStore();
     throw e;
   }
@@ -106,7 +127,10 @@ export async function serve(config: Config, log: Logger, version: string): Promi
   const stop = (signal: string): void => {
     if (stopping) return;
     stopping = true;
+    clearInterval(sweep);
     log.info('shutting down', { signal });
+    // event streams never end by themselves: each gets its final event now, then drains like any answer
+    app.drain();
     const idle = setInterval(() => server.closeIdleConnections(), 50);
     const force = setTimeout(() => {
       log.warn('requests still running after the drain period; closing their connections', { ms: DRAIN_MS });
@@ -115,8 +139,11 @@ export async function serve(config: Config, log: Logger, version: string): Promi
     server.close(() => {
       clearInterval(idle);
       clearTimeout(force);
-      app.close();
-      closeStore().then(
+      app
+        .close()
+        .catch((e: unknown) => log.error('the live feed did not close cleanly', { err: e }))
+        .then(closeStore)
+        .then(
         () => {
           log.info('stopped');
           log.flush();

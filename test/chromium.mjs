@@ -23,10 +23,10 @@ export function findChromium() {
  * Whether a browser test can run: true, or false after printing one loud line (the test
  * then skips). With REQUIRE_CHROMIUM=1 a missing browser is an error instead.
  */
-export function chromiumOrSkip(t) {
+export function chromiumOrSkip(t, untried = 'the /docs page was not tried in a browser') {
   if (findChromium() !== undefined) return true;
   if (process.env.REQUIRE_CHROMIUM === '1') throw new Error('REQUIRE_CHROMIUM=1 but no Chromium was found (apt-get install chromium)');
-  console.log('# SKIPPED: no Chromium on this machine (apt-get install chromium); the /docs page was not tried in a browser');
+  console.log(`# SKIPPED: no Chromium on this machine (apt-get install chromium); ${untried}`);
   t.skip('no Chromium');
   return false;
 }

@@ -63,11 +63,13 @@ describe('Starting an engine', () => {
       await s.stop();
       const file = join(dir, 'chat-sessions.db');
       const db = new DatabaseSync(file);
+      // the version this release writes, given back below: the check, not a migration, must fail
+      const current = db.prepare('PRAGMA user_version').get().user_version;
       db.exec('PRAGMA user_version = 99');
       db.close();
       assert.match(refusedStart(dir, { STORE: 'sqlite' }), /chat-sessions\.db: was written by a newer release \(schema version 99; this release knows up to \d+\); run that release, or `export` with it/);
       const db2 = new DatabaseSync(file);
-      db2.exec('PRAGMA user_version = 1; DROP INDEX sessions_by_project');
+      db2.exec(`PRAGMA user_version = ${current}; DROP INDEX sessions_by_project`);
       db2.close();
       assert.match(refusedStart(dir, { STORE: 'sqlite' }), /chat-sessions\.db: fails its check at start \(missing sessions_by_project\); restore it from a backup/);
       assert.ok(existsSync(file));

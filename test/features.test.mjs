@@ -6,6 +6,7 @@ import assert from 'node:assert/strict';
 import { createHash } from 'node:crypto';
 import { after, before, describe, test } from 'node:test';
 import { newSession, removeDir, runCli, SECRET, sign, startServer, tokenFor } from './helpers.mjs';
+import { openEvents } from './sse.mjs';
 
 const BASE = '/api/v1/chat-sessions';
 const MISSING = '0123456789abcdef01234567';
@@ -1496,7 +1497,9 @@ describe('i. One source of truth: the OpenAPI document', () => {
   async function concretePath(path) {
     if (!path.includes('{')) return path;
     const id = path.startsWith('/api/v1/providers/') ? PROVIDERS[0]._id : (await create(alice))._id;
-    const turn = path.startsWith('/api/v1/providers/') ? undefined : await addTurn(alice, id);
+    // a turn's deltas go to a streaming turn
+    const body = path.endsWith('/deltas') ? { role: 'assistant', content: 'so far', status: 'streaming' } : undefined;
+    const turn = path.startsWith('/api/v1/providers/') ? undefined : await addTurn(alice, id, body);
     const out = path.replace(/\{id\}/g, id).replace(/\{turnId\}/g, turn?._id);
     assert.ok(!out.includes('{'), `every path parameter of ${path} is known to this test`);
     return out;
@@ -1533,6 +1536,16 @@ describe('i. One source of truth: the OpenAPI document', () => {
     for (const { path, method, op } of ops) {
       const concrete = await concretePath(path);
       const json = minimalBody(op);
+      if (op.responses['200']?.content?.['text/event-stream'] !== undefined) {
+        // an event stream never ends by itself: it is open once its `ready` event is in
+        const events = await openEvents(server.url, concrete, { token: alice.token });
+        assert.equal(events.status, 200, `${method} ${path}: ${events.text}`);
+        assert.match(events.headers['content-type'], /^text\/event-stream/);
+        await events.waitFor((e) => e.event === 'ready');
+        await events.close();
+        assert.equal((await server.request(method, concrete)).status, 401, `${method} ${path} without a token`);
+        continue;
+      }
       const r = await server.request(method, concrete, { token: needsToken(op) ? alice.token : undefined, json });
       const what = `${method} ${path} -> ${r.status} ${r.text.slice(0, 200)}`;
       assert.ok(Object.hasOwn(op.responses, String(r.status)), `${what}: status not documented (${Object.keys(op.responses)})`);
@@ -1664,7 +1677,11 @@ describe('i. One source of truth: the OpenAPI document', () => {
       assert.equal(scopes.length, 1, `${method} ${path} names its scope`);
       assert.ok(op.responses['403'], `${method} ${path} documents 403`);
       const json = minimalBody(op);
-      const withIt = await server.request(method, await concretePath(path), { token: tokenFor('alice', { scope: scopes[0] }), json });
+      const token = tokenFor('alice', { scope: scopes[0] });
+      const stream = op.responses['200']?.content?.['text/event-stream'] !== undefined;
+      // an event stream never ends by itself: its head is the answer
+      const withIt = stream ? await openEvents(server.url, await concretePath(path), { token }) : await server.request(method, await concretePath(path), { token, json });
+      if (stream) await withIt.close();
       assert.ok(withIt.status >= 200 && withIt.status < 300, `${method} ${path} with only ${scopes[0]}: ${withIt.status} ${withIt.text}`);
       const others = ALL_SCOPES.filter((s) => s !== scopes[0]).join(' ');
       assert403(await server.request(method, await concretePath(path), { token: tokenFor('alice', { scope: others }), json }), `${method} ${path} without ${scopes[0]}`);

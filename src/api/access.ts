@@ -14,6 +14,8 @@ export interface SessionDeps {
   readonly store: Store;
   readonly access: AccessMode;
   readonly cursors: CursorCodec;
+  /** The largest a turn's JSON may grow to by deltas, in bytes (BODY_LIMIT: what one request could record). */
+  readonly maxTurnBytes: number;
 }
 
 export const BASE = '/api/v1/chat-sessions';

@@ -85,6 +85,16 @@ const RESPONSES: Record<SchemaName, Json> = {
   ProviderList: envelope({ type: 'array', items: ref('Provider') }),
   Deleted: { type: 'object', required: ['success', 'message'], properties: { success: { const: true }, message: { const: 'Chat session deleted' } } },
   TurnDeleted: { type: 'object', required: ['success', 'message'], properties: { success: { const: true }, message: { const: 'Turn deleted' } } },
+  DeltaAppended: envelope({
+    type: 'object',
+    required: ['_id', 'session', 'at'],
+    properties: {
+      _id: { type: 'string', description: 'The turn.' },
+      session: { type: 'string' },
+      at: { type: 'integer', description: "Length of the text before the delta, in UTF-16 code units (JavaScript's length): where the delta's text begins." },
+      part: { type: 'integer', description: 'For content of parts: the index of the text part the delta went to.' },
+    },
+  }),
   Health: envelope({
     type: 'object',
     required: ['status'],
@@ -98,10 +108,33 @@ const RESPONSES: Record<SchemaName, Json> = {
   OpenApi: { type: 'object', description: 'This document.' },
   Metrics: { type: 'string', description: 'Prometheus text exposition format.' },
   DocsPage: { type: 'string', description: 'An HTML page that renders this document, with a try-it form per operation.' },
+  EventStream: {
+    type: 'string',
+    description: [
+      'Server-sent events (text/event-stream). Each event has an `id` (an integer; ids increase), an `event` (its type) and `data` (JSON on one line):',
+      '`session.created`, `session.updated`: the ChatSession as GET /api/v1/chat-sessions/:id answers it (a fork is a `session.created`, a switch of head a `session.updated`);',
+      '`session.deleted`: `{"_id"}`;',
+      '`turn.created`, `turn.updated`: the Turn as the turns list answers it (a new turn, an edit), each followed by the `session.updated` of its session;',
+      '`turn.deleted`: `{"_id", "session", "ids"}`, the turn a DELETE named and every turn that went with it, then the `session.updated`;',
+      '`turn.delta` (only on a session\'s own stream): `{"_id", "session", "text", "at", "part"?}`, text appended to a streaming turn at `at` (its text\'s length before it, in UTF-16 code units) of its content, or of its part `part`;',
+      '`ready`: `{}`, once, when the stream is live (after what Last-Event-ID replayed); its id is where to resume from;',
+      '`reset`: `{"reason"}`: what followed Last-Event-ID cannot be replayed (older than the retained window, or unknown to this server): read the lists again;',
+      '`end`: `{"reason"}`, the final event before the server closes the stream: `slow` (the client fell EVENTS_BUFFER behind), `expired` (the token expired), `deleted` (the session was deleted), `shutdown`.',
+      'Every EVENTS_HEARTBEAT a comment `: heartbeat` with the `id` of the newest event, so a reconnect does not replay what the stream passed over.',
+    ].join(' '),
+  },
+  EventTicket: envelope({
+    type: 'object',
+    required: ['ticket', 'expiresAt'],
+    properties: {
+      ticket: { type: 'string', description: 'Give it as ?ticket= to GET /api/v1/events or GET /api/v1/chat-sessions/:id/events; it opens one stream.' },
+      expiresAt: { type: 'string', format: 'date-time', description: 'At most 60 s from now (sooner when the token expires sooner).' },
+    },
+  }),
 };
 
 /** The media type of each success schema that is not JSON. */
-const MEDIA_TYPES: Partial<Record<SchemaName, string>> = { Metrics: 'text/plain', DocsPage: 'text/html' };
+const MEDIA_TYPES: Partial<Record<SchemaName, string>> = { Metrics: 'text/plain', DocsPage: 'text/html', EventStream: 'text/event-stream' };
 
 function errorResponse(description: string): Json {
   return { description, content: { 'application/json': { schema: ref('Error') } } };
@@ -123,7 +156,7 @@ function commonErrors(r: RouteDef): [number, string][] {
   if (r.query !== undefined) bad.push('invalid query parameter (limit, cursor, archived, ...)');
   if (r.body !== undefined) bad.push('Invalid JSON body, Request body must be a JSON object, or a field error such as "projectId is required"');
   if (bad.length > 0) out.push([400, bad.join('; ')]);
-  if (r.auth) out.push([401, 'Unauthorized: no, expired or invalid Bearer token']);
+  if (r.auth) out.push([401, r.eventStream === true ? 'Unauthorized: no, expired or invalid Bearer token or ticket (a ticket opens one stream)' : 'Unauthorized: no, expired or invalid Bearer token']);
   if (r.scope !== undefined) out.push([403, `Forbidden: the token's scope lacks ${r.scope}`]);
   if (r.body !== undefined) {
     out.push([413, 'Request body too large']);
@@ -149,6 +182,15 @@ function operation(r: RouteDef): Json {
   if (r.ifMatch === true) {
     parameters.push({ name: 'If-Match', in: 'header', required: false, description: 'An ETag from this session, or *; a stale one gets 412.', schema: { type: 'string' } });
   }
+  if (r.eventStream === true) {
+    parameters.push({
+      name: 'Last-Event-ID',
+      in: 'header',
+      required: false,
+      description: 'The id of the last event seen (EventSource sends it when it reconnects): what followed is replayed, or `reset` is sent when it is no longer kept.',
+      schema: { type: 'string' },
+    });
+  }
   const responses: Record<string, Json> = {};
   for (const s of r.responses) responses[String(s.status)] = successResponse(s);
   const errors = new Map<number, string>(commonErrors(r));
@@ -158,7 +200,7 @@ function operation(r: RouteDef): Json {
     operationId: r.operationId,
     summary: r.summary,
     tags: [r.tag],
-    security: r.auth ? [{ bearerAuth: r.scope !== undefined ? [r.scope] : [] }] : [],
+    security: r.auth ? [{ bearerAuth: r.scope !== undefined ? [r.scope] : [] }, ...(r.eventStream === true ? [{ eventTicket: [] }] : [])] : [],
     ...(parameters.length > 0 ? { parameters } : {}),
     ...(r.body !== undefined
       ? { requestBody: { required: bodyRequired(r.body), content: { 'application/json': { schema: ref(r.body.name) } } } }
@@ -184,7 +226,7 @@ export function openApiDocument(routes: readonly RouteDef[], version: string): J
       description: 'Chat sessions bound to a project, an AI provider and a model, and the configured AI providers (never their keys).',
     },
     servers: [{ url: '/' }],
-    tags: [{ name: 'Chat sessions' }, { name: 'Providers' }, { name: 'Service' }],
+    tags: [{ name: 'Chat sessions' }, { name: 'Live events' }, { name: 'Providers' }, { name: 'Service' }],
     paths,
     components: {
       schemas,
@@ -195,6 +237,16 @@ export function openApiDocument(routes: readonly RouteDef[], version: string): J
           bearerFormat: 'JWT',
           description: `HS256 JWT; sub = user id. An optional scope claim limits it to: ${SCOPES.join(', ')}.`,
         },
+        ...(routes.some((r) => r.eventStream === true)
+          ? {
+              eventTicket: {
+                type: 'apiKey',
+                in: 'query',
+                name: 'ticket',
+                description: 'On the event streams only: a ticket from POST /api/v1/events/tickets (single use, 60 s), for EventSource, which cannot send headers. A Bearer token is never accepted in a URL.',
+              },
+            }
+          : {}),
       },
     },
   };

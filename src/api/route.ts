@@ -1,8 +1,9 @@
 // What a route is: its method and path, what it takes (parameters, query, body, all declared
 // with the schema language), what it answers, and its handler. The server validates from
 // these declarations and the OpenAPI document is generated from them.
-import type { IncomingMessage } from 'node:http';
+import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Principal, Scope } from '../auth/authenticate.js';
+import type { OpenedTicket } from '../auth/tickets.js';
 import type { BodyField, BodySchema, QueryField, QuerySchema, Values } from '../domain/schema.js';
 
 /** A successful answer: the status and the body, already JSON (text, or bytes). */
@@ -25,7 +26,20 @@ export interface StreamReply {
   readonly stream: AsyncIterable<string | Buffer>;
 }
 
-export type Answer = Reply | StreamReply;
+/**
+ * A long-lived answer (text/event-stream): once its head is written, `attach` takes the
+ * response over until the live feed or the client ends it; `cancel` is called instead when the
+ * client left before the head could be written.
+ */
+export interface EventStreamReply {
+  readonly status: 200;
+  readonly eventStream: {
+    attach(res: ServerResponse): void;
+    cancel(): void;
+  };
+}
+
+export type Answer = Reply | StreamReply | EventStreamReply;
 
 export interface Context<Q extends Record<string, QueryField>, B extends Record<string, BodyField>> {
   readonly req: IncomingMessage;
@@ -35,6 +49,10 @@ export interface Context<Q extends Record<string, QueryField>, B extends Record<
   readonly params: Readonly<Record<string, string>>;
   readonly query: Values<Q>;
   readonly body: Values<B>;
+  /** On an event stream opened with `?ticket=`: the ticket, whose single use the handler claims. */
+  readonly ticket: OpenedTicket | undefined;
+  /** The request's id (X-Request-Id), for log lines the handler's work writes later. */
+  readonly requestId: string;
 }
 
 export interface ParamDoc {
@@ -44,7 +62,22 @@ export interface ParamDoc {
 }
 
 /** Names of the response schemas the OpenAPI document defines. */
-export type SchemaName = 'ChatSession' | 'ChatSessionList' | 'Turn' | 'TurnList' | 'Provider' | 'ProviderList' | 'Deleted' | 'TurnDeleted' | 'Health' | 'OpenApi' | 'Metrics' | 'DocsPage';
+export type SchemaName =
+  | 'ChatSession'
+  | 'ChatSessionList'
+  | 'Turn'
+  | 'TurnList'
+  | 'Provider'
+  | 'ProviderList'
+  | 'Deleted'
+  | 'TurnDeleted'
+  | 'DeltaAppended'
+  | 'Health'
+  | 'OpenApi'
+  | 'Metrics'
+  | 'DocsPage'
+  | 'EventStream'
+  | 'EventTicket';
 
 export interface ResponseDoc {
   readonly status: number;
@@ -60,7 +93,7 @@ export interface RouteDef<Q extends Record<string, QueryField> = Record<string, 
   readonly path: string;
   readonly operationId: string;
   readonly summary: string;
-  readonly tag: 'Chat sessions' | 'Providers' | 'Service';
+  readonly tag: 'Chat sessions' | 'Live events' | 'Providers' | 'Service';
   /** Requires a Bearer token. */
   readonly auth: boolean;
   /** The token scope the route needs (tokens without a scope claim may do everything). */
@@ -72,6 +105,11 @@ export interface RouteDef<Q extends Record<string, QueryField> = Record<string, 
   readonly body?: BodySchema<B>;
   /** Honours If-Match. */
   readonly ifMatch?: boolean;
+  /**
+   * Answers an event stream: takes Last-Event-ID, and a ticket (POST /api/v1/events/tickets) as
+   * `?ticket=` in place of the Authorization header, which no other route accepts.
+   */
+  readonly eventStream?: boolean;
   /** Success answers (errors are derived from the rest of the declaration). */
   readonly responses: readonly ResponseDoc[];
   /** Further error answers this route can give beyond the common ones. */

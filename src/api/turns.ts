@@ -1,14 +1,14 @@
 // The turns of a chat session (/api/v1/chat-sessions/:id/turns): the spec's list (all turns,
 // or one branch with `branch`), recording a turn under a parent, and editing or deleting one
-// turn (with its descendants).
+// turn (with its descendants), and the text deltas of a streaming turn.
 import { newObjectId } from '../domain/ids.js';
-import { ID_MAX, turnBody, turnUpdateBody } from '../domain/inputs.js';
+import { deltaBody, ID_MAX, turnBody, turnUpdateBody } from '../domain/inputs.js';
 import { DEFAULT_TURN_STATUS, nextTimestamp, type TurnContent, type TurnRole, type TurnStatus, type TurnUsage } from '../domain/records.js';
 import { ValidationError, type QuerySchema } from '../domain/schema.js';
 import { SessionNotFound, TurnNotFound, type Branch, type Current, type TurnEdit, type TurnRecord } from '../store/store.js';
 import { Access, BASE, etagOf, idParam, modified, notFound, pages, paging, stateOf, turnIdParams, turnNotFound, user, type SessionDeps } from './access.js';
 import { pageReply, wholeListReply } from './lists.js';
-import { DATA_OPEN, route, type RouteDef } from './route.js';
+import { DATA_OPEN, dataBody, route, type RouteDef } from './route.js';
 
 const DATA_HEAD = Buffer.from(DATA_OPEN);
 const DATA_TAIL = Buffer.from('}');
@@ -47,7 +47,10 @@ function turnStamp(current: Current, nowMs: number = Date.now()): { createdAt: s
 
 const turnBody_ = (t: TurnRecord): Buffer => Buffer.concat([DATA_HEAD, t.json, DATA_TAIL]);
 
-export function turnRoutes({ store, access: mode, cursors }: SessionDeps): RouteDef[] {
+const notStreaming = { status: 409, description: 'Turn is not streaming' } as const;
+const turnTooLarge = { status: 413, description: 'Turn too large (its JSON would pass BODY_LIMIT)' } as const;
+
+export function turnRoutes({ store, access: mode, cursors, maxTurnBytes }: SessionDeps): RouteDef[] {
   const access = new Access(mode);
 
   return [
@@ -160,6 +163,28 @@ export function turnRoutes({ store, access: mode, cursors }: SessionDeps): Route
         }
         const r = await store.updateTurn(id, turnId, check, () => edit);
         return { status: 200, body: turnBody_(r.turn), etag: etagOf(r.session.version) };
+      },
+    }),
+
+    route<Record<string, never>, typeof deltaBody.fields>({
+      method: 'POST',
+      path: `${BASE}/:id/turns/:turnId/deltas`,
+      operationId: 'appendTurnDelta',
+      summary: "Append text to a streaming turn (status streaming), durably; the session's stream gets a turn.delta. The session's updatedAt and ETag do not move",
+      tag: 'Chat sessions',
+      auth: true,
+      scope: 'sessions:write',
+      params: turnIdParams,
+      body: deltaBody,
+      ifMatch: true,
+      responses: [{ status: 200, description: 'Appended: where the text went', schema: 'DeltaAppended' }],
+      errors: [notFound, turnNotFound, notStreaming, turnTooLarge, modified],
+      async handle(ctx) {
+        const { text } = ctx.body;
+        const d = await store.appendDelta(ctx.params['id'] as string, ctx.params['turnId'] as string, access.mine(user(ctx), ctx.req), text, maxTurnBytes);
+        const p = d.place;
+        const data = { _id: d.turn._id, session: ctx.params['id'] as string, at: p.at, ...(p.part !== undefined ? { part: p.part } : {}) };
+        return { status: 200, body: dataBody(JSON.stringify(data)) };
       },
     }),
 

@@ -12,6 +12,8 @@ export interface Principal {
   readonly user: string;
   /** null: the token has no `scope` claim and may do everything. */
   readonly scopes: ReadonlySet<string> | null;
+  /** When the credential stops being accepted (its `exp` plus the leeway); undefined: it does not expire. */
+  readonly expiresAtMs?: number | undefined;
 }
 
 /** No Bearer credentials were sent at all (answered without `error="invalid_token"`). */
@@ -107,8 +109,9 @@ export class Authenticator {
 }
 
 function principalOf(claims: Claims): Principal {
-  if (claims.scope === undefined) return { user: claims.sub, scopes: null };
-  return { user: claims.sub, scopes: new Set(claims.scope.split(/\s+/).filter((w) => w !== '')) };
+  const expiresAtMs = claims.exp === undefined ? undefined : (claims.exp + LEEWAY_SECONDS) * 1000;
+  if (claims.scope === undefined) return { user: claims.sub, scopes: null, expiresAtMs };
+  return { user: claims.sub, scopes: new Set(claims.scope.split(/\s+/).filter((w) => w !== '')), expiresAtMs };
 }
 
 export { TokenError };

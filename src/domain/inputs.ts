@@ -1,6 +1,7 @@
 // What a chat session and a turn may hold: the request bodies that create and change them,
 // declared once in the schema language, and the shape a stored record must have. The routes
 // validate requests with these; import checks backup records with them.
+import { DELTA_MAX } from './deltas.js';
 import { isObjectId } from './ids.js';
 import { CHAT_SESSION_MODES, DEFAULT_TURN_STATUS, isChatSessionMode, TURN_ROLES, TURN_STATUSES, type ChatSession, type JsonObject, type Turn, type TurnContent, type TurnRole, type TurnStatus, type TurnUsage } from './records.js';
 import { isPlainObject, validateBody, ValidationError, type BodyField, type BodySchema, type Values } from './schema.js';
@@ -136,6 +137,19 @@ export const turnUpdateBody = {
     metadata: metadataField,
     usage: USAGE,
     status: { kind: 'string', oneOf: TURN_STATUSES, description: TURN_STATUSES.join(', ') },
+  },
+} as const satisfies BodySchema;
+
+export const deltaBody = {
+  name: 'TurnDelta',
+  nullIsAbsent: true,
+  fields: {
+    text: {
+      kind: 'string',
+      present: true,
+      maxLength: DELTA_MAX,
+      description: `Text to append to the streaming turn (at least one character; spaces count), at most ${DELTA_MAX} characters.`,
+    },
   },
 } as const satisfies BodySchema;
 

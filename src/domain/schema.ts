@@ -9,6 +9,8 @@ export interface StringField {
   readonly required?: boolean;
   /** Present but blank after trimming gets "<name> must not be blank". */
   readonly notBlank?: boolean;
+  /** Missing or null gets "<name> is required", "" gets "<name> must not be empty"; white space counts (a delta's text). */
+  readonly present?: boolean;
   /** "" counts as absent (the spec's "when mode is absent or empty"). */
   readonly emptyIsAbsent?: boolean;
   /** Counted in Unicode code points. */
@@ -133,7 +135,9 @@ type ValueOf<F> = F extends StringField
       : F extends BooleanField
         ? boolean
         : JsonValue;
-export type Values<F> = { -readonly [K in keyof F]?: ValueOf<F[K]> };
+/** The fields validation guarantees: a required field, or one that must be present. */
+type Given<F> = { [K in keyof F]: F[K] extends { readonly required: true } | { readonly present: true } ? K : never }[keyof F];
+export type Values<F> = { -readonly [K in Given<F>]: ValueOf<F[K]> } & { -readonly [K in Exclude<keyof F, Given<F>>]?: ValueOf<F[K]> };
 
 /** A request input that does not satisfy its schema; the message is the client's answer. */
 export class ValidationError extends Error {
@@ -226,6 +230,7 @@ function checkValue(path: string, f: BodyField, value: unknown): JsonValue {
       if (value === null && f.nullable === true) return null;
       if (typeof value !== 'string') throw new ValidationError(`${path} must be a string${f.nullable === true ? ' or null' : ''}`);
       if (f.required === true && value.trim() === '') throw new ValidationError(`${path} is required`);
+      if (f.present === true && value === '') throw new ValidationError(`${path} must not be empty`);
       checkString(path, f, value);
       return value;
     case 'object':
@@ -298,6 +303,11 @@ function checkFields(path: string, fields: Readonly<Record<string, BodyField>>, 
   return out;
 }
 
+/** A field whose absence (or null) is refused as "<name> is required". */
+function mustBeGiven(f: BodyField): boolean {
+  return f.required === true || (f.kind === 'string' && f.present === true);
+}
+
 /** Validates a parsed JSON object against a body schema; unknown fields are ignored. */
 export function validateBody<F extends Record<string, BodyField>>(schema: BodySchema<F>, body: Record<string, unknown>): Values<F> {
   const out: Record<string, JsonValue> = {};
@@ -305,10 +315,10 @@ export function validateBody<F extends Record<string, BodyField>>(schema: BodySc
     const f = schema.fields[name] as BodyField;
     let value = Object.prototype.hasOwnProperty.call(body, name) ? body[name] : undefined;
     const nullIsValue = f.kind === 'string' && f.nullable === true;
-    if (value === null && !nullIsValue && (schema.nullIsAbsent || f.required === true)) value = undefined;
+    if (value === null && !nullIsValue && (schema.nullIsAbsent || mustBeGiven(f))) value = undefined;
     if (f.kind === 'string' && typeof value === 'string' && value === '' && f.emptyIsAbsent === true) value = undefined;
     if (value === undefined) {
-      if (f.required === true) throw new ValidationError(`${name} is required`);
+      if (mustBeGiven(f)) throw new ValidationError(`${name} is required`);
       continue;
     }
     out[name] = checkValue(name, f, value);
@@ -383,6 +393,7 @@ export function fieldJsonSchema(f: BodyField | QueryField): JsonSchema {
         description: f.description,
         // refused when blank after trimming: at least one character, and one that is not white space
         ...(f.oneOf === undefined && (f.required === true || f.notBlank === true) ? NOT_BLANK : {}),
+        ...(f.present === true ? { minLength: 1 } : {}),
         ...(f.maxLength !== undefined ? { maxLength: f.maxLength } : {}),
         // where "" counts as absent it is accepted, so the enum says so
         ...(f.oneOf !== undefined ? { enum: f.emptyIsAbsent === true ? [...f.oneOf, ''] : [...f.oneOf] } : {}),
@@ -428,7 +439,7 @@ function objectJsonSchema(description: string | undefined, fields: Readonly<Reco
   const required: string[] = [];
   for (const [name, f] of Object.entries(fields)) {
     properties[name] = fieldJsonSchema(f);
-    if (f.required === true) required.push(name);
+    if (mustBeGiven(f)) required.push(name);
   }
   return { type: 'object', ...(description !== undefined ? { description } : {}), properties, ...(required.length > 0 ? { required } : {}), additionalProperties: true };
 }

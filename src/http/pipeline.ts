@@ -7,11 +7,12 @@ import { randomBytes } from 'node:crypto';
 import { STATUS_CODES, type IncomingMessage, type ServerResponse } from 'node:http';
 import { isIP, type Socket } from 'node:net';
 import { hasScope, NoCredentials, TokenError, type Authenticator, type Principal } from '../auth/authenticate.js';
-import type { Answer, RouteDef, StreamReply } from '../api/route.js';
+import type { Answer, EventStreamReply, RouteDef, StreamReply } from '../api/route.js';
+import type { OpenedTicket, TicketCodec } from '../auth/tickets.js';
 import { parseQuery, validateBody, validateQuery, ValidationError } from '../domain/schema.js';
 import { requestLineMiddle, type Logger } from '../log.js';
 import type { Metrics, RouteStats } from '../metrics.js';
-import { PreconditionFailed, QuotaExceeded, SessionNotFound, StorageUnavailable, StorageWriteFailed, TurnNotFound } from '../store/store.js';
+import { PreconditionFailed, QuotaExceeded, SessionNotFound, StorageUnavailable, StorageWriteFailed, TurnNotFound, TurnNotStreaming, TurnTooLarge } from '../store/store.js';
 import { readJsonObject, releaseBody, type BodyHold, type BodyRules } from './body.js';
 import type { Connection, ConnectionGuard } from './connections.js';
 import type { Cors } from './cors.js';
@@ -45,9 +46,12 @@ export interface PipelineOptions {
   readonly metrics: Metrics | undefined;
   /** Refuses writes (503) before the process runs out of memory; undefined: never. */
   readonly memory?: MemoryGuard | undefined;
+  /** Opens `?ticket=` on event-stream routes (undefined with EVENTS=off: no route takes one). */
+  readonly tickets: TicketCodec | undefined;
 }
 
 const JSON_TYPE = 'application/json; charset=utf-8';
+const EVENT_STREAM_TYPE = 'text/event-stream; charset=utf-8';
 const SANE_REQUEST_ID = /^[A-Za-z0-9._:@/+=-]{1,128}$/;
 const bootId = randomBytes(4).toString('hex');
 let requestCounter = 0;
@@ -74,6 +78,8 @@ function toHttp(e: unknown): HttpError | undefined {
   if (e instanceof SessionNotFound || e instanceof TurnNotFound) return new HttpError(404, e.message);
   if (e instanceof PreconditionFailed) return new HttpError(412, e.message);
   if (e instanceof QuotaExceeded) return new HttpError(403, e.message);
+  if (e instanceof TurnNotStreaming) return new HttpError(409, e.message);
+  if (e instanceof TurnTooLarge) return new HttpError(413, e.message);
   if (e instanceof NoCredentials) return new HttpError(401, 'Unauthorized', [['www-authenticate', 'Bearer']]);
   if (e instanceof TokenError) {
     return new HttpError(401, 'Unauthorized', [['www-authenticate', `Bearer error="invalid_token", error_description="${e.message}"`]]);
@@ -102,6 +108,8 @@ class Exchange implements BodyHold {
   heldBytes = 0;
   /** The connection's count of requests in flight, given back once (settle). */
   conn: Connection | undefined;
+  /** The ticket an event stream was opened with. */
+  ticket: OpenedTicket | undefined;
   settled = false;
 
   constructor(
@@ -157,7 +165,12 @@ export class Pipeline {
     let principal: Principal | undefined;
     if (def.auth) {
       try {
-        principal = this.o.auth.authenticate(req.headers.authorization, req.socket);
+        const ticket = def.eventStream === true && this.o.tickets !== undefined && qmark !== -1 ? ticketIn(url.slice(qmark + 1)) : undefined;
+        if (ticket !== undefined) {
+          // a ticket stands in for the Authorization header, on the event streams only
+          x.ticket = (this.o.tickets as TicketCodec).open(ticket, Date.now());
+          principal = x.ticket.principal;
+        } else principal = this.o.auth.authenticate(req.headers.authorization, req.socket);
       } catch (e) {
         this.limit(this.addressOf(req));
         throw e;
@@ -215,7 +228,7 @@ export class Pipeline {
   private run(x: Exchange, def: RouteDef, principal: Principal | undefined, params: Record<string, string>, query: object, body: object): void {
     let out: Answer | Promise<Answer>;
     try {
-      out = def.handle({ req: x.req, principal, params, query, body });
+      out = def.handle({ req: x.req, principal, params, query, body, ticket: x.ticket, requestId: x.id });
     } catch (e) {
       this.fail(x, e);
       return;
@@ -329,7 +342,8 @@ export class Pipeline {
   }
 
   private reply(x: Exchange, r: Answer): void {
-    if ('stream' in r) this.stream(x, r);
+    if ('eventStream' in r) this.openEventStream(x, r);
+    else if ('stream' in r) this.stream(x, r);
     else this.send(x, r.status, r.body, r.contentType, r.etag === undefined ? r.headers : ['etag', r.etag, ...(r.headers ?? [])]);
   }
 
@@ -375,6 +389,38 @@ export class Pipeline {
       }
     };
     void pump();
+  }
+
+  /**
+   * Writes an event stream's head and hands the response to the live feed, which writes to it
+   * until it or the client ends it. The request stays in flight all that time, so MAX_CONNECTIONS
+   * never closes the connection as idle; the feed bounds what it holds and when it gives up.
+   */
+  private openEventStream(x: Exchange, r: EventStreamReply): void {
+    const { res } = x;
+    if (x.heldBytes > 0) releaseBody(this.o.body.budget, x);
+    if (res.headersSent || res.destroyed) {
+      r.eventStream.cancel();
+      this.logRequest(x, r.status);
+      this.settle(x);
+      return;
+    }
+    const headers = this.headers(x, EVENT_STREAM_TYPE);
+    // nginx passes each event on as it comes instead of buffering the answer
+    headers.push('x-accel-buffering', 'no');
+    res.writeHead(r.status, headers);
+    this.logRequest(x, r.status);
+    if (x.req.method === 'HEAD') {
+      r.eventStream.cancel();
+      res.end();
+      this.settle(x);
+      return;
+    }
+    res.flushHeaders();
+    const settle = (): void => this.settle(x);
+    res.once('finish', settle);
+    res.once('close', settle);
+    r.eventStream.attach(res);
   }
 
   private fail(x: Exchange, e: unknown): void {
@@ -470,6 +516,20 @@ export class Pipeline {
         : requestLineMiddle(method, r?.routeJson ?? (x.pattern !== undefined ? JSON.stringify(x.pattern) : 'null'));
     log.request(x.id, middle, status, seconds, x.user);
   }
+}
+
+/**
+ * The value of a `ticket` query parameter given once; TokenError when it is given more than
+ * once (which ticket would be meant?). Tickets are base64url: nothing to percent-decode.
+ */
+function ticketIn(query: string): string | undefined {
+  let found: string | undefined;
+  for (const part of query.split('&')) {
+    if (!part.startsWith('ticket=')) continue;
+    if (found !== undefined) throw new TokenError('ticket given more than once');
+    found = part.slice(7);
+  }
+  return found === '' ? undefined : found;
 }
 
 /** Resolves when the response can take more (drain) or will take nothing more (close). */

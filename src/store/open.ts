@@ -2,6 +2,7 @@
 // knows which ones exist; everything else sees a Store.
 import type { Config } from '../config.js';
 import type { Logger } from '../log.js';
+import { announce } from '../live/changes.js';
 import { JournalStore } from './journal/engine.js';
 import { openPostgresStore } from './postgres/engine.js';
 import { openSqliteSnapshot, openSqliteStore } from './sqlite/engine.js';
@@ -22,7 +23,19 @@ export async function openStore(config: Config, log: Logger, observer?: StoreObs
 
 function openPostgres(config: Config, log: Logger, observer?: StoreObserver, readOnly = false): Promise<Store> {
   if (config.databaseUrl === undefined) throw new StoreOpenFailed('STORE=postgres needs DATABASE_URL');
-  return openPostgresStore({ url: config.databaseUrl, schema: config.databaseSchema, poolSize: config.databasePoolSize, log, groupCommit: config.groupCommit, observer, readOnly, quotas: config.limits.quotas });
+  return openPostgresStore({
+    url: config.databaseUrl,
+    schema: config.databaseSchema,
+    poolSize: config.databasePoolSize,
+    streamingIdleMs: config.streamingIdleMs,
+    log,
+    groupCommit: config.groupCommit,
+    observer,
+    readOnly,
+    quotas: config.limits.quotas,
+    // every instance logs its changes' events with them, so the others' subscribers see them too
+    announce: config.events === undefined ? undefined : announce,
+  });
 }
 
 /**

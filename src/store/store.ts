@@ -5,6 +5,8 @@
 // is committed (or has failed and changed nothing).
 import type { SessionKey, TurnKey } from '../domain/order.js';
 import type { ChatSession, JsonObject, Turn, TurnContent, TurnStatus, TurnUsage } from '../domain/records.js';
+import type { DeltaPlace } from '../domain/deltas.js';
+import type { Change, CommitListener } from './writer.js';
 
 export type { SessionKey, TurnKey } from '../domain/order.js';
 
@@ -151,6 +153,47 @@ export interface StoreObserver {
   commit(seconds: number, writes: number): void;
 }
 
+/**
+ * An event of the live feed as a change announces it, before the feed gives it an id
+ * (src/live/changes.ts makes them; the feed decides who sees them from `owner` and `project`).
+ */
+export interface ChangeEvent {
+  readonly type: string;
+  /** The session it is about. */
+  readonly session: string;
+  /** The session's owner and project. */
+  readonly owner: string;
+  readonly project: string;
+  /** The event's `data`: JSON. */
+  readonly data: string | Buffer;
+}
+
+/** An event as the feed's log keeps it: ids increase in commit order. */
+export interface LoggedEvent extends ChangeEvent {
+  readonly id: number;
+}
+
+/** The events a group's changes make, in order (src/live/changes.ts). */
+export type Announce = (changes: readonly Change[]) => readonly ChangeEvent[];
+
+/**
+ * The live feed's log where an engine keeps it for several instances (PostgreSQL): events are
+ * written with the changes that make them, in the same transaction, with ids in commit order.
+ */
+export interface SharedEventLog {
+  /** The newest committed event's id (0 before the first) and the oldest kept one's (undefined when none is kept). */
+  bounds(): Promise<{ readonly newest: number; readonly oldest: number | undefined }>;
+  /** Events with ids in (after, upTo], in id order, at most `limit`. */
+  read(after: number, upTo: number, limit: number): Promise<readonly LoggedEvent[]>;
+  /** Calls `onChange` whenever events may have been committed (by any instance), and after a lost notification; until close. */
+  watch(onChange: () => void): Promise<void>;
+  /** Keeps the newest `keep` events and forgets tickets used before `nowMs`'s expiries. */
+  trim(keep: number, nowMs: number): Promise<void>;
+  /** Records a ticket's single use: false when any instance recorded it before. */
+  claimTicket(id: string, expiresAtMs: number): Promise<boolean>;
+  close(): Promise<void>;
+}
+
 export interface Store {
   readonly engine: EngineName;
 
@@ -207,6 +250,20 @@ export interface Store {
    * createdAt. SessionNotFound, TurnNotFound.
    */
   forkSession(sourceId: string, turnId: string | undefined, owner: string, build: (source: Current) => ChatSession): Promise<SessionRecord>;
+  /**
+   * Appends `text` to a streaming turn's content (src/domain/deltas.ts says where) after
+   * `check(current)` passes; the session does not change (its updatedAt, its version). Refused
+   * with TurnNotStreaming when the turn's status is not `streaming`, TurnTooLarge when its JSON
+   * would pass `maxBytes`. SessionNotFound, TurnNotFound.
+   */
+  appendDelta(sessionId: string, turnId: string, check: (current: Current) => void, text: string, maxBytes: number): Promise<TurnDelta>;
+  /**
+   * Streaming turns that no server is streaming any more: with `atStart` on an engine of one
+   * server (journal, sqlite), every streaming turn, since the server that streamed them is gone;
+   * on PostgreSQL, whose instances share the data, at any time the ones that took no write for
+   * the engine's idle time. The server marks them `interrupted`.
+   */
+  leftStreaming(atStart: boolean): Promise<readonly { readonly session: string; readonly turnId: string }[]>;
 
   /** Every live session with its turns, as of one moment. */
   exportAll(): Promise<ExportSnapshot>;
@@ -216,6 +273,14 @@ export interface Store {
    * records not given stay. Turns must come after their session in `sessions` or be stored already.
    */
   importAll(sessions: readonly ChatSession[], turns: readonly Turn[]): Promise<ImportSummary>;
+
+  /**
+   * Sets the listener of committed changes: each group's changes, once committed, before any of
+   * its writes is answered (SerialWriter.onCommitted says exactly when). Imports are not announced.
+   */
+  onCommitted(listener: CommitListener): void;
+  /** The engine's own event log, shared by several instances; undefined: the server keeps the feed in memory. */
+  sharedEventLog(): SharedEventLog | undefined;
 
   stats(): Promise<StoreStats>;
   /** What the sessions `user` owns hold (the same figures on every engine). */
@@ -244,6 +309,28 @@ export class TurnNotFound extends Error {
   constructor() {
     super('Turn not found');
   }
+}
+
+/** A delta to a turn whose status is not `streaming`. */
+export class TurnNotStreaming extends Error {
+  override readonly name = 'TurnNotStreaming';
+  constructor() {
+    super('Turn is not streaming');
+  }
+}
+
+/** A delta that would make its turn larger than a turn may be. */
+export class TurnTooLarge extends Error {
+  override readonly name = 'TurnTooLarge';
+  constructor() {
+    super('Turn too large');
+  }
+}
+
+/** A delta as committed: the turn's new JSON, and where the text went. */
+export interface TurnDelta {
+  readonly turn: TurnRecord;
+  readonly place: DeltaPlace;
 }
 
 export class PreconditionFailed extends Error {

@@ -5,6 +5,7 @@
 // all of it durable, or none of it and every write of the group refused. Engines supply only
 // the committed state and the commit; the rules of what a write does live here, once: every
 // resulting session state, its version and its newest turn are decided here.
+import { appendText, isStreamingJson, type DeltaPlace } from '../domain/deltas.js';
 import { newObjectId } from '../domain/ids.js';
 import { turnBefore, type TurnKey } from '../domain/order.js';
 import { chatSession, nextTimestamp, raisedByTurn, turnRecord, type ChatSession, type Turn } from '../domain/records.js';
@@ -17,10 +18,13 @@ import {
   StorageUnavailable,
   StorageWriteFailed,
   TurnNotFound,
+  TurnNotStreaming,
+  TurnTooLarge,
   type Current,
   type SessionRecord,
   type SessionState,
   type TreeTurn,
+  type TurnDelta,
   type TurnEdit,
   type TurnNode,
   type TurnRecord,
@@ -67,6 +71,8 @@ export type Change =
   | {
       readonly kind: 'deleteTurns';
       readonly sessionId: string;
+      /** The turn the deletion named. */
+      readonly turnId: string;
       /** The turn deleted and its descendants. */
       readonly ids: readonly string[];
       /** UTF-8 bytes of their JSON. */
@@ -87,7 +93,31 @@ export type Change =
       /** The copies, root first. */
       readonly turns: readonly TurnWithJson[];
     }
-  | { readonly kind: 'delete'; readonly id: string };
+  | {
+      readonly kind: 'delta';
+      /** The streaming turn with the text appended (same _id, place and createdAt). */
+      readonly turn: Turn;
+      readonly json: Buffer;
+      /** UTF-8 bytes of the turn's JSON before the delta. */
+      readonly previousBytes: number;
+      /** The text appended, and where it went. */
+      readonly text: string;
+      readonly place: DeltaPlace;
+      /** The session, which a delta does not change (the live feed tells whoever may see it). */
+      readonly session: ChatSession;
+    }
+  | {
+      readonly kind: 'delete';
+      readonly id: string;
+      /** The session as it was (the live feed tells its owner's and its project's subscribers). */
+      readonly session: ChatSession;
+    };
+
+/**
+ * Called with the changes of each group once the group is committed, in commit order: see
+ * SerialWriter.onCommitted for exactly when.
+ */
+export type CommitListener = (changes: readonly Change[]) => void;
 
 /**
  * What the writes of a group will ask about one session's turns, known from their requests
@@ -336,6 +366,7 @@ export class SerialWriter {
   private paused = false;
   private closed = false;
   private idleWaiters: (() => void)[] = [];
+  private committed: CommitListener | undefined;
 
   constructor(
     private readonly source: GroupSource,
@@ -382,7 +413,7 @@ export class SerialWriter {
       check(current);
       // what the session held is given back at commit
       view.stage(id, null);
-      return { kind: 'delete', id };
+      return { kind: 'delete', id, session: current.session };
     }, () => undefined);
   }
 
@@ -468,7 +499,7 @@ export class SerialWriter {
         tree.edited.delete(id);
         tree.removed.add(id);
       }
-      return { kind: 'deleteTurns', sessionId, ids: [...ids], bytes, session, sessionJson, version: versionOfSession(sessionJson, lastTurn), lastTurn };
+      return { kind: 'deleteTurns', sessionId, turnId, ids: [...ids], bytes, session, sessionJson, version: versionOfSession(sessionJson, lastTurn), lastTurn };
     }, (c) => {
       if (c.kind !== 'deleteTurns') throw new Error(`a ${c.kind} change has no session answer`);
       return { session: c.session, json: c.sessionJson, version: c.version };
@@ -509,6 +540,44 @@ export class SerialWriter {
       for (const c of turns) tree.added.set(c.turn._id, treeTurnOf(c.turn, c.json));
       return { kind: 'fork', session, json, version: versionOfSession(json, last), turns };
     }, sessionResult);
+  }
+
+  appendDelta(sessionId: string, turnId: string, check: (current: Current) => void, text: string, maxBytes: number): Promise<TurnDelta> {
+    return this.submit<TurnDelta>([sessionId], undefined, needsOf(sessionId, { turns: [turnId] }), (view) => {
+      const current = view.current(sessionId);
+      if (current === undefined) throw new SessionNotFound();
+      check(current);
+      const found = current.turn(turnId);
+      if (found === undefined) throw new TurnNotFound();
+      if (!isStreamingJson(found.json)) throw new TurnNotStreaming();
+      const was = turnRecord(JSON.parse(found.json.toString('utf8')) as Turn);
+      const { content, place } = appendText(was.content, text);
+      const turn = turnRecord({ ...was, content });
+      const json = ownBytes(JSON.stringify(turn));
+      if (json.length > maxBytes) throw new TurnTooLarge();
+      // a streaming turn grows its session's owner's bytes, delta by delta
+      view.charge(current.session.user, 0, 0, () => json.length - found.bytes);
+      // the session is not staged: a delta leaves it as it is
+      const tree = view.tree(sessionId);
+      if (tree.added.has(turnId)) tree.added.set(turnId, treeTurnOf(turn, json));
+      else tree.edited.set(turnId, treeTurnOf(turn, json));
+      return { kind: 'delta', turn, json, previousBytes: found.bytes, text, place, session: current.session };
+    }, (c) => {
+      if (c.kind !== 'delta') throw new Error(`a ${c.kind} change has no delta answer`);
+      return { turn: { _id: c.turn._id, createdAt: c.turn.createdAt, json: c.json }, place: c.place };
+    });
+  }
+
+  /**
+   * Sets the one listener of committed changes (the live feed). It is called once per group
+   * that committed, with the group's changes in order (the writes its callbacks refused are not
+   * among them), after the engine's commit resolved (the changes are durable, and visible to
+   * reads) and before any write of the group is answered: whoever waits on a write's promise
+   * runs after the listener has returned. A group that fails to commit is never announced. What
+   * the listener throws is logged; the writes are answered all the same.
+   */
+  onCommitted(listener: CommitListener): void {
+    this.committed = listener;
   }
 
   /** Stops taking groups once the one being committed is done (compaction swaps files then). */
@@ -621,6 +690,13 @@ export class SerialWriter {
     }
     group.commit(changes).then(
       () => {
+        if (this.committed !== undefined) {
+          try {
+            this.committed(changes);
+          } catch (e) {
+            this.log.error('the listener of committed changes failed; the writes are answered all the same', { err: e });
+          }
+        }
         for (let i = 0; i < accepted.length; i++) {
           const w = accepted[i] as PendingWrite;
           w.resolve(w.result(changes[i] as Change));

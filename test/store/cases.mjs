@@ -549,6 +549,43 @@ export function contract(engine) {
       }
     });
 
+    test('committed changes are announced once, in commit order, before any of their writes is answered; a refused write and a failed commit are never announced', async () => {
+      const dir = fresh();
+      setFaultPlan(`${caps.fault}:3`);
+      let store;
+      try {
+        store = await openOn(engine, dir);
+        const announced = [];
+        const answered = new Set();
+        store.onCommitted((changes) => {
+          for (const c of changes) announced.push({ what: `${c.kind} ${c.session.name}`, answeredAlready: answered.has(`${c.kind} ${c.session.name}`) });
+        });
+        const track = (p, what) =>
+          p.then((v) => {
+            answered.add(what);
+            return v;
+          });
+        const id = (await track(store.createSession(session({ name: 'a' })), 'create a')).session._id;
+        await track(store.updateSession(id, (c) => ({ ...c.session, name: 'b', updatedAt: at(1) })), 'update b');
+        await assert.rejects(store.updateSession(id, (c) => ({ ...c.session, name: 'lost', updatedAt: at(2) })), StorageWriteFailed);
+        const refuse = () => {
+          throw new PreconditionFailed();
+        };
+        const results = await Promise.allSettled([
+          track(store.updateSession(id, (c) => ({ ...c.session, name: 'c', updatedAt: at(3) })), 'update c'),
+          store.appendTurn(id, refuse),
+          track(store.appendTurn(id, turnAt(4)), 'turn c'),
+        ]);
+        assert.deepEqual(results.map((r) => r.status), ['fulfilled', 'rejected', 'fulfilled']);
+        await track(store.deleteSession(id, () => undefined), 'delete c');
+        assert.deepEqual(announced.map((a) => a.what), ['create a', 'update b', 'update c', 'turn c', 'delete c']);
+        assert.deepEqual(announced.filter((a) => a.answeredAlready), [], 'no write was answered before its change was announced');
+      } finally {
+        setFaultPlan(undefined);
+        await store?.close();
+      }
+    });
+
     test('export then import is the identity: the same sessions, versions and turns, and importing again changes nothing', async () => {
       await withStore(async (source) => {
         const ids = [];

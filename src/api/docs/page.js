@@ -166,8 +166,14 @@
       send,
       answer,
     );
+    /** Set while an event stream is shown: the Send button then stops it. */
+    let stop;
     form.addEventListener('submit', async (event) => {
       event.preventDefault();
+      if (stop) {
+        stop();
+        return;
+      }
       let url = path;
       const query = new URLSearchParams();
       const headers = {};
@@ -189,8 +195,37 @@
       answer.textContent = `${init.method} ${url} …`;
       form.dataset.state = 'sending';
       send.disabled = true;
+      const controller = new AbortController();
+      init.signal = controller.signal;
       try {
         const res = await fetch(url, init);
+        if ((res.headers.get('content-type') || '').startsWith('text/event-stream') && res.body) {
+          // an event stream never ends by itself: shown as its events come, until Stop
+          const head = `${init.method} ${url}\nHTTP ${res.status} ${res.statusText}\ncontent-type: ${res.headers.get('content-type')}\n\n`;
+          answer.textContent = head;
+          answer.dataset.status = String(res.status);
+          form.dataset.state = 'streaming';
+          send.disabled = false;
+          send.textContent = 'Stop';
+          stop = () => controller.abort();
+          const reader = res.body.getReader();
+          const decoder = new TextDecoder();
+          let shown = '';
+          try {
+            for (;;) {
+              const { value, done } = await reader.read();
+              if (done) break;
+              shown = (shown + decoder.decode(value, { stream: true })).slice(-20000);
+              answer.textContent = head + shown;
+            }
+          } catch {
+            // stopped
+          }
+          stop = undefined;
+          send.textContent = 'Send';
+          form.dataset.state = 'answered';
+          return;
+        }
         const text = await res.text();
         let shown = text;
         try {

@@ -125,7 +125,7 @@ export interface TailFirstHost {
  *
  * Replay reads the older file, then the newer one, so at every step the two hold every
  * acknowledged write. What a piece moves is written as memory holds it now, never as the piece
- * held it: each live turn a record of the piece names (a turn, an edit, a fork's copies) as a
+ * held it: each live turn a record of the piece names (a turn, an edit, a delta, a fork's copies) as a
  * turn line with its newest JSON, then, for each live session the piece touches, its state as a
  * put line, after its turns (replay makes a turn line its session's head; the put gives the
  * session its own head back). A turn written twice (its older records still in the older file,
@@ -305,6 +305,8 @@ function classify(line: Buffer): Classified {
   const put = v['put'] as Record<string, unknown> | undefined;
   if (typeof put === 'object' && put !== null && typeof put['_id'] === 'string') return { kind: 'put', id: put['_id'] };
   if (typeof v['del'] === 'string') return { kind: 'del', id: v['del'], carried: v['carried'] === true };
+  // text appended to a streaming turn: the turn as it is now is what moves
+  if (typeof v['delta'] === 'string' && typeof v['session'] === 'string') return { kind: 'turns', session: v['session'], ids: [v['delta']] };
   const turn = (v['turn'] ?? v['edit']) as Record<string, unknown> | undefined;
   if (typeof turn === 'object' && turn !== null && typeof turn['session'] === 'string' && typeof turn['_id'] === 'string') return { kind: 'turns', session: turn['session'], ids: [turn['_id']] };
   const session = (v['session'] ?? v['fork']) as Record<string, unknown> | undefined;

@@ -5,7 +5,8 @@
 import { closeSync, existsSync, fstatSync, ftruncateSync, fsyncSync, mkdirSync, openSync, statfs, statfsSync, unlinkSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { SCAN_CHUNK, type SessionKey, type TurnKey } from '../../domain/order.js';
-import type { ChatSession, Turn } from '../../domain/records.js';
+import { appendText, isStreamingJson } from '../../domain/deltas.js';
+import { turnRecord, type ChatSession, type Turn } from '../../domain/records.js';
 import { lockHolder } from '../../data-dir-lock.js';
 import { fsyncDir, writeFullySync } from '../../files.js';
 import type { Quotas } from '../../config.js';
@@ -19,6 +20,7 @@ import {
   type Current,
   type SessionState,
   type TreeTurn,
+  type TurnDelta,
   type TurnEdit,
   type TurnNode,
   type TurnUpdate,
@@ -35,10 +37,11 @@ import {
   type TurnRecord,
   type Usage,
 } from '../store.js';
-import { SerialWriter, type Change, type Group, type GroupSource } from '../writer.js';
+import { SerialWriter, type Change, type CommitListener, type Group, type GroupSource } from '../writer.js';
 import { Appender, COMPACT_SUFFIX, IMPORT_SUFFIX, JOURNAL_FILE, NEXT_SUFFIX, readCommitted } from './appender.js';
 import { Compaction, CompactionAborted, TailFirstCompaction, type TailFirstHost } from './compaction.js';
 import {
+  deltaLine,
   delLine,
   editLine,
   findDeletions,
@@ -330,6 +333,27 @@ export class JournalStore implements Store, GroupSource, Group {
     return this.writer.forkSession(sourceId, turnId, owner, build);
   }
 
+  appendDelta(sessionId: string, turnId: string, check: (current: Current) => void, text: string, maxBytes: number): Promise<TurnDelta> {
+    return this.writer.appendDelta(sessionId, turnId, check, text, maxBytes);
+  }
+
+  /** At start, every streaming turn: one server per data directory, so the one that streamed them is gone. */
+  leftStreaming(atStart: boolean): Promise<readonly { session: string; turnId: string }[]> {
+    const out: { session: string; turnId: string }[] = [];
+    if (atStart) {
+      for (const e of this.state.entries.values()) for (const t of e.turns ?? []) if (isStreamingJson(t.json)) out.push({ session: e.session._id, turnId: t._id });
+    }
+    return Promise.resolve(out);
+  }
+
+  onCommitted(listener: CommitListener): void {
+    this.writer.onCommitted(listener);
+  }
+
+  sharedEventLog(): undefined {
+    return undefined;
+  }
+
   /** GroupSource: one group at a time, seeing memory, which holds exactly what is committed. */
   begin(): Group {
     if (this.appender === undefined) throw new StorageWriteFailed(new Error('this journal was opened read-only'));
@@ -408,6 +432,9 @@ export class JournalStore implements Store, GroupSource, Group {
         break;
       case 'deleteTurns':
         state.pruneTurns(c.ids, c.session, Buffer.byteLength(c.sessionJson), c.version);
+        break;
+      case 'delta':
+        state.deltaTurn(c.session._id, StoredTurn.of(c.turn._id, c.turn.createdAt, c.json));
         break;
       case 'fork': {
         const e = state.insertNew(c.session, c.version);
@@ -633,6 +660,8 @@ function lineOf(c: Change): Buffer {
       return pruneLine(c.ids, c.sessionJson);
     case 'fork':
       return forkLine(c.json, c.turns.map((t) => t.json));
+    case 'delta':
+      return deltaLine(c.turn._id, c.turn.session, c.text);
     case 'delete':
       return delLine(c.id);
   }
@@ -717,6 +746,14 @@ function replay(state: MemoryState, r: JournalRecord, bytes: number): void {
       const e = state.putSession(r.session);
       for (const t of r.turns) state.placeTurn(r.session._id, t.turn, t.parentId);
       e.sessionBytes = Buffer.byteLength(JSON.stringify(r.session));
+      return;
+    }
+    case 'delta': {
+      const old = state.get(r.session)?.turn(r.turnId);
+      if (old === undefined) return;
+      const was = JSON.parse(old.json.toString('utf8')) as Turn;
+      const turn = turnRecord({ ...was, content: appendText(was.content, r.text).content });
+      state.deltaTurn(r.session, StoredTurn.of(turn._id, turn.createdAt, Buffer.from(JSON.stringify(turn))));
       return;
     }
     case 'del':

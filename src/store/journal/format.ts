@@ -9,6 +9,8 @@
 //   {"prune":["<turn id>",...],"session":<session>}   turns deleted (a turn and its descendants), and the session as that leaves it
 //                                           (`"carried":true` at its end: carried over by a compaction)
 //   {"fork":<session>,"turns":[<turn>,...]} a new session with its copied turns, root first
+//   {"delta":"<turn id>","session":"<session id>","text":"..."}   text appended to a streaming turn
+//                                           (src/domain/deltas.ts says where); the session does not change
 // Each change is one line, so an interrupted final write drops a change whole. Replay applies
 // them in order, the last write of an id winning. Version 1 (the first release) had the first
 // three only, its turns without `parentId` and `status`: replay gives each turn the one before
@@ -45,7 +47,8 @@ export type JournalRecord =
   /** `turn` undefined: the edit of a turn a later record deletes (its session still moves). */
   | { readonly kind: 'edit'; readonly session: ChatSession; readonly turn: StoredTurn | undefined }
   | { readonly kind: 'prune'; readonly session: ChatSession; readonly ids: readonly string[] }
-  | { readonly kind: 'fork'; readonly session: ChatSession; readonly turns: readonly { readonly turn: StoredTurn; readonly parentId: string | null }[] };
+  | { readonly kind: 'fork'; readonly session: ChatSession; readonly turns: readonly { readonly turn: StoredTurn; readonly parentId: string | null }[] }
+  | { readonly kind: 'delta'; readonly session: string; readonly turnId: string; readonly text: string };
 
 const HEX = '0123456789abcdef';
 
@@ -73,6 +76,7 @@ export const delLine = (id: string, carried = false): Buffer => frame(`{"del":${
 export const editLine = (turnJson: Buffer, sessionJson: string): Buffer => frame('{"edit":', turnJson, ',"session":', sessionJson, '}');
 export const pruneLine = (ids: readonly string[], sessionJson: string, carried = false): Buffer =>
   frame(`{"prune":${JSON.stringify(ids)},"session":`, sessionJson, carried ? ',"carried":true}' : '}');
+export const deltaLine = (turnId: string, sessionId: string, text: string): Buffer => frame(`{"delta":${JSON.stringify(turnId)},"session":${JSON.stringify(sessionId)},"text":${JSON.stringify(text)}}`);
 export function forkLine(sessionJson: string, turns: readonly Buffer[]): Buffer {
   const parts: (string | Buffer)[] = ['{"fork":', sessionJson, ',"turns":['];
   turns.forEach((t, i) => parts.push(...(i > 0 ? [',', t] : [t])));
@@ -250,6 +254,9 @@ function recordAt(buf: Buffer, start: number, end: number, to: ReplayTarget, pos
   if (typeof v !== 'object' || v === null) return undefined;
   const r = v as Record<string, unknown>;
   if (typeof r['del'] === 'string') return { kind: 'del', id: r['del'] };
+  if (typeof r['delta'] === 'string') {
+    return typeof r['session'] === 'string' && typeof r['text'] === 'string' ? { kind: 'delta', session: r['session'], turnId: r['delta'], text: r['text'] } : undefined;
+  }
   if (r['put'] !== undefined) {
     const session = sessionOf(r['put']);
     return session === undefined ? undefined : { kind: 'put', session };

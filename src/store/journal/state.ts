@@ -442,6 +442,16 @@ export class MemoryState {
     e.sessionBytes = sessionBytes;
   }
 
+  /** A streaming turn with a delta's text appended, in the place of the old one; its session does not change. */
+  deltaTurn(sessionId: string, t: StoredTurn): void {
+    const e = this.get(sessionId);
+    const old = e?.turn(t._id);
+    if (e === undefined || old === undefined) return;
+    e.replaceTurn(old, t);
+    this.arena.released(old);
+    this.arena.written(t);
+  }
+
   /** Turns deleted (a turn and its descendants), and their session's new state. */
   pruneTurns(ids: readonly string[], session: ChatSession, sessionBytes: number, version?: string): void {
     const e = this.get(session._id);

@@ -19,6 +19,7 @@ import {
   TurnNotFound,
   type Branch,
   type Current,
+  type TurnDelta,
   type TurnEdit,
   type TurnUpdate,
   type WriteHint,
@@ -33,10 +34,13 @@ import {
   type StoreStats,
   type TurnRecord,
   type Usage,
+  type Announce,
+  type SharedEventLog,
 } from '../store.js';
-import { SerialWriter, type Group, type GroupSource, type TreeNeeds } from '../writer.js';
+import { SerialWriter, type CommitListener, type Group, type GroupSource, type TreeNeeds } from '../writer.js';
 import { sqlText, storeError, textArray } from './values.js';
-import { finish, insertTurnSql, PgGroup, rowOf, SESSION_ROW } from './group.js';
+import { channelOf, eventStatements, PgEventLog } from './events.js';
+import { finish, insertTurnSql, PgGroup, rowOf, SESSION_ROW, type GroupEvents } from './group.js';
 import { pageSql, scanSql } from './lists.js';
 import { prepareSchema, quotedSchema } from './schema.js';
 import { pageByDepthSql, placesSql } from '../tree-index.js';
@@ -45,6 +49,8 @@ export interface PostgresOptions {
   readonly url: string;
   readonly schema: string;
   readonly poolSize: number;
+  /** A streaming turn with no write for this long was left by a crash (see leftStreaming); default 5 minutes. */
+  readonly streamingIdleMs?: number;
   readonly log: Logger;
   /** false only to measure what group commit buys: one write per transaction. */
   readonly groupCommit: boolean;
@@ -53,9 +59,13 @@ export interface PostgresOptions {
   readonly readOnly?: boolean;
   /** What one user's sessions may hold, checked at the serial point. */
   readonly quotas?: Quotas | undefined;
+  /** The live feed's events of each group's changes, logged in its transaction (EVENTS=on). */
+  readonly announce?: Announce | undefined;
 }
 
 const CHUNK = 256;
+/** What an import announces to the live feed: not a change of one session, but "read everything again". */
+const IMPORT_RESET = { type: 'reset', session: '', owner: '', project: '', data: '{"reason":"import"}' } as const;
 /** How long a start waits for an unreachable database before it gives up. */
 const START_PATIENCE_MS = 30_000;
 
@@ -103,6 +113,8 @@ export class PostgresStore implements Store, GroupSource {
   private scans = 0;
   private readonly scanWaiters: (() => void)[] = [];
   private readonly scanMax: number;
+  private readonly events: GroupEvents | undefined;
+  private eventLog: PgEventLog | undefined;
 
   private constructor(
     private readonly pool: Pool,
@@ -113,6 +125,7 @@ export class PostgresStore implements Store, GroupSource {
     this.writer = new SerialWriter(this, opts.log, opts.quotas, opts.groupCommit ? Infinity : 1);
     // whole lists hold a connection while the client reads: leave the rest to pages and writes
     this.scanMax = Math.max(1, Math.floor(opts.poolSize / 2));
+    this.events = opts.announce === undefined ? undefined : { announce: opts.announce, channel: channelOf(opts.schema) };
   }
 
   /** Connects (waiting a while for a database that is starting), creates or migrates the schema. */
@@ -361,12 +374,38 @@ export class PostgresStore implements Store, GroupSource {
     return this.writer.forkSession(sourceId, turnId, owner, build);
   }
 
+  appendDelta(sessionId: string, turnId: string, check: (current: Current) => void, text: string, maxBytes: number): Promise<TurnDelta> {
+    return this.writer.appendDelta(sessionId, turnId, check, text, maxBytes);
+  }
+
+  /**
+   * Streaming turns that took no write (creation, delta, edit) for the idle time, at any time:
+   * instances share the data, so one that starts cannot tell a turn another instance is
+   * streaming from one a crashed instance left, except by its silence.
+   */
+  async leftStreaming(): Promise<readonly { session: string; turnId: string }[]> {
+    const idle = this.opts.streamingIdleMs ?? 5 * 60_000;
+    const r = await this.pool.query(`SELECT session, id FROM ${this.S}.turns WHERE streamed_at < clock_timestamp() - $1::bigint * interval '1 millisecond'`, [String(idle)]);
+    return r.rows.map((row) => ({ session: row[0] as string, turnId: row[1] as string }));
+  }
+
+  onCommitted(listener: CommitListener): void {
+    this.writer.onCommitted(listener);
+  }
+
+  /** The feed's log in the schema, read by every instance (./events.ts); undefined unless events are announced. */
+  sharedEventLog(): SharedEventLog | undefined {
+    if (this.events === undefined) return undefined;
+    this.eventLog ??= new PgEventLog(this.pool, this.S, this.opts.url, this.events.channel, this.opts.log);
+    return this.eventLog;
+  }
+
   /** GroupSource: a transaction that has locked the group's sessions and read what its writes need of their turns (see ./group.ts). */
   async begin(ids: readonly string[], owners: readonly string[], needs: readonly TreeNeeds[]): Promise<Group> {
     if (this.opts.readOnly === true) throw new StorageWriteFailed(new Error('this store was opened read-only'));
     const started = process.hrtime.bigint();
     const { q, done } = await lease(this.pool);
-    const group = await PgGroup.open(this.S, q, done, ids, owners, needs);
+    const group = await PgGroup.open(this.S, q, done, ids, owners, needs, this.events);
     const observer = this.opts.observer;
     if (observer === undefined) return group;
     // the commit's duration as the metrics see it: from taking the connection to COMMIT answered
@@ -460,7 +499,11 @@ export class PostgresStore implements Store, GroupSource {
         }
         await q.query(`DELETE FROM ${S}.usage`);
         await q.query(`INSERT INTO ${S}.usage (owner, sessions, turns, bytes) SELECT owner, count(*), sum(turn_count), sum(json_bytes + turn_bytes) FROM ${S}.sessions GROUP BY owner`);
-        await finish(q, [], done, () => (ended = true));
+        // instances serving beside the import tell their subscribers to read everything again
+        const events = this.events;
+        const changed = plan.sessions.length + plan.turns.length > 0;
+        const reset = events === undefined || !changed ? [] : eventStatements(q, S, events.channel, [IMPORT_RESET]);
+        await finish(q, reset, done, () => (ended = true));
         return plan.summary;
       } catch (e) {
         if (!ended) {
@@ -476,6 +519,7 @@ export class PostgresStore implements Store, GroupSource {
 
   async close(): Promise<void> {
     await this.writer.close();
+    await this.eventLog?.close();
     await this.pool.end();
   }
 

@@ -11,11 +11,19 @@ import type { ChatSession } from '../../domain/records.js';
 import { foldForSearch } from '../../domain/search.js';
 import type { QueryResult, Row } from '../../pg/connection.js';
 import type { Queryable } from '../../pg/pool.js';
-import type { SessionState, TreeTurn, TurnNode, Usage } from '../store.js';
+import type { Announce, SessionState, TreeTurn, TurnNode, Usage } from '../store.js';
 import { NotReadAhead, type Change, type Group, type TreeNeeds } from '../writer.js';
 import { injectedFault } from '../faults.js';
 import { JUMP, placesOfChain } from '../tree-index.js';
+import { STREAMING_MARK, STREAMING_MARK_FROM_END } from '../../domain/deltas.js';
+import { eventStatements } from './events.js';
 import { sqlText, storeError, textArray } from './values.js';
+
+/** How a group logs the live feed's events of its changes (absent with EVENTS=off). */
+export interface GroupEvents {
+  readonly announce: Announce;
+  readonly channel: string;
+}
 
 /** A session's row as the group locked it, and as its changes leave it. */
 export interface SessionRow {
@@ -90,13 +98,14 @@ export class PgGroup implements Group {
     private readonly rows: ReadonlyMap<string, SessionRow>,
     private readonly usage: ReadonlyMap<string, Usage>,
     private readonly ahead: ReadonlyMap<string, ReadAhead>,
+    private readonly events: GroupEvents | undefined,
   ) {}
 
   /**
    * Opens the transaction, locks the sessions and reads what `needs` name of their turns;
    * `owners` (with the sessions' own) get their usage read.
    */
-  static async open(S: string, q: Queryable, done: () => void, ids: readonly string[], owners: readonly string[], needs: readonly TreeNeeds[]): Promise<PgGroup> {
+  static async open(S: string, q: Queryable, done: () => void, ids: readonly string[], owners: readonly string[], needs: readonly TreeNeeds[], events?: GroupEvents): Promise<PgGroup> {
     try {
       // both sent at once; both awaited, so a failure of either is handled
       const [, locked] = await Promise.all([
@@ -163,7 +172,7 @@ export class PgGroup implements Group {
         }
       }
       await Promise.all(reads);
-      return new PgGroup(S, q, done, rows, usage, ahead);
+      return new PgGroup(S, q, done, rows, usage, ahead, events);
     } catch (e) {
       await q.query('ROLLBACK').catch(() => undefined);
       done();
@@ -303,8 +312,18 @@ export class PgGroup implements Group {
           case 'editTurn': {
             const id = c.session._id;
             const before = rowNow(id);
-            sent.push(q.query(`UPDATE ${S}.turns SET json = $1 WHERE id = $2`, [c.json.toString('utf8'), c.turn._id]));
+            sent.push(q.query(`UPDATE ${S}.turns SET json = $1, streamed_at = ${streamedAtSql('$1::text')} WHERE id = $2`, [c.json.toString('utf8'), c.turn._id]));
             setSession(id, before, c.session, c.sessionJson, c.version, c.lastTurn, 0, c.json.length - c.previousBytes);
+            break;
+          }
+          case 'delta': {
+            const id = c.session._id;
+            const before = rowNow(id);
+            const change = c.json.length - c.previousBytes;
+            sent.push(q.query(`UPDATE ${S}.turns SET json = $1, streamed_at = clock_timestamp() WHERE id = $2`, [c.json.toString('utf8'), c.turn._id]));
+            sent.push(q.query(`UPDATE ${S}.sessions SET turn_bytes = turn_bytes + $1 WHERE id = $2`, [String(change), id]));
+            charge(before.owner, 0, 0, change);
+            staged.set(id, { ...before, turnBytes: before.turnBytes + change });
             break;
           }
           case 'deleteTurns': {
@@ -331,8 +350,8 @@ export class PgGroup implements Group {
               // all the copies in one statement: a long path is one round of parsing, not one per turn
               sent.push(
                 q.query(
-                  `INSERT INTO ${S}.turns (id, session, parent_id, created_at, json, depth, skip_id)
-                   SELECT id, $1, parent_id, created_at, json, depth, skip_id FROM unnest($2::text[], $3::text[], $4::text[], $5::text[], $6::int[], $7::text[]) AS c(id, parent_id, created_at, json, depth, skip_id)`,
+                  `INSERT INTO ${S}.turns (id, session, parent_id, created_at, json, depth, skip_id, streamed_at)
+                   SELECT id, $1, parent_id, created_at, json, depth, skip_id, ${streamedAtSql('json')} FROM unnest($2::text[], $3::text[], $4::text[], $5::text[], $6::int[], $7::text[]) AS c(id, parent_id, created_at, json, depth, skip_id)`,
                   [
                     s._id,
                     textArray(c.turns.map((t) => t.turn._id)),
@@ -379,6 +398,8 @@ export class PgGroup implements Group {
         );
         if (u.sessions < 0) sent.push(q.query(`DELETE FROM ${S}.usage WHERE owner = $1 AND sessions = 0`, [owner]));
       }
+      // last before COMMIT: the events' ids are taken under a lock held until COMMIT (./events.ts)
+      if (this.events !== undefined) sent.push(...eventStatements(q, S, this.events.channel, this.events.announce(changes)));
       const fault = injectedFault('commit');
       if (fault !== undefined) throw fault;
     } catch (e) {
@@ -391,9 +412,22 @@ export class PgGroup implements Group {
 }
 
 /** A turn's row, its depth and jump pointer made from its parent's (inserted before it, in this transaction or earlier). */
+/**
+ * A turn's `streamed_at` as a write of its JSON leaves it: the time of that write when the JSON
+ * says `status: "streaming"` (at its place near the end: ../../domain/deltas.ts), else null.
+ */
+export function streamedAtSql(json: string): string {
+  return `CASE WHEN ${isStreamingSql(json)} THEN clock_timestamp() END`;
+}
+
+/** Whether a turn's JSON says `status: "streaming"`. */
+export function isStreamingSql(json: string): string {
+  return `substr(${json}, length(${json}) - ${STREAMING_MARK_FROM_END - 1}, ${STREAMING_MARK.length}) = '${STREAMING_MARK}'`;
+}
+
 export function insertTurnSql(S: string): string {
-  return `INSERT INTO ${S}.turns (id, session, parent_id, created_at, json, depth, skip_id)
-    SELECT $1, $2, $3, $4, $5, coalesce(p.depth + 1, 0), CASE WHEN p.id IS NULL THEN NULL WHEN p.depth % ${JUMP} = 0 THEN p.id ELSE p.skip_id END
+  return `INSERT INTO ${S}.turns (id, session, parent_id, created_at, json, depth, skip_id, streamed_at)
+    SELECT $1, $2, $3, $4, $5, coalesce(p.depth + 1, 0), CASE WHEN p.id IS NULL THEN NULL WHEN p.depth % ${JUMP} = 0 THEN p.id ELSE p.skip_id END, ${streamedAtSql('$5::text')}
     FROM (SELECT 1) one LEFT JOIN ${S}.turns p ON p.id = $3`;
 }
 

@@ -5,8 +5,9 @@
 import type { Pool, Queryable } from '../../pg/pool.js';
 import { StoreOpenFailed } from '../store.js';
 import { placesSql } from '../tree-index.js';
+import { isStreamingSql } from './group.js';
 
-export const SCHEMA_VERSION = 2;
+export const SCHEMA_VERSION = 4;
 
 /** Each step takes the schema from version i to i + 1; `S` stands for the quoted schema name. */
 const MIGRATIONS: readonly ((S: string) => string)[] = [
@@ -65,6 +66,34 @@ const MIGRATIONS: readonly ((S: string) => string)[] = [
     turn_bytes = coalesce((SELECT sum(octet_length(t.json)) FROM ${S}.turns t WHERE t.session = s.id), 0);
   DELETE FROM ${S}.usage;
   INSERT INTO ${S}.usage (owner, sessions, turns, bytes) SELECT owner, count(*), sum(turn_count), sum(json_bytes + turn_bytes) FROM ${S}.sessions GROUP BY owner;
+  `,
+  // 3: the live feed (./events.ts): events written with the changes that make them; event_head's
+  // one row hands out their ids, and its row lock, held to COMMIT, puts them in commit order
+  (S) => `
+  CREATE TABLE ${S}.events (
+    id bigint PRIMARY KEY,
+    type text NOT NULL,
+    about text NOT NULL,
+    data text NOT NULL
+  );
+  CREATE TABLE ${S}.event_head (
+    one boolean PRIMARY KEY DEFAULT true CHECK (one),
+    last bigint NOT NULL
+  );
+  -- ids start at the creation time in ms x 1000, as a journal's or sqlite's run does: a store
+  -- moved here from another (or from another schema) gives ids above the ones its clients have
+  INSERT INTO ${S}.event_head (last) VALUES (floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint * 1000);
+  CREATE TABLE ${S}.used_tickets (
+    id text PRIMARY KEY,
+    expires_at bigint NOT NULL
+  );
+  `,
+  // 4: streaming turns: when each took its last write (creation, delta, edit), so an instance
+  // tells a turn a live client streams from one left by a crash (./engine.ts, leftStreaming)
+  (S) => `
+  ALTER TABLE ${S}.turns ADD COLUMN streamed_at timestamptz;
+  UPDATE ${S}.turns SET streamed_at = now() WHERE ${isStreamingSql('json')};
+  CREATE INDEX turns_streaming ON ${S}.turns (streamed_at) WHERE streamed_at IS NOT NULL;
   `,
 ];
 

@@ -21,6 +21,7 @@ import {
   type Current,
   type SessionState,
   type TreeTurn,
+  type TurnDelta,
   type TurnEdit,
   type TurnNode,
   type TurnUpdate,
@@ -37,9 +38,9 @@ import {
   type TurnRecord,
   type Usage,
 } from '../store.js';
-import { SerialWriter, type Change, type Group, type GroupSource } from '../writer.js';
+import { SerialWriter, type Change, type CommitListener, type Group, type GroupSource } from '../writer.js';
 import { bytesOf, int, sqliteDatabase, text, textOrUndefined, type Database, type Row, type SqlValue, type Statement } from './binding.js';
-import { checkSchema, prepareSchema, unreadable } from './schema.js';
+import { checkSchema, prepareSchema, STREAMING_WHERE, unreadable } from './schema.js';
 import { pageByDepthSql } from '../tree-index.js';
 import { WRITER_ROLE, type FromWriter, type Op, type PutSession, type SessionAfter, type ToWriter, type WriterData } from './worker.js';
 
@@ -549,6 +550,25 @@ export class SqliteStore implements Store, GroupSource, Group {
     return this.writer.forkSession(sourceId, turnId, owner, build);
   }
 
+  appendDelta(sessionId: string, turnId: string, check: (current: Current) => void, text: string, maxBytes: number): Promise<TurnDelta> {
+    return this.writer.appendDelta(sessionId, turnId, check, text, maxBytes);
+  }
+
+  /** At start, every streaming turn (the index turns_streaming holds them): one server per file, so the one that streamed them is gone. */
+  leftStreaming(atStart: boolean): Promise<readonly { session: string; turnId: string }[]> {
+    if (!atStart) return Promise.resolve([]);
+    const rows = this.reader.prepare(`SELECT session, id FROM turns WHERE ${STREAMING_WHERE}`).all();
+    return Promise.resolve(rows.map((r) => ({ session: text(r['session']), turnId: text(r['id']) })));
+  }
+
+  onCommitted(listener: CommitListener): void {
+    this.writer.onCommitted(listener);
+  }
+
+  sharedEventLog(): undefined {
+    return undefined;
+  }
+
   /** GroupSource: one group at a time, so the reading connection sees every group committed before. */
   begin(): Group {
     if (this.worker === undefined) throw new StorageWriteFailed(new Error(this.closed ? 'store is closed' : 'the sqlite writer is not running'));
@@ -742,6 +762,8 @@ function opOf(c: Change): Op {
       };
     case 'editTurn':
       return { op: 'editTurn', session: c.session._id, id: c.turn._id, json: c.json, after: afterOf(c.session, c.sessionJson, c.version, c.lastTurn) };
+    case 'delta':
+      return { op: 'delta', session: c.session._id, id: c.turn._id, json: c.json };
     case 'deleteTurns':
       return { op: 'dropTurns', session: c.sessionId, ids: c.ids, after: afterOf(c.session, c.sessionJson, c.version, c.lastTurn) };
     case 'fork': {

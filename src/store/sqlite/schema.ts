@@ -4,12 +4,16 @@
 // stops the start with one line naming it and what to do; it is never reset.
 import { existsSync } from 'node:fs';
 import { StoreOpenFailed } from '../store.js';
+import { STREAMING_MARK, STREAMING_MARK_FROM_END } from '../../domain/deltas.js';
 import { placesSql } from '../tree-index.js';
 import { sqliteCode, type Database } from './binding.js';
 
+/** The turns whose JSON says `status: "streaming"` (the index turns_streaming holds them; a query uses this very term). */
+export const STREAMING_WHERE = `substr(json, -${STREAMING_MARK_FROM_END}, ${STREAMING_MARK.length}) = CAST('${STREAMING_MARK}' AS BLOB)`;
+
 /** 'csap' in ASCII: marks the file as this service's (PRAGMA application_id). */
 const APPLICATION_ID = 0x63736170;
-export const SCHEMA_VERSION = 2;
+export const SCHEMA_VERSION = 3;
 
 /** Each step takes the schema from version i to i + 1. */
 const MIGRATIONS: readonly string[] = [
@@ -64,6 +68,10 @@ const MIGRATIONS: readonly string[] = [
   UPDATE counters SET value = (SELECT coalesce(sum(json_bytes + turn_bytes), 0) FROM sessions) WHERE name = 'bytes';
   UPDATE users SET bytes = (SELECT coalesce(sum(s.json_bytes + s.turn_bytes), 0) FROM sessions s WHERE s.user = users.user);
   `,
+  // 3: the streaming turns, found at start without reading every turn (../../domain/deltas.ts)
+  `
+  CREATE INDEX turns_streaming ON turns (session) WHERE ${STREAMING_WHERE};
+  `,
 ];
 
 /** Checks made before a step runs, so data it cannot rewrite stops the start instead of being damaged. */
@@ -72,7 +80,7 @@ const BEFORE: Readonly<Record<number, string>> = {
 };
 
 /** Tables and indexes the current schema must have: a file missing one fails its check. */
-const REQUIRED = ['sessions', 'sessions_by_user', 'sessions_by_project', 'turns', 'turns_by_session', 'turns_by_parent', 'counters', 'users'];
+const REQUIRED = ['sessions', 'sessions_by_user', 'sessions_by_project', 'turns', 'turns_by_session', 'turns_by_parent', 'turns_streaming', 'counters', 'users'];
 
 function scalar(db: Database, sql: string): number {
   const row = db.prepare(sql).get();

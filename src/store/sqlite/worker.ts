@@ -60,6 +60,8 @@ export type Op =
       readonly after: SessionAfter | undefined;
     }
   | { readonly op: 'editTurn'; readonly session: string; readonly id: string; readonly json: Uint8Array; readonly after: SessionAfter }
+  /** A streaming turn's new JSON after a delta; its session changes only in its turns' bytes. */
+  | { readonly op: 'delta'; readonly session: string; readonly id: string; readonly json: Uint8Array }
   | { readonly op: 'dropTurns'; readonly session: string; readonly ids: readonly string[]; readonly after: SessionAfter }
   | { readonly op: 'fork'; readonly s: PutSession; readonly lastTurn: TurnKey | undefined; readonly turns: readonly TurnRow[] }
   /** Removes one turn (an import replacing it). */
@@ -146,6 +148,7 @@ class Writes {
   private readonly upsertSession: Statement;
   private readonly insertTurn: Statement;
   private readonly turnOf: Statement;
+  private readonly addTurnBytes: Statement;
   private readonly deleteTurn: Statement;
   private readonly newestTurn: Statement;
   private readonly setTurnsOf: Statement;
@@ -179,6 +182,7 @@ class Writes {
          turn_count = turn_count + ?, turn_bytes = turn_bytes + ? WHERE id = ?`,
     );
     this.turnOf = db.prepare('SELECT session, length(json) AS bytes FROM turns WHERE id = ?');
+    this.addTurnBytes = db.prepare('UPDATE sessions SET turn_bytes = turn_bytes + ? WHERE id = ?');
     this.deleteTurn = db.prepare('DELETE FROM turns WHERE id = ?');
     this.newestTurn = db.prepare('SELECT created_at, id FROM turns WHERE session = ? ORDER BY created_at DESC, id DESC LIMIT 1');
     this.setTurnsOf = db.prepare('UPDATE sessions SET version = ?, last_turn_at = ?, last_turn_id = ?, turn_count = turn_count + ?, turn_bytes = turn_bytes + ? WHERE id = ?');
@@ -281,6 +285,17 @@ class Writes {
         this.setTurnJson.run(op.json, op.id);
         const change = op.json.byteLength - int(t['bytes']);
         this.sessionAfter(op.session, before, op.after, 0, change, delta);
+        delta.bytes += change;
+        charge(delta, text(before['user']), 0, 0, change);
+        return;
+      }
+      case 'delta': {
+        const before = this.sessionSizes.get(op.session);
+        const t = this.turnOf.get(op.id);
+        if (before === undefined || t === undefined) throw new Error(`turn ${op.id} of session ${op.session} is not stored`);
+        this.setTurnJson.run(op.json, op.id);
+        const change = op.json.byteLength - int(t['bytes']);
+        this.addTurnBytes.run(change, op.session);
         delta.bytes += change;
         charge(delta, text(before['user']), 0, 0, change);
         return;

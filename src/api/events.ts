@@ -1,0 +1,124 @@
+// The live feed's routes (/api/v1/events...): a ticket for browsers' EventSource, the feed of
+// what the caller may list, and one session's feed. The streams themselves are src/live/'s;
+// here is who may follow what, under the same rules as the lists and the session routes.
+import type { AccessMode } from '../config.js';
+import type { Principal } from '../auth/authenticate.js';
+import type { TicketCodec } from '../auth/tickets.js';
+import type { QuerySchema } from '../domain/schema.js';
+import { FollowKey, type Follow, type Hub } from '../live/hub.js';
+import { SessionNotFound, type Store } from '../store/store.js';
+import { dataBody, route, type Context, type RouteDef } from './route.js';
+
+export interface EventDeps {
+  readonly hub: Hub;
+  readonly tickets: TicketCodec;
+  readonly store: Store;
+  readonly access: AccessMode;
+}
+
+const streamFields = {
+  lastEventId: {
+    kind: 'string',
+    maxLength: 32,
+    description: 'The id of the last event seen, for a client that cannot send the Last-Event-ID header (a new EventSource); the header wins when both are given.',
+  },
+  ticket: {
+    kind: 'string',
+    description: 'A ticket from POST /api/v1/events/tickets, in place of the Authorization header (EventSource cannot send headers). Single use, 60 s.',
+  },
+} as const;
+
+const listQuery = {
+  fields: {
+    projectId: { kind: 'string', description: "When present and non-empty: changes to the sessions of this project (under ACCESS=owner, the caller's own of it); otherwise to the caller's own sessions." },
+    ...streamFields,
+  },
+} as const satisfies QuerySchema;
+
+const sessionQuery = { fields: { ...streamFields } } as const satisfies QuerySchema;
+
+const STREAM_ERRORS = [
+  { status: 429, description: 'Too many event streams: the caller already has MAX_STREAMS_PER_USER open' },
+  { status: 503, description: 'Server is busy: MAX_STREAMS streams are open' },
+] as const;
+
+function principalOf(ctx: { principal: Principal | undefined }): Principal {
+  if (ctx.principal === undefined) throw new Error('route declared without auth reached a handler that needs a user');
+  return ctx.principal;
+}
+
+/** How a stream starts: who opened it, with what, from where. */
+function follow(ctx: Context<typeof streamFields, Record<string, never>>, key: string, session: string | undefined): Follow {
+  const p = principalOf(ctx);
+  const header = ctx.req.headers['last-event-id'];
+  return {
+    user: p.user,
+    key,
+    session,
+    lastEventId: typeof header === 'string' && header.trim() !== '' ? header : ctx.query.lastEventId,
+    untilMs: p.expiresAtMs,
+    ticket: ctx.ticket === undefined ? undefined : { id: ctx.ticket.id, expiresAtMs: ctx.ticket.expiresAtMs },
+    reqId: ctx.requestId,
+  };
+}
+
+export function eventRoutes({ hub, tickets, store, access }: EventDeps): RouteDef[] {
+  return [
+    route({
+      method: 'POST',
+      path: '/api/v1/events/tickets',
+      operationId: 'createEventTicket',
+      summary: 'A single-use ticket (60 s) that opens one event stream as the caller, for EventSource, which cannot send headers',
+      tag: 'Live events',
+      auth: true,
+      scope: 'sessions:read',
+      responses: [{ status: 201, description: 'The ticket: give it as ?ticket= to an event route', schema: 'EventTicket' }],
+      handle(ctx) {
+        const { ticket, expiresAtMs } = tickets.mint(principalOf(ctx), Date.now());
+        return { status: 201, body: dataBody(JSON.stringify({ ticket, expiresAt: new Date(expiresAtMs).toISOString() })) };
+      },
+    }),
+
+    route<typeof listQuery.fields>({
+      method: 'GET',
+      path: '/api/v1/events',
+      operationId: 'followChatSessions',
+      summary: "Changes to the sessions the caller may list (its own, or a project's), as they are committed (text/event-stream)",
+      tag: 'Live events',
+      auth: true,
+      scope: 'sessions:read',
+      eventStream: true,
+      query: listQuery,
+      responses: [{ status: 200, description: 'The event stream', schema: 'EventStream' }],
+      errors: STREAM_ERRORS,
+      handle(ctx) {
+        const who = principalOf(ctx).user;
+        const project = ctx.query.projectId;
+        const key = project === undefined ? FollowKey.user(who) : access === 'owner' ? FollowKey.ownProject(project, who) : FollowKey.project(project);
+        return hub.open(follow(ctx, key, undefined));
+      },
+    }),
+
+    route<typeof sessionQuery.fields>({
+      method: 'GET',
+      path: '/api/v1/chat-sessions/:id/events',
+      operationId: 'followChatSession',
+      summary: 'Changes to one session and its turns, as they are committed (text/event-stream); it ends when the session is deleted',
+      tag: 'Live events',
+      auth: true,
+      scope: 'sessions:read',
+      eventStream: true,
+      params: { id: { description: 'Chat session id.', blankMessage: 'Session ID is required' } },
+      query: sessionQuery,
+      responses: [{ status: 200, description: 'The event stream', schema: 'EventStream' }],
+      errors: [{ status: 404, description: 'Chat session not found' }, ...STREAM_ERRORS],
+      async handle(ctx) {
+        const who = principalOf(ctx).user;
+        const id = ctx.params['id'] as string;
+        const r = await store.getSession(id);
+        if (r === undefined || (access === 'owner' && r.session.user !== who)) throw new SessionNotFound();
+        return hub.open(follow(ctx, FollowKey.session(id), id));
+      },
+    }),
+  ];
+}

@@ -1,0 +1,57 @@
+// What each committed change tells the live feed: the one place where a store Change becomes
+// events. An event names its session, and the session's owner and project (which subscribers
+// may see it); its `data` is the record as the API answers it (or, for a delete, its id), so a
+// client applies it without asking again.
+import type { ChangeEvent } from '../store/store.js';
+import type { Change } from '../store/writer.js';
+
+/** The types of the events changes make, in the order the feed's documentation lists them. */
+export const CHANGE_EVENT_TYPES = ['session.created', 'session.updated', 'session.deleted', 'turn.created', 'turn.updated', 'turn.deleted', 'turn.delta'] as const;
+export type ChangeEventType = (typeof CHANGE_EVENT_TYPES)[number];
+
+/**
+ * Types only a session's own stream carries (not the lists' feed): a streaming turn's
+ * `turn.delta`, so a list view is not woken by every token.
+ */
+export const SESSION_ONLY_TYPES: ReadonlySet<string> = new Set<string>(['turn.delta']);
+
+function event(type: ChangeEventType, session: { readonly _id: string; readonly user: string; readonly project: string }, data: string | Buffer): ChangeEvent {
+  return { type, session: session._id, owner: session.user, project: session.project, data };
+}
+
+/** The events one change makes, in the order a client should apply them. */
+export function eventsOf(c: Change): ChangeEvent[] {
+  switch (c.kind) {
+    case 'create':
+    case 'fork':
+      // a fork's copies are not sent one by one: its session.created says forkedFrom, and its turns are one read away
+      return [event('session.created', c.session, c.json)];
+    case 'update':
+      return [event('session.updated', c.session, c.json)];
+    case 'turn':
+      // the turn became the session's head (and raised its updatedAt): list views move it to the top
+      return [event('turn.created', c.session, c.json), event('session.updated', c.session, c.sessionJson)];
+    case 'editTurn':
+      return [event('turn.updated', c.session, c.json), event('session.updated', c.session, c.sessionJson)];
+    case 'deleteTurns':
+      // one event for the subtree: the turn the DELETE named, and every turn that went with it
+      return [
+        event('turn.deleted', c.session, JSON.stringify({ _id: c.turnId, session: c.sessionId, ids: c.ids })),
+        event('session.updated', c.session, c.sessionJson),
+      ];
+    case 'delta': {
+      const p = c.place;
+      const data = { _id: c.turn._id, session: c.turn.session, text: c.text, at: p.at, ...(p.part !== undefined ? { part: p.part } : {}) };
+      return [event('turn.delta', c.session, JSON.stringify(data))];
+    }
+    case 'delete':
+      return [event('session.deleted', c.session, JSON.stringify({ _id: c.id }))];
+  }
+}
+
+/** The events of a group's changes, in commit order (what the store's Announce is). */
+export function announce(changes: readonly Change[]): ChangeEvent[] {
+  const out: ChangeEvent[] = [];
+  for (const c of changes) for (const e of eventsOf(c)) out.push(e);
+  return out;
+}

@@ -1,0 +1,33 @@
+// Streaming turns left by a crash: the store names the turns no server streams any more
+// (Store.leftStreaming), and each becomes `interrupted`, an edit through the serial writer like
+// any other (its session's updatedAt moves; the feed gets turn.updated).
+import type { Logger } from '../log.js';
+import { SessionNotFound, TurnNotFound, TurnNotStreaming, type Store } from '../store/store.js';
+
+/** How often a server looks again (PostgreSQL: turns of instances that went away while it runs). */
+export const INTERRUPT_SWEEP_MS = 60_000;
+
+/** Marks `interrupted` the turns the store says were left streaming; resolves with how many. */
+export async function interruptLeftStreaming(store: Store, atStart: boolean, log: Logger): Promise<number> {
+  const left = await store.leftStreaming(atStart);
+  let done = 0;
+  for (const { session, turnId } of left) {
+    try {
+      await store.updateTurn(
+        session,
+        turnId,
+        () => undefined,
+        (turn) => {
+          // a delta or a PUT may have come since the store was asked
+          if (turn.status !== 'streaming') throw new TurnNotStreaming();
+          return { status: 'interrupted' };
+        },
+      );
+      done++;
+    } catch (e) {
+      if (!(e instanceof TurnNotStreaming || e instanceof TurnNotFound || e instanceof SessionNotFound)) throw e;
+    }
+  }
+  if (done > 0) log.warn('streaming turns left by a crash are now interrupted', { turns: done });
+  return done;
+}

@@ -1,0 +1,230 @@
+// The live feed's log: the events committed changes made, with ids that increase in commit
+// order, the newest of them kept for clients that reconnect with Last-Event-ID, and the record
+// of tickets already used. A single-process engine (journal, sqlite) gets one in memory, fed by
+// the store's commit listener; an engine shared by several instances (PostgreSQL) keeps it in
+// the database, and each instance follows it (SharedFeedLog).
+import type { Logger } from '../log.js';
+import { HttpError } from '../http/errors.js';
+import type { Announce, LoggedEvent, SharedEventLog, Store } from '../store/store.js';
+
+export interface FeedLog {
+  /** The id of the newest event handed to the feed (the live position). */
+  readonly head: number;
+  /** Starts following committed changes; `deliver` gets new events in id order, each once. */
+  start(deliver: (events: readonly LoggedEvent[]) => void): Promise<void>;
+  /**
+   * Whether a client that saw every event up to `after` can be given what followed: 'ok', 'gone'
+   * (older than the retained window) or 'unknown' (an id this feed never gave); and the newest
+   * event committed now, which a replay goes up to (on a shared log it may be ahead of `head`).
+   */
+  check(after: number): Position | Promise<Position>;
+  /** Events with ids in (after, upTo], in order, at most `limit`; undefined when some of them are no longer kept. */
+  read(after: number, upTo: number, limit: number): readonly LoggedEvent[] | undefined | Promise<readonly LoggedEvent[] | undefined>;
+  /** Records a ticket's single use: false when it was used before. */
+  claimTicket(id: string, expiresAtMs: number): boolean | Promise<boolean>;
+  /** Housekeeping, called on the feed's timer: forget expired tickets, trim, catch up. */
+  tick(nowMs: number): void;
+  close(): Promise<void>;
+}
+
+export interface Position {
+  readonly where: 'ok' | 'gone' | 'unknown';
+  readonly newest: number;
+}
+
+export interface WindowLimits {
+  /** Events kept for Last-Event-ID (EVENTS_WINDOW). */
+  readonly events: number;
+  /** Bytes of their data kept at most, in memory (EVENTS_WINDOW_MEMORY). */
+  readonly bytes: number;
+}
+
+/** Tickets remembered as used at most (each for its 60 s); past it a stream cannot open (503). */
+const MAX_USED_TICKETS = 1_000_000;
+
+/** Event ids of each start begin at its start time in ms × 1000 (see MemoryFeedLog). */
+const IDS_PER_MS = 1000;
+
+/**
+ * The feed of a single-process engine, in memory. Ids start at the process's start time in
+ * milliseconds × 1000 and count up by one, so they keep increasing across restarts without
+ * writing anything (unless the average rate of a run passes a million events per second, or the
+ * clock is set back across a restart); the window does not survive a restart, and a client
+ * coming back with an id of an earlier run gets `reset`.
+ */
+export class MemoryFeedLog implements FeedLog {
+  private first: number;
+  head: number;
+  /** The kept events, oldest first, from index `start` (shifting one at a time would be O(n)). */
+  private kept: LoggedEvent[] = [];
+  private start0 = 0;
+  private bytes = 0;
+  private readonly used = new Map<string, number>();
+
+  constructor(
+    private readonly store: Store,
+    private readonly announce: Announce,
+    private readonly limits: WindowLimits,
+    nowMs: number = Date.now(),
+  ) {
+    this.head = Math.floor(nowMs) * IDS_PER_MS;
+    this.first = this.head + 1;
+  }
+
+  start(deliver: (events: readonly LoggedEvent[]) => void): Promise<void> {
+    this.store.onCommitted((changes) => {
+      const made = this.announce(changes);
+      if (made.length === 0) return;
+      const events: LoggedEvent[] = [];
+      for (const e of made) {
+        const logged: LoggedEvent = { id: ++this.head, type: e.type, session: e.session, owner: e.owner, project: e.project, data: e.data };
+        events.push(logged);
+        this.keep(logged);
+      }
+      deliver(events);
+    });
+    return Promise.resolve();
+  }
+
+  private keep(e: LoggedEvent): void {
+    this.kept.push(e);
+    this.bytes += e.data.length;
+    while (this.kept.length - this.start0 > this.limits.events || (this.bytes > this.limits.bytes && this.kept.length - this.start0 > 1)) {
+      const old = this.kept[this.start0] as LoggedEvent;
+      this.kept[this.start0] = undefined as unknown as LoggedEvent;
+      this.start0++;
+      this.bytes -= old.data.length;
+      this.first = old.id + 1;
+    }
+    if (this.start0 > 1024 && this.start0 * 2 > this.kept.length) {
+      this.kept = this.kept.slice(this.start0);
+      this.start0 = 0;
+    }
+  }
+
+  check(after: number): Position {
+    const where = after > this.head ? 'unknown' : after + 1 >= this.first ? 'ok' : 'gone';
+    return { where, newest: this.head };
+  }
+
+  read(after: number, upTo: number, limit: number): readonly LoggedEvent[] | undefined {
+    if (after + 1 < this.first) return undefined;
+    const from = this.start0 + (after + 1 - this.first);
+    const to = Math.min(from + limit, this.start0 + (Math.min(upTo, this.head) + 1 - this.first));
+    return from >= to ? [] : this.kept.slice(from, to);
+  }
+
+  claimTicket(id: string, expiresAtMs: number): boolean {
+    if (this.used.has(id)) return false;
+    if (this.used.size >= MAX_USED_TICKETS) {
+      this.tick(Date.now());
+      if (this.used.size >= MAX_USED_TICKETS) throw new HttpError(503, 'Server is busy', [['retry-after', '1']]);
+    }
+    this.used.set(id, expiresAtMs);
+    return true;
+  }
+
+  tick(nowMs: number): void {
+    for (const [id, until] of this.used) if (until < nowMs) this.used.delete(id);
+  }
+
+  close(): Promise<void> {
+    return Promise.resolve();
+  }
+}
+
+/** Events read from the shared log per query. */
+const PAGE = 500;
+/** How often the shared log is trimmed (by every instance; any one's trim serves all). */
+const TRIM_EVERY_MS = 60_000;
+
+/**
+ * The feed of an engine shared by several instances: the events are in the database (written
+ * with their changes, ids in commit order). This instance reads them by id whenever it may
+ * have missed some: a notification from any instance, a commit of its own, a reconnection of
+ * the listener, and on the feed's timer in case a notification was lost.
+ */
+export class SharedFeedLog implements FeedLog {
+  head = 0;
+  private deliver: ((events: readonly LoggedEvent[]) => void) | undefined;
+  private reading = false;
+  private again = false;
+  private trimmedAt = 0;
+  private closed = false;
+
+  constructor(
+    private readonly store: Store,
+    private readonly shared: SharedEventLog,
+    private readonly window: number,
+    private readonly log: Logger,
+  ) {}
+
+  async start(deliver: (events: readonly LoggedEvent[]) => void): Promise<void> {
+    this.head = (await this.shared.bounds()).newest;
+    this.deliver = deliver;
+    // this instance's own commits: read at once rather than wait for the notification's round trip
+    this.store.onCommitted(() => this.catchUp());
+    await this.shared.watch(() => this.catchUp());
+    this.catchUp();
+  }
+
+  /** Reads what was committed after `head` and delivers it; one read at a time, again if asked meanwhile. */
+  catchUp(): void {
+    if (this.closed) return;
+    if (this.reading) {
+      this.again = true;
+      return;
+    }
+    this.reading = true;
+    this.again = false;
+    this.shared.read(this.head, Number.MAX_SAFE_INTEGER, PAGE).then(
+      (events) => {
+        this.reading = false;
+        const last = events[events.length - 1];
+        if (last !== undefined && !this.closed) {
+          this.head = last.id;
+          this.deliver?.(events);
+        }
+        if (events.length === PAGE || this.again) this.catchUp();
+      },
+      (e: unknown) => {
+        this.reading = false;
+        // the database is away: the timer tries again
+        this.log.warn('cannot read the shared event log; trying again', { err: (e as Error).message });
+      },
+    );
+  }
+
+  async check(after: number): Promise<Position> {
+    const { newest, oldest } = await this.shared.bounds();
+    if (after > newest) return { where: 'unknown', newest };
+    // the window is the newest EVENTS_WINDOW events, whether or not older rows are trimmed yet;
+    // ids are contiguous, so what follows `after` is all there when the oldest kept is at most after + 1
+    const kept = after === newest || (after >= newest - this.window && oldest !== undefined && oldest <= after + 1);
+    return { where: kept ? 'ok' : 'gone', newest };
+  }
+
+  async read(after: number, upTo: number, limit: number): Promise<readonly LoggedEvent[] | undefined> {
+    const events = await this.shared.read(after, upTo, limit);
+    const first = events[0];
+    // ids are contiguous and `upTo` is committed: nothing read while something lay between means trimmed
+    if (first === undefined) return after < upTo ? undefined : [];
+    return first.id === after + 1 ? events : undefined;
+  }
+
+  claimTicket(id: string, expiresAtMs: number): Promise<boolean> {
+    return this.shared.claimTicket(id, expiresAtMs);
+  }
+
+  tick(nowMs: number): void {
+    this.catchUp();
+    if (nowMs - this.trimmedAt < TRIM_EVERY_MS) return;
+    this.trimmedAt = nowMs;
+    this.shared.trim(this.window, nowMs).catch((e: unknown) => this.log.warn('cannot trim the shared event log; trying again later', { err: (e as Error).message }));
+  }
+
+  async close(): Promise<void> {
+    this.closed = true;
+    await this.shared.close();
+  }
+}

@@ -1,0 +1,112 @@
+// The live feed's log in PostgreSQL, shared by every instance on the schema. A group's events
+// are written in the group's own transaction, after its changes: one UPDATE of event_head hands
+// out their ids and holds that row's lock until COMMIT, so a transaction that takes ids after
+// another commits after it. Ids therefore increase in commit order: once an instance has read
+// every event up to id N, no event with a smaller id can commit later. The transaction also
+// NOTIFYs; every instance LISTENs and reads the new rows by id.
+import { createHash } from 'node:crypto';
+import type { QueryResult } from '../../pg/connection.js';
+import { Listener } from '../../pg/listen.js';
+import type { Pool, Queryable } from '../../pg/pool.js';
+import type { Logger } from '../../log.js';
+import type { ChangeEvent, LoggedEvent, SharedEventLog } from '../store.js';
+import { storeError } from './values.js';
+
+/** The NOTIFY channel of a schema's feed: short (channel names are at most 63 bytes) and one per schema. */
+export function channelOf(schema: string): string {
+  return `csa_events_${createHash('sha256').update(schema).digest('hex').slice(0, 20)}`;
+}
+
+/**
+ * The statements that log `events` in the group's transaction, to be sent last before COMMIT:
+ * the lock on event_head is then held for the shortest time (the inserts and the COMMIT).
+ */
+export function eventStatements(q: Queryable, S: string, channel: string, events: readonly ChangeEvent[]): Promise<QueryResult>[] {
+  const n = events.length;
+  if (n === 0) return [];
+  const sent = [q.query(`UPDATE ${S}.event_head SET last = last + $1`, [String(n)])];
+  for (let i = 0; i < n; i++) {
+    const e = events[i] as ChangeEvent;
+    // owner and project as JSON, which PostgreSQL's text holds whatever they contain (NUL included)
+    sent.push(
+      q.query(`INSERT INTO ${S}.events (id, type, about, data) SELECT last - $1, $2, $3, $4 FROM ${S}.event_head`, [
+        String(n - 1 - i),
+        e.type,
+        JSON.stringify([e.session, e.owner, e.project]),
+        typeof e.data === 'string' ? e.data : e.data.toString('utf8'),
+      ]),
+    );
+  }
+  sent.push(q.query(`SELECT pg_notify($1, '')`, [channel]));
+  return sent;
+}
+
+function eventOf(r: readonly (string | null)[]): LoggedEvent {
+  const [session, owner, project] = JSON.parse(r[2] as string) as [string, string, string];
+  return { id: Number(r[0]), type: r[1] as string, session, owner, project, data: r[3] as string };
+}
+
+export class PgEventLog implements SharedEventLog {
+  private listener: Listener | undefined;
+
+  constructor(
+    private readonly pool: Pool,
+    private readonly S: string,
+    private readonly url: string,
+    private readonly channel: string,
+    private readonly log: Logger,
+  ) {}
+
+  async bounds(): Promise<{ newest: number; oldest: number | undefined }> {
+    const r = await this.pool.query(`SELECT (SELECT last FROM ${this.S}.event_head), (SELECT min(id) FROM ${this.S}.events)`).catch(rethrow);
+    const row = r.rows[0] ?? ['0', null];
+    return { newest: Number(row[0] ?? '0'), oldest: row[1] === null || row[1] === undefined ? undefined : Number(row[1]) };
+  }
+
+  async read(after: number, upTo: number, limit: number): Promise<readonly LoggedEvent[]> {
+    const r = await this.pool
+      .query(`SELECT id, type, about, data FROM ${this.S}.events WHERE id > $1 AND id <= $2 ORDER BY id LIMIT $3`, [String(after), String(upTo), String(limit)])
+      .catch(rethrow);
+    return r.rows.map(eventOf);
+  }
+
+  async watch(onChange: () => void): Promise<void> {
+    const listener = new Listener(this.url, {
+      onNotification: onChange,
+      onReconnect: () => {
+        this.log.info('listening for other instances\' events again; catching up');
+        onChange();
+      },
+      onError: (err) => this.log.warn('the connection that listens for other instances\' events was lost; reconnecting', { err: err.message }),
+    });
+    this.listener = listener;
+    try {
+      await listener.listen(this.channel);
+    } catch (e) {
+      // the listener keeps trying; until it listens, the feed reads on its timer
+      this.log.warn('cannot listen for other instances\' events yet; retrying', { err: (e as Error).message });
+    }
+  }
+
+  async trim(keep: number, nowMs: number): Promise<void> {
+    await Promise.all([
+      this.pool.query(`DELETE FROM ${this.S}.events WHERE id <= (SELECT last FROM ${this.S}.event_head) - $1`, [String(keep)]),
+      this.pool.query(`DELETE FROM ${this.S}.used_tickets WHERE expires_at < $1`, [String(nowMs)]),
+    ]).catch(rethrow);
+  }
+
+  async claimTicket(id: string, expiresAtMs: number): Promise<boolean> {
+    const r = await this.pool.query(`INSERT INTO ${this.S}.used_tickets (id, expires_at) VALUES ($1, $2) ON CONFLICT (id) DO NOTHING`, [id, String(expiresAtMs)]).catch(rethrow);
+    return r.rowCount === 1;
+  }
+
+  async close(): Promise<void> {
+    const listener = this.listener;
+    this.listener = undefined;
+    await listener?.close();
+  }
+}
+
+function rethrow(e: unknown): never {
+  throw storeError(e);
+}
