@@ -3,7 +3,7 @@
 import { SCOPES } from '../auth/authenticate.js';
 import { contentField, USAGE } from '../domain/inputs.js';
 import { CHAT_SESSION_MODES, TURN_ROLES, TURN_STATUSES } from '../domain/records.js';
-import { bodyJsonSchema, fieldJsonSchema, NOT_BLANK, queryParameters, type BodySchema } from '../domain/schema.js';
+import { bodyJsonSchema, fieldJsonSchema, mustBeGiven, NOT_BLANK, queryParameters, type BodySchema } from '../domain/schema.js';
 import type { ResponseDoc, RouteDef, SchemaName } from './route.js';
 
 type Json = { [key: string]: unknown };
@@ -169,7 +169,7 @@ function commonErrors(r: RouteDef): [number, string][] {
 
 /** A body with a required field cannot be left out; one without (an update) may be empty. */
 function bodyRequired(body: BodySchema): boolean {
-  return Object.values(body.fields).some((f) => f.kind === 'string' && f.required === true);
+  return Object.values(body.fields).some(mustBeGiven);
 }
 
 function operation(r: RouteDef): Json {

@@ -304,7 +304,7 @@ function checkFields(path: string, fields: Readonly<Record<string, BodyField>>, 
 }
 
 /** A field whose absence (or null) is refused as "<name> is required". */
-function mustBeGiven(f: BodyField): boolean {
+export function mustBeGiven(f: BodyField): boolean {
   return f.required === true || (f.kind === 'string' && f.present === true);
 }
 
