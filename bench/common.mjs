@@ -1,7 +1,7 @@
 // Shared by the bench scripts: starting and stopping the processes under test (the real
 // dist/server.js and the baseline), tokens, a small JSON client for seeding data, and reading
 // a process's CPU time and memory from /proc.
-import { spawn } from 'node:child_process';
+import { spawn, spawnSync } from 'node:child_process';
 import { createHmac } from 'node:crypto';
 import { closeSync, openSync, readFileSync } from 'node:fs';
 import { Agent, request } from 'node:http';
@@ -14,6 +14,23 @@ export const SERVER = join(ROOT, 'dist', 'server.js');
 export const BASELINE = join(ROOT, 'bench', 'baseline.mjs');
 export const EXAMPLE_PROVIDERS = join(ROOT, 'examples', 'providers.json');
 export const SECRET = 'bench-secret-0123456789abcdef0123456789abcdef';
+/**
+ * The Node.js each engine runs on: the journal on the oldest supported one (the one running npm,
+ * or this script: inside npm scripts `node` is the pinned Node 24), sqlite on the pinned Node 24.
+ */
+export const NODE_OLDEST = process.env.npm_node_execpath ?? process.execPath;
+export const NODE_24 = join(ROOT, 'node_modules', 'node', 'bin', 'node');
+
+const versions = new Map();
+/** `v20.20.2` for a node binary (asked once). */
+export function nodeVersion(bin) {
+  let v = versions.get(bin);
+  if (v === undefined) {
+    v = bin === process.execPath ? process.version : spawnSync(bin, ['--version'], { encoding: 'utf8' }).stdout?.trim() || 'unknown';
+    versions.set(bin, v);
+  }
+  return v;
+}
 
 export const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
@@ -59,7 +76,7 @@ export function api(port, method, path, { auth, body, keepAlive = true } = {}) {
         } catch {
           json = undefined;
         }
-        resolve({ status: res.statusCode, body: json, text });
+        resolve({ status: res.statusCode, headers: res.headers, body: json, text });
       });
     });
     req.on('error', reject);
@@ -68,12 +85,12 @@ export function api(port, method, path, { auth, body, keepAlive = true } = {}) {
 }
 
 /**
- * Spawns `node [nodeArgs] script [args]` (`node`: another Node.js binary than this one's) with PORT set to a free port and its stdout/stderr
+ * Spawns `node [nodeArgs] script [args]` (`node`: that binary, else this process's) with PORT set to a free port and its stdout/stderr
  * going to `logFile` (a file, not a pipe: draining a pipe would cost the load generator's CPU,
  * and a file never blocks the server). Resolves once GET /healthz answers 200, with
  * `startMs` = spawn to that first 200, polled every 2 ms.
  */
-export async function startProcess({ script, args = [], env = {}, nodeArgs = [], cwd, logFile, timeoutMs = 180_000, node = process.execPath }) {
+export async function startProcess({ script, args = [], env = {}, node = process.execPath, nodeArgs = [], cwd, logFile, timeoutMs = 180_000 }) {
   const port = await freePort();
   const fd = openSync(logFile, 'a');
   const started = performance.now();

@@ -1,6 +1,7 @@
 // Writes a data directory for the scale scenarios straight in the journal format of
-// src/store/journal-format.ts (`<crc32 hex> <JSON>\n` lines after a header line), streaming,
-// so a million sessions take seconds instead of a million API calls.
+// src/store/journal/format.ts (`<crc32 hex> <JSON>\n` lines after a header line), streaming,
+// so a million sessions take seconds instead of a million API calls. The layout (sessionOf) is
+// shared with bench/datagen-sqlite.mjs, which writes the same data as a sqlite file.
 // Layout: session i belongs to user `user-(i % users)` and project `project-(floor(i / 50))`,
 // with users = sessions / 50, so every user and every project holds exactly 50 sessions
 // (user-0's are spread over the whole file). Turn j belongs to session j % sessions and is
@@ -17,7 +18,7 @@ import { EXAMPLE_PROVIDERS } from './common.mjs';
 
 export const PER_LIST = 50;
 const BASE_MS = Date.UTC(2024, 0, 1);
-const PROVIDER = '665f1c2a9b1e8a0012ab34c1';
+export const PROVIDER = '665f1c2a9b1e8a0012ab34c1';
 const FILLER = 'The quick brown fox jumps over the lazy dog. '.repeat(30);
 
 function line(json) {
@@ -29,6 +30,30 @@ function objectId(ms, tag, n) {
   return Math.floor(ms / 1000).toString(16).padStart(8, '0') + tag + n.toString(16).padStart(12, '0');
 }
 
+/** Users of a data set: each owns exactly PER_LIST sessions. */
+export const usersOf = (sessions) => Math.max(1, Math.floor(sessions / PER_LIST));
+
+/**
+ * Session i of a data set of `sessions` sessions and `turns` turns: its fields as created
+ * (updatedAt = createdAt) and its turns oldest first, each `turnBytes` ASCII characters and
+ * each under the one before it (one branch; the newest is the head).
+ */
+export function sessionOf(i, { sessions, turns = 0, turnBytes = 1024 }) {
+  const created = BASE_MS + i * 1000;
+  const id = objectId(created, 'a000', i);
+  const s = { id, name: `Session ${i}`, user: `user-${i % usersOf(sessions)}`, project: `project-${Math.floor(i / PER_LIST)}`, createdAt: new Date(created).toISOString(), turns: [] };
+  for (let j = i, k = 0; j < turns; j += sessions, k++) {
+    const prefix = `turn ${j}: `;
+    s.turns.push({
+      id: objectId(created, 'b000', j),
+      parentId: k === 0 ? null : objectId(created, 'b000', j - sessions),
+      content: prefix + FILLER.slice(0, turnBytes - prefix.length),
+      createdAt: new Date(created + 1 + Math.min(k, 998)).toISOString(),
+    });
+  }
+  return s;
+}
+
 /**
  * Creates DIR/sessions.journal (and the example providers.json) with `sessions` sessions and
  * `turns` turns of `turnBytes` ASCII characters each. Returns {bytes, ms}.
@@ -38,7 +63,6 @@ export function generateDataDir(dir, { sessions, turns = 0, turnBytes = 1024 }) 
   mkdirSync(dir, { recursive: true });
   copyFileSync(EXAMPLE_PROVIDERS, join(dir, 'providers.json'));
   const fd = openSync(join(dir, 'sessions.journal'), 'w', 0o600);
-  const users = Math.max(1, Math.floor(sessions / PER_LIST));
   let parts = [line(JSON.stringify({ format: 'chat-session-api/journal', version: 2, createdAt: new Date().toISOString() }))];
   let pending = parts[0].length;
   let bytes = 0;
@@ -50,22 +74,15 @@ export function generateDataDir(dir, { sessions, turns = 0, turnBytes = 1024 }) 
     pending = 0;
   };
   for (let i = 0; i < sessions; i++) {
-    const created = BASE_MS + i * 1000;
-    const id = objectId(created, 'a000', i);
-    const user = `user-${i % users}`;
-    const createdAt = new Date(created).toISOString();
-    const updatedAt = createdAt;
+    const s = sessionOf(i, { sessions, turns, turnBytes });
     // field order as src/domain/records.ts writes them
     const put =
-      `{"put":{"_id":"${id}","name":"Session ${i}","provider":"${PROVIDER}","selectedModel":"gpt-4o","mode":"Build",` +
-      `"user":"${user}","project":"project-${Math.floor(i / PER_LIST)}","createdAt":"${createdAt}","updatedAt":"${updatedAt}","archived":false,"headTurnId":null}}`;
+      `{"put":{"_id":"${s.id}","name":"${s.name}","provider":"${PROVIDER}","selectedModel":"gpt-4o","mode":"Build",` +
+      `"user":"${s.user}","project":"${s.project}","createdAt":"${s.createdAt}","updatedAt":"${s.createdAt}","archived":false,"headTurnId":null}}`;
     let text = line(put);
-    for (let j = i, k = 0; j < turns; j += sessions, k++) {
-      const prefix = `turn ${j}: `;
-      const content = prefix + FILLER.slice(0, turnBytes - prefix.length);
-      const at = new Date(created + 1 + Math.min(k, 998)).toISOString();
-      const parent = k === 0 ? 'null' : `"${objectId(created, 'b000', j - sessions)}"`;
-      text += line(`{"turn":{"_id":"${objectId(created, 'b000', j)}","session":"${id}","parentId":${parent},"user":"${user}","role":"user","content":"${content}","status":"complete","createdAt":"${at}"}}`);
+    for (const t of s.turns) {
+      const parent = t.parentId === null ? 'null' : `"${t.parentId}"`;
+      text += line(`{"turn":{"_id":"${t.id}","session":"${s.id}","parentId":${parent},"user":"${s.user}","role":"user","content":"${t.content}","status":"complete","createdAt":"${t.createdAt}"}}`);
     }
     parts.push(text);
     pending += text.length;

@@ -71,13 +71,14 @@ export function percentile(sorted, q) {
 
 /**
  * Runs load for warmupMs (not recorded), then durationMs (recorded), then closes everything.
+ * Connection i goes to `ports[i % ports.length]` (several servers sharing one load), else to `port`.
  * `request` is a Buffer sent every time, or a function (connIndex, seq) => Buffer so each
  * request can differ (bodies, ids, one token per connection).
  * Errors: non-2xx answers, and sockets that fail or close with a request in flight.
  * onWindowStart/onWindowEnd run at the edges of the recorded window (to sample server CPU).
  * Resolves {requests, seconds, rps, latencies (sorted ms), errors, statuses, socketErrors, cpu}.
  */
-export function runLoad({ port, host = '127.0.0.1', connections, warmupMs, durationMs, request, onWindowStart, onWindowEnd }) {
+export function runLoad({ port, ports = [port], host = '127.0.0.1', connections, warmupMs, durationMs, request, onWindowStart, onWindowEnd }) {
   const next = typeof request === 'function' ? request : () => request;
   return new Promise((resolve) => {
     const samples = new Samples();
@@ -113,7 +114,7 @@ export function runLoad({ port, host = '127.0.0.1', connections, warmupMs, durat
       open() {
         // onread hands reads to us in one reused buffer, skipping the stream machinery
         // ('data' events) that would cost the load generator a good part of its CPU
-        const s = connect({ port, host, noDelay: true, onread: { buffer: this.readBuffer, callback: (n, buf) => this.onData(buf.subarray(0, n)) } });
+        const s = connect({ port: ports[this.index % ports.length], host, noDelay: true, onread: { buffer: this.readBuffer, callback: (n, buf) => this.onData(buf.subarray(0, n)) } });
         this.socket = s;
         s.on('connect', () => this.send());
         let failure; // 'error' is always followed by 'close', which counts it

@@ -5,10 +5,11 @@
 // 2-core machine. Progress goes to stderr, the report to stdout (and bench/results/latest.md
 // with --out or BENCH_OUT=1).
 import { closeSync, copyFileSync, fdatasyncSync, mkdirSync, mkdtempSync, openSync, readdirSync, rmSync, statSync, writeFileSync, writeSync } from 'node:fs';
-import { availableParallelism, cpus, tmpdir, totalmem } from 'node:os';
+import { availableParallelism, cpus, loadavg, tmpdir, totalmem } from 'node:os';
 import { join } from 'node:path';
-import { api, BASELINE, cpuSecondsOf, EXAMPLE_PROVIDERS, logLines, median, memoryOf, ROOT, SECRET, SERVER, sleep, startProcess, token } from './common.mjs';
+import { api, BASELINE, cpuSecondsOf, EXAMPLE_PROVIDERS, logLines, median, memoryOf, NODE_OLDEST, nodeVersion, ROOT, SECRET, SERVER, sleep, startProcess, token } from './common.mjs';
 import { generateDataDir, PER_LIST } from './datagen.mjs';
+import { ENGINE_GROUPS, engineScenarios, engineTargets, renderEngines, stopEngines } from './engines.mjs';
 import { buildRequest, percentile, runLoad } from './loadgen.mjs';
 import { profileTable } from './profile.mjs';
 import { engineAvailable, seedDataDir, soakEngine } from './soak.mjs';
@@ -18,7 +19,7 @@ const HELP = `Usage: node bench/run.mjs [SCENARIO|GROUP ...] [options]   (npm ru
 
 Scenarios: %SCENARIOS%
 Groups:    %GROUPS%
-With no scenario named, all run.
+With no scenario named, all run but the opt-in ones (%OPTIN%), which run when named.
 
 Options (each also an environment variable):
   --quick              short run: 1 round of 1 s, smaller scale data   BENCH_QUICK=1
@@ -35,6 +36,8 @@ Options (each also an environment variable):
   --keep               keep the temporary directory (data, server logs)
   --engines=a,b        engines the soak runs (default: journal, and sqlite  BENCH_ENGINES
                        when this Node.js has node:sqlite; npm run bench runs on Node 24)
+  --seam-base=REF      journal-seam: the build to compare with (default: the parent of the
+                       commit "Store seam: ..."), built once in $TMPDIR    BENCH_SEAM_BASE
 The server runs with LOG_LEVEL from the environment (default info), its stdout to a log file.`;
 
 // ---- options ----
@@ -62,6 +65,8 @@ const opts = {
   keep: has('keep'),
   logLevel: process.env.LOG_LEVEL ?? 'info',
   engines: (flag('engines') ?? process.env.BENCH_ENGINES ?? 'journal,sqlite').split(',').filter((e) => e !== ''),
+  seamBase: flag('seam-base') ?? process.env.BENCH_SEAM_BASE,
+  quick,
 };
 
 function fail(message) {
@@ -73,6 +78,7 @@ const progress = (text) => process.stderr.write(`[${((performance.now() - wallSt
 // ---- the run's shared state ----
 
 const wallStart = performance.now();
+const loadAtStart = loadavg();
 let runDir; // the run's temporary directory, made once the command line is accepted
 const profileDir = join(ROOT, 'bench', 'results', 'profiles');
 const live = new Set(); // processes to stop if the run is interrupted
@@ -85,9 +91,9 @@ const READ_CONNS = 50;
 const WRITE_CONNS = 64;
 const bearer = (user) => ({ authorization: `Bearer ${token(user)}` });
 
-/** Starts a process and remembers it so an interrupted run still stops it. */
+/** Starts a process (on the oldest supported Node unless `spec.node`) and remembers it so an interrupted run still stops it. */
 async function start(spec) {
-  const p = await startProcess({ ...spec, logFile: join(runDir, `${String(++logSeq).padStart(2, '0')}-${spec.name}.log`) });
+  const p = await startProcess({ node: NODE_OLDEST, ...spec, logFile: join(runDir, `${String(++logSeq).padStart(2, '0')}-${spec.name}.log`) });
   live.add(p);
   const stop = p.stop;
   p.stop = async () => {
@@ -102,8 +108,8 @@ function startBaseline(args = []) {
   return start({ name: args.length > 0 ? 'raw' : 'baseline', script: BASELINE, args });
 }
 
-/** dist/server.js on `dataDir` (a fresh one with the example providers when not given). */
-async function startApi({ name, env = {}, dataDir, profileName }) {
+/** `server` (dist/server.js) on `node` and `dataDir` (a fresh one with the example providers when not given). */
+async function startApi({ name, env = {}, dataDir, profileName, node, server = SERVER }) {
   let dir = dataDir;
   if (dir === undefined) {
     dir = mkdtempSync(join(runDir, 'data-'));
@@ -111,16 +117,41 @@ async function startApi({ name, env = {}, dataDir, profileName }) {
   }
   const nodeArgs =
     opts.profile && profileName !== undefined ? ['--cpu-prof', `--cpu-prof-dir=${profileDir}`, `--cpu-prof-name=${profileName}.cpuprofile`] : [];
-  const p = await start({ name, script: SERVER, cwd: dir, nodeArgs, env: { DATA_DIR: dir, AUTH_SECRET: SECRET, LOG_LEVEL: opts.logLevel, HOST: '127.0.0.1', ...env } });
+  const p = await start({ name, script: server, node, cwd: dir, nodeArgs, env: { DATA_DIR: dir, AUTH_SECRET: SECRET, LOG_LEVEL: opts.logLevel, HOST: '127.0.0.1', ...env } });
   p.api = true; // has /metrics
   return p;
 }
 
-/** Journal fsyncs (one per group commit) and compactions so far, from the server's /metrics. */
+/**
+ * Commits (one per group commit; builds before the store seam called them fsyncs), compactions
+ * and the event-loop delay histogram's buckets ([le seconds, count]) so far, from /metrics.
+ */
 async function storeCounters(port) {
   const r = await api(port, 'GET', '/metrics');
   const value = (name) => Number(new RegExp(`^${name} (\\d+)`, 'm').exec(r.text)?.[1] ?? NaN);
-  return { fsyncs: value('chat_session_api_fsync_duration_seconds_count'), compactions: value('chat_session_api_compactions_total') };
+  const commits = value('chat_session_api_commit_duration_seconds_count');
+  const eld = [...r.text.matchAll(/^nodejs_eventloop_delay_seconds_bucket\{le="([^"]+)"\} (\d+)$/gm)].map((m) => [m[1] === '+Inf' ? Infinity : Number(m[1]), Number(m[2])]);
+  return { fsyncs: Number.isNaN(commits) ? value('chat_session_api_fsync_duration_seconds_count') : commits, compactions: value('chat_session_api_compactions_total') || 0, eld };
+}
+
+/** The bucket counts of b minus a (a histogram over a window); empty when the server has none. */
+const bucketDelta = (a, b) => (a.length === 0 || a.length !== b.length ? [] : b.map(([le, n], i) => [le, n - a[i][1]]));
+/** Two histograms' buckets added (an empty one adds nothing). */
+const bucketSum = (a, b) => (a.length === 0 ? b : b.length === 0 ? a : a.map(([le, n], i) => [le, n + b[i][1]]));
+
+/** The q-quantile of cumulative buckets, interpolated within its bucket as Prometheus' histogram_quantile does. */
+function bucketQuantile(buckets, q) {
+  const total = buckets.at(-1)?.[1] ?? 0;
+  if (total === 0) return NaN;
+  const rank = q * total;
+  let prevLe = 0;
+  let prevN = 0;
+  for (const [le, n] of buckets) {
+    if (n >= rank) return le === Infinity ? prevLe : prevLe + ((le - prevLe) * (rank - prevN)) / Math.max(1, n - prevN);
+    prevLe = le;
+    prevN = n;
+  }
+  return NaN;
 }
 
 /** Error lines a server logged: a benchmark that made the server fail must say so. */
@@ -266,29 +297,40 @@ const loadScenarios = [
   },
 ];
 
-/** One measured run (warm-up, then the window) with the target's CPU use over the window. */
+/**
+ * One measured run (warm-up, then the window) with the target's CPU use over the window. A
+ * target of several servers (`proc.members`) shares the connections; their CPU and counters add
+ * up. `proc.window()`, when given, starts a measure of its own and returns what ends it.
+ */
 async function measure(proc, request, conns) {
+  const members = proc.members ?? [proc];
+  const cpu = (mainThread) => members.reduce((sum, m) => sum + cpuSecondsOf(m.pid, { mainThread }), 0);
+  const counters = () => Promise.all(members.map((m) => storeCounters(m.port)));
   let cpu0 = 0;
   let cpu1 = 0;
   let main0 = 0;
   let main1 = 0;
   let store0;
   let store1;
+  let endWindow;
+  let extra;
   const r = await runLoad({
-    port: proc.port,
+    ports: members.map((m) => m.port),
     connections: conns,
     warmupMs: opts.warmupMs,
     durationMs: opts.durationMs,
     request,
     onWindowStart: () => {
-      cpu0 = cpuSecondsOf(proc.pid);
-      main0 = cpuSecondsOf(proc.pid, { mainThread: true });
-      if (proc.api) store0 = storeCounters(proc.port);
+      cpu0 = cpu(false);
+      main0 = cpu(true);
+      if (proc.api) store0 = counters();
+      endWindow = proc.window?.();
     },
     onWindowEnd: () => {
-      cpu1 = cpuSecondsOf(proc.pid);
-      main1 = cpuSecondsOf(proc.pid, { mainThread: true });
-      if (proc.api) store1 = storeCounters(proc.port);
+      cpu1 = cpu(false);
+      main1 = cpu(true);
+      if (proc.api) store1 = counters();
+      extra = endWindow?.();
     },
   });
   r.targetCpu = (cpu1 - cpu0) / r.seconds;
@@ -297,9 +339,11 @@ async function measure(proc, request, conns) {
   r.mainUs = ((main1 - main0) / r.requests) * 1e6;
   if (proc.api) {
     const [a, b] = await Promise.all([store0, store1]);
-    r.fsyncRate = (b.fsyncs - a.fsyncs) / r.seconds;
-    r.compactions = b.compactions - a.compactions;
+    r.fsyncRate = b.reduce((n, x, i) => n + x.fsyncs - a[i].fsyncs, 0) / r.seconds;
+    r.compactions = b.reduce((n, x, i) => n + x.compactions - a[i].compactions, 0);
+    r.eld = b.map((x, i) => bucketDelta(a[i].eld, x.eld)).reduce(bucketSum, []);
   }
+  if (extra !== undefined) Object.assign(r, extra(r.seconds));
   await sleep(200); // let closed connections and in-flight work settle before the next run
   return r;
 }
@@ -329,9 +373,14 @@ function summarize(runs) {
     targetCpu: median(runs.map((r) => r.targetCpu)),
     mainBusy: median(runs.map((r) => r.mainBusy)),
     mainUs: median(runs.map((r) => r.mainUs)),
+    mainUsRounds: runs.map((r) => r.mainUs),
     fsyncRate: median(runs.map((r) => r.fsyncRate ?? NaN)),
     compactions: runs.reduce((n, r) => n + (r.compactions ?? 0), 0),
     loadgenCpu: median(runs.map((r) => r.cpu)),
+    // the event loop's delay over all rounds' windows pooled, and what a target's window() measured
+    eldP99: bucketQuantile(runs.map((r) => r.eld ?? []).reduce(bucketSum, []), 0.99),
+    eldSamples: runs.reduce((n, r) => n + (r.eld?.at(-1)?.[1] ?? 0), 0),
+    dbCpu: median(runs.map((r) => r.dbCpu ?? NaN)),
   };
 }
 
@@ -345,16 +394,19 @@ async function runLoadScenario(sc, rows = report.load) {
   const procs = [];
   try {
     for (const t of targets) {
-      const proc = t.start !== undefined ? await t.start() : await startApi({ name: `${sc.name}-${t.label}`, env: t.env, dataDir: t.dataDir, profileName: `${sc.name}-${t.label}`.replace(/[^\w.-]+/g, '_') });
+      const profileName = `${sc.name}-${t.label}`.replace(/[^\w.-]+/g, '_');
+      const proc = t.start !== undefined ? await t.start() : await startApi({ name: profileName, env: t.env, dataDir: t.dataDir, node: t.node, server: t.server, profileName });
       const state = sc.prepare === undefined ? undefined : await sc.prepare(proc, t);
       procs.push({ t, proc, request: sc.request(state, t), runs: [] });
     }
     const baseRuns = [];
-    for (let round = 1; round <= opts.rounds; round++) {
+    const rounds = sc.rounds ?? opts.rounds;
+    for (let round = 1; round <= rounds; round++) {
       const b = await measure(baseline, procs[0].request, sc.conns);
       baseRuns.push(b);
-      let line = `${sc.name} round ${round}/${opts.rounds}: baseline ${b.rps.toFixed(0)}/s`;
-      for (const p of procs) {
+      let line = `${sc.name} round ${round}/${rounds}: baseline ${b.rps.toFixed(0)}/s`;
+      // with sc.alternate the targets' order flips every round, so neither always runs right after the baseline
+      for (const p of sc.alternate && round % 2 === 0 ? [...procs].reverse() : procs) {
         const r = await measure(p.proc, p.request, sc.conns);
         p.runs.push(r);
         line += `, ${p.t.label} ${r.rps.toFixed(0)}/s (p99 ${percentile(r.latencies, 0.99).toFixed(2)} ms, ${r.errors} errors)`;
@@ -369,7 +421,7 @@ async function runLoadScenario(sc, rows = report.load) {
     }
   } finally {
     for (const p of procs) {
-      if (p.t.start === undefined) noteServerErrors(p.proc, `${sc.name} (${p.t.label})`);
+      for (const m of p.proc.members ?? (p.t.start === undefined ? [p.proc] : [])) noteServerErrors(m, `${sc.name} (${p.t.label})`);
       await p.proc.stop();
     }
     await baseline.stop();
@@ -515,6 +567,8 @@ const scenarios = [
   { name: 'replay', run: replay },
   { name: 'list-scale', run: listScale },
   { name: 'soak', run: soak },
+  // the engines against each other (bench/engines.mjs)
+  ...engineScenarios({ opts, progress, report, runDir: () => runDir, start, startApi, runLoadScenario, dataSet, scenario: (name) => loadScenarios.find((sc) => sc.name === name), seedLists, createRequest }),
   ...conversationScenarios({ opts, report, progress, runDir: () => runDir, track: (p) => live.add(p) }),
   // the live feed's measurements (bench/live.mjs), reported in a section of their own
   { name: 'live', run: async () => sections.push(await (await import('./live.mjs')).liveReport({ subscribers: quick ? 2000 : 10_000, throughputSubscribers: 1000, writes: quick ? 50 : 200, ...opts, postgres: true }, progress)) },
@@ -528,11 +582,12 @@ const groups = {
   scale: ['replay', 'list-scale'],
   startup: ['cold-start', 'replay'],
   hostile: ['soak'],
+  ...ENGINE_GROUPS,
   ...conversationGroups,
 };
 
 if (has('help') || has('h')) {
-  process.stdout.write(`${HELP.replace('%SCENARIOS%', scenarios.map((s) => s.name).join(' ')).replace('%GROUPS%', Object.entries(groups).map(([g, l]) => `${g} (${l.join(' ')})`).join(', '))}\n`);
+  process.stdout.write(`${HELP.replace('%SCENARIOS%', scenarios.map((s) => s.name).join(' ')).replace('%OPTIN%', scenarios.filter((s) => s.optIn).map((s) => s.name).join(' ')).replace('%GROUPS%', Object.entries(groups).map(([g, l]) => `${g} (${l.join(' ')})`).join(', '))}\n`);
   process.exit(0);
 }
 const named = [...argv.filter((a) => !a.startsWith('--')), ...(flag('only')?.split(',').filter((s) => s !== '') ?? [])];
@@ -542,7 +597,7 @@ for (const n of named) {
   else if (scenarios.some((s) => s.name === n)) wanted.add(n);
   else fail(`unknown scenario "${n}"; scenarios: ${scenarios.map((s) => s.name).join(', ')}; groups: ${Object.keys(groups).join(', ')}`);
 }
-const selected = scenarios.filter((s) => wanted.size === 0 || wanted.has(s.name));
+const selected = scenarios.filter((s) => (wanted.size === 0 ? s.optIn !== true : wanted.has(s.name)));
 
 // ---- the report ----
 
@@ -603,9 +658,10 @@ function render(wallSeconds) {
   const cpu = cpus()[0]?.model ?? 'unknown CPU';
   const L = [];
   L.push('# chat-session-api benchmark', '');
-  L.push(`- ${new Date().toISOString()}; ${availableParallelism()} cores (${cpu}), ${(totalmem() / 2 ** 30).toFixed(0)} GiB RAM, Node ${process.version}; load generator and server share the cores`);
+  L.push(`- ${new Date().toISOString()}; ${availableParallelism()} cores (${cpu}), ${(totalmem() / 2 ** 30).toFixed(0)} GiB RAM; servers and baseline on Node ${nodeVersion(NODE_OLDEST)} unless a row names another, load generator on Node ${process.version}; load generator and server share the cores`);
   L.push(`- ${opts.rounds} round(s) × ${opts.durationMs / 1000} s measured after ${opts.warmupMs / 1000} s warm-up, baseline and server interleaved; server LOG_LEVEL=${opts.logLevel} (stdout to a file)${opts.profile ? '; **servers under --cpu-prof (slower)**' : ''}`);
-  L.push(`- whole run: ${wallSeconds.toFixed(0)} s`, '');
+  const load = (l) => l.map((x) => x.toFixed(1)).join(' / ');
+  L.push(`- whole run: ${wallSeconds.toFixed(0)} s; load average (1 / 5 / 15 min) ${load(loadAtStart)} at the start, ${load(loadavg())} at the end (other work on the machine shows here)`, '');
   if (report.load.length > 0) {
     L.push('## Throughput and latency', '');
     L.push('req/s: median of the rounds; latency percentiles: all rounds\' samples pooled (closed loop, one request in flight per connection). Baseline: bench/baseline.mjs, raw node:http answering the GET-by-id bytes, driven with the same requests. CPU: share of one core used by the process under load and by the load generator over the measured window (100 = one core; the machine has ' + availableParallelism() + '). Main thread: the server\'s CPU time per request on its main thread (JavaScript, the event loop, the socket system calls), and how busy that thread was; at 100% it is what limits req/s.', '');
@@ -657,8 +713,9 @@ function render(wallSeconds) {
     }
     L.push('');
   }
+  L.push(...renderEngines());
   L.push(...renderConversations(report));
-  const t = targets();
+  const t = [...targets(), ...engineTargets()];
   if (t.length > 0) L.push('## Targets', '', '| target | measured | met |', '|---|---|---|', ...t, '');
   for (const section of sections) L.push(section, '');
   for (const p of report.profiles) L.push(`## CPU profile: ${p.name}`, '', p.table, '');
@@ -704,6 +761,7 @@ try {
   }
 } finally {
   await stopAll();
+  await stopEngines();
   if (opts.keep) progress(`kept ${runDir}`);
   else rmSync(runDir, { recursive: true, force: true });
 }

@@ -6,7 +6,7 @@ import { openApiDocument } from './api/openapi.js';
 import { CursorCodec } from './api/cursor.js';
 import { eventRoutes } from './api/events.js';
 import { providerRoutes } from './api/providers.js';
-import type { RouteDef } from './api/route.js';
+import type { RouteDef } from './http/route.js';
 import { serviceRoutes } from './api/service.js';
 import { sessionRoutes } from './api/sessions.js';
 import { turnRoutes } from './api/turns.js';
@@ -42,7 +42,6 @@ export interface AppParts {
 
 export interface App {
   readonly pipeline: Pipeline;
-  readonly routes: readonly RouteDef[];
   /** The server's `connection` listener lives here (MAX_CONNECTIONS). */
   readonly connections: ConnectionGuard;
   /** Starts following the store's commits (the live feed); before the server listens. */
@@ -118,7 +117,6 @@ export function createApp(p: AppParts): App {
   });
   return {
     pipeline,
-    routes,
     connections,
     start: async () => {
       await live?.hub.start();

@@ -4,6 +4,9 @@ import type { StoreStats } from './store/store.js';
 
 const LATENCY_BUCKETS = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5];
 const COMMIT_BUCKETS = [0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1];
+const EVENT_LOOP_BUCKETS = [0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1, 2.5];
+/** The event loop is sampled by a timer due this often; how late it fires is how long the loop was busy. */
+const EVENT_LOOP_SAMPLE_MS = 10;
 
 export class Histogram {
   readonly counts: number[];
@@ -80,6 +83,8 @@ export class Metrics {
   connectionsRefused = 0;
   /** Answers cut off because the client did not take them (WRITE_TIMEOUT). */
   writeTimeouts = 0;
+  /** How late a timer due every 10 ms fired: how long a request arriving then waited for the event loop. */
+  readonly eventLoopDelay = new Histogram(EVENT_LOOP_BUCKETS);
   /** What the connection and body limits hold now (set by the app). */
   load: { connections(): number; bodyBytes(): number } | undefined;
   /** The low-memory guard (set by the app). */
@@ -103,6 +108,22 @@ export class Metrics {
   /** Counters for an answer no route handled (404, 405, preflight): the method from a fixed set, so labels stay few. */
   forUnrouted(method: string, pattern: string | undefined): RouteStats {
     return this.forRoute(KNOWN_METHODS.has(method) ? method : 'other', pattern ?? UNMATCHED);
+  }
+
+  /**
+   * Starts sampling the event loop's delay into `eventLoopDelay`; returns what stops it. A timer
+   * of our own rather than perf_hooks.monitorEventLoopDelay: that one's histogram cannot be read
+   * as cumulative buckets without being reset at each scrape, which two scrapers would fight over.
+   */
+  watchEventLoop(): () => void {
+    let last = performance.now();
+    const timer = setInterval(() => {
+      const now = performance.now();
+      this.eventLoopDelay.observe(Math.max(0, now - last - EVENT_LOOP_SAMPLE_MS) / 1000);
+      last = now;
+    }, EVENT_LOOP_SAMPLE_MS);
+    timer.unref();
+    return () => clearInterval(timer);
   }
 
   render(g: Gauges): string {
@@ -170,6 +191,8 @@ export class Metrics {
     lines.push(`process_resident_memory_bytes ${mem.rss}`);
     meta('nodejs_heap_used_bytes', 'gauge', 'V8 heap in use.');
     lines.push(`nodejs_heap_used_bytes ${mem.heapUsed}`);
+    meta('nodejs_eventloop_delay_seconds', 'histogram', 'How late a timer due every 10 ms fired: how long the event loop was busy while requests may have waited.');
+    lines.push(...this.eventLoopDelay.render('nodejs_eventloop_delay_seconds', ''));
     meta('process_start_time_seconds', 'gauge', 'Start time of the process since the Unix epoch.');
     lines.push(`process_start_time_seconds ${Math.floor(this.startSeconds)}`);
     return lines.join('\n') + '\n';

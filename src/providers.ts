@@ -2,7 +2,7 @@
 // ready-to-send response bodies. The `apiKey` never leaves this module: not in a response,
 // not in a log line, not in an error message.
 import { readFileSync } from 'node:fs';
-import { dataBody } from './api/route.js';
+import { dataBody } from './http/envelope.js';
 import { isHexObjectId } from './domain/ids.js';
 
 export class ProvidersFileError extends Error {

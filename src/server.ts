@@ -32,6 +32,7 @@ export async function serve(config: Config, log: Logger, version: string): Promi
   else log.warn('no providers file; the provider list is empty until one is created and SIGHUP is sent', { file: config.providersFile });
 
   const metrics = config.metrics ? new Metrics() : undefined;
+  const unwatchEventLoop = metrics?.watchEventLoop();
   const lock = takeDataDir(config, log);
   let store: Store;
   try {
@@ -138,6 +139,7 @@ export async function serve(config: Config, log: Logger, version: string): Promi
     }, DRAIN_MS);
     server.close(() => {
       clearInterval(idle);
+      unwatchEventLoop?.();
       clearTimeout(force);
       app
         .close()

@@ -15,7 +15,9 @@ export { PreconditionFailed, SessionNotFound, StorageWriteFailed, StoreOpenFaile
 export { PAGE_BYTE_BUDGET, PAGE_SCAN_BUDGET, SCAN_CHUNK } from './domain/order.js';
 export { wholeListReply } from './api/lists.js';
 export { versionOf, versionOfSession } from './domain/version.js';
-export { chatSession } from './domain/records.js';
+export { foldForSearch } from './domain/search.js';
+export { placesOfChain } from './store/tree-index.js';
+export { chatSession, turnRecord } from './domain/records.js';
 export { newObjectId } from './domain/ids.js';
 export { ConnectionGuard, HEADROOM } from './http/connections.js';
 export { ScramClient, md5Password, saslprep } from './pg/auth.js';

@@ -260,6 +260,7 @@ describe('Metrics: GET /metrics', () => {
         sqlite: { chat_session_api_sqlite_file_bytes: 'gauge', chat_session_api_sqlite_wal_bytes: 'gauge' },
       }[STORE],
       process_resident_memory_bytes: 'gauge',
+      nodejs_eventloop_delay_seconds: 'histogram',
     };
     for (const [name, type] of Object.entries(want)) assert.equal(families.get(name)?.type, type, name);
   });
@@ -371,6 +372,17 @@ describe('Metrics: GET /metrics', () => {
     assert.ok(Number.isInteger(rss) && rss > 5 * 1024 * 1024 && rss < 8 * 1024 ** 3, `rss ${rss}`);
     const started = value(now, 'process_start_time_seconds');
     assert.ok(Math.abs(started - Date.now() / 1000) < 120, `start ${started}`);
+  });
+
+  test('event-loop delay: nodejs_eventloop_delay_seconds is a histogram without labels, sampled while the server runs (its count grows with no traffic), every sample in a bucket', async () => {
+    const count = async () => value(await scrape(s), 'nodejs_eventloop_delay_seconds_count');
+    const first = await count();
+    await waitFor(async () => (await count()) > first, 'the event-loop delay to be sampled again');
+    const now = await scrape(s);
+    const series = now.filter((x) => x.family === 'nodejs_eventloop_delay_seconds');
+    assert.ok(series.every((x) => x.name.endsWith('_sum') || x.name.endsWith('_count') || Object.keys(x.labels).join() === 'le'), 'only le labels');
+    assert.equal(value(now, 'nodejs_eventloop_delay_seconds_bucket', { le: '+Inf' }), value(now, 'nodejs_eventloop_delay_seconds_count'));
+    assert.ok(value(now, 'nodejs_eventloop_delay_seconds_sum') >= 0);
   });
 
   test('compactions counter counts journal compactions (and journal bytes still equals the file size after one)', async (t) => {

@@ -8,7 +8,8 @@ import type { ChatSession } from '../domain/records.js';
 import { PreconditionFailed, SessionNotFound, type Page, type SessionRecord, type SessionState, type Store } from '../store/store.js';
 import type { CursorCodec } from './cursor.js';
 import { pageReply, wholeListReply } from './lists.js';
-import { dataBody, type Answer, type Reply } from './route.js';
+import { dataBody } from '../http/envelope.js';
+import type { Answer, Reply } from '../http/route.js';
 
 export interface SessionDeps {
   readonly store: Store;

@@ -7,7 +7,8 @@ import type { TicketCodec } from '../auth/tickets.js';
 import type { QuerySchema } from '../domain/schema.js';
 import { FollowKey, type Follow, type Hub } from '../live/hub.js';
 import { SessionNotFound, type Store } from '../store/store.js';
-import { dataBody, route, type Context, type RouteDef } from './route.js';
+import { dataBody } from '../http/envelope.js';
+import { route, type Context, type RouteDef } from '../http/route.js';
 
 export interface EventDeps {
   readonly hub: Hub;

@@ -3,8 +3,8 @@
 // being parsed or serialized again, and never copied into one buffer with the rest: small items
 // are gathered into pieces of up to PIECE_BYTES, a larger one is written as it is kept, so an
 // answer costs the server a piece or two of memory whatever the client's pace.
-import type { Answer, Reply } from './route.js';
-import { DATA_OPEN } from './route.js';
+import type { Answer, Reply } from '../http/route.js';
+import { DATA_OPEN } from '../http/envelope.js';
 
 const OPEN_TEXT = `${DATA_OPEN}[`;
 const COMMA = Buffer.from(',');

@@ -3,7 +3,7 @@
 import { isHexObjectId } from '../domain/ids.js';
 import { HttpError } from '../http/errors.js';
 import type { ProviderCatalog } from '../providers.js';
-import { route, type RouteDef } from './route.js';
+import { route, type RouteDef } from '../http/route.js';
 
 export function providerRoutes(catalog: () => ProviderCatalog): RouteDef[] {
   return [

@@ -4,7 +4,8 @@ import type { Metrics } from '../metrics.js';
 import type { DocsPage } from './docs-page.js';
 import type { ProviderCatalog } from '../providers.js';
 import type { Store } from '../store/store.js';
-import { dataBody, route, type RouteDef } from './route.js';
+import { dataBody } from '../http/envelope.js';
+import { route, type RouteDef } from '../http/route.js';
 
 export interface ServiceDeps {
   readonly version: string;

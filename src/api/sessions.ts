@@ -9,8 +9,9 @@ import { ValidationError, type QuerySchema } from '../domain/schema.js';
 import { foldForSearch } from '../domain/search.js';
 import { SessionNotFound, type ArchivedFilter, type SessionFilter, type SessionRecord } from '../store/store.js';
 import { Access, BASE, idParam, modified, notFound, pages, paging, sessionReply, stateOf, turnNotFound, user, type SessionDeps } from './access.js';
+import { doneBody } from '../http/envelope.js';
 import { wholeListReply } from './lists.js';
-import { route, type RouteDef } from './route.js';
+import { route, type RouteDef } from '../http/route.js';
 
 const listQuery = {
   fields: {
@@ -201,7 +202,7 @@ export function sessionRoutes({ store, access: mode, cursors }: SessionDeps): Ro
       errors: [notFound, modified],
       async handle(ctx) {
         await store.deleteSession(ctx.params['id'] as string, access.mine(user(ctx), ctx.req));
-        return { status: 200, body: '{"success":true,"message":"Chat session deleted"}' };
+        return { status: 200, body: doneBody('Chat session deleted') };
       },
     }),
 

@@ -8,7 +8,8 @@ import { ValidationError, type QuerySchema } from '../domain/schema.js';
 import { SessionNotFound, TurnNotFound, type Branch, type Current, type TurnEdit, type TurnRecord } from '../store/store.js';
 import { Access, BASE, etagOf, idParam, modified, notFound, pages, paging, stateOf, turnIdParams, turnNotFound, user, type SessionDeps } from './access.js';
 import { pageReply, wholeListReply } from './lists.js';
-import { DATA_OPEN, dataBody, route, type RouteDef } from './route.js';
+import { DATA_OPEN, dataBody, doneBody } from '../http/envelope.js';
+import { route, type RouteDef } from '../http/route.js';
 
 const DATA_HEAD = Buffer.from(DATA_OPEN);
 const DATA_TAIL = Buffer.from('}');
@@ -202,7 +203,7 @@ export function turnRoutes({ store, access: mode, cursors, maxTurnBytes }: Sessi
       errors: [notFound, turnNotFound, modified],
       async handle(ctx) {
         const s = await store.deleteTurn(ctx.params['id'] as string, ctx.params['turnId'] as string, access.mine(user(ctx), ctx.req));
-        return { status: 200, body: '{"success":true,"message":"Turn deleted"}', etag: etagOf(s.version) };
+        return { status: 200, body: doneBody('Turn deleted'), etag: etagOf(s.version) };
       },
     }),
   ];

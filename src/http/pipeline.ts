@@ -7,7 +7,7 @@ import { randomBytes } from 'node:crypto';
 import { STATUS_CODES, type IncomingMessage, type ServerResponse } from 'node:http';
 import { isIP, type Socket } from 'node:net';
 import { hasScope, NoCredentials, TokenError, type Authenticator, type Principal } from '../auth/authenticate.js';
-import type { Answer, EventStreamReply, RouteDef, StreamReply } from '../api/route.js';
+import type { Answer, EventStreamReply, RouteDef, StreamReply } from './route.js';
 import type { OpenedTicket, TicketCodec } from '../auth/tickets.js';
 import { parseQuery, validateBody, validateQuery, ValidationError } from '../domain/schema.js';
 import { requestLineMiddle, type Logger } from '../log.js';
@@ -16,6 +16,7 @@ import { PreconditionFailed, QuotaExceeded, SessionNotFound, StorageUnavailable,
 import { readJsonObject, releaseBody, type BodyHold, type BodyRules } from './body.js';
 import type { Connection, ConnectionGuard } from './connections.js';
 import type { Cors } from './cors.js';
+import { errorBody } from './envelope.js';
 import type { MemoryGuard } from './memory-guard.js';
 import { HttpError } from './errors.js';
 import type { RateLimiter } from './rate-limit.js';
@@ -44,10 +45,10 @@ export interface PipelineOptions {
   readonly limiter: RateLimiter | undefined;
   readonly trustProxy: boolean;
   readonly metrics: Metrics | undefined;
-  /** Refuses writes (503) before the process runs out of memory; undefined: never. */
-  readonly memory?: MemoryGuard | undefined;
   /** Opens `?ticket=` on event-stream routes (undefined with EVENTS=off: no route takes one). */
   readonly tickets: TicketCodec | undefined;
+  /** Refuses writes (503) before the process runs out of memory; undefined: never. */
+  readonly memory?: MemoryGuard | undefined;
 }
 
 const JSON_TYPE = 'application/json; charset=utf-8';
@@ -95,15 +96,16 @@ function requestIdOf(req: IncomingMessage): string {
   return typeof given === 'string' && SANE_REQUEST_ID.test(given) ? given : nextRequestId();
 }
 
-/** Per-request state; one object so the hot path allocates little. */
-class Exchange implements BodyHold {
+/** One request and its answer, from arrival to settlement: one object so the hot path allocates little. */
+class Call implements BodyHold {
   readonly started = performance.now();
   readonly id: string;
   route: RuntimeRoute | undefined;
   /** The pattern of a known path answered without a route (405, preflight). */
   pattern: string | undefined;
   user: string | undefined;
-  extra: string[] | undefined;
+  /** CORS headers for this request's origin, as name/value pairs. */
+  corsHeaders: string[] | undefined;
   /** Bytes of the body budget this request holds until its answer is sent. */
   heldBytes = 0;
   /** The connection's count of requests in flight, given back once (settle). */
@@ -121,144 +123,147 @@ class Exchange implements BodyHold {
 }
 
 export class Pipeline {
-  constructor(private readonly o: PipelineOptions) {}
+  constructor(private readonly options: PipelineOptions) {}
 
   /** The node:http request listener. */
   readonly handle = (req: IncomingMessage, res: ServerResponse): void => {
-    const x = new Exchange(req, res);
-    if (!this.begin(x)) return;
+    const call = new Call(req, res);
+    if (!this.begin(call)) return;
     try {
-      this.route(x);
+      this.dispatch(call);
     } catch (e) {
-      this.fail(x, e);
+      this.fail(call, e);
     }
   };
 
-  private route(x: Exchange): void {
-    const { req } = x;
-    const method = req.method ?? 'GET';
+  /**
+   * A request's steps, in order: find its route (or answer 404, 405, a preflight), authenticate
+   * and rate-limit it, check its scope, decode its path parameters and query, then read and
+   * validate its body, if it has one, before running the handler. Each step that refuses throws
+   * an HttpError, which fail() answers.
+   */
+  private dispatch(call: Call): void {
+    const { req } = call;
     let url = req.url ?? '/';
     if (url.charCodeAt(0) !== 47 /* / */) url = originForm(url);
     const qmark = url.indexOf('?');
     const path = qmark === -1 ? url : url.slice(0, qmark);
-    const { cors } = this.o;
-    const origin = cors === undefined ? undefined : req.headers.origin;
-    if (cors !== undefined && origin !== undefined) x.extra = cors.headers(origin);
+    const search = qmark === -1 ? undefined : url.slice(qmark + 1);
+    const found = this.findRoute(call, path);
+    if (found === undefined) return;
+    const def = found.route.def;
+    const principal = def.auth ? this.authenticate(call, def, search) : undefined;
+    if (!def.auth && def.unlimited !== true) this.limit(this.addressOf(req));
+    // writes that add data wait for memory; reads and deletes (which free it) go on
+    if ((def.method === 'POST' || def.method === 'PUT') && this.options.memory?.low() === true) {
+      this.options.memory.refuse();
+      throw new HttpError(503, 'Server is low on memory', [['retry-after', '5']], def.body !== undefined);
+    }
+    const params = pathParams(found.route, found.values);
+    const query = def.query === undefined ? NO_VALUES : validateQuery(def.query, parseQuery(search ?? ''));
+    if (def.body === undefined) {
+      this.run(call, def, principal, params, query, NO_VALUES);
+      return;
+    }
+    const schema = def.body;
+    readJsonObject(req, this.options.body, call).then(
+      (raw) => {
+        let body;
+        try {
+          body = validateBody(schema, raw);
+        } catch (e) {
+          this.fail(call, e);
+          return;
+        }
+        this.run(call, def, principal, params, query, body);
+      },
+      (e: unknown) => this.fail(call, e),
+    );
+  }
 
-    const m = this.o.router.match(method, path);
+  /**
+   * The route of the request's method and path, with the path's parameter values as matched.
+   * Undefined when the request is answered here (a CORS preflight); 404 and 405 are thrown.
+   */
+  private findRoute(call: Call, path: string): { route: RuntimeRoute; values: readonly string[] } | undefined {
+    const method = call.req.method ?? 'GET';
+    const { cors } = this.options;
+    const origin = cors === undefined ? undefined : call.req.headers.origin;
+    if (cors !== undefined && origin !== undefined) call.corsHeaders = cors.headers(origin);
+    const m = this.options.router.match(method, path);
     if (m.kind === 'none') throw new HttpError(404, 'Not found');
     if (m.kind === 'method') {
-      x.pattern = m.pattern;
+      call.pattern = m.pattern;
       if (method === 'OPTIONS' && cors !== undefined) {
-        x.extra = cors.preflight(origin, m.allow);
-        this.send(x, 204, '', undefined, ['allow', m.allow.join(', ')]);
-        return;
+        call.corsHeaders = cors.preflight(origin, m.allow);
+        this.send(call, 204, '', undefined, ['allow', m.allow.join(', ')]);
+        return undefined;
       }
       throw new HttpError(405, 'Method not allowed', [['allow', m.allow.join(', ')]]);
     }
-    const r = m.value;
-    x.route = r;
-    const def = r.def;
+    call.route = m.value;
     // a connection let in past MAX_CONNECTIONS is for health checks and scrapes only
-    if (x.conn?.overflow === true && def.unlimited !== true) throw new HttpError(503, 'Server is busy', [['retry-after', '1']], true);
-
-    let principal: Principal | undefined;
-    if (def.auth) {
-      try {
-        const ticket = def.eventStream === true && this.o.tickets !== undefined && qmark !== -1 ? ticketIn(url.slice(qmark + 1)) : undefined;
-        if (ticket !== undefined) {
-          // a ticket stands in for the Authorization header, on the event streams only
-          x.ticket = (this.o.tickets as TicketCodec).open(ticket, Date.now());
-          principal = x.ticket.principal;
-        } else principal = this.o.auth.authenticate(req.headers.authorization, req.socket);
-      } catch (e) {
-        this.limit(this.addressOf(req));
-        throw e;
-      }
-      x.user = principal.user;
-      this.limit(`user:${principal.user}`);
-      if (def.scope !== undefined && !hasScope(principal, def.scope)) throw new HttpError(403, 'Forbidden');
-    } else if (def.unlimited !== true) {
-      this.limit(this.addressOf(req));
-    }
-    // writes that add data wait for memory; reads and deletes (which free it) go on
-    if ((def.method === 'POST' || def.method === 'PUT') && this.o.memory?.low() === true) {
-      this.o.memory.refuse();
-      throw new HttpError(503, 'Server is low on memory', [['retry-after', '5']], def.body !== undefined);
-    }
-
-    const params: Record<string, string> = {};
-    const names = r.paramNames;
-    for (let i = 0; i < names.length; i++) {
-      const name = names[i] as string;
-      let v = m.params[i] as string;
-      if (v.includes('%')) {
-        try {
-          v = decodeURIComponent(v);
-        } catch {
-          throw new HttpError(400, 'Invalid percent-encoding in the path');
-        }
-      }
-      const blank = def.params?.[name]?.blankMessage;
-      if (blank !== undefined && v.trim() === '') throw new HttpError(400, blank);
-      params[name] = v;
-    }
-    const query = def.query === undefined ? NO_VALUES : validateQuery(def.query, parseQuery(qmark === -1 ? '' : url.slice(qmark + 1)));
-
-    if (def.body !== undefined) {
-      const schema = def.body;
-      readJsonObject(req, this.o.body, x).then(
-        (raw) => {
-          let body;
-          try {
-            body = validateBody(schema, raw);
-          } catch (e) {
-            this.fail(x, e);
-            return;
-          }
-          this.run(x, def, principal, params, query, body);
-        },
-        (e: unknown) => this.fail(x, e),
-      );
-      return;
-    }
-    this.run(x, def, principal, params, query, NO_VALUES);
+    if (call.conn?.overflow === true && m.value.def.unlimited !== true) throw new HttpError(503, 'Server is busy', [['retry-after', '1']], true);
+    return { route: m.value, values: m.params };
   }
 
-  private run(x: Exchange, def: RouteDef, principal: Principal | undefined, params: Record<string, string>, query: object, body: object): void {
+  /**
+   * Who is asking, from the Authorization header or, on an event stream, a ticket in the query;
+   * a failed attempt counts against the address's rate limit, a principal against its user's.
+   */
+  private authenticate(call: Call, def: RouteDef, search: string | undefined): Principal {
+    let principal: Principal;
+    try {
+      const ticket = def.eventStream === true && this.options.tickets !== undefined && search !== undefined ? ticketIn(search) : undefined;
+      if (ticket !== undefined) {
+        // a ticket stands in for the Authorization header, on the event streams only
+        call.ticket = (this.options.tickets as TicketCodec).open(ticket, Date.now());
+        principal = call.ticket.principal;
+      } else principal = this.options.auth.authenticate(call.req.headers.authorization, call.req.socket);
+    } catch (e) {
+      this.limit(this.addressOf(call.req));
+      throw e;
+    }
+    call.user = principal.user;
+    this.limit(`user:${principal.user}`);
+    if (def.scope !== undefined && !hasScope(principal, def.scope)) throw new HttpError(403, 'Forbidden');
+    return principal;
+  }
+
+  private run(call: Call, def: RouteDef, principal: Principal | undefined, params: Record<string, string>, query: object, body: object): void {
     let out: Answer | Promise<Answer>;
     try {
-      out = def.handle({ req: x.req, principal, params, query, body, ticket: x.ticket, requestId: x.id });
+      out = def.handle({ req: call.req, principal, params, query, body, ticket: call.ticket, requestId: call.id });
     } catch (e) {
-      this.fail(x, e);
+      this.fail(call, e);
       return;
     }
-    if (out instanceof Promise) out.then((reply) => this.reply(x, reply), (e: unknown) => this.fail(x, e));
-    else this.reply(x, out);
+    if (out instanceof Promise) out.then((reply) => this.reply(call, reply), (e: unknown) => this.fail(call, e));
+    else this.reply(call, out);
   }
 
   /**
    * Counts a request in flight on its connection (until settle). False for a request on a
    * connection that was refused (answered 503 already) or closed to make room: it is dropped.
    */
-  private begin(x: Exchange): boolean {
-    const guard = this.o.connections;
+  private begin(call: Call): boolean {
+    const guard = this.options.connections;
     if (guard === undefined) return true;
-    const conn = guard.of(x.req.socket);
+    const conn = guard.of(call.req.socket);
     if (conn === undefined) {
-      x.res.destroy();
+      call.res.destroy();
       return false;
     }
     conn.requests++;
-    x.conn = conn;
+    call.conn = conn;
     return true;
   }
 
   /** The answer is with the kernel, or the connection is gone: the connection may be idle again. */
-  private settle(x: Exchange): void {
-    if (x.settled) return;
-    x.settled = true;
-    if (x.conn !== undefined) x.conn.requests--;
+  private settle(call: Call): void {
+    if (call.settled) return;
+    call.settled = true;
+    if (call.conn !== undefined) call.conn.requests--;
   }
 
   /**
@@ -280,9 +285,9 @@ export class Pipeline {
    * any other error answer (the body, if one follows, is not read: the connection closes).
    */
   readonly rejectExpectation = (req: IncomingMessage, res: ServerResponse): void => {
-    const x = new Exchange(req, res);
-    if (!this.begin(x)) return;
-    this.fail(x, new HttpError(417, 'Expectation failed', [], true));
+    const call = new Call(req, res);
+    if (!this.begin(call)) return;
+    this.fail(call, new HttpError(417, 'Expectation failed', [], true));
   };
 
   /** node:http's `connect` listener: this server is no proxy, so CONNECT gets 405 (an empty Allow: no method makes a tunnel). */
@@ -301,7 +306,7 @@ export class Pipeline {
    * answer is not lost to a reset, and after RAW_LINGER_MS the socket is destroyed anyway.
    */
   private answerRaw(socket: Socket, status: number, message: string, id: string, method: string | null, logExtra: string, headers: string): void {
-    const body = JSON.stringify({ success: false, message });
+    const body = errorBody(message);
     socket.on('error', () => socket.destroy());
     socket.resume();
     socket.end(
@@ -310,16 +315,16 @@ export class Pipeline {
     );
     const linger = setTimeout(() => socket.destroy(), RAW_LINGER_MS);
     socket.once('close', () => clearTimeout(linger));
-    this.o.metrics?.forUnrouted(method ?? 'other', undefined).observe(status, 0);
-    if (this.o.log.enabled('info')) {
-      this.o.log.raw(
+    this.options.metrics?.forUnrouted(method ?? 'other', undefined).observe(status, 0);
+    if (this.options.log.enabled('info')) {
+      this.options.log.raw(
         `{"time":"${new Date().toISOString()}","level":"info","msg":"request","reqId":"${id}","method":${method === null ? 'null' : `"${method}"`},"route":null,"status":${status},"ms":0,"user":null${logExtra}}\n`,
       );
     }
   }
 
   private addressOf(req: IncomingMessage): string {
-    if (this.o.trustProxy) {
+    if (this.options.trustProxy) {
       const fwd = req.headers['x-forwarded-for'];
       if (typeof fwd === 'string' && fwd !== '') {
         // the entry our proxy appended; anything but an IP address is not trusted as one
@@ -332,19 +337,19 @@ export class Pipeline {
 
   /** 429 when the bucket for `key` is empty. */
   private limit(key: string): void {
-    const limiter = this.o.limiter;
+    const limiter = this.options.limiter;
     if (limiter === undefined) return;
     const wait = limiter.take(key);
     if (wait > 0) {
-      if (this.o.metrics !== undefined) this.o.metrics.rateLimited++;
+      if (this.options.metrics !== undefined) this.options.metrics.rateLimited++;
       throw new HttpError(429, 'Too many requests', [['retry-after', String(wait)]]);
     }
   }
 
-  private reply(x: Exchange, r: Answer): void {
-    if ('eventStream' in r) this.openEventStream(x, r);
-    else if ('stream' in r) this.stream(x, r);
-    else this.send(x, r.status, r.body, r.contentType, r.etag === undefined ? r.headers : ['etag', r.etag, ...(r.headers ?? [])]);
+  private reply(call: Call, r: Answer): void {
+    if ('eventStream' in r) this.openEventStream(call, r);
+    else if ('stream' in r) this.stream(call, r);
+    else this.send(call, r.status, r.body, r.contentType, r.etag === undefined ? r.headers : ['etag', r.etag, ...(r.headers ?? [])]);
   }
 
   /**
@@ -352,18 +357,18 @@ export class Pipeline {
    * Once its head is sent, a failure can only cut the answer short: the connection is destroyed,
    * so the client sees a broken answer, never a complete-looking one.
    */
-  private stream(x: Exchange, r: StreamReply): void {
-    const { res } = x;
-    if (x.heldBytes > 0) releaseBody(this.o.body.budget, x);
+  private stream(call: Call, r: StreamReply): void {
+    const { res } = call;
+    if (call.heldBytes > 0) releaseBody(this.options.body.budget, call);
     if (res.headersSent || res.destroyed) {
-      this.logRequest(x, r.status);
-      this.settle(x);
+      this.logRequest(call, r.status);
+      this.settle(call);
       return;
     }
-    const headers = this.headers(x, JSON_TYPE);
+    const headers = this.headers(call, JSON_TYPE);
     res.writeHead(r.status, headers);
     // every piece the client takes (or that goes out without waiting) restarts the write timeout
-    const progress = this.watchWrite(x, () => 0);
+    const progress = this.watchWrite(call, () => 0);
     const pieces = r.stream[Symbol.asyncIterator]();
     let gone = false;
     res.once('close', () => {
@@ -381,11 +386,11 @@ export class Pipeline {
         }
         res.end();
       } catch (e) {
-        this.o.log.error('answer failed while it was being sent; the connection was cut', { reqId: x.id, route: x.route?.def.path ?? null, err: e });
+        this.options.log.error('answer failed while it was being sent; the connection was cut', { reqId: call.id, route: call.route?.def.path ?? null, err: e });
         res.destroy();
       } finally {
         if (gone) await pieces.return?.();
-        this.logRequest(x, r.status);
+        this.logRequest(call, r.status);
       }
     };
     void pump();
@@ -396,84 +401,84 @@ export class Pipeline {
    * until it or the client ends it. The request stays in flight all that time, so MAX_CONNECTIONS
    * never closes the connection as idle; the feed bounds what it holds and when it gives up.
    */
-  private openEventStream(x: Exchange, r: EventStreamReply): void {
-    const { res } = x;
-    if (x.heldBytes > 0) releaseBody(this.o.body.budget, x);
+  private openEventStream(call: Call, r: EventStreamReply): void {
+    const { res } = call;
+    if (call.heldBytes > 0) releaseBody(this.options.body.budget, call);
     if (res.headersSent || res.destroyed) {
       r.eventStream.cancel();
-      this.logRequest(x, r.status);
-      this.settle(x);
+      this.logRequest(call, r.status);
+      this.settle(call);
       return;
     }
-    const headers = this.headers(x, EVENT_STREAM_TYPE);
+    const headers = this.headers(call, EVENT_STREAM_TYPE);
     // nginx passes each event on as it comes instead of buffering the answer
     headers.push('x-accel-buffering', 'no');
     res.writeHead(r.status, headers);
-    this.logRequest(x, r.status);
-    if (x.req.method === 'HEAD') {
+    this.logRequest(call, r.status);
+    if (call.req.method === 'HEAD') {
       r.eventStream.cancel();
       res.end();
-      this.settle(x);
+      this.settle(call);
       return;
     }
     res.flushHeaders();
-    const settle = (): void => this.settle(x);
+    const settle = (): void => this.settle(call);
     res.once('finish', settle);
     res.once('close', settle);
     r.eventStream.attach(res);
   }
 
-  private fail(x: Exchange, e: unknown): void {
+  private fail(call: Call, e: unknown): void {
     const h = toHttp(e);
     // a 503 the server chose (busy, low on memory) is counted and in the request line, not a failure to report
     if (h === undefined || (h.status >= 500 && !(e instanceof HttpError && h.status === 503))) {
-      this.o.log.error('request failed', { reqId: x.id, route: x.route?.def.path ?? null, err: e });
+      this.options.log.error('request failed', { reqId: call.id, route: call.route?.def.path ?? null, err: e });
     }
     const status = h?.status ?? 500;
     const message = h?.message ?? 'Internal server error';
-    const more: string[] = [];
-    if (h !== undefined) for (const [k, v] of h.headers) more.push(k, v);
-    if (h?.close === true) more.push('connection', 'close');
-    this.send(x, status, JSON.stringify({ success: false, message }), undefined, more);
+    const headerPairs: string[] = [];
+    if (h !== undefined) for (const [k, v] of h.headers) headerPairs.push(k, v);
+    if (h?.close === true) headerPairs.push('connection', 'close');
+    this.send(call, status, errorBody(message), undefined, headerPairs);
   }
 
-  private send(x: Exchange, status: number, body: string | Buffer, contentType: string | undefined, more: readonly string[] | undefined): void {
-    const { res } = x;
-    if (x.heldBytes > 0) releaseBody(this.o.body.budget, x);
+  private send(call: Call, status: number, body: string | Buffer, contentType: string | undefined, headerPairs: readonly string[] | undefined): void {
+    const { res } = call;
+    if (call.heldBytes > 0) releaseBody(this.options.body.budget, call);
     if (res.headersSent || res.destroyed) {
-      this.logRequest(x, status);
-      this.settle(x);
+      this.logRequest(call, status);
+      this.settle(call);
       return;
     }
     const length = typeof body === 'string' ? Buffer.byteLength(body) : body.length;
-    const headers = this.headers(x, contentType ?? JSON_TYPE);
+    const headers = this.headers(call, contentType ?? JSON_TYPE);
     headers.push('content-length', String(length));
-    if (more !== undefined) for (let i = 0; i < more.length; i++) headers.push(more[i] as string);
+    if (headerPairs !== undefined) for (let i = 0; i < headerPairs.length; i++) headers.push(headerPairs[i] as string);
     res.writeHead(status, headers);
     let notHandedOver = NOTHING_LEFT;
     if (length <= WRITE_SLICE) res.end(body);
     else notHandedOver = writeInSlices(res, typeof body === 'string' ? Buffer.from(body) : body);
-    this.logRequest(x, status);
-    if (res.writableFinished) this.settle(x);
-    else this.watchWrite(x, notHandedOver);
+    this.logRequest(call, status);
+    if (res.writableFinished) this.settle(call);
+    else this.watchWrite(call, notHandedOver);
   }
 
   /**
    * An answer the kernel has not taken whole: each slice it takes restarts the write timeout;
    * when none is taken for WRITE_TIMEOUT the connection is destroyed, and with it the unsent rest.
    */
-  private watchWrite(x: Exchange, notHandedOver: () => number): () => void {
-    const { res } = x;
+  private watchWrite(call: Call, notHandedOver: () => number): () => void {
+    const { res } = call;
     const timer = setTimeout(() => {
-      this.o.log.warn('the client took no byte of its answer for WRITE_TIMEOUT; connection closed', {
-        reqId: x.id,
-        route: x.route?.def.path ?? null,
+      this.options.log.warn('the client took no byte of its answer for WRITE_TIMEOUT; connection closed', {
+        reqId: call.id,
+        route: call.route?.def.path ?? null,
         unsentBytes: notHandedOver() + (res.socket?.writableLength ?? 0),
-        timeoutMs: this.o.writeTimeoutMs,
+        timeoutMs: this.options.writeTimeoutMs,
       });
-      if (this.o.metrics !== undefined) this.o.metrics.writeTimeouts++;
+      if (this.options.metrics !== undefined) this.options.metrics.writeTimeouts++;
       res.destroy();
-    }, this.o.writeTimeoutMs);
+    }, this.options.writeTimeoutMs);
     const progress = (): void => {
       timer.refresh();
     };
@@ -482,7 +487,7 @@ export class Pipeline {
       res.off('drain', progress);
       res.off('finish', done);
       res.off('close', done);
-      this.settle(x);
+      this.settle(call);
     };
     res.on('drain', progress);
     res.on('finish', done);
@@ -491,10 +496,10 @@ export class Pipeline {
   }
 
   /** The headers every answer carries, and CORS's when it applies. */
-  private headers(x: Exchange, contentType: string): string[] {
-    const headers = ['content-type', contentType, 'cache-control', 'no-store', 'x-content-type-options', 'nosniff', 'x-request-id', x.id];
-    if (x.extra !== undefined) for (let i = 0; i < x.extra.length; i++) headers.push(x.extra[i] as string);
-    if (x.conn?.overflow === true) headers.push('connection', 'close');
+  private headers(call: Call, contentType: string): string[] {
+    const headers = ['content-type', contentType, 'cache-control', 'no-store', 'x-content-type-options', 'nosniff', 'x-request-id', call.id];
+    if (call.corsHeaders !== undefined) for (let i = 0; i < call.corsHeaders.length; i++) headers.push(call.corsHeaders[i] as string);
+    if (call.conn?.overflow === true) headers.push('connection', 'close');
     return headers;
   }
 
@@ -502,20 +507,41 @@ export class Pipeline {
    * One line per request (Logger.request): the request id matches SANE_REQUEST_ID or is ours,
    * so it needs no escaping.
    */
-  private logRequest(x: Exchange, status: number): void {
-    const seconds = (performance.now() - x.started) / 1000;
-    if (x.route !== undefined) x.route.stats?.observe(status, seconds);
-    else this.o.metrics?.forUnrouted(x.req.method ?? '', x.pattern).observe(status, seconds);
-    const log = this.o.log;
+  private logRequest(call: Call, status: number): void {
+    const seconds = (performance.now() - call.started) / 1000;
+    if (call.route !== undefined) call.route.stats?.observe(status, seconds);
+    else this.options.metrics?.forUnrouted(call.req.method ?? '', call.pattern).observe(status, seconds);
+    const log = this.options.log;
     if (!log.enabled('info')) return;
-    const method = x.req.method ?? '';
-    const r = x.route;
+    const method = call.req.method ?? '';
+    const r = call.route;
     const middle =
       r !== undefined && method === r.def.method
         ? r.logMiddle
-        : requestLineMiddle(method, r?.routeJson ?? (x.pattern !== undefined ? JSON.stringify(x.pattern) : 'null'));
-    log.request(x.id, middle, status, seconds, x.user);
+        : requestLineMiddle(method, r?.routeJson ?? (call.pattern !== undefined ? JSON.stringify(call.pattern) : 'null'));
+    log.request(call.id, middle, status, seconds, call.user);
   }
+}
+
+/** The path's parameters by name, percent-decoded; a blank one is refused when its route says how. */
+function pathParams(route: RuntimeRoute, values: readonly string[]): Record<string, string> {
+  const params: Record<string, string> = {};
+  const names = route.paramNames;
+  for (let i = 0; i < names.length; i++) {
+    const name = names[i] as string;
+    let v = values[i] as string;
+    if (v.includes('%')) {
+      try {
+        v = decodeURIComponent(v);
+      } catch {
+        throw new HttpError(400, 'Invalid percent-encoding in the path');
+      }
+    }
+    const blank = route.def.params?.[name]?.blankMessage;
+    if (blank !== undefined && v.trim() === '') throw new HttpError(400, blank);
+    params[name] = v;
+  }
+  return params;
 }
 
 /**

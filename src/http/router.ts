@@ -92,18 +92,6 @@ export class Router<T> {
     }
     return undefined;
   }
-
-  /** Every pattern with its methods, in registration order per node. */
-  routes(): { pattern: string; method: string; value: T }[] {
-    const out: { pattern: string; method: string; value: T }[] = [];
-    const visit = (n: Node<T>): void => {
-      if (n.pattern !== undefined) for (const [method, value] of n.methods) out.push({ pattern: n.pattern, method, value });
-      for (const c of n.statics) visit(c.node);
-      if (n.param !== undefined) visit(n.param.node);
-    };
-    visit(this.root);
-    return out;
-  }
 }
 
 function allowOf<T>(n: Node<T>): string[] {

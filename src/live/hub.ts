@@ -6,7 +6,7 @@
 // goes live. One timer serves every stream: heartbeats, expiry, streams that stopped reading.
 import type { ServerResponse } from 'node:http';
 import type { Socket } from 'node:net';
-import type { EventStreamReply } from '../api/route.js';
+import type { EventStreamReply } from '../http/route.js';
 import { TokenError } from '../auth/jwt.js';
 import { HttpError } from '../http/errors.js';
 import type { Logger } from '../log.js';

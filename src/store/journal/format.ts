@@ -146,10 +146,10 @@ function hexValue(c: number): number {
   return -1;
 }
 
-type Decoded = { ok: true } | { ok: false; reason: string };
+type LineCheck = { ok: true } | { ok: false; reason: string };
 
 /** Whether bytes [start, end) (newline excluded) are an intact line: its checksum holds. */
-function decode(buf: Buffer, start: number, end: number): Decoded {
+function checkLine(buf: Buffer, start: number, end: number): LineCheck {
   if (end - start < 11 || buf[start + 8] !== 0x20) return { ok: false, reason: 'not a journal line' };
   let want = 0;
   for (let i = 0; i < 8; i++) {
@@ -364,8 +364,8 @@ export function scanJournal(
     const handle = (start: number, end: number): void => {
       lineNo++;
       const offset = base + start;
-      const d = decode(buf, start, end);
-      if (!d.ok && lineNo === 1 && buf[end - 1] === 0x0d && decode(buf, start, end - 1).ok) throw new JournalHasCrlf(file);
+      const d = checkLine(buf, start, end);
+      if (!d.ok && lineNo === 1 && buf[end - 1] === 0x0d && checkLine(buf, start, end - 1).ok) throw new JournalHasCrlf(file);
       if (damage !== undefined) {
         linesAfterDamage++;
         if (d.ok) validAfterDamage++;
@@ -489,7 +489,7 @@ export function findDeletions(file: string, into: Deletions, opts: { fd?: number
           if (hit < 9 || buf[hit - 1] !== 0x20 || (hit > 9 && buf[hit - 10] !== 0x0a)) continue;
           const nl = buf.indexOf(0x0a, hit);
           if (nl === -1 || nl >= end) continue;
-          if (!decode(buf, hit - 9, nl).ok) continue;
+          if (!checkLine(buf, hit - 9, nl).ok) continue;
           const where = base + at + hit - 9;
           if (prefix === DEL_PREFIX) {
             const idEnd = buf.indexOf(0x22, hit + DEL_PREFIX.length);

@@ -128,11 +128,3 @@ export function route<Q extends Record<string, QueryField> = Record<string, neve
 ): RouteDef {
   return def as unknown as RouteDef;
 }
-
-/** The start of every success answer: `data` follows, then the closing brace. */
-export const DATA_OPEN = '{"success":true,"data":';
-
-/** `{"success":true,"data":<json>}` around data that is already JSON. */
-export function dataBody(json: string): string {
-  return `${DATA_OPEN}${json}}`;
-}
