@@ -12,6 +12,7 @@ import { generateDataDir, PER_LIST } from './datagen.mjs';
 import { ENGINE_GROUPS, engineScenarios, engineTargets, renderEngines, stopEngines } from './engines.mjs';
 import { buildRequest, percentile, runLoad } from './loadgen.mjs';
 import { profileTable } from './profile.mjs';
+import { engineAvailable, seedDataDir, soakEngine } from './soak.mjs';
 import { conversationGroups, conversationScenarios, renderConversations } from './conversations.mjs';
 
 const HELP = `Usage: node bench/run.mjs [SCENARIO|GROUP ...] [options]   (npm run bench -- [...])
@@ -33,6 +34,8 @@ Options (each also an environment variable):
   --profile            run the API servers of load scenarios under node --cpu-prof and add the
                        top self-time functions to the report (profiles in bench/results/profiles)
   --keep               keep the temporary directory (data, server logs)
+  --engines=a,b        engines the soak runs (default: journal, and sqlite  BENCH_ENGINES
+                       when this Node.js has node:sqlite; npm run bench runs on Node 24)
   --seam-base=REF      journal-seam: the build to compare with (default: the parent of the
                        commit "Store seam: ..."), built once in $TMPDIR    BENCH_SEAM_BASE
 The server runs with LOG_LEVEL from the environment (default info), its stdout to a log file.`;
@@ -61,6 +64,7 @@ const opts = {
   profile: has('profile'),
   keep: has('keep'),
   logLevel: process.env.LOG_LEVEL ?? 'info',
+  engines: (flag('engines') ?? process.env.BENCH_ENGINES ?? 'journal,sqlite').split(',').filter((e) => e !== ''),
   seamBase: flag('seam-base') ?? process.env.BENCH_SEAM_BASE,
   quick,
 };
@@ -78,7 +82,7 @@ const loadAtStart = loadavg();
 let runDir; // the run's temporary directory, made once the command line is accepted
 const profileDir = join(ROOT, 'bench', 'results', 'profiles');
 const live = new Set(); // processes to stop if the run is interrupted
-const report = { load: [], disk: [], startup: [], cold: [], profiles: [], notes: [] };
+const report = { load: [], disk: [], startup: [], cold: [], soak: [], profiles: [], notes: [] };
 const dataSets = new Map(); // cache of generated data directories, by size
 let logSeq = 0;
 
@@ -577,6 +581,24 @@ async function coldStart() {
   progress(`cold start: median ${median(times).toFixed(0)} ms over ${times.length} runs`);
 }
 
+// ---- the soak: hostile clients beside a normal load ----
+
+async function soak() {
+  const conns = 32;
+  for (const store of opts.engines) {
+    if (!engineAvailable(store)) {
+      report.notes.push(`soak: STORE=${store} skipped: Node.js ${process.version} cannot run it (npm run bench runs the pinned Node 24)`);
+      continue;
+    }
+    const seedDir = join(runDir, `soak-seed-${store}`);
+    progress(`soak ${store}: seeding...`);
+    const ids = seedDataDir(seedDir, store);
+    // as in a 1 GiB container, where the issue saw the process killed
+    const start = (name, dir, env) => startApi({ name, dataDir: dir, env: { MEMORY_LIMIT: '1gb', ...env } });
+    report.soak.push(...(await soakEngine({ store, seedDir, ids, start, conns, warmupMs: opts.warmupMs, durationMs: opts.durationMs * 2, progress, workDir: runDir })));
+  }
+}
+
 // ---- selection ----
 
 const scenarios = [
@@ -585,6 +607,7 @@ const scenarios = [
   { name: 'cold-start', run: coldStart },
   { name: 'replay', run: replay },
   { name: 'list-scale', run: listScale },
+  { name: 'soak', run: soak },
   // the engines against each other (bench/engines.mjs)
   ...engineScenarios({ opts, progress, report, runDir: () => runDir, start, startApi, runLoadScenario, dataSet, scenario: (name) => loadScenarios.find((sc) => sc.name === name), seedLists, createRequest }),
   ...conversationScenarios({ opts, report, progress, runDir: () => runDir, track: (p) => live.add(p) }),
@@ -600,6 +623,7 @@ const groups = {
   writes: ['create-1', 'create-16', 'create-64', 'fsync', 'update', 'turn'],
   scale: ['replay', 'list-scale'],
   startup: ['cold-start', 'replay'],
+  hostile: ['soak'],
   ...ENGINE_GROUPS,
   ...conversationGroups,
 };
@@ -721,6 +745,15 @@ function render(wallSeconds) {
     const c = report.cold[0];
     L.push('## Cold start', '', '| empty data directory, spawn → first /healthz 200 | median ms | min ms | max ms |', '|---|---:|---:|---:|');
     L.push(`| ${c.runs} runs | ${ms(c.median)} | ${ms(c.min)} | ${ms(c.max)} |`, '');
+  }
+  if (report.soak.length > 0) {
+    L.push('## Soak: hostile clients beside a normal load', '');
+    L.push(`Each row: a fresh server on a copy of one seeded data set (64 users with 10 sessions of 5 turns, a user with 30,000 sessions, a project of 30,000 sessions, a session of 64 turns of 1000 KiB), the normal load alone (32 connections: each a user reading its sessions, its list and a page of turns of each, and writing a 1 KiB turn every fourth request), then the same load beside the hostile client. p99 of the normal load; peak RSS = the server's VmHWM over both runs. Servers run with \`MEMORY_LIMIT=1gb\`, as in a 1 GiB container. Ratios are the figures to compare across runs; the machine is shared.`, '');
+    L.push('| engine | hostile client (#16 item) | normal p99 alone ms | normal p99 beside it ms | ratio | normal req/s alone → beside | normal errors | the hostile client got | server peak RSS MiB |', '|---|---|---:|---:|---:|---|---:|---|---:|');
+    for (const r of report.soak) {
+      L.push(`| ${r.store} | ${r.kind} (${r.item}): ${r.what} | ${ms(r.p99Alone)} | ${ms(r.p99Under)} | ${(r.p99Under / r.p99Alone).toFixed(1)} | ${int(r.rpsAlone)} → ${int(r.rpsUnder)} | ${r.errorsUnder} | ${r.hostile} | ${int(r.peakMiB)} |`);
+    }
+    L.push('');
   }
   L.push(...renderEngines());
   L.push(...renderConversations(report));
