@@ -73,4 +73,15 @@ describe('Documents', () => {
     assert.ok(checked > 20, `only ${checked} quotes found: the scan is broken`);
     assert.deepEqual(missing, []);
   });
+
+  test('the README\'s table of schema versions ends at the versions this release writes (sqlite and PostgreSQL)', () => {
+    const readme = readFileSync(join(ROOT, 'README.md'), 'utf8');
+    const start = readme.indexOf('| step | sqlite | PostgreSQL |');
+    assert.ok(start > 0, 'the README has the table');
+    const rows = readme.slice(start).split('\n').filter((l, i, all) => l.startsWith('|') && all.slice(0, i).every((p) => p.startsWith('|')));
+    const last = rows.at(-1).split('|').map((c) => c.trim());
+    const version = (engine) => Number(/export const SCHEMA_VERSION = (\d+);/.exec(readFileSync(join(ROOT, 'src', 'store', engine, 'schema.ts'), 'utf8'))[1]);
+    assert.equal(Number(last[2]), version('sqlite'), `sqlite in ${rows.at(-1)}`);
+    assert.equal(Number(last[3]), version('postgres'), `PostgreSQL in ${rows.at(-1)}`);
+  });
 });
