@@ -67,7 +67,7 @@ export function createApp(p: AppParts): App {
     ...turnRoutes(sessionDeps),
     ...searchRoutes(sessionDeps),
     ...usageRoutes(p.store),
-    ...(live === undefined ? [] : eventRoutes({ hub: live.hub, tickets: live.tickets, store: p.store, access: config.access })),
+    ...(live === undefined ? [] : eventRoutes({ hub: live.hub, tickets: live.tickets, store: p.store, access: config.access, retentionDays: config.retentionDays })),
     ...providerRoutes(p.catalog),
   ];
   openApiBody = JSON.stringify(openApiDocument(routes, p.version));

@@ -55,6 +55,8 @@ export interface Config {
   readonly groupCommit: boolean;
   /** Days after its last activity a session without its own expiresAt is gone; undefined: never. */
   readonly retentionDays: number | undefined;
+  /** How often the background purge deletes the storage of expired sessions; undefined with PURGE_INTERVAL=off. */
+  readonly purgeIntervalMs: number | undefined;
   readonly sqliteFile: string;
   /** Page cache of each sqlite connection, in bytes. */
   readonly sqliteCacheBytes: number;
@@ -137,6 +139,7 @@ export const SETTINGS: readonly Setting[] = [
   { env: 'DATABASE_SCHEMA', flag: '--database-schema', def: 'chat_session_api', help: 'STORE=postgres: the schema holding the tables (created and migrated at start)' },
   { env: 'DATABASE_POOL_SIZE', flag: '--database-pool-size', def: '10', help: 'STORE=postgres: connections to the database at most' },
   { env: 'RETENTION_DAYS', flag: '--retention-days', def: '(off)', help: 'sessions without their own expiresAt are gone (404, out of lists) this many days after their last activity' },
+  { env: 'PURGE_INTERVAL', flag: '--purge-interval', def: '1m', help: 'how often the storage of expired sessions is deleted, in batches of 100 (ms, s, m); off: never (the purge command still can)' },
   { env: 'STREAMING_IDLE', flag: '--streaming-idle', def: '5m', help: 'STORE=postgres: a streaming turn that takes no delta for this long is marked interrupted (ms, s, m)' },
   { env: 'GROUP_COMMIT', flag: '--group-commit', def: 'on', help: 'off only to measure what sharing commits buys: one write per commit' },
   { env: 'MAX_CONNECTIONS', flag: '--max-connections', def: '1000', help: 'open connections at most; past it the oldest idle one is closed (keep below the descriptor limit)' },
@@ -279,6 +282,7 @@ export function loadConfig(env: NodeJS.ProcessEnv, flags: Raw = new Map(), cwd: 
   const storeText = (get('STORE') ?? 'journal').trim().toLowerCase();
   if (!(ENGINES as readonly string[]).includes(storeText)) throw new ConfigError(`STORE must be one of ${ENGINES.join(', ')} (got "${storeText}")`);
   const sqliteText = get('SQLITE_FILE');
+  const purgeText = get('PURGE_INTERVAL');
   const databaseUrl = get('DATABASE_URL');
   if (storeText === 'postgres' && databaseUrl === undefined) throw new ConfigError('STORE=postgres needs DATABASE_URL (postgres://user:password@host:port/database)');
   const bodyLimit = parseSize('BODY_LIMIT', get('BODY_LIMIT') ?? '1mb');
@@ -332,6 +336,7 @@ export function loadConfig(env: NodeJS.ProcessEnv, flags: Raw = new Map(), cwd: 
     streamingIdleMs: parseDuration('STREAMING_IDLE', get('STREAMING_IDLE') ?? '5m'),
     groupCommit: parseSwitch('GROUP_COMMIT', get('GROUP_COMMIT') ?? 'on'),
     retentionDays: get('RETENTION_DAYS') === undefined ? undefined : parseCount('RETENTION_DAYS', get('RETENTION_DAYS') as string, 1_000_000),
+    purgeIntervalMs: purgeText?.trim().toLowerCase() === 'off' ? undefined : parseDuration('PURGE_INTERVAL', purgeText ?? '1m'),
     sqliteFile: sqliteText === undefined ? join(dataDir, 'chat-sessions.db') : resolve(cwd, sqliteText),
     sqliteCacheBytes: parseSize('SQLITE_CACHE', get('SQLITE_CACHE') ?? '32mb'),
     limits: {

@@ -1,4 +1,4 @@
-// The command line: serve (the default), token, export, import, reindex, --help, --version.
+// The command line: serve (the default), token, export, import, purge, erase-user, reindex, --help, --version.
 // Errors a person can fix end the process with one plain line on stderr.
 import { existsSync, mkdirSync, statSync, writeSync } from 'node:fs';
 import { resolve } from 'node:path';
@@ -10,6 +10,8 @@ import { ConfigError, loadConfig, parseFlags, settingsHelp, type Config } from '
 import { Logger } from './log.js';
 import { ProvidersFileError } from './providers.js';
 import { serve } from './server.js';
+import { eraseUser, purgeExpired } from './purge.js';
+import { expiryOf, livenessAt } from './domain/retention.js';
 import { acquireLock, DataDirLocked, guardDataDir, LOCK_FILE } from './data-dir-lock.js';
 import { writeFileAtomically } from './files.js';
 import { COMMITTED_FILE, COMPACT_SUFFIX, IMPORT_SUFFIX, JOURNAL_FILE, NEXT_SUFFIX } from './store/journal/appender.js';
@@ -33,6 +35,9 @@ Usage:
   node dist/server.js export [--out FILE] [options]  write all sessions and turns as NDJSON
                                                      (stdout by default; safe while the server runs)
   node dist/server.js import FILE [options]          load an export into a stopped data directory
+  node dist/server.js purge [--dry-run] [options]    delete the storage of expired sessions now; with
+                                                     --dry-run only list them (safe while the server runs)
+  node dist/server.js erase-user --user ID [options] delete every session of one user with all its turns
   node dist/server.js reindex [options]              build the search index again (sqlite, postgres;
                                                      the journal builds it at every start)
   node dist/server.js --help | --version
@@ -239,23 +244,62 @@ async function importCommand(argv: string[]): Promise<void> {
   }
 }
 
+/**
+ * Runs `use` on the store opened for writing, holding the data directory as import does: a
+ * server using it must be stopped first (on PostgreSQL, only the one of this DATA_DIR: the
+ * others' writes and this command's are transactions that cannot undo each other).
+ */
+async function withWritableStore<T>(config: Config, use: (store: Store) => Promise<T>): Promise<T> {
+  mkdirSync(config.dataDir, { recursive: true });
+  await guardDataDir(config.dataDir);
+  const lock = acquireLock(config.dataDir);
+  try {
+    return await withStore(await openStore(config, new Logger('warn')), use);
+  } finally {
+    lock.release();
+  }
+}
+
 async function reindexCommand(argv: string[]): Promise<void> {
   const config = loadCheckedConfig(argv);
   if (config.store === 'journal') {
     process.stdout.write('the journal keeps its search index in memory and builds it at every start: nothing to rebuild\n');
     return;
   }
-  const log = new Logger('warn');
-  mkdirSync(config.dataDir, { recursive: true });
-  await guardDataDir(config.dataDir);
-  const lock = acquireLock(config.dataDir);
-  try {
-    const started = Date.now();
-    const n = await withStore(await openStore(config, log), (store) => store.reindex());
-    process.stdout.write(`reindexed ${n} session names and turns in ${((Date.now() - started) / 1000).toFixed(1)} s\n`);
-  } finally {
-    lock.release();
+  const started = Date.now();
+  const n = await withWritableStore(config, (store) => store.reindex());
+  process.stdout.write(`reindexed ${n} session names and turns in ${((Date.now() - started) / 1000).toFixed(1)} s\n`);
+}
+
+async function purgeCommand(argv: string[]): Promise<void> {
+  const at = argv.indexOf('--dry-run');
+  const dryRun = at >= 0;
+  if (dryRun) argv.splice(at, 1);
+  const config = loadCheckedConfig(argv);
+  const line = (id: string, session: Parameters<typeof expiryOf>[0]): void => {
+    process.stdout.write(`${id}\texpired ${expiryOf(session, config.retentionDays) ?? '(never)'}\n`);
+  };
+  if (dryRun) {
+    // a read of one snapshot, like export: safe beside a running server
+    const expired = await withStore(await openStoreSnapshot(config, new Logger('warn')), (store) => store.expiredSessions(livenessAt(Date.now(), config.retentionDays), Number.MAX_SAFE_INTEGER));
+    let turns = 0;
+    for (const e of expired) {
+      line(e.session._id, e.session);
+      turns += e.turns;
+    }
+    process.stdout.write(`${expired.length} expired sessions (${turns} turns) would be purged\n`);
+    return;
   }
+  const purged = await withWritableStore(config, (store) => purgeExpired(store, config.retentionDays, (e) => line(e.session._id, e.session)));
+  process.stdout.write(`purged ${purged.sessions} expired sessions and ${purged.turns} turns\n`);
+}
+
+async function eraseUserCommand(argv: string[]): Promise<void> {
+  const user = takeOption(argv, '--user');
+  if (user === undefined || user.trim() === '') throw new ConfigError('erase-user needs --user <user id>');
+  const config = loadCheckedConfig(argv);
+  const erased = await withWritableStore(config, (store) => eraseUser(store, user, (id) => process.stdout.write(`${id}\n`)));
+  process.stdout.write(`erased ${erased.sessions} sessions and ${erased.turns} turns of user ${user}\n`);
 }
 
 async function main(argv: string[]): Promise<void> {
@@ -292,8 +336,12 @@ async function main(argv: string[]): Promise<void> {
       return exportCommand(argv);
     case 'import':
       return importCommand(argv);
+    case 'purge':
+      return purgeCommand(argv);
     case 'reindex':
       return reindexCommand(argv);
+    case 'erase-user':
+      return eraseUserCommand(argv);
     default:
       throw new ConfigError(`unknown command "${command}" (see --help)`);
   }

@@ -91,6 +91,8 @@ export class Metrics {
   memory: { low(): boolean; readonly refused: number } | undefined;
   /** The live feed's streams and events (set by it; undefined with EVENTS=off). */
   live: { streams(): number; events(): number; ended(): ReadonlyMap<string, number> } | undefined;
+  /** What the background purge deleted (set by the server; undefined with PURGE_INTERVAL=off). */
+  purged: { readonly sessions: number; readonly turns: number } | undefined;
   private readonly startSeconds = Date.now() / 1000;
 
   /** The counters for one route; `route` is its pattern, never a raw path. */
@@ -176,6 +178,12 @@ export class Metrics {
     lines.push(`${p}_turns ${g.store.turns}`);
     meta(`${p}_store_bytes`, 'gauge', 'UTF-8 bytes of the JSON of every stored session and turn (the same on every engine).');
     lines.push(`${p}_store_bytes ${g.store.bytes}`);
+    if (this.purged !== undefined) {
+      meta(`${p}_purged_sessions_total`, 'counter', 'Expired sessions whose storage the background purge deleted (by this instance).');
+      lines.push(`${p}_purged_sessions_total ${this.purged.sessions}`);
+      meta(`${p}_purged_turns_total`, 'counter', 'Turns of those sessions deleted with them.');
+      lines.push(`${p}_purged_turns_total ${this.purged.turns}`);
+    }
     meta(`${p}_commit_duration_seconds`, 'histogram', 'Time to make a group of writes durable (one per group commit).');
     lines.push(...this.commits.render(`${p}_commit_duration_seconds`, ''));
     meta(`${p}_committed_writes_total`, 'counter', 'Writes made durable (several share one commit).');

@@ -12,6 +12,7 @@ import { Metrics } from './metrics.js';
 import { acquireLock, guardDataDir } from './data-dir-lock.js';
 import { loadProviders, type ProviderCatalog } from './providers.js';
 import { INTERRUPT_SWEEP_MS, interruptLeftStreaming } from './live/interrupted.js';
+import { BackgroundPurge } from './purge.js';
 import { openStore } from './store/open.js';
 import type { Store } from './store/store.js';
 
@@ -110,6 +111,10 @@ export async function serve(config: Config, log: Logger, version: string): Promi
   const addr = server.address() as AddressInfo;
   const host = addr.family === 'IPv6' ? `[${addr.address}]` : addr.address;
   log.info('listening', { url: `http://${host}:${addr.port}`, port: addr.port, dataDir: config.dataDir, store: config.store, access: config.access, version });
+  // expired sessions' storage goes in the background, once serving
+  const purge = config.purgeIntervalMs === undefined ? undefined : new BackgroundPurge(store, config.retentionDays, config.purgeIntervalMs, log);
+  if (metrics !== undefined && purge !== undefined) metrics.purged = purge.total;
+  purge?.start();
   if (secrets.source === 'generated') {
     log.info('generated a new HS256 secret; mint a token with: node dist/server.js token --sub <user>', { file: secrets.file });
   }
@@ -144,6 +149,7 @@ export async function serve(config: Config, log: Logger, version: string): Promi
       app
         .close()
         .catch((e: unknown) => log.error('the live feed did not close cleanly', { err: e }))
+        .then(() => purge?.stop())
         .then(closeStore)
         .then(
         () => {

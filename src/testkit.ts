@@ -29,3 +29,5 @@ export { PgError, PgServerError } from './pg/errors.js';
 export { Password, describeTarget, parseDatabaseUrl, redactDatabaseUrl } from './pg/url.js';
 export { Listener } from './pg/listen.js';
 export { Pool } from './pg/pool.js';
+export { livenessAt } from './domain/retention.js';
+export { eraseUser, purgeExpired, PURGE_BATCH } from './purge.js';

@@ -7,6 +7,7 @@ import type { TicketCodec } from '../auth/tickets.js';
 import type { QuerySchema } from '../domain/schema.js';
 import { FollowKey, type Follow, type Hub } from '../live/hub.js';
 import { SessionNotFound, type Store } from '../store/store.js';
+import { Access } from './access.js';
 import { dataBody } from '../http/envelope.js';
 import { route, type Context, type RouteDef } from '../http/route.js';
 
@@ -15,6 +16,7 @@ export interface EventDeps {
   readonly tickets: TicketCodec;
   readonly store: Store;
   readonly access: AccessMode;
+  readonly retentionDays: number | undefined;
 }
 
 const streamFields = {
@@ -63,7 +65,8 @@ function follow(ctx: Context<typeof streamFields, Record<string, never>>, key: s
   };
 }
 
-export function eventRoutes({ hub, tickets, store, access }: EventDeps): RouteDef[] {
+export function eventRoutes({ hub, tickets, store, access, retentionDays }: EventDeps): RouteDef[] {
+  const sees = new Access(access, retentionDays);
   return [
     route({
       method: 'POST',
@@ -117,7 +120,8 @@ export function eventRoutes({ hub, tickets, store, access }: EventDeps): RouteDe
         const who = principalOf(ctx).user;
         const id = ctx.params['id'] as string;
         const r = await store.getSession(id);
-        if (r === undefined || (access === 'owner' && r.session.user !== who)) throw new SessionNotFound();
+        // an expired session is gone here too; one that expires while followed ends its stream (deleted) when the purge takes it
+        if (!sees.found(r, who)) throw new SessionNotFound();
         return hub.open(follow(ctx, FollowKey.session(id), id));
       },
     }),

@@ -22,3 +22,10 @@ export function isLive(s: ChatSession, l: Liveness): boolean {
   if (s.expiresAt === null) return true;
   return l.cutoff === undefined || s.updatedAt > l.cutoff;
 }
+
+/** When the session is (or was) gone: its own expiry, or its last activity + RETENTION_DAYS; undefined: never. */
+export function expiryOf(s: ChatSession, retentionDays: number | undefined): string | undefined {
+  if (typeof s.expiresAt === 'string') return s.expiresAt;
+  if (s.expiresAt === null || retentionDays === undefined) return undefined;
+  return new Date(Date.parse(s.updatedAt) + retentionDays * DAY_MS).toISOString();
+}

@@ -157,6 +157,12 @@ export interface ImportSummary {
   readonly unchanged: number;
 }
 
+/** A session past its expiry whose storage is still there, as the purge finds it, with how many turns it holds. */
+export interface ExpiredSession {
+  readonly session: ChatSession;
+  readonly turns: number;
+}
+
 /** An engine's own measure, shown in /metrics beside the generic ones. */
 export interface EngineGauge {
   readonly name: string;
@@ -305,6 +311,12 @@ export interface Store {
    * the engine's idle time. The server marks them `interrupted`.
    */
   leftStreaming(atStart: boolean): Promise<readonly { readonly session: string; readonly turnId: string }[]>;
+
+  /**
+   * At most `limit` sessions gone at `live` (src/domain/retention.ts) and still stored, for the
+   * purge: read from the expiry indexes on sqlite and PostgreSQL, from memory in the journal.
+   */
+  expiredSessions(live: Liveness, limit: number): Promise<readonly ExpiredSession[]>;
 
   /** Every live session with its turns, as of one moment. */
   exportAll(): Promise<ExportSnapshot>;

@@ -7,7 +7,7 @@ import { join } from 'node:path';
 import { describe, test } from 'node:test';
 import { kit, openOn } from './engines.mjs';
 
-const { chatSession, newObjectId } = kit;
+const { chatSession, newObjectId, livenessAt, purgeExpired, eraseUser, PURGE_BATCH } = kit;
 
 const at = (ms) => new Date(Date.UTC(2026, 0, 1) + ms).toISOString();
 let idClock = 0;
@@ -128,6 +128,72 @@ export function findingContract(engine) {
         assert.deepEqual(listed.map((s) => [s.tags, s.metadata, s.expiresAt]), [[['Keep'], { k: 'v' }, at(9_999_999_999)]]);
         const never = (await walk(store, { user: 'alice', archived: 'false' }, 10)).find((s) => s.tags === undefined);
         assert.equal(never.expiresAt, null);
+      });
+    });
+    test('expired sessions are found by their own expiry and by RETENTION_DAYS, kept ones never; the purge deletes them with their turns and usage follows, after a reopen too', async () => {
+      await withStore(async (store, reopen) => {
+        const now = Date.UTC(2026, 0, 1) + 100 * 86_400_000;
+        const own = await store.createSession(session({ ms: 0, expiresAt: at(50 * 86_400_000) })); // gone at day 50
+        await store.appendTurn(own.session._id, turnAt(1));
+        await store.appendTurn(own.session._id, turnAt(2));
+        const idle = await store.createSession(session({ ms: 3 })); // no own expiry: RETENTION_DAYS decides
+        await store.appendTurn(idle.session._id, turnAt(4));
+        const kept = await store.createSession(session({ ms: 5, expiresAt: null }));
+        const later = await store.createSession(session({ ms: 6, expiresAt: at(5000 * 86_400_000) })); // years from now
+        const ids = (list) => list.map((e) => e.session._id).sort();
+        assert.deepEqual(ids(await store.expiredSessions(livenessAt(now, undefined), 10)), [own.session._id]);
+        const withDays = await store.expiredSessions(livenessAt(now, 30), 10);
+        assert.deepEqual(ids(withDays), [own.session._id, idle.session._id].sort());
+        assert.deepEqual(withDays.map((e) => [e.session._id, e.turns]).sort(), [[own.session._id, 2], [idle.session._id, 1]].sort());
+        assert.equal((await store.expiredSessions(livenessAt(now, 30), 1)).length, 1);
+        const before = await store.usage('alice');
+        // the purge reads the wall clock: day 100 of 2026 is long past, so both are gone with 30 days
+        const purged = await purgeExpired(store, 30);
+        assert.deepEqual(purged, { sessions: 2, turns: 3 });
+        store = await reopen();
+        assert.equal(await store.getSession(own.session._id), undefined);
+        assert.equal(await store.getSession(idle.session._id), undefined);
+        assert.deepEqual((await store.listTurns(own.session._id, undefined, 10)).items, []);
+        assert.ok(await store.getSession(kept.session._id));
+        assert.ok(await store.getSession(later.session._id));
+        const after = await store.usage('alice');
+        assert.equal(after.sessions, before.sessions - 2);
+        assert.equal(after.turns, before.turns - 3);
+        assert.deepEqual(await store.expiredSessions(livenessAt(now, 30), 10), []);
+        // a second purge (another instance's, say) finds nothing and deletes nothing
+        assert.deepEqual(await purgeExpired(store, 30), { sessions: 0, turns: 0 });
+      });
+    });
+
+    test('the purge goes in batches until every expired session is gone, and a session deleted meanwhile is skipped', async () => {
+      await withStore(async (store) => {
+        const n = PURGE_BATCH + 7;
+        for (let i = 0; i < n; i++) await store.createSession(session({ ms: i, expiresAt: at(i) }));
+        const first = (await store.expiredSessions(livenessAt(Date.now(), undefined), 1))[0];
+        await store.deleteSession(first.session._id, () => undefined);
+        const seen = [];
+        const purged = await purgeExpired(store, undefined, (e) => seen.push(e.session._id));
+        assert.equal(purged.sessions, n - 1);
+        assert.equal(new Set(seen).size, n - 1);
+        assert.equal(seen.includes(first.session._id), false);
+        assert.deepEqual(await store.expiredSessions(livenessAt(Date.now(), undefined), 10), []);
+      });
+    });
+
+    test('erase-user deletes every session one user owns (archived and expired ones too) with all their turns, and nobody else\'s', async () => {
+      await withStore(async (store) => {
+        const a = await store.createSession(session({ ms: 0 }));
+        await store.appendTurn(a.session._id, turnAt(1));
+        await store.createSession(session({ ms: 2, archived: true, project: 'other' }));
+        await store.createSession(session({ ms: 3, expiresAt: at(3) }));
+        const bob = await store.createSession(session({ ms: 4, user: 'bob' }));
+        await store.appendTurn(bob.session._id, turnAt(5));
+        const erased = [];
+        assert.deepEqual(await eraseUser(store, 'alice', (id) => erased.push(id)), { sessions: 3, turns: 1 });
+        assert.equal(erased.length, 3);
+        assert.deepEqual(await store.usage('alice'), { sessions: 0, turns: 0, bytes: 0 });
+        assert.equal((await store.usage('bob')).turns, 1);
+        assert.deepEqual(await eraseUser(store, 'alice', () => assert.fail('nothing is left')), { sessions: 0, turns: 0 });
       });
     });
   });

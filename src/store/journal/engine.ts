@@ -7,6 +7,7 @@ import { dirname, join } from 'node:path';
 import { SCAN_CHUNK, type SessionKey, type TurnKey } from '../../domain/order.js';
 import { appendText, isStreamingJson } from '../../domain/deltas.js';
 import { turnRecord, type ChatSession, type Turn } from '../../domain/records.js';
+import { isLive, type Liveness } from '../../domain/retention.js';
 import { lockHolder } from '../../data-dir-lock.js';
 import { fsyncDir, writeFullySync } from '../../files.js';
 import type { Quotas } from '../../config.js';
@@ -28,6 +29,7 @@ import {
   type TurnNode,
   type TurnUpdate,
   type WriteHint,
+  type ExpiredSession,
   type ExportItem,
   type ExportSnapshot,
   type ImportSummary,
@@ -271,6 +273,16 @@ export class JournalStore implements Store, GroupSource, Group {
     const e = this.state.get(s._id);
     if (e !== undefined && e.session === s) return e.peekRecord();
     return new LazyRecord(s, lastTurn);
+  }
+
+  /** Memory holds no index by expiry: every session is looked at until `limit` are found (a few ms per 100 000 sessions). */
+  expiredSessions(live: Liveness, limit: number): Promise<readonly ExpiredSession[]> {
+    const out: ExpiredSession[] = [];
+    for (const e of this.state.entries.values()) {
+      if (out.length === limit) break;
+      if (!isLive(e.session, live)) out.push({ session: e.session, turns: e.turns?.length ?? 0 });
+    }
+    return Promise.resolve(out);
   }
 
   async exportAll(): Promise<ExportSnapshot> {

@@ -4,6 +4,7 @@
 // exports read a REPEATABLE READ snapshot on a connection of their own.
 import { PAGE_BYTE_BUDGET, PAGE_SCAN_BUDGET, SCAN_CHUNK, SCAN_CHUNK_BYTES, type SessionKey, type TurnKey } from '../../domain/order.js';
 import type { ChatSession, Turn } from '../../domain/records.js';
+import type { Liveness } from '../../domain/retention.js';
 import { foldForSearch, indexedTurnWords, indexedWords } from '../../domain/search.js';
 import { versionOfSession } from '../../domain/version.js';
 import type { Logger } from '../../log.js';
@@ -23,6 +24,7 @@ import {
   type TurnEdit,
   type TurnUpdate,
   type WriteHint,
+  type ExpiredSession,
   type ExportItem,
   type ExportSnapshot,
   type ImportSummary,
@@ -370,6 +372,17 @@ export class PostgresStore implements Store, GroupSource {
         { name: 'postgres_waiting', type: 'gauge', help: 'Requests waiting for a connection.', value: p.waiting },
       ],
     };
+  }
+
+  /** From the two expiry indexes: own expiries passed, then (RETENTION_DAYS) activity before the cutoff, each oldest first. */
+  async expiredSessions(live: Liveness, limit: number): Promise<readonly ExpiredSession[]> {
+    const own = `SELECT json, turn_count FROM ${this.S}.sessions WHERE expires_at IS NOT NULL AND expires_at <= $1 ORDER BY expires_at LIMIT $2`;
+    const rows = (await this.pool.query(own, [live.now, String(limit)]).catch(rethrow)).rows;
+    if (live.cutoff !== undefined && rows.length < limit) {
+      const idle = `SELECT json, turn_count FROM ${this.S}.sessions WHERE expires_at IS NULL AND NOT keep AND updated_at <= $1 ORDER BY updated_at LIMIT $2`;
+      rows.push(...(await this.pool.query(idle, [live.cutoff, String(limit - rows.length)]).catch(rethrow)).rows);
+    }
+    return rows.map((r) => ({ session: JSON.parse(r[0] as string) as ChatSession, turns: Number(r[1]) }));
   }
 
   async usage(user: string): Promise<Usage> {

@@ -8,8 +8,8 @@ import { dirname } from 'node:path';
 import { Worker } from 'node:worker_threads';
 import { PAGE_BYTE_BUDGET, PAGE_SCAN_BUDGET, SCAN_CHUNK, SCAN_CHUNK_BYTES, sessionBefore, type SessionKey, type TurnKey } from '../../domain/order.js';
 import { foldedTags, type ChatSession, type Turn } from '../../domain/records.js';
-import { foldForSearch } from '../../domain/search.js';
 import type { Liveness } from '../../domain/retention.js';
+import { foldForSearch } from '../../domain/search.js';
 import { versionOfSession } from '../../domain/version.js';
 import type { Quotas } from '../../config.js';
 import type { Logger } from '../../log.js';
@@ -27,6 +27,7 @@ import {
   type TurnNode,
   type TurnUpdate,
   type WriteHint,
+  type ExpiredSession,
   type ExportItem,
   type ExportSnapshot,
   type ImportSummary,
@@ -543,6 +544,15 @@ export class SqliteStore implements Store, GroupSource, Group {
       }
     }
     return { sessions: counts.sessions, turns: counts.turns, items: items() };
+  }
+
+  /** From the two expiry indexes: own expiries passed, then (RETENTION_DAYS) activity before the cutoff, each oldest first. */
+  expiredSessions(live: Liveness, limit: number): Promise<readonly ExpiredSession[]> {
+    const rows = this.reader.prepare('SELECT json, turn_count FROM sessions WHERE expires_at IS NOT NULL AND expires_at <= ? ORDER BY expires_at LIMIT ?').all(live.now, limit);
+    if (live.cutoff !== undefined && rows.length < limit) {
+      rows.push(...this.reader.prepare('SELECT json, turn_count FROM sessions WHERE expires_at IS NULL AND keep = 0 AND updated_at <= ? ORDER BY updated_at LIMIT ?').all(live.cutoff, limit - rows.length));
+    }
+    return Promise.resolve(rows.map((r) => ({ session: JSON.parse(text(r['json'])) as ChatSession, turns: int(r['turn_count']) })));
   }
 
   private counters(): { sessions: number; turns: number; bytes: number } {

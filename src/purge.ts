@@ -1,0 +1,124 @@
+// Deleting what must go: sessions gone by their expiry (src/domain/retention.ts), in the
+// background and by `purge`, and every session of one user (`erase-user`). Each batch is a few
+// deleteSession writes queued together, so the serial writer commits them as one group and the
+// requests' writes queued meanwhile go between two batches.
+import { isLive, livenessAt } from './domain/retention.js';
+import type { Logger } from './log.js';
+import { SessionNotFound, type ExpiredSession, type Store } from './store/store.js';
+
+/** Sessions deleted per group commit: small, so a request's write never waits behind many. */
+export const PURGE_BATCH = 100;
+
+export interface Purged {
+  sessions: number;
+  turns: number;
+}
+
+/** A session found expired that is live again at the serial point (an import brought it back): it stays. */
+class StillLive extends Error {
+  override readonly name = 'StillLive';
+}
+
+/** Lets the event loop serve what waits (requests, their writes) before the next batch. */
+const yieldToRequests = (): Promise<void> => new Promise((resolve) => setImmediate(resolve));
+
+/**
+ * Deletes every session gone now, a batch at a time, and answers what it deleted. A session
+ * deleted meanwhile by someone else (a user, another PostgreSQL instance) is skipped: deleting
+ * one twice is harmless. `each` hears of every session as it goes.
+ */
+export async function purgeExpired(store: Store, retentionDays: number | undefined, each?: (e: ExpiredSession) => void, stopping: () => boolean = () => false): Promise<Purged> {
+  const purged: Purged = { sessions: 0, turns: 0 };
+  while (!stopping()) {
+    const live = livenessAt(Date.now(), retentionDays);
+    const batch = await store.expiredSessions(live, PURGE_BATCH);
+    const done = await Promise.allSettled(
+      batch.map((e) =>
+        store
+          .deleteSession(e.session._id, (current) => {
+            if (isLive(current.session, live)) throw new StillLive();
+          })
+          .then(() => e),
+      ),
+    );
+    let deleted = 0;
+    for (const d of done) {
+      if (d.status === 'fulfilled') {
+        deleted++;
+        purged.sessions++;
+        purged.turns += d.value.turns;
+        each?.(d.value);
+      } else if (!(d.reason instanceof SessionNotFound) && !(d.reason instanceof StillLive)) {
+        throw d.reason;
+      }
+    }
+    // a batch of which nothing could go would come back whole: the rest waits for the next run
+    if (batch.length < PURGE_BATCH || deleted === 0) break;
+    await yieldToRequests();
+  }
+  return purged;
+}
+
+/** The server's background purge: a run every `intervalMs`, one at a time, counted for /metrics. */
+export class BackgroundPurge {
+  readonly total: Purged = { sessions: 0, turns: 0 };
+  private timer: NodeJS.Timeout | undefined;
+  private running: Promise<void> | undefined;
+  private stopped = false;
+
+  constructor(
+    private readonly store: Store,
+    private readonly retentionDays: number | undefined,
+    private readonly intervalMs: number,
+    private readonly log: Logger,
+  ) {}
+
+  start(): void {
+    this.timer = setInterval(() => this.run(), this.intervalMs).unref();
+    this.run(); // what expired while the server was stopped goes now
+  }
+
+  private run(): void {
+    if (this.running !== undefined || this.stopped) return;
+    const counted = (e: ExpiredSession): void => {
+      this.total.sessions++;
+      this.total.turns += e.turns;
+    };
+    this.running = purgeExpired(this.store, this.retentionDays, counted, () => this.stopped)
+      .then(
+        (p) => {
+          if (p.sessions > 0) this.log.info('purged expired sessions', { sessions: p.sessions, turns: p.turns });
+        },
+        (e: unknown) => this.log.warn('purging expired sessions failed; trying again at the next run', { err: e }),
+      )
+      .finally(() => {
+        this.running = undefined;
+      });
+  }
+
+  /** Stops the timer and waits for the batch under way (before the store closes). */
+  async stop(): Promise<void> {
+    this.stopped = true;
+    clearInterval(this.timer);
+    await this.running;
+  }
+}
+
+/** Deletes every session `user` owns, with all their turns (whoever wrote them), a batch at a time; `each` hears of each id. */
+export async function eraseUser(store: Store, user: string, each: (id: string) => void): Promise<Purged> {
+  const before = await store.usage(user);
+  const ids: string[] = [];
+  // archived ones and expired ones too: no `live` filter
+  for await (const chunk of store.scanSessions({ user, archived: 'all' })) for (const r of chunk) ids.push(r.session._id);
+  for (let i = 0; i < ids.length; i += PURGE_BATCH) {
+    const batch = ids.slice(i, i + PURGE_BATCH);
+    const done = await Promise.allSettled(batch.map((id) => store.deleteSession(id, () => undefined).then(() => id)));
+    for (const d of done) {
+      if (d.status === 'fulfilled') each(d.value);
+      else if (!(d.reason instanceof SessionNotFound)) throw d.reason;
+    }
+    await yieldToRequests();
+  }
+  const after = await store.usage(user);
+  return { sessions: before.sessions - after.sessions, turns: before.turns - after.turns };
+}
