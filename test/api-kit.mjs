@@ -1,5 +1,5 @@
 // What the API tests share: the paths and ids they use, one server per test file started before
-// its tests (\`sharedServer\`), the calls that must succeed (\`create\`, \`addTurn\`, ...), the
+// its tests (`sharedServer`), the calls that must succeed (`create`, `addTurn`, ...), the
 // error envelope's assertions, the decisions' list order and a cursor walk.
 import assert from 'node:assert/strict';
 import { after, before } from 'node:test';
@@ -37,14 +37,14 @@ export const PROVIDERS = [
 ];
 export const URL_SECRETS = ['mirror-pass-1', 'plain-pass-2', 'eu-pass-3', 'proxy-pass-4', 'db-pass-5', 'redis-pass-6', 'mongo-pass-7', 'ftp-pass-8', 'ghp-token-9', 'notes-pass-10', 'notes-pass-11'];
 
-/** The test file's server and two users of it; set by the \`before\` that \`sharedServer\` registers. */
+/** The test file's server and two users of it; set by the `before` that `sharedServer` registers. */
 export let server;
 export let alice;
 export let bob;
 
 /**
- * Registers a \`before\` that starts one server for the test file (with `options` as
- * startServer takes them) and an \`after\` that stops it and removes its data directory.
+ * Registers a `before` that starts one server for the test file (with `options` as
+ * startServer takes them) and an `after` that stops it and removes its data directory.
  */
 export function sharedServer(options = {}) {
   let stopping = false;
