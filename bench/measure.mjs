@@ -11,8 +11,7 @@ import { opts, progress } from './options.mjs';
 export let runDir; // the run's temporary directory, made by makeRunDir once the command line is accepted
 export const profileDir = join(ROOT, 'bench', 'results', 'profiles');
 export const live = new Set(); // processes to stop if the run is interrupted
-export const report = { load: [], disk: [], startup: [], cold: [], profiles: [], notes: [] };
-const dataSets = new Map(); // cache of generated data directories, by size
+export const report = { load: [], disk: [], startup: [], cold: [], soak: [], profiles: [], notes: [] };
 let logSeq = 0;
 /** Report sections written whole by a scenario (the live feed's). */
 export const sections = [];

@@ -21,6 +21,8 @@ Options (each also an environment variable):
   --profile            run the API servers of load scenarios under node --cpu-prof and add the
                        top self-time functions to the report (profiles in bench/results/profiles)
   --keep               keep the temporary directory (data, server logs)
+  --engines=a,b        engines the soak runs (default: journal, and sqlite  BENCH_ENGINES
+                       when this Node.js has node:sqlite; npm run bench runs on Node 24)
   --seam-base=REF      journal-seam: the build to compare with (default: the parent of the
                        commit "Store seam: ..."), built once in $TMPDIR    BENCH_SEAM_BASE
 The server runs with LOG_LEVEL from the environment (default info), its stdout to a log file.`;
@@ -47,6 +49,7 @@ export const opts = {
   profile: has('profile'),
   keep: has('keep'),
   logLevel: process.env.LOG_LEVEL ?? 'info',
+  engines: (flag('engines') ?? process.env.BENCH_ENGINES ?? 'journal,sqlite').split(',').filter((e) => e !== ''),
   seamBase: flag('seam-base') ?? process.env.BENCH_SEAM_BASE,
   quick,
 };

@@ -110,6 +110,15 @@ export function render(wallSeconds) {
     L.push('## Cold start', '', '| empty data directory, spawn → first /healthz 200 | median ms | min ms | max ms |', '|---|---:|---:|---:|');
     L.push(`| ${c.runs} runs | ${ms(c.median)} | ${ms(c.min)} | ${ms(c.max)} |`, '');
   }
+  if (report.soak.length > 0) {
+    L.push('## Soak: hostile clients beside a normal load', '');
+    L.push(`Each row: a fresh server on a copy of one seeded data set (64 users with 10 sessions of 5 turns, a user with 30,000 sessions, a project of 30,000 sessions, a session of 64 turns of 1000 KiB), the normal load alone (32 connections: each a user reading its sessions, its list and a page of turns of each, and writing a 1 KiB turn every fourth request), then the same load beside the hostile client. p99 of the normal load; peak RSS = the server's VmHWM over both runs. Servers run with \`MEMORY_LIMIT=1gb\`, as in a 1 GiB container. Ratios are the figures to compare across runs; the machine is shared.`, '');
+    L.push('| engine | hostile client (#16 item) | normal p99 alone ms | normal p99 beside it ms | ratio | normal req/s alone → beside | normal errors | the hostile client got | server peak RSS MiB |', '|---|---|---:|---:|---:|---|---:|---|---:|');
+    for (const r of report.soak) {
+      L.push(`| ${r.store} | ${r.kind} (${r.item}): ${r.what} | ${ms(r.p99Alone)} | ${ms(r.p99Under)} | ${(r.p99Under / r.p99Alone).toFixed(1)} | ${int(r.rpsAlone)} → ${int(r.rpsUnder)} | ${r.errorsUnder} | ${r.hostile} | ${int(r.peakMiB)} |`);
+    }
+    L.push('');
+  }
   L.push(...renderEngines());
   L.push(...renderConversations(report));
   const t = [...targets(), ...engineTargets()];

@@ -8,6 +8,7 @@ import { conversationGroups, conversationScenarios } from './conversations.mjs';
 import { generateDataDir, PER_LIST } from './datagen.mjs';
 import { ENGINE_GROUPS, engineScenarios } from './engines.mjs';
 import { buildRequest, percentile } from './loadgen.mjs';
+import { engineAvailable, seedDataDir, soakEngine } from './soak.mjs';
 import { live, report, runDir, runLoadScenario, sections, start, startApi, startBaseline } from './measure.mjs';
 import { opts, progress } from './options.mjs';
 
@@ -267,6 +268,24 @@ async function coldStart() {
   progress(`cold start: median ${median(times).toFixed(0)} ms over ${times.length} runs`);
 }
 
+// ---- the soak: hostile clients beside a normal load ----
+
+async function soak() {
+  const conns = 32;
+  for (const store of opts.engines) {
+    if (!engineAvailable(store)) {
+      report.notes.push(`soak: STORE=${store} skipped: Node.js ${process.version} cannot run it (npm run bench runs the pinned Node 24)`);
+      continue;
+    }
+    const seedDir = join(runDir, `soak-seed-${store}`);
+    progress(`soak ${store}: seeding...`);
+    const ids = seedDataDir(seedDir, store);
+    // as in a 1 GiB container, where the issue saw the process killed
+    const start = (name, dir, env) => startApi({ name, dataDir: dir, env: { MEMORY_LIMIT: '1gb', ...env } });
+    report.soak.push(...(await soakEngine({ store, seedDir, ids, start, conns, warmupMs: opts.warmupMs, durationMs: opts.durationMs * 2, progress, workDir: runDir })));
+  }
+}
+
 // ---- what a run can name ----
 
 export const scenarios = [
@@ -275,6 +294,7 @@ export const scenarios = [
   { name: 'cold-start', run: coldStart },
   { name: 'replay', run: replay },
   { name: 'list-scale', run: listScale },
+  { name: 'soak', run: soak },
   // the engines against each other (bench/engines.mjs)
   ...engineScenarios({ opts, progress, report, runDir: () => runDir, start, startApi, runLoadScenario, dataSet, scenario: (name) => loadScenarios.find((sc) => sc.name === name), seedLists, createRequest }),
   ...conversationScenarios({ opts, report, progress, runDir: () => runDir, track: (p) => live.add(p) }),
@@ -288,6 +308,7 @@ export const groups = {
   writes: ['create-1', 'create-16', 'create-64', 'fsync', 'update', 'turn'],
   scale: ['replay', 'list-scale'],
   startup: ['cold-start', 'replay'],
+  hostile: ['soak'],
   ...ENGINE_GROUPS,
   ...conversationGroups,
 };

@@ -17,6 +17,8 @@ import { TicketCodec } from './auth/tickets.js';
 import type { Config } from './config.js';
 import { BodyBudget } from './http/body.js';
 import { ConnectionGuard } from './http/connections.js';
+import { MemoryGuard } from './http/memory-guard.js';
+import { ceilingsOf } from './memory.js';
 import { Cors } from './http/cors.js';
 import { Pipeline, type RuntimeRoute } from './http/pipeline.js';
 import { RateLimiter } from './http/rate-limit.js';
@@ -94,6 +96,13 @@ export function createApp(p: AppParts): App {
     },
   });
   if (p.metrics !== undefined) p.metrics.load = { connections: () => connections.count, bodyBytes: () => budget.used };
+  const memory = new MemoryGuard(ceilingsOf(limits.memoryLimit), (low, measure) => {
+    const mib = (n: number | undefined): number | null => (n === undefined ? null : Math.round(n / 2 ** 20));
+    const fields = { heapUsedMiB: mib(measure.heapUsed), heapLimitMiB: mib(memory.ceilings.heapBytes), residentMiB: mib(measure.resident), memoryLimitMiB: mib(memory.ceilings.residentBytes) };
+    if (low) p.log.warn('the server is low on memory: writes that add data are refused (503) until it is not; reads and deletes go on', fields);
+    else p.log.info('memory is no longer low: writes are accepted again', fields);
+  });
+  if (p.metrics !== undefined) p.metrics.memory = memory;
   pipeline = new Pipeline({
     router,
     auth: new Authenticator({ keys: [p.secrets.current, ...p.secrets.previous], issuer: config.authIssuer, audience: config.authAudience }),
@@ -105,6 +114,7 @@ export function createApp(p: AppParts): App {
     limiter,
     trustProxy: config.trustProxy,
     metrics: p.metrics,
+    memory,
     tickets: live?.tickets,
   });
   return {

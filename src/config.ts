@@ -87,6 +87,18 @@ export interface ConnectionLimits {
   readonly bodyTimeoutMs: number;
   /** An answer the client takes no byte of for this many milliseconds is cut off. */
   readonly writeTimeoutMs: number;
+  /** What one user's sessions may hold (QUOTA_*); each undefined when off. */
+  readonly quotas: Quotas;
+  /** The resident memory the process may use (MEMORY_LIMIT): bytes, or found at start ('auto'), or not watched ('off'). */
+  readonly memoryLimit: number | 'auto' | 'off';
+}
+
+/** What one user's sessions may hold at most (usage is counted by session owner). */
+export interface Quotas {
+  readonly sessions?: number | undefined;
+  readonly turns?: number | undefined;
+  /** UTF-8 bytes of the JSON of the sessions and their turns. */
+  readonly bytes?: number | undefined;
 }
 
 interface Setting {
@@ -131,6 +143,10 @@ export const SETTINGS: readonly Setting[] = [
   { env: 'BODY_MEMORY', flag: '--body-memory', def: '64mb', help: 'request body bytes held at once over all requests; past it 503 (at least BODY_LIMIT)' },
   { env: 'BODY_TIMEOUT', flag: '--body-timeout', def: '15s', help: 'a request body must arrive within this time of its headers, else 408 (ms, s, m)' },
   { env: 'WRITE_TIMEOUT', flag: '--write-timeout', def: '30s', help: 'a client that takes no byte of its answer for this long is cut off (ms, s, m)' },
+  { env: 'MEMORY_LIMIT', flag: '--memory-limit', def: 'auto', help: "memory the process may use: auto (the cgroup's limit, else the machine's), a size, or off; writes get 503 past 85% of it or 80% of V8's heap limit" },
+  { env: 'QUOTA_SESSIONS', flag: '--quota-sessions', def: '(off)', help: 'sessions one user may own at most; past it 403 Quota exceeded' },
+  { env: 'QUOTA_TURNS', flag: '--quota-turns', def: '(off)', help: "turns one user's sessions may hold at most (whoever wrote them)" },
+  { env: 'QUOTA_BYTES', flag: '--quota-bytes', def: '(off)', help: "bytes of JSON one user's sessions and their turns may hold at most (kb, mb, gb)" },
   { env: 'EVENTS', flag: '--events', def: 'on', help: 'on or off: the live feed (GET /api/v1/events, the event streams, their tickets)' },
   { env: 'EVENTS_WINDOW', flag: '--events-window', def: '10000', help: 'events kept for clients that come back with Last-Event-ID; older ones get reset' },
   { env: 'EVENTS_WINDOW_MEMORY', flag: '--events-window-memory', def: '64mb', help: 'journal and sqlite: memory those kept events may take at most' },
@@ -323,9 +339,29 @@ export function loadConfig(env: NodeJS.ProcessEnv, flags: Raw = new Map(), cwd: 
       bodyMemory,
       bodyTimeoutMs: parseDuration('BODY_TIMEOUT', get('BODY_TIMEOUT') ?? '15s'),
       writeTimeoutMs: parseDuration('WRITE_TIMEOUT', get('WRITE_TIMEOUT') ?? '30s'),
+      quotas: {
+        sessions: offOr(get('QUOTA_SESSIONS'), (t) => parseCount('QUOTA_SESSIONS', t, MAX_QUOTA)),
+        turns: offOr(get('QUOTA_TURNS'), (t) => parseCount('QUOTA_TURNS', t, MAX_QUOTA)),
+        bytes: offOr(get('QUOTA_BYTES'), (t) => parseSize('QUOTA_BYTES', t)),
+      },
+      memoryLimit: parseMemoryLimit(get('MEMORY_LIMIT') ?? 'auto'),
     },
     events,
   };
+}
+
+const MAX_QUOTA = 1_000_000_000;
+
+/** undefined for an absent value or `off`, else what `parse` makes of it. */
+function offOr<T>(text: string | undefined, parse: (t: string) => T): T | undefined {
+  return text === undefined || text.trim().toLowerCase() === 'off' ? undefined : parse(text);
+}
+
+function parseMemoryLimit(text: string): number | 'auto' | 'off' {
+  const t = text.trim().toLowerCase();
+  if (t === 'auto' || t === 'off') return t;
+  if (!SIZE.test(t)) throw new ConfigError(`MEMORY_LIMIT must be auto, off or a size such as 2gb or 512mb (got "${text}")`);
+  return parseSize('MEMORY_LIMIT', t);
 }
 
 /** The settings part of --help. */

@@ -104,8 +104,15 @@ export function acquireLock(dir: string): Lock {
       }
       continue;
     }
-    writeSync(fd, JSON.stringify(me) + '\n');
-    fsyncSync(fd);
+    try {
+      writeSync(fd, JSON.stringify(me) + '\n');
+      fsyncSync(fd);
+    } catch (e) {
+      // a full disk: an empty lock left behind would name no holder and read as stale
+      closeSync(fd);
+      unlinkSync(path);
+      throw e;
+    }
     closeSync(fd);
     // two starters racing over one stale lock: only one of them reads its own pid back
     if (readLock(path)?.pid !== process.pid) throw new DataDirLocked(`data directory ${dir} was locked by another process starting at the same time`);

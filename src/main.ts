@@ -12,8 +12,8 @@ import { ProvidersFileError } from './providers.js';
 import { serve } from './server.js';
 import { acquireLock, DataDirLocked, guardDataDir, LOCK_FILE } from './data-dir-lock.js';
 import { writeFileAtomically } from './files.js';
-import { COMMITTED_FILE, COMPACT_SUFFIX, IMPORT_SUFFIX, JOURNAL_FILE } from './store/journal/appender.js';
-import { JournalDamaged } from './store/journal/format.js';
+import { COMMITTED_FILE, COMPACT_SUFFIX, IMPORT_SUFFIX, JOURNAL_FILE, NEXT_SUFFIX } from './store/journal/appender.js';
+import { JournalDamaged, JournalHasCrlf } from './store/journal/format.js';
 import { openStore, openStoreSnapshot } from './store/open.js';
 import { runSqliteWriterIfWorker } from './store/sqlite/worker.js';
 import { ImportConflict } from './store/import-plan.js';
@@ -164,7 +164,7 @@ function writeAllSync(fd: number, data: Buffer): void {
 /** Files of the data directory an export must never be written over. */
 function protectedFiles(config: Config): Set<string> {
   const dir = config.dataDir;
-  const names = [JOURNAL_FILE, JOURNAL_FILE + COMPACT_SUFFIX, JOURNAL_FILE + IMPORT_SUFFIX, COMMITTED_FILE, LOCK_FILE, SECRET_FILE, 'providers.json'];
+  const names = [JOURNAL_FILE, JOURNAL_FILE + COMPACT_SUFFIX, JOURNAL_FILE + IMPORT_SUFFIX, JOURNAL_FILE + NEXT_SUFFIX, COMMITTED_FILE, LOCK_FILE, SECRET_FILE, 'providers.json'];
   const files = new Set(names.map((n) => resolve(dir, n)));
   for (const suffix of ['', '-wal', '-shm', '-journal']) files.add(resolve(config.sqliteFile + suffix));
   files.add(resolve(config.providersFile));
@@ -283,7 +283,7 @@ if (!runSqliteWriterIfWorker()) main(process.argv.slice(2)).catch((e: unknown) =
   const message = (e instanceof Error ? e.message : String(e)).replace(/\s*\n\s*/g, ' ');
   process.stderr.write(`${NAME}: ${message}\n`);
   if (e instanceof ConfigError) process.exit(2);
-  const expected = e instanceof StartFailed || e instanceof ProvidersFileError || e instanceof DataDirLocked || e instanceof JournalDamaged || e instanceof ImportRejected || e instanceof ImportConflict || e instanceof ExportFailed || e instanceof StoreOpenFailed;
+  const expected = e instanceof StartFailed || e instanceof ProvidersFileError || e instanceof DataDirLocked || e instanceof JournalDamaged || e instanceof JournalHasCrlf || e instanceof ImportRejected || e instanceof ImportConflict || e instanceof ExportFailed || e instanceof StoreOpenFailed;
   if (!expected && process.env['LOG_LEVEL']?.trim().toLowerCase() === 'debug' && e instanceof Error) process.stderr.write(`${e.stack ?? ''}\n`);
   process.exit(1);
 });

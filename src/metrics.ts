@@ -87,6 +87,8 @@ export class Metrics {
   readonly eventLoopDelay = new Histogram(EVENT_LOOP_BUCKETS);
   /** What the connection and body limits hold now (set by the app). */
   load: { connections(): number; bodyBytes(): number } | undefined;
+  /** The low-memory guard (set by the app). */
+  memory: { low(): boolean; readonly refused: number } | undefined;
   /** The live feed's streams and events (set by it; undefined with EVENTS=off). */
   live: { streams(): number; events(): number; ended(): ReadonlyMap<string, number> } | undefined;
   private readonly startSeconds = Date.now() / 1000;
@@ -147,6 +149,12 @@ export class Metrics {
       lines.push(`${p}_connections ${this.load.connections()}`);
       meta(`${p}_request_body_bytes`, 'gauge', 'Request body bytes held now (BODY_MEMORY bounds them).');
       lines.push(`${p}_request_body_bytes ${this.load.bodyBytes()}`);
+    }
+    if (this.memory !== undefined) {
+      meta(`${p}_memory_low`, 'gauge', 'Whether writes are refused for want of memory now (1) or not (0).');
+      lines.push(`${p}_memory_low ${this.memory.low() ? 1 : 0}`);
+      meta(`${p}_memory_refusals_total`, 'counter', 'Writes answered 503 Server is low on memory.');
+      lines.push(`${p}_memory_refusals_total ${this.memory.refused}`);
     }
     meta(`${p}_connections_evicted_total`, 'counter', 'Idle connections closed to let new ones in.');
     lines.push(`${p}_connections_evicted_total ${this.connectionsEvicted}`);

@@ -3,7 +3,7 @@
 // implementation, so the server's verification is checked against another signer.
 import { spawn, spawnSync } from 'node:child_process';
 import { createHmac, randomBytes } from 'node:crypto';
-import { accessSync, constants, copyFileSync, mkdtempSync, readFileSync, rmSync, writeFileSync, mkdirSync } from 'node:fs';
+import { accessSync, closeSync, constants, copyFileSync, existsSync, mkdtempSync, openSync, readFileSync, rmdirSync, rmSync, statSync, statfsSync, truncateSync, unlinkSync, writeFileSync, writeSync, mkdirSync } from 'node:fs';
 import { request as httpRequest, Agent } from 'node:http';
 import { createRequire } from 'node:module';
 import { tmpdir } from 'node:os';
@@ -169,9 +169,10 @@ process.on('exit', () => {
 });
 
 /**
- * Starts dist/server.js. Options: env (extra variables), args (extra argv), node (another Node.js
- * binary), dataDir (default a new temp dir), providers (array written to providers.json; default test/fixtures/providers.json; null
- * for none), script (another copy of the server file), cwd.
+ * Starts dist/server.js. Options: env (extra variables), args (extra argv), nodeArgs (options for
+ * node itself), node (another Node.js binary), dataDir (default a new temp dir), providers (array
+ * written to providers.json; default test/fixtures/providers.json; null for none), script
+ * (another copy of the server file), cwd, cgroup (a memoryCgroup to run it in).
  */
 export async function startServer(opts = {}) {
   const madeDir = opts.dataDir === undefined;
@@ -191,11 +192,16 @@ export async function startServer(opts = {}) {
     ...opts.env,
   };
   for (const [k, v] of Object.entries(env)) if (v === undefined) delete env[k];
-  const child = spawn(opts.node ?? process.execPath, [opts.script ?? SERVER, ...(opts.args ?? [])], {
-    cwd: opts.cwd ?? dataDir,
-    env,
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
+  const argv = [...(opts.nodeArgs ?? []), opts.script ?? SERVER, ...(opts.args ?? [])];
+  const node = opts.node ?? process.execPath;
+  // in a memory cgroup (memoryCgroup): the shell joins it, then becomes the server
+  const child = opts.cgroup === undefined
+    ? spawn(node, argv, { cwd: opts.cwd ?? dataDir, env, stdio: ['ignore', 'pipe', 'pipe'] })
+    : spawn('/bin/sh', ['-c', 'echo $$ > "$CSA_CGROUP_PROCS" && exec "$@"', 'sh', node, ...argv], {
+        cwd: opts.cwd ?? dataDir,
+        env: { ...env, CSA_CGROUP_PROCS: opts.cgroup.procs },
+        stdio: ['ignore', 'pipe', 'pipe'],
+      });
   // a failed assertion must not leave a server running that keeps the test process alive
   live.add(child);
   child.on('exit', () => live.delete(child));
@@ -323,4 +329,131 @@ export function findExecutable(name, more = []) {
     }
   }
   return undefined;
+}
+
+/**
+ * A real small file system for disk-full tests: a tmpfs of `size` (e.g. '4m') mounted on a new
+ * temporary directory, unmounted by `release()`. Mounting needs root (or CAP_SYS_ADMIN); where
+ * it is impossible the test is skipped with one loud line, and fails instead when
+ * REQUIRE_MOUNT=1 (.ci/run sets it). Returns undefined when skipped.
+ */
+export function smallDisk(t, size) {
+  const dir = tempDir('csa-disk-');
+  const r = spawnSync('mount', ['-t', 'tmpfs', '-o', `size=${size},mode=0700`, 'tmpfs', dir], { encoding: 'utf8' });
+  if (r.status !== 0) {
+    removeDir(dir);
+    const why = (r.error?.message ?? r.stderr ?? '').trim() || `exit ${r.status}`;
+    if (process.env.REQUIRE_MOUNT === '1') throw new Error(`REQUIRE_MOUNT=1 but a tmpfs cannot be mounted here (${why}); run as root`);
+    console.log(`# SKIPPED: cannot mount a small tmpfs for the disk-full tests (${why}); run as root, or set REQUIRE_MOUNT=1 to make this a failure`);
+    t.skip('no small file system can be mounted here');
+    return undefined;
+  }
+  const filler = join(dir, 'filler');
+  return {
+    dir,
+    /** Fills the file system with a file of its own until writing fails (ENOSPC); returns its bytes. */
+    fill() {
+      const fd = openSync(filler, 'a');
+      const block = Buffer.alloc(4096, 0x2e);
+      let bytes = 0;
+      try {
+        for (;;) bytes += writeSync(fd, block);
+      } catch (e) {
+        if (e.code !== 'ENOSPC') throw e;
+        // a partial block may still fit
+        for (let n = 2048; n >= 1; n >>= 1) {
+          try {
+            bytes += writeSync(fd, block, 0, n);
+          } catch {
+            // full
+          }
+        }
+      } finally {
+        closeSync(fd);
+      }
+      return bytes;
+    },
+    /** Leaves `bytes` free: the filler shrinks to what it was minus them (or goes). */
+    free(bytes = Infinity) {
+      let size = 0;
+      try {
+        size = statSync(filler).size;
+      } catch {
+        return;
+      }
+      if (bytes >= size) unlinkSync(filler);
+      else truncateSync(filler, size - bytes);
+    },
+    /** Free bytes as the file system reports them. */
+    available() {
+      const s = statfsSync(dir);
+      return s.bavail * s.bsize;
+    },
+    release() {
+      spawnSync('umount', ['-l', dir]);
+      removeDir(dir);
+    },
+  };
+}
+
+/**
+ * A real memory ceiling for memory tests: a new memory cgroup (v2, or v1's memory controller)
+ * under this process's own, limited to `bytes` with no swap, so the kernel's OOM killer ends a
+ * process in it that passes the limit. Pass it as startServer's `cgroup`. Needs root (or a
+ * delegated cgroup); where it cannot be made the test is skipped with one loud line, and fails
+ * instead when REQUIRE_CGROUP=1 (.ci/run sets it). Returns undefined when skipped.
+ */
+export function memoryCgroup(t, bytes) {
+  const lines = readFileSync('/proc/self/cgroup', 'utf8').split('\n');
+  const v1 = lines.find((l) => /^\d+:([^:]*,)?memory(,[^:]*)?:/.test(l));
+  const v2 = lines.find((l) => l.startsWith('0::'));
+  let dir;
+  let why = 'no memory cgroup controller here';
+  const name = `csa-test-${process.pid}-${Math.random().toString(36).slice(2, 8)}`;
+  try {
+    if (v1 !== undefined) {
+      dir = join('/sys/fs/cgroup/memory', v1.slice(v1.lastIndexOf(':') + 1), name);
+      mkdirSync(dir);
+      writeFileSync(join(dir, 'memory.limit_in_bytes'), String(bytes));
+      try {
+        writeFileSync(join(dir, 'memory.memsw.limit_in_bytes'), String(bytes));
+      } catch {
+        // no swap accounting: no swap to use either
+      }
+    } else if (v2 !== undefined && existsSync('/sys/fs/cgroup/cgroup.controllers')) {
+      dir = join('/sys/fs/cgroup', v2.slice(3), name);
+      mkdirSync(dir);
+      writeFileSync(join(dir, 'memory.max'), String(bytes));
+      try {
+        writeFileSync(join(dir, 'memory.swap.max'), '0');
+      } catch {
+        // no swap controller
+      }
+    } else dir = undefined;
+  } catch (e) {
+    why = e.message;
+    if (dir !== undefined) rmSync(dir, { recursive: false, force: true });
+    dir = undefined;
+  }
+  if (dir === undefined) {
+    if (process.env.REQUIRE_CGROUP === '1') throw new Error(`REQUIRE_CGROUP=1 but a memory cgroup cannot be made here (${why}); run as root`);
+    console.log(`# SKIPPED: cannot make a memory cgroup for the memory-ceiling tests (${why}); run as root, or set REQUIRE_CGROUP=1 to make this a failure`);
+    t.skip('no memory cgroup can be made here');
+    return undefined;
+  }
+  return {
+    dir,
+    procs: join(dir, 'cgroup.procs'),
+    /** Removes the cgroup (its processes must have ended). */
+    release() {
+      for (let i = 0; i < 50; i++) {
+        try {
+          rmdirSync(dir);
+          return;
+        } catch {
+          Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, 20);
+        }
+      }
+    },
+  };
 }

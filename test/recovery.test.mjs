@@ -2,10 +2,11 @@
 // with a warning; damage anywhere else stops the start naming file and position; a kill at
 // each step of compaction loses nothing; a failed write or fsync is never acknowledged.
 import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
 import { cpSync, existsSync, readFileSync, statSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, test } from 'node:test';
-import { failingWrite, newSession, removeDir, runCli, SECRET, startServer, STORE, tempDir } from './helpers.mjs';
+import { failingWrite, newSession, removeDir, runCli, SECRET, smallDisk, startServer, STORE, tempDir } from './helpers.mjs';
 
 const JOURNAL = 'sessions.journal';
 /** The blocks about the journal's own file run on the journal engine's run of the suite only. */
@@ -32,6 +33,51 @@ async function startOn(dir, bytes) {
     await s.stop();
     removeDir(copy);
   }
+}
+
+/** Waits until `check()` is truthy (polling), failing after `ms` with `what`. */
+async function until(check, what, ms = 20_000) {
+  const started = Date.now();
+  for (;;) {
+    if (await check()) return;
+    if (Date.now() - started > ms) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 20));
+  }
+}
+
+/**
+ * Makes a conversation of alice's: turns a, b (under a) and c (under b), b edited, d under a (a
+ * branch), c deleted, a fork at b, the head switched back to b. Returns `check(state, when)`,
+ * which asserts what a dump shows of them.
+ */
+async function conversation(u) {
+  const base = '/api/v1/chat-sessions';
+  const id = (await u.post(base, newSession({ name: 'tree' }))).body.data._id;
+  const turn = async (body) => {
+    const r = await u.post(`${base}/${id}/turns`, body);
+    assert.equal(r.status, 201, r.text);
+    return r.body.data._id;
+  };
+  const a = await turn({ role: 'user', content: 'a' });
+  const b = await turn({ role: 'assistant', content: 'b' });
+  const c = await turn({ role: 'user', content: 'c' });
+  assert.equal((await u.put(`${base}/${id}/turns/${b}`, { content: 'b edited' })).status, 200);
+  const d = await turn({ role: 'assistant', content: 'd', parentId: a });
+  assert.equal((await u.del(`${base}/${id}/turns/${c}`)).status, 200);
+  const fork = await u.post(`${base}/${id}/fork`, { turnId: b });
+  assert.equal(fork.status, 201, fork.text);
+  assert.equal((await u.put(`${base}/${id}`, { headTurnId: b })).status, 200);
+  return {
+    check(state, when) {
+      assert.equal(state[id]?.headTurnId, b, `the switched head ${when}`);
+      assert.deepEqual(state[id].turns.map((t) => [t._id, t.parentId, t.content]), [[a, null, 'a'], [b, a, 'b edited'], [d, a, 'd']], `the tree ${when}`);
+      const f = state[fork.body.data._id];
+      assert.deepEqual(f?.forkedFrom, { session: id, turn: b }, `the fork ${when}`);
+      assert.deepEqual(f.turns.map((t) => t.content), ['a', 'b edited'], `the fork's copies ${when}`);
+      assert.equal(f.turns[1].parentId, f.turns[0]._id);
+      assert.equal(f.headTurnId, f.turns[1]._id);
+    },
+  };
 }
 
 /** Runs `fn` over items with at most `n` at a time. */
@@ -164,13 +210,51 @@ describe('Damage that is not a torn tail', JOURNAL_FILES, () => {
     assert.match(r.stderr, /damaged record at line 2/);
   });
 
-  test('a damaged header with records after it stops the start', async () => {
+  test('a damaged header with records after it stops the start; "Damage at the header never suggests cutting the file there, which would keep nothing"', async () => {
     const r = await damagedRefusal((buf) => {
       buf[12] = 'X'.charCodeAt(0);
       return buf;
     });
     assert.equal(r.code, 1);
     assert.match(r.stderr, /damaged record at line 1 \(byte offset 0\)/);
+    // cutting the file at its header would throw away every record: a backup is the way back
+    assert.doesNotMatch(r.stderr, /truncate/);
+    assert.match(r.stderr, /restore from a backup/);
+  });
+
+  test('"A journal with Windows line endings (CRLF), as a copy through a text-mode tool leaves, is not damaged: the start stops with one line saying how to convert it back" (never `truncate -s 0`), nothing is changed, and after the conversion every record is there (regression)', async () => {
+    const dir = tempDir();
+    try {
+      const s = await startServer({ dataDir: dir });
+      const u = s.as('alice');
+      for (const name of ['one', 'two']) {
+        const id = (await u.post('/api/v1/chat-sessions', newSession({ name }))).body.data._id;
+        await u.post(`/api/v1/chat-sessions/${id}/turns`, { role: 'user', content: `line one\r\nline two of ${name}` });
+      }
+      const before = await dump(s);
+      await s.stop();
+      const file = join(dir, JOURNAL);
+      const crlf = Buffer.from(readFileSync(file, 'latin1').replace(/\n/g, '\r\n'), 'latin1');
+      writeFileSync(file, crlf);
+      const r = runCli([], { env: { DATA_DIR: dir, PORT: '0', AUTH_SECRET: SECRET } });
+      assert.equal(r.code, 1);
+      const lines = r.stderr.split('\n').filter((l) => l !== '');
+      assert.equal(lines.length, 1, r.stderr);
+      assert.match(lines[0], /sessions\.journal: the journal has Windows line endings \(CRLF\).*its records are intact\. Nothing was changed\./);
+      assert.doesNotMatch(r.stderr, /truncate/);
+      assert.ok(readFileSync(file).equals(crlf), 'the journal was not modified');
+      // the advice, as given
+      const command = /`(sed -i [^`]+)`/.exec(lines[0])[1];
+      assert.equal(spawnSync('bash', ['-c', command], { cwd: dir }).status, 0, command);
+      const again = await startServer({ dataDir: dir });
+      try {
+        assert.deepEqual(await dump(again), before);
+      } finally {
+        await again.stop();
+      }
+    } finally {
+      removeDir(dir);
+    }
   });
 
   test('a file that is not a journal at all stops the start (and is not wiped)', async () => {
@@ -221,12 +305,13 @@ describe('Compaction', JOURNAL_FILES, () => {
       const ids = [];
       for (let i = 0; i < 5; i++) ids.push((await u.post('/api/v1/chat-sessions', newSession({ name: `s${i}` }))).body.data._id);
       for (let i = 0; i < 600; i++) await u.put(`/api/v1/chat-sessions/${ids[i % 5]}`, { name: `s${i % 5}-v${i}` });
-      // the last write may have started a compaction, which ends after its answer: read the
-      // figures once the file and the gauge agree (they do once no compaction is under way)
+      // the last write may have started a compaction, which ends after its answer (the journal is
+      // one file again then): read the figures once the file and the gauge agree
       let bytes;
       let live;
       let compactions;
       for (let tries = 0; ; tries++) {
+        await until(() => !existsSync(join(s.dataDir, `${JOURNAL}.next`)), 'the last compaction to finish');
         const metrics = (await s.request('GET', '/metrics')).text;
         bytes = Number(/chat_session_api_journal_bytes (\d+)/.exec(metrics)[1]);
         live = Number(/chat_session_api_journal_live_bytes (\d+)/.exec(metrics)[1]);
@@ -250,12 +335,10 @@ describe('Compaction', JOURNAL_FILES, () => {
     }
   });
 
-  test('a failed directory fsync after the compaction rename: no write is acknowledged until it succeeds, and none acknowledged is lost (regression)', async () => {
-    // dirsync:1 fails the compaction's own directory fsync, dirsync:2 the retry made by the next batch
-    const s = await startServer({ env: { COMPACT_MIN_SIZE: '4kb', CHAT_SESSION_API_FAULTS: 'dirsync:1,dirsync:2' } });
+  test('"A failed directory fsync after the compaction\'s rename refuses nothing: either name holds a whole journal": writes go on, and after a kill every acknowledged write is there (regression)', async () => {
+    const s = await startServer({ env: { COMPACT_MIN_SIZE: '4kb', CHAT_SESSION_API_FAULTS: 'dirsync:1' } });
     const u = s.as('alice');
     const acked = new Map();
-    const statuses = [];
     try {
       const ids = [];
       for (let i = 0; i < 4; i++) {
@@ -265,15 +348,11 @@ describe('Compaction', JOURNAL_FILES, () => {
       }
       for (let i = 0; i < 300; i++) {
         const id = ids[i % ids.length];
-        const name = `n${i}`;
-        const r = await u.put(`/api/v1/chat-sessions/${id}`, { name });
-        statuses.push(r.status);
-        if (r.status === 200) acked.set(id, name);
-        else assert.deepEqual(r.body, { success: false, message: 'Storage write failed' });
+        const r = await u.put(`/api/v1/chat-sessions/${id}`, { name: `n${i}` });
+        assert.equal(r.status, 200, r.text);
+        acked.set(id, `n${i}`);
       }
-      assert.ok(s.logs().some((l) => /fsync of the data directory failed after compaction/.test(l.msg)), 'the failure happened');
-      assert.equal(statuses.filter((x) => x === 500).length, 1, 'exactly the batch that found the retry failing was refused');
-      assert.ok(statuses.at(-1) === 200, 'writes go on once the directory fsync succeeds');
+      await until(() => s.logs().some((l) => /fsync of the data directory failed after a compaction/.test(l.msg)), 'the failure');
     } finally {
       await s.kill();
     }
@@ -287,18 +366,85 @@ describe('Compaction', JOURNAL_FILES, () => {
     }
   });
 
-  for (const step of ['compact-start', 'compact-middle', 'compact-written', 'compact-before-rename', 'compact-after-rename', 'compact-done']) {
-    test(`a kill during compaction (at ${step}) loses nothing; a leftover temp file is handled at start`, async () => {
+  test('"compaction in pieces" keeps every tree: parents, heads, edits, deleted turns and forks spread over several pieces of a journal on a small disk are the same after the compaction and after a restart', async (t) => {
+    // a small file system makes small pieces (an eighth of the free space, at least 64 KiB)
+    const disk = smallDisk(t, '3m');
+    if (disk === undefined) return;
+    const s = await startServer({ dataDir: disk.dir, env: { COMPACT_MIN_SIZE: '4kb', BODY_LIMIT: '1mb' } });
+    try {
+      const u = s.as('alice');
+      const big = (c) => `${c}${'.'.repeat(20_000)}`;
+      const other = (await u.post('/api/v1/chat-sessions', newSession({ name: 'other' }))).body.data._id;
+      const renames = async (n) => {
+        for (let i = 0; i < n; i++) assert.equal((await u.put(`/api/v1/chat-sessions/${other}`, { name: `${i}${'n'.repeat(480)}` })).status, 200);
+      };
+      const id = (await u.post('/api/v1/chat-sessions', newSession({ name: 'tree' }))).body.data._id;
+      const turn = async (body) => {
+        const r = await u.post(`/api/v1/chat-sessions/${id}/turns`, body);
+        assert.equal(r.status, 201, r.text);
+        return r.body.data._id;
+      };
+      const a = await turn({ role: 'user', content: big('a') });
+      const b = await turn({ role: 'assistant', content: big('b') });
+      await renames(150);
+      const c = await turn({ role: 'assistant', content: big('c'), parentId: a });
+      const d = await turn({ role: 'user', content: big('d'), parentId: b });
+      assert.equal((await u.put(`/api/v1/chat-sessions/${id}/turns/${a}`, { content: big('a edited') })).status, 200);
+      await renames(150);
+      assert.equal((await u.del(`/api/v1/chat-sessions/${id}/turns/${c}`)).status, 200);
+      const fork = await u.post(`/api/v1/chat-sessions/${id}/fork`, { turnId: d });
+      assert.equal(fork.status, 201, fork.text);
+      assert.equal((await u.put(`/api/v1/chat-sessions/${id}`, { headTurnId: b })).status, 200);
+      const e = await turn({ role: 'user', content: big('e') });
+      await renames(150);
+      await until(async () => !existsSync(join(disk.dir, `${JOURNAL}.next`)) && /chat_session_api_compactions_total [1-9]/.test((await s.request('GET', '/metrics')).text), 'a compaction to finish');
+      const before = await dump(s);
+      const tree = before[id];
+      assert.equal(tree.headTurnId, e, 'the head is the turn appended last');
+      assert.deepEqual(tree.turns.map((x) => [x._id, x.parentId, x.content.slice(0, 8)]), [
+        [a, null, 'a edited'],
+        [b, a, 'b.......'],
+        [d, b, 'd.......'],
+        [e, b, 'e.......'],
+      ]);
+      const copies = before[fork.body.data._id].turns;
+      assert.deepEqual(copies.map((x) => x.content[0]), ['a', 'b', 'd']);
+      assert.equal(copies[0].content.slice(0, 8), 'a edited');
+      assert.equal(before[fork.body.data._id].headTurnId, copies[2]._id);
+      await s.stop();
+      const again = await startServer({ dataDir: disk.dir });
+      try {
+        assert.deepEqual(await dump(again), before, 'after a restart');
+        assert.ok(!again.logs().some((l) => l.level !== 'info'), JSON.stringify(again.logs().filter((l) => l.level !== 'info')));
+      } finally {
+        await again.stop();
+      }
+    } finally {
+      await s.stop();
+      disk.release();
+    }
+  });
+
+  for (const step of ['compact-start', 'compact-piece', 'compact-moved', 'compact-cut', 'compact-before-rename', 'compact-after-rename', 'compact-done']) {
+    test(`"So a kill at any step loses nothing: the next start replays the two files and the compaction goes on from where it stopped": a kill during compaction (at ${step}) loses nothing, and the next start goes on with the compaction until the journal is one file again`, async () => {
       const dir = tempDir();
       const s = await startServer({ dataDir: dir, env: { COMPACT_MIN_SIZE: '4kb', CHAT_SESSION_API_FAULTS: `crash:${step}` } });
       const u = s.as('alice');
       const names = new Map();
       let pending;
+      let tree;
       try {
+        // a conversation first (before any compaction): a branch, an edit, a deleted turn, a fork, a switched head
+        tree = await conversation(u);
         for (let i = 0; i < 6; i++) {
           const r = await u.post('/api/v1/chat-sessions', newSession({ name: `s${i}` }));
           names.set(r.body.data._id, r.body.data.name);
+          for (let k = 0; k < 3; k++) assert.equal((await u.post(`/api/v1/chat-sessions/${r.body.data._id}/turns`, { role: 'user', content: `turn ${k}` })).status, 201);
         }
+        // a session and its turns deleted: its tombstone is carried over by the compaction
+        const gone = (await u.post('/api/v1/chat-sessions', newSession({ name: 'gone' }))).body.data._id;
+        await u.post(`/api/v1/chat-sessions/${gone}/turns`, { role: 'user', content: 'gone' });
+        assert.equal((await u.del(`/api/v1/chat-sessions/${gone}`)).status, 200);
         const ids = [...names.keys()];
         for (let i = 0; i < 2000; i++) {
           const id = ids[i % ids.length];
@@ -314,21 +460,33 @@ describe('Compaction', JOURNAL_FILES, () => {
       }
       const { signal } = await s.exit;
       assert.equal(signal, 'SIGKILL');
-      const again = await startServer({ dataDir: dir });
-      try {
-        const state = await dump(again);
+      const check = async (server, when) => {
+        const state = await dump(server);
+        tree.check(state, when);
         for (const [id, name] of names) {
           const got = state[id]?.name;
           if (pending?.id === id && got === pending.name) continue; // the write in flight may have landed
-          assert.equal(got, name, `${id} after a kill at ${step}`);
+          assert.equal(got, name, `${id} ${when}`);
+          assert.deepEqual(state[id].turns.map((t) => t.content), ['turn 0', 'turn 1', 'turn 2'], `${id}'s turns ${when}`);
         }
-        assert.equal(Object.keys(state).length, names.size);
+        assert.equal(Object.keys(state).length, names.size + 2, `no session more or less ${when}`);
+      };
+      const again = await startServer({ dataDir: dir, env: { COMPACT_MIN_SIZE: '4kb' } });
+      try {
+        await check(again, `after a kill at ${step}`);
         assert.equal(existsSync(join(dir, `${JOURNAL}.compact`)), false, 'no temp file left');
-        if (['compact-start', 'compact-middle', 'compact-written', 'compact-before-rename'].includes(step)) {
-          assert.ok(again.logs().some((l) => /unfinished rewrite of the journal/.test(l.msg)), 'the leftover temp file was noticed');
-        }
+        // the compaction goes on by itself (at start, or at the next write)
+        await again.as('alice').put(`/api/v1/chat-sessions/${[...names.keys()][0]}`, { name: names.get([...names.keys()][0]) });
+        await until(() => !existsSync(join(dir, `${JOURNAL}.next`)), 'the journal to be one file again');
+        assert.ok(!again.logs().some((l) => l.level === 'error' || /dropped turns/.test(l.msg)), JSON.stringify(again.logs().filter((l) => l.level !== 'info')));
       } finally {
         await again.stop();
+      }
+      const third = await startServer({ dataDir: dir });
+      try {
+        await check(third, 'after the compaction finished');
+      } finally {
+        await third.stop();
         removeDir(dir);
       }
     });

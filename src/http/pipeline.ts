@@ -12,11 +12,12 @@ import type { OpenedTicket, TicketCodec } from '../auth/tickets.js';
 import { parseQuery, validateBody, validateQuery, ValidationError } from '../domain/schema.js';
 import { requestLineMiddle, type Logger } from '../log.js';
 import type { Metrics, RouteStats } from '../metrics.js';
-import { PreconditionFailed, SessionNotFound, StorageUnavailable, StorageWriteFailed, TurnNotFound, TurnNotStreaming, TurnTooLarge } from '../store/store.js';
+import { PreconditionFailed, QuotaExceeded, SessionNotFound, StorageUnavailable, StorageWriteFailed, TurnNotFound, TurnNotStreaming, TurnTooLarge } from '../store/store.js';
 import { readJsonObject, releaseBody, type BodyHold, type BodyRules } from './body.js';
 import type { Connection, ConnectionGuard } from './connections.js';
 import type { Cors } from './cors.js';
 import { errorBody } from './envelope.js';
+import type { MemoryGuard } from './memory-guard.js';
 import { HttpError } from './errors.js';
 import type { RateLimiter } from './rate-limit.js';
 import type { Router } from './router.js';
@@ -46,6 +47,8 @@ export interface PipelineOptions {
   readonly metrics: Metrics | undefined;
   /** Opens `?ticket=` on event-stream routes (undefined with EVENTS=off: no route takes one). */
   readonly tickets: TicketCodec | undefined;
+  /** Refuses writes (503) before the process runs out of memory; undefined: never. */
+  readonly memory?: MemoryGuard | undefined;
 }
 
 const JSON_TYPE = 'application/json; charset=utf-8';
@@ -75,6 +78,7 @@ function toHttp(e: unknown): HttpError | undefined {
   if (e instanceof ValidationError) return new HttpError(400, e.message);
   if (e instanceof SessionNotFound || e instanceof TurnNotFound) return new HttpError(404, e.message);
   if (e instanceof PreconditionFailed) return new HttpError(412, e.message);
+  if (e instanceof QuotaExceeded) return new HttpError(403, e.message);
   if (e instanceof TurnNotStreaming) return new HttpError(409, e.message);
   if (e instanceof TurnTooLarge) return new HttpError(413, e.message);
   if (e instanceof NoCredentials) return new HttpError(401, 'Unauthorized', [['www-authenticate', 'Bearer']]);
@@ -150,6 +154,11 @@ export class Pipeline {
     const def = found.route.def;
     const principal = def.auth ? this.authenticate(call, def, search) : undefined;
     if (!def.auth && def.unlimited !== true) this.limit(this.addressOf(req));
+    // writes that add data wait for memory; reads and deletes (which free it) go on
+    if ((def.method === 'POST' || def.method === 'PUT') && this.options.memory?.low() === true) {
+      this.options.memory.refuse();
+      throw new HttpError(503, 'Server is low on memory', [['retry-after', '5']], def.body !== undefined);
+    }
     const params = pathParams(found.route, found.values);
     const query = def.query === undefined ? NO_VALUES : validateQuery(def.query, parseQuery(search ?? ''));
     if (def.body === undefined) {
@@ -421,7 +430,8 @@ export class Pipeline {
 
   private fail(call: Call, e: unknown): void {
     const h = toHttp(e);
-    if (h === undefined || h.status >= 500) {
+    // a 503 the server chose (busy, low on memory) is counted and in the request line, not a failure to report
+    if (h === undefined || (h.status >= 500 && !(e instanceof HttpError && h.status === 503))) {
       this.options.log.error('request failed', { reqId: call.id, route: call.route?.def.path ?? null, err: e });
     }
     const status = h?.status ?? 500;

@@ -345,6 +345,17 @@ export class PreconditionFailed extends Error {
   }
 }
 
+/** A quota of the session's owner (QUOTA_SESSIONS, QUOTA_TURNS, QUOTA_BYTES) would be passed; nothing changed. */
+export class QuotaExceeded extends Error {
+  override readonly name = 'QuotaExceeded';
+  constructor(
+    readonly quota: keyof Usage,
+    readonly limit: number,
+  ) {
+    super(`Quota exceeded: ${quota} (at most ${limit} per user)`);
+  }
+}
+
 /** A write that could not be committed; nothing changed. The message leaks no path. */
 export class StorageWriteFailed extends Error {
   override readonly name = 'StorageWriteFailed';

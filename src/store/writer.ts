@@ -10,8 +10,10 @@ import { newObjectId } from '../domain/ids.js';
 import { turnBefore, type TurnKey } from '../domain/order.js';
 import { chatSession, nextTimestamp, raisedByTurn, turnRecord, type ChatSession, type Turn } from '../domain/records.js';
 import { versionOfSession } from '../domain/version.js';
+import type { Quotas } from '../config.js';
 import type { Logger } from '../log.js';
 import {
+  QuotaExceeded,
   SessionNotFound,
   StorageUnavailable,
   StorageWriteFailed,
@@ -224,7 +226,36 @@ const keyOf = (t: TurnKey): TurnKey => ({ createdAt: t.createdAt, _id: t._id });
 class GroupView {
   private readonly staged = new Map<string, Staged | null>();
   private readonly trees = new Map<string, StagedTree>();
-  constructor(readonly group: Group) {}
+  /** What the group's earlier writes add to each owner's committed usage. */
+  private readonly added = new Map<string, { sessions: number; turns: number; bytes: number }>();
+  constructor(
+    readonly group: Group,
+    private readonly quotas: Quotas | undefined,
+  ) {}
+
+  /**
+   * Charges a write to `user`'s usage, or throws QuotaExceeded when it would take a quota past
+   * its limit (only what grows is checked: a user over a quota lowered since may still shrink).
+   * The usage is the committed one plus what the group's earlier writes added or gave back, so
+   * writes that arrive together cannot pass a quota between them.
+   */
+  charge(user: string, sessions: number, turns: number, bytes: () => number): void {
+    const q = this.quotas;
+    if (q === undefined || (q.sessions === undefined && q.turns === undefined && q.bytes === undefined)) return;
+    let a = this.added.get(user);
+    const b = q.bytes === undefined ? 0 : bytes();
+    const committed = this.group.usageOf(user);
+    const over = (name: keyof Usage, limit: number | undefined, delta: number): void => {
+      if (limit !== undefined && delta > 0 && committed[name] + (a?.[name] ?? 0) + delta > limit) throw new QuotaExceeded(name, limit);
+    };
+    over('sessions', q.sessions, sessions);
+    over('turns', q.turns, turns);
+    over('bytes', q.bytes, b);
+    if (a === undefined) this.added.set(user, (a = { sessions: 0, turns: 0, bytes: 0 }));
+    a.sessions += sessions;
+    a.turns += turns;
+    a.bytes += b;
+  }
 
   current(id: string): Current | undefined {
     const staged = this.staged.get(id);
@@ -340,6 +371,8 @@ export class SerialWriter {
   constructor(
     private readonly source: GroupSource,
     private readonly log: Logger,
+    /** What one user's sessions may hold (usage by session owner), checked at this serial point. */
+    private readonly quotas?: Quotas,
     /** Writes in one group at most: 1 only to measure what group commit buys (GROUP_COMMIT=off). */
     private readonly maxGroup = Infinity,
   ) {}
@@ -349,6 +382,7 @@ export class SerialWriter {
       if (view.current(session._id) !== undefined) throw new Error('duplicate session id');
       const s = chatSession({ ...session, headTurnId: null });
       const json = JSON.stringify(s);
+      view.charge(s.user, 1, 0, () => Buffer.byteLength(json));
       view.stage(s._id, { session: s, lastTurn: undefined, json });
       view.tree(s._id, true);
       return { kind: 'create', session: s, json, version: versionOfSession(json, undefined) };
@@ -366,6 +400,7 @@ export class SerialWriter {
       }
       if (next._id !== id || next.forkedFrom?.session !== current.session.forkedFrom?.session) throw new Error('an update cannot change what a session is');
       const json = JSON.stringify(next);
+      view.charge(next.user, 0, 0, () => Buffer.byteLength(json) - sessionBytes(current));
       view.stage(id, { session: next, lastTurn: current.lastTurn, json });
       return { kind: 'update', session: next, json, version: versionOfSession(json, current.lastTurn) };
     }, sessionResult);
@@ -376,6 +411,7 @@ export class SerialWriter {
       const current = view.current(id);
       if (current === undefined) throw new SessionNotFound();
       check(current);
+      // what the session held is given back at commit
       view.stage(id, null);
       return { kind: 'delete', id, session: current.session };
     }, () => undefined);
@@ -399,6 +435,8 @@ export class SerialWriter {
       const session = chatSession({ ...raisedByTurn(before, turn.createdAt), headTurnId: turn._id });
       const json = ownBytes(JSON.stringify(turn));
       const sessionJson = JSON.stringify(session);
+      // the session's owner is charged, whoever writes the turn
+      view.charge(before.user, 0, 1, () => json.length + Buffer.byteLength(sessionJson) - sessionBytes(current));
       const lastTurn = keyOf(turn);
       view.stage(sessionId, { session, lastTurn, json: sessionJson });
       view.tree(sessionId).added.set(turn._id, treeTurnOf(turn, json));
@@ -425,6 +463,7 @@ export class SerialWriter {
       const session = chatSession({ ...current.session, updatedAt: nextTimestamp(current.session.updatedAt) });
       const json = ownBytes(JSON.stringify(turn));
       const sessionJson = JSON.stringify(session);
+      view.charge(session.user, 0, 0, () => json.length - found.bytes + Buffer.byteLength(sessionJson) - sessionBytes(current));
       view.stage(sessionId, { session, lastTurn: current.lastTurn, json: sessionJson });
       const tree = view.tree(sessionId);
       if (tree.added.has(turnId)) tree.added.set(turnId, treeTurnOf(turn, json));
@@ -449,6 +488,10 @@ export class SerialWriter {
       const head = current.session.headTurnId;
       const session = chatSession({ ...current.session, headTurnId: head !== null && ids.has(head) ? target.parentId : head, updatedAt: nextTimestamp(current.session.updatedAt) });
       const sessionJson = JSON.stringify(session);
+      let bytes = 0;
+      for (const n of removed) bytes += n.bytes;
+      // never refused: what it gives back counts for the group's later writes
+      view.charge(session.user, 0, -ids.size, () => Buffer.byteLength(sessionJson) - sessionBytes(current) - bytes);
       view.stage(sessionId, { session, lastTurn, json: sessionJson });
       const tree = view.tree(sessionId);
       for (const id of ids) {
@@ -456,8 +499,6 @@ export class SerialWriter {
         tree.edited.delete(id);
         tree.removed.add(id);
       }
-      let bytes = 0;
-      for (const n of removed) bytes += n.bytes;
       return { kind: 'deleteTurns', sessionId, turnId, ids: [...ids], bytes, session, sessionJson, version: versionOfSession(sessionJson, lastTurn), lastTurn };
     }, (c) => {
       if (c.kind !== 'deleteTurns') throw new Error(`a ${c.kind} change has no session answer`);
@@ -492,6 +533,8 @@ export class SerialWriter {
         forkedFrom: { session: sourceId, turn: end },
       });
       const json = JSON.stringify(session);
+      // the copies are the fork's owner's, like turns they wrote
+      view.charge(owner, 1, turns.length, () => turns.reduce((n, c) => n + c.json.length, Buffer.byteLength(json)));
       view.stage(session._id, { session, lastTurn: last, json });
       const tree = view.tree(session._id, true);
       for (const c of turns) tree.added.set(c.turn._id, treeTurnOf(c.turn, c.json));
@@ -512,6 +555,8 @@ export class SerialWriter {
       const turn = turnRecord({ ...was, content });
       const json = ownBytes(JSON.stringify(turn));
       if (json.length > maxBytes) throw new TurnTooLarge();
+      // a streaming turn grows its session's owner's bytes, delta by delta
+      view.charge(current.session.user, 0, 0, () => json.length - found.bytes);
       // the session is not staged: a delta leaves it as it is
       const tree = view.tree(sessionId);
       if (tree.added.has(turnId)) tree.added.set(turnId, treeTurnOf(turn, json));
@@ -615,7 +660,7 @@ export class SerialWriter {
   }
 
   private decideAndCommit(writes: readonly PendingWrite[], group: Group, n: number): void {
-    const view = new GroupView(group);
+    const view = new GroupView(group, this.quotas);
     const accepted: PendingWrite[] = [];
     const changes: Change[] = [];
     const deferred: PendingWrite[] = [];
@@ -675,6 +720,11 @@ function copyId(original: Turn, previous: Turn | undefined): string {
   const id = newObjectId(Date.parse(original.createdAt));
   if (previous === undefined || previous.createdAt !== original.createdAt || id > previous._id) return id;
   return (BigInt(`0x${previous._id}`) + 1n).toString(16).padStart(24, '0');
+}
+
+/** UTF-8 bytes of a session's JSON as it stands before a write. */
+function sessionBytes(current: Current): number {
+  return Buffer.byteLength(JSON.stringify(current.session));
 }
 
 function sessionResult(c: Change): SessionRecord {

@@ -11,7 +11,7 @@ import { describe, test } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import { ENGINES, kit, openOn, openSnapshotOn } from './engines.mjs';
 
-const { chatSession, newObjectId, versionOfSession, PreconditionFailed, SessionNotFound, StorageWriteFailed, PAGE_SCAN_BUDGET, setFaultPlan } = kit;
+const { chatSession, newObjectId, versionOfSession, PreconditionFailed, SessionNotFound, StorageWriteFailed, PAGE_BYTE_BUDGET, PAGE_SCAN_BUDGET, SCAN_CHUNK, setFaultPlan, wholeListReply } = kit;
 const CHILD = fileURLToPath(new URL('./child-writer.mjs', import.meta.url));
 
 /** A timestamp `ms` milliseconds after a fixed instant (ISO 8601 UTC with milliseconds, as stored). */
@@ -221,6 +221,56 @@ export function contract(engine) {
         const { items, pages } = await walk(store, filter, 10);
         assert.deepEqual(items.map((s) => s._id), wanted.slice().reverse());
         assert.ok(pages >= 2);
+      });
+    });
+
+    test(`"A page that reaches it before filling up ends early with a cursor": a page of turns ends once it holds ${PAGE_BYTE_BUDGET} bytes of JSON (at least one turn, whatever its size), with a key to resume from`, async () => {
+      await withStore(async (store) => {
+        const s = (await store.createSession(session())).session;
+        const big = 'b'.repeat(Math.ceil(PAGE_BYTE_BUDGET * 0.4));
+        for (let i = 0; i < 5; i++) await store.appendTurn(s._id, turnAt(100 + i, big));
+        await store.appendTurn(s._id, turnAt(200, 'h'.repeat(PAGE_BYTE_BUDGET * 2)));
+        await store.appendTurn(s._id, turnAt(300, 'small'));
+        const first = await store.listTurns(s._id, undefined, 10);
+        assert.equal(first.items.length, 3, 'three turns of 0.4 budget each pass the budget');
+        assert.notEqual(first.next, undefined);
+        const second = await store.listTurns(s._id, first.next, 10);
+        assert.equal(second.items.length, 3, 'two more, and the one that passes it');
+        const third = await store.listTurns(s._id, second.next, 10);
+        assert.deepEqual(third.items.map((t) => JSON.parse(t.json.toString()).content), ['small']);
+        assert.equal(third.next, undefined);
+        const alone = await store.listTurns(s._id, second.items[1], 10);
+        assert.equal(alone.items.length, 1, 'a turn larger than the budget is a page of its own');
+      });
+    });
+
+    test(`"the event loop is free between chunks however few items a filter keeps": a whole list yields to it between chunks of ${SCAN_CHUNK} items`, async () => {
+      await withStore(async (store) => {
+        const n = SCAN_CHUNK * 4;
+        for (let i = 0; i < n; i += 256) await Promise.all(Array.from({ length: 256 }, (_, k) => store.createSession(session({ ms: i + k, name: 'hay' }))));
+        const s = (await store.createSession(session({ ms: n, name: 'many turns' }))).session;
+        for (let i = 0; i < SCAN_CHUNK * 3; i += 256) await Promise.all(Array.from({ length: 256 }, (_, k) => store.appendTurn(s._id, turnAt(n + 1 + i + k))));
+        const read = async (answer) => {
+          let turns = 0;
+          let done = false;
+          const tick = () => {
+            if (done) return;
+            turns++;
+            setImmediate(tick);
+          };
+          setImmediate(tick);
+          let text = '';
+          if ('stream' in answer) for await (const piece of answer.stream) text += piece;
+          else text = answer.body.toString();
+          done = true;
+          return { data: JSON.parse(text).data, turns };
+        };
+        const none = await read(await wholeListReply(store.scanSessions({ user: 'alice', archived: 'false', nameContains: 'needle' }), (r) => r.json));
+        assert.equal(none.data.length, 0);
+        assert.ok(none.turns >= 2, `the event loop turned ${none.turns} times while ${n} sessions were examined`);
+        const all = await read(await wholeListReply(store.scanTurns(s._id), (t) => t.json));
+        assert.equal(all.data.length, SCAN_CHUNK * 3);
+        assert.ok(all.turns >= 1, `the event loop turned ${all.turns} times while ${SCAN_CHUNK * 3} turns were sent`);
       });
     });
 

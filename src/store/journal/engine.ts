@@ -2,14 +2,14 @@
 // and made durable before it is applied or acknowledged. Reads are served from memory; writes
 // pass through the shared serial writer, whose groups become one append and one fdatasync.
 // When dead records outweigh live ones, the journal is rewritten beside the old one.
-import { closeSync, existsSync, fstatSync, ftruncateSync, fsyncSync, mkdirSync, openSync, unlinkSync } from 'node:fs';
+import { closeSync, existsSync, fstatSync, ftruncateSync, fsyncSync, mkdirSync, openSync, statfs, statfsSync, unlinkSync } from 'node:fs';
 import { dirname, join } from 'node:path';
-import type { SessionKey, TurnKey } from '../../domain/order.js';
+import { SCAN_CHUNK, type SessionKey, type TurnKey } from '../../domain/order.js';
 import { appendText, isStreamingJson } from '../../domain/deltas.js';
 import { turnRecord, type ChatSession, type Turn } from '../../domain/records.js';
-import { versionOfSession } from '../../domain/version.js';
 import { lockHolder } from '../../data-dir-lock.js';
 import { fsyncDir, writeFullySync } from '../../files.js';
+import type { Quotas } from '../../config.js';
 import type { Logger } from '../../log.js';
 import { planImport } from '../import-plan.js';
 import {
@@ -38,10 +38,29 @@ import {
   type Usage,
 } from '../store.js';
 import { SerialWriter, type Change, type CommitListener, type Group, type GroupSource } from '../writer.js';
-import { Appender, COMPACT_SUFFIX, IMPORT_SUFFIX, JOURNAL_FILE, readCommitted } from './appender.js';
-import { Compaction, CompactionAborted } from './compaction.js';
-import { deltaLine, delLine, editLine, forkLine, headerLine, JOURNAL_VERSION, pruneLine, putLine, PUT_LINE_OVERHEAD, scanJournal, TURN_LINE_OVERHEAD, turnLine, upgradeTurnJson, type JournalRecord, type ScanResult } from './format.js';
-import { MemoryState, pageOf, SessionEntry, StoredTurn } from './state.js';
+import { Appender, COMPACT_SUFFIX, IMPORT_SUFFIX, JOURNAL_FILE, NEXT_SUFFIX, readCommitted } from './appender.js';
+import { Compaction, CompactionAborted, TailFirstCompaction, type TailFirstHost } from './compaction.js';
+import {
+  deltaLine,
+  delLine,
+  editLine,
+  findDeletions,
+  forkLine,
+  headerLine,
+  JOURNAL_VERSION,
+  pruneLine,
+  putLine,
+  PUT_LINE_OVERHEAD,
+  scanJournal,
+  TURN_LINE_OVERHEAD,
+  turnLine,
+  upgradeTurnJson,
+  type Deleted,
+  type Deletions,
+  type JournalRecord,
+  type ScanResult,
+} from './format.js';
+import { LazyRecord, MemoryState, pageOf, SessionEntry, StoredTurn } from './state.js';
 
 export interface JournalStoreOptions {
   readonly dir: string;
@@ -53,23 +72,31 @@ export interface JournalStoreOptions {
   readonly observer?: StoreObserver | undefined;
   /** false only to measure what group commit buys: one write per append and fsync. */
   readonly groupCommit?: boolean;
+  /** What one user's sessions may hold, checked at the serial point. */
+  readonly quotas?: Quotas | undefined;
 }
 
 const HEADER_BYTES = headerLine().length;
+/** Bounds of what a compaction moves at a time (see pieceBytes). */
+const MIN_PIECE = 64 * 1024;
+const MAX_PIECE = 8 * 1024 * 1024;
+/** The longest wait before a failed compaction (not for want of space) is tried again. */
+const MAX_RETRY_MS = 5 * 60_000;
 const NO_USAGE: Usage = { sessions: 0, turns: 0, bytes: 0 };
-const CHUNK = 256;
 
 export class JournalStore implements Store, GroupSource, Group {
   readonly engine = 'journal';
   private state: MemoryState;
   private readonly file: string;
+  private readonly next: string;
   private readonly writer: SerialWriter;
   /** UTF-8 bytes of the JSON of every live session and turn. */
   private jsonBytes = 0;
   private compactions = 0;
-  /** After a failed compaction, no new one before the journal reaches this size. */
-  private compactRetryAt = 0;
-  private compaction: Compaction | undefined;
+  /** After a failed compaction: what lets the next one start (see mayRetryCompaction). */
+  private compactBackoff: { readonly at: number; readonly needBytes: number; readonly delayMs: number } | undefined;
+  private checkingSpace = false;
+  private compaction: TailFirstCompaction | undefined;
   private compactionDone: Promise<void> = Promise.resolve();
   private closed = false;
   /** What each user's sessions hold (by owner), kept as changes are applied. */
@@ -81,9 +108,10 @@ export class JournalStore implements Store, GroupSource, Group {
     loaded: Loaded,
   ) {
     this.file = join(opts.dir, JOURNAL_FILE);
+    this.next = this.file + NEXT_SUFFIX;
     this.state = loaded.state;
     this.recountUsage();
-    this.writer = new SerialWriter(this, opts.log, opts.groupCommit === false ? 1 : Infinity);
+    this.writer = new SerialWriter(this, opts.log, opts.quotas, opts.groupCommit === false ? 1 : Infinity);
   }
 
   /**
@@ -103,28 +131,53 @@ export class JournalStore implements Store, GroupSource, Group {
     }
     if (!existsSync(file)) createEmpty(file);
     const started = process.hrtime.bigint();
-    const loaded = load(file, log, {});
-    const { scan } = loaded;
-    let size = scan.validBytes;
+    const next = file + NEXT_SUFFIX;
+    const files = [{ file }];
+    const twoFiles = existsSync(next);
+    if (twoFiles) files.push({ file: next });
+    const loaded = load(files, log);
+    const sizes: number[] = [];
+    loaded.scans.forEach((scan, i) => {
+      const f = files[i]?.file as string;
+      sizes.push(scan.validBytes);
+      if (scan.header === undefined) return;
+      if (scan.tornBytes > 0) {
+        log.warn('dropped an interrupted final write from the journal; it was never acknowledged', { file: f, offset: scan.validBytes, droppedBytes: scan.tornBytes });
+        const fd = openSync(f, 'r+');
+        try {
+          ftruncateSync(fd, scan.validBytes);
+          fsyncSync(fd);
+        } finally {
+          closeSync(fd);
+        }
+      }
+    });
+    let nextSize: number | undefined;
+    if (twoFiles) {
+      if (loaded.scans[1]?.header === undefined) {
+        // a compaction was stopped while making its new file, before any write went to it
+        unlinkSync(next);
+        log.warn('removed the unfinished start of a compaction left by an earlier run; the journal itself is complete', { file: next });
+      } else nextSize = sizes[1];
+    }
+    const scan = loaded.scans[0] as ScanResult;
+    let size = sizes[0] as number;
     if (scan.header === undefined) {
+      if (nextSize !== undefined) throw new StoreOpenFailed(`${file}: the journal has no intact header while ${next} continues it; restore from a backup (\`node dist/server.js import <backup.ndjson>\` into a new data directory)`);
       // nothing intact, not even the header: a journal whose creation was interrupted
       log.warn('the journal had no intact header; starting it afresh', { file, droppedBytes: scan.tornBytes });
       createEmpty(file);
       size = HEADER_BYTES;
-    } else if (scan.tornBytes > 0) {
-      log.warn('dropped an interrupted final write from the journal; it was never acknowledged', { file, offset: scan.validBytes, droppedBytes: scan.tornBytes });
-      const fd = openSync(file, 'r+');
-      try {
-        ftruncateSync(fd, scan.validBytes);
-        fsyncSync(fd);
-      } finally {
-        closeSync(fd);
-      }
+    } else if (scan.header.version !== JOURNAL_VERSION && nextSize !== undefined) {
+      // only this release splits a journal in two, and it writes its own version
+      throw new StoreOpenFailed(`${file}: a journal of version ${scan.header.version} with ${next} beside it was not written by a release of this application; restore from a backup`);
     }
-    const appender = new Appender(file, size, { dir: opts.dir, fsync: opts.fsync, log });
+    const appender = new Appender(file, size, { dir: opts.dir, fsync: opts.fsync, log }, nextSize === undefined ? undefined : { file: next, size: nextSize });
     const store = new JournalStore(opts, appender, loaded);
     const ms = Number(process.hrtime.bigint() - started) / 1e6;
-    log.info('journal replayed', { sessions: loaded.state.sessionCount, turns: loaded.state.turnCount, records: scan.records, bytes: size, ms: Math.round(ms) });
+    const records = loaded.scans.reduce((n, sc) => n + sc.records, 0);
+    // turnBytesLoaded: what replay copied of turns' JSON (the turns a later record deletes are not)
+    log.info('journal replayed', { sessions: loaded.state.sessionCount, turns: loaded.state.turnCount, records, bytes: appender.totalSize, turnBytesLoaded: loaded.state.arena.replayedBytes, ms: Math.round(ms) });
     if (scan.header !== undefined && scan.header.version !== JOURNAL_VERSION) {
       try {
         await new Compaction().run(store.compactionHost(), store.state.snapshot());
@@ -134,6 +187,8 @@ export class JournalStore implements Store, GroupSource, Group {
       }
       log.info('journal rewritten in this release\'s format: turns have their parents, sessions their heads', { file, fromVersion: scan.header.version, toVersion: JOURNAL_VERSION, bytes: appender.size });
     }
+    // a journal replayed mostly dead, or a compaction the last run left under way: at once, in the background
+    setImmediate(() => store.maybeCompact());
     return store;
   }
 
@@ -144,11 +199,16 @@ export class JournalStore implements Store, GroupSource, Group {
   static openSnapshot(dir: string, log: Logger): JournalStore {
     const file = join(dir, JOURNAL_FILE);
     if (!existsSync(file)) throw new StoreOpenFailed(`no journal at ${file} (is DATA_DIR right?)`);
-    const { fd, upTo } = openConsistent(dir, file);
-    try {
-      return new JournalStore({ dir, log, fsync: false, compactMinBytes: Infinity }, undefined, load(file, log, { fd, upTo }));
-    } finally {
-      closeSync(fd);
+    for (let attempt = 0; ; attempt++) {
+      const files = openConsistent(dir, file);
+      try {
+        const loaded = load(files, log);
+        // a compaction cut the older file while it was read: read again
+        if (attempt < 50 && loaded.scans.some((scan, i) => files[i]?.upTo !== undefined && scan.validBytes + scan.tornBytes < (files[i]?.upTo as number))) continue;
+        return new JournalStore({ dir, log, fsync: false, compactMinBytes: Infinity }, undefined, loaded);
+      } finally {
+        for (const f of files) closeSync(f.fd);
+      }
     }
   }
 
@@ -164,8 +224,15 @@ export class JournalStore implements Store, GroupSource, Group {
   }
 
   async *scanSessions(filter: SessionFilter): AsyncIterable<readonly SessionRecord[]> {
-    const sessions = this.state.snapshotList(filter);
-    for (let i = 0; i < sessions.length; i += CHUNK) yield sessions.slice(i, i + CHUNK).map((s) => this.recordOf(s));
+    const { sessions, keep } = this.state.snapshotList(filter);
+    for (let i = 0; i < sessions.length; i += SCAN_CHUNK) {
+      const out: SessionRecord[] = [];
+      for (let j = i; j < Math.min(i + SCAN_CHUNK, sessions.length); j++) {
+        const s = sessions[j] as ChatSession;
+        if (keep(s)) out.push(this.recordOf(s));
+      }
+      yield out;
+    }
   }
 
   listTurns(sessionId: string, after: TurnKey | undefined, limit: number, branch?: Branch): Promise<Page<TurnRecord, TurnKey>> {
@@ -181,14 +248,18 @@ export class JournalStore implements Store, GroupSource, Group {
   async *scanTurns(sessionId: string, branch?: Branch): AsyncIterable<readonly TurnRecord[]> {
     const turns = branch === undefined ? this.state.snapshotTurns(sessionId) : this.state.branch(sessionId, branch === 'head' ? 'head' : branch.turnId);
     if (turns === undefined) throw new TurnNotFound();
-    for (let i = 0; i < turns.length; i += CHUNK * 4) yield turns.slice(i, i + CHUNK * 4);
+    // the turns are references to what memory keeps: a chunk costs no copy of their JSON
+    for (let i = 0; i < turns.length; i += SCAN_CHUNK) yield turns.slice(i, i + SCAN_CHUNK);
   }
 
-  /** The record of a session as a snapshot took it: the live entry's when it has not changed since. */
+  /**
+   * The record of a session as a snapshot took it: the live entry's when it has not changed
+   * since. A whole list is read once: it uses what the cache holds but adds nothing to it.
+   */
   private recordOf(s: ChatSession, lastTurn?: TurnKey): SessionRecord {
     const e = this.state.get(s._id);
-    if (e !== undefined && e.session === s) return e.record(this.state.cache);
-    return new SnapshotRecord(s, lastTurn);
+    if (e !== undefined && e.session === s) return e.peekRecord();
+    return new LazyRecord(s, lastTurn);
   }
 
   async exportAll(): Promise<ExportSnapshot> {
@@ -223,9 +294,11 @@ export class JournalStore implements Store, GroupSource, Group {
       turns,
       bytes: this.jsonBytes,
       engine: [
-        { name: 'journal_bytes', type: 'gauge', help: 'Size of the journal file.', value: this.appender?.size ?? 0 },
+        { name: 'journal_bytes', type: 'gauge', help: 'Size of the journal (both its files while a compaction is under way).', value: this.appender?.totalSize ?? 0 },
         { name: 'journal_live_bytes', type: 'gauge', help: 'Bytes of the journal still holding live records.', value: this.liveBytes },
         { name: 'compactions_total', type: 'counter', help: 'Journal compactions completed.', value: this.compactions },
+        { name: 'journal_record_cache_bytes', type: 'gauge', help: "Sessions' JSON kept for reads (at most a sixty-fourth of V8's heap limit, 1 to 64 MiB).", value: this.state.cache.bytes },
+        { name: 'journal_turn_memory_bytes', type: 'gauge', help: "Memory holding the turns' JSON (the slabs turns were replayed into, and buffers of turns written since).", value: this.state.arena.heldBytes },
       ],
     };
   }
@@ -330,7 +403,6 @@ export class JournalStore implements Store, GroupSource, Group {
       appender.append(data, (err) => {
         if (err !== undefined) return reject(err);
         this.opts.observer?.commit(Number(process.hrtime.bigint() - started) / 1e9, changes.length);
-        this.compaction?.tail.push(data);
         for (const c of changes) this.apply(c);
         resolve();
         this.maybeCompact();
@@ -353,10 +425,10 @@ export class JournalStore implements Store, GroupSource, Group {
         state.putSession(c.session, c.version).sessionBytes = Buffer.byteLength(c.json);
         break;
       case 'turn':
-        state.addTurn(c.session._id, StoredTurn.of(c.turn._id, c.turn.createdAt, c.json), c.turn.parentId, { session: c.session, version: c.version, bytes: Buffer.byteLength(c.sessionJson) });
+        state.addTurn(c.session._id, this.written(c.turn, c.json), c.turn.parentId, { session: c.session, version: c.version, bytes: Buffer.byteLength(c.sessionJson) });
         break;
       case 'editTurn':
-        state.editTurn(StoredTurn.of(c.turn._id, c.turn.createdAt, c.json), c.session, Buffer.byteLength(c.sessionJson), c.version);
+        state.editTurn(this.written(c.turn, c.json), c.session, Buffer.byteLength(c.sessionJson), c.version);
         break;
       case 'deleteTurns':
         state.pruneTurns(c.ids, c.session, Buffer.byteLength(c.sessionJson), c.version);
@@ -366,7 +438,7 @@ export class JournalStore implements Store, GroupSource, Group {
         break;
       case 'fork': {
         const e = state.insertNew(c.session, c.version);
-        for (const t of c.turns) state.placeTurn(c.session._id, StoredTurn.of(t.turn._id, t.turn.createdAt, t.json), t.turn.parentId);
+        for (const t of c.turns) state.placeTurn(c.session._id, this.written(t.turn, t.json), t.turn.parentId);
         e.replace(c.session, c.version);
         e.sessionBytes = Buffer.byteLength(c.json);
         break;
@@ -377,6 +449,13 @@ export class JournalStore implements Store, GroupSource, Group {
     const after = state.get(id);
     if (after !== undefined) this.addUsage(after.session.user, 1, after.turns?.length ?? 0, after.sessionBytes + after.turnBytes);
     this.jsonBytes += (after === undefined ? 0 : after.sessionBytes + after.turnBytes) - bytesBefore;
+  }
+
+  /** A turn the writer made, kept in its own buffer. */
+  private written(turn: Turn, json: Buffer): StoredTurn {
+    const t = StoredTurn.of(turn._id, turn.createdAt, json);
+    this.state.arena.written(t);
+    return t;
   }
 
   /** Bytes of the journal holding live records: what a compaction would write. */
@@ -409,6 +488,14 @@ export class JournalStore implements Store, GroupSource, Group {
   async importAll(sessions: readonly ChatSession[], turns: readonly Turn[]): Promise<ImportSummary> {
     if (this.appender === undefined) throw new StorageWriteFailed(new Error('this journal was opened read-only'));
     await this.compactionDone;
+    if (this.appender.twoFiles) {
+      // a compaction the last run left under way is finished first: the rewrite below makes one file
+      try {
+        await new TailFirstCompaction(this.pieceBytes()).run(this.tailFirstHost());
+      } catch (e) {
+        throw new StorageWriteFailed(e);
+      }
+    }
     await this.writer.pause();
     try {
       const state = this.state;
@@ -425,6 +512,7 @@ export class JournalStore implements Store, GroupSource, Group {
       for (const s of plan.sessions) state.putSession(s);
       for (const t of plan.turns) {
         const turn = StoredTurn.of(t.turn._id, t.turn.createdAt, t.json);
+        state.arena.written(turn);
         if (t.replaces === undefined) state.placeTurn(t.turn.session, turn, t.turn.parentId);
         else state.reimportTurn(t.turn.session, turn, t.turn.parentId);
       }
@@ -432,9 +520,10 @@ export class JournalStore implements Store, GroupSource, Group {
         await new Compaction().run(this.compactionHost(), state.snapshot());
       } catch (e) {
         // the journal is untouched: memory goes back to what it holds
-        this.state = load(this.file, this.opts.log, {}).state;
+        this.state = load([{ file: this.file }], this.opts.log).state;
         throw new StorageWriteFailed(e);
       }
+      if (this.appender.waitingForDirSync) throw new StorageWriteFailed(new Error("the data directory could not be fsync'd after the journal was rewritten"));
       this.recountLive();
       this.recountUsage();
       return plan.summary;
@@ -458,34 +547,94 @@ export class JournalStore implements Store, GroupSource, Group {
 
   // ---- compaction ----
 
-  private maybeCompact(): void {
-    const size = (this.appender as Appender).size;
-    if (this.compaction !== undefined || this.closed) return;
-    if (size < this.opts.compactMinBytes || size < this.compactRetryAt || size - this.liveBytes <= this.liveBytes) return;
-    const c = new Compaction();
+  private tailFirstHost(): TailFirstHost {
+    return {
+      file: this.file,
+      next: this.next,
+      dir: this.opts.dir,
+      appender: this.appender as Appender,
+      live: (id) => this.state.get(id)?.session,
+      turn: (session, id) => this.state.get(session)?.turn(id),
+      pauseWriter: () => this.writer.pause(),
+      resumeWriter: () => this.writer.resume(),
+    };
+  }
+
+  /** How much of the journal a compaction moves at a time: an eighth of the free space, within bounds. */
+  private pieceBytes(): number {
+    let free = MAX_PIECE;
+    try {
+      const st = statfsSync(this.opts.dir);
+      free = st.bavail * st.bsize;
+    } catch {
+      // no figure: the largest piece
+    }
+    return Math.min(MAX_PIECE, Math.max(MIN_PIECE, Math.floor(free / 8)));
+  }
+
+  /**
+   * Starts a compaction when dead records outweigh live ones (and the journal is at least
+   * COMPACT_MIN_SIZE), or goes on with one a failure or a restart left under way.
+   */
+  maybeCompact(): void {
+    const appender = this.appender;
+    if (appender === undefined || this.compaction !== undefined || this.closed) return;
+    const size = appender.totalSize;
+    if (!appender.twoFiles && (size < this.opts.compactMinBytes || size - this.liveBytes <= this.liveBytes)) return;
+    if (this.compactBackoff !== undefined && !this.mayRetryCompaction()) return;
+    const c = new TailFirstCompaction(this.pieceBytes());
     this.compaction = c;
     const started = process.hrtime.bigint();
-    // the snapshot is taken at the same instant as `c.tail` starts collecting
     this.compactionDone = c
-      .run(this.compactionHost(), this.state.snapshot())
+      .run(this.tailFirstHost())
       .then(
         () => {
           this.compactions++;
-          this.opts.log.info('journal compacted', { bytesBefore: size, bytesAfter: (this.appender as Appender).size, ms: Math.round(Number(process.hrtime.bigint() - started) / 1e6) });
+          this.compactBackoff = undefined;
+          this.opts.log.info('journal compacted', { bytesBefore: size, bytesAfter: appender.totalSize, ms: Math.round(Number(process.hrtime.bigint() - started) / 1e6) });
         },
         (err: unknown) => {
-          if (err instanceof CompactionAborted) this.opts.log.info(err.message);
-          else {
-            // not again until the journal has grown by half or COMPACT_MIN_SIZE: each try costs a full snapshot
-            const now = (this.appender as Appender).size;
-            this.compactRetryAt = now + Math.max(this.opts.compactMinBytes, now >> 1);
-            this.opts.log.error('journal compaction failed; the old journal stays in use', { err, retryAtBytes: this.compactRetryAt });
+          if (err instanceof CompactionAborted) {
+            this.opts.log.info(err.message);
+            return;
+          }
+          const code = (err as NodeJS.ErrnoException).code;
+          if (code === 'ENOSPC' || code === 'EDQUOT') {
+            // again once the disk has room for the piece that did not fit (with some to spare)
+            this.compactBackoff = { at: performance.now() + 1000, needBytes: 2 * Math.max(c.needed, MIN_PIECE), delayMs: 1000 };
+            this.opts.log.error('journal compaction stopped: no space left for its next piece; it goes on once there is room, the journal meanwhile stays as it is (two files while under way)', { err, needBytes: this.compactBackoff.needBytes });
+          } else {
+            const delayMs = Math.min(MAX_RETRY_MS, 2 * (this.compactBackoff?.delayMs ?? 500));
+            this.compactBackoff = { at: performance.now() + delayMs, needBytes: 0, delayMs };
+            this.opts.log.error('journal compaction failed; it is tried again later, the journal meanwhile stays as it is (two files while under way)', { err, retryInMs: delayMs });
           }
         },
       )
       .finally(() => {
         this.compaction = undefined;
       });
+  }
+
+  /**
+   * After a failed compaction: true once its delay has passed and, after a full disk, once the
+   * file system reports room for the piece that did not fit (asked at most once a second; the
+   * answer starts the compaction itself).
+   */
+  private mayRetryCompaction(): boolean {
+    const b = this.compactBackoff;
+    if (b === undefined) return true;
+    if (performance.now() < b.at) return false;
+    if (b.needBytes === 0) return true;
+    if (this.checkingSpace) return false;
+    this.checkingSpace = true;
+    statfs(this.opts.dir, (err, st) => {
+      this.checkingSpace = false;
+      if (err === null && st.bavail * st.bsize >= b.needBytes) {
+        this.compactBackoff = { ...b, at: 0, needBytes: 0 };
+        this.maybeCompact();
+      } else this.compactBackoff = { ...b, at: performance.now() + 1000 };
+    });
+    return false;
   }
 
   async close(): Promise<void> {
@@ -495,21 +644,6 @@ export class JournalStore implements Store, GroupSource, Group {
     await this.compactionDone;
     await this.writer.close();
     this.appender?.close();
-  }
-}
-
-/** A session of a snapshot whose live entry has changed since: its JSON and version made when read. */
-class SnapshotRecord implements SessionRecord {
-  private text: string | undefined;
-  constructor(
-    readonly session: ChatSession,
-    private readonly lastTurn: TurnKey | undefined,
-  ) {}
-  get json(): string {
-    return (this.text ??= JSON.stringify(this.session));
-  }
-  get version(): string {
-    return versionOfSession(this.json, this.lastTurn);
   }
 }
 
@@ -535,23 +669,62 @@ function lineOf(c: Change): Buffer {
 
 interface Loaded {
   readonly state: MemoryState;
-  readonly scan: ScanResult;
+  /** One scan per file of the journal, older first. */
+  readonly scans: readonly ScanResult[];
+}
+
+/** A journal file to replay: by path, or an open descriptor read up to `upTo` (a consistent prefix). */
+interface JournalFile {
+  readonly file: string;
+  readonly fd?: number;
+  readonly upTo?: number;
 }
 
 /**
- * Replays a journal into a new state (indexes built once at the end); `fd`/`upTo` read a
- * consistent prefix. A journal of the first release gets its turns' parents and its sessions'
+ * Replays a journal (its files in order) into a new state, indexes built once at the end. The
+ * records that delete (tombstones, prunes) are found first, so the turns they delete are never
+ * copied into memory. A journal of the first release gets its turns' parents and its sessions'
  * heads at the end of the load.
  */
-function load(file: string, log: Logger, opts: { fd?: number; upTo?: number }): Loaded {
+function load(files: readonly JournalFile[], log: Logger): Loaded {
   const state = new MemoryState();
   state.beginLoad();
-  const scan = scanJournal(file, (r, bytes) => replay(state, r, bytes), opts);
-  const legacy = scan.header !== undefined && scan.header.version < JOURNAL_VERSION;
+  const deletions: Deletions = { sessions: new Map(), turns: new Map() };
+  const bases: number[] = [];
+  let base = 0;
+  for (const f of files) {
+    bases.push(base);
+    findDeletions(f.file, deletions, { ...(f.fd !== undefined ? { fd: f.fd } : {}), ...(f.upTo !== undefined ? { upTo: f.upTo } : {}), base });
+    base += f.upTo ?? fileSize(f);
+  }
+  const { sessions, turns } = deletions;
+  const dead: Deleted | undefined =
+    sessions.size + turns.size === 0 ? undefined : (session, turn, pos) => (sessions.get(session) ?? -1) > pos || (turn !== undefined && (turns.get(turn) ?? -1) > pos);
+  const scans = files.map((f, i) =>
+    scanJournal(f.file, (r, bytes) => replay(state, r, bytes), {
+      ...(f.fd !== undefined ? { fd: f.fd } : {}),
+      ...(f.upTo !== undefined ? { upTo: f.upTo } : {}),
+      arena: state.arena,
+      base: bases[i] as number,
+      ...(dead !== undefined ? { dead } : {}),
+    }),
+  );
+  const first = scans[0]?.header;
+  const legacy = first !== undefined && first.version < JOURNAL_VERSION;
   const { orphanTurns, unlinkedTurns } = state.finishLoad(legacy ? upgradeTurnJson : undefined);
   if (orphanTurns > 0) log.warn('dropped turns whose session does not exist', { turns: orphanTurns });
   if (unlinkedTurns > 0) log.warn('turns whose parent does not exist are kept as roots', { turns: unlinkedTurns });
-  return { state, scan };
+  return { state, scans };
+}
+
+function fileSize(f: JournalFile): number {
+  if (f.fd !== undefined) return fstatSync(f.fd).size;
+  const fd = openSync(f.file, 'r');
+  try {
+    return fstatSync(fd).size;
+  } finally {
+    closeSync(fd);
+  }
 }
 
 /** Applies one journal record during a load, counting the bytes of each session's JSON. */
@@ -585,6 +758,9 @@ function replay(state: MemoryState, r: JournalRecord, bytes: number): void {
     }
     case 'del':
       state.deleteSession(r.id);
+      return;
+    case 'dead-turn':
+    // a turn a later record deletes: never kept
   }
 }
 
@@ -600,20 +776,48 @@ function createEmpty(path: string): void {
 }
 
 /**
- * Opens the journal and decides how much of it to read: all of it when no server is running;
- * else only what the server has published as durable (COMMITTED_FILE), on the same inode (a
- * compaction may swap the file in between: then look again).
+ * Opens the journal's files and decides how much of each to read: all of them when no server is
+ * running; else only what the server has published as durable (COMMITTED_FILE), on the same
+ * inodes (a compaction may cut or swap the files in between: then look again).
  */
-function openConsistent(dataDir: string, file: string): { fd: number; upTo: number } {
+function openConsistent(dataDir: string, file: string): { file: string; fd: number; upTo: number }[] {
   let published = false;
+  const next = file + NEXT_SUFFIX;
   for (let attempt = 0; attempt < 200; attempt++) {
-    const fd = openSync(file, 'r');
-    const st = fstatSync(fd);
-    if (lockHolder(dataDir) === undefined) return { fd, upTo: st.size };
+    const opened: { file: string; fd: number; upTo: number }[] = [];
+    const close = (): void => {
+      for (const o of opened) closeSync(o.fd);
+    };
+    for (const f of [file, next]) {
+      try {
+        const fd = openSync(f, 'r');
+        opened.push({ file: f, fd, upTo: fstatSync(fd).size });
+      } catch (e) {
+        if ((e as NodeJS.ErrnoException).code !== 'ENOENT' || f === file) {
+          close();
+          throw e;
+        }
+      }
+    }
+    if (lockHolder(dataDir) === undefined) return opened;
     const committed = readCommitted(dataDir);
-    if (committed !== undefined && committed.ino === String(st.ino)) return { fd, upTo: Math.min(committed.size, st.size) };
+    if (committed !== undefined && committed.length <= opened.length) {
+      // the same files, none shorter than published (a compaction cuts the older one after the
+      // newer one's growth is published); one file published: a `.next` beside it is not part of it yet
+      const match = committed.every((c, i) => {
+        const o = opened[i] as { fd: number; upTo: number };
+        return c.ino === String(fstatSync(o.fd).ino) && o.upTo >= c.size;
+      });
+      if (match) {
+        for (const extra of opened.splice(committed.length)) closeSync(extra.fd);
+        committed.forEach((c, i) => {
+          (opened[i] as { upTo: number }).upTo = c.size;
+        });
+        return opened;
+      }
+    }
     published ||= committed !== undefined;
-    closeSync(fd);
+    close();
     Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, 5); // the server is swapping files: a moment
   }
   const holder = lockHolder(dataDir);

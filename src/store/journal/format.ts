@@ -3,9 +3,11 @@
 // version. Records:
 //   {"put":<chat session>}                  a session's whole new state (create, update, archive, head switch)
 //   {"del":"<session id>"}                  a tombstone: the session and all its turns are gone
+//                                           (`"carried":true` marks one a compaction carried over; see compaction.ts)
 //   {"turn":<turn>}                         a turn; it becomes its session's head and raises its updatedAt to the turn's createdAt
 //   {"edit":<turn>,"session":<session>}     a turn's new state, and its session's
 //   {"prune":["<turn id>",...],"session":<session>}   turns deleted (a turn and its descendants), and the session as that leaves it
+//                                           (`"carried":true` at its end: carried over by a compaction)
 //   {"fork":<session>,"turns":[<turn>,...]} a new session with its copied turns, root first
 //   {"delta":"<turn id>","session":"<session id>","text":"..."}   text appended to a streaming turn
 //                                           (src/domain/deltas.ts says where); the session does not change
@@ -18,7 +20,7 @@ import { basename } from 'node:path';
 import { sessionProblem } from '../../domain/stored.js';
 import type { ChatSession } from '../../domain/records.js';
 import { crc32 } from './crc32.js';
-import { StoredTurn } from './state.js';
+import { StoredTurn, type TurnArena } from './turns.js';
 
 export const JOURNAL_FORMAT = 'chat-session-api/journal';
 /** The version this release writes. */
@@ -40,7 +42,10 @@ export type JournalRecord =
   | { readonly kind: 'put'; readonly session: ChatSession }
   | { readonly kind: 'del'; readonly id: string }
   | { readonly kind: 'turn'; readonly session: string; readonly turn: StoredTurn; readonly parentId: string | null | undefined }
-  | { readonly kind: 'edit'; readonly session: ChatSession; readonly turn: StoredTurn }
+  /** A turn a later record deletes (its session's tombstone, or a prune): not kept at all. */
+  | { readonly kind: 'dead-turn'; readonly session: string }
+  /** `turn` undefined: the edit of a turn a later record deletes (its session still moves). */
+  | { readonly kind: 'edit'; readonly session: ChatSession; readonly turn: StoredTurn | undefined }
   | { readonly kind: 'prune'; readonly session: ChatSession; readonly ids: readonly string[] }
   | { readonly kind: 'fork'; readonly session: ChatSession; readonly turns: readonly { readonly turn: StoredTurn; readonly parentId: string | null }[] }
   | { readonly kind: 'delta'; readonly session: string; readonly turnId: string; readonly text: string };
@@ -67,9 +72,10 @@ export function frame(...parts: readonly (string | Buffer)[]): Buffer {
 /** Lines of each record, built around JSON the writer already has. */
 export const putLine = (sessionJson: string): Buffer => frame('{"put":', sessionJson, '}');
 export const turnLine = (turnJson: string | Buffer): Buffer => frame('{"turn":', turnJson, '}');
-export const delLine = (id: string): Buffer => frame(`{"del":${JSON.stringify(id)}}`);
+export const delLine = (id: string, carried = false): Buffer => frame(`{"del":${JSON.stringify(id)}${carried ? ',"carried":true' : ''}}`);
 export const editLine = (turnJson: Buffer, sessionJson: string): Buffer => frame('{"edit":', turnJson, ',"session":', sessionJson, '}');
-export const pruneLine = (ids: readonly string[], sessionJson: string): Buffer => frame(`{"prune":${JSON.stringify(ids)},"session":`, sessionJson, '}');
+export const pruneLine = (ids: readonly string[], sessionJson: string, carried = false): Buffer =>
+  frame(`{"prune":${JSON.stringify(ids)},"session":`, sessionJson, carried ? ',"carried":true}' : '}');
 export const deltaLine = (turnId: string, sessionId: string, text: string): Buffer => frame(`{"delta":${JSON.stringify(turnId)},"session":${JSON.stringify(sessionId)},"text":${JSON.stringify(text)}}`);
 export function forkLine(sessionJson: string, turns: readonly Buffer[]): Buffer {
   const parts: (string | Buffer)[] = ['{"fork":', sessionJson, ',"turns":['];
@@ -98,11 +104,29 @@ export class JournalDamaged extends Error {
     linesAfter: number,
     validAfter: number,
   ) {
+    const restore = 'restore from a backup (stop the server, move the data directory aside, run `node dist/server.js import <backup.ndjson>`)';
     super(
       `${file}: damaged record at line ${line} (byte offset ${offset}): ${reason}; ` +
         `${linesAfter} more line(s) follow it (${validAfter} intact), so this is not an interrupted final write. Nothing was changed. ` +
-        `To recover, restore from a backup (stop the server, move the data directory aside, run \`node dist/server.js import <backup.ndjson>\`), ` +
-        `or keep only the records before the damage: copy the file aside, then \`truncate -s ${offset} ${basename(file)}\`.`,
+        // cutting at the header would keep nothing: then a backup is the only way back
+        (line <= 1
+          ? `To recover, ${restore}.`
+          : `To recover, ${restore}, or keep only the records before the damage: copy the file aside, then \`truncate -s ${offset} ${basename(file)}\`.`),
+    );
+  }
+}
+
+/**
+ * A journal whose lines end in CRLF, as a copy through a text-mode tool (a Windows editor, git
+ * with autocrlf) leaves: every record is intact once the CR is removed, and JSON never holds a
+ * raw CR, so removing them loses nothing.
+ */
+export class JournalHasCrlf extends Error {
+  override readonly name = 'JournalHasCrlf';
+  constructor(readonly file: string) {
+    super(
+      `${file}: the journal has Windows line endings (CRLF), as a copy through a text-mode tool leaves; its records are intact. Nothing was changed. ` +
+        `Convert it back, then start again: \`sed -i 's/\\r$//' ${basename(file)}\` (or \`dos2unix ${basename(file)}\`).`,
     );
   }
 }
@@ -137,33 +161,16 @@ function checkLine(buf: Buffer, start: number, end: number): LineCheck {
   return { ok: true };
 }
 
-const MAX_SLAB = 1024 * 1024 * 1024;
-
-/**
- * Where replay copies turns: large shared buffers. Replay copies a million turns; V8 answers
- * every 64 MB of new external memory with a full garbage collection, whose cost grows with the
- * heap, so space is reserved in big steps (up to the unread size of the journal, at most 1 GiB
- * at a time). Pages never written are never resident.
- */
-class Slab {
-  private buf = Buffer.alloc(0);
-  private used = 0;
-  /** Bytes of the journal not yet read: the most the turns still to come can need. */
-  unread = 0;
-
-  /** A turn whose JSON is a copy of src[start, end). */
-  turn(_id: string, createdAt: string, src: Buffer, start: number, end: number): StoredTurn {
-    const n = end - start;
-    if (this.used + n > this.buf.length) {
-      this.buf = Buffer.allocUnsafeSlow(Math.max(n, Math.min(MAX_SLAB, this.unread)));
-      this.used = 0;
-    }
-    src.copy(this.buf, this.used, start, end);
-    const out = new StoredTurn(_id, createdAt, this.buf, this.used, this.used + n);
-    this.used += n;
-    return out;
-  }
+/** Where replay puts what it reads: turns' JSON in the arena, unless `dead` says a later record deletes them. */
+interface ReplayTarget {
+  readonly arena: TurnArena;
+  /** Position of this file's first byte among all the journal's files (their sizes before it). */
+  readonly base: number;
+  readonly dead: Deleted | undefined;
 }
+
+/** Whether a record after position `pos` deletes session `session`, or its turn `turn`. */
+export type Deleted = (session: string, turn: string | undefined, pos: number) => boolean;
 
 const TURN_PREFIX = Buffer.from('{"turn":{"_id":"');
 const SESSION_KEY = Buffer.from('","session":"');
@@ -183,7 +190,7 @@ function bytesAt(buf: Buffer, at: number, what: Buffer): boolean {
  * full parse; a turn of the first release (no parentId) is kept as written until the load
  * gives it its parent (upgradeTurnJson).
  */
-function turnAt(buf: Buffer, start: number, end: number, slab: Slab): JournalRecord | undefined {
+function turnAt(buf: Buffer, start: number, end: number, to: ReplayTarget, pos: number): JournalRecord | undefined {
   const jsonStart = start + 8;
   const jsonEnd = end - 1;
   const created = jsonEnd - 40; // ,"createdAt":"<24>"}
@@ -201,24 +208,23 @@ function turnAt(buf: Buffer, start: number, end: number, slab: Slab): JournalRec
     if (bytesAt(buf, start + 78, PARENT_KEY)) {
       if (bytesAt(buf, start + 90, NULL)) parentId = null;
       else if (buf[start + 90] === 0x22 && buf[start + 115] === 0x22) parentId = buf.toString('latin1', start + 91, start + 115);
-      else return slowTurn(buf, start, end);
+      else return slowTurn(buf, start, end, to, pos);
     }
-    return {
-      kind: 'turn',
-      session: buf.toString('latin1', start + 53, start + 77),
-      turn: slab.turn(buf.toString('latin1', start + 16, start + 40), buf.toString('latin1', created + 14, created + 38), buf, jsonStart, jsonEnd),
-      parentId,
-    };
+    const session = buf.toString('latin1', start + 53, start + 77);
+    const id = buf.toString('latin1', start + 16, start + 40);
+    if (to.dead?.(session, id, pos) === true) return { kind: 'dead-turn', session };
+    return { kind: 'turn', session, turn: to.arena.replayed(id, buf.toString('latin1', created + 14, created + 38), buf, jsonStart, jsonEnd), parentId };
   }
-  return slowTurn(buf, start, end);
+  return slowTurn(buf, start, end, to, pos);
 }
 
-function slowTurn(buf: Buffer, start: number, end: number): JournalRecord | undefined {
+function slowTurn(buf: Buffer, start: number, end: number, to: ReplayTarget, pos: number): JournalRecord | undefined {
   const v: unknown = JSON.parse(buf.toString('utf8', start, end));
   const t = (v as { turn?: unknown }).turn;
   if (!isTurnish(t)) return undefined;
+  if (to.dead?.(t.session, t._id, pos) === true) return { kind: 'dead-turn', session: t.session };
   const parentId = t['parentId'];
-  return { kind: 'turn', session: t['session'] as string, turn: storedOf(t), parentId: parentId === undefined ? undefined : (parentId as string | null) };
+  return { kind: 'turn', session: t.session, turn: storedOf(t, to.arena), parentId: parentId === undefined ? undefined : (parentId as string | null) };
 }
 
 type Turnish = Record<string, unknown> & { readonly _id: string; readonly session: string; readonly createdAt: string };
@@ -230,7 +236,11 @@ function isTurnish(t: unknown): t is Turnish {
   return typeof r['_id'] === 'string' && typeof r['session'] === 'string' && typeof r['createdAt'] === 'string' && (p === undefined || p === null || typeof p === 'string');
 }
 
-const storedOf = (t: Turnish): StoredTurn => StoredTurn.of(t._id, t.createdAt, Buffer.from(JSON.stringify(t)));
+/** A turn parsed from a record, its JSON written again into the arena. */
+function storedOf(t: Turnish, arena: TurnArena): StoredTurn {
+  const json = Buffer.from(JSON.stringify(t));
+  return arena.replayed(t._id, t.createdAt, json, 0, json.length);
+}
 
 /** A session of a record: its shape checked (checksummed and written by this server, so the types, not the API's limits). */
 function sessionOf(v: unknown): ChatSession | undefined {
@@ -238,8 +248,8 @@ function sessionOf(v: unknown): ChatSession | undefined {
 }
 
 /** The record bytes [start, end) hold (the JSON, checksum excluded), or undefined when none this release knows. */
-function recordAt(buf: Buffer, start: number, end: number, slab: Slab): JournalRecord | undefined {
-  if (buf[start + 2] === 0x74 /* t */ && bytesAt(buf, start, TURN_PREFIX.subarray(0, 8))) return turnAt(buf, start, end, slab);
+function recordAt(buf: Buffer, start: number, end: number, to: ReplayTarget, pos: number): JournalRecord | undefined {
+  if (buf[start + 2] === 0x74 /* t */ && bytesAt(buf, start, TURN_PREFIX.subarray(0, 8))) return turnAt(buf, start, end, to, pos);
   const v: unknown = JSON.parse(buf.toString('utf8', start, end));
   if (typeof v !== 'object' || v === null) return undefined;
   const r = v as Record<string, unknown>;
@@ -255,7 +265,9 @@ function recordAt(buf: Buffer, start: number, end: number, slab: Slab): JournalR
   if (session === undefined || session.headTurnId === undefined) return undefined;
   if (r['edit'] !== undefined) {
     const t = r['edit'];
-    return isTurnish(t) && t.parentId !== undefined ? { kind: 'edit', session, turn: storedOf(t) } : undefined;
+    if (!isTurnish(t) || t.parentId === undefined) return undefined;
+    // an edit of a turn deleted later: its session still moves, its turn is not kept
+    return { kind: 'edit', session, turn: to.dead?.(t.session, t._id, pos) === true ? undefined : storedOf(t, to.arena) };
   }
   const prune = r['prune'];
   if (Array.isArray(prune)) return prune.every((id) => typeof id === 'string') ? { kind: 'prune', session, ids: prune as string[] } : undefined;
@@ -264,7 +276,7 @@ function recordAt(buf: Buffer, start: number, end: number, slab: Slab): JournalR
     const out: { turn: StoredTurn; parentId: string | null }[] = [];
     for (const t of turns as unknown[]) {
       if (!isTurnish(t) || t.parentId === undefined) return undefined;
-      out.push({ turn: storedOf(t), parentId: t.parentId as string | null });
+      if (to.dead?.(t.session, t._id, pos) !== true) out.push({ turn: storedOf(t, to.arena), parentId: t.parentId as string | null });
     }
     return { kind: 'fork', session, turns: out };
   }
@@ -328,8 +340,13 @@ function unfinishedHeader(fd: number, size: number): boolean {
  * `upTo` bounds the bytes read, and `fd` reads an already open file: together they give a
  * consistent prefix of a journal that is still growing (or being replaced by compaction).
  */
-export function scanJournal(file: string, onRecord: (r: JournalRecord, bytes: number) => void, opts: { fd?: number; upTo?: number } = {}): ScanResult {
+export function scanJournal(
+  file: string,
+  onRecord: (r: JournalRecord, bytes: number) => void,
+  opts: { fd?: number; upTo?: number; arena: TurnArena; base?: number; dead?: Deleted },
+): ScanResult {
   const upTo = opts.upTo ?? Infinity;
+  const target: ReplayTarget = { arena: opts.arena, base: opts.base ?? 0, dead: opts.dead };
   const fd = opts.fd ?? openSync(file, 'r');
   try {
     let buf = Buffer.allocUnsafe(CHUNK);
@@ -348,6 +365,7 @@ export function scanJournal(file: string, onRecord: (r: JournalRecord, bytes: nu
       lineNo++;
       const offset = base + start;
       const d = checkLine(buf, start, end);
+      if (!d.ok && lineNo === 1 && buf[end - 1] === 0x0d && checkLine(buf, start, end - 1).ok) throw new JournalHasCrlf(file);
       if (damage !== undefined) {
         linesAfterDamage++;
         if (d.ok) validAfterDamage++;
@@ -361,7 +379,7 @@ export function scanJournal(file: string, onRecord: (r: JournalRecord, bytes: nu
       let record: JournalRecord | undefined;
       try {
         if (lineNo === 1) value = JSON.parse(buf.toString('utf8', start + 9, end));
-        else record = recordAt(buf, start + 9, end, slab);
+        else record = recordAt(buf, start + 9, end, target, target.base + offset);
       } catch {
         damage = { line: lineNo, offset, reason: 'checksum matches but the JSON does not parse' };
         return;
@@ -383,9 +401,8 @@ export function scanJournal(file: string, onRecord: (r: JournalRecord, bytes: nu
       validBytes = base + end + 1;
     };
 
-    const slab = new Slab();
     for (;;) {
-      slab.unread = Math.min(upTo, fstatSync(fd).size) - base;
+      target.arena.unread = Math.min(upTo, fstatSync(fd).size) - base;
       if (!eof && filled < buf.length) {
         const want = Math.min(buf.length - filled, upTo - (base + filled));
         const n = want > 0 ? readSync(fd, buf, filled, want, base + filled) : 0;
@@ -424,6 +441,88 @@ export function scanJournal(file: string, onRecord: (r: JournalRecord, bytes: nu
       throw new JournalDamaged(file, 1, 0, damage?.reason ?? 'not a chat-session-api journal', 0, 0);
     }
     return { validBytes, tornBytes: end - validBytes, records, header };
+  } finally {
+    if (opts.fd === undefined) closeSync(fd);
+  }
+}
+
+const DEL_PREFIX = Buffer.from('{"del":"');
+const PRUNE_PREFIX = Buffer.from('{"prune":[');
+
+/** Where the records that delete are: per session its last tombstone, per turn the last prune naming it. */
+export interface Deletions {
+  readonly sessions: Map<string, number>;
+  readonly turns: Map<string, number>;
+}
+
+/**
+ * Where each deleting record is, before replay: `into` gets, per deleted session id, the
+ * position (`base` + byte offset) of its last intact `del` line, and per deleted turn id that of
+ * the last `prune` line naming it. Replay then leaves out the turns a later record deletes
+ * instead of copying them into memory first, so replay needs no more memory than the live data,
+ * however many deleted turns the journal still holds. A quick search for the bytes those lines
+ * start with; only whole, checksummed lines count (a torn last line deletes nothing, as replay
+ * drops it).
+ */
+export function findDeletions(file: string, into: Deletions, opts: { fd?: number; upTo?: number; base?: number } = {}): void {
+  const upTo = opts.upTo ?? Infinity;
+  const base = opts.base ?? 0;
+  const fd = opts.fd ?? openSync(file, 'r');
+  try {
+    let buf = Buffer.allocUnsafe(CHUNK);
+    let filled = 0;
+    let at = 0; // file offset of buf[0]
+    for (;;) {
+      const want = Math.min(buf.length - filled, upTo - (at + filled));
+      const n = want > 0 ? readSync(fd, buf, filled, want, at + filled) : 0;
+      filled += n;
+      // lines wholly inside buf[0, end) are examined; the rest waits for the next read
+      const end = n === 0 ? filled : buf.lastIndexOf(0x0a, filled - 1) + 1;
+      for (const prefix of [DEL_PREFIX, PRUNE_PREFIX]) {
+        let pos = 0;
+        for (;;) {
+          const hit = buf.indexOf(prefix, pos);
+          if (hit === -1 || hit >= end) break;
+          pos = hit + 1;
+          // a line `<8 hex> {"del":"<id>"...}` or `<8 hex> {"prune":[...` at the start of a line
+          // (buf[0] always is one; never inside a line: JSON escapes newlines)
+          if (hit < 9 || buf[hit - 1] !== 0x20 || (hit > 9 && buf[hit - 10] !== 0x0a)) continue;
+          const nl = buf.indexOf(0x0a, hit);
+          if (nl === -1 || nl >= end) continue;
+          if (!checkLine(buf, hit - 9, nl).ok) continue;
+          const where = base + at + hit - 9;
+          if (prefix === DEL_PREFIX) {
+            const idEnd = buf.indexOf(0x22, hit + DEL_PREFIX.length);
+            if (idEnd === -1 || idEnd >= nl) continue;
+            into.sessions.set(buf.toString('latin1', hit + DEL_PREFIX.length, idEnd), where);
+          } else {
+            // ids are hex: the list ends at the first `]`
+            const listEnd = buf.indexOf(0x5d, hit + PRUNE_PREFIX.length - 1);
+            if (listEnd === -1 || listEnd >= nl) continue;
+            let ids: unknown;
+            try {
+              ids = JSON.parse(buf.toString('latin1', hit + PRUNE_PREFIX.length - 1, listEnd + 1));
+            } catch {
+              continue;
+            }
+            if (Array.isArray(ids)) for (const id of ids) if (typeof id === 'string') into.turns.set(id, where);
+          }
+        }
+      }
+      if (n === 0) return;
+      if (end === 0) {
+        // a line longer than the buffer: grow it
+        if (filled === buf.length) {
+          const bigger = Buffer.allocUnsafe(buf.length * 2);
+          buf.copy(bigger, 0, 0, filled);
+          buf = bigger;
+        }
+        continue;
+      }
+      buf.copy(buf, 0, end, filled);
+      at += end;
+      filled -= end;
+    }
   } finally {
     if (opts.fd === undefined) closeSync(fd);
   }

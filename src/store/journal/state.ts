@@ -3,62 +3,32 @@
 // and archived sessions (as the other engines' indexes keep them, so a page examines the same
 // items on every engine). It knows nothing about files; the engine changes it only after a
 // change is durable.
-import { PAGE_SCAN_BUDGET, sessionBefore, turnBefore, type SessionKey, type TurnKey } from '../../domain/order.js';
+import { PAGE_BYTE_BUDGET, PAGE_SCAN_BUDGET, sessionBefore, turnBefore, type SessionKey, type TurnKey } from '../../domain/order.js';
 import { chatSession, foldedTags, raisedByTurn, type ChatSession } from '../../domain/records.js';
 import { isLive } from '../../domain/retention.js';
 import { foldForSearch } from '../../domain/search.js';
 import { versionOfSession } from '../../domain/version.js';
-import type { Page, SessionFilter, SessionRecord, TreeTurn, TurnRecord } from '../store.js';
+import type { Page, SessionFilter, SessionRecord, TurnRecord } from '../store.js';
+import { ceilingsOf } from '../../memory.js';
 import { SortedList } from './sorted-list.js';
+import { StoredTurn, TurnArena } from './turns.js';
 
-/**
- * A turn as kept: its sort key, its parent, and its JSON as bytes off the JS heap. The bytes are
- * a range of a larger buffer (the turn's own JSON as written, or a slab of the turns read at
- * start-up), so a kept turn is one small object and not also a Buffer view of its own: a million
- * turns replay sooner and in less memory (bench/README.md). Its JSON never changes (an edit
- * makes a new StoredTurn); its parent is set once it is placed in its session's tree, and
- * pointed at the new object when the parent is edited.
- */
-export class StoredTurn implements TurnRecord, TreeTurn {
-  /** The turn this one follows in its session's tree; null for a root. */
-  parent: StoredTurn | null = null;
-
-  constructor(
-    readonly _id: string,
-    readonly createdAt: string,
-    private readonly buf: Buffer,
-    private readonly start: number,
-    private readonly end: number,
-  ) {}
-
-  /** A turn whose JSON is all of `json`. */
-  static of(_id: string, createdAt: string, json: Buffer): StoredTurn {
-    return new StoredTurn(_id, createdAt, json, 0, json.length);
-  }
-
-  /** Its JSON (a new view of the bytes on each call). */
-  get json(): Buffer {
-    return this.buf.subarray(this.start, this.end);
-  }
-
-  /** UTF-8 bytes of its JSON. */
-  get bytes(): number {
-    return this.end - this.start;
-  }
-
-  get parentId(): string | null {
-    return this.parent === null ? null : this.parent._id;
-  }
-}
+export { StoredTurn } from './turns.js';
 
 /** Turns of a session past which a lookup by id builds the session's index instead of scanning. */
 const SCAN_TURNS = 16;
 
 /**
- * Read records are cached (their JSON made once), but not without bound: past this many bytes
- * of cached JSON the oldest cached records are dropped and made again on their next read.
+ * Read records are cached (their JSON made once), but not without bound: past a budget the
+ * oldest cached records are dropped and made again on their next read. The budget follows V8's
+ * heap limit (a sixty-fourth of it, from 1 to 64 MiB), so that near a small ceiling a client
+ * that only reads cannot fill the heap with cached JSON.
  */
-const RECORD_CACHE_BYTES = 64 * 1024 * 1024;
+export function recordCacheBudget(heapBytes: number = ceilingsOf('off').heapBytes): number {
+  return Math.min(64 * 1024 * 1024, Math.max(1024 * 1024, Math.floor(heapBytes / 64)));
+}
+/** What a cached record costs beside its JSON: the record, its string's header, its place in the ring. */
+const RECORD_OVERHEAD = 96;
 
 /**
  * One session as held in memory. Its answer (an immutable record with its JSON) is made on the
@@ -115,22 +85,36 @@ export class SessionEntry {
     return out;
   }
 
-  /** Adds a turn at its place in the list (at the end but on replays out of order). */
-  placeTurn(t: StoredTurn): void {
+  /**
+   * Adds a turn at its place in the list (at the end but on replays out of order). A turn
+   * already there (the same id and time: a compaction moves a turn's newest state after its
+   * older records, and a kill between its steps can leave a turn twice) is replaced, its
+   * children following the new one; returns the turn replaced, if any.
+   */
+  placeTurn(t: StoredTurn): StoredTurn | undefined {
     const list = (this.turns ??= []);
     const last = list[list.length - 1];
     if (last === undefined || turnBefore(last, t)) list.push(t);
-    else list.splice(turnsBefore(list, t), 0, t);
+    else {
+      const at = turnsBefore(list, t);
+      const there = list[at];
+      if (there !== undefined && there._id === t._id && there.createdAt === t.createdAt) {
+        this.replaceTurn(there, t);
+        return there;
+      }
+      list.splice(at, 0, t);
+    }
     this.index?.set(t._id, t);
     this.turnBytes += t.bytes;
     this.turnsChanged();
+    return undefined;
   }
 
   /** Puts an edited turn (same id and createdAt) in the place of the old one; its children follow it. */
   replaceTurn(old: StoredTurn, t: StoredTurn): void {
     const list = this.turns as StoredTurn[];
     const i = turnsBefore(list, old);
-    t.parent = old.parent;
+    t.parent ??= old.parent;
     list[i] = t;
     for (let j = i + 1; j < list.length; j++) if ((list[j] as StoredTurn).parent === old) (list[j] as StoredTurn).parent = t;
     this.index?.set(t._id, t);
@@ -138,15 +122,15 @@ export class SessionEntry {
     this.turnsChanged();
   }
 
-  /** Removes these turns; returns how many were there. */
-  removeTurns(ids: ReadonlySet<string>): number {
+  /** Removes these turns; returns them. */
+  removeTurns(ids: ReadonlySet<string>): StoredTurn[] {
     const list = this.turns;
-    if (list === undefined) return 0;
+    if (list === undefined) return [];
     const kept: StoredTurn[] = [];
-    let removed = 0;
+    const removed: StoredTurn[] = [];
     for (const t of list) {
       if (ids.has(t._id)) {
-        removed++;
+        removed.push(t);
         this.turnBytes -= t.bytes;
         this.index?.delete(t._id);
       } else kept.push(t);
@@ -163,9 +147,17 @@ export class SessionEntry {
       const json = JSON.stringify(this.session);
       r = { session: this.session, json, version: (this.cachedVersion ??= versionOfSession(json, this.lastTurn)) };
       this.cached = r;
-      cache.admit(this, json.length);
+      cache.admit(this, json.length + RECORD_OVERHEAD);
     }
     return r;
+  }
+
+  /**
+   * The session as a reader gets it, made without entering the cache when not there (a whole
+   * list, read once): its JSON and version are made when asked for and kept by no one after.
+   */
+  peekRecord(): SessionRecord {
+    return this.cached ?? new LazyRecord(this.session, this.lastTurn, this.cachedVersion);
   }
 
   /** Drops the cached record (the cache ran out of room). */
@@ -202,24 +194,45 @@ export class SessionEntry {
   }
 }
 
+/** A session as of one moment, its JSON and version made when first read from this object. */
+export class LazyRecord implements SessionRecord {
+  private text: string | undefined;
+  constructor(
+    readonly session: ChatSession,
+    private readonly lastTurn: TurnKey | undefined,
+    private known?: string | undefined,
+  ) {}
+  get json(): string {
+    return (this.text ??= JSON.stringify(this.session));
+  }
+  get version(): string {
+    return (this.known ??= versionOfSession(this.json, this.lastTurn));
+  }
+}
+
 /** The entries whose records are cached, oldest first; past its budget the oldest lose theirs. */
 export class RecordCache {
   private ring: (SessionEntry | undefined)[] = [];
   private sizes: number[] = [];
   private head = 0;
-  private bytes = 0;
+  private held = 0;
 
-  constructor(private readonly budget = RECORD_CACHE_BYTES) {}
+  constructor(readonly budget = recordCacheBudget()) {}
+
+  /** Bytes the cached records hold now (at most the budget). */
+  get bytes(): number {
+    return this.held;
+  }
 
   admit(e: SessionEntry, size: number): void {
     this.ring.push(e);
     this.sizes.push(size);
-    this.bytes += size;
-    while (this.bytes > this.budget && this.head < this.ring.length) {
+    this.held += size;
+    while (this.held > this.budget && this.head < this.ring.length) {
       // an entry read twice is in the ring twice; evicting its older place early costs one re-read
       this.ring[this.head]?.evict();
       this.ring[this.head] = undefined;
-      this.bytes -= this.sizes[this.head] as number;
+      this.held -= this.sizes[this.head] as number;
       this.head++;
     }
     if (this.head > 4096 && this.head * 2 > this.ring.length) {
@@ -242,6 +255,8 @@ const sameEntry = (a: SessionEntry, b: SessionEntry): boolean => a === b;
 export class MemoryState {
   readonly entries = new Map<string, SessionEntry>();
   readonly cache = new RecordCache();
+  /** Where the turns' JSON is kept. */
+  readonly arena = new TurnArena();
   private readonly byUser = new Map<string, SortedList<SessionEntry>>();
   private readonly byProject = new Map<string, SortedList<SessionEntry>>();
   /** The same lists for each tag of their sessions (apart, so no user or project name can meet a tag's key). */
@@ -250,8 +265,11 @@ export class MemoryState {
   private turnTotal = 0;
   /** While loading, indexes are left alone and built once by `finishLoad`. */
   private loading = false;
-  /** Turns replayed whose parent was not there (they are kept as roots). */
-  private unlinked = 0;
+  /**
+   * Turns replayed before their parent (a compaction moves a piece of the journal's end after
+   * its older records), linked at the end of the load; those whose parent never comes are kept as roots.
+   */
+  private readonly unlinked = new Map<StoredTurn, { readonly session: string; readonly parentId: string }>();
 
   get turnCount(): number {
     return this.turnTotal;
@@ -263,6 +281,7 @@ export class MemoryState {
 
   beginLoad(): void {
     this.loading = true;
+    this.arena.beginLoad();
   }
 
   /**
@@ -278,10 +297,22 @@ export class MemoryState {
     const byUserTag = new Map<string, SessionEntry[]>();
     const byProjectTag = new Map<string, SessionEntry[]>();
     let orphanTurns = 0;
+    let unlinkedTurns = 0;
+    for (const [t, { session, parentId }] of this.unlinked) {
+      const e = this.entries.get(session);
+      // the turn as it is now (a later record may have replaced it), if it is still there
+      const now = e?.turn(t._id);
+      if (e === undefined || now === undefined || now.parent !== null) continue;
+      const parent = e.turn(parentId);
+      if (parent === undefined || parent === now) unlinkedTurns++;
+      else now.parent = parent;
+    }
+    this.unlinked.clear();
     for (const [id, e] of this.entries) {
       if (e.session === ORPHAN) {
         orphanTurns += e.turns?.length ?? 0;
         this.turnTotal -= e.turns?.length ?? 0;
+        for (const t of e.turns ?? []) this.arena.released(t);
         this.entries.delete(id);
         continue;
       }
@@ -292,6 +323,8 @@ export class MemoryState {
         for (let i = 0; i < turns.length; i++) {
           const t = turns[i] as StoredTurn;
           const up = StoredTurn.of(t._id, t.createdAt, upgrade(t.json, previous === null ? null : previous._id));
+          this.arena.released(t);
+          this.arena.written(up);
           up.parent = previous;
           turns[i] = up;
           e.turnBytes += up.bytes;
@@ -314,7 +347,8 @@ export class MemoryState {
     for (const [k, items] of byProject) this.listOf(this.byProject, k).fill(items.sort(order));
     for (const [k, items] of byUserTag) this.listOf(this.byUserTag, k).fill(items.sort(order));
     for (const [k, items] of byProjectTag) this.listOf(this.byProjectTag, k).fill(items.sort(order));
-    return { orphanTurns, unlinkedTurns: this.unlinked };
+    this.arena.finishLoad();
+    return { orphanTurns, unlinkedTurns };
   }
 
   get(id: string): SessionEntry | undefined {
@@ -351,6 +385,7 @@ export class MemoryState {
     if (e === undefined) return undefined;
     this.entries.delete(id);
     this.turnTotal -= e.turns?.length ?? 0;
+    for (const t of e.turns ?? []) this.arena.released(t);
     if (!this.loading && e.session !== ORPHAN) this.unindex(e);
     return e;
   }
@@ -358,7 +393,8 @@ export class MemoryState {
   /**
    * Puts a turn in its session's tree under `parentId` (undefined: a turn of the first
    * release, its parent given by finishLoad), leaving the session as it is. While loading, a
-   * turn may come before its session; it waits on a placeholder.
+   * turn may come before its session (it waits on a placeholder) or before its parent (it is
+   * linked at the end of the load). A turn already there is replaced (see SessionEntry.placeTurn).
    */
   placeTurn(sessionId: string, t: StoredTurn, parentId: string | null | undefined): SessionEntry {
     let e = this.entries.get(sessionId);
@@ -369,11 +405,12 @@ export class MemoryState {
     if (parentId !== undefined && parentId !== null) {
       const last = e.lastTurn;
       const parent = last !== undefined && last._id === parentId ? last : e.turn(parentId);
-      if (parent === undefined) this.unlinked++;
-      else t.parent = parent;
+      if (parent !== undefined) t.parent = parent;
+      else if (this.loading) this.unlinked.set(t, { session: sessionId, parentId });
     }
-    e.placeTurn(t);
-    this.turnTotal++;
+    const replaced = e.placeTurn(t);
+    if (replaced === undefined) this.turnTotal++;
+    else this.arena.released(replaced);
     return e;
   }
 
@@ -401,11 +438,16 @@ export class MemoryState {
   }
 
   /** An edited turn (same id and createdAt) in the place of the old one, and its session's new state. */
-  editTurn(t: StoredTurn, session: ChatSession, sessionBytes: number, version?: string): void {
+  editTurn(t: StoredTurn | undefined, session: ChatSession, sessionBytes: number, version?: string): void {
     const e = this.get(session._id);
-    const old = e?.turn(t._id);
-    if (e === undefined || old === undefined) return;
-    e.replaceTurn(old, t);
+    const old = t === undefined ? undefined : e?.turn(t._id);
+    if (t !== undefined && old === undefined) this.arena.released(t);
+    if (e === undefined) return;
+    // replay: a turn a later record deletes is not kept (`t` undefined, or not there); its session still moves
+    if (t !== undefined && old !== undefined) {
+      e.replaceTurn(old, t);
+      this.arena.released(old);
+    }
     this.putSession(session, version);
     e.sessionBytes = sessionBytes;
   }
@@ -416,13 +458,17 @@ export class MemoryState {
     const old = e?.turn(t._id);
     if (e === undefined || old === undefined) return;
     e.replaceTurn(old, t);
+    this.arena.released(old);
+    this.arena.written(t);
   }
 
   /** Turns deleted (a turn and its descendants), and their session's new state. */
   pruneTurns(ids: readonly string[], session: ChatSession, sessionBytes: number, version?: string): void {
     const e = this.get(session._id);
     if (e === undefined) return;
-    this.turnTotal -= e.removeTurns(new Set(ids));
+    const removed = e.removeTurns(new Set(ids));
+    this.turnTotal -= removed.length;
+    for (const t of removed) this.arena.released(t);
     this.putSession(session, version);
     e.sessionBytes = sessionBytes;
   }
@@ -435,7 +481,9 @@ export class MemoryState {
       this.placeTurn(sessionId, t, parentId);
       return;
     }
-    this.turnTotal -= e.removeTurns(new Set([t._id]));
+    const removed = e.removeTurns(new Set([t._id]));
+    this.turnTotal -= removed.length;
+    for (const r of removed) this.arena.released(r);
     this.placeTurn(sessionId, t, parentId);
     for (const c of e.turns ?? []) if (c.parent === old) c.parent = t;
   }
@@ -486,12 +534,14 @@ export class MemoryState {
     return { items: out, next };
   }
 
-  /** Every session of a list as of now, in list order (immutable session records; their answers are made as they are read). */
-  snapshotList(filter: SessionFilter): ChatSession[] {
-    const keep = matcher(filter);
-    const out: ChatSession[] = [];
-    for (const e of merge(this.listsFor(filter).map((l) => take(l, undefined, Infinity)))) if (keep(e.session)) out.push(e.session);
-    return out;
+  /**
+   * Every session of a list as of now, in list order (immutable session records; their answers
+   * are made as they are read), and the filter to apply to them: applied as they are read, so
+   * taking the snapshot costs a copy of references, not a pass of the filter over the list.
+   */
+  snapshotList(filter: SessionFilter): { sessions: ChatSession[]; keep: (s: ChatSession) => boolean } {
+    const sessions = merge(this.listsFor(filter).map((l) => take(l, undefined, Infinity))).map((e) => e.session);
+    return { sessions, keep: matcher(filter) };
   }
 
   listTurns(sessionId: string, after: TurnKey | undefined, limit: number): Page<TurnRecord, TurnKey> {
@@ -635,14 +685,18 @@ function dropFrom(map: Map<string, SortedList<SessionEntry>>, key: string, e: Se
   if (l.size === 0) map.delete(key);
 }
 
-/** A page of a list of turns (oldest first) strictly after `after`. */
+/**
+ * A page of a list of turns (oldest first) strictly after `after`: at most `limit` turns, ending
+ * early once it holds PAGE_BYTE_BUDGET bytes of JSON (at least one turn, whatever its size).
+ */
 export function pageOf(list: readonly StoredTurn[], after: TurnKey | undefined, limit: number): Page<TurnRecord, TurnKey> {
   let start = 0;
   if (after !== undefined) {
     start = turnsBefore(list, after);
     if (list[start]?._id === after._id && list[start]?.createdAt === after.createdAt) start++;
   }
-  const end = Math.min(list.length, start + limit);
+  let end = start;
+  for (let bytes = 0; end < list.length && end - start < limit && (end === start || bytes < PAGE_BYTE_BUDGET); end++) bytes += (list[end] as StoredTurn).bytes;
   const items = list.slice(start, end);
   const last = items[items.length - 1];
   return { items, next: end < list.length && last !== undefined ? { createdAt: last.createdAt, _id: last._id } : undefined };

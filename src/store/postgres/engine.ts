@@ -2,11 +2,12 @@
 // an instance's memory: reads go to the database, and each group of writes is one transaction
 // that locks what it changes (./group.ts), so every instance sees one history. Whole lists and
 // exports read a REPEATABLE READ snapshot on a connection of their own.
-import { PAGE_SCAN_BUDGET, type SessionKey, type TurnKey } from '../../domain/order.js';
+import { PAGE_BYTE_BUDGET, PAGE_SCAN_BUDGET, SCAN_CHUNK, SCAN_CHUNK_BYTES, type SessionKey, type TurnKey } from '../../domain/order.js';
 import type { ChatSession, Turn } from '../../domain/records.js';
 import { foldForSearch } from '../../domain/search.js';
 import { versionOfSession } from '../../domain/version.js';
 import type { Logger } from '../../log.js';
+import type { Quotas } from '../../config.js';
 import type { QueryResult, Row } from '../../pg/connection.js';
 import { PgError } from '../../pg/errors.js';
 import { Pool, type Queryable } from '../../pg/pool.js';
@@ -40,7 +41,7 @@ import { SerialWriter, type CommitListener, type Group, type GroupSource, type T
 import { keptColumns, sqlText, storeError, textArray } from './values.js';
 import { channelOf, eventStatements, PgEventLog } from './events.js';
 import { finish, insertTurnSql, PgGroup, rowOf, SESSION_ROW, type GroupEvents } from './group.js';
-import { matchingSql, pageSql } from './lists.js';
+import { pageSql, scanSql } from './lists.js';
 import { prepareSchema, quotedSchema } from './schema.js';
 import { pageByDepthSql, placesSql } from '../tree-index.js';
 
@@ -56,6 +57,8 @@ export interface PostgresOptions {
   readonly observer?: StoreObserver | undefined;
   /** For export: reads only; a write is refused. */
   readonly readOnly?: boolean;
+  /** What one user's sessions may hold, checked at the serial point. */
+  readonly quotas?: Quotas | undefined;
   /** The live feed's events of each group's changes, logged in its transaction (EVENTS=on). */
   readonly announce?: Announce | undefined;
 }
@@ -119,7 +122,7 @@ export class PostgresStore implements Store, GroupSource {
     private readonly where: string,
   ) {
     this.S = quotedSchema(opts.schema);
-    this.writer = new SerialWriter(this, opts.log, opts.groupCommit ? Infinity : 1);
+    this.writer = new SerialWriter(this, opts.log, opts.quotas, opts.groupCommit ? Infinity : 1);
     // whole lists hold a connection while the client reads: leave the rest to pages and writes
     this.scanMax = Math.max(1, Math.floor(opts.poolSize / 2));
     this.events = opts.announce === undefined ? undefined : { announce: opts.announce, channel: channelOf(opts.schema) };
@@ -190,11 +193,13 @@ export class PostgresStore implements Store, GroupSource {
     yield* this.inSnapshot(async function* (q: Queryable, S: string) {
       let after: SessionKey | undefined;
       for (;;) {
-        const sql = matchingSql(S, filter, after, CHUNK);
+        // a chunk per SCAN_CHUNK rows examined (empty when the filter left them all out), so no
+        // query scans more than that and the list yields to other requests between chunks
+        const sql = scanSql(S, filter, after, SCAN_CHUNK);
         const rows = (await q.query(sql.text, sql.params)).rows;
-        if (rows.length > 0) yield rows.map((r) => new Record(r[2] as string, r[3] as string));
+        yield rows.flatMap((r) => (r[2] === null ? [] : [new Record(r[2] as string, r[3] as string)]));
         const lastRow = rows[rows.length - 1];
-        if (rows.length < CHUNK || lastRow === undefined) return;
+        if (rows.length < SCAN_CHUNK || lastRow === undefined) return;
         after = { updatedAt: lastRow[1] as string, _id: lastRow[0] as string };
       }
     });
@@ -204,19 +209,10 @@ export class PostgresStore implements Store, GroupSource {
     if (branch !== undefined) {
       const rows = await this.branchPage(sessionId, branch, after, limit + 1);
       if (rows.length === 0 && branch !== 'head' && !(await this.hasTurn(this.pool, sessionId, branch.turnId))) throw new TurnNotFound();
-      const items = rows.slice(0, limit).map(turnOf);
-      const last = items[items.length - 1];
-      return { items, next: rows.length > limit && last !== undefined ? { createdAt: last.createdAt, _id: last._id } : undefined };
+      return budgeted(rows, limit, PAGE_BYTE_BUDGET);
     }
-    const r =
-      after === undefined
-        ? await this.pool.query(`SELECT id, created_at, json FROM ${this.S}.turns WHERE session = $1 ORDER BY created_at, id LIMIT $2`, [sqlText(sessionId), String(limit + 1)]).catch(rethrow)
-        : await this.pool
-            .query(`SELECT id, created_at, json FROM ${this.S}.turns WHERE session = $1 AND (created_at, id) > ($2, $3) ORDER BY created_at, id LIMIT $4`, [sqlText(sessionId), sqlText(after.createdAt), sqlText(after._id), String(limit + 1)])
-            .catch(rethrow);
-    const items = r.rows.slice(0, limit).map(turnOf);
-    const last = items[items.length - 1];
-    return { items, next: r.rows.length > limit && last !== undefined ? { createdAt: last.createdAt, _id: last._id } : undefined };
+    const sql = turnsSql(this.S, sessionId, after, limit + 1, PAGE_BYTE_BUDGET);
+    return budgeted((await this.pool.query(sql.text, sql.params).catch(rethrow)).rows, limit, PAGE_BYTE_BUDGET);
   }
 
   async getTurn(sessionId: string, turnId: string): Promise<TurnRecord | undefined> {
@@ -574,19 +570,57 @@ function branchPageQuery(S: string, sessionId: string, branch: Branch, after: st
   return { text, params };
 }
 
-/** A session's turns, oldest first, a page at a time, on one connection. */
+/**
+ * A session's turns, oldest first, from `after` on: at most `limit` rows, the JSON of those whose
+ * turns before them hold less than `budget` bytes (so the first always) and null for the rest,
+ * which only say there is more. The sizes are the stored ones (octet_length reads no JSON).
+ */
+function turnsSql(S: string, sessionId: string, after: TurnKey | undefined, limit: number, budget: number): { text: string; params: string[] } {
+  const params = [sqlText(sessionId), String(limit), String(budget)];
+  let keyset = '';
+  if (after !== undefined) {
+    params.push(sqlText(after.createdAt), sqlText(after._id));
+    keyset = ' AND (created_at, id) > ($4, $5)';
+  }
+  const text =
+    `SELECT id, created_at, CASE WHEN before < $3 THEN json END AS json FROM (` +
+    `SELECT id, created_at, json, coalesce(sum(octet_length(json)) OVER (ORDER BY created_at, id ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0) AS before, ` +
+    `coalesce(sum(octet_length(json)) OVER (ORDER BY created_at, id ROWS BETWEEN UNBOUNDED PRECEDING AND 2 PRECEDING), 0) AS before_previous ` +
+    `FROM (SELECT id, created_at, json FROM ${S}.turns WHERE session = $1${keyset} ORDER BY created_at, id LIMIT $2) page` +
+    `) sized WHERE before_previous < $3 ORDER BY created_at, id`;
+  return { text, params };
+}
+
+/**
+ * A page of turns from rows in order: at most `limit`, ending early once it holds `budget` bytes
+ * of JSON (at least one turn); a row after it (its JSON may be null) says there is more.
+ */
+function budgeted(rows: readonly Row[], limit: number, budget: number): Page<TurnRecord, TurnKey> {
+  const items: TurnRecord[] = [];
+  let bytes = 0;
+  let more = false;
+  for (const row of rows) {
+    if (items.length === limit || (items.length > 0 && bytes >= budget) || row[2] === null) {
+      more = true;
+      break;
+    }
+    const t = turnOf(row);
+    items.push(t);
+    bytes += t.json.length;
+  }
+  const last = items[items.length - 1];
+  return { items, next: more && last !== undefined ? { createdAt: last.createdAt, _id: last._id } : undefined };
+}
+
+/** A session's turns, oldest first, a chunk at a time (SCAN_CHUNK turns or SCAN_CHUNK_BYTES of JSON), on one connection. */
 async function* turnPages(q: Queryable, S: string, sessionId: string): AsyncIterable<TurnRecord[]> {
   let after: TurnKey | undefined;
   for (;;) {
-    const r =
-      after === undefined
-        ? await q.query(`SELECT id, created_at, json FROM ${S}.turns WHERE session = $1 ORDER BY created_at, id LIMIT $2`, [sqlText(sessionId), String(CHUNK * 4)])
-        : await q.query(`SELECT id, created_at, json FROM ${S}.turns WHERE session = $1 AND (created_at, id) > ($2, $3) ORDER BY created_at, id LIMIT $4`, [sqlText(sessionId), after.createdAt, after._id, String(CHUNK * 4)]);
-    const turns = r.rows.map(turnOf);
-    if (turns.length > 0) yield turns;
-    const last = turns[turns.length - 1];
-    if (turns.length < CHUNK * 4 || last === undefined) return;
-    after = { createdAt: last.createdAt, _id: last._id };
+    const sql = turnsSql(S, sessionId, after, SCAN_CHUNK + 1, SCAN_CHUNK_BYTES);
+    const page = budgeted((await q.query(sql.text, sql.params)).rows, SCAN_CHUNK, SCAN_CHUNK_BYTES);
+    if (page.items.length > 0) yield page.items as TurnRecord[];
+    if (page.next === undefined) return;
+    after = page.next;
   }
 }
 

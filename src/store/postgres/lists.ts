@@ -55,11 +55,16 @@ function ordered(S: string, filter: SessionFilter, after: SessionKey | undefined
   return `(${half(false)}) UNION ALL (${half(true)}) ORDER BY updated_at DESC, id DESC LIMIT ${limit}`;
 }
 
-/** Up to `limit` sessions of a list that match all its filters, from `after` on (whole lists, read in chunks). */
-export function matchingSql(S: string, filter: SessionFilter, after: SessionKey | undefined, limit: number): Sql {
+/**
+ * The next `limit` rows of a list from `after` on (a chunk of a whole list), each with its JSON
+ * and version only when it matches all the list's filters: a filter that matches little cannot
+ * make one query scan the whole list.
+ */
+export function scanSql(S: string, filter: SessionFilter, after: SessionKey | undefined, limit: number): Sql {
   const params: string[] = [];
   const where = residual(S, filter, params);
-  return { text: ordered(S, filter, after, params, 's.id, s.updated_at, s.json, s.version', where, param(params, String(limit))), params };
+  const columns = where === undefined ? 's.id, s.updated_at, s.json, s.version' : `s.id, s.updated_at, CASE WHEN ${where} THEN s.json END AS json, CASE WHEN ${where} THEN s.version END AS version`;
+  return { text: ordered(S, filter, after, params, columns, undefined, param(params, String(limit))), params };
 }
 
 /**

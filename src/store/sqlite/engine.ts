@@ -6,10 +6,11 @@
 import { closeSync, mkdirSync, openSync, statSync } from 'node:fs';
 import { dirname } from 'node:path';
 import { Worker } from 'node:worker_threads';
-import { PAGE_SCAN_BUDGET, sessionBefore, type SessionKey, type TurnKey } from '../../domain/order.js';
+import { PAGE_BYTE_BUDGET, PAGE_SCAN_BUDGET, SCAN_CHUNK, SCAN_CHUNK_BYTES, sessionBefore, type SessionKey, type TurnKey } from '../../domain/order.js';
 import { foldedTags, type ChatSession, type Turn } from '../../domain/records.js';
 import { foldForSearch } from '../../domain/search.js';
 import { versionOfSession } from '../../domain/version.js';
+import type { Quotas } from '../../config.js';
 import type { Logger } from '../../log.js';
 import { planImport } from '../import-plan.js';
 import {
@@ -50,12 +51,12 @@ export interface SqliteOptions {
   readonly cacheBytes: number;
   readonly fsync: boolean;
   readonly observer?: StoreObserver | undefined;
+  /** What one user's sessions may hold, checked at the serial point. */
+  readonly quotas?: Quotas | undefined;
   /** false only to measure what group commit buys: one write per transaction. */
   readonly groupCommit?: boolean;
 }
 
-/** Items per chunk of a whole list. */
-const CHUNK = 256;
 /** Snapshot connections kept open between scans, and the most open at once (more scans wait). */
 const SCAN_IDLE = 4;
 const SCAN_MAX = 16;
@@ -122,6 +123,28 @@ function branchPageSql(branch: Branch): string {
 }
 
 /** The turns of a branch's keys, in their order, their JSON read one by one. */
+/**
+ * A page of turns from rows in order, read one at a time: at most `limit`, ending early once it
+ * holds PAGE_BYTE_BUDGET bytes of JSON (at least one turn); the row after a full page only says
+ * there is more (its JSON is read, not kept).
+ */
+function budgetedPage(rows: Iterable<Row>, limit: number): Page<TurnRecord, TurnKey> {
+  const items: TurnRecord[] = [];
+  let bytes = 0;
+  let more = false;
+  for (const row of rows) {
+    if (items.length === limit || (items.length > 0 && bytes >= PAGE_BYTE_BUDGET)) {
+      more = true;
+      break;
+    }
+    const t = turnOf(row);
+    items.push(t);
+    bytes += t.json.length;
+  }
+  const last = items[items.length - 1];
+  return { items, next: more && last !== undefined ? { createdAt: last.createdAt, _id: last._id } : undefined };
+}
+
 function* branchTurns(c: Connection, keys: Iterable<Row>): IterableIterator<Row> {
   const one = c.prepare('SELECT id, created_at, json FROM turns WHERE id = ?');
   for (const k of keys) {
@@ -238,7 +261,7 @@ export class SqliteStore implements Store, GroupSource, Group {
     reader: Database,
   ) {
     this.reader = new Connection(reader);
-    this.writer = new SerialWriter(this, opts.log, opts.groupCommit === false ? 1 : Infinity);
+    this.writer = new SerialWriter(this, opts.log, opts.quotas, opts.groupCommit === false ? 1 : Infinity);
   }
 
   /** Opens (creating or migrating) the file and starts the writer thread. */
@@ -352,12 +375,15 @@ export class SqliteStore implements Store, GroupSource, Group {
     try {
       c.db.exec('BEGIN');
       let chunk: SessionRecord[] = [];
+      let examined = 0;
       for (const row of listRows(c, filter, undefined)) {
-        if (row['json'] === null) continue;
-        chunk.push(recordOf(row));
-        if (chunk.length === CHUNK) {
+        if (row['json'] !== null) chunk.push(recordOf(row));
+        // a chunk per SCAN_CHUNK rows examined, empty when the filter left them all out, so the
+        // list yields to other requests however few of its rows match
+        if (++examined === SCAN_CHUNK) {
           yield chunk;
           chunk = [];
+          examined = 0;
         }
       }
       if (chunk.length > 0) yield chunk;
@@ -369,19 +395,15 @@ export class SqliteStore implements Store, GroupSource, Group {
   listTurns(sessionId: string, after: TurnKey | undefined, limit: number, branch?: Branch): Promise<Page<TurnRecord, TurnKey>> {
     if (branch !== undefined) {
       const keys = this.branchPage(sessionId, branch, after, limit + 1);
-      const rows = [...branchTurns(this.reader, keys)];
-      if (rows.length === 0 && branch !== 'head' && !this.hasTurn(this.reader, sessionId, branch.turnId)) return Promise.reject(new TurnNotFound());
-      const items = rows.slice(0, limit).map(turnOf);
-      const last = items[items.length - 1];
-      return Promise.resolve({ items, next: rows.length > limit && last !== undefined ? { createdAt: last.createdAt, _id: last._id } : undefined });
+      const page = budgetedPage(branchTurns(this.reader, keys), limit);
+      if (page.items.length === 0 && branch !== 'head' && !this.hasTurn(this.reader, sessionId, branch.turnId)) return Promise.reject(new TurnNotFound());
+      return Promise.resolve(page);
     }
     const rows =
       after === undefined
-        ? this.reader.prepare('SELECT id, created_at, json FROM turns WHERE session = ? ORDER BY created_at, id LIMIT ?').all(sessionId, limit + 1)
-        : this.reader.prepare('SELECT id, created_at, json FROM turns WHERE session = ? AND (created_at, id) > (?, ?) ORDER BY created_at, id LIMIT ?').all(sessionId, after.createdAt, after._id, limit + 1);
-    const items = rows.slice(0, limit).map(turnOf);
-    const last = items[items.length - 1];
-    return Promise.resolve({ items, next: rows.length > limit && last !== undefined ? { createdAt: last.createdAt, _id: last._id } : undefined });
+        ? this.reader.prepare('SELECT id, created_at, json FROM turns WHERE session = ? ORDER BY created_at, id LIMIT ?').iterate(sessionId, limit + 1)
+        : this.reader.prepare('SELECT id, created_at, json FROM turns WHERE session = ? AND (created_at, id) > (?, ?) ORDER BY created_at, id LIMIT ?').iterate(sessionId, after.createdAt, after._id, limit + 1);
+    return Promise.resolve(budgetedPage(rows, limit));
   }
 
   getTurn(sessionId: string, turnId: string): Promise<TurnRecord | undefined> {
@@ -702,13 +724,18 @@ function turnChunks(c: Connection, sessionId: string): Iterable<TurnRecord[]> {
   return chunksOf(c.prepare('SELECT id, created_at, json FROM turns WHERE session = ? ORDER BY created_at, id').iterate(sessionId));
 }
 
-function* chunksOf(rows: IterableIterator<Row>): Iterable<TurnRecord[]> {
+/** Turns in chunks of SCAN_CHUNK turns or SCAN_CHUNK_BYTES of JSON, whichever comes first (rows are copies). */
+function* chunksOf(rows: Iterable<Row>): Iterable<TurnRecord[]> {
   let chunk: TurnRecord[] = [];
+  let bytes = 0;
   for (const row of rows) {
-    chunk.push(turnOf(row));
-    if (chunk.length === CHUNK * 4) {
+    const t = turnOf(row);
+    chunk.push(t);
+    bytes += t.json.length;
+    if (chunk.length === SCAN_CHUNK || bytes >= SCAN_CHUNK_BYTES) {
       yield chunk;
       chunk = [];
+      bytes = 0;
     }
   }
   if (chunk.length > 0) yield chunk;

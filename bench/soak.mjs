@@ -1,0 +1,254 @@
+// The soak of `npm run bench -- soak` (#16): one hostile client of each kind the issue names,
+// each against a normal load on a fresh server, per engine. For each, the normal load runs
+// alone, then beside the hostile client; reported: the normal load's p99 both times (and their
+// ratio: the figure to read on a shared machine), its throughput, what the hostile client got
+// done or was refused, and the server's peak resident memory (VmHWM) over both runs.
+import { spawnSync } from 'node:child_process';
+import { cpSync, mkdirSync, writeFileSync } from 'node:fs';
+import { Agent, request } from 'node:http';
+import { connect } from 'node:net';
+import { join } from 'node:path';
+import { EXAMPLE_PROVIDERS, SECRET, SERVER, memoryOf, sleep, token } from './common.mjs';
+import { buildRequest, percentile, runLoad } from './loadgen.mjs';
+
+const PROVIDER = '665f1c2a9b1e8a0012ab34c1';
+/** Users of the normal load, each with a few sessions of a few small turns. */
+const NORMAL_USERS = 64;
+const NORMAL_SESSIONS = 10;
+const NORMAL_TURNS = 5;
+/** The hoarder's sessions (items 3, 5, 7) and the victim's project (item 8). */
+const HOARDED = 30_000;
+const VICTIM = 30_000;
+/** The big session's turns (item 2): 64 of 1000 KiB. */
+const BIG_TURNS = 64;
+const BIG_TURN_BYTES = 1000 * 1024;
+
+/** What `store` needs to run here: sqlite wants node:sqlite. */
+export function engineAvailable(store) {
+  return store !== 'sqlite' || typeof process.getBuiltinModule?.('node:sqlite')?.DatabaseSync === 'function';
+}
+
+const oid = (seconds, tag, n) => seconds.toString(16).padStart(8, '0') + tag + n.toString(16).padStart(12, '0');
+
+/** The soak's data set as an export file, imported into a data directory of `store` (once per engine). */
+export function seedDataDir(dir, store) {
+  mkdirSync(dir, { recursive: true });
+  cpSync(EXAMPLE_PROVIDERS, join(dir, 'providers.json'));
+  const base = Math.floor(Date.UTC(2025, 0, 1) / 1000);
+  const lines = [];
+  const ids = { normal: [], hoarded: [], big: undefined };
+  let n = 0;
+  let turns = 0;
+  const session = (user, project, name) => {
+    const _id = oid(base + n, '0000', n);
+    const at = new Date((base + n) * 1000).toISOString();
+    n++;
+    lines.push(JSON.stringify({ session: { _id, name, provider: PROVIDER, selectedModel: 'gpt-4o', mode: 'Build', user, project, createdAt: at, updatedAt: at, archived: false } }));
+    return { _id, at };
+  };
+  const turn = (s, user, k, content) => {
+    const at = new Date(Date.parse(s.at) + k + 1).toISOString();
+    lines.push(JSON.stringify({ turn: { _id: oid(Math.floor(Date.parse(at) / 1000), '1111', turns++), session: s._id, user, role: 'user', content, createdAt: at } }));
+  };
+  for (let u = 0; u < NORMAL_USERS; u++) {
+    const mine = [];
+    for (let i = 0; i < NORMAL_SESSIONS; i++) {
+      const s = session(`normal-${u}`, `normal-project-${u}`, `Session ${i}`);
+      for (let k = 0; k < NORMAL_TURNS; k++) turn(s, `normal-${u}`, k, `turn ${k} of an ordinary conversation`);
+      mine.push(s._id);
+    }
+    ids.normal.push(mine);
+  }
+  for (let i = 0; i < HOARDED; i++) ids.hoarded.push(session('hoarder', `hoard-${i % 100}`, `hoard ${i} ${'h'.repeat(200)}`)._id);
+  for (let i = 0; i < VICTIM; i++) session('victim', 'victim-project', `victim ${i}`);
+  const big = session('bigreader', 'big-project', 'the big one');
+  const content = 'b'.repeat(BIG_TURN_BYTES);
+  for (let k = 0; k < BIG_TURNS; k++) turn(big, 'bigreader', k, content);
+  ids.big = big._id;
+  const file = join(dir, '..', `soak-seed-${store}.ndjson`);
+  const header = JSON.stringify({ format: 'chat-session-api/export', version: 1, exportedAt: new Date().toISOString(), sessions: n, turns });
+  writeFileSync(file, `${header}\n${lines.join('\n')}\n`);
+  const r = spawnSync(process.execPath, [SERVER, 'import', file], { env: { PATH: process.env.PATH, DATA_DIR: dir, STORE: store }, encoding: 'utf8', maxBuffer: 1 << 20 });
+  if (r.status !== 0) throw new Error(`soak: import into ${store} failed: ${r.stderr}`);
+  return ids;
+}
+
+const agent = new Agent({ keepAlive: true, maxSockets: 64 });
+
+/** One request, the answer read whole (or only counted, for huge ones): {status, bytes}. */
+function call(port, method, path, { user, body } = {}) {
+  return new Promise((resolve) => {
+    const payload = body === undefined ? undefined : JSON.stringify(body);
+    const headers = { authorization: `Bearer ${token(user)}` };
+    if (payload !== undefined) Object.assign(headers, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(payload) });
+    const req = request({ host: '127.0.0.1', port, method, path, headers, agent }, (res) => {
+      let bytes = 0;
+      const chunks = [];
+      res.on('data', (d) => {
+        bytes += d.length;
+        if (bytes < 1 << 16) chunks.push(d);
+      });
+      res.on('end', () => resolve({ status: res.statusCode, bytes, text: Buffer.concat(chunks).toString() }));
+      res.on('error', () => resolve({ status: 0, bytes }));
+    });
+    req.on('error', () => resolve({ status: 0, bytes: 0 }));
+    req.end(payload);
+  });
+}
+
+/** Runs `step(i)` on `width` loops until `stop.now`; counts answers by status. */
+async function loops(width, stop, step) {
+  const statuses = new Map();
+  let i = 0;
+  await Promise.all(
+    Array.from({ length: width }, async () => {
+      while (!stop.now) {
+        const r = await step(i++);
+        statuses.set(r.status, (statuses.get(r.status) ?? 0) + 1);
+      }
+    }),
+  );
+  return statuses;
+}
+
+/** The hostile clients, one per kind of the issue (its item numbers). */
+export const HOSTILE = [
+  {
+    name: 'big-turns',
+    item: 1,
+    what: 'one client appending 1000 KiB turns to its own session, back to back',
+    async run(port, stop) {
+      const id = JSON.parse((await call(port, 'POST', '/api/v1/chat-sessions', { user: 'flooder', body: { projectId: 'p', providerId: PROVIDER, selectedModel: 'm' } })).text).data._id;
+      const content = 'f'.repeat(BIG_TURN_BYTES);
+      return loops(1, stop, () => call(port, 'POST', `/api/v1/chat-sessions/${id}/turns`, { user: 'flooder', body: { role: 'user', content } }));
+    },
+  },
+  {
+    name: 'unread-lists',
+    item: 2,
+    what: 'ten clients asking for the whole turn list of a 64 MiB session and never reading it',
+    async run(port, stop, ids) {
+      const sockets = [];
+      for (let i = 0; i < 10; i++) {
+        const s = connect(port, '127.0.0.1');
+        s.on('error', () => {});
+        s.pause();
+        s.write(`GET /api/v1/chat-sessions/${ids.big}/turns HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${token('bigreader')}\r\n\r\n`);
+        sockets.push(s);
+      }
+      while (!stop.now) await sleep(50);
+      for (const s of sockets) s.destroy();
+      return new Map([['held open', 10]]);
+    },
+  },
+  {
+    name: 'big-session-list',
+    item: 3,
+    what: 'one client reading the unpaginated list of its 30,000 sessions, again and again',
+    run: (port, stop) => loops(1, stop, () => call(port, 'GET', '/api/v1/chat-sessions', { user: 'hoarder' })),
+  },
+  {
+    name: 'reader',
+    item: 5,
+    what: 'four clients reading each of 30,000 sessions by id in turn',
+    run: (port, stop, ids) => loops(4, stop, (i) => call(port, 'GET', `/api/v1/chat-sessions/${ids.hoarded[(i * 7919) % ids.hoarded.length]}`, { user: 'hoarder' })),
+  },
+  {
+    name: 'search',
+    item: 7,
+    what: 'eight clients searching 30,000 sessions for a name none has (pages and whole lists)',
+    run: (port, stop) => loops(8, stop, (i) => call(port, 'GET', `/api/v1/chat-sessions?q=zzz-nothing${i % 2 === 0 ? '&limit=50' : ''}`, { user: 'hoarder' })),
+  },
+  {
+    name: 'owner-probe',
+    item: 8,
+    what: "four clients listing another user's project of 30,000 sessions (ACCESS=owner)",
+    env: { ACCESS: 'owner' },
+    run: (port, stop) => loops(4, stop, () => call(port, 'GET', '/api/v1/chat-sessions?projectId=victim-project&limit=1000', { user: 'prober' })),
+  },
+  {
+    name: 'churn',
+    item: 13,
+    what: 'one client creating sessions of twenty 16 KiB turns and deleting them',
+    async run(port, stop) {
+      const content = 'c'.repeat(16 * 1024);
+      return loops(1, stop, async () => {
+        const r = await call(port, 'POST', '/api/v1/chat-sessions', { user: 'churner', body: { projectId: 'p', providerId: PROVIDER, selectedModel: 'm' } });
+        if (r.status !== 201) return r;
+        const id = JSON.parse(r.text).data._id;
+        for (let k = 0; k < 20; k++) await call(port, 'POST', `/api/v1/chat-sessions/${id}/turns`, { user: 'churner', body: { role: 'user', content } });
+        return call(port, 'DELETE', `/api/v1/chat-sessions/${id}`, { user: 'churner' });
+      });
+    },
+  },
+];
+
+/** The normal load: each connection a user reading its sessions, its list and a page of turns of each, and writing a small turn every fourth request. */
+export function normalRequests(ids, conns) {
+  const perConn = Array.from({ length: conns }, (_, c) => {
+    const u = c % NORMAL_USERS;
+    const auth = { authorization: `Bearer ${token(`normal-${u}`)}` };
+    const mine = ids.normal[u];
+    return [
+      ...mine.map((id) => buildRequest('GET', `/api/v1/chat-sessions/${id}`, { headers: auth })),
+      buildRequest('GET', '/api/v1/chat-sessions', { headers: auth }),
+      // a page of turns: the session written to grows past what is answered whole (streamed answers are chunked)
+      ...mine.map((id) => buildRequest('GET', `/api/v1/chat-sessions/${id}/turns?limit=50`, { headers: auth })),
+      buildRequest('POST', `/api/v1/chat-sessions/${mine[0]}/turns`, { headers: auth, body: { role: 'assistant', content: 'a'.repeat(1024) } }),
+    ];
+  });
+  return (c, seq) => {
+    const list = perConn[c];
+    // a write every fourth request, reads in between
+    return seq % 4 === 3 ? list[list.length - 1] : list[seq % (list.length - 1)];
+  };
+}
+
+/**
+ * Runs the soak for one engine: for each hostile kind a fresh copy of the seeded data
+ * directory, a server on it, the normal load alone, then beside the hostile client.
+ * `start(name, dir, env)` starts a server and resolves {port, pid, stop}.
+ */
+export async function soakEngine({ store, seedDir, ids, start, conns, warmupMs, durationMs, progress, workDir }) {
+  const rows = [];
+  const request = normalRequests(ids, conns);
+  for (const h of HOSTILE) {
+    const dir = join(workDir, `soak-${store}-${h.name}`);
+    cpSync(seedDir, dir, { recursive: true });
+    const p = await start(`soak-${store}-${h.name}`, dir, { STORE: store, ...(h.env ?? {}) });
+    try {
+      const alone = await runLoad({ port: p.port, connections: conns, warmupMs, durationMs, request });
+      const stop = { now: false };
+      let hostile;
+      const attack = h.run(p.port, stop, ids).then((s) => (hostile = s));
+      await sleep(500); // the hostile client gets going first
+      const under = await runLoad({ port: p.port, connections: conns, warmupMs: 0, durationMs, request });
+      stop.now = true;
+      await attack;
+      const mem = memoryOf(p.pid);
+      const row = {
+        store,
+        kind: h.name,
+        item: h.item,
+        what: h.what,
+        p99Alone: percentile(alone.latencies, 0.99),
+        p99Under: percentile(under.latencies, 0.99),
+        rpsAlone: alone.rps,
+        rpsUnder: under.rps,
+        errorsUnder: under.errors,
+        firstError: under.firstError,
+        statusesUnder: [...under.statuses].map(([k, v]) => `${k}: ${v}`).join(', '),
+        hostile: [...(hostile ?? new Map())].map(([k, v]) => `${k}: ${v}`).join(', '),
+        peakMiB: mem.peakMiB,
+        rssMiB: mem.rssMiB,
+      };
+      rows.push(row);
+      progress(`soak ${store} ${h.name}: normal p99 ${row.p99Alone.toFixed(2)} -> ${row.p99Under.toFixed(2)} ms, ${row.rpsAlone.toFixed(0)} -> ${row.rpsUnder.toFixed(0)} req/s, ${row.errorsUnder} errors (${row.statusesUnder}; ${row.firstError ?? ''}); hostile ${row.hostile}; peak RSS ${row.peakMiB.toFixed(0)} MiB`);
+    } finally {
+      await p.stop();
+    }
+  }
+  return rows;
+}
+
+export { SECRET };

@@ -1,0 +1,58 @@
+// What this process may use of memory, and what it uses: V8's old-generation limit (set with
+// --max-old-space-size) and the resident memory allowed (MEMORY_LIMIT, or the cgroup's limit).
+// The low-memory guard (http/memory-guard.ts) and the journal's record cache size themselves by it.
+import { totalmem } from 'node:os';
+import { getHeapSpaceStatistics, getHeapStatistics } from 'node:v8';
+
+/** What memory this process may use. */
+export interface MemoryCeilings {
+  /** Bytes the old generation of V8's heap may hold (where V8 stops with out of memory). */
+  readonly heapBytes: number;
+  /** Bytes of resident memory the process may use, or undefined for no such check (MEMORY_LIMIT=off). */
+  readonly residentBytes: number | undefined;
+}
+
+/** The most V8's young generation reserves within the heap limit, among the supported releases. */
+const YOUNG_RESERVE = 192 * 1024 * 1024;
+/** The --max-old-space-size (MiB) given to this process, the last one in NODE_OPTIONS and then its arguments. */
+function maxOldSpaceFlag(): number | undefined {
+  let found: number | undefined;
+  const words = [...(process.env['NODE_OPTIONS'] ?? '').split(/\s+/), ...process.execArgv];
+  for (let i = 0; i < words.length; i++) {
+    const w = words[i] as string;
+    const m = /^--max[-_]old[-_]space[-_]size(?:=(\d+))?$/.exec(w);
+    if (m === null) continue;
+    const v = m[1] ?? words[i + 1];
+    if (v !== undefined && /^\d+$/.test(v)) found = Number(v);
+  }
+  return found;
+}
+
+/**
+ * The ceilings of this process: V8's old-generation limit (the flag when given, else the heap
+ * limit less what its young generation reserves), and `memoryLimit` bytes of resident memory,
+ * or with 'auto' the cgroup's limit when one is set, else the machine's memory.
+ */
+export function ceilingsOf(memoryLimit: number | 'auto' | 'off'): MemoryCeilings {
+  const flag = maxOldSpaceFlag();
+  const limit = getHeapStatistics().heap_size_limit;
+  // the heap limit counts the young generation too (48 MiB on Node 20, 192 MiB on Node 24)
+  const heapBytes = flag !== undefined ? flag * 1024 * 1024 : Math.max(limit / 2, limit - YOUNG_RESERVE);
+  let residentBytes: number | undefined;
+  if (memoryLimit === 'off') residentBytes = undefined;
+  else if (memoryLimit !== 'auto') residentBytes = memoryLimit;
+  else {
+    const machine = totalmem();
+    const constrained = (process as { constrainedMemory?: () => number | undefined }).constrainedMemory?.();
+    // no cgroup limit reads as 0 or as a huge number, depending on the release
+    residentBytes = constrained !== undefined && constrained > 0 && constrained < machine ? constrained : machine;
+  }
+  return { heapBytes, residentBytes };
+}
+
+/** The old generation's bytes in use: the heap less its young generation, which a scavenge empties. */
+export function oldGenerationUsed(): number {
+  let n = 0;
+  for (const s of getHeapSpaceStatistics()) if (s.space_name !== 'new_space' && s.space_name !== 'new_large_object_space') n += s.space_used_size;
+  return n;
+}
