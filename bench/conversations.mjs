@@ -1,5 +1,5 @@
 // Conversations on every engine (issue #13): how a branch reads as trees grow, and what a fork
-// costs. Registered in bench/run.mjs as `conv-head` and `conv-fork` (group `conversations`).
+// costs. Registered in bench/scenarios.mjs as `conv-head` and `conv-fork` (group `conversations`).
 //
 // conv-head: the head path of a session of 10,000 turns in 20 branches against the head path
 //   of a session of 100 turns: by the same request (`?branch=head&limit=100`: the first 100

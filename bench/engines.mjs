@@ -1,5 +1,5 @@
-// The storage engines against each other (issues #11 and #12), registered by run.mjs, which
-// owns the load runner and the report: the same requests against the journal, sqlite and
+// The storage engines against each other (issues #11 and #12), registered by scenarios.mjs;
+// measure.mjs owns the load runner and the report: the same requests against the journal, sqlite and
 // PostgreSQL servers, interleaved round by round with the baseline in one run; sqlite and the
 // journal holding a million sessions; the journal before and after the store seam (opt-in: it
 // builds an old commit); PostgreSQL with group commit switched off, and two instances on one
@@ -21,10 +21,10 @@ const READ_CONNS = 50;
 const WRITE_CONNS = 64;
 
 // what this file adds to the report, rendered by renderEngines() and engineTargets()
-const rows = []; // load rows, as run.mjs's runLoadScenario makes them
+const rows = []; // load rows, as measure.mjs's runLoadScenario makes them
 const scale = []; // start-up and memory at scale
 const references = new Map(); // scenario -> the label its other rows are compared with
-let ctx; // run.mjs's runner, report and options (engineScenarios)
+let ctx; // the runner, report and options of measure.mjs and options.mjs (engineScenarios)
 
 const v = (bin) => nodeVersion(bin).replace(/^v/, '');
 const JOURNAL = () => `journal, Node ${v(NODE_OLDEST)}`;
@@ -42,7 +42,7 @@ export const ENGINE_GROUPS = {
 };
 
 /**
- * The scenarios, given run.mjs's context: {opts, progress, report, runDir(), start, startApi,
+ * The scenarios, given scenarios.mjs's context: {opts, progress, report, runDir(), start, startApi,
  * runLoadScenario, dataSet, scenario(name), seedLists, createRequest}.
  */
 export function engineScenarios(context) {

@@ -2,36 +2,19 @@
 // docs/DECISIONS.md "Conversations", one test each, against the real server over HTTP, on the
 // engine of this run of the suite.
 import assert from 'node:assert/strict';
-import { after, before, describe, test } from 'node:test';
-import { newSession, removeDir, startServer, tokenFor } from './helpers.mjs';
+import { after, describe, test } from 'node:test';
+import { removeDir, startServer, tokenFor } from './helpers.mjs';
+import { alice, assertError, BASE, bob, create, MISSING, server, sharedServer } from './api-kit.mjs';
 
-const BASE = '/api/v1/chat-sessions';
-const MISSING = '0123456789abcdef01234567';
+sharedServer();
 
-let server;
 let owners;
-let alice;
-let bob;
-
-before(async () => {
-  server = await startServer();
-  alice = server.as('alice');
-  bob = server.as('bob');
-});
 after(async () => {
-  await server.stop();
-  removeDir(server.dataDir);
   if (owners !== undefined) {
     await owners.stop();
     removeDir(owners.dataDir);
   }
 });
-
-async function create(who = alice, over = {}) {
-  const r = await who.post(BASE, newSession(over));
-  assert.equal(r.status, 201, r.text);
-  return r.body.data;
-}
 
 async function say(who, id, content, over = {}) {
   const r = await who.post(`${BASE}/${id}/turns`, { role: 'user', content, ...over });
@@ -46,11 +29,6 @@ async function turns(who, id, query = '') {
 }
 
 const contents = (list) => list.map((t) => t.content);
-
-function assertError(r, status, message, what = '') {
-  assert.equal(r.status, status, `${what}: ${r.status} ${r.text}`);
-  assert.deepEqual(r.body, { success: false, message }, what);
-}
 
 /**
  * A session with this tree, made in this order through the API:

@@ -1,78 +1,21 @@
 // docs/TEAM-DECISIONS.md, "Identifiers and records" and "Sessions, beyond the spec's rows": one test per
 // decision, named after it, against the real server over HTTP. The features added on top of
-// the spec (turns, paging, search, archive, ETags, scopes) are pinned in depth by
-// features.test.mjs; here each of those decisions gets one test of its headline behaviour.
+// the spec (turns, paging, search, archive, ETags, scopes) are pinned in depth by one
+// file each (turns, paging, name-search, archive, etags, scopes .test.mjs); here each of those decisions gets one test of its headline behaviour.
 import assert from 'node:assert/strict';
-import { after, before, describe, test } from 'node:test';
+import { describe, test } from 'node:test';
 import { newSession, removeDir, startServer } from './helpers.mjs';
+import { addTurn, alice, assert400, assert404, BASE, bob, clockPast, create, EMOJI, freshUser, ids, listOrder, MISSING, server, sharedServer, unique } from './api-kit.mjs';
 
-const BASE = '/api/v1/chat-sessions';
 const V1_SESSION_KEYS = ['_id', 'name', 'provider', 'selectedModel', 'mode', 'user', 'project', 'createdAt', 'updatedAt', 'archived'];
 // docs/DECISIONS.md, Conversations: the fields added since follow the first release's, in a fixed place
 const SESSION_KEYS = [...V1_SESSION_KEYS, 'headTurnId'];
 const ISO_MS = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z$/;
 const OBJECT_ID = /^[0-9a-f]{24}$/;
-const MISSING = '0123456789abcdef01234567';
-const EMOJI = '\u{1F600}'; // one code point, two UTF-16 units, four UTF-8 bytes
 
-let server;
-let alice;
-let bob;
-
-before(async () => {
-  server = await startServer();
-  alice = server.as('alice');
-  bob = server.as('bob');
-});
-after(async () => {
-  await server.stop();
-  removeDir(server.dataDir);
-});
-
-let userSeq = 0;
-/** A user of its own, so that its lists hold only what the test made. */
-function freshUser(tag) {
-  return server.as(`${tag}-${++userSeq}`);
-}
-
-async function create(who = alice, over = {}) {
-  const r = await who.post(BASE, newSession(over));
-  assert.equal(r.status, 201, r.text);
-  return r.body.data;
-}
-
-async function addTurn(who, id, body = { role: 'user', content: 'hi' }) {
-  const r = await who.post(`${BASE}/${id}/turns`, body);
-  assert.equal(r.status, 201, r.text);
-  return r.body.data;
-}
-
-function assert400(r, message, what = '') {
-  assert.equal(r.status, 400, `${what}: ${r.status} ${r.text}`);
-  assert.deepEqual(r.body, { success: false, message }, what);
-}
-
-function assert404(r, what = '') {
-  assert.equal(r.status, 404, `${what}: ${r.status} ${r.text}`);
-  assert.deepEqual(r.body, { success: false, message: 'Chat session not found' }, what);
-}
-
-/** The decisions' list order: updatedAt newest first, ties by _id descending. */
-function listOrder(a, b) {
-  if (a.updatedAt !== b.updatedAt) return a.updatedAt < b.updatedAt ? 1 : -1;
-  return a._id < b._id ? 1 : a._id > b._id ? -1 : 0;
-}
-
-function ids(list) {
-  return list.map((s) => s._id);
-}
+sharedServer();
 
 const seconds = (id) => parseInt(id.slice(0, 8), 16);
-
-/** Waits until the clock is past `iso` (timestamps have millisecond resolution). */
-async function clockPast(iso) {
-  while (Date.now() <= Date.parse(iso)) await new Promise((r) => setTimeout(r, 1));
-}
 
 describe('Identifiers and records', () => {
   test('"Record ids are 24 lowercase hex characters, MongoDB ObjectId layout (4-byte seconds, 5 random bytes, 3-byte counter)"', async () => {
@@ -427,7 +370,7 @@ describe("Sessions, beyond the spec's rows", () => {
 
   test('"Order: session lists by updatedAt newest first, ties by _id descending"', async () => {
     const u = freshUser('order');
-    const project = `order-proj-${userSeq}`;
+    const project = unique('order-proj');
     const made = [];
     for (let i = 0; i < 4; i++) made.push(await create(u, { projectId: project }));
     // a change moves a session to the front; a turn does too (past the millisecond of the last

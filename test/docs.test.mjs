@@ -33,6 +33,22 @@ function links(text) {
   return out;
 }
 
+/**
+ * The tests of the features beyond the spec's rows: their names quote the features issue's
+ * list, which is not a document of the repository, so the scan leaves them out.
+ */
+const QUOTE_THE_FEATURES_ISSUE = new Set([
+  'turns.test.mjs',
+  'paging.test.mjs',
+  'name-search.test.mjs',
+  'archive.test.mjs',
+  'etags.test.mjs',
+  'owner-access.test.mjs',
+  'scopes.test.mjs',
+  'providers-redaction.test.mjs',
+  'openapi.test.mjs',
+]);
+
 const normalize = (s) => s.replace(/`|\*\*/g, '').replace(/\s+/g, ' ').trim();
 
 describe('Documents', () => {
@@ -56,7 +72,7 @@ describe('Documents', () => {
     const corpus = normalize(documents().map((d) => readFileSync(join(ROOT, d), 'utf8')).join('\n'));
     const missing = [];
     let checked = 0;
-    for (const file of readdirSync(join(ROOT, 'test')).filter((f) => f.endsWith('.test.mjs') && f !== 'features.test.mjs')) {
+    for (const file of readdirSync(join(ROOT, 'test')).filter((f) => f.endsWith('.test.mjs') && !QUOTE_THE_FEATURES_ISSUE.has(f))) {
       const src = readFileSync(join(ROOT, 'test', file), 'utf8');
       for (const m of src.matchAll(/\b(?:test|describe)\(\s*(['`])((?:\\.|(?!\1).)*)\1/g)) {
         const name = m[2].replace(/\\(['`\\])/g, '$1');

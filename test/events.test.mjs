@@ -7,9 +7,7 @@ import { connect } from 'node:net';
 import { after, before, describe, test } from 'node:test';
 import { newSession, removeDir, runCli, SECRET, startServer, STORE, tokenFor } from './helpers.mjs';
 import { openEvents } from './sse.mjs';
-
-const BASE = '/api/v1/chat-sessions';
-const MISSING = '0123456789abcdef01234567';
+import { BASE, MISSING } from './api-kit.mjs';
 
 /** A metric's value from /metrics (0 when the series is absent). */
 async function metric(server, series) {

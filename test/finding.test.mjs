@@ -2,32 +2,13 @@
 // decision of docs/TEAM-DECISIONS.md "Finding and keeping" and docs/DECISIONS.md "Finding and
 // keeping", against the real server over HTTP, on the engine of this run of the suite.
 import assert from 'node:assert/strict';
-import { after, before, describe, test } from 'node:test';
+import { describe, test } from 'node:test';
 import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { newSession, removeDir, runCli, startServer, tempDir } from './helpers.mjs';
+import { alice, assertError, BASE, create, server, sharedServer } from './api-kit.mjs';
 
-const BASE = '/api/v1/chat-sessions';
-
-let server;
-let alice;
-let bob;
-
-before(async () => {
-  server = await startServer();
-  alice = server.as('alice');
-  bob = server.as('bob');
-});
-after(async () => {
-  await server.stop();
-  removeDir(server.dataDir);
-});
-
-async function create(who, over = {}) {
-  const r = await who.post(BASE, newSession(over));
-  assert.equal(r.status, 201, r.text);
-  return r.body.data;
-}
+sharedServer();
 
 async function say(who, id, content) {
   const r = await who.post(`${BASE}/${id}/turns`, { role: 'user', content });
@@ -36,11 +17,6 @@ async function say(who, id, content) {
 }
 
 const names = (r) => r.body.data.map((s) => s.name);
-
-function assertError(r, status, message, what = '') {
-  assert.equal(r.status, status, `${what}: ${r.status} ${r.text}`);
-  assert.deepEqual(r.body, { success: false, message }, what);
-}
 
 describe('Usage', () => {
   test('"GET /api/v1/usage -> {success:true, data:{sessions, turns, bytes}} for the caller": "the sessions they own (archived ones included), every turn in them whoever wrote it"', async () => {

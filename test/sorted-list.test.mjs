@@ -1,7 +1,7 @@
 // The journal engine's session lists (src/store/journal/sorted-list.ts) against a plain sorted
 // array: random inserts, removals and reads from random keys, on lists many chunks long. A pure
 // data structure, so it is called directly from the test kit, like the CRC; the HTTP tests walk
-// the lists through the server (features.test.mjs, "a list longer than one chunk").
+// the lists through the server (paging.test.mjs, "a list longer than the store keeps in one piece").
 import assert from 'node:assert/strict';
 import { createRequire } from 'node:module';
 import { test } from 'node:test';

@@ -1,28 +1,10 @@
 // The spec (api-v1.md), chat sessions: one test per table row and numbered rule, named after it.
 import assert from 'node:assert/strict';
-import { after, before, describe, test } from 'node:test';
+import { describe, test } from 'node:test';
 import { failingWrite, newSession, removeDir, startServer } from './helpers.mjs';
+import { alice, BASE, bob, create, server, sharedServer } from './api-kit.mjs';
 
-const BASE = '/api/v1/chat-sessions';
-let server;
-let alice;
-let bob;
-
-before(async () => {
-  server = await startServer();
-  alice = server.as('alice');
-  bob = server.as('bob');
-});
-after(async () => {
-  await server.stop();
-  removeDir(server.dataDir);
-});
-
-async function create(who = alice, over = {}) {
-  const r = await who.post(BASE, newSession(over));
-  assert.equal(r.status, 201, r.text);
-  return r.body.data;
-}
+sharedServer();
 
 describe('Endpoints table (chat sessions)', () => {
   test('GET /api/v1/chat-sessions | optional projectId | 200 {success: true, data: [<chat session>, ...]}', async () => {

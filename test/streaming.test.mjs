@@ -7,14 +7,7 @@ import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import { newSession, removeDir, startServer, STORE } from './helpers.mjs';
 import { openEvents } from './sse.mjs';
-
-const BASE = '/api/v1/chat-sessions';
-const MISSING = '0123456789abcdef01234567';
-
-function assertError(r, status, message, what = '') {
-  assert.equal(r.status, status, `${what}: ${r.status} ${r.text}`);
-  assert.deepEqual(r.body, { success: false, message }, what);
-}
+import { assertError, BASE, MISSING } from './api-kit.mjs';
 
 async function streamingTurn(who, sessionId, content = 'Once') {
   const r = await who.post(`${BASE}/${sessionId}/turns`, { role: 'assistant', content, status: 'streaming' });

@@ -3,10 +3,9 @@
 // being parsed or serialized again, and never copied into one buffer with the rest: small items
 // are gathered into pieces of up to PIECE_BYTES, a larger one is written as it is kept, so an
 // answer costs the server a piece or two of memory whatever the client's pace.
+import { LIST_CLOSE, LIST_OPEN, pageClose } from '../http/envelope.js';
 import type { Answer, Reply } from '../http/route.js';
-import { DATA_OPEN } from '../http/envelope.js';
 
-const OPEN_TEXT = `${DATA_OPEN}[`;
 const COMMA = Buffer.from(',');
 /** Answers up to this size are sent whole (with a Content-Length); larger ones are streamed. */
 const WHOLE_MAX = 256 * 1024;
@@ -74,10 +73,10 @@ const yieldToOthers = (): Promise<void> => new Promise((resolve) => setImmediate
  * of large turns), so it is never copied whole.
  */
 export function pageReply(items: readonly Json[], nextCursor: string | undefined): Answer {
-  const close = `],"nextCursor":${nextCursor === undefined ? 'null' : JSON.stringify(nextCursor)}}`;
-  if (totalOf(items) <= WHOLE_MAX) return { status: 200, body: whole(OPEN_TEXT, items, close) } satisfies Reply;
+  const close = pageClose(nextCursor);
+  if (totalOf(items) <= WHOLE_MAX) return { status: 200, body: whole(LIST_OPEN, items, close) } satisfies Reply;
   async function* stream(): AsyncIterable<Json> {
-    yield OPEN_TEXT;
+    yield LIST_OPEN;
     yield* piecesOf(items, false);
     yield close;
   }
@@ -94,10 +93,10 @@ export async function wholeListReply<T>(chunks: AsyncIterable<readonly T[]>, jso
   const first = await it.next();
   const firstItems = first.done === true ? [] : first.value.map(jsonOf);
   const second = first.done === true ? first : await it.next();
-  if (second.done === true && totalOf(firstItems) <= WHOLE_MAX) return { status: 200, body: whole(OPEN_TEXT, firstItems, ']}') };
+  if (second.done === true && totalOf(firstItems) <= WHOLE_MAX) return { status: 200, body: whole(LIST_OPEN, firstItems, LIST_CLOSE) };
   async function* pieces(): AsyncIterable<Json> {
     try {
-      yield OPEN_TEXT;
+      yield LIST_OPEN;
       yield* piecesOf(firstItems, false);
       let sent = firstItems.length;
       let next = second;
@@ -108,7 +107,7 @@ export async function wholeListReply<T>(chunks: AsyncIterable<readonly T[]>, jso
         await yieldToOthers();
         next = await it.next();
       }
-      yield ']}';
+      yield LIST_CLOSE;
     } finally {
       await it.return?.();
     }

@@ -8,11 +8,11 @@ import { ValidationError, type QuerySchema } from '../domain/schema.js';
 import { SessionNotFound, TurnNotFound, type Branch, type Current, type TurnEdit, type TurnRecord } from '../store/store.js';
 import { Access, BASE, etagOf, idParam, modified, notFound, pages, paging, stateOf, turnIdParams, turnNotFound, user, type SessionDeps } from './access.js';
 import { pageReply, wholeListReply } from './lists.js';
-import { DATA_OPEN, dataBody, doneBody } from '../http/envelope.js';
+import { DATA_CLOSE, DATA_OPEN, dataBody, doneBody } from '../http/envelope.js';
 import { route, type RouteDef } from '../http/route.js';
 
 const DATA_HEAD = Buffer.from(DATA_OPEN);
-const DATA_TAIL = Buffer.from('}');
+const DATA_TAIL = Buffer.from(DATA_CLOSE);
 
 const turnsQuery = {
   fields: {

@@ -21,14 +21,9 @@ import {
   type SearchFilter,
   type SearchHit,
   type SearchKey,
-  type Current,
   type SessionState,
   type TreeTurn,
-  type TurnDelta,
-  type TurnEdit,
   type TurnNode,
-  type TurnUpdate,
-  type WriteHint,
   type ExpiredSession,
   type ExportItem,
   type ExportSnapshot,
@@ -42,7 +37,8 @@ import {
   type TurnRecord,
   type Usage,
 } from '../store.js';
-import { SerialWriter, type Change, type CommitListener, type Group, type GroupSource } from '../writer.js';
+import { SerialWrites } from '../serial-writes.js';
+import { SerialWriter, type Change, type Group, type GroupSource } from '../writer.js';
 import { Appender, COMPACT_SUFFIX, IMPORT_SUFFIX, JOURNAL_FILE, NEXT_SUFFIX, readCommitted } from './appender.js';
 import { Compaction, CompactionAborted, TailFirstCompaction, type TailFirstHost } from './compaction.js';
 import {
@@ -89,12 +85,12 @@ const MAX_PIECE = 8 * 1024 * 1024;
 const MAX_RETRY_MS = 5 * 60_000;
 const NO_USAGE: Usage = { sessions: 0, turns: 0, bytes: 0 };
 
-export class JournalStore implements Store, GroupSource, Group {
+export class JournalStore extends SerialWrites implements Store, GroupSource, Group {
   readonly engine = 'journal';
   private state: MemoryState;
   private readonly file: string;
   private readonly next: string;
-  private readonly writer: SerialWriter;
+  protected readonly writer: SerialWriter;
   /** UTF-8 bytes of the JSON of every live session and turn. */
   private jsonBytes = 0;
   private compactions = 0;
@@ -112,6 +108,7 @@ export class JournalStore implements Store, GroupSource, Group {
     private readonly appender: Appender | undefined,
     loaded: Loaded,
   ) {
+    super();
     this.file = join(opts.dir, JOURNAL_FILE);
     this.next = this.file + NEXT_SUFFIX;
     this.state = loaded.state;
@@ -326,39 +323,7 @@ export class JournalStore implements Store, GroupSource, Group {
     };
   }
 
-  // ---- writes: through the serial writer ----
-
-  createSession(session: ChatSession): Promise<SessionRecord> {
-    return this.writer.createSession(session);
-  }
-
-  updateSession(id: string, change: (current: Current) => ChatSession, hint?: WriteHint): Promise<SessionRecord> {
-    return this.writer.updateSession(id, change, hint);
-  }
-
-  deleteSession(id: string, check: (current: Current) => void): Promise<void> {
-    return this.writer.deleteSession(id, check);
-  }
-
-  appendTurn(sessionId: string, build: (current: Current) => Turn, hint?: WriteHint): Promise<TurnRecord> {
-    return this.writer.appendTurn(sessionId, build, hint);
-  }
-
-  updateTurn(sessionId: string, turnId: string, check: (current: Current) => void, edit: (turn: Turn) => TurnEdit): Promise<TurnUpdate> {
-    return this.writer.updateTurn(sessionId, turnId, check, edit);
-  }
-
-  deleteTurn(sessionId: string, turnId: string, check: (current: Current) => void): Promise<SessionRecord> {
-    return this.writer.deleteTurn(sessionId, turnId, check);
-  }
-
-  forkSession(sourceId: string, turnId: string | undefined, owner: string, build: (source: Current) => ChatSession): Promise<SessionRecord> {
-    return this.writer.forkSession(sourceId, turnId, owner, build);
-  }
-
-  appendDelta(sessionId: string, turnId: string, check: (current: Current) => void, text: string, maxBytes: number): Promise<TurnDelta> {
-    return this.writer.appendDelta(sessionId, turnId, check, text, maxBytes);
-  }
+  // ---- writes: handed to the serial writer by SerialWrites; what the writer asks of the engine ----
 
   /** At start, every streaming turn: one server per data directory, so the one that streamed them is gone. */
   leftStreaming(atStart: boolean): Promise<readonly { session: string; turnId: string }[]> {
@@ -367,10 +332,6 @@ export class JournalStore implements Store, GroupSource, Group {
       for (const e of this.state.entries.values()) for (const t of e.turns ?? []) if (isStreamingJson(t.json)) out.push({ session: e.session._id, turnId: t._id });
     }
     return Promise.resolve(out);
-  }
-
-  onCommitted(listener: CommitListener): void {
-    this.writer.onCommitted(listener);
   }
 
   sharedEventLog(): undefined {

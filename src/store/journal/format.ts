@@ -17,7 +17,7 @@
 // it as parent, and a journal of version 1 is rewritten as version 2 at the first start.
 import { closeSync, fstatSync, openSync, readSync } from 'node:fs';
 import { basename } from 'node:path';
-import { sessionProblem } from '../../domain/inputs.js';
+import { sessionProblem } from '../../domain/stored.js';
 import type { ChatSession } from '../../domain/records.js';
 import { crc32 } from './crc32.js';
 import { StoredTurn, type TurnArena } from './turns.js';

@@ -19,11 +19,6 @@ import {
   StoreOpenFailed,
   TurnNotFound,
   type Branch,
-  type Current,
-  type TurnDelta,
-  type TurnEdit,
-  type TurnUpdate,
-  type WriteHint,
   type ExpiredSession,
   type ExportItem,
   type ExportSnapshot,
@@ -42,7 +37,8 @@ import {
   type Announce,
   type SharedEventLog,
 } from '../store.js';
-import { SerialWriter, type CommitListener, type Group, type GroupSource, type TreeNeeds } from '../writer.js';
+import { SerialWrites } from '../serial-writes.js';
+import { SerialWriter, type Group, type GroupSource, type TreeNeeds } from '../writer.js';
 import { keptColumns, sqlText, storeError, textArray, wordsSql } from './values.js';
 import { channelOf, eventStatements, PgEventLog } from './events.js';
 import { finish, insertTurnSql, PgGroup, rowOf, SESSION_ROW, type GroupEvents } from './group.js';
@@ -111,10 +107,10 @@ function rethrow(e: unknown): never {
   throw storeError(e);
 }
 
-export class PostgresStore implements Store, GroupSource {
+export class PostgresStore extends SerialWrites implements Store, GroupSource {
   readonly engine = 'postgres';
   private readonly S: string;
-  private readonly writer: SerialWriter;
+  protected readonly writer: SerialWriter;
   private scans = 0;
   private readonly scanWaiters: (() => void)[] = [];
   private readonly scanMax: number;
@@ -126,6 +122,7 @@ export class PostgresStore implements Store, GroupSource {
     private readonly opts: PostgresOptions,
     private readonly where: string,
   ) {
+    super();
     this.S = quotedSchema(opts.schema);
     this.writer = new SerialWriter(this, opts.log, opts.quotas, opts.groupCommit ? Infinity : 1);
     // whole lists hold a connection while the client reads: leave the rest to pages and writes
@@ -395,39 +392,7 @@ export class PostgresStore implements Store, GroupSource {
     await this.pool.ping().catch(rethrow);
   }
 
-  // ---- writes ----
-
-  createSession(session: ChatSession): Promise<SessionRecord> {
-    return this.writer.createSession(session);
-  }
-
-  updateSession(id: string, change: (current: Current) => ChatSession, hint?: WriteHint): Promise<SessionRecord> {
-    return this.writer.updateSession(id, change, hint);
-  }
-
-  deleteSession(id: string, check: (current: Current) => void): Promise<void> {
-    return this.writer.deleteSession(id, check);
-  }
-
-  appendTurn(sessionId: string, build: (current: Current) => Turn, hint?: WriteHint): Promise<TurnRecord> {
-    return this.writer.appendTurn(sessionId, build, hint);
-  }
-
-  updateTurn(sessionId: string, turnId: string, check: (current: Current) => void, edit: (turn: Turn) => TurnEdit): Promise<TurnUpdate> {
-    return this.writer.updateTurn(sessionId, turnId, check, edit);
-  }
-
-  deleteTurn(sessionId: string, turnId: string, check: (current: Current) => void): Promise<SessionRecord> {
-    return this.writer.deleteTurn(sessionId, turnId, check);
-  }
-
-  forkSession(sourceId: string, turnId: string | undefined, owner: string, build: (source: Current) => ChatSession): Promise<SessionRecord> {
-    return this.writer.forkSession(sourceId, turnId, owner, build);
-  }
-
-  appendDelta(sessionId: string, turnId: string, check: (current: Current) => void, text: string, maxBytes: number): Promise<TurnDelta> {
-    return this.writer.appendDelta(sessionId, turnId, check, text, maxBytes);
-  }
+  // ---- writes: handed to the serial writer by SerialWrites; what the writer asks of the engine ----
 
   /**
    * Streaming turns that took no write (creation, delta, edit) for the idle time, at any time:
@@ -438,10 +403,6 @@ export class PostgresStore implements Store, GroupSource {
     const idle = this.opts.streamingIdleMs ?? 5 * 60_000;
     const r = await this.pool.query(`SELECT session, id FROM ${this.S}.turns WHERE streamed_at < clock_timestamp() - $1::bigint * interval '1 millisecond'`, [String(idle)]);
     return r.rows.map((row) => ({ session: row[0] as string, turnId: row[1] as string }));
-  }
-
-  onCommitted(listener: CommitListener): void {
-    this.writer.onCommitted(listener);
   }
 
   /** The feed's log in the schema, read by every instance (./events.ts); undefined unless events are announced. */

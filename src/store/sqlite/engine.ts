@@ -19,14 +19,9 @@ import {
   StoreOpenFailed,
   TurnNotFound,
   type Branch,
-  type Current,
   type SessionState,
   type TreeTurn,
-  type TurnDelta,
-  type TurnEdit,
   type TurnNode,
-  type TurnUpdate,
-  type WriteHint,
   type ExpiredSession,
   type ExportItem,
   type ExportSnapshot,
@@ -43,7 +38,8 @@ import {
   type TurnRecord,
   type Usage,
 } from '../store.js';
-import { SerialWriter, type Change, type CommitListener, type Group, type GroupSource } from '../writer.js';
+import { SerialWrites } from '../serial-writes.js';
+import { SerialWriter, type Change, type Group, type GroupSource } from '../writer.js';
 import { bytesOf, int, sqliteDatabase, text, textOrUndefined, type Database, type Row, type SqlValue, type Statement } from './binding.js';
 import { checkSchema, prepareSchema, registerSearchFunctions, REINDEX_SQL, STREAMING_WHERE, unreadable } from './schema.js';
 import { pageByDepthSql } from '../tree-index.js';
@@ -283,10 +279,10 @@ function listRows(c: Connection, filter: SessionFilter, after: SessionKey | unde
   return sessionRows(c, filter, filter.archived === 'true' ? 1 : 0, after);
 }
 
-export class SqliteStore implements Store, GroupSource, Group {
+export class SqliteStore extends SerialWrites implements Store, GroupSource, Group {
   readonly engine = 'sqlite';
   private readonly reader: Connection;
-  private readonly writer: SerialWriter;
+  protected readonly writer: SerialWriter;
   private readonly idleScans: Connection[] = [];
   private scansOpen = 0;
   private readonly scanWaiters: (() => void)[] = [];
@@ -299,6 +295,7 @@ export class SqliteStore implements Store, GroupSource, Group {
     private readonly opts: SqliteOptions,
     reader: Database,
   ) {
+    super();
     this.reader = new Connection(reader);
     this.writer = new SerialWriter(this, opts.log, opts.quotas, opts.groupCommit === false ? 1 : Infinity);
   }
@@ -626,49 +623,13 @@ export class SqliteStore implements Store, GroupSource, Group {
     this.scanWaiters.shift()?.();
   }
 
-  // ---- writes ----
-
-  createSession(session: ChatSession): Promise<SessionRecord> {
-    return this.writer.createSession(session);
-  }
-
-  updateSession(id: string, change: (current: Current) => ChatSession, hint?: WriteHint): Promise<SessionRecord> {
-    return this.writer.updateSession(id, change, hint);
-  }
-
-  deleteSession(id: string, check: (current: Current) => void): Promise<void> {
-    return this.writer.deleteSession(id, check);
-  }
-
-  appendTurn(sessionId: string, build: (current: Current) => Turn, hint?: WriteHint): Promise<TurnRecord> {
-    return this.writer.appendTurn(sessionId, build, hint);
-  }
-
-  updateTurn(sessionId: string, turnId: string, check: (current: Current) => void, edit: (turn: Turn) => TurnEdit): Promise<TurnUpdate> {
-    return this.writer.updateTurn(sessionId, turnId, check, edit);
-  }
-
-  deleteTurn(sessionId: string, turnId: string, check: (current: Current) => void): Promise<SessionRecord> {
-    return this.writer.deleteTurn(sessionId, turnId, check);
-  }
-
-  forkSession(sourceId: string, turnId: string | undefined, owner: string, build: (source: Current) => ChatSession): Promise<SessionRecord> {
-    return this.writer.forkSession(sourceId, turnId, owner, build);
-  }
-
-  appendDelta(sessionId: string, turnId: string, check: (current: Current) => void, text: string, maxBytes: number): Promise<TurnDelta> {
-    return this.writer.appendDelta(sessionId, turnId, check, text, maxBytes);
-  }
+  // ---- writes: handed to the serial writer by SerialWrites; what the writer asks of the engine ----
 
   /** At start, every streaming turn (the index turns_streaming holds them): one server per file, so the one that streamed them is gone. */
   leftStreaming(atStart: boolean): Promise<readonly { session: string; turnId: string }[]> {
     if (!atStart) return Promise.resolve([]);
     const rows = this.reader.prepare(`SELECT session, id FROM turns WHERE ${STREAMING_WHERE}`).all();
     return Promise.resolve(rows.map((r) => ({ session: text(r['session']), turnId: text(r['id']) })));
-  }
-
-  onCommitted(listener: CommitListener): void {
-    this.writer.onCommitted(listener);
   }
 
   sharedEventLog(): undefined {

@@ -1,0 +1,64 @@
+// The benchmark's command line, read once: the scenarios named and the options (each also an
+// environment variable); the run's start and its progress lines on stderr.
+import { loadavg } from 'node:os';
+
+export const HELP = `Usage: node bench/run.mjs [SCENARIO|GROUP ...] [options]   (npm run bench -- [...])
+
+Scenarios: %SCENARIOS%
+Groups:    %GROUPS%
+With no scenario named, all run but the opt-in ones (%OPTIN%), which run when named.
+
+Options (each also an environment variable):
+  --quick              short run: 1 round of 1 s, smaller scale data   BENCH_QUICK=1
+  --only=a,b           scenarios or groups to run (same as naming them)
+  --rounds=N           interleaved baseline/server rounds (default 3)  BENCH_ROUNDS
+  --duration=S         measured seconds per round (default 3)          BENCH_DURATION
+  --warmup=S           unmeasured seconds before each (default 1)      BENCH_WARMUP
+  --scale=N            sessions (and 1 KiB turns) of the big data set  BENCH_SCALE (default 1000000)
+  --replay-runs=N      start-ups of the big data set (default 1)       BENCH_REPLAY_RUNS
+  --cold-runs=N        cold starts (default 10)                        BENCH_COLD_RUNS
+  --out                also write bench/results/latest.md              BENCH_OUT=1
+  --profile            run the API servers of load scenarios under node --cpu-prof and add the
+                       top self-time functions to the report (profiles in bench/results/profiles)
+  --keep               keep the temporary directory (data, server logs)
+  --engines=a,b        engines the soak runs (default: journal, and sqlite  BENCH_ENGINES
+                       when this Node.js has node:sqlite; npm run bench runs on Node 24)
+  --seam-base=REF      journal-seam: the build to compare with (default: the parent of the
+                       commit "Store seam: ..."), built once in $TMPDIR    BENCH_SEAM_BASE
+The server runs with LOG_LEVEL from the environment (default info), its stdout to a log file.`;
+
+export const argv = process.argv.slice(2);
+export const flag = (name) => argv.find((a) => a.startsWith(`--${name}=`))?.slice(name.length + 3);
+export const has = (name) => argv.includes(`--${name}`);
+const quick = has('quick') || process.env.BENCH_QUICK === '1';
+const num = (name, env, def) => {
+  const v = flag(name) ?? process.env[env];
+  if (v === undefined) return def;
+  const n = Number(v);
+  if (!Number.isFinite(n) || n <= 0) fail(`--${name} / ${env} must be a positive number (got "${v}")`);
+  return n;
+};
+export const opts = {
+  rounds: Math.round(num('rounds', 'BENCH_ROUNDS', quick ? 1 : 3)),
+  durationMs: num('duration', 'BENCH_DURATION', quick ? 1 : 3) * 1000,
+  warmupMs: num('warmup', 'BENCH_WARMUP', quick ? 0.5 : 1) * 1000,
+  scale: Math.round(num('scale', 'BENCH_SCALE', quick ? 100_000 : 1_000_000)),
+  replayRuns: Math.round(num('replay-runs', 'BENCH_REPLAY_RUNS', 1)),
+  coldRuns: Math.round(num('cold-runs', 'BENCH_COLD_RUNS', quick ? 3 : 10)),
+  out: has('out') || process.env.BENCH_OUT === '1',
+  profile: has('profile'),
+  keep: has('keep'),
+  logLevel: process.env.LOG_LEVEL ?? 'info',
+  engines: (flag('engines') ?? process.env.BENCH_ENGINES ?? 'journal,sqlite').split(',').filter((e) => e !== ''),
+  seamBase: flag('seam-base') ?? process.env.BENCH_SEAM_BASE,
+  quick,
+};
+
+export function fail(message) {
+  process.stderr.write(`bench: ${message}\n`);
+  process.exit(2);
+}
+export const progress = (text) => process.stderr.write(`[${((performance.now() - wallStart) / 1000).toFixed(0).padStart(4)} s] ${text}\n`);
+
+export const wallStart = performance.now();
+export const loadAtStart = loadavg();

@@ -1,0 +1,48 @@
+// The write half of every engine: each write goes to the engine's serial writer, where its
+// check, change or build runs against the committed state plus its group's earlier writes.
+// Engines supply the writer (and, through it, how a group reads and commits); the methods that
+// hand a write over are the same for all of them, so they are written once here.
+import type { ChatSession, Turn } from '../domain/records.js';
+import type { Current, SessionRecord, TurnDelta, TurnEdit, TurnRecord, TurnUpdate, WriteHint } from './store.js';
+import type { CommitListener, SerialWriter } from './writer.js';
+
+export abstract class SerialWrites {
+  protected abstract readonly writer: SerialWriter;
+
+  createSession(session: ChatSession): Promise<SessionRecord> {
+    return this.writer.createSession(session);
+  }
+
+  updateSession(id: string, change: (current: Current) => ChatSession, hint?: WriteHint): Promise<SessionRecord> {
+    return this.writer.updateSession(id, change, hint);
+  }
+
+  deleteSession(id: string, check: (current: Current) => void): Promise<void> {
+    return this.writer.deleteSession(id, check);
+  }
+
+  appendTurn(sessionId: string, build: (current: Current) => Turn, hint?: WriteHint): Promise<TurnRecord> {
+    return this.writer.appendTurn(sessionId, build, hint);
+  }
+
+  updateTurn(sessionId: string, turnId: string, check: (current: Current) => void, edit: (turn: Turn) => TurnEdit): Promise<TurnUpdate> {
+    return this.writer.updateTurn(sessionId, turnId, check, edit);
+  }
+
+  deleteTurn(sessionId: string, turnId: string, check: (current: Current) => void): Promise<SessionRecord> {
+    return this.writer.deleteTurn(sessionId, turnId, check);
+  }
+
+  forkSession(sourceId: string, turnId: string | undefined, owner: string, build: (source: Current) => ChatSession): Promise<SessionRecord> {
+    return this.writer.forkSession(sourceId, turnId, owner, build);
+  }
+
+  appendDelta(sessionId: string, turnId: string, check: (current: Current) => void, text: string, maxBytes: number): Promise<TurnDelta> {
+    return this.writer.appendDelta(sessionId, turnId, check, text, maxBytes);
+  }
+
+  /** Committed changes, announced after each commit and before any write of the group is answered. */
+  onCommitted(listener: CommitListener): void {
+    this.writer.onCommitted(listener);
+  }
+}
