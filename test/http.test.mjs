@@ -4,6 +4,7 @@ import assert from 'node:assert/strict';
 import http from 'node:http';
 import { connect } from 'node:net';
 import { after, before, describe, test } from 'node:test';
+import { waitFor } from './api-kit.mjs';
 import { newSession, removeDir, startServer } from './helpers.mjs';
 
 let server;
@@ -236,7 +237,8 @@ describe('HTTP behaviour decisions', () => {
   test('One JSON log line per request: time, level, request id, method, route, status, duration, user', async () => {
     const id = `log-check-${Date.now()}`;
     await alice.get('/api/v1/chat-sessions?projectId=secret-looking', { headers: { 'x-request-id': id } });
-    await new Promise((r) => setTimeout(r, 50));
+    // the line is written after the answer: wait for it, not for a guess at how long it takes
+    await waitFor(() => server.logs().some((l) => l.reqId === id), 'the request\'s log line', 20_000);
     const lines = server.logs().filter((l) => l.reqId === id);
     assert.equal(lines.length, 1);
     const l = lines[0];
@@ -253,7 +255,7 @@ describe('HTTP behaviour decisions', () => {
     const s = (await alice.post('/api/v1/chat-sessions', newSession())).body.data;
     const id = `pattern-${Date.now()}`;
     await alice.get(`/api/v1/chat-sessions/${s._id}`, { headers: { 'x-request-id': id } });
-    await new Promise((r) => setTimeout(r, 50));
+    await waitFor(() => server.logs().some((x) => x.reqId === id), 'the request\'s log line', 20_000);
     const l = server.logs().find((x) => x.reqId === id);
     assert.equal(l.route, '/api/v1/chat-sessions/:id');
     assert.equal(JSON.stringify(l).includes(s._id), false);
