@@ -184,6 +184,15 @@ export function nested(depth, leaf = {}) {
 }
 
 /** For the tests that wait on a running process. */
+/** Everything user `alice` can see on `s`: each session with its turns, by id (what must survive a crash, a full disk, a restart). */
+export async function dump(s) {
+  const u = s.as('alice');
+  const list = (await u.get(`${BASE}?archived=all`)).body.data;
+  const out = {};
+  for (const x of list) out[x._id] = { ...x, turns: (await u.get(`${BASE}/${x._id}/turns`)).body.data };
+  return out;
+}
+
 export const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
 export async function waitFor(cond, what, ms = 5000) {

@@ -5,19 +5,11 @@ import assert from 'node:assert/strict';
 import { existsSync, readFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { describe, test } from 'node:test';
+import { dump } from './api-kit.mjs';
 import { newSession, removeDir, runCli, SECRET, SERVER, smallDisk, startServer, STORE, tempDir } from './helpers.mjs';
 import { spawnSync } from 'node:child_process';
 
 const NAME = 'chat-session-api';
-
-/** Everything user `alice` can see: each session with its turns, by id. */
-async function dump(server) {
-  const u = server.as('alice');
-  const list = (await u.get('/api/v1/chat-sessions?archived=all')).body.data;
-  const out = {};
-  for (const s of list) out[s._id] = { ...s, turns: (await u.get(`/api/v1/chat-sessions/${s._id}/turns`)).body.data };
-  return out;
-}
 
 /**
  * Appends 16 KiB turns to session `id` until one is refused (a disk of a few MiB fills long

@@ -6,20 +6,12 @@ import { spawnSync } from 'node:child_process';
 import { cpSync, existsSync, readFileSync, statSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, test } from 'node:test';
+import { dump } from './api-kit.mjs';
 import { failingWrite, newSession, removeDir, runCli, SECRET, smallDisk, startServer, STORE, tempDir } from './helpers.mjs';
 
 const JOURNAL = 'sessions.journal';
 /** The blocks about the journal's own file run on the journal engine's run of the suite only. */
 const JOURNAL_FILES = STORE === 'journal' ? {} : { skip: `about the journal engine's files; this run tests STORE=${STORE}` };
-
-/** Everything user `alice` can see: each session with its turns, by id. */
-async function dump(server) {
-  const u = server.as('alice');
-  const list = (await u.get('/api/v1/chat-sessions?archived=all')).body.data;
-  const out = {};
-  for (const s of list) out[s._id] = { ...s, turns: (await u.get(`/api/v1/chat-sessions/${s._id}/turns`)).body.data };
-  return out;
-}
 
 /** Starts a server on a copy of `dir` whose journal is replaced by `bytes`; returns what it shows. */
 async function startOn(dir, bytes) {
