@@ -183,7 +183,6 @@ export function nested(depth, leaf = {}) {
   return v;
 }
 
-/** For the tests that wait on a running process. */
 /** Everything user `alice` can see on `s`: each session with its turns, by id (what must survive a crash, a full disk, a restart). */
 export async function dump(s) {
   const u = s.as('alice');
@@ -195,12 +194,22 @@ export async function dump(s) {
 
 export const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
-export async function waitFor(cond, what, ms = 5000) {
+/** For the tests that wait on a running process: resolves with `cond()`'s value once it is truthy (polling), failing after `ms` with `what`. */
+export async function waitFor(cond, what, ms = 30_000) {
   const start = Date.now();
-  while (!(await cond())) {
+  for (;;) {
+    const v = await cond();
+    if (v) return v;
     if (Date.now() - start > ms) throw new Error(`timed out waiting for ${what}`);
     await sleep(15);
   }
+}
+
+/** The value of a series in /metrics (its full name), undefined when it is not shown. */
+export async function metric(s, series) {
+  const text = (await s.request('GET', '/metrics', { keepAlive: false })).text;
+  const m = new RegExp(`^${series} (\\d+)$`, 'm').exec(text);
+  return m === null ? undefined : Number(m[1]);
 }
 
 /** Stops a server and removes its data directory, whatever state it is in. */

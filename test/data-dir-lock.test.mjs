@@ -8,21 +8,12 @@ import { spawn, spawnSync } from 'node:child_process';
 import { existsSync, readdirSync, readFileSync, unlinkSync, writeFileSync } from 'node:fs';
 import { hostname } from 'node:os';
 import { join } from 'node:path';
+import { waitFor } from './api-kit.mjs';
 import { newSession, removeDir, SECRET, SERVER, ServerProcess, startServer, tempDir } from './helpers.mjs';
 
 /** The pid of a process that has exited: a lock naming it is stale. */
 function deadPid() {
   return spawnSync(process.execPath, ['-e', '']).pid;
-}
-
-async function until(check, what, ms = 15_000) {
-  const started = Date.now();
-  for (;;) {
-    const v = check();
-    if (v) return v;
-    if (Date.now() - started > ms) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 20));
-  }
 }
 
 const linux = process.platform === 'linux';
@@ -38,7 +29,7 @@ describe('One server per data directory', { skip: linux ? false : 'the exclusive
     first.catch(() => {}); // judged below
     const servers = [];
     try {
-      await until(() => readdirSync(pauseDir).some((f) => f.startsWith('paused-')), 'the first starter to pause before replacing the stale lock');
+      await waitFor(() => readdirSync(pauseDir).some((f) => f.startsWith('paused-')), 'the first starter to pause before replacing the stale lock');
       const second = await startServer({ dataDir: dir }).then(
         (s) => (servers.push(s), { served: true }),
         (e) => ({ served: false, message: e.message }),

@@ -5,7 +5,7 @@ import assert from 'node:assert/strict';
 import { existsSync, readFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { describe, test } from 'node:test';
-import { dump } from './api-kit.mjs';
+import { dump, metric, waitFor } from './api-kit.mjs';
 import { newSession, removeDir, runCli, SECRET, SERVER, smallDisk, startServer, STORE, tempDir } from './helpers.mjs';
 import { spawnSync } from 'node:child_process';
 
@@ -133,24 +133,6 @@ describe('A full disk', { skip: STORE === 'postgres' ? "the data of STORE=postgr
   });
 });
 
-/** A metric's value from /metrics. */
-async function metric(s, name) {
-  const text = (await s.request('GET', '/metrics', { keepAlive: false })).text;
-  const m = new RegExp(`^chat_session_api_${name} (\\d+)$`, 'm').exec(text);
-  return m === null ? undefined : Number(m[1]);
-}
-
-/** Waits until `check()` is truthy (polling), failing after `ms` with `what`. */
-async function until(check, what, ms = 20_000) {
-  const started = Date.now();
-  for (;;) {
-    const v = await check();
-    if (v) return v;
-    if (Date.now() - started > ms) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 50));
-  }
-}
-
 describe('Compaction on a nearly full disk', { skip: STORE === 'journal' ? false : `about the journal engine's files; this run tests STORE=${STORE}` }, () => {
   const turn = 'z'.repeat(16 * 1024);
 
@@ -172,17 +154,17 @@ describe('Compaction on a nearly full disk', { skip: STORE === 'journal' ? false
     try {
       const u = s.as('alice');
       await sessionsWithTurns(u, 12, 8, 'live'); // 1.5 MiB live
-      const live = await metric(s, 'journal_live_bytes');
+      const live = await metric(s, 'chat_session_api_journal_live_bytes');
       disk.fill();
       disk.free(live + 1024 * 1024); // room for the dead records that trigger the compaction, and then less than the live data
       // dead records: sessions written and deleted, until their bytes outweigh the live ones
-      for (let i = 0; (await metric(s, 'compactions_total')) === 0 && i < 200; i++) {
+      for (let i = 0; (await metric(s, 'chat_session_api_compactions_total')) === 0 && i < 200; i++) {
         const [id] = await sessionsWithTurns(u, 1, 1, 'dead');
         assert.equal((await u.del(`/api/v1/chat-sessions/${id}`)).status, 200);
       }
-      await until(async () => (await metric(s, 'compactions_total')) >= 1, 'a compaction');
+      await waitFor(async () => (await metric(s, 'chat_session_api_compactions_total')) >= 1, 'a compaction');
       assert.ok(!s.logs().some((l) => l.level === 'error'), JSON.stringify(s.logs().filter((l) => l.level === 'error')));
-      const bytes = await metric(s, 'journal_bytes');
+      const bytes = await metric(s, 'chat_session_api_journal_bytes');
       assert.ok(bytes < 1.5 * live, `the journal holds ${bytes} bytes for ${live} live bytes`);
       assert.ok(disk.available() > live, 'the space came back');
       const state = await dump(s);
@@ -220,8 +202,8 @@ describe('Compaction on a nearly full disk', { skip: STORE === 'journal' ? false
       s = await startServer({ dataDir: disk.dir, env: { COMPACT_MIN_SIZE: '1mb' } });
       const v = s.as('alice');
       const [anId] = Object.keys(state);
-      await until(() => s.logs().some((l) => l.level === 'error' && /no space left/.test(l.msg)), 'the compaction to find the disk full');
-      assert.equal(await metric(s, 'compactions_total'), 0);
+      await waitFor(() => s.logs().some((l) => l.level === 'error' && /no space left/.test(l.msg)), 'the compaction to find the disk full');
+      assert.equal(await metric(s, 'chat_session_api_compactions_total'), 0);
       assert.deepEqual(await dump(s), state, 'reads go on');
       // stopped half way, the journal is two files; an export beside the server reads both
       assert.ok(existsSync(join(disk.dir, 'sessions.journal.next')), 'two files');
@@ -234,11 +216,11 @@ describe('Compaction on a nearly full disk', { skip: STORE === 'journal' ? false
       removeDir(dirname(out));
       disk.free();
       // writes go on; one of them finds the space back and the compaction goes on
-      await until(async () => {
+      await waitFor(async () => {
         assert.equal((await v.put(`/api/v1/chat-sessions/${anId}`, { name: state[anId].name })).status, 200);
-        return (await metric(s, 'compactions_total')) >= 1;
+        return (await metric(s, 'chat_session_api_compactions_total')) >= 1;
       }, 'the compaction to go on once space is back');
-      assert.ok((await metric(s, 'journal_bytes')) < 1.5 * (await metric(s, 'journal_live_bytes')));
+      assert.ok((await metric(s, 'chat_session_api_journal_bytes')) < 1.5 * (await metric(s, 'chat_session_api_journal_live_bytes')));
       const after = await dump(s);
       // the same sessions and turns (the renames moved one session's updatedAt)
       assert.deepEqual(Object.keys(after).sort(), Object.keys(state).sort());

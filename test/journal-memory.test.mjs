@@ -8,26 +8,11 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, test } from 'node:test';
+import { metric, waitFor } from './api-kit.mjs';
 import { newSession, removeDir, startServer, STORE } from './helpers.mjs';
 import { kit, openOn } from './store/engines.mjs';
 
 const JOURNAL = STORE === 'journal' ? {} : { skip: `about the journal engine's memory; this run tests STORE=${STORE}` };
-
-async function metric(s, name) {
-  const text = (await s.request('GET', '/metrics', { keepAlive: false })).text;
-  const m = new RegExp(`^chat_session_api_${name} (\\d+)$`, 'm').exec(text);
-  return m === null ? undefined : Number(m[1]);
-}
-
-async function until(check, what, ms = 20_000) {
-  const started = Date.now();
-  for (;;) {
-    const v = await check();
-    if (v) return v;
-    if (Date.now() - started > ms) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 20));
-  }
-}
 
 /** Bytes of turns' JSON the start's replay copied, from its log line. */
 function loadedBytes(s) {
@@ -69,7 +54,7 @@ describe('Journal memory follows the live data', JOURNAL, () => {
       again = await startServer({ dataDir: s.dataDir, env: { COMPACT_MIN_SIZE: '1gb' } });
       const before = await dump(again);
       assert.equal(Object.keys(before.state).length, 18);
-      const held = await metric(again, 'journal_turn_memory_bytes');
+      const held = await metric(again, 'chat_session_api_journal_turn_memory_bytes');
       assert.ok(held <= before.turnBytes * 1.02, `replay keeps ${held} bytes for ${before.turnBytes} bytes of live turns (the deleted ones are not loaded)`);
       // what replay copied at all (a slab mostly dead would be repacked at once, hiding it from the gauge)
       assert.ok(loadedBytes(again) <= before.turnBytes * 1.02, `replay copied ${loadedBytes(again)} bytes of turns for ${before.turnBytes} bytes of live turns`);
@@ -79,11 +64,11 @@ describe('Journal memory follows the live data', JOURNAL, () => {
       for (const id of ids.splice(0, 14)) assert.equal((await v.del(`/api/v1/chat-sessions/${id}`)).status, 200);
       const after = await dump(again);
       assert.equal(Object.keys(after.state).length, 4);
-      const shrunk = await until(async () => {
-        const n = await metric(again, 'journal_turn_memory_bytes');
+      const shrunk = await waitFor(async () => {
+        const n = await metric(again, 'chat_session_api_journal_turn_memory_bytes');
         // a slab is repacked once more than half of it is dead: at most twice the live bytes
         return n <= after.turnBytes * 2 ? n : false;
-      }, `turn memory to follow the ${after.turnBytes} live bytes (it is ${await metric(again, "journal_turn_memory_bytes")})`);
+      }, `turn memory to follow the ${after.turnBytes} live bytes (it is ${await metric(again, "chat_session_api_journal_turn_memory_bytes")})`);
       assert.ok(shrunk >= after.turnBytes, 'the live turns are all still held');
       // they still read back exactly
       assert.deepEqual(await dump(again), after);
@@ -128,7 +113,7 @@ describe('Journal memory follows the live data', JOURNAL, () => {
 
       again = await startServer({ dataDir: s.dataDir, env: { COMPACT_MIN_SIZE: '1gb' } });
       assert.deepEqual(await dump(again), before);
-      const held = await metric(again, 'journal_turn_memory_bytes');
+      const held = await metric(again, 'chat_session_api_journal_turn_memory_bytes');
       assert.ok(held <= before.turnBytes * 1.02, `replay keeps ${held} bytes for ${before.turnBytes} bytes of live turns (the deleted ones are not loaded)`);
       assert.ok(loadedBytes(again) <= before.turnBytes * 1.02, `replay copied ${loadedBytes(again)} bytes of turns for ${before.turnBytes} bytes of live turns`);
     } finally {

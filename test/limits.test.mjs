@@ -6,20 +6,10 @@ import assert from 'node:assert/strict';
 import { connect } from 'node:net';
 import { createRequire } from 'node:module';
 import { EventEmitter } from 'node:events';
+import { metric, waitFor } from './api-kit.mjs';
 import { newSession, removeDir, runCli, startServer, tempDir, tokenFor } from './helpers.mjs';
 
 const { ConnectionGuard, HEADROOM } = createRequire(import.meta.url)('../dist/testkit.cjs');
-
-/** Waits until `check()` is truthy (polling), failing after `ms` with `what`. */
-async function until(check, what, ms = 15_000) {
-  const started = Date.now();
-  for (;;) {
-    const v = await check();
-    if (v) return v;
-    if (Date.now() - started > ms) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 20));
-  }
-}
 
 /** A raw TCP client: what it received, and whether and when the server closed it. */
 async function raw(port) {
@@ -51,12 +41,6 @@ function parseAnswer(text) {
   }
   const bodyText = text.slice(end + 4);
   return { status: Number(statusLine.split(' ')[1]), headers, body: bodyText === '' ? undefined : JSON.parse(bodyText) };
-}
-
-async function metric(s, name) {
-  const text = (await s.request('GET', '/metrics', { keepAlive: false })).text;
-  const m = new RegExp(`^${name} (\\d+)$`, 'm').exec(text);
-  return m === null ? undefined : Number(m[1]);
 }
 
 /** A session whose turn list is about 16 MiB: more than loopback socket buffers hold. */
@@ -111,11 +95,11 @@ describe('Connections (MAX_CONNECTIONS)', () => {
         const c = await raw(s.port);
         if (i < 5) {
           c.socket.write('GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n');
-          await until(() => c.text().includes('"status":"ok"'), 'a keep-alive answer');
+          await waitFor(() => c.text().includes('"status":"ok"'), 'a keep-alive answer');
         }
         clients.push(c);
       }
-      await until(() => clients.slice(0, 20).every((c) => c.closed), 'the 20 oldest connections to be closed', 10_000);
+      await waitFor(() => clients.slice(0, 20).every((c) => c.closed), 'the 20 oldest connections to be closed', 10_000);
       assert.deepEqual(
         clients.map((c) => c.closed),
         clients.map((_, i) => i < 20),
@@ -144,7 +128,7 @@ describe('Connections (MAX_CONNECTIONS)', () => {
         const c = await unreadTurns(s, big, `busy-${i}`);
         c.socket.once('data', () => c.socket.pause());
         c.socket.resume();
-        await until(() => c.text().startsWith('HTTP/1.1 200'), 'an answer under way');
+        await waitFor(() => c.text().startsWith('HTTP/1.1 200'), 'an answer under way');
         clients.push(c);
       }
       const health = await s.request('GET', '/healthz', { keepAlive: false });
@@ -206,24 +190,24 @@ describe('Request bodies (BODY_MEMORY, BODY_TIMEOUT)', () => {
         c.socket.write(CREATE(token, head.length) + head.slice(0, 35_000));
         stalled.push(c);
       }
-      await until(async () => (await metric(s, 'chat_session_api_request_body_bytes')) === 70_000, '70000 body bytes held');
+      await waitFor(async () => (await metric(s, 'chat_session_api_request_body_bytes')) === 70_000, '70000 body bytes held');
       const body = JSON.stringify(newSession({ pad: 'y'.repeat(10_000) }));
       const c = await raw(s.port);
       c.socket.write(CREATE(token, body.length) + body);
-      await until(() => c.closed, 'the refused connection to close');
+      await waitFor(() => c.closed, 'the refused connection to close');
       const a = parseAnswer(c.text());
       assert.equal(a.status, 503);
       assert.deepEqual(a.body, { success: false, message: 'Server is busy' });
       assert.equal(a.headers['retry-after'], '1');
       assert.equal(a.headers.connection, 'close');
-      const line = await until(() => s.logs().find((l) => l.msg === 'request' && l.reqId === a.headers['x-request-id']), 'its log line');
+      const line = await waitFor(() => s.logs().find((l) => l.msg === 'request' && l.reqId === a.headers['x-request-id']), 'its log line');
       assert.equal(line.status, 503);
       assert.equal(line.route, '/api/v1/chat-sessions');
       // the rest of one held body arrives: it is served and its bytes are given back
       stalled[0].socket.write(head.slice(35_000));
-      await until(() => stalled[0].text().includes('\r\n\r\n{'), 'the completed body to be answered');
+      await waitFor(() => stalled[0].text().includes('\r\n\r\n{'), 'the completed body to be answered');
       assert.equal(parseAnswer(stalled[0].text()).status, 201);
-      await until(async () => (await metric(s, 'chat_session_api_request_body_bytes')) === 35_000, 'its bytes given back');
+      await waitFor(async () => (await metric(s, 'chat_session_api_request_body_bytes')) === 35_000, 'its bytes given back');
       assert.equal((await s.request('POST', '/api/v1/chat-sessions', { token, body, headers: { 'content-type': 'application/json' } })).status, 201);
     } finally {
       for (const c of stalled) c.socket.destroy();
@@ -237,11 +221,11 @@ describe('Request bodies (BODY_MEMORY, BODY_TIMEOUT)', () => {
     try {
       const c = await raw(s.port);
       c.socket.write(CREATE(tokenFor('alice'), 100) + '{"name":');
-      await until(() => c.closed, 'the connection to be closed', 20_000);
+      await waitFor(() => c.closed, 'the connection to be closed', 20_000);
       const a = parseAnswer(c.text());
       assert.equal(a.status, 408);
       assert.deepEqual(a.body, { success: false, message: 'Request timeout' });
-      const line = await until(() => s.logs().find((l) => l.msg === 'request' && l.reqId === a.headers['x-request-id']), 'its log line');
+      const line = await waitFor(() => s.logs().find((l) => l.msg === 'request' && l.reqId === a.headers['x-request-id']), 'its log line');
       assert.equal(line.route, '/api/v1/chat-sessions');
       assert.equal(line.user, 'alice');
       assert.equal(await metric(s, 'chat_session_api_request_body_bytes'), 0);
@@ -261,11 +245,11 @@ describe('Slow readers (WRITE_TIMEOUT)', () => {
     const s = await startServer({ env: { WRITE_TIMEOUT: '1s', BODY_LIMIT: '2mb', FSYNC: 'off' } });
     try {
       const c = await unreadTurns(s, await bigTurns(s), 'slow-reader-1');
-      const warn = await until(() => s.logs().find((l) => l.level === 'warn' && l.reqId === 'slow-reader-1'), 'the write-timeout warning', 30_000);
+      const warn = await waitFor(() => s.logs().find((l) => l.level === 'warn' && l.reqId === 'slow-reader-1'), 'the write-timeout warning', 30_000);
       assert.match(warn.msg, /WRITE_TIMEOUT/);
       assert.ok(warn.unsentBytes > 0);
       c.socket.resume();
-      await until(() => c.closed, 'the connection to be closed', 30_000);
+      await waitFor(() => c.closed, 'the connection to be closed', 30_000);
       const answer = bodyOf(c.text());
       assert.equal(answer.complete, false, `got ${answer.body.length} bytes of a list of 16 MiB: the answer was cut off`);
       assert.ok(answer.body.length < 16 * 1024 * 1024);
@@ -293,7 +277,7 @@ describe('Slow readers (WRITE_TIMEOUT)', () => {
       while (!c.closed) {
         target = c.bytes + 1024 * 1024;
         c.socket.resume();
-        await until(() => c.socket.isPaused() || c.closed, 'the next MiB', 30_000);
+        await waitFor(() => c.socket.isPaused() || c.closed, 'the next MiB', 30_000);
         await new Promise((r) => setTimeout(r, 300));
       }
       const answer = bodyOf(c.text());
@@ -314,13 +298,13 @@ describe('HTTP node:http would answer bare', () => {
     try {
       const c = await raw(s.port);
       c.socket.write(`POST /api/v1/chat-sessions HTTP/1.1\r\nHost: x\r\nExpect: foo\r\nX-Request-Id: expect-1\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}`);
-      await until(() => c.closed, 'the connection to be closed');
+      await waitFor(() => c.closed, 'the connection to be closed');
       const a = parseAnswer(c.text());
       assert.equal(a.status, 417);
       assert.deepEqual(a.body, { success: false, message: 'Expectation failed' });
       assert.equal(a.headers['x-request-id'], 'expect-1');
       assert.equal(a.headers['content-type'], 'application/json; charset=utf-8');
-      const line = await until(() => s.logs().find((l) => l.msg === 'request' && l.reqId === 'expect-1'), 'its log line');
+      const line = await waitFor(() => s.logs().find((l) => l.msg === 'request' && l.reqId === 'expect-1'), 'its log line');
       assert.equal(line.status, 417);
       assert.match((await s.request('GET', '/metrics')).text, /status="417"\} 1/);
       // 100-continue is still met
@@ -337,13 +321,13 @@ describe('HTTP node:http would answer bare', () => {
     try {
       const c = await raw(s.port);
       c.socket.write('CONNECT example.com:443 HTTP/1.1\r\nHost: example.com:443\r\nX-Request-Id: connect-1\r\n\r\n');
-      await until(() => c.closed, 'the connection to be closed');
+      await waitFor(() => c.closed, 'the connection to be closed');
       const a = parseAnswer(c.text());
       assert.equal(a.status, 405);
       assert.deepEqual(a.body, { success: false, message: 'Method not allowed' });
       assert.equal(a.headers['x-request-id'], 'connect-1');
       assert.equal(a.headers.allow, '');
-      const line = await until(() => s.logs().find((l) => l.msg === 'request' && l.reqId === 'connect-1'), 'its log line');
+      const line = await waitFor(() => s.logs().find((l) => l.msg === 'request' && l.reqId === 'connect-1'), 'its log line');
       assert.equal(line.status, 405);
       assert.equal(line.method, 'CONNECT');
       assert.match((await s.request('GET', '/metrics')).text, /method="other",route="\(unmatched\)",status="405"\} 1/);

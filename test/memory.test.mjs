@@ -7,25 +7,10 @@ import assert from 'node:assert/strict';
 import { request as httpRequest } from 'node:http';
 import { connect } from 'node:net';
 import { describe, test } from 'node:test';
+import { metric, waitFor } from './api-kit.mjs';
 import { memoryCgroup, newSession, removeDir, runCli, startServer, STORE, tempDir, tokenFor } from './helpers.mjs';
 import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-
-async function metric(s, name) {
-  const text = (await s.request('GET', '/metrics', { keepAlive: false })).text;
-  const m = new RegExp(`^chat_session_api_${name} (\\d+)$`, 'm').exec(text);
-  return m === null ? undefined : Number(m[1]);
-}
-
-async function until(check, what, ms = 30_000) {
-  const started = Date.now();
-  for (;;) {
-    const v = await check();
-    if (v) return v;
-    if (Date.now() - started > ms) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 20));
-  }
-}
 
 /**
  * GET `path` as `user` on a connection of its own, counting the list's items as they arrive
@@ -82,9 +67,9 @@ describe('Writes wait for memory; reads go on', () => {
       assert.equal((await v.get(`/api/v1/chat-sessions/${ids[1]}/turns`)).body.data.length, 1);
       assert.equal((await v.get(`/api/v1/chat-sessions/${ids[1]}`)).status, 200);
       assert.equal((await v.del(`/api/v1/chat-sessions/${ids[2]}`)).status, 200, 'a delete frees memory: it goes on');
-      assert.equal(await metric(s, 'memory_low'), 1);
-      assert.equal(await metric(s, 'memory_refusals_total'), 4);
-      await until(() => s.logs().some((l) => l.level === 'warn' && /low on memory/.test(l.msg)), 'the warning');
+      assert.equal(await metric(s, 'chat_session_api_memory_low'), 1);
+      assert.equal(await metric(s, 'chat_session_api_memory_refusals_total'), 4);
+      await waitFor(() => s.logs().some((l) => l.level === 'warn' && /low on memory/.test(l.msg)), 'the warning');
     } finally {
       await s.stop();
       removeDir(s.dataDir);
@@ -195,7 +180,7 @@ describe('Under V8\'s heap limit', () => {
       }
       if (STORE === 'journal') {
         // the budget follows the heap: a sixty-fourth of 48 MiB is under 1 MiB, so 1 MiB
-        const cached = await metric(s, 'journal_record_cache_bytes');
+        const cached = await metric(s, 'chat_session_api_journal_record_cache_bytes');
         assert.ok(cached <= 1024 * 1024, `the record cache holds ${cached} bytes`);
       }
       assert.equal(s.child.exitCode, null, 'reading did not kill it');
@@ -235,7 +220,7 @@ describe('Clients that stop reading', () => {
       }
       assert.equal((await s.request('GET', '/healthz', { keepAlive: false })).status, 200);
       // every one of them is cut off (a paused socket sees its end once it reads again), and the server lives on
-      await until(async () => (await metric(s, 'write_timeouts_total')) === 10, 'ten write timeouts');
+      await waitFor(async () => (await metric(s, 'chat_session_api_write_timeouts_total')) === 10, 'ten write timeouts');
       for (const c of clients) c.socket.resume();
       await Promise.all(clients.map((c) => c.closed));
       assert.equal(s.child.signalCode, null, 'the server was not killed');

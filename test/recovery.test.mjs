@@ -6,7 +6,7 @@ import { spawnSync } from 'node:child_process';
 import { cpSync, existsSync, readFileSync, statSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, test } from 'node:test';
-import { dump } from './api-kit.mjs';
+import { dump, waitFor } from './api-kit.mjs';
 import { failingWrite, newSession, removeDir, runCli, SECRET, smallDisk, startServer, STORE, tempDir } from './helpers.mjs';
 
 const JOURNAL = 'sessions.journal';
@@ -24,16 +24,6 @@ async function startOn(dir, bytes) {
   } finally {
     await s.stop();
     removeDir(copy);
-  }
-}
-
-/** Waits until `check()` is truthy (polling), failing after `ms` with `what`. */
-async function until(check, what, ms = 20_000) {
-  const started = Date.now();
-  for (;;) {
-    if (await check()) return;
-    if (Date.now() - started > ms) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 20));
   }
 }
 
@@ -303,7 +293,7 @@ describe('Compaction', JOURNAL_FILES, () => {
       let live;
       let compactions;
       for (let tries = 0; ; tries++) {
-        await until(() => !existsSync(join(s.dataDir, `${JOURNAL}.next`)), 'the last compaction to finish');
+        await waitFor(() => !existsSync(join(s.dataDir, `${JOURNAL}.next`)), 'the last compaction to finish');
         const metrics = (await s.request('GET', '/metrics')).text;
         bytes = Number(/chat_session_api_journal_bytes (\d+)/.exec(metrics)[1]);
         live = Number(/chat_session_api_journal_live_bytes (\d+)/.exec(metrics)[1]);
@@ -344,7 +334,7 @@ describe('Compaction', JOURNAL_FILES, () => {
         assert.equal(r.status, 200, r.text);
         acked.set(id, `n${i}`);
       }
-      await until(() => s.logs().some((l) => /fsync of the data directory failed after a compaction/.test(l.msg)), 'the failure');
+      await waitFor(() => s.logs().some((l) => /fsync of the data directory failed after a compaction/.test(l.msg)), 'the failure');
     } finally {
       await s.kill();
     }
@@ -389,7 +379,7 @@ describe('Compaction', JOURNAL_FILES, () => {
       assert.equal((await u.put(`/api/v1/chat-sessions/${id}`, { headTurnId: b })).status, 200);
       const e = await turn({ role: 'user', content: big('e') });
       await renames(150);
-      await until(async () => !existsSync(join(disk.dir, `${JOURNAL}.next`)) && /chat_session_api_compactions_total [1-9]/.test((await s.request('GET', '/metrics')).text), 'a compaction to finish');
+      await waitFor(async () => !existsSync(join(disk.dir, `${JOURNAL}.next`)) && /chat_session_api_compactions_total [1-9]/.test((await s.request('GET', '/metrics')).text), 'a compaction to finish');
       const before = await dump(s);
       const tree = before[id];
       assert.equal(tree.headTurnId, e, 'the head is the turn appended last');
@@ -469,7 +459,7 @@ describe('Compaction', JOURNAL_FILES, () => {
         assert.equal(existsSync(join(dir, `${JOURNAL}.compact`)), false, 'no temp file left');
         // the compaction goes on by itself (at start, or at the next write)
         await again.as('alice').put(`/api/v1/chat-sessions/${[...names.keys()][0]}`, { name: names.get([...names.keys()][0]) });
-        await until(() => !existsSync(join(dir, `${JOURNAL}.next`)), 'the journal to be one file again');
+        await waitFor(() => !existsSync(join(dir, `${JOURNAL}.next`)), 'the journal to be one file again');
         assert.ok(!again.logs().some((l) => l.level === 'error' || /dropped turns/.test(l.msg)), JSON.stringify(again.logs().filter((l) => l.level !== 'info')));
       } finally {
         await again.stop();

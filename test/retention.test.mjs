@@ -4,6 +4,7 @@
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import { after, describe, test } from 'node:test';
+import { metric, waitFor } from './api-kit.mjs';
 import { newSession, removeDir, SERVER, startServer, storeEnv } from './helpers.mjs';
 import { openEvents } from './sse.mjs';
 
@@ -48,21 +49,6 @@ async function say(who, id, content) {
   assert.equal(r.status, 201, r.text);
 }
 
-/** The value of one metric line, or undefined. */
-async function metric(s, name) {
-  const text = (await s.request('GET', '/metrics')).text;
-  const m = new RegExp(`^${name} (\\d+)$`, 'm').exec(text);
-  return m === null ? undefined : Number(m[1]);
-}
-
-async function until(cond, what) {
-  const started = Date.now();
-  while (!(await cond())) {
-    if (Date.now() - started > 20_000) throw new Error(`waited in vain for ${what}`);
-    await new Promise((r) => setTimeout(r, 50));
-  }
-}
-
 describe('Retention: the background purge', () => {
   test('expired sessions are purged in the background with their turns: usage and the purge counters in /metrics follow, live sessions stay', async () => {
     const s = await start({ PURGE_INTERVAL: '100ms' });
@@ -74,14 +60,14 @@ describe('Retention: the background purge', () => {
     assert.equal((await hana.put(`${BASE}/${gone._id}`, { expiresAt: PAST })).status, 200);
     await create(hana, { name: 'kept' });
     assert.equal((await s.request('GET', '/metrics')).text.includes('# TYPE chat_session_api_purged_sessions_total counter'), true);
-    await until(async () => (await metric(s, 'chat_session_api_purged_sessions_total')) === 1, 'the purge of the expired session');
+    await waitFor(async () => (await metric(s, 'chat_session_api_purged_sessions_total')) === 1, 'the purge of the expired session');
     assert.equal(await metric(s, 'chat_session_api_purged_turns_total'), 2);
     const usage = (await hana.get('/api/v1/usage')).body.data;
     assert.equal(usage.sessions, 1);
     assert.equal(usage.turns, 0);
     assert.deepEqual((await hana.get(BASE)).body.data.map((x) => x.name), ['kept']);
     // the log line may reach the test after the counter it follows
-    await until(() => s.logs().some((l) => l.msg === 'purged expired sessions' && l.sessions === 1 && l.turns === 2), 'the purge\'s log line');
+    await waitFor(() => s.logs().some((l) => l.msg === 'purged expired sessions' && l.sessions === 1 && l.turns === 2), 'the purge\'s log line');
   });
 
   test('PURGE_INTERVAL=off: nothing is purged (the sessions are still gone for the API), and the counters are not shown', async () => {
@@ -129,7 +115,7 @@ describe('Retention: the purge and erase-user commands', () => {
     assert.equal((await kai.put(`${BASE}/${archived._id}`, { archived: true })).status, 200);
     const other = await create(lea, { name: 'lea' });
 
-    await until(async () => (await kai.get(`${BASE}/${old._id}`)).status === 404, 'the session to expire');
+    await waitFor(async () => (await kai.get(`${BASE}/${old._id}`)).status === 404, 'the session to expire');
     const dry = await cli(['purge', '--dry-run'], s.dataDir);
     assert.equal(dry.code, 0, dry.stderr);
     assert.equal(dry.stdout, `${old._id}\texpired ${soon}\n1 expired sessions (1 turns) would be purged\n`);
