@@ -37,6 +37,7 @@ import {
   type Announce,
   type SharedEventLog,
 } from '../store.js';
+import { budgetedTurnPage } from '../turn-page.js';
 import { SerialWrites } from '../serial-writes.js';
 import { SerialWriter, type Group, type GroupSource, type TreeNeeds } from '../writer.js';
 import { keptColumns, sqlText, storeError, textArray, wordsSql } from './values.js';
@@ -83,6 +84,8 @@ class Record implements SessionRecord {
 }
 
 const turnOf = (r: Row): TurnRecord => ({ _id: r[0] as string, createdAt: r[1] as string, json: Buffer.from(r[2] as string) });
+/** A row of a budgeted page: past the budget its JSON is left out (null), saying only that there is more. */
+const pagedTurnOf = (r: Row): TurnRecord | undefined => (r[2] === null ? undefined : turnOf(r));
 
 /** A connection of its own until `done` is called. */
 function lease(pool: Pool): Promise<{ q: Queryable; done: () => void }> {
@@ -246,10 +249,10 @@ export class PostgresStore extends SerialWrites implements Store, GroupSource {
     if (branch !== undefined) {
       const rows = await this.branchPage(sessionId, branch, after, limit + 1);
       if (rows.length === 0 && branch !== 'head' && !(await this.hasTurn(this.pool, sessionId, branch.turnId))) throw new TurnNotFound();
-      return budgeted(rows, limit, PAGE_BYTE_BUDGET);
+      return budgetedTurnPage(rows, limit, PAGE_BYTE_BUDGET, pagedTurnOf);
     }
     const sql = turnsSql(this.S, sessionId, after, limit + 1, PAGE_BYTE_BUDGET);
-    return budgeted((await this.pool.query(sql.text, sql.params).catch(rethrow)).rows, limit, PAGE_BYTE_BUDGET);
+    return budgetedTurnPage((await this.pool.query(sql.text, sql.params).catch(rethrow)).rows, limit, PAGE_BYTE_BUDGET, pagedTurnOf);
   }
 
   async getTurn(sessionId: string, turnId: string): Promise<TurnRecord | undefined> {
@@ -603,33 +606,12 @@ function turnsSql(S: string, sessionId: string, after: TurnKey | undefined, limi
   return { text, params };
 }
 
-/**
- * A page of turns from rows in order: at most `limit`, ending early once it holds `budget` bytes
- * of JSON (at least one turn); a row after it (its JSON may be null) says there is more.
- */
-function budgeted(rows: readonly Row[], limit: number, budget: number): Page<TurnRecord, TurnKey> {
-  const items: TurnRecord[] = [];
-  let bytes = 0;
-  let more = false;
-  for (const row of rows) {
-    if (items.length === limit || (items.length > 0 && bytes >= budget) || row[2] === null) {
-      more = true;
-      break;
-    }
-    const t = turnOf(row);
-    items.push(t);
-    bytes += t.json.length;
-  }
-  const last = items[items.length - 1];
-  return { items, next: more && last !== undefined ? { createdAt: last.createdAt, _id: last._id } : undefined };
-}
-
 /** A session's turns, oldest first, a chunk at a time (SCAN_CHUNK turns or SCAN_CHUNK_BYTES of JSON), on one connection. */
 async function* turnPages(q: Queryable, S: string, sessionId: string): AsyncIterable<TurnRecord[]> {
   let after: TurnKey | undefined;
   for (;;) {
     const sql = turnsSql(S, sessionId, after, SCAN_CHUNK + 1, SCAN_CHUNK_BYTES);
-    const page = budgeted((await q.query(sql.text, sql.params)).rows, SCAN_CHUNK, SCAN_CHUNK_BYTES);
+    const page = budgetedTurnPage((await q.query(sql.text, sql.params)).rows, SCAN_CHUNK, SCAN_CHUNK_BYTES, pagedTurnOf);
     if (page.items.length > 0) yield page.items as TurnRecord[];
     if (page.next === undefined) return;
     after = page.next;

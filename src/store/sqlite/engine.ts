@@ -38,6 +38,7 @@ import {
   type TurnRecord,
   type Usage,
 } from '../store.js';
+import { budgetedTurnPage } from '../turn-page.js';
 import { SerialWrites } from '../serial-writes.js';
 import { SerialWriter, type Change, type Group, type GroupSource } from '../writer.js';
 import { bytesOf, int, sqliteDatabase, text, textOrUndefined, type Database, type Row, type SqlValue, type Statement } from './binding.js';
@@ -124,28 +125,6 @@ function branchPageSql(branch: Branch): string {
 }
 
 /** The turns of a branch's keys, in their order, their JSON read one by one. */
-/**
- * A page of turns from rows in order, read one at a time: at most `limit`, ending early once it
- * holds PAGE_BYTE_BUDGET bytes of JSON (at least one turn); the row after a full page only says
- * there is more (its JSON is read, not kept).
- */
-function budgetedPage(rows: Iterable<Row>, limit: number): Page<TurnRecord, TurnKey> {
-  const items: TurnRecord[] = [];
-  let bytes = 0;
-  let more = false;
-  for (const row of rows) {
-    if (items.length === limit || (items.length > 0 && bytes >= PAGE_BYTE_BUDGET)) {
-      more = true;
-      break;
-    }
-    const t = turnOf(row);
-    items.push(t);
-    bytes += t.json.length;
-  }
-  const last = items[items.length - 1];
-  return { items, next: more && last !== undefined ? { createdAt: last.createdAt, _id: last._id } : undefined };
-}
-
 function* branchTurns(c: Connection, keys: Iterable<Row>): IterableIterator<Row> {
   const one = c.prepare('SELECT id, created_at, json FROM turns WHERE id = ?');
   for (const k of keys) {
@@ -467,7 +446,7 @@ export class SqliteStore extends SerialWrites implements Store, GroupSource, Gro
   listTurns(sessionId: string, after: TurnKey | undefined, limit: number, branch?: Branch): Promise<Page<TurnRecord, TurnKey>> {
     if (branch !== undefined) {
       const keys = this.branchPage(sessionId, branch, after, limit + 1);
-      const page = budgetedPage(branchTurns(this.reader, keys), limit);
+      const page = budgetedTurnPage(branchTurns(this.reader, keys), limit, PAGE_BYTE_BUDGET, turnOf);
       if (page.items.length === 0 && branch !== 'head' && !this.hasTurn(this.reader, sessionId, branch.turnId)) return Promise.reject(new TurnNotFound());
       return Promise.resolve(page);
     }
@@ -475,7 +454,7 @@ export class SqliteStore extends SerialWrites implements Store, GroupSource, Gro
       after === undefined
         ? this.reader.prepare('SELECT id, created_at, json FROM turns WHERE session = ? ORDER BY created_at, id LIMIT ?').iterate(sessionId, limit + 1)
         : this.reader.prepare('SELECT id, created_at, json FROM turns WHERE session = ? AND (created_at, id) > (?, ?) ORDER BY created_at, id LIMIT ?').iterate(sessionId, after.createdAt, after._id, limit + 1);
-    return Promise.resolve(budgetedPage(rows, limit));
+    return Promise.resolve(budgetedTurnPage(rows, limit, PAGE_BYTE_BUDGET, turnOf));
   }
 
   getTurn(sessionId: string, turnId: string): Promise<TurnRecord | undefined> {
