@@ -10,7 +10,8 @@
 // Version 1 (the first release) had no parentId on turns and no headTurnId on sessions: its
 // turns are given the turn before them as parent, its sessions their newest turn as head.
 import { closeSync, openSync } from 'node:fs';
-import { forkedFromOf, sessionProblem, turnOfBackup } from './domain/stored.js';
+import { turnOfBackup } from './domain/backup-turn.js';
+import { forkedFromOf, sessionProblem } from './domain/stored.js';
 import { turnBefore } from './domain/order.js';
 import { isPlainObject } from './domain/schema.js';
 import { chatSession, turnRecord, type ChatSession, type JsonObject, type Turn } from './domain/records.js';

@@ -9,10 +9,10 @@ import type { ResponseDoc, RouteDef, SchemaName } from '../http/route.js';
 type Json = { [key: string]: unknown };
 
 const ref = (name: string): Json => ({ $ref: `#/components/schemas/${name}` });
-const envelope = (data: Json, extra: Json = {}): Json => ({
+const envelope = (data: Json, besideData: Json = {}): Json => ({
   type: 'object',
   required: ['success', 'data'],
-  properties: { success: { const: true }, data, ...extra },
+  properties: { success: { const: true }, data, ...besideData },
 });
 const nextCursor = { nextCursor: { type: ['string', 'null'], description: 'Present when `limit` was given; null on the last page.' } };
 

@@ -3,7 +3,8 @@
 // ./turns.ts. Handlers validate nothing by hand that the route declares; they decide, and the
 // store makes it durable.
 import { newObjectId } from '../domain/ids.js';
-import { createBody, expiryOf, forkBody, NAME_MAX, TAG_MAX, TAGS_MAX, tagsOf, updateBody } from '../domain/inputs.js';
+import { createBody, expiryOf, forkBody, tagsOf, updateBody } from '../domain/inputs.js';
+import { NAME_MAX, TAG_MAX, TAGS_MAX } from '../domain/limits.js';
 import { DEFAULT_MODE, chatSession, nextTimestamp, type ChatSessionMode } from '../domain/records.js';
 import { ValidationError, type QuerySchema } from '../domain/schema.js';
 import { foldForSearch } from '../domain/search.js';

@@ -2,10 +2,11 @@
 // or one branch with `branch`), recording a turn under a parent, and editing or deleting one
 // turn (with its descendants), and the text deltas of a streaming turn.
 import { newObjectId } from '../domain/ids.js';
-import { deltaBody, ID_MAX, turnBody, turnUpdateBody } from '../domain/inputs.js';
+import { deltaBody, turnBody, turnUpdateBody } from '../domain/inputs.js';
+import { ID_MAX } from '../domain/limits.js';
 import { DEFAULT_TURN_STATUS, nextTimestamp, type TurnContent, type TurnRole, type TurnStatus, type TurnUsage } from '../domain/records.js';
 import { ValidationError, type QuerySchema } from '../domain/schema.js';
-import { SessionNotFound, TurnNotFound, type Branch, type Current, type TurnEdit, type TurnRecord } from '../store/store.js';
+import { SessionNotFound, TurnNotFound, type Branch, type SessionAtWrite, type TurnEdit, type TurnRecord } from '../store/store.js';
 import { Access, BASE, etagOf, idParam, modified, notFound, pages, paging, stateOf, turnIdParams, turnNotFound, user, type SessionDeps } from './access.js';
 import { pageReply, wholeListReply } from './lists.js';
 import { DATA_CLOSE, DATA_OPEN, dataBody, doneBody } from '../http/envelope.js';
@@ -33,7 +34,7 @@ const turnsQuery = {
  * restart with the clock set back) it is a millisecond later. The version still moves with every
  * turn: the newest turn is part of it.
  */
-function turnStamp(current: Current, nowMs: number = Date.now()): { createdAt: string; _id: string } {
+function turnStamp(current: SessionAtWrite, nowMs: number = Date.now()): { createdAt: string; _id: string } {
   const now = new Date(nowMs).toISOString();
   let at = current.session.updatedAt > now ? current.session.updatedAt : now;
   const last = current.lastTurn;

@@ -2,21 +2,12 @@
 // declared once in the schema language. The routes validate requests with these; import holds
 // backup turns to them (stored.ts, where the checks of stored records live).
 import { DELTA_MAX } from './deltas.js';
+import { ID_MAX, METADATA_KEY_MAX, METADATA_KEYS, METADATA_VALUE_MAX, NAME_MAX, PART_JSON_DEPTH, PARTS_MAX, TAG_MAX, TAGS_MAX, URL_MAX } from './limits.js';
 import { CHAT_SESSION_MODES, DEFAULT_TURN_STATUS, TURN_ROLES, TURN_STATUSES } from './records.js';
 import { foldForSearch } from './search.js';
 import { ValidationError, type BodyField, type BodySchema } from './schema.js';
 
-/** Ids (project, provider, user) and model names, in characters. */
-export const ID_MAX = 200;
-export const NAME_MAX = 500;
 const MODE_HELP = `A ChatSessionMode member name: ${CHAT_SESSION_MODES.join(', ')}.`;
-
-/** A session's tags and metadata: at most this many tags of at most TAG_MAX characters, metadata of at most METADATA_KEYS keys. */
-export const TAGS_MAX = 20;
-export const TAG_MAX = 50;
-export const METADATA_KEYS = 16;
-export const METADATA_KEY_MAX = 64;
-export const METADATA_VALUE_MAX = 512;
 
 /** An ISO 8601 time with a time zone, to the second or finer (the regex the API checks expiresAt with). */
 const EXPIRY_PATTERN = '^\\d{4}-\\d{2}-\\d{2}T\\d{2}:\\d{2}:\\d{2}(\\.\\d{1,9})?(Z|[+-]\\d{2}:\\d{2})$';
@@ -70,13 +61,6 @@ export const updateBody = {
     ...sessionFields(true),
   },
 } as const satisfies BodySchema;
-
-/** Parts a turn's content may have at most. */
-export const PARTS_MAX = 256;
-/** Nesting allowed in a part's free JSON (a tool call's arguments, a tool result's content), as for metadata. */
-export const PART_JSON_DEPTH = 32;
-/** A file part's `url`, in characters. */
-export const URL_MAX = 2048;
 
 const partId = (description: string) => ({ kind: 'string', required: true, maxLength: ID_MAX, description }) as const;
 

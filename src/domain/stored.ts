@@ -1,17 +1,18 @@
-// Stored records checked as records, not as request bodies: what journal replay and backup import
-// accept from a file, held to the types (and on import to the API's limits).
+// Stored session records checked as records, not as request bodies: what journal replay and
+// backup import accept from a file, held to the types (and on import to the API's limits).
+// A backup's turns are held to the turn request body instead (backup-turn.ts).
 import { isObjectId } from './ids.js';
-import { ID_MAX, METADATA_KEY_MAX, METADATA_KEYS, METADATA_VALUE_MAX, NAME_MAX, TAG_MAX, TAGS_MAX, turnBody } from './inputs.js';
-import { DEFAULT_TURN_STATUS, isChatSessionMode, type ChatSession, type JsonObject, type Turn, type TurnContent, type TurnRole, type TurnStatus, type TurnUsage } from './records.js';
-import { isPlainObject, validateBody, ValidationError, type Values } from './schema.js';
+import { ID_MAX, METADATA_KEY_MAX, METADATA_KEYS, METADATA_VALUE_MAX, NAME_MAX, TAG_MAX, TAGS_MAX } from './limits.js';
+import { isChatSessionMode, type ChatSession, type JsonObject } from './records.js';
+import { isPlainObject } from './schema.js';
 
 const ISO_MS = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z$/;
 
-function isTimestamp(v: unknown): boolean {
+export function isTimestamp(v: unknown): boolean {
   return typeof v === 'string' && ISO_MS.test(v) && !Number.isNaN(Date.parse(v));
 }
 
-function tooLong(v: string, max: number): boolean {
+export function tooLong(v: string, max: number): boolean {
   return v.length > max && [...v].length > max;
 }
 
@@ -35,41 +36,6 @@ export function sessionProblem(v: unknown, strict: boolean): string | undefined 
   }
   if (typeof v['archived'] !== 'boolean') return 'session archived must be true or false';
   return laterSessionProblem(v);
-}
-
-/**
- * A turn of a backup held to the API's rules, as this release keeps it (content normalized,
- * fields in their order), or what is wrong with it. A turn of the first release's backups has no
- * `parentId` (null here: the import gives it its place) and no `status` (complete).
- */
-export function turnOfBackup(v: unknown): Turn | string {
-  if (!isPlainObject(v)) return 'turn is not an object';
-  if (typeof v['_id'] !== 'string' || !isObjectId(v['_id'])) return 'turn _id must be 24 lowercase hex characters';
-  if (typeof v['session'] !== 'string' || !isObjectId(v['session'])) return 'turn session must be a session _id';
-  const parent = v['parentId'];
-  if (parent !== undefined && parent !== null && (typeof parent !== 'string' || !isObjectId(parent))) return 'turn parentId must be a turn _id or null';
-  if (typeof v['user'] !== 'string' || v['user'].trim() === '' || tooLong(v['user'], ID_MAX)) return `turn user must be a non-blank string of at most ${ID_MAX} characters`;
-  if (!isTimestamp(v['createdAt'])) return 'turn createdAt must be an ISO 8601 UTC timestamp';
-  let b: Values<typeof turnBody.fields>;
-  try {
-    b = validateBody(turnBody, v);
-  } catch (e) {
-    if (e instanceof ValidationError) return `turn ${e.message}`;
-    throw e;
-  }
-  return {
-    _id: v['_id'],
-    session: v['session'],
-    parentId: typeof parent === 'string' ? parent : null,
-    user: v['user'],
-    role: b.role as TurnRole,
-    content: b.content as TurnContent,
-    ...(b.model !== undefined ? { model: b.model } : {}),
-    ...(b.metadata !== undefined ? { metadata: b.metadata } : {}),
-    ...(b.usage !== undefined ? { usage: b.usage as unknown as TurnUsage } : {}),
-    status: (b.status as TurnStatus | undefined) ?? DEFAULT_TURN_STATUS,
-    createdAt: v['createdAt'] as string,
-  };
 }
 
 /** What is wrong with the fields a release after the first added to a stored session, or undefined. */

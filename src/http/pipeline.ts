@@ -579,17 +579,17 @@ const NOTHING_LEFT = (): number => 0;
  */
 function writeInSlices(res: ServerResponse, buf: Buffer): () => number {
   let at = 0;
-  const more = (): void => {
+  const writeWhileRoom = (): void => {
     while (at < buf.length) {
       const end = Math.min(at + WRITE_SLICE, buf.length);
       const ok = res.write(buf.subarray(at, end));
       at = end;
       if (!ok) return;
     }
-    res.off('drain', more);
+    res.off('drain', writeWhileRoom);
     res.end();
   };
-  res.on('drain', more);
-  more();
+  res.on('drain', writeWhileRoom);
+  writeWhileRoom();
   return () => buf.length - at;
 }

@@ -3,7 +3,7 @@
 // Engines supply the writer (and, through it, how a group reads and commits); the methods that
 // hand a write over are the same for all of them, so they are written once here.
 import type { ChatSession, Turn } from '../domain/records.js';
-import type { Current, SessionRecord, TurnDelta, TurnEdit, TurnRecord, TurnUpdate, WriteHint } from './store.js';
+import type { SessionAtWrite, SessionRecord, TurnDelta, TurnEdit, TurnRecord, TurnUpdate, WriteHint } from './store.js';
 import type { CommitListener, SerialWriter } from './writer.js';
 
 export abstract class SerialWrites {
@@ -13,31 +13,31 @@ export abstract class SerialWrites {
     return this.writer.createSession(session);
   }
 
-  updateSession(id: string, change: (current: Current) => ChatSession, hint?: WriteHint): Promise<SessionRecord> {
+  updateSession(id: string, change: (current: SessionAtWrite) => ChatSession, hint?: WriteHint): Promise<SessionRecord> {
     return this.writer.updateSession(id, change, hint);
   }
 
-  deleteSession(id: string, check: (current: Current) => void): Promise<void> {
+  deleteSession(id: string, check: (current: SessionAtWrite) => void): Promise<void> {
     return this.writer.deleteSession(id, check);
   }
 
-  appendTurn(sessionId: string, build: (current: Current) => Turn, hint?: WriteHint): Promise<TurnRecord> {
+  appendTurn(sessionId: string, build: (current: SessionAtWrite) => Turn, hint?: WriteHint): Promise<TurnRecord> {
     return this.writer.appendTurn(sessionId, build, hint);
   }
 
-  updateTurn(sessionId: string, turnId: string, check: (current: Current) => void, edit: (turn: Turn) => TurnEdit): Promise<TurnUpdate> {
+  updateTurn(sessionId: string, turnId: string, check: (current: SessionAtWrite) => void, edit: (turn: Turn) => TurnEdit): Promise<TurnUpdate> {
     return this.writer.updateTurn(sessionId, turnId, check, edit);
   }
 
-  deleteTurn(sessionId: string, turnId: string, check: (current: Current) => void): Promise<SessionRecord> {
+  deleteTurn(sessionId: string, turnId: string, check: (current: SessionAtWrite) => void): Promise<SessionRecord> {
     return this.writer.deleteTurn(sessionId, turnId, check);
   }
 
-  forkSession(sourceId: string, turnId: string | undefined, owner: string, build: (source: Current) => ChatSession): Promise<SessionRecord> {
+  forkSession(sourceId: string, turnId: string | undefined, owner: string, build: (source: SessionAtWrite) => ChatSession): Promise<SessionRecord> {
     return this.writer.forkSession(sourceId, turnId, owner, build);
   }
 
-  appendDelta(sessionId: string, turnId: string, check: (current: Current) => void, text: string, maxBytes: number): Promise<TurnDelta> {
+  appendDelta(sessionId: string, turnId: string, check: (current: SessionAtWrite) => void, text: string, maxBytes: number): Promise<TurnDelta> {
     return this.writer.appendDelta(sessionId, turnId, check, text, maxBytes);
   }
 

@@ -54,7 +54,7 @@ export interface TreeTurn extends TurnNode {
  * A session as a write finds it at the serial point, with a view of its turn tree: what every
  * earlier write (of this group too) left.
  */
-export interface Current extends SessionState {
+export interface SessionAtWrite extends SessionState {
   /** A turn of this session, or undefined when it has none by that id. */
   turn(id: string): TreeTurn | undefined;
   /** The turns from the root to turn `id`, oldest first; undefined when `id` is not one of its turns. */
@@ -272,38 +272,38 @@ export interface Store {
    * every earlier write, so checks it makes (ownership, If-Match) cannot race. It may throw to
    * refuse; a missing session is a SessionNotFound before `change` is called.
    */
-  updateSession(id: string, change: (current: Current) => ChatSession, hint?: WriteHint): Promise<SessionRecord>;
+  updateSession(id: string, change: (current: SessionAtWrite) => ChatSession, hint?: WriteHint): Promise<SessionRecord>;
   /** Deletes a session and its turns after `check(current)` passes. */
-  deleteSession(id: string, check: (current: Current) => void): Promise<void>;
+  deleteSession(id: string, check: (current: SessionAtWrite) => void): Promise<void>;
   /**
    * Appends the turn `build(current)` returns, newer than everything in its session; it becomes
    * the session's head and raises the session's `updatedAt` to its `createdAt`. `hint` names the
    * parent the request gave, so engines can read it ahead.
    */
-  appendTurn(sessionId: string, build: (current: Current) => Turn, hint?: WriteHint): Promise<TurnRecord>;
+  appendTurn(sessionId: string, build: (current: SessionAtWrite) => Turn, hint?: WriteHint): Promise<TurnRecord>;
   /**
    * Changes one turn by what `edit(turn)` returns, after `check(current)` passes; the session's
    * updatedAt moves. SessionNotFound, TurnNotFound.
    */
-  updateTurn(sessionId: string, turnId: string, check: (current: Current) => void, edit: (turn: Turn) => TurnEdit): Promise<TurnUpdate>;
+  updateTurn(sessionId: string, turnId: string, check: (current: SessionAtWrite) => void, edit: (turn: Turn) => TurnEdit): Promise<TurnUpdate>;
   /**
    * Deletes a turn and its descendants after `check(current)` passes; the head moves to the
    * turn's parent when it was among them. Answers the session as it leaves it.
    */
-  deleteTurn(sessionId: string, turnId: string, check: (current: Current) => void): Promise<SessionRecord>;
+  deleteTurn(sessionId: string, turnId: string, check: (current: SessionAtWrite) => void): Promise<SessionRecord>;
   /**
    * A new session of `owner`, `build(source)` (its name, id, times), holding copies of the path from
    * the root to `turnId` (undefined: the head) of the source: new ids, the same contents and
    * createdAt. SessionNotFound, TurnNotFound.
    */
-  forkSession(sourceId: string, turnId: string | undefined, owner: string, build: (source: Current) => ChatSession): Promise<SessionRecord>;
+  forkSession(sourceId: string, turnId: string | undefined, owner: string, build: (source: SessionAtWrite) => ChatSession): Promise<SessionRecord>;
   /**
    * Appends `text` to a streaming turn's content (src/domain/deltas.ts says where) after
    * `check(current)` passes; the session does not change (its updatedAt, its version). Refused
    * with TurnNotStreaming when the turn's status is not `streaming`, TurnTooLarge when its JSON
    * would pass `maxBytes`. SessionNotFound, TurnNotFound.
    */
-  appendDelta(sessionId: string, turnId: string, check: (current: Current) => void, text: string, maxBytes: number): Promise<TurnDelta>;
+  appendDelta(sessionId: string, turnId: string, check: (current: SessionAtWrite) => void, text: string, maxBytes: number): Promise<TurnDelta>;
   /**
    * Streaming turns that no server is streaming any more: with `atStart` on an engine of one
    * server (journal, sqlite), every streaming turn, since the server that streamed them is gone;

@@ -20,7 +20,7 @@ import {
   TurnNotFound,
   TurnNotStreaming,
   TurnTooLarge,
-  type Current,
+  type SessionAtWrite,
   type SessionRecord,
   type SessionState,
   type TreeTurn,
@@ -257,7 +257,7 @@ class GroupView {
     a.bytes += b;
   }
 
-  current(id: string): Current | undefined {
+  current(id: string): SessionAtWrite | undefined {
     const staged = this.staged.get(id);
     let state: SessionState | undefined;
     if (staged === undefined) state = this.group.current(id);
@@ -389,7 +389,7 @@ export class SerialWriter {
     }, sessionResult);
   }
 
-  updateSession(id: string, change: (current: Current) => ChatSession, hint?: WriteHint): Promise<SessionRecord> {
+  updateSession(id: string, change: (current: SessionAtWrite) => ChatSession, hint?: WriteHint): Promise<SessionRecord> {
     const head = hint?.headTurnId;
     return this.submit<SessionRecord>([id], undefined, head === undefined ? undefined : needsOf(id, { turns: [head] }), (view) => {
       const current = view.current(id);
@@ -406,7 +406,7 @@ export class SerialWriter {
     }, sessionResult);
   }
 
-  deleteSession(id: string, check: (current: Current) => void): Promise<void> {
+  deleteSession(id: string, check: (current: SessionAtWrite) => void): Promise<void> {
     return this.submit<void>([id], undefined, undefined, (view) => {
       const current = view.current(id);
       if (current === undefined) throw new SessionNotFound();
@@ -417,7 +417,7 @@ export class SerialWriter {
     }, () => undefined);
   }
 
-  appendTurn(sessionId: string, build: (current: Current) => Turn, hint?: WriteHint): Promise<TurnRecord> {
+  appendTurn(sessionId: string, build: (current: SessionAtWrite) => Turn, hint?: WriteHint): Promise<TurnRecord> {
     const parent = hint?.parentId;
     const needs = typeof parent === 'string' ? needsOf(sessionId, { turns: [parent] }) : undefined;
     return this.submit<TurnRecord>([sessionId], undefined, needs, (view) => {
@@ -444,7 +444,7 @@ export class SerialWriter {
     }, turnResult);
   }
 
-  updateTurn(sessionId: string, turnId: string, check: (current: Current) => void, edit: (turn: Turn) => TurnEdit): Promise<TurnUpdate> {
+  updateTurn(sessionId: string, turnId: string, check: (current: SessionAtWrite) => void, edit: (turn: Turn) => TurnEdit): Promise<TurnUpdate> {
     return this.submit<TurnUpdate>([sessionId], undefined, needsOf(sessionId, { turns: [turnId] }), (view) => {
       const current = view.current(sessionId);
       if (current === undefined) throw new SessionNotFound();
@@ -475,7 +475,7 @@ export class SerialWriter {
     });
   }
 
-  deleteTurn(sessionId: string, turnId: string, check: (current: Current) => void): Promise<SessionRecord> {
+  deleteTurn(sessionId: string, turnId: string, check: (current: SessionAtWrite) => void): Promise<SessionRecord> {
     return this.submit<SessionRecord>([sessionId], undefined, needsOf(sessionId, { turns: [turnId], subtrees: [turnId] }), (view) => {
       const current = view.current(sessionId);
       if (current === undefined) throw new SessionNotFound();
@@ -506,7 +506,7 @@ export class SerialWriter {
     });
   }
 
-  forkSession(sourceId: string, turnId: string | undefined, owner: string, build: (source: Current) => ChatSession): Promise<SessionRecord> {
+  forkSession(sourceId: string, turnId: string | undefined, owner: string, build: (source: SessionAtWrite) => ChatSession): Promise<SessionRecord> {
     return this.submit<SessionRecord>([sourceId], owner, needsOf(sourceId, { paths: [turnId ?? null], ...(turnId !== undefined ? { turns: [turnId] } : {}) }), (view) => {
       const source = view.current(sourceId);
       if (source === undefined) throw new SessionNotFound();
@@ -542,7 +542,7 @@ export class SerialWriter {
     }, sessionResult);
   }
 
-  appendDelta(sessionId: string, turnId: string, check: (current: Current) => void, text: string, maxBytes: number): Promise<TurnDelta> {
+  appendDelta(sessionId: string, turnId: string, check: (current: SessionAtWrite) => void, text: string, maxBytes: number): Promise<TurnDelta> {
     return this.submit<TurnDelta>([sessionId], undefined, needsOf(sessionId, { turns: [turnId] }), (view) => {
       const current = view.current(sessionId);
       if (current === undefined) throw new SessionNotFound();
@@ -723,7 +723,7 @@ function copyId(original: Turn, previous: Turn | undefined): string {
 }
 
 /** UTF-8 bytes of a session's JSON as it stands before a write. */
-function sessionBytes(current: Current): number {
+function sessionBytes(current: SessionAtWrite): number {
   return Buffer.byteLength(JSON.stringify(current.session));
 }
 
