@@ -62,14 +62,25 @@ export class Access {
     private readonly retentionDays: number | undefined,
   ) {}
 
+  private lastMs = NaN;
+  private last: Liveness | undefined;
+
   /** A session the caller may see: one that is not gone (expired), under the ACCESS rule. */
   visible(s: ChatSession, who: string): boolean {
-    return (this.mode === 'shared' || s.user === who) && isLive(s, this.now());
+    if (this.mode !== 'shared' && s.user !== who) return false;
+    // without RETENTION_DAYS only a session's own expiry ends it: most sessions need no clock
+    if (this.retentionDays === undefined && typeof s.expiresAt !== 'string') return true;
+    return isLive(s, this.now());
   }
 
-  /** What is live now, for the lists. */
+  /** What is live now, for the lists; made once per millisecond (two ISO strings each time were measurable on a GET). */
   now(): Liveness {
-    return livenessAt(Date.now(), this.retentionDays);
+    const ms = Date.now();
+    if (ms !== this.lastMs || this.last === undefined) {
+      this.last = livenessAt(ms, this.retentionDays);
+      this.lastMs = ms;
+    }
+    return this.last;
   }
 
   found(r: SessionRecord | undefined, who: string): r is SessionRecord {

@@ -379,7 +379,7 @@ export class MemoryState {
   insertNew(s: ChatSession, version?: string): SessionEntry {
     const e = new SessionEntry(s);
     if (version !== undefined) e.replace(s, version);
-    this.words.set(nameDoc(s._id), indexedWordsOf(s.name));
+    this.words.add(nameDoc(s._id), indexedWordsOf(s.name));
     this.entries.set(s._id, e);
     if (!this.loading) this.index(e);
     return e;
@@ -417,7 +417,8 @@ export class MemoryState {
       else if (this.loading) this.unlinked.set(t, { session: sessionId, parentId });
     }
     const replaced = e.placeTurn(t);
-    this.words.set(turnDoc(sessionId, t._id), turnWords(t));
+    if (replaced === undefined) this.words.add(turnDoc(sessionId, t._id), turnWords(t));
+    else this.words.set(turnDoc(sessionId, t._id), turnWords(t));
     if (replaced === undefined) this.turnTotal++;
     else this.arena.released(replaced);
     return e;

@@ -33,6 +33,11 @@ export class WordIndex {
   /** Makes `words` (distinct, folded) the words of `doc`. */
   set(doc: string, words: readonly string[]): void {
     this.remove(doc);
+    this.add(doc, words);
+  }
+
+  /** Gives `words` (distinct, folded) to `doc`, which has none yet (a new session or turn: nothing to take out first). */
+  add(doc: string, words: readonly string[]): void {
     if (words.length === 0) return;
     this.docs.set(doc, words);
     for (const w of words) {
