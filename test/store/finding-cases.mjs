@@ -113,6 +113,32 @@ export function findingContract(engine) {
       });
     });
 
+
+    test('a page with gone sessions among its rows still holds `limit` live sessions: pages and whole lists leave out exactly the expired ones (own expiry, RETENTION_DAYS), in list order', async () => {
+      await withStore(async (store) => {
+        const made = [];
+        // every third session gone by its own expiry, every fifth (without one) by RETENTION_DAYS: updated before the cutoff
+        for (let i = 0; i < 30; i++) {
+          const ms = i % 5 === 0 ? i : 40 * 86_400_000 + i;
+          made.push((await store.createSession(session({ ms, ...(i % 3 === 0 ? { expiresAt: at(45 * 86_400_000) } : {}) }))).session);
+        }
+        const now = Date.UTC(2026, 0, 1) + 50 * 86_400_000;
+        for (const days of [undefined, 30]) {
+          const live = livenessAt(now, days);
+          const expected = made
+            .filter((s) => (s.expiresAt !== undefined ? false : days === undefined || s.updatedAt > live.cutoff))
+            .sort(listOrder)
+            .map((s) => s._id);
+          for (const archived of ['false', 'all']) {
+            const filter = { user: 'alice', archived, live };
+            for (const limit of [1, 2, 5, 7, 100]) assert.deepEqual((await walk(store, filter, limit)).map((s) => s._id), expected, `days ${days} ${archived} limit ${limit}`);
+            const first = await store.listSessions(filter, undefined, 5);
+            assert.equal(first.items.length, 5, 'the first page is full');
+            assert.deepEqual((await whole(store, filter)).map((s) => s._id), expected, `days ${days} ${archived} whole`);
+          }
+        }
+      });
+    });
     test('export and import carry tags, metadata and expiresAt: an imported store lists by tag the same', async () => {
       let exported;
       await withStore(async (store) => {

@@ -150,9 +150,10 @@ class Connection {
 /**
  * The rows of a session list, newest first, from the index that serves its filter. Rows that
  * the residual filters (a project under owner-only access, a name) leave out come back without
- * their JSON, so a page can count what it examined without reading it.
+ * their JSON, so a page can count what it examined without reading it. With `limit`, at most
+ * that many rows, read in one call (one crossing into SQLite instead of one per row).
  */
-function sessionRows(c: Connection, filter: SessionFilter, archived: 0 | 1, after: SessionKey | undefined): IterableIterator<Row> {
+function sessionRows(c: Connection, filter: SessionFilter, archived: 0 | 1, after: SessionKey | undefined, limit?: number): Iterable<Row> {
   const byUser = filter.user !== undefined;
   const residual: string[] = [];
   const params: SqlValue[] = [];
@@ -187,7 +188,36 @@ function sessionRows(c: Connection, filter: SessionFilter, archived: 0 | 1, afte
     sql = `SELECT s.id, s.updated_at, s.version, ${json} FROM session_tags t JOIN sessions s ON s.id = t.session
       WHERE t.tag = ? AND t.${owner} = ? AND t.archived = ${archived}${keyset} ORDER BY t.updated_at DESC, t.session DESC`;
   }
-  return c.prepare(sql).iterate(...params);
+  if (limit === undefined) return c.prepare(sql).iterate(...params);
+  return c.prepare(`${sql} LIMIT ?`).all(...params, limit);
+}
+
+/** True when a residual filter other than expiry (a project under owner-only access, a name, a second tag) may leave rows out. */
+function narrowed(filter: SessionFilter): boolean {
+  return (filter.user !== undefined && filter.project !== undefined) || filter.nameContains !== undefined || (filter.tags?.length ?? 0) > 1;
+}
+
+/**
+ * A page from a list's rows: at most `limit` sessions, or fewer when PAGE_SCAN_BUDGET rows were
+ * examined; `leftOut` when a residual filter left a row out.
+ */
+function pageOfRows(rows: Iterable<Row>, limit: number): { page: Page<SessionRecord, SessionKey>; leftOut: boolean } {
+  const items: SessionRecord[] = [];
+  let examined = 0;
+  let last: SessionKey | undefined;
+  let next: SessionKey | undefined;
+  let leftOut = false;
+  for (const row of rows) {
+    if (last !== undefined && (items.length === limit || examined === PAGE_SCAN_BUDGET)) {
+      next = last;
+      break;
+    }
+    examined++;
+    last = keyOfRow(row);
+    if (row['json'] !== null) items.push(recordOf(row));
+    else leftOut = true;
+  }
+  return { page: { items, next }, leftOut };
 }
 
 /** live: an own expiry later than now, kept for good, or (no own expiry) activity after the cutoff. */
@@ -230,7 +260,9 @@ function searchHalf(filter: SearchFilter, after: SearchKey | undefined, turns: b
 }
 
 /** Both halves of an `archived=all` list (each served by the index) merged in list order. */
-function* merged(a: IterableIterator<Row>, b: IterableIterator<Row>): IterableIterator<Row> {
+function* merged(first: Iterable<Row>, second: Iterable<Row>): IterableIterator<Row> {
+  const a = first[Symbol.iterator]();
+  const b = second[Symbol.iterator]();
   try {
     let x = a.next();
     let y = b.next();
@@ -253,9 +285,9 @@ function keyOfRow(row: Row): SessionKey {
   return { updatedAt: text(row['updated_at']), _id: text(row['id']) };
 }
 
-function listRows(c: Connection, filter: SessionFilter, after: SessionKey | undefined): IterableIterator<Row> {
-  if (filter.archived === 'all') return merged(sessionRows(c, filter, 0, after), sessionRows(c, filter, 1, after));
-  return sessionRows(c, filter, filter.archived === 'true' ? 1 : 0, after);
+function listRows(c: Connection, filter: SessionFilter, after: SessionKey | undefined, limit?: number): Iterable<Row> {
+  if (filter.archived === 'all') return merged(sessionRows(c, filter, 0, after, limit), sessionRows(c, filter, 1, after, limit));
+  return sessionRows(c, filter, filter.archived === 'true' ? 1 : 0, after, limit);
 }
 
 export class SqliteStore extends SerialWrites implements Store, GroupSource, Group {
@@ -404,24 +436,28 @@ export class SqliteStore extends SerialWrites implements Store, GroupSource, Gro
 
   listSessions(filter: SessionFilter, after: SessionKey | undefined, limit: number): Promise<Page<SessionRecord, SessionKey>> {
     if ((filter.user ?? filter.project) === undefined) return Promise.resolve({ items: [], next: undefined });
-    const items: SessionRecord[] = [];
-    let examined = 0;
-    let last: SessionKey | undefined;
-    let next: SessionKey | undefined;
-    for (const row of listRows(this.reader, filter, after)) {
-      if (last !== undefined && (items.length === limit || examined === PAGE_SCAN_BUDGET)) {
-        next = last;
-        break;
-      }
-      examined++;
-      last = keyOfRow(row);
-      if (row['json'] !== null) items.push(recordOf(row));
+    if (!narrowed(filter)) {
+      // only expiry can leave a row out (a session gone and not yet purged: rare), so the page's
+      // rows and the one after are read in one call; if one was left out, the page is read again row by row
+      const quick = pageOfRows(listRows(this.reader, filter, after, Math.min(limit, PAGE_SCAN_BUDGET) + 1), limit);
+      if (!quick.leftOut) return Promise.resolve(quick.page);
     }
-    return Promise.resolve({ items, next });
+    return Promise.resolve(pageOfRows(listRows(this.reader, filter, after), limit).page);
   }
 
   async *scanSessions(filter: SessionFilter): AsyncIterable<readonly SessionRecord[]> {
     if ((filter.user ?? filter.project) === undefined) return;
+    if (filter.archived !== 'all') {
+      // a list of one chunk is one statement on the shared connection, its own snapshot: no
+      // scan connection, no transaction (most lists); a longer one is read again below
+      const rows = sessionRows(this.reader, filter, filter.archived === 'true' ? 1 : 0, undefined, SCAN_CHUNK + 1) as Row[];
+      if (rows.length <= SCAN_CHUNK) {
+        const chunk: SessionRecord[] = [];
+        for (const row of rows) if (row['json'] !== null) chunk.push(recordOf(row));
+        if (chunk.length > 0) yield chunk;
+        return;
+      }
+    }
     const c = await this.takeScan();
     try {
       c.db.exec('BEGIN');
