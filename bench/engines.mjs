@@ -111,7 +111,7 @@ export function engineScenarios(context) {
         const rounds = ctx.opts.quick ? undefined : Math.max(ctx.opts.rounds, 7);
         for (const name of ['get', 'create-64']) {
           const t = targets();
-          await load(like(name, { name: `seam-${name}`, targets: t, rounds, alternate: true }), t[0].label);
+          await load(like(name, { name: `seam-${name}`, targets: t, rounds, alternate: true, bothOrders: true }), t[0].label);
         }
       },
     },

@@ -180,44 +180,64 @@ function summarize(runs) {
 
 /**
  * Starts the baseline and one server per target, prepares each, then runs rounds of
- * baseline, target 1, target 2... and adds one report row per target.
+ * baseline, target 1, target 2... and adds one report row per target. With `sc.bothOrders`,
+ * half the rounds run with the servers started in the targets' order and half after a restart
+ * in the reverse order: the server started first measured 10-15% less CPU per GET than the same
+ * build started second (bench/README.md, "Start order"), so a comparison of builds must not
+ * always start one of them first.
  */
 export async function runLoadScenario(sc, rows = report.load) {
   const targets = sc.targets ?? [{ label: 'server' }];
   const baseline = await startBaseline();
-  const procs = [];
-  try {
-    for (const t of targets) {
-      const profileName = `${sc.name}-${t.label}`.replace(/[^\w.-]+/g, '_');
-      const proc = t.start !== undefined ? await t.start() : await startApi({ name: profileName, env: t.env, dataDir: t.dataDir, node: t.node, server: t.server, profileName });
-      const state = sc.prepare === undefined ? undefined : await sc.prepare(proc, t);
-      procs.push({ t, proc, request: sc.request(state, t), runs: [] });
-    }
-    const baseRuns = [];
-    const rounds = sc.rounds ?? opts.rounds;
-    for (let round = 1; round <= rounds; round++) {
-      const b = await measure(baseline, procs[0].request, sc.conns);
-      baseRuns.push(b);
-      let line = `${sc.name} round ${round}/${rounds}: baseline ${b.rps.toFixed(0)}/s`;
-      // with sc.alternate the targets' order flips every round, so neither always runs right after the baseline
-      for (const p of sc.alternate && round % 2 === 0 ? [...procs].reverse() : procs) {
-        const r = await measure(p.proc, p.request, sc.conns);
-        p.runs.push(r);
-        line += `, ${p.t.label} ${r.rps.toFixed(0)}/s (p99 ${percentile(r.latencies, 0.99).toFixed(2)} ms, ${r.errors} errors)`;
-      }
-      progress(line);
-    }
-    const base = summarize(baseRuns);
-    for (const p of procs) {
-      const s = summarize(p.runs);
-      rows.push({ scenario: sc.name, title: sc.title, label: p.t.label, conns: sc.conns, ...s, base, ratio: s.rps / base.rps });
-      if (s.warmupErrors > 0 || base.warmupErrors > 0) report.notes.push(`${sc.name} (${p.t.label}): ${s.warmupErrors} error(s) during warm-ups`);
-    }
-  } finally {
+  const runs = targets.map(() => []);
+  const baseRuns = [];
+  let procs = [];
+  const stopAll = async () => {
     for (const p of procs) {
       for (const m of p.proc.members ?? (p.t.start === undefined ? [p.proc] : [])) noteServerErrors(m, `${sc.name} (${p.t.label})`);
       await p.proc.stop();
     }
+    procs = [];
+  };
+  const rounds = sc.rounds ?? opts.rounds;
+  const passes = sc.bothOrders && rounds > 1 ? [Math.ceil(rounds / 2), Math.floor(rounds / 2)] : [rounds];
+  try {
+    let round = 0;
+    for (const [pass, passRounds] of passes.entries()) {
+      const order = targets.map((t, i) => i);
+      if (pass === 1) order.reverse();
+      for (const i of order) {
+        const t = targets[i];
+        const profileName = `${sc.name}-${t.label}${pass === 1 ? '-second' : ''}`.replace(/[^\w.-]+/g, '_');
+        const proc = t.start !== undefined ? await t.start() : await startApi({ name: profileName, env: t.env, dataDir: t.dataDir, node: t.node, server: t.server, profileName });
+        procs.push({ i, t, proc });
+        const state = sc.prepare === undefined ? undefined : await sc.prepare(proc, t);
+        procs.at(-1).request = sc.request(state, t);
+      }
+      procs.sort((a, b) => a.i - b.i);
+      for (let k = 0; k < passRounds; k++) {
+        round++;
+        const b = await measure(baseline, procs[0].request, sc.conns);
+        baseRuns.push(b);
+        let line = `${sc.name} round ${round}/${rounds}${passes.length > 1 ? ` (started ${pass === 0 ? 'in order' : 'in reverse'})` : ''}: baseline ${b.rps.toFixed(0)}/s`;
+        // with sc.alternate the targets' order flips every round, so neither always runs right after the baseline
+        for (const p of sc.alternate && round % 2 === 0 ? [...procs].reverse() : procs) {
+          const r = await measure(p.proc, p.request, sc.conns);
+          runs[p.i].push(r);
+          line += `, ${p.t.label} ${r.rps.toFixed(0)}/s (p99 ${percentile(r.latencies, 0.99).toFixed(2)} ms, ${r.errors} errors)`;
+        }
+        progress(line);
+      }
+      await stopAll();
+    }
+    const base = summarize(baseRuns);
+    for (const [i, t] of targets.entries()) {
+      const s = summarize(runs[i]);
+      rows.push({ scenario: sc.name, title: sc.title, label: t.label, conns: sc.conns, ...s, base, ratio: s.rps / base.rps });
+      if (s.warmupErrors > 0 || base.warmupErrors > 0) report.notes.push(`${sc.name} (${t.label}): ${s.warmupErrors} error(s) during warm-ups`);
+    }
+  } finally {
+    await stopAll();
     await baseline.stop();
   }
 }
