@@ -22,9 +22,16 @@ export function foldWord(word: string): string {
  */
 export const WORD_MAX = 64;
 
+const NOT_ASCII = /[^\x00-\x7f]/;
+
 /** The distinct folded words of a text, in order of first appearance. */
 export function wordsOf(text: string): string[] {
   const seen = new Set<string>();
+  if (!NOT_ASCII.test(text)) {
+    // ASCII (most text): NFKC leaves it as it is and lower case is the whole fold, in one call
+    for (const m of text.toLowerCase().matchAll(WORD)) seen.add(m[0]);
+    return [...seen];
+  }
   for (const m of text.matchAll(WORD)) {
     // a fold may introduce a separator (NFKC of a ligature or a fraction): cut again
     for (const w of foldWord(m[0]).match(WORD) ?? []) seen.add(w);
@@ -32,11 +39,14 @@ export function wordsOf(text: string): string[] {
   return [...seen];
 }
 
-/** The words an index keeps for a text: its distinct folded words of at most WORD_MAX, joined by spaces. */
+/** The words an index keeps for a text: its distinct folded words of at most WORD_MAX. */
+export function indexedWordList(text: string): string[] {
+  return wordsOf(text).filter((w) => w.length <= WORD_MAX);
+}
+
+/** indexedWordList joined by spaces (what sqlite's and PostgreSQL's indexes are given). */
 export function indexedWords(text: string): string {
-  return wordsOf(text)
-    .filter((w) => w.length <= WORD_MAX)
-    .join(' ');
+  return indexedWordList(text).join(' ');
 }
 
 /** The text of a turn that search reads: string content, or its `text` and `reasoning` parts, one per line. */

@@ -124,6 +124,16 @@ export function searchContract(engine) {
       }
     });
 
+    test('"Words are runs of letters and digits, folded the same way on every engine": ASCII text takes a shorter path to the same words as NFKC with upper then lower case', () => {
+      const WORD = /[\p{L}\p{N}]+/gu;
+      const general = (text) => [...new Set([...text.matchAll(WORD)].flatMap((m) => m[0].normalize('NFKC').toUpperCase().toLowerCase().replace(/ς/g, 'σ').match(WORD) ?? []))];
+      let seed = 7;
+      const random = () => (seed = (seed * 48271) % 2147483647) / 2147483647;
+      const texts = ['Hello, World 42km café-crème', 'Straße ΣΊΣΥΦΟΣ ﬁne ½', 'MiXeD case_with_underscores and-dashes', ''];
+      for (let i = 0; i < 2000; i++) texts.push(Array.from({ length: (random() * 40) | 0 }, () => String.fromCharCode((random() * 128) | 0)).join(''));
+      for (const text of texts) assert.deepEqual(wordsOf(text), general(text), JSON.stringify(text));
+    });
+
     test('a hit carries the session as stored and the turn whose text matched', async () => {
       const dir = mkdtempSync(join(tmpdir(), `csa-search-${engine}-`));
       const store = await openOn(engine, dir);

@@ -6,7 +6,7 @@
 import { hitBefore, PAGE_BYTE_BUDGET, PAGE_SCAN_BUDGET, sessionBefore, turnBefore, type SessionKey, type TurnKey } from '../../domain/order.js';
 import { chatSession, foldedTags, raisedByTurn, type ChatSession } from '../../domain/records.js';
 import { isLive } from '../../domain/retention.js';
-import { foldForSearch, indexedWords, turnTextOfJson } from '../../domain/search.js';
+import { foldForSearch, indexedWordList, turnTextOfJson } from '../../domain/search.js';
 import { versionOfSession } from '../../domain/version.js';
 import type { Page, SearchFilter, SearchHit, SearchKey, SessionFilter, SessionRecord, TurnRecord } from '../store.js';
 import { ceilingsOf } from '../../memory.js';
@@ -647,11 +647,8 @@ export class MemoryState {
   }
 }
 
-/** The words of a text as every engine indexes them (src/domain/search.ts indexedWords). */
-function indexedWordsOf(text: string): string[] {
-  const words = indexedWords(text);
-  return words === '' ? [] : words.split(' ');
-}
+/** The words of a text as every engine indexes them (src/domain/search.ts). */
+const indexedWordsOf = indexedWordList;
 
 /** A session search may read for this filter (the lists' rules: owner or project, archived, live). */
 function searchable(s: ChatSession, f: SearchFilter): boolean {
