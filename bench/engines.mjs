@@ -107,9 +107,9 @@ export function engineScenarios(context) {
         ];
         seamLabels = { before: builds[0].label, seam: builds.length === 3 ? builds[1].label : undefined, now: builds.at(-1).label };
         const targets = () => builds.map((b) => ({ ...b, node: NODE_OLDEST }));
-        // a 5% threshold needs more rounds than the default 3 to stand out of the noise; an even
-        // number, so both orders (bothOrders) get as many
-        const rounds = ctx.opts.quick ? undefined : 2 * Math.ceil(Math.max(ctx.opts.rounds, 8) / 2);
+        // a 5% threshold needs more rounds than the default 3 to stand out of the noise; bothOrders
+        // rounds them up to a multiple of the number of builds, each build first in as many
+        const rounds = ctx.opts.quick ? undefined : Math.max(ctx.opts.rounds, 8);
         for (const name of ['get', 'create-64']) {
           const t = targets();
           await load(like(name, { name: `seam-${name}`, targets: t, rounds, alternate: true, bothOrders: true }), t[0].label);

@@ -181,10 +181,10 @@ function summarize(runs) {
 /**
  * Starts the baseline and one server per target, prepares each, then runs rounds of
  * baseline, target 1, target 2... and adds one report row per target. With `sc.bothOrders`,
- * half the rounds run with the servers started in the targets' order and half after a restart
- * in the reverse order: the server started first measured 10-15% less CPU per GET than the same
- * build started second (bench/README.md, "Start order"), so a comparison of builds must not
- * always start one of them first.
+ * the rounds are split into one pass per target, the servers restarted for each in the
+ * targets' order rotated by one more: the first server of a scenario measured up to 20% less
+ * CPU per GET than a byte-identical build beside it (bench/README.md, "Which server comes
+ * first"), so a comparison of builds must give each the first place equally.
  */
 export async function runLoadScenario(sc, rows = report.load) {
   const targets = sc.targets ?? [{ label: 'server' }];
@@ -199,31 +199,34 @@ export async function runLoadScenario(sc, rows = report.load) {
     }
     procs = [];
   };
-  const rounds = sc.rounds ?? opts.rounds;
-  const passes = sc.bothOrders && rounds > 1 ? [Math.ceil(rounds / 2), Math.floor(rounds / 2)] : [rounds];
+  const asked = sc.rounds ?? opts.rounds;
+  // with sc.bothOrders: one pass per target, each listing the targets rotated by one more, so
+  // every target is first (and second...) in as many rounds as every other
+  const passCount = sc.bothOrders && asked > 1 ? targets.length : 1;
+  const perPass = Math.ceil(asked / passCount);
+  const rounds = perPass * passCount;
+  const passes = Array.from({ length: passCount }, () => perPass);
   try {
     let round = 0;
     for (const [pass, passRounds] of passes.entries()) {
-      const order = targets.map((t, i) => i);
-      if (pass === 1) order.reverse();
+      const order = targets.map((t, i) => (i + pass) % targets.length);
       for (const i of order) {
         const t = targets[i];
-        const profileName = `${sc.name}-${t.label}${pass === 1 ? '-second' : ''}`.replace(/[^\w.-]+/g, '_');
+        const profileName = `${sc.name}-${t.label}${pass > 0 ? `-pass${pass + 1}` : ''}`.replace(/[^\w.-]+/g, '_');
         const proc = t.start !== undefined ? await t.start() : await startApi({ name: profileName, env: t.env, dataDir: t.dataDir, node: t.node, server: t.server, profileName });
         procs.push({ i, t, proc });
         const state = sc.prepare === undefined ? undefined : await sc.prepare(proc, t);
         procs.at(-1).state = state;
         procs.at(-1).request = sc.request(state, t);
       }
-      procs.sort((a, b) => (pass === 0 ? a.i - b.i : b.i - a.i));
-      // the baseline's requests are made for it alone: a target whose request function the
-      // baseline shared measured up to 15% less server CPU per GET (bench/README.md, "Start order")
+      procs.sort((a, b) => order.indexOf(a.i) - order.indexOf(b.i));
+      // the baseline's requests are made for it alone, not shared with one of the targets
       const baselineRequest = sc.request(procs[0].state, procs[0].t);
       for (let k = 0; k < passRounds; k++) {
         round++;
         const b = await measure(baseline, baselineRequest, sc.conns);
         baseRuns.push(b);
-        let line = `${sc.name} round ${round}/${rounds}${passes.length > 1 ? ` (started ${pass === 0 ? 'in order' : 'in reverse'})` : ''}: baseline ${b.rps.toFixed(0)}/s`;
+        let line = `${sc.name} round ${round}/${rounds}${passes.length > 1 ? ` (${procs[0].t.label} first)` : ''}: baseline ${b.rps.toFixed(0)}/s`;
         // with sc.alternate the targets' order flips every round, so neither always runs right after the baseline
         for (const p of sc.alternate && round % 2 === 0 ? [...procs].reverse() : procs) {
           const r = await measure(p.proc, p.request, sc.conns);
