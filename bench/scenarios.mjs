@@ -5,6 +5,7 @@ import { closeSync, fdatasyncSync, mkdtempSync, openSync, rmSync, writeSync } fr
 import { join } from 'node:path';
 import { api, logLines, median, memoryOf, sleep, token } from './common.mjs';
 import { conversationGroups, conversationScenarios } from './conversations.mjs';
+import { purgeScenarios } from './purge.mjs';
 import { generateDataDir, PER_LIST } from './datagen.mjs';
 import { ENGINE_GROUPS, engineScenarios } from './engines.mjs';
 import { buildRequest, percentile } from './loadgen.mjs';
@@ -339,6 +340,8 @@ export const scenarios = [
   // the engines against each other (bench/engines.mjs)
   ...engineScenarios({ opts, progress, report, runDir: () => runDir, start, startApi, runLoadScenario, dataSet, scenario: (name) => loadScenarios.find((sc) => sc.name === name), seedLists, createRequest }),
   ...conversationScenarios({ opts, report, progress, runDir: () => runDir, track: (p) => live.add(p) }),
+  // the background purge beside a read load (bench/purge.mjs), reported in a section of its own
+  ...purgeScenarios({ opts, progress, runDir: () => runDir, track: (p) => live.add(p), sections }),
   // the live feed's measurements (bench/live.mjs), reported in a section of their own
   { name: 'live', run: async () => sections.push(await (await import('./live.mjs')).liveReport({ subscribers: opts.quick ? 2000 : 10_000, throughputSubscribers: 1000, writes: opts.quick ? 50 : 200, ...opts, postgres: true }, progress)) },
 ];
@@ -351,6 +354,7 @@ export const groups = {
   scale: ['replay', 'list-scale'],
   startup: ['cold-start', 'replay'],
   hostile: ['soak'],
+  retention: ['purge-load'],
   ...ENGINE_GROUPS,
   ...conversationGroups,
 };
