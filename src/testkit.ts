@@ -30,4 +30,4 @@ export { Password, describeTarget, parseDatabaseUrl, redactDatabaseUrl } from '.
 export { Listener } from './pg/listen.js';
 export { Pool } from './pg/pool.js';
 export { livenessAt } from './domain/retention.js';
-export { eraseUser, purgeExpired, PURGE_BATCH } from './purge.js';
+export { eraseUser, pausedLike, purgeExpired, PURGE_BATCH } from './purge.js';

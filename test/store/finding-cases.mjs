@@ -7,7 +7,7 @@ import { join } from 'node:path';
 import { describe, test } from 'node:test';
 import { kit, openOn } from './engines.mjs';
 
-const { chatSession, newObjectId, livenessAt, purgeExpired, eraseUser, PURGE_BATCH } = kit;
+const { chatSession, newObjectId, livenessAt, purgeExpired, pausedLike, eraseUser, PURGE_BATCH } = kit;
 
 const at = (ms) => new Date(Date.UTC(2026, 0, 1) + ms).toISOString();
 let idClock = 0;
@@ -203,6 +203,27 @@ export function findingContract(engine) {
         assert.equal(new Set(seen).size, n - 1);
         assert.equal(seen.includes(first.session._id), false);
         assert.deepEqual(await store.expiredSessions(livenessAt(Date.now(), undefined), 10), []);
+      });
+    });
+
+    test('"The background purge pauses after each batch as long as the batch took": the wait comes after every full batch, told its duration, and pausedLike waits at least that long', async () => {
+      await withStore(async (store) => {
+        const n = 2 * PURGE_BATCH + 3;
+        for (let i = 0; i < n; i++) await store.createSession(session({ ms: i, expiresAt: at(i) }));
+        const waits = [];
+        const purged = await purgeExpired(store, undefined, undefined, () => false, (ms) => {
+          waits.push(ms);
+          return Promise.resolve();
+        });
+        assert.equal(purged.sessions, n);
+        // after the two full batches; the last, short one ends the run
+        assert.equal(waits.length, 2);
+        for (const ms of waits) assert.ok(ms > 0 && Number.isFinite(ms), `a batch's duration: ${ms}`);
+        // a timer counts from the event loop's clock, which can lag a few ms behind performance.now(): 30 ms asked, at least 20 seen
+        await new Promise((resolve) => setImmediate(resolve));
+        const started = performance.now();
+        await pausedLike(30);
+        assert.ok(performance.now() - started >= 20, `paused ${performance.now() - started} ms`);
       });
     });
 
