@@ -546,16 +546,20 @@ export function engineTargets() {
     const scenario = `seam-${name}`;
     const what = name === 'get' ? 'GET by id' : 'durable create, 64 clients';
     const { before, seam, now } = seamLabels;
-    // req/s, and the main thread's CPU per request (the cost, which moves less with the rest of the machine), both paired by round
+    // each build's median over all its rounds (each build was first in as many of them, bothOrders), not
+    // the rounds' paired ratios: which server is first moves a round's ratio more than the 5% asked about
     const measured = (label) => {
-      const x = versus(scenario, label, before);
-      const us = paired(row(scenario, label), row(scenario, before), 'mainUsRounds');
-      return x === undefined ? undefined : { x, text: `req/s ${x2(x)}; main thread µs/req ${row(scenario, before).mainUs.toFixed(1)} → ${row(scenario, label).mainUs.toFixed(1)}, × ${x2(us)}` };
+      const a = row(scenario, label);
+      const b = row(scenario, before);
+      if (a === undefined || b === undefined) return undefined;
+      const x = a.rps / b.rps;
+      const p = versus(scenario, label, before);
+      return { x, text: `req/s ${x.toFixed(2)} (${num(b.rps)} → ${num(a.rps)}; the rounds' paired ratios ${x2(p)}); main thread µs/req ${b.mainUs.toFixed(1)} → ${a.mainUs.toFixed(1)}, × ${(a.mainUs / b.mainUs).toFixed(2)}` };
     };
     const s = seam === undefined ? undefined : measured(seam);
-    if (s !== undefined) add(`#11 the journal with the new interface (the seam commit) ÷ before it, ${what} ≥ 0.95`, s.text, s.x.median >= 0.95);
+    if (s !== undefined) add(`#11 the journal with the new interface (the seam commit) ÷ before it, ${what} ≥ 0.95`, s.text, s.x >= 0.95);
     const n = measured(now);
-    if (n !== undefined) add(`#11 the journal now ÷ before the store seam, ${what} ≥ 0.95`, n.text, n.x.median >= 0.95);
+    if (n !== undefined) add(`#11 the journal now ÷ before the store seam, ${what} ≥ 0.95`, n.text, n.x >= 0.95);
   }
   for (const [scenario, what] of [
     ['engine-create-64', 'durable create, 64 clients'],
