@@ -96,6 +96,10 @@ export function searchContract(engine) {
         const imported = session({ ms: 960, name: 'imported apple' });
         await store.importAll([imported], [{ _id: newObjectId(T0 + 9_000_000), session: imported._id, user: 'alice', role: 'assistant', content: 'imported band cherry', parentId: null, createdAt: at(970), status: 'complete' }]);
         ids.push(imported._id);
+        // an import whose turn is one already stored, with other text: the file's version wins, and only its words are found (regression: the journal kept the old words too)
+        const [stored6] = (await store.scanTurns(ids[6])[Symbol.asyncIterator]().next()).value;
+        const turn6 = JSON.parse(stored6.json.toString('utf8'));
+        await store.importAll([(await store.getSession(ids[6])).session], [{ ...turn6, content: 'x1 alone now' }]);
 
         const filters = [];
         for (const words of [['ap'], ['apple'], ['band', 'ch'], ['strasse'], ['ete'], ['été'], ['x1'], ['deep', 'learning'], ['zoo'], ['a']]) {

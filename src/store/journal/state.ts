@@ -497,7 +497,11 @@ export class MemoryState {
     }
     const removed = e.removeTurns(new Set([t._id]));
     this.turnTotal -= removed.length;
-    for (const r of removed) this.arena.released(r);
+    for (const r of removed) {
+      // its words go with it: placeTurn below sees a new turn and only adds the new text's
+      this.words.remove(turnDoc(sessionId, r._id));
+      this.arena.released(r);
+    }
     this.placeTurn(sessionId, t, parentId);
     for (const c of e.turns ?? []) if (c.parent === old) c.parent = t;
   }
