@@ -1,6 +1,6 @@
 // What a chat session and a turn may hold: the request bodies that create and change them,
 // declared once in the schema language. The routes validate requests with these; import holds
-// backup turns to them (stored.ts, where the checks of stored records live).
+// backup turns to them (backup-turn.ts).
 import { DELTA_MAX } from './deltas.js';
 import { ID_MAX, METADATA_KEY_MAX, METADATA_KEYS, METADATA_VALUE_MAX, NAME_MAX, PART_JSON_DEPTH, PARTS_MAX, TAG_MAX, TAGS_MAX, URL_MAX } from './limits.js';
 import { CHAT_SESSION_MODES, DEFAULT_TURN_STATUS, TURN_ROLES, TURN_STATUSES } from './records.js';
