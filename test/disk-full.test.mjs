@@ -26,6 +26,14 @@ async function appendUntilRefused(u, id) {
   assert.fail('400 turns of 16 KiB were all accepted on a full disk of a few MiB');
 }
 
+/** A session named 'kept' with one turn, written before the disk fills; answers its id and what alice sees. */
+async function keptSession(s) {
+  const u = s.as('alice');
+  const id = (await u.post('/api/v1/chat-sessions', newSession({ name: 'kept' }))).body.data._id;
+  assert.equal((await u.post(`/api/v1/chat-sessions/${id}/turns`, { role: 'user', content: 'kept' })).status, 201);
+  return { id, before: await dump(s) };
+}
+
 // with STORE=postgres the data is the database's, on its own disk: a full disk there fails the
 // commit, a 500 for that write like any database failure (test/postgres-faults.test.mjs)
 describe('A full disk', { skip: STORE === 'postgres' ? "the data of STORE=postgres is on the database's disk, not DATA_DIR's" : false }, () => {
@@ -35,9 +43,7 @@ describe('A full disk', { skip: STORE === 'postgres' ? "the data of STORE=postgr
     const s = await startServer({ dataDir: disk.dir, env: { COMPACT_MIN_SIZE: '64mb' } });
     try {
       const u = s.as('alice');
-      const id = (await u.post('/api/v1/chat-sessions', newSession({ name: 'kept' }))).body.data._id;
-      assert.equal((await u.post(`/api/v1/chat-sessions/${id}/turns`, { role: 'user', content: 'before' })).status, 201);
-      const before = await dump(s);
+      const { id, before } = await keptSession(s);
       disk.fill();
       const content = 'x'.repeat(16 * 1024);
       const accepted = await appendUntilRefused(u, id);
@@ -74,10 +80,7 @@ describe('A full disk', { skip: STORE === 'postgres' ? "the data of STORE=postgr
     if (disk === undefined) return;
     try {
       const s = await startServer({ dataDir: disk.dir });
-      const u = s.as('alice');
-      const id = (await u.post('/api/v1/chat-sessions', newSession({ name: 'kept' }))).body.data._id;
-      assert.equal((await u.post(`/api/v1/chat-sessions/${id}/turns`, { role: 'user', content: 'kept' })).status, 201);
-      const before = await dump(s);
+      const { id, before } = await keptSession(s);
       await s.kill();
       disk.fill();
       const again = await startServer({ dataDir: disk.dir });
@@ -102,10 +105,7 @@ describe('A full disk', { skip: STORE === 'postgres' ? "the data of STORE=postgr
     if (disk === undefined) return;
     try {
       const s = await startServer({ dataDir: disk.dir });
-      const u = s.as('alice');
-      const id = (await u.post('/api/v1/chat-sessions', newSession({ name: 'kept' }))).body.data._id;
-      assert.equal((await u.post(`/api/v1/chat-sessions/${id}/turns`, { role: 'user', content: 'kept' })).status, 201);
-      const before = await dump(s);
+      const { id, before } = await keptSession(s);
       await s.stop(); // a clean stop removes the lock: the next start must write a new one
       disk.fill();
       const r = spawnSync(process.execPath, [SERVER], {
