@@ -10,31 +10,10 @@ import { join } from 'node:path';
 import { describe, test } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import { ENGINES, kit, openOn, openSnapshotOn } from './engines.mjs';
+import { at, session } from './fixtures.mjs';
 
 const { chatSession, newObjectId, versionOfSession, PreconditionFailed, SessionNotFound, StorageWriteFailed, PAGE_BYTE_BUDGET, PAGE_SCAN_BUDGET, SCAN_CHUNK, setFaultPlan, wholeListReply } = kit;
 const CHILD = fileURLToPath(new URL('./child-writer.mjs', import.meta.url));
-
-/** A timestamp `ms` milliseconds after a fixed instant (ISO 8601 UTC with milliseconds, as stored). */
-const at = (ms) => new Date(Date.UTC(2026, 0, 1) + ms).toISOString();
-
-let idClock = 0;
-/** A session as the API would create it; ids made in order, so their order is creation order. */
-function session(over = {}) {
-  const t = at(over.ms ?? 0);
-  return chatSession({
-    _id: newObjectId(Date.UTC(2026, 0, 1) + idClock++ * 1000),
-    name: '',
-    provider: 'prov',
-    selectedModel: 'model',
-    mode: 'Build',
-    user: 'alice',
-    project: 'proj',
-    createdAt: t,
-    updatedAt: t,
-    archived: false,
-    ...over,
-  });
-}
 
 /** A turn builder for appendTurn: `createdAt` is `ms` after the fixed instant. */
 const turnAt = (ms, content = 'hello', role = 'user') => (current) => ({

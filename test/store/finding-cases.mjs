@@ -6,27 +6,10 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, test } from 'node:test';
 import { kit, openOn } from './engines.mjs';
+import { at, session } from './fixtures.mjs';
 
 const { chatSession, newObjectId, livenessAt, purgeExpired, pausedLike, eraseUser, PURGE_BATCH } = kit;
 
-const at = (ms) => new Date(Date.UTC(2026, 0, 1) + ms).toISOString();
-let idClock = 0;
-function session(over = {}) {
-  const t = at(over.ms ?? 0);
-  return chatSession({
-    _id: newObjectId(Date.UTC(2026, 0, 1) + idClock++ * 1000),
-    name: '',
-    provider: 'prov',
-    selectedModel: 'model',
-    mode: 'Build',
-    user: 'alice',
-    project: 'proj',
-    createdAt: t,
-    updatedAt: t,
-    archived: false,
-    ...over,
-  });
-}
 const turnAt = (ms) => (current) => ({ _id: newObjectId(Date.UTC(2026, 0, 1) + ms), session: current.session._id, user: current.session.user, role: 'user', content: 'hi', createdAt: at(ms) });
 const listOrder = (a, b) => (a.updatedAt !== b.updatedAt ? (a.updatedAt > b.updatedAt ? -1 : 1) : a._id > b._id ? -1 : 1);
 
