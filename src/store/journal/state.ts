@@ -313,10 +313,8 @@ export class MemoryState {
     this.unlinked.clear();
     for (const [id, e] of this.entries) {
       if (e.session === ORPHAN) {
-        for (const t of e.turns ?? []) this.words.remove(turnDoc(id, t._id));
         orphanTurns += e.turns?.length ?? 0;
-        this.turnTotal -= e.turns?.length ?? 0;
-        for (const t of e.turns ?? []) this.arena.released(t);
+        this.dropTurns(id, e.turns ?? []);
         this.entries.delete(id);
         continue;
       }
@@ -385,15 +383,22 @@ export class MemoryState {
     return e;
   }
 
+  /** Turns gone from memory, whatever took them: out of the count, the search index and the arena. */
+  private dropTurns(sessionId: string, turns: readonly StoredTurn[]): void {
+    this.turnTotal -= turns.length;
+    for (const t of turns) {
+      this.words.remove(turnDoc(sessionId, t._id));
+      this.arena.released(t);
+    }
+  }
+
   /** Removes a session and its turns; returns the entry that was removed. */
   deleteSession(id: string): SessionEntry | undefined {
     const e = this.entries.get(id);
     if (e === undefined) return undefined;
     this.entries.delete(id);
     this.words.remove(nameDoc(id));
-    for (const t of e.turns ?? []) this.words.remove(turnDoc(id, t._id));
-    this.turnTotal -= e.turns?.length ?? 0;
-    for (const t of e.turns ?? []) this.arena.released(t);
+    this.dropTurns(id, e.turns ?? []);
     if (!this.loading && e.session !== ORPHAN) this.unindex(e);
     return e;
   }
@@ -477,12 +482,7 @@ export class MemoryState {
   pruneTurns(ids: readonly string[], session: ChatSession, sessionBytes: number, version?: string): void {
     const e = this.get(session._id);
     if (e === undefined) return;
-    const removed = e.removeTurns(new Set(ids));
-    this.turnTotal -= removed.length;
-    for (const t of removed) {
-      this.words.remove(turnDoc(session._id, t._id));
-      this.arena.released(t);
-    }
+    this.dropTurns(session._id, e.removeTurns(new Set(ids)));
     this.putSession(session, version);
     e.sessionBytes = sessionBytes;
   }
@@ -495,13 +495,8 @@ export class MemoryState {
       this.placeTurn(sessionId, t, parentId);
       return;
     }
-    const removed = e.removeTurns(new Set([t._id]));
-    this.turnTotal -= removed.length;
-    for (const r of removed) {
-      // its words go with it: placeTurn below sees a new turn and only adds the new text's
-      this.words.remove(turnDoc(sessionId, r._id));
-      this.arena.released(r);
-    }
+    // its words go with it: placeTurn below sees a new turn and only adds the new text's
+    this.dropTurns(sessionId, e.removeTurns(new Set([t._id])));
     this.placeTurn(sessionId, t, parentId);
     for (const c of e.turns ?? []) if (c.parent === old) c.parent = t;
   }
