@@ -60,6 +60,8 @@ export interface Config {
   readonly sqliteFile: string;
   /** Page cache of each sqlite connection, in bytes. */
   readonly sqliteCacheBytes: number;
+  /** Search walks the caller's sessions instead of reading the index when a query's rarest word has at least this many documents. */
+  readonly searchWalkFrom: number;
   readonly limits: ConnectionLimits;
   /** The live feed (event streams, tickets); undefined with EVENTS=off. */
   readonly events: EventSettings | undefined;
@@ -138,6 +140,7 @@ export const SETTINGS: readonly Setting[] = [
   { env: 'DATABASE_URL', flag: '--database-url', def: '(none)', help: 'STORE=postgres: postgres://user:password@host:port/db?sslmode=disable|require|verify-full[&sslrootcert=FILE]' },
   { env: 'DATABASE_SCHEMA', flag: '--database-schema', def: 'chat_session_api', help: 'STORE=postgres: the schema holding the tables (created and migrated at start)' },
   { env: 'DATABASE_POOL_SIZE', flag: '--database-pool-size', def: '10', help: 'STORE=postgres: connections to the database at most' },
+  { env: 'SEARCH_WALK_FROM', flag: '--search-walk-from', def: '5000', help: "search reads a word's matches from its index when fewer, and walks the caller's sessions newest first when it starts at least this many documents" },
   { env: 'RETENTION_DAYS', flag: '--retention-days', def: '(off)', help: 'sessions without their own expiresAt are gone (404, out of lists) this many days after their last activity' },
   { env: 'PURGE_INTERVAL', flag: '--purge-interval', def: '1m', help: 'how often the storage of expired sessions is deleted, in batches of 100 (ms, s, m); off: never (the purge command still can)' },
   { env: 'STREAMING_IDLE', flag: '--streaming-idle', def: '5m', help: 'STORE=postgres: a streaming turn that takes no delta for this long is marked interrupted (ms, s, m)' },
@@ -339,6 +342,7 @@ export function loadConfig(env: NodeJS.ProcessEnv, flags: Raw = new Map(), cwd: 
     purgeIntervalMs: purgeText?.trim().toLowerCase() === 'off' ? undefined : parseDuration('PURGE_INTERVAL', purgeText ?? '1m'),
     sqliteFile: sqliteText === undefined ? join(dataDir, 'chat-sessions.db') : resolve(cwd, sqliteText),
     sqliteCacheBytes: parseSize('SQLITE_CACHE', get('SQLITE_CACHE') ?? '32mb'),
+    searchWalkFrom: parseCount('SEARCH_WALK_FROM', get('SEARCH_WALK_FROM') ?? String(SEARCH_WALK_FROM), MAX_QUOTA),
     limits: {
       maxConnections,
       bodyMemory,
@@ -356,6 +360,8 @@ export function loadConfig(env: NodeJS.ProcessEnv, flags: Raw = new Map(), cwd: 
 }
 
 const MAX_QUOTA = 1_000_000_000;
+/** SEARCH_WALK_FROM's default: about where reading the matches and walking cost the same over 1M turns. */
+const SEARCH_WALK_FROM = 5000;
 
 /** undefined for an absent value or `off`, else what `parse` makes of it. */
 function offOr<T>(text: string | undefined, parse: (t: string) => T): T | undefined {

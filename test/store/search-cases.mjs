@@ -69,7 +69,7 @@ async function walk(store, filter, limit) {
 
 export function searchContract(engine) {
   describe(`Store contract, search: ${engine}`, () => {
-    test('"Served from an index": every engine answers what reading every name and turn would, in the same order ("Hits are newest first: a turn by its createdAt, a name by its session\'s updatedAt"), page by page, after edits, deletes, a fork, an import, a reopen and a reindex', async () => {
+    test('"Served from an index": every engine answers what reading every name and turn would, in the same order ("Hits are newest first: a turn by its createdAt, a name by its session\'s updatedAt"), page by page, after edits, deletes, a fork, an import, a reopen and a reindex, and the same when a common word walks the sessions instead', async () => {
       const dir = mkdtempSync(join(tmpdir(), `csa-search-${engine}-`));
       let store = await openOn(engine, dir);
       try {
@@ -84,6 +84,10 @@ export function searchContract(engine) {
             await store.appendTurn(s._id, turn(100 + i * 10 + k, parts ? [{ type: 'text', text }, { type: 'reasoning', text: pick(i, 9) }, { type: 'tool_call', id: 'c', name: 'zoo', arguments: {} }] : text));
           }
         }
+        // a long session, so a walk reads its turns in several batches (every engine reads at most 64 at a time)
+        const long = (await store.createSession(session({ ms: 50, name: 'long band' }))).session;
+        ids.push(long._id);
+        for (let k = 0; k < 70; k++) await store.appendTurn(long._id, turn(200 + k, `${pick(k, 1)} ${k % 9 === 0 ? 'zoo' : 'long'}`));
         // changes the index must follow
         await store.updateSession(ids[1], (cur) => chatSession({ ...cur.session, name: 'renamed cherry', updatedAt: at(900) }));
         const turns1 = [];
@@ -122,6 +126,10 @@ export function searchContract(engine) {
         await check('reopened');
         assert.ok((await store.reindex()) > 0);
         await check('reindexed');
+        // the same answers when every query walks the sessions instead of reading its index's matches
+        await store.close();
+        store = await openOn(engine, dir, { SEARCH_WALK_FROM: '1' });
+        await check('walked');
       } finally {
         await store.close();
         rmSync(dir, { recursive: true, force: true });

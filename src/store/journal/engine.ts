@@ -75,6 +75,8 @@ export interface JournalStoreOptions {
   readonly groupCommit?: boolean;
   /** What one user's sessions may hold, checked at the serial point. */
   readonly quotas?: Quotas | undefined;
+  /** Documents of a query's rarest word from which search walks the sessions (SEARCH_WALK_FROM); 1 always walks. */
+  readonly searchWalkFrom?: number;
 }
 
 const HEADER_BYTES = headerLine().length;
@@ -222,7 +224,7 @@ export class JournalStore extends SerialWrites implements Store, GroupSource, Gr
   }
 
   search(filter: SearchFilter, after: SearchKey | undefined, limit: number): Promise<Page<SearchHit, SearchKey>> {
-    return Promise.resolve(this.state.search(filter, after, limit));
+    return Promise.resolve(this.state.search(filter, after, limit, this.opts.searchWalkFrom ?? Infinity));
   }
 
   reindex(): Promise<number> {

@@ -13,11 +13,15 @@ import { ceilingsOf } from '../../memory.js';
 import { SortedList } from './sorted-list.js';
 import { StoredTurn, TurnArena } from './turns.js';
 import { docParts, nameDoc, turnDoc, WordIndex } from './word-index.js';
+import { walkSearchNow, type WalkSource } from '../search-walk.js';
 
 export { StoredTurn } from './turns.js';
 
 /** Turns of a session past which a lookup by id builds the session's index instead of scanning. */
 const SCAN_TURNS = 16;
+/** Sessions a search walk takes from a list at a time, and turns it examines in a session at a time. */
+const WALK_SESSIONS = 64;
+const WALK_TURNS = 64;
 
 /**
  * Read records are cached (their JSON made once), but not without bound: past a budget the
@@ -580,8 +584,17 @@ export class MemoryState {
     return this.get(sessionId)?.turns?.slice() ?? [];
   }
 
-  /** Search hits newest first, from the word index; only the matching documents are read. */
-  search(filter: SearchFilter, after: SearchKey | undefined, limit: number): Page<SearchHit, SearchKey> {
+  /**
+   * Search hits newest first. A query whose rarest word starts words of fewer than `walkFrom`
+   * documents reads its matches from the word index and sorts them; a more common one walks the
+   * caller's sessions newest first and stops at the page (../search-walk.ts), back to the index
+   * only if the walk finds the words too rare after all.
+   */
+  search(filter: SearchFilter, after: SearchKey | undefined, limit: number, walkFrom: number): Page<SearchHit, SearchKey> {
+    if (this.words.estimate(filter.words) >= walkFrom) {
+      const walked = walkSearchNow(this.walkSource(filter), after, limit);
+      if (walked !== undefined) return walked;
+    }
     const found: { key: SearchKey; e: SessionEntry; turn: StoredTurn | undefined }[] = [];
     for (const doc of this.words.find(filter.words)) {
       const [sid, tid] = docParts(doc);
@@ -598,6 +611,38 @@ export class MemoryState {
     return {
       items: page.map((h) => ({ key: h.key, session: h.e.record(this.cache), turn: h.turn })),
       next: found.length > limit ? page[page.length - 1]?.key : undefined,
+    };
+  }
+
+  /** The caller's sessions and their turns as a search walks them, words checked against the index's own. */
+  private walkSource(filter: SearchFilter): WalkSource<SessionEntry, SessionEntry, StoredTurn> {
+    const lists = this.listsFor(filter);
+    const words = this.words;
+    const query = filter.words;
+    return {
+      sessions: (from) => {
+        const taken = merge(lists.map((l) => take(l, from, WALK_SESSIONS))).slice(0, WALK_SESSIONS);
+        return { items: taken.filter((e) => searchable(e.session, filter)), next: taken.length === WALK_SESSIONS ? taken[taken.length - 1] : undefined };
+      },
+      updatedAt: (e) => e.session.updatedAt,
+      id: (e) => e.session._id,
+      nameMatches: (e) => words.holds(nameDoc(e.session._id), query),
+      turns: (from) =>
+        from.map(({ s: e, before }) => {
+          const list = e.turns ?? EMPTY;
+          const sid = e.session._id;
+          let i = (before === undefined ? list.length : turnsBefore(list, { createdAt: before.at, _id: before.doc })) - 1;
+          const start = i;
+          const stop = Math.max(-1, i - WALK_TURNS);
+          const hits: { key: SearchKey; turn: StoredTurn }[] = [];
+          for (; i > stop; i--) {
+            const t = list[i] as StoredTurn;
+            if (words.holds(turnDoc(sid, t._id), query)) hits.push({ key: { at: t.createdAt, doc: t._id }, turn: t });
+          }
+          const last = list[stop + 1];
+          return { hits, next: stop >= 0 && last !== undefined ? { at: last.createdAt, doc: last._id } : undefined, examined: start - stop };
+        }),
+      hit: (e, key, turn) => ({ key, session: e.record(this.cache), turn }),
     };
   }
 

@@ -1,6 +1,9 @@
 // The journal's search index, in memory: for each folded word the documents (a session's name,
 // a turn) that hold it, and the words of each document so a change can take them out again. A
 // query word matches the words it starts, found in the sorted vocabulary by binary search.
+import { matchesAll } from '../../domain/search.js';
+
+const NONE: readonly string[] = [];
 
 /** The key of a session's name as a document. */
 export function nameDoc(sessionId: string): string {
@@ -65,25 +68,54 @@ export class WordIndex {
     this.unsorted = [];
   }
 
-  /** The documents in which every query word starts a word. */
-  find(query: readonly string[]): Set<string> {
-    this.sort();
-    let result: Set<string> | undefined;
-    // the rarest word first: the intersection never grows
-    const sets = query.map((q) => this.withPrefix(q)).sort((a, b) => a.size - b.size);
-    for (const s of sets) {
-      if (result === undefined) result = s;
-      else {
-        const next = new Set<string>();
-        for (const d of result) if (s.has(d)) next.add(d);
-        result = next;
-      }
-      if (result.size === 0) break;
-    }
-    return result ?? new Set();
+  /**
+   * The documents in which every query word starts a word: those of the rarest query word,
+   * checked against their own words for the others (a common word's documents are never united).
+   */
+  find(query: readonly string[]): string[] {
+    const rarest = this.rarest(query);
+    const docs = this.withPrefix(rarest);
+    const rest = query.filter((q) => q !== rarest);
+    if (rest.length === 0) return [...docs];
+    const out: string[] = [];
+    for (const d of docs) if (matchesAll(this.docs.get(d) ?? NONE, rest)) out.push(d);
+    return out;
   }
 
-  private withPrefix(prefix: string): Set<string> {
+  /** At least how many documents a query word starts a word of, for its rarest word (what reading its documents would cost). */
+  estimate(query: readonly string[]): number {
+    return Math.min(...query.map((q) => this.countWithPrefix(q)));
+  }
+
+  /** Whether every query word starts one of the document's words. */
+  holds(doc: string, query: readonly string[]): boolean {
+    const words = this.docs.get(doc);
+    return words !== undefined && matchesAll(words, query);
+  }
+
+  private rarest(query: readonly string[]): string {
+    let best = query[0] as string;
+    let count = Infinity;
+    for (const q of query) {
+      const n = this.countWithPrefix(q);
+      if (n < count) {
+        best = q;
+        count = n;
+      }
+    }
+    return best;
+  }
+
+  /** The documents of the words `prefix` starts, counted once per word (an upper bound when a document has several). */
+  private countWithPrefix(prefix: string): number {
+    let n = 0;
+    for (let i = this.firstWithPrefix(prefix); i < this.vocab.length && (this.vocab[i] as string).startsWith(prefix); i++) n += (this.postings.get(this.vocab[i] as string) as Set<string>).size;
+    return n;
+  }
+
+  /** Where the first word at or after `prefix` is in the vocabulary (sorted first). */
+  private firstWithPrefix(prefix: string): number {
+    this.sort();
     const v = this.vocab;
     let lo = 0;
     let hi = v.length;
@@ -92,6 +124,12 @@ export class WordIndex {
       if ((v[mid] as string) < prefix) lo = mid + 1;
       else hi = mid;
     }
+    return lo;
+  }
+
+  private withPrefix(prefix: string): Set<string> {
+    const v = this.vocab;
+    const lo = this.firstWithPrefix(prefix);
     let out: Set<string> | undefined;
     let copied = false;
     for (let i = lo; i < v.length && (v[i] as string).startsWith(prefix); i++) {

@@ -5,7 +5,7 @@
 import { PAGE_BYTE_BUDGET, PAGE_SCAN_BUDGET, SCAN_CHUNK, SCAN_CHUNK_BYTES, type SessionKey, type TurnKey } from '../../domain/order.js';
 import type { ChatSession, Turn } from '../../domain/records.js';
 import type { Liveness } from '../../domain/retention.js';
-import { foldForSearch, indexedTurnWords, indexedWords } from '../../domain/search.js';
+import { foldForSearch, indexedTurnWords, indexedWordList, indexedWords, matchesAll } from '../../domain/search.js';
 import { versionOfSession } from '../../domain/version.js';
 import type { Logger } from '../../log.js';
 import type { Quotas } from '../../config.js';
@@ -38,6 +38,7 @@ import {
   type SharedEventLog,
 } from '../store.js';
 import { budgetedTurnPage } from '../turn-page.js';
+import { walkSearch, type WalkSource } from '../search-walk.js';
 import { SerialWrites } from '../serial-writes.js';
 import { SerialWriter, type Group, type GroupSource, type TreeNeeds } from '../writer.js';
 import { keptColumns, sqlText, storeError, textArray, wordsSql } from './values.js';
@@ -63,6 +64,8 @@ export interface PostgresOptions {
   readonly quotas?: Quotas | undefined;
   /** The live feed's events of each group's changes, logged in its transaction (EVENTS=on). */
   readonly announce?: Announce | undefined;
+  /** Turns matching a query from which search walks the sessions (SEARCH_WALK_FROM); 1 always walks. */
+  readonly searchWalkFrom?: number;
 }
 
 const CHUNK = 256;
@@ -72,6 +75,17 @@ const IMPORT_RESET = { type: 'reset', session: '', owner: '', project: '', data:
 const START_PATIENCE_MS = 30_000;
 
 /** A session as read: its JSON and version as stored, the record parsed only when asked for. */
+/** The words as a tsquery of prefixes, every one required (the words are letters and digits only). */
+function tsQuery(words: readonly string[]): string {
+  return words.map((w) => `'${w}':*`).join(' & ');
+}
+
+/** Sessions a search walk lists at a time; hits of one session it reads at a time. */
+const WALK_SESSIONS = 64;
+const WALK_TURNS = 16;
+/** After every createdAt: where a session's turns are read from when the walk starts at its newest. */
+const END = '~';
+
 class Record implements SessionRecord {
   private parsed: ChatSession | undefined;
   constructor(
@@ -173,14 +187,27 @@ export class PostgresStore extends SerialWrites implements Store, GroupSource {
     }, rethrow);
   }
 
+  /**
+   * Search hits newest first: from the GIN index when fewer than SEARCH_WALK_FROM turns hold the
+   * query (the query sorts its matches), else by walking the caller's sessions newest first and
+   * stopping at the page (../search-walk.ts).
+   */
   async search(filter: SearchFilter, after: SearchKey | undefined, limit: number): Promise<Page<SearchHit, SearchKey>> {
+    const walkFrom = this.opts.searchWalkFrom ?? Infinity;
+    if (walkFrom !== Infinity) {
+      const probe = `SELECT count(*) FROM (SELECT 1 FROM ${this.S}.turns WHERE words @@ $1::tsquery LIMIT $2) x`;
+      const n = Number((await this.pool.query(probe, [tsQuery(filter.words), String(walkFrom)]).catch(rethrow)).rows[0]?.[0] ?? 0);
+      if (n >= walkFrom) {
+        const walked = await walkSearch(this.walkSource(filter), after, limit).catch(rethrow);
+        if (walked !== undefined) return walked;
+      }
+    }
     const params: string[] = [];
     const p = (v: string): string => {
       params.push(v);
       return `$${params.length}`;
     };
-    // the words as a tsquery of prefixes, every one required; the words are letters and digits only
-    const query = p(filter.words.map((w) => `'${w}':*`).join(' & '));
+    const query = p(tsQuery(filter.words));
     const where: string[] = [];
     if (filter.user !== undefined) {
       where.push(`s.owner = ${p(sqlText(filter.user))}`);
@@ -201,6 +228,36 @@ export class PostgresStore extends SerialWrites implements Store, GroupSource {
       return { key, session: new Record(r[2] as string, r[3] as string), turn };
     });
     return { items, next: rows.length > limit ? items[items.length - 1]?.key : undefined };
+  }
+
+  /**
+   * The caller's sessions as its lists read them, and each one's next turns holding the query,
+   * newest first, read for several sessions in one query (PostgreSQL checks the words: the index's
+   * own tsvector, read by row).
+   */
+  private walkSource(filter: SearchFilter): WalkSource<SessionRecord, SessionKey, TurnRecord> {
+    const query = tsQuery(filter.words);
+    const lists: SessionFilter = { ...(filter.user !== undefined ? { user: filter.user } : {}), ...(filter.project !== undefined ? { project: filter.project } : {}), archived: filter.archived, live: filter.live };
+    const sql = `SELECT x.i, t.id, t.created_at, t.json FROM unnest($1::text[], $2::text[], $3::text[]) WITH ORDINALITY AS x(sid, at, doc, i)
+      CROSS JOIN LATERAL (SELECT id, created_at, json FROM ${this.S}.turns t WHERE t.session = x.sid AND (t.created_at, t.id) < (x.at COLLATE "C", x.doc COLLATE "C") AND t.words @@ $4::tsquery
+        ORDER BY t.created_at DESC, t.id DESC LIMIT ${WALK_TURNS}) t`;
+    const words = filter.words;
+    return {
+      sessions: (after) => this.listSessions(lists, after, WALK_SESSIONS),
+      updatedAt: (r) => r.session.updatedAt,
+      id: (r) => r.session._id,
+      nameMatches: (r) => matchesAll(indexedWordList(r.session.name), words),
+      turns: async (from) => {
+        const rows = (await this.pool.query(sql, [textArray(from.map((f) => f.s.session._id)), textArray(from.map((f) => f.before?.at ?? END)), textArray(from.map((f) => f.before?.doc ?? '')), query])).rows;
+        const hits = from.map((): { key: SearchKey; turn: TurnRecord }[] => []);
+        for (const r of rows) hits[Number(r[0]) - 1]?.push({ key: { at: r[2] as string, doc: r[1] as string }, turn: { _id: r[1] as string, createdAt: r[2] as string, json: Buffer.from(r[3] as string) } });
+        return hits.map((h) => {
+          const last = h[h.length - 1];
+          return { hits: h, next: h.length === WALK_TURNS && last !== undefined ? last.key : undefined, examined: h.length };
+        });
+      },
+      hit: (s, key, turn) => ({ key, session: s, turn }),
+    };
   }
 
   /** Indexes every name and turn again, in one transaction. */

@@ -9,7 +9,7 @@ import { Worker } from 'node:worker_threads';
 import { PAGE_BYTE_BUDGET, PAGE_SCAN_BUDGET, SCAN_CHUNK, SCAN_CHUNK_BYTES, sessionBefore, type SessionKey, type TurnKey } from '../../domain/order.js';
 import { foldedTags, type ChatSession, type Turn } from '../../domain/records.js';
 import type { Liveness } from '../../domain/retention.js';
-import { foldForSearch } from '../../domain/search.js';
+import { foldForSearch, indexedWordList, matchesAll, turnTextOfJson } from '../../domain/search.js';
 import { versionOfSession } from '../../domain/version.js';
 import type { Quotas } from '../../config.js';
 import type { Logger } from '../../log.js';
@@ -39,6 +39,7 @@ import {
   type Usage,
 } from '../store.js';
 import { budgetedTurnPage } from '../turn-page.js';
+import { walkSearchNow, type WalkSource } from '../search-walk.js';
 import { SerialWrites } from '../serial-writes.js';
 import { SerialWriter, type Change, type Group, type GroupSource } from '../writer.js';
 import { bytesOf, int, sqliteDatabase, text, textOrUndefined, type Database, type Row, type SqlValue, type Statement } from './binding.js';
@@ -57,6 +58,8 @@ export interface SqliteOptions {
   readonly quotas?: Quotas | undefined;
   /** false only to measure what group commit buys: one write per transaction. */
   readonly groupCommit?: boolean;
+  /** Documents of a query's rarest word from which search walks the sessions (SEARCH_WALK_FROM); 1 always walks. */
+  readonly searchWalkFrom?: number;
 }
 
 /** Snapshot connections kept open between scans, and the most open at once (more scans wait). */
@@ -227,13 +230,24 @@ function liveSql(live: Liveness, params: SqlValue[]): string {
   return `(CASE WHEN s.expires_at IS NOT NULL THEN s.expires_at > ? WHEN s.keep = 1 THEN 1 ELSE ${live.cutoff === undefined ? '1' : 's.updated_at > ?'} END)`;
 }
 
+/** The query's words as an FTS5 query: each a prefix, all required (the words are letters and digits only). */
+function filterWords(words: readonly string[]): string {
+  return words.map((w) => `"${w}"*`).join(' ');
+}
+
+/** Sessions a search walk reads at a time, turns of a session it reads at a time. */
+const WALK_SESSIONS = 64;
+const WALK_TURNS = 32;
+/** After every createdAt: where a session's turns are read from when the walk starts at its newest. */
+const END = '~';
+
 /**
  * One half of a search (names or turns): the index finds the documents, the session's columns
  * decide whether the caller may read them (the lists' rules), keys after the cursor only.
  */
 function searchHalf(filter: SearchFilter, after: SearchKey | undefined, turns: boolean, params: SqlValue[]): string {
   const where: string[] = [];
-  params.push(filter.words.map((w) => `"${w}"*`).join(' '));
+  params.push(filterWords(filter.words));
   if (filter.user !== undefined) {
     where.push('s.user = ?');
     params.push(filter.user);
@@ -398,7 +412,17 @@ export class SqliteStore extends SerialWrites implements Store, GroupSource, Gro
     return Promise.resolve(row === undefined ? undefined : recordOf(row));
   }
 
+  /**
+   * Search hits newest first: from the index when fewer than SEARCH_WALK_FROM turns hold the
+   * query (FTS5 finds them, the query sorts them; counting stops there), else by walking the
+   * caller's sessions newest first and stopping at the page (../search-walk.ts).
+   */
   search(filter: SearchFilter, after: SearchKey | undefined, limit: number): Promise<Page<SearchHit, SearchKey>> {
+    const walkFrom = this.opts.searchWalkFrom ?? Infinity;
+    if (walkFrom !== Infinity && int(this.reader.prepare('SELECT count(*) AS n FROM (SELECT 1 FROM turn_words WHERE turn_words MATCH ? LIMIT ?)').get(filterWords(filter.words), walkFrom)?.['n']) >= walkFrom) {
+      const walked = walkSearchNow(this.walkSource(filter), after, limit);
+      if (walked !== undefined) return Promise.resolve(walked);
+    }
     const params: SqlValue[] = [];
     const sql = `${searchHalf(filter, after, false, params)} UNION ALL ${searchHalf(filter, after, true, params)} ORDER BY at DESC, doc DESC LIMIT ?`;
     params.push(limit + 1);
@@ -409,6 +433,37 @@ export class SqliteStore extends SerialWrites implements Store, GroupSource, Gro
       return { key, session: recordOf(row), turn };
     });
     return Promise.resolve({ items, next: rows.length > limit ? items[items.length - 1]?.key : undefined });
+  }
+
+  /**
+   * The caller's sessions as its lists read them, and their turns newest first, a few at a time,
+   * each checked against the query's words as the index would: the words of its text (a streaming
+   * turn's, whose index waits for its next edit, by the index itself).
+   */
+  private walkSource(filter: SearchFilter): WalkSource<SessionRecord, SessionKey, TurnRecord> {
+    const query = filter.words;
+    const match = filterWords(query);
+    const turns = this.reader.prepare(`SELECT rowid, id, created_at, json, ${STREAMING_WHERE} AS streaming FROM turns WHERE session = ? AND (created_at, id) < (?, ?) ORDER BY created_at DESC, id DESC LIMIT ${WALK_TURNS}`);
+    const indexed = this.reader.prepare('SELECT 1 AS x FROM turn_words WHERE turn_words MATCH ? AND rowid = ?');
+    return {
+      sessions: (after) => this.sessionPage({ ...(filter.user !== undefined ? { user: filter.user } : {}), ...(filter.project !== undefined ? { project: filter.project } : {}), archived: filter.archived, live: filter.live }, after, WALK_SESSIONS),
+      updatedAt: (r) => r.session.updatedAt,
+      id: (r) => r.session._id,
+      nameMatches: (r) => matchesAll(indexedWordList(r.session.name), query),
+      turns: (from) =>
+        from.map(({ s, before }) => {
+          const rows = turns.all(s.session._id, before?.at ?? END, before?.doc ?? '');
+          const hits: { key: SearchKey; turn: TurnRecord }[] = [];
+          for (const row of rows) {
+            const json = bytesOf(row['json']);
+            const found = row['streaming'] === 1 ? indexed.get(match, row['rowid'] as number) !== undefined : matchesAll(indexedWordList(turnTextOfJson(json)), query);
+            if (found) hits.push({ key: { at: text(row['created_at']), doc: text(row['id']) }, turn: { _id: text(row['id']), createdAt: text(row['created_at']), json } });
+          }
+          const last = rows[rows.length - 1];
+          return { hits, next: rows.length === WALK_TURNS && last !== undefined ? { at: text(last['created_at']), doc: text(last['id']) } : undefined, examined: rows.length };
+        }),
+      hit: (s, key, turn) => ({ key, session: s, turn }),
+    };
   }
 
   /**
@@ -435,7 +490,11 @@ export class SqliteStore extends SerialWrites implements Store, GroupSource, Gro
   }
 
   listSessions(filter: SessionFilter, after: SessionKey | undefined, limit: number): Promise<Page<SessionRecord, SessionKey>> {
-    if ((filter.user ?? filter.project) === undefined) return Promise.resolve({ items: [], next: undefined });
+    return Promise.resolve(this.sessionPage(filter, after, limit));
+  }
+
+  private sessionPage(filter: SessionFilter, after: SessionKey | undefined, limit: number): Page<SessionRecord, SessionKey> {
+    if ((filter.user ?? filter.project) === undefined) return { items: [], next: undefined };
     if (!narrowed(filter) && filter.archived !== 'all') {
       // only expiry can leave a row out (a session gone and not yet purged: rare), so the page's
       // rows and the one after are read in one call; if one was left out, the page is read again
@@ -443,9 +502,9 @@ export class SqliteStore extends SerialWrites implements Store, GroupSource, Gro
       // two snapshots (a session archived between them on both halves); iterated side by side
       // they are one
       const quick = pageOfRows(listRows(this.reader, filter, after, Math.min(limit, PAGE_SCAN_BUDGET) + 1), limit);
-      if (!quick.leftOut) return Promise.resolve(quick.page);
+      if (!quick.leftOut) return quick.page;
     }
-    return Promise.resolve(pageOfRows(listRows(this.reader, filter, after), limit).page);
+    return pageOfRows(listRows(this.reader, filter, after), limit).page;
   }
 
   async *scanSessions(filter: SessionFilter): AsyncIterable<readonly SessionRecord[]> {

@@ -1,0 +1,206 @@
+// Search by walking the caller's sessions, for a query too common to read from its index whole.
+// An index answers "which documents hold these words" in no order, so a common word costs every
+// match it has, keyed and sorted, before the newest page can be cut. But hits are read newest
+// first (a turn by its createdAt, a name by its session's updatedAt), and a turn is never newer
+// than its session's updatedAt (a turn raises it: the writer, an import and a fork all keep
+// this, src/domain/records.ts raisedByTurn). So the sessions the caller may list, read newest
+// first as their lists are, with each session's turns read newest first and merged as they come,
+// give the hits in order: a session need not be opened before the newest hit still waiting is
+// newer than everything it may hold. A common word then costs about the page it answers.
+//
+// The walk gives up (answers undefined) past a budget of documents examined, so a word that
+// turns out to be rare in the caller's sessions, or a deep page whose sessions were all updated
+// since, goes back to the index; the engine decides which plan a query takes (SEARCH_WALK_FROM).
+import { hitBefore } from '../domain/order.js';
+import type { Page, SearchHit, SearchKey } from './store.js';
+
+/** Sessions opened at once when the walk needs more (one query for all of them on PostgreSQL). */
+export const OPEN_GROUP = 8;
+
+/** Documents (sessions, names, turns) a walk examines before it gives the query back to the index. */
+export const WALK_BUDGET = 20_000;
+
+/** Some of one session's hits, newest first, and where to go on from. */
+export interface TurnBatch<T> {
+  readonly hits: readonly { readonly key: SearchKey; readonly turn: T }[];
+  /** Where the next batch starts (strictly before it); undefined when the session has no more. */
+  readonly next: SearchKey | undefined;
+  /** Turns examined to find these (the budget's unit). */
+  readonly examined: number;
+}
+
+/** Some sessions in list order, and where the next call starts (undefined: no more). */
+export interface SessionBatch<S, C> {
+  readonly items: readonly S[];
+  readonly next: C | undefined;
+}
+
+/** An engine reading in the request's own turn (the journal, sqlite) answers at once; PostgreSQL answers later. */
+type Step<R> = R | Promise<R>;
+
+/** What an engine gives the walk: the caller's sessions in list order, and their turns that hold the words. */
+export interface WalkSource<S, C, T> {
+  /** The sessions the search may read, newest first, after `after` (the `next` of the call before). */
+  sessions(after: C | undefined): Step<SessionBatch<S, C>>;
+  updatedAt(s: S): string;
+  id(s: S): string;
+  /** Whether the session's name holds every query word. */
+  nameMatches(s: S): boolean;
+  /** For each session, its next hits strictly before `before` (all of them when undefined), newest first. */
+  turns(from: readonly { readonly s: S; readonly before: SearchKey | undefined }[]): Step<readonly TurnBatch<T>[]>;
+  /** The answer's hit. */
+  hit(s: S, key: SearchKey, turn: T | undefined): SearchHit;
+}
+
+/** A session's hits waiting in the merge: the newest first, then the rest of its batch. */
+interface Cursor<S, T> {
+  readonly s: S;
+  hits: readonly { readonly key: SearchKey; readonly turn: T | undefined }[];
+  i: number;
+  next: SearchKey | undefined;
+}
+
+/**
+ * Up to `limit` hits strictly after `after`, in hit order, with `next` when there are more;
+ * undefined when the walk went past `budget` documents (the caller asks the index instead).
+ * For a source that answers at once: the walk runs in the request's turn, with no other work
+ * between its reads (the journal's answer is one moment's, as its other reads are).
+ */
+export function walkSearchNow<S, C, T>(source: WalkSource<S, C, T>, after: SearchKey | undefined, limit: number, budget = WALK_BUDGET): Page<SearchHit, SearchKey> | undefined {
+  const steps = walk(source, after, limit, budget);
+  let r = steps.next();
+  while (r.done !== true) r = steps.next(r.value);
+  return r.value;
+}
+
+/** walkSearchNow for a source whose reads are awaited. */
+export async function walkSearch<S, C, T>(source: WalkSource<S, C, T>, after: SearchKey | undefined, limit: number, budget = WALK_BUDGET): Promise<Page<SearchHit, SearchKey> | undefined> {
+  const steps = walk(source, after, limit, budget);
+  let r = steps.next();
+  while (r.done !== true) r = steps.next(await r.value);
+  return r.value;
+}
+
+/**
+ * The walk, one read at a time: it yields each read of the source and is resumed with what the
+ * read answered (the drivers above await it or not), so one algorithm serves both kinds of engine.
+ */
+function* walk<S, C, T>(source: WalkSource<S, C, T>, after: SearchKey | undefined, limit: number, budget: number): Generator<unknown, Page<SearchHit, SearchKey> | undefined, unknown> {
+  const heap = new CursorHeap<S, T>();
+  let waiting: readonly S[] = [];
+  let w = 0;
+  let sessionsAfter: C | undefined;
+  let sessionsDone = false;
+  let examined = 0;
+  // each `yield` hands back what the read it yielded answered: the casts name that read's type
+  const turnsOf = function* (from: readonly { readonly s: S; readonly before: SearchKey | undefined }[]): Generator<unknown, readonly TurnBatch<T>[], unknown> {
+    return (yield source.turns(from)) as readonly TurnBatch<T>[];
+  };
+  /** Reads a cursor's next batches until it has a hit or its session has no more; false past the budget. */
+  const fill = function* (c: Cursor<S, T>): Generator<unknown, boolean, unknown> {
+    while (c.i === c.hits.length && c.next !== undefined) {
+      const [b] = (yield* turnsOf([{ s: c.s, before: c.next }])) as [TurnBatch<T>];
+      examined += b.examined;
+      if (examined > budget) return false;
+      c.hits = b.hits;
+      c.i = 0;
+      c.next = b.next;
+    }
+    return true;
+  };
+  const out: SearchHit[] = [];
+  for (;;) {
+    // open every session that may hold a hit newer than the newest one waiting: a session's hits
+    // are all at or before (its updatedAt, any doc), and the sessions come newest first
+    for (;;) {
+      if (w === waiting.length) {
+        if (sessionsDone) break;
+        const got = (yield source.sessions(sessionsAfter)) as SessionBatch<S, C>;
+        waiting = got.items;
+        w = 0;
+        sessionsAfter = got.next;
+        sessionsDone = got.next === undefined;
+        examined += got.items.length + 1;
+        if (examined > budget) return undefined;
+        continue;
+      }
+      const top = heap.peek();
+      if (top !== undefined && source.updatedAt(waiting[w] as S) < top.at) break;
+      const group: S[] = [];
+      while (w < waiting.length && group.length < OPEN_GROUP && (top === undefined || source.updatedAt(waiting[w] as S) >= top.at)) group.push(waiting[w++] as S);
+      for (const s of group) {
+        const key = { at: source.updatedAt(s), doc: source.id(s) };
+        if ((after === undefined || hitBefore(after, key)) && source.nameMatches(s)) heap.push({ s, hits: [{ key, turn: undefined }], i: 0, next: undefined });
+      }
+      const batches = yield* turnsOf(group.map((s) => ({ s, before: after })));
+      for (let k = 0; k < batches.length; k++) {
+        const b = batches[k] as TurnBatch<T>;
+        examined += b.examined;
+        const c: Cursor<S, T> = { s: group[k] as S, hits: b.hits, i: 0, next: b.next };
+        if (!(yield* fill(c))) return undefined;
+        if (c.i < c.hits.length) heap.push(c);
+      }
+      if (examined > budget) return undefined;
+    }
+    // nothing unopened can hold a hit newer than the top
+    const c = heap.pop();
+    if (c === undefined) break;
+    const h = c.hits[c.i++] as { key: SearchKey; turn: T | undefined };
+    out.push(source.hit(c.s, h.key, h.turn));
+    if (out.length > limit) break;
+    if (!(yield* fill(c))) return undefined;
+    if (c.i < c.hits.length) heap.push(c);
+  }
+  const items = out.slice(0, limit);
+  return { items, next: out.length > limit ? items[items.length - 1]?.key : undefined };
+}
+
+/** A max-heap of cursors by their next hit (the newest first); every cursor in it has one. */
+class CursorHeap<S, T> {
+  private readonly items: Cursor<S, T>[] = [];
+
+  /** The key of the newest hit waiting (undefined: none). */
+  peek(): SearchKey | undefined {
+    const c = this.items[0];
+    return c === undefined ? undefined : keyOf(c);
+  }
+
+  push(c: Cursor<S, T>): void {
+    const a = this.items;
+    a.push(c);
+    let i = a.length - 1;
+    while (i > 0) {
+      const p = (i - 1) >> 1;
+      if (!hitBefore(keyOf(a[i] as Cursor<S, T>), keyOf(a[p] as Cursor<S, T>))) break;
+      [a[i], a[p]] = [a[p] as Cursor<S, T>, a[i] as Cursor<S, T>];
+      i = p;
+    }
+  }
+
+  pop(): Cursor<S, T> | undefined {
+    const a = this.items;
+    const top = a[0];
+    if (top === undefined) return undefined;
+    const last = a.pop() as Cursor<S, T>;
+    if (a.length > 0) {
+      a[0] = last;
+      let i = 0;
+      for (;;) {
+        const l = 2 * i + 1;
+        const r = l + 1;
+        let m = i;
+        if (l < a.length && hitBefore(keyOf(a[l] as Cursor<S, T>), keyOf(a[m] as Cursor<S, T>))) m = l;
+        if (r < a.length && hitBefore(keyOf(a[r] as Cursor<S, T>), keyOf(a[m] as Cursor<S, T>))) m = r;
+        if (m === i) break;
+        [a[i], a[m]] = [a[m] as Cursor<S, T>, a[i] as Cursor<S, T>];
+        i = m;
+      }
+    }
+    return top;
+  }
+}
+
+/** Where a cursor ranks: its next hit. */
+function keyOf<S, T>(c: Cursor<S, T>): SearchKey {
+  return (c.hits[c.i] as { key: SearchKey }).key;
+}
