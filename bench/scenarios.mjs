@@ -6,6 +6,7 @@ import { join } from 'node:path';
 import { api, logLines, median, memoryOf, sleep, token } from './common.mjs';
 import { conversationGroups, conversationScenarios } from './conversations.mjs';
 import { purgeScenarios } from './purge.mjs';
+import { searchScaleScenarios } from './search-scale.mjs';
 import { generateDataDir, PER_LIST } from './datagen.mjs';
 import { ENGINE_GROUPS, engineScenarios } from './engines.mjs';
 import { buildRequest, percentile } from './loadgen.mjs';
@@ -342,13 +343,15 @@ export const scenarios = [
   ...conversationScenarios({ opts, report, progress, runDir: () => runDir, track: (p) => live.add(p) }),
   // the background purge beside a read load (bench/purge.mjs), reported in a section of its own
   ...purgeScenarios({ opts, progress, runDir: () => runDir, track: (p) => live.add(p), sections }),
+  // search over a million turns on every engine (bench/search-scale.mjs), a section of its own
+  ...searchScaleScenarios({ opts, progress, runDir: () => runDir, track: (p) => live.add(p), sections }),
   // the live feed's measurements (bench/live.mjs), reported in a section of their own
   { name: 'live', run: async () => sections.push(await (await import('./live.mjs')).liveReport({ subscribers: opts.quick ? 2000 : 10_000, throughputSubscribers: 1000, writes: opts.quick ? 50 : 200, ...opts, postgres: true }, progress)) },
 ];
 export const groups = {
   reads: ['get', 'list-user', 'list-project', 'providers'],
   list: ['list-user', 'list-project'],
-  search: ['search-rare', 'search-common', 'search-prefix'],
+  search: ['search-rare', 'search-common', 'search-prefix', 'search-scale'],
   create: ['create-1', 'create-16', 'create-64', 'fsync'],
   writes: ['create-1', 'create-16', 'create-64', 'fsync', 'update', 'turn'],
   scale: ['replay', 'list-scale'],

@@ -74,6 +74,27 @@ export function indexedTurnWords(json: string | Uint8Array): string {
   return indexedWords(turnTextOfJson(json));
 }
 
+const WORD_CHAR = /[a-z0-9]/;
+
+/**
+ * Whether every query word starts a word of `text` that an index keeps (what matchesAll over
+ * indexedWordList says), without making the word list: for ASCII text, each query word is looked
+ * for in the lowered text where a word starts, and that word must be at most WORD_MAX long.
+ */
+export function textHolds(text: string, query: readonly string[]): boolean {
+  if (NOT_ASCII.test(text)) return matchesAll(indexedWordList(text), query);
+  const lower = text.toLowerCase();
+  return query.every((q) => {
+    for (let at = lower.indexOf(q); at >= 0; at = lower.indexOf(q, at + 1)) {
+      if (at > 0 && WORD_CHAR.test(lower[at - 1] as string)) continue;
+      let end = at + q.length;
+      while (end < lower.length && WORD_CHAR.test(lower[end] as string)) end++;
+      if (end - at <= WORD_MAX) return true;
+    }
+    return false;
+  });
+}
+
 /** True when every query word is a prefix of (or equal to) one of `words`. */
 export function matchesAll(words: readonly string[], query: readonly string[]): boolean {
   return query.every((q) => words.some((w) => w.startsWith(q)));

@@ -29,6 +29,21 @@ export interface TurnBatch<T> {
   readonly examined: number;
 }
 
+/** Where to read a session's turns from, and how many. */
+export interface TurnsFrom<S> {
+  readonly s: S;
+  readonly before: SearchKey | undefined;
+  readonly want: number;
+}
+
+/**
+ * Turns (or hits) a session's first batch asks for, doubled with each batch after, up to the
+ * most: most sessions a page opens give it one hit or none (their newest turns are all a busy
+ * page needs), a session that keeps giving hits is read in longer strides.
+ */
+export const FIRST_BATCH = 4;
+export const MOST_BATCH = 64;
+
 /** Some sessions in list order, and where the next call starts (undefined: no more). */
 export interface SessionBatch<S, C> {
   readonly items: readonly S[];
@@ -46,8 +61,12 @@ export interface WalkSource<S, C, T> {
   id(s: S): string;
   /** Whether the session's name holds every query word. */
   nameMatches(s: S): boolean;
-  /** For each session, its next hits strictly before `before` (all of them when undefined), newest first. */
-  turns(from: readonly { readonly s: S; readonly before: SearchKey | undefined }[]): Step<readonly TurnBatch<T>[]>;
+  /**
+   * For each session, its next hits strictly before `before` (from its newest when undefined),
+   * newest first: those among its next `want` turns (the journal, sqlite), or its next `want`
+   * hits (PostgreSQL, which checks the words itself).
+   */
+  turns(from: readonly TurnsFrom<S>[]): Step<readonly TurnBatch<T>[]>;
   /** The answer's hit. */
   hit(s: S, key: SearchKey, turn: T | undefined): SearchHit;
 }
@@ -58,6 +77,8 @@ interface Cursor<S, T> {
   hits: readonly { readonly key: SearchKey; readonly turn: T | undefined }[];
   i: number;
   next: SearchKey | undefined;
+  /** What its next batch asks for. */
+  want: number;
 }
 
 /**
@@ -93,13 +114,14 @@ function* walk<S, C, T>(source: WalkSource<S, C, T>, after: SearchKey | undefine
   let sessionsDone = false;
   let examined = 0;
   // each `yield` hands back what the read it yielded answered: the casts name that read's type
-  const turnsOf = function* (from: readonly { readonly s: S; readonly before: SearchKey | undefined }[]): Generator<unknown, readonly TurnBatch<T>[], unknown> {
+  const turnsOf = function* (from: readonly TurnsFrom<S>[]): Generator<unknown, readonly TurnBatch<T>[], unknown> {
     return (yield source.turns(from)) as readonly TurnBatch<T>[];
   };
   /** Reads a cursor's next batches until it has a hit or its session has no more; false past the budget. */
   const fill = function* (c: Cursor<S, T>): Generator<unknown, boolean, unknown> {
     while (c.i === c.hits.length && c.next !== undefined) {
-      const [b] = (yield* turnsOf([{ s: c.s, before: c.next }])) as [TurnBatch<T>];
+      c.want = Math.min(MOST_BATCH, c.want * 2);
+      const [b] = (yield* turnsOf([{ s: c.s, before: c.next, want: c.want }])) as [TurnBatch<T>];
       examined += b.examined;
       if (examined > budget) return false;
       c.hits = b.hits;
@@ -130,13 +152,13 @@ function* walk<S, C, T>(source: WalkSource<S, C, T>, after: SearchKey | undefine
       while (w < waiting.length && group.length < OPEN_GROUP && (top === undefined || source.updatedAt(waiting[w] as S) >= top.at)) group.push(waiting[w++] as S);
       for (const s of group) {
         const key = { at: source.updatedAt(s), doc: source.id(s) };
-        if ((after === undefined || hitBefore(after, key)) && source.nameMatches(s)) heap.push({ s, hits: [{ key, turn: undefined }], i: 0, next: undefined });
+        if ((after === undefined || hitBefore(after, key)) && source.nameMatches(s)) heap.push({ s, hits: [{ key, turn: undefined }], i: 0, next: undefined, want: 0 });
       }
-      const batches = yield* turnsOf(group.map((s) => ({ s, before: after })));
+      const batches = yield* turnsOf(group.map((s) => ({ s, before: after, want: FIRST_BATCH })));
       for (let k = 0; k < batches.length; k++) {
         const b = batches[k] as TurnBatch<T>;
         examined += b.examined;
-        const c: Cursor<S, T> = { s: group[k] as S, hits: b.hits, i: 0, next: b.next };
+        const c: Cursor<S, T> = { s: group[k] as S, hits: b.hits, i: 0, next: b.next, want: FIRST_BATCH };
         if (!(yield* fill(c))) return undefined;
         if (c.i < c.hits.length) heap.push(c);
       }

@@ -19,9 +19,8 @@ export { StoredTurn } from './turns.js';
 
 /** Turns of a session past which a lookup by id builds the session's index instead of scanning. */
 const SCAN_TURNS = 16;
-/** Sessions a search walk takes from a list at a time, and turns it examines in a session at a time. */
+/** Sessions a search walk takes from a list at a time. */
 const WALK_SESSIONS = 64;
-const WALK_TURNS = 64;
 
 /**
  * Read records are cached (their JSON made once), but not without bound: past a budget the
@@ -628,12 +627,12 @@ export class MemoryState {
       id: (e) => e.session._id,
       nameMatches: (e) => words.holds(nameDoc(e.session._id), query),
       turns: (from) =>
-        from.map(({ s: e, before }) => {
+        from.map(({ s: e, before, want }) => {
           const list = e.turns ?? EMPTY;
           const sid = e.session._id;
           let i = (before === undefined ? list.length : turnsBefore(list, { createdAt: before.at, _id: before.doc })) - 1;
           const start = i;
-          const stop = Math.max(-1, i - WALK_TURNS);
+          const stop = Math.max(-1, i - want);
           const hits: { key: SearchKey; turn: StoredTurn }[] = [];
           for (; i > stop; i--) {
             const t = list[i] as StoredTurn;

@@ -9,7 +9,7 @@ import { Worker } from 'node:worker_threads';
 import { PAGE_BYTE_BUDGET, PAGE_SCAN_BUDGET, SCAN_CHUNK, SCAN_CHUNK_BYTES, sessionBefore, type SessionKey, type TurnKey } from '../../domain/order.js';
 import { foldedTags, type ChatSession, type Turn } from '../../domain/records.js';
 import type { Liveness } from '../../domain/retention.js';
-import { foldForSearch, indexedWordList, matchesAll, turnTextOfJson } from '../../domain/search.js';
+import { foldForSearch, textHolds, turnTextOfJson } from '../../domain/search.js';
 import { versionOfSession } from '../../domain/version.js';
 import type { Quotas } from '../../config.js';
 import type { Logger } from '../../log.js';
@@ -235,9 +235,8 @@ function filterWords(words: readonly string[]): string {
   return words.map((w) => `"${w}"*`).join(' ');
 }
 
-/** Sessions a search walk reads at a time, turns of a session it reads at a time. */
+/** Sessions a search walk reads at a time. */
 const WALK_SESSIONS = 64;
-const WALK_TURNS = 32;
 /** After every createdAt: where a session's turns are read from when the walk starts at its newest. */
 const END = '~';
 
@@ -443,24 +442,24 @@ export class SqliteStore extends SerialWrites implements Store, GroupSource, Gro
   private walkSource(filter: SearchFilter): WalkSource<SessionRecord, SessionKey, TurnRecord> {
     const query = filter.words;
     const match = filterWords(query);
-    const turns = this.reader.prepare(`SELECT rowid, id, created_at, json, ${STREAMING_WHERE} AS streaming FROM turns WHERE session = ? AND (created_at, id) < (?, ?) ORDER BY created_at DESC, id DESC LIMIT ${WALK_TURNS}`);
+    const turns = this.reader.prepare(`SELECT rowid, id, created_at, json, ${STREAMING_WHERE} AS streaming FROM turns WHERE session = ? AND (created_at, id) < (?, ?) ORDER BY created_at DESC, id DESC LIMIT ?`);
     const indexed = this.reader.prepare('SELECT 1 AS x FROM turn_words WHERE turn_words MATCH ? AND rowid = ?');
     return {
       sessions: (after) => this.sessionPage({ ...(filter.user !== undefined ? { user: filter.user } : {}), ...(filter.project !== undefined ? { project: filter.project } : {}), archived: filter.archived, live: filter.live }, after, WALK_SESSIONS),
       updatedAt: (r) => r.session.updatedAt,
       id: (r) => r.session._id,
-      nameMatches: (r) => matchesAll(indexedWordList(r.session.name), query),
+      nameMatches: (r) => textHolds(r.session.name, query),
       turns: (from) =>
-        from.map(({ s, before }) => {
-          const rows = turns.all(s.session._id, before?.at ?? END, before?.doc ?? '');
+        from.map(({ s, before, want }) => {
+          const rows = turns.all(s.session._id, before?.at ?? END, before?.doc ?? '', want);
           const hits: { key: SearchKey; turn: TurnRecord }[] = [];
           for (const row of rows) {
             const json = bytesOf(row['json']);
-            const found = row['streaming'] === 1 ? indexed.get(match, row['rowid'] as number) !== undefined : matchesAll(indexedWordList(turnTextOfJson(json)), query);
+            const found = row['streaming'] === 1 ? indexed.get(match, row['rowid'] as number) !== undefined : textHolds(turnTextOfJson(json), query);
             if (found) hits.push({ key: { at: text(row['created_at']), doc: text(row['id']) }, turn: { _id: text(row['id']), createdAt: text(row['created_at']), json } });
           }
           const last = rows[rows.length - 1];
-          return { hits, next: rows.length === WALK_TURNS && last !== undefined ? { at: text(last['created_at']), doc: text(last['id']) } : undefined, examined: rows.length };
+          return { hits, next: rows.length === want && last !== undefined ? { at: text(last['created_at']), doc: text(last['id']) } : undefined, examined: rows.length };
         }),
       hit: (s, key, turn) => ({ key, session: s, turn }),
     };
