@@ -108,8 +108,10 @@ export const SNIPPET_CHARS = 160;
  */
 export function snippetOf(text: string, query: readonly string[]): string {
   let at = 0;
+  // ASCII text (most): lower case is the whole fold (see wordsOf)
+  const fold = NOT_ASCII.test(text) ? foldWord : (w: string): string => w.toLowerCase();
   for (const m of text.matchAll(WORD)) {
-    const folded = foldWord(m[0]);
+    const folded = fold(m[0]);
     if (query.some((q) => folded.startsWith(q))) {
       at = m.index;
       break;

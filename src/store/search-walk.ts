@@ -14,7 +14,7 @@
 import { hitBefore } from '../domain/order.js';
 import type { Page, SearchHit, SearchKey } from './store.js';
 
-/** Sessions opened at once when the walk needs more (one query for all of them on PostgreSQL). */
+/** Sessions opened at once when the walk first needs more (one query for all of them on PostgreSQL), doubled each time after. */
 export const OPEN_GROUP = 8;
 
 /** Documents (sessions, names, turns) a walk examines before it gives the query back to the index. */
@@ -113,6 +113,7 @@ function* walk<S, C, T>(source: WalkSource<S, C, T>, after: SearchKey | undefine
   let sessionsAfter: C | undefined;
   let sessionsDone = false;
   let examined = 0;
+  let groupSize = OPEN_GROUP;
   // each `yield` hands back what the read it yielded answered: the casts name that read's type
   const turnsOf = function* (from: readonly TurnsFrom<S>[]): Generator<unknown, readonly TurnBatch<T>[], unknown> {
     return (yield source.turns(from)) as readonly TurnBatch<T>[];
@@ -149,11 +150,13 @@ function* walk<S, C, T>(source: WalkSource<S, C, T>, after: SearchKey | undefine
       const top = heap.peek();
       if (top !== undefined && source.updatedAt(waiting[w] as S) < top.at) break;
       const group: S[] = [];
-      while (w < waiting.length && group.length < OPEN_GROUP && (top === undefined || source.updatedAt(waiting[w] as S) >= top.at)) group.push(waiting[w++] as S);
+      while (w < waiting.length && group.length < groupSize && (top === undefined || source.updatedAt(waiting[w] as S) >= top.at)) group.push(waiting[w++] as S);
       for (const s of group) {
         const key = { at: source.updatedAt(s), doc: source.id(s) };
         if ((after === undefined || hitBefore(after, key)) && source.nameMatches(s)) heap.push({ s, hits: [{ key, turn: undefined }], i: 0, next: undefined, want: 0 });
       }
+      // a page that keeps opening sessions opens more at a time (fewer queries on PostgreSQL)
+      groupSize = Math.min(MOST_BATCH, groupSize * 2);
       const batches = yield* turnsOf(group.map((s) => ({ s, before: after, want: FIRST_BATCH })));
       for (let k = 0; k < batches.length; k++) {
         const b = batches[k] as TurnBatch<T>;
