@@ -20,6 +20,14 @@ export const OPEN_GROUP = 8;
 /** Documents (sessions, names, turns) a walk examines before it gives the query back to the index. */
 export const WALK_BUDGET = 20_000;
 
+/**
+ * The (createdAt, id) a session's turns are read strictly before, newest first: `before`, or
+ * from after every createdAt when the walk starts at the session's newest turn.
+ */
+export function keysetFrom(before: SearchKey | undefined): [string, string] {
+  return before === undefined ? ['~', ''] : [before.at, before.doc];
+}
+
 /** Some of one session's hits, newest first, and where to go on from. */
 export interface TurnBatch<T> {
   readonly hits: readonly { readonly key: SearchKey; readonly turn: T }[];

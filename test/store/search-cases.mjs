@@ -69,7 +69,7 @@ async function walk(store, filter, limit) {
 
 export function searchContract(engine) {
   describe(`Store contract, search: ${engine}`, () => {
-    test('"Served from an index": every engine answers what reading every name and turn would, in the same order ("Hits are newest first: a turn by its createdAt, a name by its session\'s updatedAt"), page by page, after edits, deletes, a fork, an import, a reopen and a reindex, and the same when a common word walks the sessions instead', async () => {
+    test('"Served from an index": every engine answers what reading every name and turn would, in the same order ("Hits are newest first: a turn by its createdAt, a name by its session\'s updatedAt"), page by page, after edits, deletes, a fork, an import, a reopen and a reindex, and the same when "A common word walks the caller\'s sessions instead"', async () => {
       const dir = mkdtempSync(join(tmpdir(), `csa-search-${engine}-`));
       let store = await openOn(engine, dir);
       try {

@@ -38,7 +38,7 @@ import {
   type SharedEventLog,
 } from '../store.js';
 import { budgetedTurnPage } from '../turn-page.js';
-import { walkSearch, type TurnsFrom, type WalkSource } from '../search-walk.js';
+import { keysetFrom, walkSearch, type TurnsFrom, type WalkSource } from '../search-walk.js';
 import { SerialWrites } from '../serial-writes.js';
 import { SerialWriter, type Group, type GroupSource, type TreeNeeds } from '../writer.js';
 import { keptColumns, sqlText, storeError, textArray, wordsSql } from './values.js';
@@ -82,8 +82,6 @@ function tsQuery(words: readonly string[]): string {
 
 /** Sessions a search walk lists at a time. */
 const WALK_SESSIONS = 64;
-/** After every createdAt: where a session's turns are read from when the walk starts at its newest. */
-const END = '~';
 
 class Record implements SessionRecord {
   private parsed: ChatSession | undefined;
@@ -238,18 +236,17 @@ export class PostgresStore extends SerialWrites implements Store, GroupSource {
    */
   private walkSource(filter: SearchFilter): WalkSource<SessionRecord, SessionKey, TurnRecord> {
     const query = tsQuery(filter.words);
-    const lists: SessionFilter = { ...(filter.user !== undefined ? { user: filter.user } : {}), ...(filter.project !== undefined ? { project: filter.project } : {}), archived: filter.archived, live: filter.live };
     const sql = `SELECT x.i, t.id, t.created_at, t.json FROM unnest($1::text[], $2::text[], $3::text[], $5::int[]) WITH ORDINALITY AS x(sid, at, doc, want, i)
       CROSS JOIN LATERAL (SELECT id, created_at, json FROM ${this.S}.turns t WHERE t.session = x.sid AND (t.created_at, t.id) < (x.at COLLATE "C", x.doc COLLATE "C") AND t.words @@ $4::tsquery
         ORDER BY t.created_at DESC, t.id DESC LIMIT x.want) t`;
     const words = filter.words;
     return {
-      sessions: (after) => this.listSessions(lists, after, WALK_SESSIONS),
+      sessions: (after) => this.listSessions(filter, after, WALK_SESSIONS),
       updatedAt: (r) => r.session.updatedAt,
       id: (r) => r.session._id,
       nameMatches: (r) => textHolds(r.session.name, words),
       turns: async (from) => {
-        const rows = (await this.pool.query(sql, [textArray(from.map((f) => f.s.session._id)), textArray(from.map((f) => f.before?.at ?? END)), textArray(from.map((f) => f.before?.doc ?? '')), query, `{${from.map((f) => f.want).join(',')}}`])).rows;
+        const rows = (await this.pool.query(sql, [textArray(from.map((f) => f.s.session._id)), textArray(from.map((f) => keysetFrom(f.before)[0])), textArray(from.map((f) => keysetFrom(f.before)[1])), query, `{${from.map((f) => f.want).join(',')}}`])).rows;
         const hits = from.map((): { key: SearchKey; turn: TurnRecord }[] => []);
         for (const r of rows) hits[Number(r[0]) - 1]?.push({ key: { at: r[2] as string, doc: r[1] as string }, turn: { _id: r[1] as string, createdAt: r[2] as string, json: Buffer.from(r[3] as string) } });
         return hits.map((h, k) => {

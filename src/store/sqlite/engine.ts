@@ -39,7 +39,7 @@ import {
   type Usage,
 } from '../store.js';
 import { budgetedTurnPage } from '../turn-page.js';
-import { walkSearchNow, type WalkSource } from '../search-walk.js';
+import { keysetFrom, walkSearchNow, type WalkSource } from '../search-walk.js';
 import { SerialWrites } from '../serial-writes.js';
 import { SerialWriter, type Change, type Group, type GroupSource } from '../writer.js';
 import { bytesOf, int, sqliteDatabase, text, textOrUndefined, type Database, type Row, type SqlValue, type Statement } from './binding.js';
@@ -237,8 +237,6 @@ function filterWords(words: readonly string[]): string {
 
 /** Sessions a search walk reads at a time. */
 const WALK_SESSIONS = 64;
-/** After every createdAt: where a session's turns are read from when the walk starts at its newest. */
-const END = '~';
 
 /**
  * One half of a search (names or turns): the index finds the documents, the session's columns
@@ -445,13 +443,13 @@ export class SqliteStore extends SerialWrites implements Store, GroupSource, Gro
     const turns = this.reader.prepare(`SELECT rowid, id, created_at, json, ${STREAMING_WHERE} AS streaming FROM turns WHERE session = ? AND (created_at, id) < (?, ?) ORDER BY created_at DESC, id DESC LIMIT ?`);
     const indexed = this.reader.prepare('SELECT 1 AS x FROM turn_words WHERE turn_words MATCH ? AND rowid = ?');
     return {
-      sessions: (after) => this.sessionPage({ ...(filter.user !== undefined ? { user: filter.user } : {}), ...(filter.project !== undefined ? { project: filter.project } : {}), archived: filter.archived, live: filter.live }, after, WALK_SESSIONS),
+      sessions: (after) => this.sessionPage(filter, after, WALK_SESSIONS),
       updatedAt: (r) => r.session.updatedAt,
       id: (r) => r.session._id,
       nameMatches: (r) => textHolds(r.session.name, query),
       turns: (from) =>
         from.map(({ s, before, want }) => {
-          const rows = turns.all(s.session._id, before?.at ?? END, before?.doc ?? '', want);
+          const rows = turns.all(s.session._id, ...keysetFrom(before), want);
           const hits: { key: SearchKey; turn: TurnRecord }[] = [];
           for (const row of rows) {
             const json = bytesOf(row['json']);
