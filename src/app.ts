@@ -65,7 +65,7 @@ export function createApp(p: AppParts): App {
     ...serviceRoutes({ version: p.version, catalog: p.catalog, store: p.store, metrics: p.metrics, openApiBody: () => openApiBody, docsPage: docsRoute }),
     ...sessionRoutes(sessionDeps),
     ...turnRoutes(sessionDeps),
-    ...searchRoutes(sessionDeps),
+    ...(config.search ? searchRoutes(sessionDeps) : []),
     ...usageRoutes(p.store),
     ...(live === undefined ? [] : eventRoutes({ hub: live.hub, tickets: live.tickets, store: p.store, access: config.access, retentionDays: config.retentionDays })),
     ...providerRoutes(p.catalog),

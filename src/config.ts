@@ -62,6 +62,8 @@ export interface Config {
   readonly sqliteCacheBytes: number;
   /** Search walks the caller's sessions instead of reading the index when a query's rarest word has at least this many documents. */
   readonly searchWalkFrom: number;
+  /** false with SEARCH=off: no search index is kept and GET /api/v1/search is not served. */
+  readonly search: boolean;
   readonly limits: ConnectionLimits;
   /** The live feed (event streams, tickets); undefined with EVENTS=off. */
   readonly events: EventSettings | undefined;
@@ -140,6 +142,7 @@ export const SETTINGS: readonly Setting[] = [
   { env: 'DATABASE_URL', flag: '--database-url', def: '(none)', help: 'STORE=postgres: postgres://user:password@host:port/db?sslmode=disable|require|verify-full[&sslrootcert=FILE]' },
   { env: 'DATABASE_SCHEMA', flag: '--database-schema', def: 'chat_session_api', help: 'STORE=postgres: the schema holding the tables (created and migrated at start)' },
   { env: 'DATABASE_POOL_SIZE', flag: '--database-pool-size', def: '10', help: 'STORE=postgres: connections to the database at most' },
+  { env: 'SEARCH', flag: '--search', def: 'on', help: 'on or off: GET /api/v1/search and the word index it reads (off: writes index nothing; on again, what was written meanwhile is indexed at start)' },
   { env: 'SEARCH_WALK_FROM', flag: '--search-walk-from', def: '5000', help: "search reads a word's matches from its index when fewer, and walks the caller's sessions newest first when it starts at least this many documents" },
   { env: 'RETENTION_DAYS', flag: '--retention-days', def: '(off)', help: 'sessions without their own expiresAt are gone (404, out of lists) this many days after their last activity' },
   { env: 'PURGE_INTERVAL', flag: '--purge-interval', def: '1m', help: 'how often the storage of expired sessions is deleted, in batches of 100 (ms, s, m); off: never (the purge command still can)' },
@@ -343,6 +346,7 @@ export function loadConfig(env: NodeJS.ProcessEnv, flags: Raw = new Map(), cwd: 
     sqliteFile: sqliteText === undefined ? join(dataDir, 'chat-sessions.db') : resolve(cwd, sqliteText),
     sqliteCacheBytes: parseSize('SQLITE_CACHE', get('SQLITE_CACHE') ?? '32mb'),
     searchWalkFrom: parseCount('SEARCH_WALK_FROM', get('SEARCH_WALK_FROM') ?? String(SEARCH_WALK_FROM), MAX_QUOTA),
+    search: parseSwitch('SEARCH', get('SEARCH') ?? 'on'),
     limits: {
       maxConnections,
       bodyMemory,

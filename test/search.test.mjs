@@ -202,6 +202,59 @@ describe('Search', () => {
     }
   });
 
+  test('"Indexing is off the commit path": every turn acknowledged before the process is killed is found after the restart (sqlite indexes its queue then)', async () => {
+    const first = await startServer();
+    const dataDir = first.dataDir;
+    const made = [];
+    try {
+      const u = first.as('s-killed');
+      const s = await create(u, { name: 'kestrel' });
+      // many at once, so some are still queued for the index when the process dies
+      for (let i = 0; i < 5; i++) made.push(...(await Promise.all(Array.from({ length: 40 }, (_, k) => say(u, s._id, `falcon ${i * 40 + k}`)))));
+    } finally {
+      await first.kill();
+    }
+    const second = await startServer({ dataDir });
+    try {
+      const v = second.as('s-killed');
+      const found = [];
+      let cursor;
+      do {
+        const page = await search(v, { q: 'falcon', limit: '100', ...(cursor ? { cursor } : {}) });
+        found.push(...page.data.map((h) => h.turnId));
+        cursor = page.nextCursor;
+      } while (cursor);
+      assert.deepEqual(found.sort(), made.map((t) => t._id).sort());
+    } finally {
+      await second.stop();
+      removeDir(dataDir);
+    }
+  });
+
+  test('"`SEARCH=off`" removes the route (404, absent from the OpenAPI document) and keeps no index; what was written meanwhile is found once the server starts with it on again', async () => {
+    const first = await startServer({ env: { SEARCH: 'off' } });
+    const dataDir = first.dataDir;
+    try {
+      const u = first.as('s-off');
+      const s = await create(u, { name: 'osprey' });
+      await say(u, s._id, 'talon');
+      assert.equal((await u.get(`${SEARCH}?q=talon`)).status, 404);
+      const doc = (await first.request('GET', '/api/v1/openapi.json')).body;
+      assert.equal(doc.paths[SEARCH], undefined);
+    } finally {
+      await first.stop();
+    }
+    const second = await startServer({ dataDir });
+    try {
+      const v = second.as('s-off');
+      assert.deepEqual(hits(await search(v, { q: 'talon' })).map((h) => h[0]), ['osprey']);
+      assert.deepEqual(hits(await search(v, { q: 'osprey' })), [['osprey', null]]);
+    } finally {
+      await second.stop();
+      removeDir(dataDir);
+    }
+  });
+
   test('"reindex builds the search index again" on sqlite and PostgreSQL, under the data-directory lock; the journal builds it at every start', async () => {
     const first = await startServer();
     const dataDir = first.dataDir;

@@ -8,17 +8,19 @@
 //   CHAT_SESSION_API_FAULTS="dirsync:1"           1st directory fsync after a compaction's rename fails
 //   CHAT_SESSION_API_FAULTS="commit:2"            2nd sqlite or postgres transaction fails just before COMMIT (rolled back)
 //   CHAT_SESSION_API_FAULTS="crash:compact-before-rename"   SIGKILL on reaching that step
+//   CHAT_SESSION_API_FAULTS="hold:index"          the sqlite writer leaves what it queues for the search index queued
 
 type FaultKind = 'write' | 'fsync' | 'dirsync' | 'commit';
 
 interface Plan {
   readonly failAt: Map<FaultKind, Map<number, string>>;
   readonly crashAt: Map<string, number>;
+  readonly held: Set<string>;
 }
 
 function parse(spec: string | undefined): Plan | undefined {
   if (spec === undefined || spec.trim() === '') return undefined;
-  const plan: Plan = { failAt: new Map(), crashAt: new Map() };
+  const plan: Plan = { failAt: new Map(), crashAt: new Map(), held: new Set() };
   for (const item of spec.split(',')) {
     const [kind, arg, extra] = item.trim().split(':');
     if (kind === 'write' || kind === 'fsync' || kind === 'dirsync' || kind === 'commit') {
@@ -27,6 +29,8 @@ function parse(spec: string | undefined): Plan | undefined {
       plan.failAt.set(kind, at);
     } else if (kind === 'crash' && arg !== undefined) {
       plan.crashAt.set(arg, Number(extra ?? '1'));
+    } else if (kind === 'hold' && arg !== undefined) {
+      plan.held.add(arg);
     }
   }
   return plan;
@@ -67,4 +71,9 @@ export function crashpoint(name: string): void {
   if (plan === undefined) return;
   const at = plan.crashAt.get(name);
   if (at !== undefined && bump(`crash:${name}`) === at) process.kill(process.pid, 'SIGKILL');
+}
+
+/** Whether a named background step is held back (it does not run while the plan says so). */
+export function held(step: string): boolean {
+  return plan?.held.has(step) === true;
 }

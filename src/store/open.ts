@@ -13,9 +13,9 @@ export async function openStore(config: Config, log: Logger, observer?: StoreObs
   switch (config.store) {
     case 'journal':
       if (!config.fsync) log.warn('FSYNC=off: writes are acknowledged before they are durable; a crash can lose them');
-      return JournalStore.open({ dir: config.dataDir, log, fsync: config.fsync, compactMinBytes: config.compactMinBytes, observer, groupCommit: config.groupCommit, quotas: config.limits.quotas, searchWalkFrom: config.searchWalkFrom });
+      return JournalStore.open({ dir: config.dataDir, log, fsync: config.fsync, compactMinBytes: config.compactMinBytes, observer, groupCommit: config.groupCommit, quotas: config.limits.quotas, searchWalkFrom: config.searchWalkFrom, search: config.search });
     case 'sqlite':
-      return openSqliteStore({ file: config.sqliteFile, log, cacheBytes: config.sqliteCacheBytes, fsync: config.fsync, observer, groupCommit: config.groupCommit, quotas: config.limits.quotas, searchWalkFrom: config.searchWalkFrom });
+      return openSqliteStore({ file: config.sqliteFile, log, cacheBytes: config.sqliteCacheBytes, fsync: config.fsync, observer, groupCommit: config.groupCommit, quotas: config.limits.quotas, searchWalkFrom: config.searchWalkFrom, search: config.search });
     case 'postgres':
       return openPostgres(config, log, observer);
   }
@@ -34,6 +34,7 @@ function openPostgres(config: Config, log: Logger, observer?: StoreObserver, rea
     readOnly,
     quotas: config.limits.quotas,
     searchWalkFrom: config.searchWalkFrom,
+    search: config.search,
     // every instance logs its changes' events with them, so the others' subscribers see them too
     announce: config.events === undefined ? undefined : announce,
   });

@@ -7,7 +7,7 @@ import { join } from 'node:path';
 import { describe, test } from 'node:test';
 import { kit, openOn } from './engines.mjs';
 
-const { chatSession, newObjectId, indexedWords, textHolds, turnText, wordsOf } = kit;
+const { chatSession, newObjectId, indexedWords, setFaultPlan, textHolds, turnText, wordsOf } = kit;
 
 const T0 = Date.UTC(2026, 0, 1);
 const at = (ms) => new Date(T0 + ms).toISOString();
@@ -71,6 +71,8 @@ export function searchContract(engine) {
   describe(`Store contract, search: ${engine}`, () => {
     test('"Served from an index": every engine answers what reading every name and turn would, in the same order ("Hits are newest first: a turn by its createdAt, a name by its session\'s updatedAt"), page by page, after edits, deletes, a fork, an import, a reopen and a reindex, and the same when "A common word walks the caller\'s sessions instead"', async () => {
       const dir = mkdtempSync(join(tmpdir(), `csa-search-${engine}-`));
+      // sqlite indexes what a commit queued after it: held here, every name and turn is still queued when first searched
+      setFaultPlan('hold:index');
       let store = await openOn(engine, dir);
       try {
         const ids = [];
@@ -123,6 +125,11 @@ export function searchContract(engine) {
         };
         await check('open');
         await store.close();
+        store = await openOn(engine, dir, { SEARCH_WALK_FROM: '1' });
+        await check('walked, before anything is indexed');
+        await store.close();
+        // the indexer runs from here on, beside the searches: each answer is the same whatever it has done yet
+        setFaultPlan(undefined);
         store = await openOn(engine, dir);
         await check('reopened');
         assert.ok((await store.reindex()) > 0);
@@ -131,6 +138,58 @@ export function searchContract(engine) {
         await store.close();
         store = await openOn(engine, dir, { SEARCH_WALK_FROM: '1' });
         await check('walked');
+      } finally {
+        setFaultPlan(undefined);
+        await store.close();
+        rmSync(dir, { recursive: true, force: true });
+      }
+    });
+
+    test('"A streaming turn\'s deltas are found once it is edited", by both plans, whether the index has taken the turn yet or not', async () => {
+      for (const hold of [true, false]) {
+        for (const walkFrom of ['5000', '1']) {
+          const dir = mkdtempSync(join(tmpdir(), `csa-search-delta-${engine}-`));
+          setFaultPlan(hold ? 'hold:index' : undefined);
+          const store = await openOn(engine, dir, { SEARCH_WALK_FROM: walkFrom });
+          try {
+            const s = (await store.createSession(session({ ms: 1, name: 'chat' }))).session;
+            const t = await store.appendTurn(s._id, (cur) => ({ ...turn(10, 'alpha')(cur), role: 'assistant', status: 'streaming' }));
+            await store.appendDelta(s._id, t._id, () => undefined, ' omega', 1 << 20);
+            const found = async (q) => (await store.search({ user: 'alice', archived: 'false', live: FAR, words: wordsOf(q) }, undefined, 10)).items.map((h) => h.turn?._id ?? 'name');
+            const what = `hold ${hold}, SEARCH_WALK_FROM ${walkFrom}`;
+            assert.deepEqual(await found('alpha'), [t._id], `${what}: the text it was created with`);
+            assert.deepEqual(await found('omega'), [], `${what}: a delta's text, before the edit`);
+            await store.updateTurn(s._id, t._id, () => undefined, () => ({ status: 'complete' }));
+            assert.deepEqual(await found('omega'), [t._id], `${what}: after the edit that ends it`);
+            assert.deepEqual(await found('alpha omega'), [t._id], what);
+          } finally {
+            setFaultPlan(undefined);
+            await store.close();
+            rmSync(dir, { recursive: true, force: true });
+          }
+        }
+      }
+    });
+
+    test('"SEARCH=off keeps no index": what was written while it was off is found once a start has it on again (sqlite indexes its queue, PostgreSQL indexes again at start, the journal at replay)', async () => {
+      const dir = mkdtempSync(join(tmpdir(), `csa-search-off-${engine}-`));
+      let store = await openOn(engine, dir, { SEARCH: 'off' });
+      try {
+        const s = (await store.createSession(session({ ms: 1, name: 'quiet apple' }))).session;
+        const t = await store.appendTurn(s._id, turn(10, 'banana bread'));
+        const t2 = await store.appendTurn(s._id, turn(11, 'cherry'));
+        await store.updateTurn(s._id, t2._id, () => undefined, () => ({ content: 'cherry band' }));
+        await store.close();
+        store = await openOn(engine, dir);
+        const found = async (q) => (await store.search({ user: 'alice', archived: 'false', live: FAR, words: wordsOf(q) }, undefined, 10)).items.map((h) => h.turn?._id ?? 'name');
+        assert.deepEqual(await found('apple'), ['name']);
+        assert.deepEqual(await found('bread'), [t._id]);
+        assert.deepEqual(await found('band'), [t2._id]);
+        assert.deepEqual(await found('ban'), [t2._id, t._id]);
+        // and it stays found after a restart with search on
+        await store.close();
+        store = await openOn(engine, dir);
+        assert.deepEqual((await store.search({ user: 'alice', archived: 'false', live: FAR, words: wordsOf('ban') }, undefined, 10)).items.length, 2);
       } finally {
         await store.close();
         rmSync(dir, { recursive: true, force: true });

@@ -77,6 +77,8 @@ export interface JournalStoreOptions {
   readonly quotas?: Quotas | undefined;
   /** Documents of a query's rarest word from which search walks the sessions (SEARCH_WALK_FROM); 1 always walks. */
   readonly searchWalkFrom?: number;
+  /** false with SEARCH=off: no word index is kept (search is not served). */
+  readonly search?: boolean;
 }
 
 const HEADER_BYTES = headerLine().length;
@@ -139,7 +141,7 @@ export class JournalStore extends SerialWrites implements Store, GroupSource, Gr
     const files = [{ file }];
     const twoFiles = existsSync(next);
     if (twoFiles) files.push({ file: next });
-    const loaded = load(files, log);
+    const loaded = load(files, log, opts.search ?? true);
     const sizes: number[] = [];
     loaded.scans.forEach((scan, i) => {
       const f = files[i]?.file as string;
@@ -206,7 +208,8 @@ export class JournalStore extends SerialWrites implements Store, GroupSource, Gr
     for (let attempt = 0; ; attempt++) {
       const files = openConsistent(dir, file);
       try {
-        const loaded = load(files, log);
+        // an export reads no search index
+        const loaded = load(files, log, false);
         // a compaction cut the older file while it was read: read again
         if (attempt < 50 && loaded.scans.some((scan, i) => files[i]?.upTo !== undefined && scan.validBytes + scan.tornBytes < (files[i]?.upTo as number))) continue;
         return new JournalStore({ dir, log, fsync: false, compactMinBytes: Infinity }, undefined, loaded);
@@ -506,7 +509,7 @@ export class JournalStore extends SerialWrites implements Store, GroupSource, Gr
         await new Compaction().run(this.compactionHost(), state.snapshot());
       } catch (e) {
         // the journal is untouched: memory goes back to what it holds
-        this.state = load([{ file: this.file }], this.opts.log).state;
+        this.state = load([{ file: this.file }], this.opts.log, this.opts.search ?? true).state;
         throw new StorageWriteFailed(e);
       }
       if (this.appender.waitingForDirSync) throw new StorageWriteFailed(new Error("the data directory could not be fsync'd after the journal was rewritten"));
@@ -672,8 +675,8 @@ interface JournalFile {
  * copied into memory. A journal of the first release gets its turns' parents and its sessions'
  * heads at the end of the load.
  */
-function load(files: readonly JournalFile[], log: Logger): Loaded {
-  const state = new MemoryState();
+function load(files: readonly JournalFile[], log: Logger, search: boolean): Loaded {
+  const state = new MemoryState(search);
   state.beginLoad();
   const deletions: Deletions = { sessions: new Map(), turns: new Map() };
   const bases: number[] = [];

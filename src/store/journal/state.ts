@@ -266,8 +266,10 @@ export class MemoryState {
   /** The same lists for each tag of their sessions (apart, so no user or project name can meet a tag's key). */
   private readonly byUserTag = new Map<string, SortedList<SessionEntry>>();
   private readonly byProjectTag = new Map<string, SortedList<SessionEntry>>();
-  /** The search index: every session's name and every turn's text, kept with each change and at replay. */
+  /** The search index: every session's name and every turn's text, kept with each change and at replay (unless `indexing` is false: SEARCH=off). */
   readonly words = new WordIndex();
+
+  constructor(private readonly indexing = true) {}
   private turnTotal = 0;
   /** While loading, indexes are left alone and built once by `finishLoad`. */
   private loading = false;
@@ -365,7 +367,7 @@ export class MemoryState {
   putSession(s: ChatSession, version?: string): SessionEntry {
     const e = this.entries.get(s._id);
     if (e === undefined) return this.insertNew(s, version);
-    if (e.session === ORPHAN || e.session.name !== s.name) this.words.set(nameDoc(s._id), indexedWordsOf(s.name));
+    if (this.indexing && (e.session === ORPHAN || e.session.name !== s.name)) this.words.set(nameDoc(s._id), indexedWordsOf(s.name));
     if (this.loading) {
       e.replace(s, version);
       return e;
@@ -380,7 +382,7 @@ export class MemoryState {
   insertNew(s: ChatSession, version?: string): SessionEntry {
     const e = new SessionEntry(s);
     if (version !== undefined) e.replace(s, version);
-    this.words.add(nameDoc(s._id), indexedWordsOf(s.name));
+    if (this.indexing) this.words.add(nameDoc(s._id), indexedWordsOf(s.name));
     this.entries.set(s._id, e);
     if (!this.loading) this.index(e);
     return e;
@@ -425,7 +427,9 @@ export class MemoryState {
       else if (this.loading) this.unlinked.set(t, { session: sessionId, parentId });
     }
     const replaced = e.placeTurn(t);
-    if (replaced === undefined) this.words.add(turnDoc(sessionId, t._id), turnWords(t));
+    if (!this.indexing) {
+      // SEARCH=off: nothing is indexed
+    } else if (replaced === undefined) this.words.add(turnDoc(sessionId, t._id), turnWords(t));
     else this.words.set(turnDoc(sessionId, t._id), turnWords(t));
     if (replaced === undefined) this.turnTotal++;
     else this.arena.released(replaced);
@@ -464,7 +468,7 @@ export class MemoryState {
     // replay: a turn a later record deletes is not kept (`t` undefined, or not there); its session still moves
     if (t !== undefined && old !== undefined) {
       e.replaceTurn(old, t);
-      this.words.set(turnDoc(session._id, t._id), turnWords(t));
+      if (this.indexing) this.words.set(turnDoc(session._id, t._id), turnWords(t));
       this.arena.released(old);
     }
     this.putSession(session, version);

@@ -5,7 +5,7 @@
 import { PAGE_BYTE_BUDGET, PAGE_SCAN_BUDGET, SCAN_CHUNK, SCAN_CHUNK_BYTES, type SessionKey, type TurnKey } from '../../domain/order.js';
 import type { ChatSession, Turn } from '../../domain/records.js';
 import type { Liveness } from '../../domain/retention.js';
-import { foldForSearch, indexedTurnWords, indexedWords, textHolds } from '../../domain/search.js';
+import { foldForSearch, textHolds } from '../../domain/search.js';
 import { versionOfSession } from '../../domain/version.js';
 import type { Logger } from '../../log.js';
 import type { Quotas } from '../../config.js';
@@ -41,7 +41,7 @@ import { budgetedTurnPage } from '../turn-page.js';
 import { keysetFrom, walkSearch, type TurnsFrom, type WalkSource } from '../search-walk.js';
 import { SerialWrites } from '../serial-writes.js';
 import { SerialWriter, type Group, type GroupSource, type TreeNeeds } from '../writer.js';
-import { keptColumns, sqlText, storeError, textArray, wordsSql } from './values.js';
+import { INDEXING, keptColumns, NO_INDEXING, sqlText, storeError, textArray, wordsSql, type Indexing } from './values.js';
 import { channelOf, eventStatements, PgEventLog } from './events.js';
 import { finish, insertTurnSql, PgGroup, rowOf, SESSION_ROW, type GroupEvents } from './group.js';
 import { pageSql, scanSql } from './lists.js';
@@ -66,6 +66,8 @@ export interface PostgresOptions {
   readonly announce?: Announce | undefined;
   /** Turns matching a query from which search walks the sessions (SEARCH_WALK_FROM); 1 always walks. */
   readonly searchWalkFrom?: number;
+  /** false with SEARCH=off: names and turns are written without their words (the schema notes it; the next start with search on indexes them). */
+  readonly search?: boolean;
 }
 
 const CHUNK = 256;
@@ -129,6 +131,8 @@ export class PostgresStore extends SerialWrites implements Store, GroupSource {
   private readonly scanWaiters: (() => void)[] = [];
   private readonly scanMax: number;
   private readonly events: GroupEvents | undefined;
+  /** How writes make the words they store (none with SEARCH=off). */
+  private readonly index: Indexing;
   private eventLog: PgEventLog | undefined;
 
   private constructor(
@@ -142,6 +146,7 @@ export class PostgresStore extends SerialWrites implements Store, GroupSource {
     // whole lists hold a connection while the client reads: leave the rest to pages and writes
     this.scanMax = Math.max(1, Math.floor(opts.poolSize / 2));
     this.events = opts.announce === undefined ? undefined : { announce: opts.announce, channel: channelOf(opts.schema) };
+    this.index = opts.search === false ? NO_INDEXING : INDEXING;
   }
 
   /** Connects (waiting a while for a database that is starting), creates or migrates the schema. */
@@ -158,7 +163,8 @@ export class PostgresStore extends SerialWrites implements Store, GroupSource {
     const started = Date.now();
     for (let attempt = 1; ; attempt++) {
       try {
-        await prepareSchema(pool, opts.schema, where, opts.readOnly !== true);
+        const reindexed = await prepareSchema(pool, opts.schema, where, opts.readOnly !== true, opts.search ?? true);
+        if (reindexed !== undefined) opts.log.info('search is on again: indexed every name and turn written while it was off', { documents: reindexed });
         break;
       } catch (e) {
         const unavailable = e instanceof PgError && e.unavailable;
@@ -475,7 +481,7 @@ export class PostgresStore extends SerialWrites implements Store, GroupSource {
     if (this.opts.readOnly === true) throw new StorageWriteFailed(new Error('this store was opened read-only'));
     const started = process.hrtime.bigint();
     const { q, done } = await lease(this.pool);
-    const group = await PgGroup.open(this.S, q, done, ids, owners, needs, this.events);
+    const group = await PgGroup.open(this.S, q, done, ids, owners, needs, this.index, this.events);
     const observer = this.opts.observer;
     if (observer === undefined) return group;
     // the commit's duration as the metrics see it: from taking the connection to COMMIT answered
@@ -535,13 +541,13 @@ export class PostgresStore extends SerialWrites implements Store, GroupSource {
                ON CONFLICT (id) DO UPDATE SET owner = excluded.owner, project = excluded.project, archived = excluded.archived, updated_at = excluded.updated_at,
                  name_folded = excluded.name_folded, json = excluded.json, json_bytes = excluded.json_bytes, head_turn_id = excluded.head_turn_id,
                  tags = excluded.tags, expires_at = excluded.expires_at, keep = excluded.keep, name_words = excluded.name_words`,
-              [s._id, sqlText(s.user), sqlText(s.project), String(s.archived), s.updatedAt, sqlText(foldForSearch(s.name)), json, String(Buffer.byteLength(json)), s.headTurnId, ...keptColumns(s), indexedWords(s.name)],
+              [s._id, sqlText(s.user), sqlText(s.project), String(s.archived), s.updatedAt, sqlText(foldForSearch(s.name)), json, String(Buffer.byteLength(json)), s.headTurnId, ...keptColumns(s), this.index.name(s.name)],
             ),
           );
         }
         for (const t of plan.turns) {
           if (t.replaces !== undefined) sent.push(q.query(`DELETE FROM ${S}.turns WHERE id = $1`, [t.turn._id]));
-          sent.push(q.query(insertTurnSql(S), [t.turn._id, t.turn.session, t.turn.parentId, t.turn.createdAt, t.json.toString('utf8'), indexedTurnWords(t.json)]));
+          sent.push(q.query(insertTurnSql(S), [t.turn._id, t.turn.session, t.turn.parentId, t.turn.createdAt, t.json.toString('utf8'), this.index.turn(t.json)]));
         }
         // the sessions whose turns changed (here or by a replaced turn elsewhere) get their newest turn and counts again
         const touched = new Set<string>([...plan.sessions.map((s) => s._id), ...plan.turns.flatMap((t) => [t.turn.session, ...(t.replaces !== undefined ? [t.replaces] : [])])]);

@@ -8,7 +8,7 @@
 // durable together.
 import { turnBefore, type TurnKey } from '../../domain/order.js';
 import type { ChatSession } from '../../domain/records.js';
-import { foldForSearch, indexedTurnWords, indexedWords } from '../../domain/search.js';
+import { foldForSearch } from '../../domain/search.js';
 import type { QueryResult, Row } from '../../pg/connection.js';
 import type { Queryable } from '../../pg/pool.js';
 import type { Announce, SessionState, TreeTurn, TurnNode, Usage } from '../store.js';
@@ -17,7 +17,7 @@ import { injectedFault } from '../faults.js';
 import { JUMP, placesOfChain } from '../tree-index.js';
 import { STREAMING_MARK, STREAMING_MARK_FROM_END } from '../../domain/deltas.js';
 import { eventStatements } from './events.js';
-import { keptColumns, sqlText, storeError, textArray, wordsSql } from './values.js';
+import { keptColumns, sqlText, storeError, textArray, wordsSql, type Indexing } from './values.js';
 
 /** How a group logs the live feed's events of its changes (absent with EVENTS=off). */
 export interface GroupEvents {
@@ -99,13 +99,14 @@ export class PgGroup implements Group {
     private readonly usage: ReadonlyMap<string, Usage>,
     private readonly ahead: ReadonlyMap<string, ReadAhead>,
     private readonly events: GroupEvents | undefined,
+    private readonly index: Indexing,
   ) {}
 
   /**
    * Opens the transaction, locks the sessions and reads what `needs` name of their turns;
    * `owners` (with the sessions' own) get their usage read.
    */
-  static async open(S: string, q: Queryable, done: () => void, ids: readonly string[], owners: readonly string[], needs: readonly TreeNeeds[], events?: GroupEvents): Promise<PgGroup> {
+  static async open(S: string, q: Queryable, done: () => void, ids: readonly string[], owners: readonly string[], needs: readonly TreeNeeds[], index: Indexing, events?: GroupEvents): Promise<PgGroup> {
     try {
       // both sent at once; both awaited, so a failure of either is handled
       const [, locked] = await Promise.all([
@@ -172,7 +173,7 @@ export class PgGroup implements Group {
         }
       }
       await Promise.all(reads);
-      return new PgGroup(S, q, done, rows, usage, ahead, events);
+      return new PgGroup(S, q, done, rows, usage, ahead, events, index);
     } catch (e) {
       await q.query('ROLLBACK').catch(() => undefined);
       done();
@@ -291,7 +292,7 @@ export class PgGroup implements Group {
                   ? `INSERT INTO ${S}.sessions (owner, project, archived, updated_at, name_folded, json, json_bytes, version, head_turn_id, id, tags, expires_at, keep, name_words) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11::text[], $12, $13, ${wordsSql('$14')})`
                   : `UPDATE ${S}.sessions SET owner = $1, project = $2, archived = $3, updated_at = $4, name_folded = $5, json = $6, json_bytes = $7, version = $8, head_turn_id = $9,
                        tags = $11::text[], expires_at = $12, keep = $13, name_words = ${wordsSql('$14')} WHERE id = $10`,
-                [sqlText(s.user), sqlText(s.project), String(s.archived), s.updatedAt, sqlText(foldForSearch(s.name)), c.json, String(bytes), c.version, s.headTurnId, s._id, ...keptColumns(s), indexedWords(s.name)],
+                [sqlText(s.user), sqlText(s.project), String(s.archived), s.updatedAt, sqlText(foldForSearch(s.name)), c.json, String(bytes), c.version, s.headTurnId, s._id, ...keptColumns(s), this.index.name(s.name)],
               ),
             );
             const turnCount = before?.turnCount ?? 0;
@@ -304,7 +305,7 @@ export class PgGroup implements Group {
           case 'turn': {
             const id = c.session._id;
             const before = rowNow(id);
-            sent.push(q.query(insertTurnSql(S), [c.turn._id, id, c.turn.parentId, c.turn.createdAt, c.json.toString('utf8'), indexedTurnWords(c.json)]));
+            sent.push(q.query(insertTurnSql(S), [c.turn._id, id, c.turn.parentId, c.turn.createdAt, c.json.toString('utf8'), this.index.turn(c.json)]));
             const key = { createdAt: c.turn.createdAt, _id: c.turn._id };
             const last = before.lastTurn === undefined || turnBefore(before.lastTurn, key) ? key : before.lastTurn;
             setSession(id, before, c.session, c.sessionJson, c.version, last, 1, c.json.length);
@@ -314,7 +315,7 @@ export class PgGroup implements Group {
             const id = c.session._id;
             const before = rowNow(id);
             // an edit's text is found at once; a delta's waits for the turn's next edit (docs/DECISIONS.md)
-            sent.push(q.query(`UPDATE ${S}.turns SET json = $1, streamed_at = ${streamedAtSql('$1::text')}, words = ${wordsSql('$3')} WHERE id = $2`, [c.json.toString('utf8'), c.turn._id, indexedTurnWords(c.json)]));
+            sent.push(q.query(`UPDATE ${S}.turns SET json = $1, streamed_at = ${streamedAtSql('$1::text')}, words = ${wordsSql('$3')} WHERE id = $2`, [c.json.toString('utf8'), c.turn._id, this.index.turn(c.json)]));
             setSession(id, before, c.session, c.sessionJson, c.version, c.lastTurn, 0, c.json.length - c.previousBytes);
             break;
           }
@@ -344,7 +345,7 @@ export class PgGroup implements Group {
               q.query(
                 `INSERT INTO ${S}.sessions (owner, project, archived, updated_at, name_folded, json, json_bytes, version, head_turn_id, id, last_turn_at, last_turn_id, turn_count, turn_bytes, tags, expires_at, keep, name_words)
                  VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15::text[], $16, $17, ${wordsSql('$18')})`,
-                [sqlText(s.user), sqlText(s.project), String(s.archived), s.updatedAt, sqlText(foldForSearch(s.name)), c.json, String(bytes), c.version, s.headTurnId, s._id, last?.createdAt ?? null, last?._id ?? null, String(c.turns.length), String(turnBytes), ...keptColumns(s), indexedWords(s.name)],
+                [sqlText(s.user), sqlText(s.project), String(s.archived), s.updatedAt, sqlText(foldForSearch(s.name)), c.json, String(bytes), c.version, s.headTurnId, s._id, last?.createdAt ?? null, last?._id ?? null, String(c.turns.length), String(turnBytes), ...keptColumns(s), this.index.name(s.name)],
               ),
             );
             const places = placesOfChain(c.turns.map((t) => t.turn._id));
@@ -363,7 +364,7 @@ export class PgGroup implements Group {
                     textArray(c.turns.map((t) => t.json.toString('utf8'))),
                     `{${places.map((p) => p.depth).join(',')}}`,
                     nullableTextArray(places.map((p) => p.skipId)),
-                    textArray(c.turns.map((t) => indexedTurnWords(t.json))),
+                    textArray(c.turns.map((t) => this.index.turn(t.json))),
                   ],
                 ),
               );

@@ -193,22 +193,23 @@ export function quotedSchema(name: string): string {
 /**
  * Creates or migrates the schema in one transaction, holding an advisory lock named after it.
  * With `migrate` false (export, beside servers that may be of another release) it only checks
- * that the schema is this release's.
+ * that the schema is this release's. Answers how many names and turns it indexed again: after a
+ * start with SEARCH=off, the first start with search on indexes everything (undefined: nothing).
  */
-export async function prepareSchema(pool: Pool, schema: string, where: string, migrate = true): Promise<void> {
+export async function prepareSchema(pool: Pool, schema: string, where: string, migrate = true, search = true): Promise<number | undefined> {
   const S = quotedSchema(schema);
   if (!migrate) {
     const exists = (await pool.query('SELECT to_regclass($1) IS NOT NULL', [`${S}.meta`])).rows[0]?.[0] === 't';
     const row = exists ? (await pool.query(`SELECT value FROM ${S}.meta WHERE key = 'schema_version'`)).rows[0] : undefined;
     const version = row === undefined ? 0 : Number(row[0]);
-    if (version === SCHEMA_VERSION) return;
+    if (version === SCHEMA_VERSION) return undefined;
     throw new StoreOpenFailed(
       version === 0
         ? `${where}: schema ${schema} holds no chat-session-api data (is DATABASE_SCHEMA right?)`
         : `${where}: schema ${schema} is at version ${version}, this release reads ${SCHEMA_VERSION}; export with the release that wrote it (or start a server of this release once to migrate it)`,
     );
   }
-  await pool.transaction(async (tx: Queryable) => {
+  return pool.transaction(async (tx: Queryable) => {
     await tx.query('SELECT pg_advisory_xact_lock(hashtext($1))', [`chat-session-api schema ${schema}`]);
     await tx.query(`CREATE SCHEMA IF NOT EXISTS ${S}`);
     await tx.query(`CREATE TABLE IF NOT EXISTS ${S}.meta (key text PRIMARY KEY, value text NOT NULL)`);
@@ -235,5 +236,9 @@ export async function prepareSchema(pool: Pool, schema: string, where: string, m
     if (version < SCHEMA_VERSION) {
       await tx.query(`INSERT INTO ${S}.meta (key, value) VALUES ('schema_version', $1) ON CONFLICT (key) DO UPDATE SET value = excluded.value`, [String(SCHEMA_VERSION)]);
     }
+    // SEARCH=off writes no words: the schema says so until a start with search on indexes everything again
+    if (!search) await tx.query(`INSERT INTO ${S}.meta (key, value) VALUES ('search_index', 'behind') ON CONFLICT (key) DO NOTHING`);
+    else if ((await tx.query(`DELETE FROM ${S}.meta WHERE key = 'search_index' RETURNING value`)).rows.length > 0) return reindexRows(tx, S);
+    return undefined;
   });
 }

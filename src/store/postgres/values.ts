@@ -3,6 +3,7 @@
 // is a GroupConflict, tried again; anything else stays what it was, 500), and text as the
 // database can hold it.
 import { foldedTags, type ChatSession } from '../../domain/records.js';
+import { indexedTurnWords, indexedWords } from '../../domain/search.js';
 import { PgError } from '../../pg/errors.js';
 import { StorageUnavailable } from '../store.js';
 import { GroupConflict } from '../writer.js';
@@ -39,6 +40,15 @@ export function sqlText(s: string): string {
 export function keptColumns(s: ChatSession): [string, string | null, string] {
   return [textArray(foldedTags(s).map(sqlText)), s.expiresAt ?? null, String(s.expiresAt === null)];
 }
+
+/** How a write makes the words it stores with a name and a turn (src/domain/search.ts), or none with SEARCH=off. */
+export interface Indexing {
+  readonly name: (name: string) => string;
+  readonly turn: (json: Buffer | string) => string;
+}
+
+export const INDEXING: Indexing = { name: indexedWords, turn: indexedTurnWords };
+export const NO_INDEXING: Indexing = { name: () => '', turn: () => '' };
 
 /** A tsvector from one text parameter holding the domain's words joined by spaces (src/domain/search.ts indexedWords). */
 export function wordsSql(param: string): string {

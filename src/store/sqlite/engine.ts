@@ -43,7 +43,7 @@ import { keysetFrom, walkSearchNow, type WalkSource } from '../search-walk.js';
 import { SerialWrites } from '../serial-writes.js';
 import { SerialWriter, type Change, type Group, type GroupSource } from '../writer.js';
 import { bytesOf, int, sqliteDatabase, text, textOrUndefined, type Database, type Row, type SqlValue, type Statement } from './binding.js';
-import { checkSchema, prepareSchema, registerSearchFunctions, REINDEX_SQL, STREAMING_WHERE, unreadable } from './schema.js';
+import { checkSchema, prepareSchema, registerHoldsFunctions, registerSearchFunctions, REINDEX_SQL, STREAMING_WHERE, unreadable } from './schema.js';
 import { pageByDepthSql } from '../tree-index.js';
 import { WRITER_ROLE, type FromWriter, type Op, type PutSession, type SessionAfter, type ToWriter, type WriterData } from './worker.js';
 
@@ -60,6 +60,8 @@ export interface SqliteOptions {
   readonly groupCommit?: boolean;
   /** Documents of a query's rarest word from which search walks the sessions (SEARCH_WALK_FROM); 1 always walks. */
   readonly searchWalkFrom?: number;
+  /** false with SEARCH=off: the writer leaves what it queues for the index unindexed (a start with search on indexes it). */
+  readonly search?: boolean;
 }
 
 /** Snapshot connections kept open between scans, and the most open at once (more scans wait). */
@@ -238,13 +240,18 @@ function filterWords(words: readonly string[]): string {
 /** Sessions a search walk reads at a time. */
 const WALK_SESSIONS = 64;
 
+/** Where one part of a search finds its documents: the index's names or turns, or those still queued for it. */
+type SearchPart = 'names' | 'turns' | 'queuedNames' | 'queuedTurns';
+
 /**
- * One half of a search (names or turns): the index finds the documents, the session's columns
- * decide whether the caller may read them (the lists' rules), keys after the cursor only.
+ * One part of a search: the index finds the documents (or, for those still queued for it, their
+ * text is checked as the index will hold it), the session's columns decide whether the caller
+ * may read them (the lists' rules), keys after the cursor only.
  */
-function searchHalf(filter: SearchFilter, after: SearchKey | undefined, turns: boolean, params: SqlValue[]): string {
+function searchPart(filter: SearchFilter, after: SearchKey | undefined, part: SearchPart, params: SqlValue[]): string {
   const where: string[] = [];
-  params.push(filterWords(filter.words));
+  const indexed = part === 'names' || part === 'turns';
+  if (indexed) params.push(filterWords(filter.words));
   if (filter.user !== undefined) {
     where.push('s.user = ?');
     params.push(filter.user);
@@ -258,16 +265,27 @@ function searchHalf(filter: SearchFilter, after: SearchKey | undefined, turns: b
   }
   if (filter.archived !== 'all') where.push(`s.archived = ${filter.archived === 'true' ? 1 : 0}`);
   where.push(liveSql(filter.live, params));
+  const turns = part === 'turns' || part === 'queuedTurns';
   const [at, doc] = turns ? ['t.created_at', 't.id'] : ['s.updated_at', 's.id'];
   if (after !== undefined) {
     where.push(`(${at}, ${doc}) < (?, ?)`);
     params.push(after.at, after.doc);
   }
-  return turns
-    ? `SELECT t.created_at AS at, t.id AS doc, s.json, s.version, t.json AS turn_json FROM turn_words f JOIN turns t ON t.rowid = f.rowid JOIN sessions s ON s.id = t.session
-       WHERE turn_words MATCH ? AND ${where.join(' AND ')}`
-    : `SELECT s.updated_at AS at, s.id AS doc, s.json, s.version, NULL AS turn_json FROM name_words f JOIN sessions s ON s.rowid = f.rowid
-       WHERE name_words MATCH ? AND ${where.join(' AND ')}`;
+  if (!indexed) {
+    where.push(turns ? 'csa_turn_holds(t.json, ?)' : 'csa_name_holds(s.json, ?)');
+    params.push(filter.words.join(' '));
+  }
+  const columns = turns ? 't.created_at AS at, t.id AS doc, s.json, s.version, t.json AS turn_json' : 's.updated_at AS at, s.id AS doc, s.json, s.version, NULL AS turn_json';
+  switch (part) {
+    case 'names':
+      return `SELECT ${columns} FROM name_words f JOIN sessions s ON s.rowid = f.rowid WHERE name_words MATCH ? AND ${where.join(' AND ')}`;
+    case 'turns':
+      return `SELECT ${columns} FROM turn_words f JOIN turns t ON t.rowid = f.rowid JOIN sessions s ON s.id = t.session WHERE turn_words MATCH ? AND ${where.join(' AND ')}`;
+    case 'queuedNames':
+      return `SELECT ${columns} FROM names_unindexed u JOIN sessions s ON s.rowid = u.rowid WHERE ${where.join(' AND ')}`;
+    case 'queuedTurns':
+      return `SELECT ${columns} FROM turns_unindexed u JOIN turns t ON t.rowid = u.rowid JOIN sessions s ON s.id = t.session WHERE ${where.join(' AND ')}`;
+  }
 }
 
 /** Both halves of an `archived=all` list (each served by the index) merged in list order. */
@@ -309,6 +327,8 @@ export class SqliteStore extends SerialWrites implements Store, GroupSource, Gro
   private scansOpen = 0;
   private readonly scanWaiters: (() => void)[] = [];
   private worker: Worker | undefined;
+  /** When the background indexer's last failure was logged. */
+  private indexWarnedAt = 0;
   private seq = 0;
   private readonly pending = new Map<number, { resolve: () => void; reject: (e: Error) => void; writes: number }>();
   private closed = false;
@@ -360,7 +380,7 @@ export class SqliteStore extends SerialWrites implements Store, GroupSource, Gro
   }
 
   private startWorker(): Promise<void> {
-    const data: WriterData = { role: WRITER_ROLE, file: this.opts.file, cacheBytes: this.opts.cacheBytes, fsync: this.opts.fsync };
+    const data: WriterData = { role: WRITER_ROLE, file: this.opts.file, cacheBytes: this.opts.cacheBytes, fsync: this.opts.fsync, index: this.opts.search ?? true };
     const worker = new Worker(__filename, { workerData: data });
     this.worker = worker;
     return new Promise((resolve, reject) => {
@@ -385,6 +405,13 @@ export class SqliteStore extends SerialWrites implements Store, GroupSource, Gro
             } else p.reject(new Error(m.message));
             return;
           }
+          case 'indexFailed':
+            // once a minute at most: a full disk fails every try
+            if (Date.now() - this.indexWarnedAt >= 60_000) {
+              this.indexWarnedAt = Date.now();
+              this.opts.log.warn('the search index could not take what was written; it stays queued and is tried again after the next write', { err: m.message });
+            }
+            return;
           case 'closed':
             return;
         }
@@ -421,7 +448,9 @@ export class SqliteStore extends SerialWrites implements Store, GroupSource, Gro
       if (walked !== undefined) return Promise.resolve(walked);
     }
     const params: SqlValue[] = [];
-    const sql = `${searchHalf(filter, after, false, params)} UNION ALL ${searchHalf(filter, after, true, params)} ORDER BY at DESC, doc DESC LIMIT ?`;
+    // one statement, one snapshot: what the index holds and what is queued for it are read at the same moment
+    const parts = (['names', 'turns', 'queuedNames', 'queuedTurns'] as const).map((part) => searchPart(filter, after, part, params));
+    const sql = `${parts.join(' UNION ALL ')} ORDER BY at DESC, doc DESC LIMIT ?`;
     params.push(limit + 1);
     const rows = this.reader.prepare(sql).all(...params);
     const items: SearchHit[] = rows.slice(0, limit).map((row) => {
@@ -435,13 +464,14 @@ export class SqliteStore extends SerialWrites implements Store, GroupSource, Gro
   /**
    * The caller's sessions as its lists read them, and their turns newest first, a few at a time,
    * each checked against the query's words as the index would: the words of its text (a streaming
-   * turn's, whose index waits for its next edit, by the index itself).
+   * turn's, whose index waits for its next edit, by the index itself once it is indexed).
    */
   private walkSource(filter: SearchFilter): WalkSource<SessionRecord, SessionKey, TurnRecord> {
     const query = filter.words;
     const match = filterWords(query);
     const turns = this.reader.prepare(`SELECT rowid, id, created_at, json, ${STREAMING_WHERE} AS streaming FROM turns WHERE session = ? AND (created_at, id) < (?, ?) ORDER BY created_at DESC, id DESC LIMIT ?`);
     const indexed = this.reader.prepare('SELECT 1 AS x FROM turn_words WHERE turn_words MATCH ? AND rowid = ?');
+    const queued = this.reader.prepare('SELECT 1 AS x FROM turns_unindexed WHERE rowid = ?');
     return {
       sessions: (after) => this.sessionPage(filter, after, WALK_SESSIONS),
       updatedAt: (r) => r.session.updatedAt,
@@ -453,7 +483,8 @@ export class SqliteStore extends SerialWrites implements Store, GroupSource, Gro
           const hits: { key: SearchKey; turn: TurnRecord }[] = [];
           for (const row of rows) {
             const json = bytesOf(row['json']);
-            const found = row['streaming'] === 1 ? indexed.get(match, row['rowid'] as number) !== undefined : textHolds(turnTextOfJson(json), query);
+            // a streaming turn still queued has no deltas yet (its first delta indexes it first)
+            const found = row['streaming'] === 1 && queued.get(row['rowid'] as number) === undefined ? indexed.get(match, row['rowid'] as number) !== undefined : textHolds(turnTextOfJson(json), query);
             if (found) hits.push({ key: { at: text(row['created_at']), doc: text(row['id']) }, turn: { _id: text(row['id']), createdAt: text(row['created_at']), json } });
           }
           const last = rows[rows.length - 1];
@@ -875,6 +906,7 @@ function openReader(file: string, cacheBytes: number): Database {
   try {
     db = new DatabaseSync(file, { readOnly: true, timeout: 1000 });
     db.exec(`PRAGMA cache_size = ${-Math.max(64, Math.floor(cacheBytes / 1024))}`);
+    registerHoldsFunctions(db);
   } catch (e) {
     throw unreadable(file, e);
   }

@@ -6,7 +6,7 @@ import { existsSync } from 'node:fs';
 import { StoreOpenFailed } from '../store.js';
 import { STREAMING_MARK, STREAMING_MARK_FROM_END } from '../../domain/deltas.js';
 import { placesSql } from '../tree-index.js';
-import { indexedTurnWords, indexedWords } from '../../domain/search.js';
+import { indexedTurnWords, indexedWords, textHolds, turnTextOfJson } from '../../domain/search.js';
 import { sqliteCode, type Database } from './binding.js';
 
 /** The turns whose JSON says `status: "streaming"` (the index turns_streaming holds them; a query uses this very term). */
@@ -14,12 +14,31 @@ export const STREAMING_WHERE = `substr(json, -${STREAMING_MARK_FROM_END}, ${STRE
 
 /** 'csap' in ASCII: marks the file as this service's (PRAGMA application_id). */
 const APPLICATION_ID = 0x63736170;
-export const SCHEMA_VERSION = 5;
+export const SCHEMA_VERSION = 6;
 
 /** The SQL functions the search index's triggers call: the words of a session's JSON's name, of a turn's JSON. */
 export function registerSearchFunctions(db: Database): void {
   db.function('csa_name_words', { deterministic: true }, (json) => indexedWords(String((JSON.parse(String(json)) as { name?: unknown }).name ?? '')));
   db.function('csa_turn_words', { deterministic: true }, (json) => indexedTurnWords(json instanceof Uint8Array ? json : String(json)));
+}
+
+/**
+ * The SQL functions a search calls for names and turns still queued for the index: whether the
+ * text holds every word of the query (its words joined by spaces), as the index will hold it.
+ */
+export function registerHoldsFunctions(db: Database): void {
+  let last = '';
+  let query: readonly string[] = [];
+  const words = (q: unknown): readonly string[] => {
+    const text = String(q);
+    if (text !== last) {
+      last = text;
+      query = text.split(' ');
+    }
+    return query;
+  };
+  db.function('csa_name_holds', { deterministic: true }, (json, q) => (textHolds(String((JSON.parse(String(json)) as { name?: unknown }).name ?? ''), words(q)) ? 1 : 0));
+  db.function('csa_turn_holds', { deterministic: true }, (json, q) => (textHolds(turnTextOfJson(json instanceof Uint8Array ? json : String(json)), words(q)) ? 1 : 0));
 }
 
 const SEARCH_TRIGGERS = `
@@ -41,12 +60,47 @@ const SEARCH_TRIGGERS = `
   END;
 `;
 
+/**
+ * Schema 6's triggers: a new or renamed name and a new turn are not indexed in the transaction
+ * that writes them but queued (their rowid in names_unindexed, turns_unindexed); the writer
+ * thread indexes the queue between commits (./worker.ts), and search reads what is queued by
+ * its text. A deleted one leaves the index and the queue.
+ */
+const QUEUE_TRIGGERS = `
+  CREATE TRIGGER name_words_add AFTER INSERT ON sessions BEGIN
+    INSERT INTO names_unindexed (rowid) VALUES (NEW.rowid);
+  END;
+  CREATE TRIGGER name_words_rename AFTER UPDATE OF json ON sessions WHEN json_extract(OLD.json, '$.name') IS NOT json_extract(NEW.json, '$.name') BEGIN
+    DELETE FROM name_words WHERE rowid = OLD.rowid;
+    -- not OR IGNORE: the conflict policy of the statement that fires a trigger overrides the trigger's own (an upsert's is ABORT)
+    INSERT INTO names_unindexed (rowid) SELECT NEW.rowid WHERE NOT EXISTS (SELECT 1 FROM names_unindexed WHERE rowid = NEW.rowid);
+  END;
+  CREATE TRIGGER name_words_gone AFTER DELETE ON sessions BEGIN
+    DELETE FROM name_words WHERE rowid = OLD.rowid;
+    DELETE FROM names_unindexed WHERE rowid = OLD.rowid;
+  END;
+  CREATE TRIGGER turn_words_add AFTER INSERT ON turns BEGIN
+    INSERT INTO turns_unindexed (rowid) VALUES (NEW.rowid);
+  END;
+  CREATE TRIGGER turn_words_gone AFTER DELETE ON turns BEGIN
+    DELETE FROM turn_words WHERE rowid = OLD.rowid;
+    DELETE FROM turns_unindexed WHERE rowid = OLD.rowid;
+  END;
+`;
+
 /** Empties the search index and indexes every name and turn again (migration 5 and `reindex`). */
-export const REINDEX_SQL = `
+const REINDEX_V5_SQL = `
   INSERT INTO name_words (name_words) VALUES ('delete-all');
   INSERT INTO turn_words (turn_words) VALUES ('delete-all');
   INSERT INTO name_words (rowid, words) SELECT rowid, csa_name_words(json) FROM sessions;
   INSERT INTO turn_words (rowid, words) SELECT rowid, csa_turn_words(json) FROM turns;
+`;
+
+/** The same from schema 6 on, where nothing is left queued after it (`reindex`). */
+export const REINDEX_SQL = `
+  ${REINDEX_V5_SQL}
+  DELETE FROM names_unindexed;
+  DELETE FROM turns_unindexed;
 `;
 
 /** Each step takes the schema from version i to i + 1. */
@@ -144,7 +198,19 @@ const MIGRATIONS: readonly string[] = [
   CREATE VIRTUAL TABLE name_words USING fts5(words, tokenize = 'ascii', content = '', contentless_delete = 1);
   CREATE VIRTUAL TABLE turn_words USING fts5(words, tokenize = 'ascii', content = '', contentless_delete = 1);
   ${SEARCH_TRIGGERS}
-  ${REINDEX_SQL}
+  ${REINDEX_V5_SQL}
+  `,
+  // 6: indexing off the commit path. The queues of what is written but not indexed yet, and the
+  // triggers that fill them instead of indexing (QUEUE_TRIGGERS); the index as it is stays.
+  `
+  CREATE TABLE names_unindexed (rowid INTEGER PRIMARY KEY);
+  CREATE TABLE turns_unindexed (rowid INTEGER PRIMARY KEY);
+  DROP TRIGGER name_words_add;
+  DROP TRIGGER name_words_rename;
+  DROP TRIGGER name_words_gone;
+  DROP TRIGGER turn_words_add;
+  DROP TRIGGER turn_words_gone;
+  ${QUEUE_TRIGGERS}
   `,
 ];
 
@@ -154,7 +220,7 @@ const BEFORE: Readonly<Record<number, string>> = {
 };
 
 /** Tables and indexes the current schema must have: a file missing one fails its check. */
-const REQUIRED = ['sessions', 'sessions_by_user', 'sessions_by_project', 'turns', 'turns_by_session', 'turns_by_parent', 'turns_streaming', 'counters', 'users', 'session_tags', 'session_tags_by_user', 'session_tags_by_project', 'session_tags_follow', 'session_tags_gone', 'sessions_by_expiry', 'sessions_by_activity', 'name_words', 'turn_words', 'name_words_add', 'name_words_rename', 'name_words_gone', 'turn_words_add', 'turn_words_gone'];
+const REQUIRED = ['sessions', 'sessions_by_user', 'sessions_by_project', 'turns', 'turns_by_session', 'turns_by_parent', 'turns_streaming', 'counters', 'users', 'session_tags', 'session_tags_by_user', 'session_tags_by_project', 'session_tags_follow', 'session_tags_gone', 'sessions_by_expiry', 'sessions_by_activity', 'name_words', 'turn_words', 'names_unindexed', 'turns_unindexed', 'name_words_add', 'name_words_rename', 'name_words_gone', 'turn_words_add', 'turn_words_gone'];
 
 function scalar(db: Database, sql: string): number {
   const row = db.prepare(sql).get();

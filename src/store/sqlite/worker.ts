@@ -6,7 +6,7 @@
 import { isMainThread, parentPort, workerData, type MessagePort } from 'node:worker_threads';
 import { turnBefore, type TurnKey } from '../../domain/order.js';
 import { versionOfSession } from '../../domain/version.js';
-import { injectedFault } from '../faults.js';
+import { held, injectedFault } from '../faults.js';
 import { int, sqliteDatabase, text, textOrUndefined, type Database, type Row, type Statement } from './binding.js';
 import { placesOfChain, placesSql, placeUnder, type TreePlace } from '../tree-index.js';
 import { registerSearchFunctions } from './schema.js';
@@ -18,6 +18,8 @@ export interface WriterData {
   readonly file: string;
   readonly cacheBytes: number;
   readonly fsync: boolean;
+  /** Whether the writer indexes what the commits queue (SEARCH=on). */
+  readonly index: boolean;
 }
 
 /** A session's columns as a put writes them (a create, an update, an import). */
@@ -80,6 +82,8 @@ export type FromWriter =
   | { readonly kind: 'done'; readonly seq: number; readonly seconds: number }
   | { readonly kind: 'failed'; readonly seq: number; readonly message: string }
   | { readonly kind: 'fatal'; readonly message: string }
+  /** The background indexer's transaction failed (rolled back; tried again after the next commit). */
+  | { readonly kind: 'indexFailed'; readonly message: string }
   | { readonly kind: 'closed' };
 
 /** Starts the writer when this thread is one; false on any other thread. */
@@ -99,6 +103,7 @@ function runWriter(data: WriterData, port: MessagePort): void {
   const post = (m: FromWriter): void => port.postMessage(m);
   let db: Database;
   let w: Writes;
+  let indexer: Indexer | undefined;
   try {
     const DatabaseSync = sqliteDatabase();
     db = new DatabaseSync(data.file, { timeout: 10_000 });
@@ -107,7 +112,8 @@ function runWriter(data: WriterData, port: MessagePort): void {
     db.exec('PRAGMA wal_autocheckpoint = 0'); // checkpoints are run here, between commits
     db.exec('PRAGMA journal_size_limit = 67108864');
     registerSearchFunctions(db);
-    w = new Writes(db);
+    w = new Writes(db, data.index);
+    if (data.index) indexer = new Indexer(db, data.fsync, (message) => post({ kind: 'indexFailed', message }), () => commits++);
   } catch (e) {
     post({ kind: 'fatal', message: e instanceof Error ? e.message : String(e) });
     return;
@@ -116,6 +122,7 @@ function runWriter(data: WriterData, port: MessagePort): void {
   let lastCheckpoint = Date.now();
   port.on('message', (m: ToWriter) => {
     if (m.kind === 'close') {
+      indexer?.stop();
       try {
         db.exec('PRAGMA wal_checkpoint(TRUNCATE)');
       } catch {
@@ -133,6 +140,7 @@ function runWriter(data: WriterData, port: MessagePort): void {
     } catch (e) {
       post({ kind: 'failed', seq: m.seq, message: e instanceof Error ? e.message : String(e) });
     }
+    indexer?.schedule();
     if (++commits >= CHECKPOINT_EVERY || Date.now() - lastCheckpoint >= CHECKPOINT_MS) {
       commits = 0;
       lastCheckpoint = Date.now();
@@ -144,6 +152,93 @@ function runWriter(data: WriterData, port: MessagePort): void {
     }
   });
   post({ kind: 'ready' });
+  // what an earlier run (or one with SEARCH=off) left queued
+  indexer?.schedule();
+}
+
+/** Names and turns the indexer takes from each queue in one transaction. */
+const INDEX_BATCH = 64;
+
+/**
+ * Indexes what the commits queued (names_unindexed, turns_unindexed: ./schema.ts), a batch per
+ * turn of the thread's event loop, so a commit waiting for the thread waits for one batch at
+ * most. Its transactions are not fsync'd: each one's words and its queue's rows go together,
+ * so one lost to a power cut leaves its names and turns queued, and the next durable commit
+ * syncs the log they are in anyway.
+ */
+class Indexer {
+  private scheduled = false;
+  private stopped = false;
+  private readonly lastName: Statement;
+  private readonly lastTurn: Statement;
+  private readonly indexNames: Statement;
+  private readonly indexTurns: Statement;
+  private readonly dequeueNames: Statement;
+  private readonly dequeueTurns: Statement;
+
+  constructor(
+    private readonly db: Database,
+    private readonly fsync: boolean,
+    private readonly failed: (message: string) => void,
+    private readonly committed: () => void,
+  ) {
+    this.lastName = db.prepare('SELECT max(rowid) AS upto FROM (SELECT rowid FROM names_unindexed ORDER BY rowid LIMIT ?)');
+    this.lastTurn = db.prepare('SELECT max(rowid) AS upto FROM (SELECT rowid FROM turns_unindexed ORDER BY rowid LIMIT ?)');
+    this.indexNames = db.prepare('INSERT INTO name_words (rowid, words) SELECT s.rowid, csa_name_words(s.json) FROM names_unindexed u JOIN sessions s ON s.rowid = u.rowid WHERE u.rowid <= ?');
+    this.indexTurns = db.prepare('INSERT INTO turn_words (rowid, words) SELECT t.rowid, csa_turn_words(t.json) FROM turns_unindexed u JOIN turns t ON t.rowid = u.rowid WHERE u.rowid <= ?');
+    this.dequeueNames = db.prepare('DELETE FROM names_unindexed WHERE rowid <= ?');
+    this.dequeueTurns = db.prepare('DELETE FROM turns_unindexed WHERE rowid <= ?');
+  }
+
+  schedule(): void {
+    if (this.scheduled || this.stopped || held('index')) return;
+    this.scheduled = true;
+    setImmediate(() => {
+      this.scheduled = false;
+      if (!this.stopped && this.batch()) this.schedule();
+    });
+  }
+
+  stop(): void {
+    this.stopped = true;
+  }
+
+  /** One batch from each queue in one transaction; whether there may be more. */
+  private batch(): boolean {
+    const names = this.lastName.get(INDEX_BATCH)?.['upto'];
+    const turns = this.lastTurn.get(INDEX_BATCH)?.['upto'];
+    if ((names === null || names === undefined) && (turns === null || turns === undefined)) return false;
+    if (this.fsync) this.db.exec('PRAGMA synchronous = NORMAL');
+    try {
+      this.db.exec('BEGIN IMMEDIATE');
+      try {
+        if (typeof names === 'number') {
+          this.indexNames.run(names);
+          this.dequeueNames.run(names);
+        }
+        if (typeof turns === 'number') {
+          this.indexTurns.run(turns);
+          this.dequeueTurns.run(turns);
+        }
+        this.db.exec('COMMIT');
+      } catch (e) {
+        try {
+          this.db.exec('ROLLBACK');
+        } catch {
+          // already rolled back
+        }
+        throw e;
+      }
+      this.committed();
+      return true;
+    } catch (e) {
+      // a full disk, say: the queue stays; the next commit tries again
+      this.failed(e instanceof Error ? e.message : String(e));
+      return false;
+    } finally {
+      if (this.fsync) this.db.exec('PRAGMA synchronous = FULL');
+    }
+  }
 }
 
 /** The writing connection's statements and what one group's transaction does with them. */
@@ -167,14 +262,20 @@ class Writes {
   private readonly addUsage: Statement;
   private readonly dropIdleUser: Statement;
   private readonly setTurnJson: Statement;
-  private readonly reindexTurn: Statement;
+  private readonly queueTurn: Statement;
   private readonly unindexTurn: Statement;
+  private readonly queuedTurn: Statement;
+  private readonly indexQueuedTurn: Statement;
+  private readonly dequeueTurn: Statement;
   private readonly setSessionAfter: Statement;
   private readonly placeOf: Statement;
   /** Sets depth and jump pointer of every turn of a session (after an import). */
   private readonly replace: Statement;
 
-  constructor(db: Database) {
+  constructor(
+    db: Database,
+    private readonly index: boolean,
+  ) {
     this.begin = db.prepare('BEGIN IMMEDIATE');
     this.commitTx = db.prepare('COMMIT');
     this.rollback = db.prepare('ROLLBACK');
@@ -192,7 +293,10 @@ class Writes {
     this.replace = db.prepare(placesSql('turns', 'session = ?'));
     this.setTurnJson = db.prepare('UPDATE turns SET json = ? WHERE id = ?');
     this.unindexTurn = db.prepare('DELETE FROM turn_words WHERE rowid = (SELECT rowid FROM turns WHERE id = ?)');
-    this.reindexTurn = db.prepare('INSERT INTO turn_words (rowid, words) SELECT rowid, csa_turn_words(json) FROM turns WHERE id = ?');
+    this.queueTurn = db.prepare('INSERT OR IGNORE INTO turns_unindexed (rowid) SELECT rowid FROM turns WHERE id = ?');
+    this.queuedTurn = db.prepare('SELECT u.rowid FROM turns t JOIN turns_unindexed u ON u.rowid = t.rowid WHERE t.id = ?');
+    this.indexQueuedTurn = db.prepare('INSERT INTO turn_words (rowid, words) SELECT rowid, csa_turn_words(json) FROM turns WHERE rowid = ?');
+    this.dequeueTurn = db.prepare('DELETE FROM turns_unindexed WHERE rowid = ?');
     this.setSessionAfter = db.prepare(
       `UPDATE sessions SET updated_at = ?, json = ?, json_bytes = ?, version = ?, head_turn_id = ?, last_turn_at = ?, last_turn_id = ?,
          turn_count = turn_count + ?, turn_bytes = turn_bytes + ? WHERE id = ?`,
@@ -306,9 +410,9 @@ class Writes {
         const t = this.turnOf.get(op.id);
         if (before === undefined || t === undefined) throw new Error(`turn ${op.id} of session ${op.session} is not stored`);
         this.setTurnJson.run(op.json, op.id);
-        // an edit's text is found at once; a delta's waits for the turn's next edit (docs/DECISIONS.md)
+        // an edit's text is found at once (search reads a queued turn by its text); a delta's waits for the turn's next edit (docs/DECISIONS.md)
         this.unindexTurn.run(op.id);
-        this.reindexTurn.run(op.id);
+        this.queueTurn.run(op.id);
         const change = op.json.byteLength - int(t['bytes']);
         this.sessionAfter(op.session, before, op.after, 0, change, delta);
         delta.bytes += change;
@@ -319,6 +423,14 @@ class Writes {
         const before = this.sessionSizes.get(op.session);
         const t = this.turnOf.get(op.id);
         if (before === undefined || t === undefined) throw new Error(`turn ${op.id} of session ${op.session} is not stored`);
+        if (this.index) {
+          // a turn still queued is indexed with the text it had before its deltas, which wait for its next edit
+          const queued = this.queuedTurn.get(op.id)?.['rowid'];
+          if (typeof queued === 'number') {
+            this.indexQueuedTurn.run(queued);
+            this.dequeueTurn.run(queued);
+          }
+        }
         this.setTurnJson.run(op.json, op.id);
         const change = op.json.byteLength - int(t['bytes']);
         this.addTurnBytes.run(change, op.session);
