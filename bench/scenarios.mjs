@@ -7,6 +7,7 @@ import { api, logLines, median, memoryOf, sleep, token } from './common.mjs';
 import { conversationGroups, conversationScenarios } from './conversations.mjs';
 import { purgeScenarios } from './purge.mjs';
 import { searchScaleScenarios } from './search-scale.mjs';
+import { indexCostScenarios } from './index-cost.mjs';
 import { generateDataDir, PER_LIST } from './datagen.mjs';
 import { ENGINE_GROUPS, engineScenarios } from './engines.mjs';
 import { buildRequest, percentile } from './loadgen.mjs';
@@ -345,13 +346,14 @@ export const scenarios = [
   ...purgeScenarios({ opts, progress, runDir: () => runDir, track: (p) => live.add(p), sections }),
   // search over a million turns on every engine (bench/search-scale.mjs), a section of its own
   ...searchScaleScenarios({ opts, progress, runDir: () => runDir, track: (p) => live.add(p), sections }),
+  ...indexCostScenarios({ opts, progress, runDir: () => runDir, track: (p) => live.add(p), sections }),
   // the live feed's measurements (bench/live.mjs), reported in a section of their own
   { name: 'live', run: async () => sections.push(await (await import('./live.mjs')).liveReport({ subscribers: opts.quick ? 2000 : 10_000, throughputSubscribers: 1000, writes: opts.quick ? 50 : 200, ...opts, postgres: true }, progress)) },
 ];
 export const groups = {
   reads: ['get', 'list-user', 'list-project', 'providers'],
   list: ['list-user', 'list-project'],
-  search: ['search-rare', 'search-common', 'search-prefix', 'search-scale'],
+  search: ['search-rare', 'search-common', 'search-prefix', 'search-scale', 'index-cost'],
   create: ['create-1', 'create-16', 'create-64', 'fsync'],
   writes: ['create-1', 'create-16', 'create-64', 'fsync', 'update', 'turn'],
   scale: ['replay', 'list-scale'],

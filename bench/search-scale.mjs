@@ -30,7 +30,7 @@ export function searchScaleScenarios(ctx) {
 }
 
 /** A deterministic text maker: ~1 KiB of Zipf-drawn words per call, the same sequence every run. */
-function texts(needleAt) {
+export function texts(needleAt) {
   const cumulative = new Float64Array(VOCABULARY);
   let sum = 0;
   for (let k = 0; k < VOCABULARY; k++) cumulative[k] = sum += 1 / (k + 1);

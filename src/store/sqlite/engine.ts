@@ -691,6 +691,12 @@ export class SqliteStore extends SerialWrites implements Store, GroupSource, Gro
       engine: [
         { name: 'sqlite_file_bytes', type: 'gauge', help: 'Size of the SQLite database file.', value: size(this.opts.file) },
         { name: 'sqlite_wal_bytes', type: 'gauge', help: 'Size of its write-ahead log (checkpointed back into the file by the writer thread).', value: size(`${this.opts.file}-wal`) },
+        {
+          name: 'sqlite_search_unindexed',
+          type: 'gauge',
+          help: 'Names and turns written but not in the search index yet (the writer thread indexes them between commits; search reads them meanwhile).',
+          value: int(this.reader.prepare('SELECT (SELECT count(*) FROM names_unindexed) + (SELECT count(*) FROM turns_unindexed) AS n').get()?.['n']),
+        },
       ],
     };
   }

@@ -1,0 +1,136 @@
+// What keeping the search index costs the writes (issue #14, "Measured": durable create and turn
+// append with search indexing on, against off, at most 20% slower). Each engine runs servers
+// with SEARCH=on and SEARCH=off on fresh stores, in alternating order round by round: 64
+// connections create sessions for a window, then append turns of about 1 KiB of Zipf-drawn words
+// (search-scale's texts) to 1,024 sessions for a window. Durable (FSYNC on) on every engine.
+// sqlite indexes after the commit: a window ends with names and turns still queued, so after it
+// the server is left until its queue is empty, and that time is counted in its rate
+// (`chat_session_api_sqlite_search_unindexed`), so work moved after the window is not work saved.
+import { copyFileSync, existsSync, mkdtempSync } from 'node:fs';
+import { join } from 'node:path';
+import { api, cpuSecondsOf, EXAMPLE_PROVIDERS, median, NODE_24, NODE_OLDEST, SECRET, SERVER, sleep, startProcess, token } from './common.mjs';
+import { buildRequest, percentile, runLoad } from './loadgen.mjs';
+import { texts } from './search-scale.mjs';
+import { findPostgresBin, startCluster } from '../test/pg/cluster.mjs';
+
+const CONNS = 64;
+const SESSIONS = 1024;
+const PROVIDER = '665f1c2a9b1e8a0012ab34c1';
+
+export function indexCostScenarios(ctx) {
+  return [{ name: 'index-cost', run: () => indexCost(ctx) }];
+}
+
+async function indexCost(ctx) {
+  const engines = [
+    { engine: 'journal', node: NODE_OLDEST },
+    { engine: 'sqlite', node: NODE_24, missing: existsSync(NODE_24) ? undefined : 'node_modules has no Node.js 24 (npm ci)' },
+    { engine: 'postgres', node: NODE_OLDEST, missing: findPostgresBin() === undefined ? 'PostgreSQL is not installed' : undefined },
+  ];
+  const rows = [];
+  const notes = [];
+  let cluster;
+  let schemas = 0;
+  try {
+    for (const e of engines) {
+      if (e.missing !== undefined) {
+        notes.push(`${e.engine}: skipped, ${e.missing}`);
+        continue;
+      }
+      const runs = { on: [], off: [] };
+      for (let round = 0; round < ctx.opts.rounds; round++) {
+        for (const search of round % 2 === 0 ? ['on', 'off'] : ['off', 'on']) {
+          const dir = mkdtempSync(join(ctx.runDir(), `index-cost-${e.engine}-`));
+          copyFileSync(EXAMPLE_PROVIDERS, join(dir, 'providers.json'));
+          const env = { DATA_DIR: dir, AUTH_SECRET: SECRET, LOG_LEVEL: ctx.opts.logLevel, HOST: '127.0.0.1', STORE: e.engine, SEARCH: search, MEMORY_LIMIT: 'off' };
+          if (e.engine === 'postgres') {
+            cluster ??= await startCluster({ settings: { max_connections: 100 } });
+            Object.assign(env, { DATABASE_URL: cluster.url('postgres'), DATABASE_SCHEMA: `index_cost_${++schemas}` });
+          }
+          const p = await startProcess({ script: SERVER, cwd: dir, env, node: e.node, logFile: join(ctx.runDir(), `index-cost-${e.engine}-${search}-${round}.log`) });
+          ctx.track(p);
+          try {
+            const run = await measure(ctx, p, e.engine);
+            runs[search].push(run);
+            ctx.progress(`index-cost ${e.engine} SEARCH=${search} round ${round + 1}: creates ${run.creates.rate.toFixed(0)}/s (p99 ${run.creates.p99.toFixed(1)} ms), appends ${run.appends.rate.toFixed(0)}/s (p99 ${run.appends.p99.toFixed(1)} ms, ${run.appends.drainMs.toFixed(0)} ms to empty the queue)`);
+          } finally {
+            await p.stop();
+          }
+        }
+      }
+      rows.push({ engine: e.engine, on: summary(runs.on), off: summary(runs.off) });
+    }
+  } finally {
+    await cluster?.destroy();
+  }
+  ctx.sections.push(render(rows, notes, ctx.opts.rounds));
+}
+
+/** One server's creates, then its appends; each window's rate counts the time its queue took to empty after it. */
+async function measure(ctx, p, engine) {
+  const auth = `Bearer ${token('writer')}`;
+  const headers = { authorization: auth };
+  const create = buildRequest('POST', '/api/v1/chat-sessions', { headers, body: { projectId: 'index-cost', providerId: PROVIDER, selectedModel: 'm', name: 'Planning the quarterly roadmap review' } });
+  const creates = await window(ctx, p, engine, () => create);
+  const ids = [];
+  for (let i = 0; i < SESSIONS; i++) {
+    const r = await api(p.port, 'POST', '/api/v1/chat-sessions', { auth: token('writer'), body: { projectId: 'index-cost', providerId: PROVIDER, selectedModel: 'm', name: `Session ${i}` } });
+    if (r.status !== 201) throw new Error(`index-cost: creating a session answered ${r.status} ${r.text}`);
+    ids.push(r.body.data._id);
+  }
+  await drained(p.port, engine);
+  // every server of a round writes the same texts in the same order
+  const make = texts(-1);
+  let n = 0;
+  const appends = await window(ctx, p, engine, () => buildRequest('POST', `/api/v1/chat-sessions/${ids[n % SESSIONS]}/turns`, { headers, body: { role: 'user', content: make(n++) } }));
+  return { creates, appends };
+}
+
+async function window(ctx, p, engine, request) {
+  let cpu0 = NaN;
+  const r = await runLoad({ port: p.port, connections: CONNS, warmupMs: ctx.opts.warmupMs, durationMs: ctx.opts.durationMs, request, onWindowStart: () => (cpu0 = cpuSecondsOf(p.pid)) });
+  if (r.errors + r.warmupErrors > 0) throw new Error(`index-cost: ${r.errors} writes failed (${r.firstError ?? [...r.statuses].join(', ')})`);
+  const started = performance.now();
+  await drained(p.port, engine);
+  const drainMs = performance.now() - started;
+  const cpu = cpuSecondsOf(p.pid) - cpu0;
+  const sorted = Float64Array.from(r.latencies).sort();
+  // CPU from the window's start to the empty queue, per write of the window (writes of the warm-up still queued are counted in it)
+  return { rate: r.requests / (r.seconds + drainMs / 1000), p50: percentile(sorted, 0.5), p99: percentile(sorted, 0.99), drainMs, cpuMs: (cpu * 1000) / r.requests };
+}
+
+/** Waits until sqlite's queue for the index is empty (the other engines index in the commit). */
+async function drained(port, engine) {
+  if (engine !== 'sqlite') return;
+  for (;;) {
+    const r = await api(port, 'GET', '/metrics');
+    const left = Number(/^chat_session_api_sqlite_search_unindexed (\d+)/m.exec(r.text)?.[1] ?? NaN);
+    if (!(left > 0)) return;
+    await sleep(20);
+  }
+}
+
+function summary(runs) {
+  const pick = (phase, field) => median(runs.map((r) => r[phase][field]));
+  return Object.fromEntries(['creates', 'appends'].map((phase) => [phase, { rate: pick(phase, 'rate'), p50: pick(phase, 'p50'), p99: pick(phase, 'p99'), drainMs: pick(phase, 'drainMs'), cpuMs: pick(phase, 'cpuMs') }]));
+}
+
+function render(rows, notes, rounds) {
+  const L = ['## What the search index costs the writes (`index-cost`)', ''];
+  L.push(
+    `Durable writes by ${CONNS} connections with \`SEARCH=on\` against \`SEARCH=off\`, fresh stores, medians of ${rounds} round(s) in alternating order: creates (a name of five words), then appends of about 1 KiB of Zipf-drawn words to ${SESSIONS.toLocaleString('en')} sessions. A rate counts the time sqlite's queue took to empty after its window. Target: on at most 20% slower than off.`,
+    '',
+    '| engine | write | off /s | on /s | on ÷ off | p99 off ms | p99 on ms | CPU µs/write off | CPU µs/write on | met? |',
+    '|---|---|---:|---:|---:|---:|---:|---:|---:|---|',
+  );
+  for (const r of rows) {
+    for (const phase of ['creates', 'appends']) {
+      const on = r.on[phase];
+      const off = r.off[phase];
+      const ratio = on.rate / off.rate;
+      L.push(`| ${r.engine} | ${phase === 'creates' ? 'create' : 'turn append'} | ${off.rate.toFixed(0)} | ${on.rate.toFixed(0)} | ${ratio.toFixed(2)} | ${off.p99.toFixed(1)} | ${on.p99.toFixed(1)} | ${(off.cpuMs * 1000).toFixed(0)} | ${(on.cpuMs * 1000).toFixed(0)} | ${ratio >= 0.8 ? 'yes' : '**no**'} |`);
+    }
+  }
+  for (const n of notes) L.push('', `- ${n}`);
+  return L.join('\n');
+}
