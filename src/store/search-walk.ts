@@ -79,7 +79,7 @@ export interface WalkSource<S, C, T> {
   hit(s: S, key: SearchKey, turn: T | undefined): SearchHit;
 }
 
-/** A session's hits waiting in the merge: the newest first, then the rest of its batch. */
+/** A session's hits waiting in the merge: the newest first, then the rest of its batch; or none in hand and where its next batch starts. */
 interface Cursor<S, T> {
   readonly s: S;
   hits: readonly { readonly key: SearchKey; readonly turn: T | undefined }[];
@@ -126,19 +126,6 @@ function* walk<S, C, T>(source: WalkSource<S, C, T>, after: SearchKey | undefine
   const turnsOf = function* (from: readonly TurnsFrom<S>[]): Generator<unknown, readonly TurnBatch<T>[], unknown> {
     return (yield source.turns(from)) as readonly TurnBatch<T>[];
   };
-  /** Reads a cursor's next batches until it has a hit or its session has no more; false past the budget. */
-  const fill = function* (c: Cursor<S, T>): Generator<unknown, boolean, unknown> {
-    while (c.i === c.hits.length && c.next !== undefined) {
-      c.want = Math.min(MOST_BATCH, c.want * 2);
-      const [b] = (yield* turnsOf([{ s: c.s, before: c.next, want: c.want }])) as [TurnBatch<T>];
-      examined += b.examined;
-      if (examined > budget) return false;
-      c.hits = b.hits;
-      c.i = 0;
-      c.next = b.next;
-    }
-    return true;
-  };
   const out: SearchHit[] = [];
   for (;;) {
     // open every session that may hold a hit newer than the newest one waiting: a session's hits
@@ -170,25 +157,36 @@ function* walk<S, C, T>(source: WalkSource<S, C, T>, after: SearchKey | undefine
         const b = batches[k] as TurnBatch<T>;
         examined += b.examined;
         const c: Cursor<S, T> = { s: group[k] as S, hits: b.hits, i: 0, next: b.next, want: FIRST_BATCH };
-        if (!(yield* fill(c))) return undefined;
-        if (c.i < c.hits.length) heap.push(c);
+        if (c.hits.length > 0 || c.next !== undefined) heap.push(c);
       }
       if (examined > budget) return undefined;
     }
     // nothing unopened can hold a hit newer than the top
     const c = heap.pop();
     if (c === undefined) break;
+    if (c.i === c.hits.length) {
+      // a session with no hit in hand ranks by where its next batch starts: read only now, when
+      // nothing waiting is newer than what that batch may hold
+      c.want = Math.min(MOST_BATCH, c.want * 2);
+      const [b] = (yield* turnsOf([{ s: c.s, before: c.next, want: c.want }])) as [TurnBatch<T>];
+      examined += b.examined;
+      if (examined > budget) return undefined;
+      c.hits = b.hits;
+      c.i = 0;
+      c.next = b.next;
+      if (c.hits.length > 0 || c.next !== undefined) heap.push(c);
+      continue;
+    }
     const h = c.hits[c.i++] as { key: SearchKey; turn: T | undefined };
     out.push(source.hit(c.s, h.key, h.turn));
     if (out.length > limit) break;
-    if (!(yield* fill(c))) return undefined;
-    if (c.i < c.hits.length) heap.push(c);
+    if (c.i < c.hits.length || c.next !== undefined) heap.push(c);
   }
   const items = out.slice(0, limit);
   return { items, next: out.length > limit ? items[items.length - 1]?.key : undefined };
 }
 
-/** A max-heap of cursors by their next hit (the newest first); every cursor in it has one. */
+/** A max-heap of cursors by their next hit (the newest first), or by where their next batch starts when they hold none. */
 class CursorHeap<S, T> {
   private readonly items: Cursor<S, T>[] = [];
 
@@ -233,7 +231,7 @@ class CursorHeap<S, T> {
   }
 }
 
-/** Where a cursor ranks: its next hit. */
+/** Where a cursor ranks: its next hit, or where its next batch starts (everything it may still hold is before that). */
 function keyOf<S, T>(c: Cursor<S, T>): SearchKey {
-  return (c.hits[c.i] as { key: SearchKey }).key;
+  return c.i < c.hits.length ? (c.hits[c.i] as { key: SearchKey }).key : (c.next as SearchKey);
 }
