@@ -21,6 +21,17 @@ export const OPEN_GROUP = 8;
 export const WALK_BUDGET = 20_000;
 
 /**
+ * How many documents a walk may examine before it gives the query back to the index: about as
+ * many as the index would read for it (the engine's estimate of its matches, `estimate`), so a
+ * word that turns out too rare among the caller's newest turns costs at most about twice what
+ * the index alone would; never more than WALK_BUDGET. With `walkFrom` 1 (SEARCH_WALK_FROM=1,
+ * every query walks) the walk goes as far as WALK_BUDGET, whatever the estimate.
+ */
+export function walkBudget(estimate: number, walkFrom: number): number {
+  return walkFrom <= 1 ? WALK_BUDGET : Math.min(WALK_BUDGET, Math.max(estimate, walkFrom));
+}
+
+/**
  * The (createdAt, id) a session's turns are read strictly before, newest first: `before`, or
  * from after every createdAt when the walk starts at the session's newest turn.
  */

@@ -13,7 +13,7 @@ import { ceilingsOf } from '../../memory.js';
 import { SortedList } from './sorted-list.js';
 import { StoredTurn, TurnArena } from './turns.js';
 import { docParts, nameDoc, turnDoc, WordIndex } from './word-index.js';
-import { walkSearchNow, type WalkSource } from '../search-walk.js';
+import { walkBudget, walkSearchNow, type WalkSource } from '../search-walk.js';
 
 export { StoredTurn } from './turns.js';
 
@@ -594,8 +594,9 @@ export class MemoryState {
    * only if the walk finds the words too rare after all.
    */
   search(filter: SearchFilter, after: SearchKey | undefined, limit: number, walkFrom: number): Page<SearchHit, SearchKey> {
-    if (this.words.estimate(filter.words) >= walkFrom) {
-      const walked = walkSearchNow(this.walkSource(filter), after, limit);
+    const estimate = this.words.estimate(filter.words);
+    if (estimate >= walkFrom) {
+      const walked = walkSearchNow(this.walkSource(filter), after, limit, walkBudget(estimate, walkFrom));
       if (walked !== undefined) return walked;
     }
     const found: { key: SearchKey; e: SessionEntry; turn: StoredTurn | undefined }[] = [];

@@ -38,7 +38,7 @@ import {
   type SharedEventLog,
 } from '../store.js';
 import { budgetedTurnPage } from '../turn-page.js';
-import { keysetFrom, walkSearch, type TurnsFrom, type WalkSource } from '../search-walk.js';
+import { keysetFrom, walkBudget, walkSearch, type TurnsFrom, type WalkSource } from '../search-walk.js';
 import { SerialWrites } from '../serial-writes.js';
 import { SerialWriter, type Group, type GroupSource, type TreeNeeds } from '../writer.js';
 import { INDEXING, keptColumns, NO_INDEXING, sqlText, storeError, textArray, wordsSql, type Indexing } from './values.js';
@@ -203,7 +203,7 @@ export class PostgresStore extends SerialWrites implements Store, GroupSource {
       const plan = (await this.pool.query(`EXPLAIN SELECT 1 FROM ${this.S}.turns WHERE words @@ $1::tsquery`, [tsQuery(filter.words)]).catch(rethrow)).rows;
       const n = Number(/ rows=(\d+)/.exec(String(plan[0]?.[0] ?? ''))?.[1] ?? 0);
       if (n >= walkFrom) {
-        const walked = await walkSearch(this.walkSource(filter), after, limit).catch(rethrow);
+        const walked = await walkSearch(this.walkSource(filter), after, limit, walkBudget(n, walkFrom)).catch(rethrow);
         if (walked !== undefined) return walked;
       }
     }

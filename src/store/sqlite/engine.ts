@@ -39,7 +39,7 @@ import {
   type Usage,
 } from '../store.js';
 import { budgetedTurnPage } from '../turn-page.js';
-import { keysetFrom, walkSearchNow, type WalkSource } from '../search-walk.js';
+import { keysetFrom, walkBudget, walkSearchNow, type WalkSource } from '../search-walk.js';
 import { SerialWrites } from '../serial-writes.js';
 import { SerialWriter, type Change, type Group, type GroupSource } from '../writer.js';
 import { bytesOf, int, sqliteDatabase, text, textOrUndefined, type Database, type Row, type SqlValue, type Statement } from './binding.js';
@@ -443,8 +443,10 @@ export class SqliteStore extends SerialWrites implements Store, GroupSource, Gro
    */
   search(filter: SearchFilter, after: SearchKey | undefined, limit: number): Promise<Page<SearchHit, SearchKey>> {
     const walkFrom = this.opts.searchWalkFrom ?? Infinity;
-    if (walkFrom !== Infinity && int(this.reader.prepare('SELECT count(*) AS n FROM (SELECT 1 FROM turn_words WHERE turn_words MATCH ? LIMIT ?)').get(filterWords(filter.words), walkFrom)?.['n']) >= walkFrom) {
-      const walked = walkSearchNow(this.walkSource(filter), after, limit);
+    // counted no further than walkFrom: the walk's budget is then walkFrom too (../search-walk.ts walkBudget)
+    const counted = walkFrom === Infinity ? 0 : int(this.reader.prepare('SELECT count(*) AS n FROM (SELECT 1 FROM turn_words WHERE turn_words MATCH ? LIMIT ?)').get(filterWords(filter.words), walkFrom)?.['n']);
+    if (walkFrom !== Infinity && counted >= walkFrom) {
+      const walked = walkSearchNow(this.walkSource(filter), after, limit, walkBudget(counted, walkFrom));
       if (walked !== undefined) return Promise.resolve(walked);
     }
     const params: SqlValue[] = [];
