@@ -33,6 +33,7 @@ async function indexCost(ctx) {
   let schemas = 0;
   try {
     for (const e of engines) {
+      if (ctx.opts.enginesNamed !== undefined && !ctx.opts.enginesNamed.includes(e.engine)) continue;
       if (e.missing !== undefined) {
         notes.push(`${e.engine}: skipped, ${e.missing}`);
         continue;

@@ -22,7 +22,8 @@ Options (each also an environment variable):
                        top self-time functions to the report (profiles in bench/results/profiles)
   --keep               keep the temporary directory (data, server logs)
   --engines=a,b        engines the soak runs (default: journal, and sqlite  BENCH_ENGINES
-                       when this Node.js has node:sqlite; npm run bench runs on Node 24)
+                       when this Node.js has node:sqlite; npm run bench runs on Node 24);
+                       search-scale and index-cost run these only (default: all three)
   --seam-base=REF      journal-seam: the build to compare with (default: the parent of the
                        commit "Store seam: ..."), built once in $TMPDIR    BENCH_SEAM_BASE
 The server runs with LOG_LEVEL from the environment (default info), its stdout to a log file.`;
@@ -50,6 +51,8 @@ export const opts = {
   keep: has('keep'),
   logLevel: process.env.LOG_LEVEL ?? 'info',
   engines: (flag('engines') ?? process.env.BENCH_ENGINES ?? 'journal,sqlite').split(',').filter((e) => e !== ''),
+  /** The engines named with --engines / BENCH_ENGINES; undefined when none were. */
+  enginesNamed: (flag('engines') ?? process.env.BENCH_ENGINES)?.split(',').filter((e) => e !== ''),
   seamBase: flag('seam-base') ?? process.env.BENCH_SEAM_BASE,
   quick,
 };

@@ -72,6 +72,7 @@ async function searchScale(ctx) {
   let cluster;
   try {
     for (const e of engines) {
+      if (ctx.opts.enginesNamed !== undefined && !ctx.opts.enginesNamed.includes(e.engine)) continue;
       if (e.missing !== undefined) {
         notes.push(`${e.engine}: skipped, ${e.missing}`);
         continue;
