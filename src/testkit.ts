@@ -7,6 +7,7 @@ runSqliteWriterIfWorker();
 
 export { crc32, crc32Portable } from './store/journal/crc32.js';
 export { SortedList } from './store/journal/sorted-list.js';
+export { WordIndex } from './store/journal/word-index.js';
 export { loadConfig } from './config.js';
 export { Logger } from './log.js';
 export { openStore, openStoreSnapshot } from './store/open.js';
@@ -15,7 +16,7 @@ export { PreconditionFailed, SessionNotFound, StorageWriteFailed, StoreOpenFaile
 export { PAGE_BYTE_BUDGET, PAGE_SCAN_BUDGET, SCAN_CHUNK } from './domain/order.js';
 export { wholeListReply } from './api/lists.js';
 export { versionOf, versionOfSession } from './domain/version.js';
-export { foldForSearch, indexedWords, textHolds, turnText, wordsOf } from './domain/search.js';
+export { eachIndexedWord, foldForSearch, indexedWordList, indexedWords, textHolds, turnText, wordsOf } from './domain/search.js';
 export { registerSearchFunctions } from './store/sqlite/schema.js';
 export { placesOfChain } from './store/tree-index.js';
 export { chatSession, turnRecord } from './domain/records.js';

@@ -44,6 +44,29 @@ export function indexedWordList(text: string): string[] {
   return wordsOf(text).filter((w) => w.length <= WORD_MAX);
 }
 
+/**
+ * Calls `each` with every word of `text` an index keeps: indexedWordList's words, in order, a
+ * word as often as the text has it. ASCII text (most text) is cut by hand, without a regular
+ * expression or a list (the journal's index takes each word as it comes).
+ */
+export function eachIndexedWord(text: string, each: (word: string) => void): void {
+  if (NOT_ASCII.test(text)) {
+    for (const w of indexedWordList(text)) each(w);
+    return;
+  }
+  const lower = text.toLowerCase();
+  let start = -1;
+  for (let i = 0; i <= lower.length; i++) {
+    const c = i < lower.length ? lower.charCodeAt(i) : 32;
+    if ((c >= 97 && c <= 122) || (c >= 48 && c <= 57)) {
+      if (start < 0) start = i;
+    } else if (start >= 0) {
+      if (i - start <= WORD_MAX) each(lower.slice(start, i));
+      start = -1;
+    }
+  }
+}
+
 /** indexedWordList joined by spaces (what sqlite's and PostgreSQL's indexes are given). */
 export function indexedWords(text: string): string {
   return indexedWordList(text).join(' ');

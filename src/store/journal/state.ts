@@ -6,7 +6,7 @@
 import { hitBefore, PAGE_BYTE_BUDGET, PAGE_SCAN_BUDGET, sessionBefore, turnBefore, type SessionKey, type TurnKey } from '../../domain/order.js';
 import { chatSession, foldedTags, raisedByTurn, type ChatSession } from '../../domain/records.js';
 import { isLive } from '../../domain/retention.js';
-import { foldForSearch, indexedWords, turnTextOfJson } from '../../domain/search.js';
+import { foldForSearch, turnTextOfJson } from '../../domain/search.js';
 import { versionOfSession } from '../../domain/version.js';
 import type { Page, SearchFilter, SearchHit, SearchKey, SessionFilter, SessionRecord, TurnRecord } from '../store.js';
 import { ceilingsOf } from '../../memory.js';
@@ -367,7 +367,7 @@ export class MemoryState {
   putSession(s: ChatSession, version?: string): SessionEntry {
     const e = this.entries.get(s._id);
     if (e === undefined) return this.insertNew(s, version);
-    if (this.indexing && (e.session === ORPHAN || e.session.name !== s.name)) this.words.set(nameDoc(s._id), indexedWordsOf(s.name));
+    if (this.indexing && (e.session === ORPHAN || e.session.name !== s.name)) this.words.set(nameDoc(s._id), s.name);
     if (this.loading) {
       e.replace(s, version);
       return e;
@@ -382,7 +382,7 @@ export class MemoryState {
   insertNew(s: ChatSession, version?: string): SessionEntry {
     const e = new SessionEntry(s);
     if (version !== undefined) e.replace(s, version);
-    if (this.indexing) this.words.add(nameDoc(s._id), indexedWordsOf(s.name));
+    if (this.indexing) this.words.add(nameDoc(s._id), s.name);
     this.entries.set(s._id, e);
     if (!this.loading) this.index(e);
     return e;
@@ -429,8 +429,8 @@ export class MemoryState {
     const replaced = e.placeTurn(t);
     if (!this.indexing) {
       // SEARCH=off: nothing is indexed
-    } else if (replaced === undefined) this.words.add(turnDoc(sessionId, t._id), turnWords(t));
-    else this.words.set(turnDoc(sessionId, t._id), turnWords(t));
+    } else if (replaced === undefined) this.words.add(turnDoc(sessionId, t._id), turnText(t));
+    else this.words.set(turnDoc(sessionId, t._id), turnText(t));
     if (replaced === undefined) this.turnTotal++;
     else this.arena.released(replaced);
     return e;
@@ -468,7 +468,7 @@ export class MemoryState {
     // replay: a turn a later record deletes is not kept (`t` undefined, or not there); its session still moves
     if (t !== undefined && old !== undefined) {
       e.replaceTurn(old, t);
-      if (this.indexing) this.words.set(turnDoc(session._id, t._id), turnWords(t));
+      if (this.indexing) this.words.set(turnDoc(session._id, t._id), turnText(t));
       this.arena.released(old);
     }
     this.putSession(session, version);
@@ -655,8 +655,8 @@ export class MemoryState {
     this.words.clear();
     for (const [id, e] of this.entries) {
       if (e.session === ORPHAN) continue;
-      this.words.set(nameDoc(id), indexedWordsOf(e.session.name));
-      for (const t of e.turns ?? []) this.words.set(turnDoc(id, t._id), turnWords(t));
+      this.words.set(nameDoc(id), e.session.name);
+      for (const t of e.turns ?? []) this.words.set(turnDoc(id, t._id), turnText(t));
     }
     return this.words.size;
   }
@@ -695,18 +695,6 @@ export class MemoryState {
   }
 }
 
-/**
- * The words of a text as every engine indexes them (src/domain/search.ts), split from the
- * joined form: the index keeps one such array per name and turn, and taking the filtered word
- * list instead (92aed01) ran a server with 22,000 sessions out of a 48 MiB heap on its next
- * whole list and page (test/memory.test.mjs), presumably by the spare room of arrays built
- * element by element, which split's arrays do not have.
- */
-function indexedWordsOf(text: string): string[] {
-  const words = indexedWords(text);
-  return words === '' ? [] : words.split(' ');
-}
-
 /** A session search may read for this filter (the lists' rules: owner or project, archived, live). */
 function searchable(s: ChatSession, f: SearchFilter): boolean {
   if (f.user !== undefined ? s.user !== f.user || (f.project !== undefined && s.project !== f.project) : s.project !== f.project) return false;
@@ -714,9 +702,9 @@ function searchable(s: ChatSession, f: SearchFilter): boolean {
   return isLive(s, f.live);
 }
 
-/** The words of a turn's searchable text (a delta's text waits for the turn's next edit: ./engine.ts deltaTurn). */
-function turnWords(t: StoredTurn): string[] {
-  return indexedWordsOf(turnTextOfJson(t.json));
+/** A turn's searchable text, as the index takes it (a delta's text waits for the turn's next edit: ./engine.ts deltaTurn). */
+function turnText(t: StoredTurn): string {
+  return turnTextOfJson(t.json);
 }
 
 /** The filters a list applies beyond the lists it reads (the same residual filters on every engine). */

@@ -1,0 +1,78 @@
+// The journal engine's word index (src/store/journal/word-index.ts) against a plain map of each
+// document's word list: random adds, edits and removals of documents, enough of them that word
+// lists are compacted and the documents numbered again, with every query answered the same. A
+// pure data structure, called directly from the test kit like the sorted list; the store
+// contract (test/store/search-cases.mjs) searches through it on the journal.
+import assert from 'node:assert/strict';
+import { createRequire } from 'node:module';
+import { test } from 'node:test';
+
+const { WordIndex, eachIndexedWord, indexedWordList } = createRequire(import.meta.url)('../dist/testkit.cjs');
+
+function rng(seed) {
+  let s = seed >>> 0;
+  return () => {
+    s = (s + 0x6d2b79f5) >>> 0;
+    let t = s;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
+
+const WORDS = ['apple', 'apricot', 'Banana', 'band', 'CHERRY', 'Straße', 'été', 'x1', 'deep-learning', 'zoo', `long${'g'.repeat(70)}`, 'a', 'ab', 'abc'];
+
+test('the word index answers what each document\'s word list would, through edits and removals that compact its lists and number its documents again', () => {
+  const random = rng(42);
+  const pick = (xs) => xs[Math.floor(random() * xs.length)];
+  const text = () => Array.from({ length: 1 + Math.floor(random() * 12) }, () => pick(WORDS)).join(pick([' ', ', ', '\n', '.']));
+  const index = new WordIndex();
+  const model = new Map();
+  const queries = [['a'], ['ap'], ['apple'], ['band', 'ch'], ['strasse'], ['ete'], ['x1'], ['deep', 'learning'], ['zoo'], ['long'], ['abc', 'zoo'], ['nothing']];
+  const check = (when) => {
+    assert.equal(index.size, model.size, when);
+    for (const q of queries) {
+      const want = [...model].filter(([, words]) => q.every((w) => words.some((x) => x.startsWith(w)))).map(([doc]) => doc).sort();
+      assert.deepEqual(index.find(q).sort(), want, `${when}: ${q.join(' ')}`);
+      assert.ok(index.estimate(q) >= want.length, `${when}: the estimate of ${q.join(' ')} is at least its documents`);
+      for (const doc of want.slice(0, 5)) assert.ok(index.holds(doc, q), `${when}: ${doc} holds ${q.join(' ')}`);
+    }
+  };
+  const docs = Array.from({ length: 400 }, (_, i) => (i % 4 === 0 ? `s${i}` : `s${i >> 2}\nt${i}`));
+  for (let round = 0; round < 60; round++) {
+    for (let k = 0; k < 500; k++) {
+      const doc = pick(docs);
+      const r = random();
+      if (r < 0.15) {
+        index.remove(doc);
+        model.delete(doc);
+      } else {
+        const t = text();
+        if (model.has(doc)) index.set(doc, t);
+        else index.add(doc, t);
+        model.set(doc, indexedWordList(t));
+      }
+    }
+    check(`round ${round}`);
+  }
+  index.clear();
+  model.clear();
+  check('cleared');
+});
+
+test('each word an index keeps is cut from ASCII text by hand as indexedWordList cuts it, and from other text by it', () => {
+  const random = rng(7);
+  const alphabet = 'abcXYZ019 .,-_\n\t\'"(é)ßﬁ';
+  for (let i = 0; i < 2000; i++) {
+    const ascii = random() < 0.7;
+    const chars = ascii ? alphabet.slice(0, 19) : alphabet;
+    let text = '';
+    for (let k = Math.floor(random() * 80); k > 0; k--) text += chars[Math.floor(random() * chars.length)];
+    if (random() < 0.1) text += ` ${'q'.repeat(60 + Math.floor(random() * 10))}`;
+    const seen = [];
+    eachIndexedWord(text, (w) => {
+      if (!seen.includes(w)) seen.push(w);
+    });
+    assert.deepEqual(seen, indexedWordList(text), JSON.stringify(text));
+  }
+});
