@@ -41,6 +41,11 @@ export function wordsOf(text: string): string[] {
 
 /** The words an index keeps for a text: its distinct folded words of at most WORD_MAX. */
 export function indexedWordList(text: string): string[] {
+  if (!NOT_ASCII.test(text)) {
+    const seen = new Set<string>();
+    eachIndexedWord(text, (w) => seen.add(w));
+    return [...seen];
+  }
   return wordsOf(text).filter((w) => w.length <= WORD_MAX);
 }
 

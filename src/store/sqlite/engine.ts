@@ -282,9 +282,10 @@ function searchPart(filter: SearchFilter, after: SearchKey | undefined, part: Se
     case 'turns':
       return `SELECT ${columns} FROM turn_words f JOIN turns t ON t.rowid = f.rowid JOIN sessions s ON s.id = t.session WHERE turn_words MATCH ? AND ${where.join(' AND ')}`;
     case 'queuedNames':
-      return `SELECT ${columns} FROM names_unindexed u JOIN sessions s ON s.rowid = u.rowid WHERE ${where.join(' AND ')}`;
+      return `SELECT ${columns} FROM names_unindexed u CROSS JOIN sessions s ON s.rowid = u.rowid WHERE ${where.join(' AND ')}`;
     case 'queuedTurns':
-      return `SELECT ${columns} FROM turns_unindexed u JOIN turns t ON t.rowid = u.rowid JOIN sessions s ON s.id = t.session WHERE ${where.join(' AND ')}`;
+      // CROSS JOIN: the queue first (short), never the caller's sessions' every turn first
+      return `SELECT ${columns} FROM turns_unindexed u CROSS JOIN turns t ON t.rowid = u.rowid CROSS JOIN sessions s ON s.id = t.session WHERE ${where.join(' AND ')}`;
   }
 }
 
