@@ -71,6 +71,8 @@ export interface PostgresOptions {
 }
 
 const CHUNK = 256;
+/** Below this many times SEARCH_WALK_FROM, the planner's estimate of a word's matches is checked by counting them. */
+const UNSURE_UP_TO = 4;
 /** What an import announces to the live feed: not a change of one session, but "read everything again". */
 const IMPORT_RESET = { type: 'reset', session: '', owner: '', project: '', data: '{"reason":"import"}' } as const;
 /** How long a start waits for an unreachable database before it gives up. */
@@ -201,7 +203,12 @@ export class PostgresStore extends SerialWrites implements Store, GroupSource {
       // the planner's estimate from the table's statistics: counting even a few thousand matches
       // would read as many rows (a word in every turn is found by reading the table)
       const plan = (await this.pool.query(`EXPLAIN SELECT 1 FROM ${this.S}.turns WHERE words @@ $1::tsquery`, [tsQuery(filter.words)]).catch(rethrow)).rows;
-      const n = Number(/ rows=(\d+)/.exec(String(plan[0]?.[0] ?? ''))?.[1] ?? 0);
+      let n = Number(/ rows=(\d+)/.exec(String(plan[0]?.[0] ?? ''))?.[1] ?? 0);
+      if (n >= walkFrom && n < UNSURE_UP_TO * walkFrom) {
+        // a word the statistics do not know is given a share of the table (up to 0.5%): near the
+        // threshold, the matches are counted (no further than it) rather than trusted
+        n = Number((await this.pool.query(`SELECT count(*) FROM (SELECT 1 FROM ${this.S}.turns WHERE words @@ $1::tsquery LIMIT $2) x`, [tsQuery(filter.words), String(walkFrom)]).catch(rethrow)).rows[0]?.[0] ?? 0);
+      }
       if (n >= walkFrom) {
         const walked = await walkSearch(this.walkSource(filter), after, limit, walkBudget(n, walkFrom)).catch(rethrow);
         if (walked !== undefined) return walked;
@@ -257,7 +264,9 @@ export class PostgresStore extends SerialWrites implements Store, GroupSource {
         for (const r of rows) hits[Number(r[0]) - 1]?.push({ key: { at: r[2] as string, doc: r[1] as string }, turn: { _id: r[1] as string, createdAt: r[2] as string, json: Buffer.from(r[3] as string) } });
         return hits.map((h, k) => {
           const last = h[h.length - 1];
-          return { hits: h, next: h.length === (from[k] as TurnsFrom<SessionRecord>).want && last !== undefined ? last.key : undefined, examined: h.length };
+          const want = (from[k] as TurnsFrom<SessionRecord>).want;
+          // fewer hits than asked for: PostgreSQL read the session's turns to its first; at least `want` of them count
+          return { hits: h, next: h.length === want && last !== undefined ? last.key : undefined, examined: Math.max(h.length, want) };
         });
       },
       hit: (s, key, turn) => ({ key, session: s, turn }),

@@ -7,7 +7,7 @@ export type SqlValue = null | number | bigint | string | Uint8Array;
 export type Row = Readonly<Record<string, SqlValue>>;
 
 export interface Statement {
-  run(...params: SqlValue[]): { readonly changes: number | bigint };
+  run(...params: SqlValue[]): { readonly changes: number | bigint; readonly lastInsertRowid: number | bigint };
   get(...params: SqlValue[]): Row | undefined;
   all(...params: SqlValue[]): Row[];
   /** Rows one at a time; `return()` (a `break` out of for...of) resets the statement. */

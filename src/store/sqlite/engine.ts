@@ -9,7 +9,7 @@ import { Worker } from 'node:worker_threads';
 import { PAGE_BYTE_BUDGET, PAGE_SCAN_BUDGET, SCAN_CHUNK, SCAN_CHUNK_BYTES, sessionBefore, type SessionKey, type TurnKey } from '../../domain/order.js';
 import { foldedTags, type ChatSession, type Turn } from '../../domain/records.js';
 import type { Liveness } from '../../domain/retention.js';
-import { foldForSearch, textHolds, turnTextOfJson } from '../../domain/search.js';
+import { foldForSearch, indexedWords, textHolds, turnText, turnTextOfJson } from '../../domain/search.js';
 import { versionOfSession } from '../../domain/version.js';
 import type { Quotas } from '../../config.js';
 import type { Logger } from '../../log.js';
@@ -813,7 +813,8 @@ export class SqliteStore extends SerialWrites implements Store, GroupSource, Gro
   }
 
   commit(changes: readonly Change[]): Promise<void> {
-    return this.send(changes.map(opOf), changes.length);
+    const words = this.opts.search === false ? noWords : turnWordsOf;
+    return this.send(changes.map((c) => opOf(c, words)), changes.length);
   }
 
   private send(ops: readonly Op[], writes: number): Promise<void> {
@@ -854,7 +855,7 @@ export class SqliteStore extends SerialWrites implements Store, GroupSource, Gro
       }
       for (const t of plan.turns) {
         if (t.replaces !== undefined) ops.push({ op: 'dropTurn', id: t.turn._id, session: t.replaces });
-        ops.push({ op: 'turn', session: t.turn.session, t: { id: t.turn._id, parentId: t.turn.parentId, createdAt: t.turn.createdAt, json: t.json }, after: undefined });
+        ops.push({ op: 'turn', session: t.turn.session, t: { id: t.turn._id, parentId: t.turn.parentId, createdAt: t.turn.createdAt, json: t.json, words: this.opts.search === false ? null : turnWordsOf(t.turn) }, after: undefined });
       }
       if (ops.length > 0) {
         try {
@@ -951,7 +952,21 @@ function afterOf(s: ChatSession, json: string, version: string, lastTurn: TurnKe
   return { json, version, updatedAt: s.updatedAt, head: s.headTurnId, lastTurn };
 }
 
-function opOf(c: Change): Op {
+/**
+ * The words of a turn for the index, made here on the main thread from the turn the write already
+ * holds (the writer thread, which every commit waits for, only queues them; its indexer only
+ * hands them to FTS5). Null with SEARCH=off: the indexer makes them from the stored JSON if
+ * search is ever on again.
+ */
+function turnWordsOf(t: Turn): string | null {
+  return indexedWords(turnText(t.content));
+}
+
+function noWords(): null {
+  return null;
+}
+
+function opOf(c: Change, words: (t: Turn) => string | null): Op {
   switch (c.kind) {
     case 'create':
     case 'update':
@@ -960,11 +975,11 @@ function opOf(c: Change): Op {
       return {
         op: 'turn',
         session: c.session._id,
-        t: { id: c.turn._id, parentId: c.turn.parentId, createdAt: c.turn.createdAt, json: c.json },
+        t: { id: c.turn._id, parentId: c.turn.parentId, createdAt: c.turn.createdAt, json: c.json, words: words(c.turn) },
         after: afterOf(c.session, c.sessionJson, c.version, { createdAt: c.turn.createdAt, _id: c.turn._id }),
       };
     case 'editTurn':
-      return { op: 'editTurn', session: c.session._id, id: c.turn._id, json: c.json, after: afterOf(c.session, c.sessionJson, c.version, c.lastTurn) };
+      return { op: 'editTurn', session: c.session._id, id: c.turn._id, json: c.json, words: words(c.turn), after: afterOf(c.session, c.sessionJson, c.version, c.lastTurn) };
     case 'delta':
       return { op: 'delta', session: c.session._id, id: c.turn._id, json: c.json };
     case 'deleteTurns':
@@ -975,7 +990,7 @@ function opOf(c: Change): Op {
         op: 'fork',
         s: putOf(c.session, c.json, c.version),
         lastTurn: last === undefined ? undefined : { createdAt: last.createdAt, _id: last._id },
-        turns: c.turns.map((t) => ({ id: t.turn._id, parentId: t.turn.parentId, createdAt: t.turn.createdAt, json: t.json })),
+        turns: c.turns.map((t) => ({ id: t.turn._id, parentId: t.turn.parentId, createdAt: t.turn.createdAt, json: t.json, words: words(t.turn) })),
       };
     }
     case 'delete':

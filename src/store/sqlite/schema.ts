@@ -61,10 +61,11 @@ const SEARCH_TRIGGERS = `
 `;
 
 /**
- * Schema 6's triggers: a new or renamed name and a new turn are not indexed in the transaction
- * that writes them but queued (their rowid in names_unindexed, turns_unindexed); the writer
- * thread indexes the queue between commits (./worker.ts), and search reads what is queued by
- * its text. A deleted one leaves the index and the queue.
+ * Schema 6's triggers: a new or renamed name is not indexed in the transaction that writes it
+ * but queued (its rowid in names_unindexed; a new or edited turn is queued in turns_unindexed by
+ * the writer, with its words); the writer thread indexes the queues between commits
+ * (./worker.ts), and search reads what is queued by its text. A deleted one leaves the index
+ * and the queue.
  */
 const QUEUE_TRIGGERS = `
   CREATE TRIGGER name_words_add AFTER INSERT ON sessions BEGIN
@@ -78,9 +79,6 @@ const QUEUE_TRIGGERS = `
   CREATE TRIGGER name_words_gone AFTER DELETE ON sessions BEGIN
     DELETE FROM name_words WHERE rowid = OLD.rowid;
     DELETE FROM names_unindexed WHERE rowid = OLD.rowid;
-  END;
-  CREATE TRIGGER turn_words_add AFTER INSERT ON turns BEGIN
-    INSERT INTO turns_unindexed (rowid) VALUES (NEW.rowid);
   END;
   CREATE TRIGGER turn_words_gone AFTER DELETE ON turns BEGIN
     DELETE FROM turn_words WHERE rowid = OLD.rowid;
@@ -201,10 +199,11 @@ const MIGRATIONS: readonly string[] = [
   ${REINDEX_V5_SQL}
   `,
   // 6: indexing off the commit path. The queues of what is written but not indexed yet, and the
-  // triggers that fill them instead of indexing (QUEUE_TRIGGERS); the index as it is stays.
+  // triggers that fill them instead of indexing (QUEUE_TRIGGERS); a new turn is queued by the
+  // writer with its words, made on the main thread (./worker.ts). The index as it is stays.
   `
   CREATE TABLE names_unindexed (rowid INTEGER PRIMARY KEY);
-  CREATE TABLE turns_unindexed (rowid INTEGER PRIMARY KEY);
+  CREATE TABLE turns_unindexed (rowid INTEGER PRIMARY KEY, words TEXT);
   DROP TRIGGER name_words_add;
   DROP TRIGGER name_words_rename;
   DROP TRIGGER name_words_gone;
@@ -220,7 +219,7 @@ const BEFORE: Readonly<Record<number, string>> = {
 };
 
 /** Tables and indexes the current schema must have: a file missing one fails its check. */
-const REQUIRED = ['sessions', 'sessions_by_user', 'sessions_by_project', 'turns', 'turns_by_session', 'turns_by_parent', 'turns_streaming', 'counters', 'users', 'session_tags', 'session_tags_by_user', 'session_tags_by_project', 'session_tags_follow', 'session_tags_gone', 'sessions_by_expiry', 'sessions_by_activity', 'name_words', 'turn_words', 'names_unindexed', 'turns_unindexed', 'name_words_add', 'name_words_rename', 'name_words_gone', 'turn_words_add', 'turn_words_gone'];
+const REQUIRED = ['sessions', 'sessions_by_user', 'sessions_by_project', 'turns', 'turns_by_session', 'turns_by_parent', 'turns_streaming', 'counters', 'users', 'session_tags', 'session_tags_by_user', 'session_tags_by_project', 'session_tags_follow', 'session_tags_gone', 'sessions_by_expiry', 'sessions_by_activity', 'name_words', 'turn_words', 'names_unindexed', 'turns_unindexed', 'name_words_add', 'name_words_rename', 'name_words_gone', 'turn_words_gone'];
 
 function scalar(db: Database, sql: string): number {
   const row = db.prepare(sql).get();

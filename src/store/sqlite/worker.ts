@@ -55,6 +55,8 @@ export interface TurnRow {
   readonly parentId: string | null;
   readonly createdAt: string;
   readonly json: Uint8Array;
+  /** Its words for the search index, joined by spaces (made on the main thread); null with SEARCH=off. */
+  readonly words: string | null;
 }
 
 /** One change of a group, as the main thread sends it. */
@@ -67,7 +69,7 @@ export type Op =
       /** The session as the turn leaves it; undefined for an import, which leaves the session as it put it. */
       readonly after: SessionAfter | undefined;
     }
-  | { readonly op: 'editTurn'; readonly session: string; readonly id: string; readonly json: Uint8Array; readonly after: SessionAfter }
+  | { readonly op: 'editTurn'; readonly session: string; readonly id: string; readonly json: Uint8Array; readonly words: string | null; readonly after: SessionAfter }
   /** A streaming turn's new JSON after a delta; its session changes only in its turns' bytes. */
   | { readonly op: 'delta'; readonly session: string; readonly id: string; readonly json: Uint8Array }
   | { readonly op: 'dropTurns'; readonly session: string; readonly ids: readonly string[]; readonly after: SessionAfter }
@@ -94,6 +96,9 @@ export function runSqliteWriterIfWorker(): boolean {
   runWriter(data as WriterData, parentPort);
   return true;
 }
+
+/** A queued turn's words: as its write made them, or (written with SEARCH=off) made from its JSON. */
+const QUEUED_WORDS = 'coalesce(u.words, (SELECT csa_turn_words(t.json) FROM turns t WHERE t.rowid = u.rowid))';
 
 /** Commits between two passive checkpoints (or less time, see CHECKPOINT_MS). */
 const CHECKPOINT_EVERY = 256;
@@ -203,7 +208,7 @@ class Indexer {
     this.lastName = db.prepare('SELECT max(rowid) AS upto FROM (SELECT rowid FROM names_unindexed ORDER BY rowid LIMIT ?)');
     this.lastTurn = db.prepare('SELECT max(rowid) AS upto FROM (SELECT rowid FROM turns_unindexed ORDER BY rowid LIMIT ?)');
     this.indexNames = db.prepare('INSERT INTO name_words (rowid, words) SELECT s.rowid, csa_name_words(s.json) FROM names_unindexed u CROSS JOIN sessions s ON s.rowid = u.rowid WHERE u.rowid <= ?');
-    this.indexTurns = db.prepare('INSERT INTO turn_words (rowid, words) SELECT t.rowid, csa_turn_words(t.json) FROM turns_unindexed u CROSS JOIN turns t ON t.rowid = u.rowid WHERE u.rowid <= ?');
+    this.indexTurns = db.prepare(`INSERT INTO turn_words (rowid, words) SELECT rowid, ${QUEUED_WORDS} FROM turns_unindexed u WHERE rowid <= ?`);
     this.dequeueNames = db.prepare('DELETE FROM names_unindexed WHERE rowid <= ?');
     this.dequeueTurns = db.prepare('DELETE FROM turns_unindexed WHERE rowid <= ?');
   }
@@ -211,7 +216,11 @@ class Indexer {
   /** A commit queued about `n` names and turns. */
   queued(n: number): void {
     this.waiting += n;
-    if (this.waiting >= INDEX_GATHER) this.schedule();
+    if (this.waiting >= INDEX_GATHER) {
+      // what has gathered goes in one transaction where it can
+      this.size = Math.min(MOST_INDEX_BATCH, Math.max(this.size, this.waiting));
+      this.schedule();
+    }
     else {
       if (this.idle !== undefined) clearTimeout(this.idle);
       this.idle = setTimeout(() => this.schedule(), INDEX_IDLE_MS);
@@ -301,6 +310,7 @@ class Writes {
   private readonly dropIdleUser: Statement;
   private readonly setTurnJson: Statement;
   private readonly queueTurn: Statement;
+  private readonly queueNewTurn: Statement;
   private readonly unindexTurn: Statement;
   private readonly queuedTurn: Statement;
   private readonly indexQueuedTurn: Statement;
@@ -331,9 +341,10 @@ class Writes {
     this.replace = db.prepare(placesSql('turns', 'session = ?'));
     this.setTurnJson = db.prepare('UPDATE turns SET json = ? WHERE id = ?');
     this.unindexTurn = db.prepare('DELETE FROM turn_words WHERE rowid = (SELECT rowid FROM turns WHERE id = ?)');
-    this.queueTurn = db.prepare('INSERT OR IGNORE INTO turns_unindexed (rowid) SELECT rowid FROM turns WHERE id = ?');
+    this.queueNewTurn = db.prepare('INSERT INTO turns_unindexed (rowid, words) VALUES (?, ?)');
+    this.queueTurn = db.prepare('INSERT OR REPLACE INTO turns_unindexed (rowid, words) SELECT rowid, ? FROM turns WHERE id = ?');
     this.queuedTurn = db.prepare('SELECT u.rowid FROM turns t JOIN turns_unindexed u ON u.rowid = t.rowid WHERE t.id = ?');
-    this.indexQueuedTurn = db.prepare('INSERT INTO turn_words (rowid, words) SELECT rowid, csa_turn_words(json) FROM turns WHERE rowid = ?');
+    this.indexQueuedTurn = db.prepare(`INSERT INTO turn_words (rowid, words) SELECT rowid, ${QUEUED_WORDS} FROM turns_unindexed u WHERE rowid = ?`);
     this.dequeueTurn = db.prepare('DELETE FROM turns_unindexed WHERE rowid = ?');
     this.setSessionAfter = db.prepare(
       `UPDATE sessions SET updated_at = ?, json = ?, json_bytes = ?, version = ?, head_turn_id = ?, last_turn_at = ?, last_turn_id = ?,
@@ -428,7 +439,7 @@ class Writes {
         const before = this.sessionSizes.get(op.session);
         if (before === undefined) throw new Error(`turn ${op.t.id} of a session that is not stored`);
         const place = this.placeUnder(op.t.parentId);
-        this.insertTurn.run(op.t.id, op.session, op.t.parentId, op.t.createdAt, op.t.json, place.depth, place.skipId);
+        this.queueNewTurn.run(this.insertTurn.run(op.t.id, op.session, op.t.parentId, op.t.createdAt, op.t.json, place.depth, place.skipId).lastInsertRowid, op.t.words);
         const size = op.t.json.byteLength;
         let after = op.after;
         if (after === undefined) {
@@ -450,7 +461,7 @@ class Writes {
         this.setTurnJson.run(op.json, op.id);
         // an edit's text is found at once (search reads a queued turn by its text); a delta's waits for the turn's next edit (docs/DECISIONS.md)
         this.unindexTurn.run(op.id);
-        this.queueTurn.run(op.id);
+        this.queueTurn.run(op.words, op.id);
         const change = op.json.byteLength - int(t['bytes']);
         this.sessionAfter(op.session, before, op.after, 0, change, delta);
         delta.bytes += change;
@@ -500,7 +511,7 @@ class Writes {
         const places = placesOfChain(op.turns.map((t) => t.id));
         op.turns.forEach((t, i) => {
           const place = places[i] as TreePlace;
-          this.insertTurn.run(t.id, s.id, t.parentId, t.createdAt, t.json, place.depth, place.skipId);
+          this.queueNewTurn.run(this.insertTurn.run(t.id, s.id, t.parentId, t.createdAt, t.json, place.depth, place.skipId).lastInsertRowid, t.words);
           turnBytes += t.json.byteLength;
         });
         this.setTurnsOf.run(s.version, op.lastTurn?.createdAt ?? null, op.lastTurn?._id ?? null, op.turns.length, turnBytes, s.id);
