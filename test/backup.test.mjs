@@ -7,7 +7,7 @@ import { existsSync, mkdirSync, readdirSync, readFileSync, rmSync, statSync, wri
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { capture, populate } from './backup-data.mjs';
-import { DAMAGED_STORE, SERVER, STORE, STORE_FILE, damageStore, forgetStore, newSession, removeDir, startServer, storeEnv, storeFingerprint, tempDir } from './helpers.mjs';
+import { DAMAGED_STORE, SERVER, STORE, STORE_FILE, damageStore, forgetStore, indexed, newSession, removeDir, startServer, storeEnv, storeFingerprint, tempDir } from './helpers.mjs';
 
 const FORMAT = 'chat-session-api/export';
 const HEX24 = /^[0-9a-f]{24}$/;
@@ -550,6 +550,8 @@ describe('Restore: import', () => {
     const s = await startServer();
     try {
       await s.as('erin').post('/api/v1/chat-sessions', newSession({ name: 'live one' }));
+      // sqlite indexes after the commit: the files are at rest once its queue is empty
+      await indexed(s);
       const before = filesOf(s.dataDir);
       const r = await runCliAsync(['import', backup], { env: { DATA_DIR: s.dataDir } });
       assert.notEqual(r.code, 0);

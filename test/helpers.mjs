@@ -308,6 +308,20 @@ export function runCli(args, { env = {}, cwd, input, script = SERVER, node = pro
   return { code: r.status, stdout: r.stdout, stderr: r.stderr };
 }
 
+/**
+ * Resolves once a server's files are at rest after its acknowledged writes: at once on the
+ * journal and PostgreSQL; on sqlite, once the queue it indexes after each commit is empty.
+ */
+export async function indexed(server) {
+  if (STORE !== 'sqlite') return;
+  for (let i = 0; i < 500; i++) {
+    const m = await server.request('GET', '/metrics');
+    if (/^chat_session_api_sqlite_search_unindexed 0$/m.test(m.text)) return;
+    await new Promise((r) => setTimeout(r, 10));
+  }
+  throw new Error('the search index queue did not empty in 5 s');
+}
+
 export function removeDir(dir) {
   rmSync(dir, { recursive: true, force: true });
 }

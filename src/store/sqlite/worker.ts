@@ -127,7 +127,8 @@ function runWriter(data: WriterData, port: MessagePort): void {
   let lastCheckpoint = Date.now();
   port.on('message', (m: ToWriter) => {
     if (m.kind === 'close') {
-      indexer?.stop();
+      // what is still queued is indexed first: a store at rest leaves nothing for the next start to write
+      indexer?.finish();
       try {
         db.exec('PRAGMA wal_checkpoint(TRUNCATE)');
       } catch {
@@ -162,10 +163,11 @@ function runWriter(data: WriterData, port: MessagePort): void {
 }
 
 /**
- * Names and turns the indexer takes from each queue in one transaction: 64 at first, twice as
- * many with each batch while the queue has more (a queue that keeps filling: FTS5 writes each transaction's words as a
- * segment of its own, about 25 µs a turn in batches of 64 against 9 in batches of 1024), back to
- * 64 once it is empty. A commit waiting for the thread waits for one batch.
+ * Names and turns the indexer takes from each queue in one transaction: what has gathered, at
+ * least 64, twice as many with each batch while the queue has more, at most 1,024 (FTS5 writes
+ * each transaction's words as a segment of its own: about 25 µs a turn in batches of 64 against
+ * 9 in batches of 1024), back to 64 once it is empty. A commit waiting for the thread waits for
+ * one batch.
  */
 const FIRST_INDEX_BATCH = 64;
 const MOST_INDEX_BATCH = 1024;
@@ -204,9 +206,9 @@ class Indexer {
     private readonly failed: (message: string) => void,
     private readonly committed: () => void,
   ) {
-    // CROSS JOIN keeps the queue first: left to the planner, it read every turn to find the queued ones (74 µs a turn at 20,000)
     this.lastName = db.prepare('SELECT max(rowid) AS upto FROM (SELECT rowid FROM names_unindexed ORDER BY rowid LIMIT ?)');
     this.lastTurn = db.prepare('SELECT max(rowid) AS upto FROM (SELECT rowid FROM turns_unindexed ORDER BY rowid LIMIT ?)');
+    // the queue first (CROSS JOIN): left to the planner, a join read every turn to find the queued ones (74 µs a turn at 20,000)
     this.indexNames = db.prepare('INSERT INTO name_words (rowid, words) SELECT s.rowid, csa_name_words(s.json) FROM names_unindexed u CROSS JOIN sessions s ON s.rowid = u.rowid WHERE u.rowid <= ?');
     this.indexTurns = db.prepare(`INSERT INTO turn_words (rowid, words) SELECT rowid, ${QUEUED_WORDS} FROM turns_unindexed u WHERE rowid <= ?`);
     this.dequeueNames = db.prepare('DELETE FROM names_unindexed WHERE rowid <= ?');
@@ -220,8 +222,7 @@ class Indexer {
       // what has gathered goes in one transaction where it can
       this.size = Math.min(MOST_INDEX_BATCH, Math.max(this.size, this.waiting));
       this.schedule();
-    }
-    else {
+    } else {
       if (this.idle !== undefined) clearTimeout(this.idle);
       this.idle = setTimeout(() => this.schedule(), INDEX_IDLE_MS);
     }
@@ -241,9 +242,15 @@ class Indexer {
     });
   }
 
-  stop(): void {
+  /** Indexes everything still queued, batch after batch, and stops (the store is closing). */
+  finish(): void {
     this.stopped = true;
     if (this.idle !== undefined) clearTimeout(this.idle);
+    if (held('index')) return;
+    this.size = MOST_INDEX_BATCH;
+    while (this.batch()) {
+      // until the queue is empty, or a batch fails (it stays queued for the next start)
+    }
   }
 
   /** One batch from each queue in one transaction; whether there may be more. */
