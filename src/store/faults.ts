@@ -7,6 +7,7 @@
 //   CHAT_SESSION_API_FAULTS="fsync:2:ENOSPC"      2nd journal fsync fails with ENOSPC
 //   CHAT_SESSION_API_FAULTS="dirsync:1"           1st directory fsync after a compaction's rename fails
 //   CHAT_SESSION_API_FAULTS="commit:2"            2nd sqlite or postgres transaction fails just before COMMIT (rolled back)
+//   CHAT_SESSION_API_FAULTS="fsync:*"             every journal fsync fails (any kind: every occurrence)
 //   CHAT_SESSION_API_FAULTS="crash:compact-before-rename"   SIGKILL on reaching that step
 //   CHAT_SESSION_API_FAULTS="hold:index"          the sqlite writer leaves what it queues for the search index queued
 
@@ -14,16 +15,20 @@ type FaultKind = 'write' | 'fsync' | 'dirsync' | 'commit';
 
 interface Plan {
   readonly failAt: Map<FaultKind, Map<number, string>>;
+  /** Kinds that fail at every occurrence, with their code. */
+  readonly always: Map<FaultKind, string>;
   readonly crashAt: Map<string, number>;
   readonly held: Set<string>;
 }
 
 function parse(spec: string | undefined): Plan | undefined {
   if (spec === undefined || spec.trim() === '') return undefined;
-  const plan: Plan = { failAt: new Map(), crashAt: new Map(), held: new Set() };
+  const plan: Plan = { failAt: new Map(), always: new Map(), crashAt: new Map(), held: new Set() };
   for (const item of spec.split(',')) {
     const [kind, arg, extra] = item.trim().split(':');
-    if (kind === 'write' || kind === 'fsync' || kind === 'dirsync' || kind === 'commit') {
+    if ((kind === 'write' || kind === 'fsync' || kind === 'dirsync' || kind === 'commit') && arg === '*') {
+      plan.always.set(kind, extra ?? 'EIO');
+    } else if (kind === 'write' || kind === 'fsync' || kind === 'dirsync' || kind === 'commit') {
       const at = plan.failAt.get(kind) ?? new Map<number, string>();
       at.set(Number(arg), extra ?? 'EIO');
       plan.failAt.set(kind, at);
@@ -59,7 +64,7 @@ function bump(key: string): number {
 /** The injected error for this occurrence of a journal write or fsync, if one is planned. */
 export function injectedFault(kind: FaultKind): NodeJS.ErrnoException | undefined {
   if (plan === undefined) return undefined;
-  const code = plan.failAt.get(kind)?.get(bump(kind));
+  const code = plan.always.get(kind) ?? plan.failAt.get(kind)?.get(bump(kind));
   if (code === undefined) return undefined;
   const err: NodeJS.ErrnoException = new Error(`${code}: injected fault, ${kind}`);
   err.code = code;
