@@ -7,12 +7,12 @@
 // sqlite indexes after the commit: a window ends with names and turns still queued, so after it
 // the server is left until its queue is empty, and that time is counted in its rate
 // (`chat_session_api_sqlite_search_unindexed`), so work moved after the window is not work saved.
-import { copyFileSync, existsSync, mkdtempSync } from 'node:fs';
+import { copyFileSync, mkdtempSync } from 'node:fs';
 import { join } from 'node:path';
-import { api, cpuSecondsOf, EXAMPLE_PROVIDERS, median, NODE_24, NODE_OLDEST, SECRET, SERVER, sleep, startProcess, token } from './common.mjs';
+import { api, cpuSecondsOf, EXAMPLE_PROVIDERS, median, SECRET, SERVER, sleep, startProcess, token } from './common.mjs';
 import { buildRequest, percentile, runLoad } from './loadgen.mjs';
-import { texts } from './search-scale.mjs';
-import { findPostgresBin, startCluster } from '../test/pg/cluster.mjs';
+import { lineup, texts } from './search-scale.mjs';
+import { startCluster } from '../test/pg/cluster.mjs';
 
 const CONNS = 64;
 /** A light load: few clients, each waiting for its answer (what one write's latency is when the server is not saturated). */
@@ -25,22 +25,12 @@ export function indexCostScenarios(ctx) {
 }
 
 async function indexCost(ctx) {
-  const engines = [
-    { engine: 'journal', node: NODE_OLDEST },
-    { engine: 'sqlite', node: NODE_24, missing: existsSync(NODE_24) ? undefined : 'node_modules has no Node.js 24 (npm ci)' },
-    { engine: 'postgres', node: NODE_OLDEST, missing: findPostgresBin() === undefined ? 'PostgreSQL is not installed' : undefined },
-  ];
+  const { engines, notes } = lineup(ctx);
   const rows = [];
-  const notes = [];
   let cluster;
   let schemas = 0;
   try {
     for (const e of engines) {
-      if (ctx.opts.enginesNamed !== undefined && !ctx.opts.enginesNamed.includes(e.engine)) continue;
-      if (e.missing !== undefined) {
-        notes.push(`${e.engine}: skipped, ${e.missing}`);
-        continue;
-      }
       const runs = { on: [], off: [] };
       for (let round = 0; round < ctx.opts.rounds; round++) {
         for (const search of round % 2 === 0 ? ['on', 'off'] : ['off', 'on']) {

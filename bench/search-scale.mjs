@@ -29,6 +29,19 @@ export function searchScaleScenarios(ctx) {
   return [{ name: 'search-scale', run: () => searchScale(ctx) }];
 }
 
+/**
+ * The engines a search scenario runs, each on the Node.js it needs (--engines names some), and
+ * a note for each one this machine cannot run.
+ */
+export function lineup(ctx) {
+  const all = [
+    { engine: 'journal', node: NODE_OLDEST },
+    { engine: 'sqlite', node: NODE_24, missing: existsSync(NODE_24) ? undefined : 'node_modules has no Node.js 24 (npm ci)' },
+    { engine: 'postgres', node: NODE_OLDEST, missing: findPostgresBin() === undefined ? 'PostgreSQL is not installed' : undefined },
+  ].filter((e) => ctx.opts.enginesNamed === undefined || ctx.opts.enginesNamed.includes(e.engine));
+  return { engines: all.filter((e) => e.missing === undefined), notes: all.filter((e) => e.missing !== undefined).map((e) => `${e.engine}: skipped, ${e.missing}`) };
+}
+
 /** A deterministic text maker: ~1 KiB of Zipf-drawn words per call, the same sequence every run. */
 export function texts(needleAt) {
   const cumulative = new Float64Array(VOCABULARY);
@@ -62,21 +75,11 @@ export function texts(needleAt) {
 
 async function searchScale(ctx) {
   const turns = ctx.opts.quick ? 100_000 : 1_000_000;
-  const engines = [
-    { engine: 'journal', node: NODE_OLDEST },
-    { engine: 'sqlite', node: NODE_24, missing: existsSync(NODE_24) ? undefined : 'node_modules has no Node.js 24 (npm ci)' },
-    { engine: 'postgres', node: NODE_OLDEST, missing: findPostgresBin() === undefined ? 'PostgreSQL is not installed' : undefined },
-  ];
+  const { engines, notes } = lineup(ctx);
   const rows = [];
-  const notes = [];
   let cluster;
   try {
     for (const e of engines) {
-      if (ctx.opts.enginesNamed !== undefined && !ctx.opts.enginesNamed.includes(e.engine)) continue;
-      if (e.missing !== undefined) {
-        notes.push(`${e.engine}: skipped, ${e.missing}`);
-        continue;
-      }
       const dir = mkdtempSync(join(ctx.runDir(), `search-scale-${e.engine}-`));
       copyFileSync(EXAMPLE_PROVIDERS, join(dir, 'providers.json'));
       const env = { DATA_DIR: dir, AUTH_SECRET: SECRET, LOG_LEVEL: ctx.opts.logLevel, HOST: '127.0.0.1', STORE: e.engine, MEMORY_LIMIT: 'off' };

@@ -308,6 +308,18 @@ export function runCli(args, { env = {}, cwd, input, script = SERVER, node = pro
   return { code: r.status, stdout: r.stdout, stderr: r.stderr };
 }
 
+/** A seeded generator of numbers in [0, 1) (mulberry32), so a failing random test can be replayed. */
+export function rng(seed) {
+  let s = seed >>> 0;
+  return () => {
+    s = (s + 0x6d2b79f5) >>> 0;
+    let t = s;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
+
 /**
  * Resolves once a server's files are at rest after its acknowledged writes: at once on the
  * journal and PostgreSQL; on sqlite, once the queue it indexes after each commit is empty.

@@ -5,20 +5,9 @@
 import assert from 'node:assert/strict';
 import { createRequire } from 'node:module';
 import { test } from 'node:test';
+import { rng } from './helpers.mjs';
 
 const { SortedList } = createRequire(import.meta.url)('../dist/testkit.cjs');
-
-/** A seeded generator, so a failure can be replayed. */
-function rng(seed) {
-  let s = seed >>> 0;
-  return () => {
-    s = (s + 0x6d2b79f5) >>> 0;
-    let t = s;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 // the session lists' order: `at` newest first, ties by `id` descending
 const before = (a, b) => a.at > b.at || (a.at === b.at && a.id > b.id);

@@ -6,19 +6,9 @@
 import assert from 'node:assert/strict';
 import { createRequire } from 'node:module';
 import { test } from 'node:test';
+import { rng } from './helpers.mjs';
 
 const { WordIndex, eachIndexedWord, indexedWordList } = createRequire(import.meta.url)('../dist/testkit.cjs');
-
-function rng(seed) {
-  let s = seed >>> 0;
-  return () => {
-    s = (s + 0x6d2b79f5) >>> 0;
-    let t = s;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 const WORDS = ['apple', 'apricot', 'Banana', 'band', 'CHERRY', 'Straße', 'été', 'x1', 'deep-learning', 'zoo', `long${'g'.repeat(70)}`, 'a', 'ab', 'abc'];
 

@@ -330,6 +330,10 @@ export class SqliteStore extends SerialWrites implements Store, GroupSource, Gro
   private worker: Worker | undefined;
   /** When the background indexer's last failure was logged. */
   private indexWarnedAt = 0;
+  /** How a write makes a turn's words for the index (none with SEARCH=off). */
+  private get turnWords(): (t: Turn) => string | null {
+    return this.opts.search === false ? noWords : turnWordsOf;
+  }
   private seq = 0;
   private readonly pending = new Map<number, { resolve: () => void; reject: (e: Error) => void; writes: number }>();
   private closed = false;
@@ -813,8 +817,7 @@ export class SqliteStore extends SerialWrites implements Store, GroupSource, Gro
   }
 
   commit(changes: readonly Change[]): Promise<void> {
-    const words = this.opts.search === false ? noWords : turnWordsOf;
-    return this.send(changes.map((c) => opOf(c, words)), changes.length);
+    return this.send(changes.map((c) => opOf(c, this.turnWords)), changes.length);
   }
 
   private send(ops: readonly Op[], writes: number): Promise<void> {
@@ -855,7 +858,7 @@ export class SqliteStore extends SerialWrites implements Store, GroupSource, Gro
       }
       for (const t of plan.turns) {
         if (t.replaces !== undefined) ops.push({ op: 'dropTurn', id: t.turn._id, session: t.replaces });
-        ops.push({ op: 'turn', session: t.turn.session, t: { id: t.turn._id, parentId: t.turn.parentId, createdAt: t.turn.createdAt, json: t.json, words: this.opts.search === false ? null : turnWordsOf(t.turn) }, after: undefined });
+        ops.push({ op: 'turn', session: t.turn.session, t: { id: t.turn._id, parentId: t.turn.parentId, createdAt: t.turn.createdAt, json: t.json, words: this.turnWords(t.turn) }, after: undefined });
       }
       if (ops.length > 0) {
         try {
