@@ -55,21 +55,67 @@ export function indexedWordList(text: string): string[] {
  * expression or a list (the journal's index takes each word as it comes).
  */
 export function eachIndexedWord(text: string, each: (word: string) => void): void {
+  eachIndexedWordAt(text, (s, start, end) => each(s.slice(start, end)));
+}
+
+/** The hash eachIndexedWordAt gives a word (FNV-1a over its UTF-16 code units), for a word in hand. */
+export function wordHash(word: string): number {
+  let h = FNV_OFFSET;
+  for (let i = 0; i < word.length; i++) h = Math.imul(h ^ word.charCodeAt(i), FNV_PRIME);
+  return h;
+}
+
+const FNV_OFFSET = 0x811c9dc5 | 0;
+const FNV_PRIME = 0x01000193;
+
+/**
+ * eachIndexedWord without making the words: `each` is given a string, where in it the word
+ * starts and ends, and the word's hash (wordHash), so an index that has seen the word can find
+ * it without a new string (ASCII text: the word is a slice of the text lowered; other text: each
+ * word is its own string, from 0 to its length).
+ */
+export function eachIndexedWordAt(text: string, each: (s: string, start: number, end: number, hash: number) => void): void {
   if (NOT_ASCII.test(text)) {
-    for (const w of indexedWordList(text)) each(w);
+    for (const w of indexedWordList(text)) each(w, 0, w.length, wordHash(w));
     return;
   }
   const lower = text.toLowerCase();
-  let start = -1;
-  for (let i = 0; i <= lower.length; i++) {
-    const c = i < lower.length ? lower.charCodeAt(i) : 32;
-    if ((c >= 97 && c <= 122) || (c >= 48 && c <= 57)) {
-      if (start < 0) start = i;
-    } else if (start >= 0) {
-      if (i - start <= WORD_MAX) each(lower.slice(start, i));
-      start = -1;
+  const n = lower.length;
+  let i = 0;
+  while (i < n) {
+    let c = lower.charCodeAt(i);
+    while (!((c >= 97 && c <= 122) || (c >= 48 && c <= 57))) {
+      if (++i === n) return;
+      c = lower.charCodeAt(i);
     }
+    const start = i;
+    let h = FNV_OFFSET;
+    do {
+      h = Math.imul(h ^ c, FNV_PRIME);
+      if (++i === n) break;
+      c = lower.charCodeAt(i);
+    } while ((c >= 97 && c <= 122) || (c >= 48 && c <= 57));
+    if (i - start <= WORD_MAX) each(lower, start, i, h);
   }
+}
+
+/**
+ * Whether `text` is ASCII with no word longer than WORD_MAX: cut at every character but a-z, A-Z
+ * and 0-9, and folded to lower case, it is then cut into exactly the words an index keeps (what
+ * FTS5's ascii tokenizer does, so sqlite's index is given such text as it is). One pass by hand:
+ * a regular expression for the long word cost 10 µs a KiB.
+ */
+export function plainAscii(text: string): boolean {
+  let run = 0;
+  for (let i = 0; i < text.length; i++) {
+    const c = text.charCodeAt(i);
+    if (c > 0x7f) return false;
+    const folded = c | 0x20; // A-Z to a-z, and no other character to a letter
+    if ((folded >= 97 && folded <= 122) || (c >= 48 && c <= 57)) {
+      if (++run > WORD_MAX) return false;
+    } else run = 0;
+  }
+  return true;
 }
 
 /** indexedWordList joined by spaces (what sqlite's and PostgreSQL's indexes are given). */

@@ -8,7 +8,7 @@
 // postings stay where they are, skipped when read, until the word's list is more dead than live
 // and is compacted; the slab is rebuilt when half of it is dead. (Sets of document keys cost
 // about 0.5 µs a word of every turn appended and 7 GiB at 1M turns of 1 KiB.)
-import { eachIndexedWord } from '../../domain/search.js';
+import { eachIndexedWordAt } from '../../domain/search.js';
 
 /** The key of a session's name as a document. */
 export function nameDoc(sessionId: string): string {
@@ -59,6 +59,7 @@ class Posting {
   constructor(
     readonly word: string,
     readonly id: number,
+    readonly hash: number,
   ) {}
 
   push(id: number): void {
@@ -73,11 +74,16 @@ class Posting {
 }
 
 export class WordIndex {
-  private readonly byWord = new Map<string, Posting>();
+  /**
+   * The words seen, by word number; `table` finds a word's number by its hash (open addressing,
+   * -1 for an empty slot, never more than half full), so a word already seen is found from where
+   * it lies in the text, without a string made for it.
+   */
   private byId: Posting[] = [];
-  /** Every word seen, sorted once a query needs it; words seen since wait in `unsorted`. */
-  private vocab: string[] = [];
-  private unsorted: string[] = [];
+  private table = new Int32Array(1024).fill(-1);
+  /** Every word seen, sorted by word once a query needs it; words seen since wait in `unsorted`. */
+  private vocab: Posting[] = [];
+  private unsorted: Posting[] = [];
   /** Document key -> its number, for the live ones. */
   private readonly numbers = new Map<string, number>();
   /** Document number -> its key (undefined once dead), where its words start in the slab, how many. */
@@ -103,14 +109,9 @@ export class WordIndex {
     this.keys.push(doc);
     this.numbers.set(doc, id);
     const start = this.slab.n;
-    eachIndexedWord(text, (w) => {
-      let p = this.byWord.get(w);
-      if (p === undefined) {
-        p = new Posting(w, this.byId.length);
-        this.byWord.set(w, p);
-        this.byId.push(p);
-        this.unsorted.push(w);
-      } else if (p.lastDoc === id) return;
+    eachIndexedWordAt(text, (s, from, to, hash) => {
+      const p = this.posting(s, from, to, hash);
+      if (p.lastDoc === id) return;
       p.lastDoc = id;
       if (typeof p.docs !== 'number' && p.docs.length >= 16 && p.live * 2 < p.docs.length) this.compact(p.docs);
       p.push(id);
@@ -119,6 +120,34 @@ export class WordIndex {
     });
     this.starts.push(start);
     this.counts.push(this.slab.n - start);
+  }
+
+  /** The word `s` holds from `from` to `to` (whose hash is `hash`), made known if it is not. */
+  private posting(s: string, from: number, to: number, hash: number): Posting {
+    const mask = this.table.length - 1;
+    const length = to - from;
+    let slot = hash & mask;
+    for (let w = this.table[slot] as number; w >= 0; w = this.table[(slot = (slot + 1) & mask)] as number) {
+      const p = this.byId[w] as Posting;
+      if (p.hash === hash && p.word.length === length && s.startsWith(p.word, from)) return p;
+    }
+    const p = new Posting(own(s, from, to), this.byId.length, hash);
+    this.byId.push(p);
+    this.unsorted.push(p);
+    this.table[slot] = p.id;
+    if (this.byId.length * 2 > this.table.length) this.growTable();
+    return p;
+  }
+
+  private growTable(): void {
+    const table = new Int32Array(this.table.length * 2).fill(-1);
+    const mask = table.length - 1;
+    for (const p of this.byId) {
+      let slot = p.hash & mask;
+      while ((table[slot] as number) >= 0) slot = (slot + 1) & mask;
+      table[slot] = p.id;
+    }
+    this.table = table;
   }
 
   remove(doc: string): void {
@@ -134,8 +163,8 @@ export class WordIndex {
   }
 
   clear(): void {
-    this.byWord.clear();
     this.byId = [];
+    this.table = new Int32Array(1024).fill(-1);
     this.vocab = [];
     this.unsorted = [];
     this.numbers.clear();
@@ -261,12 +290,12 @@ export class WordIndex {
     let hi = v.length;
     while (lo < hi) {
       const mid = (lo + hi) >>> 1;
-      if ((v[mid] as string) < prefix) lo = mid + 1;
+      if ((v[mid] as Posting).word < prefix) lo = mid + 1;
       else hi = mid;
     }
     const out: Posting[] = [];
-    for (let i = lo; i < v.length && (v[i] as string).startsWith(prefix); i++) {
-      const p = this.byWord.get(v[i] as string) as Posting;
+    for (let i = lo; i < v.length && (v[i] as Posting).word.startsWith(prefix); i++) {
+      const p = v[i] as Posting;
       if (p.live > 0) out.push(p);
     }
     return out;
@@ -274,16 +303,26 @@ export class WordIndex {
 
   private sort(): void {
     if (this.unsorted.length === 0) return;
-    const added = this.unsorted.sort();
+    const added = this.unsorted.sort((a, b) => (a.word < b.word ? -1 : 1));
     this.unsorted = [];
-    const merged: string[] = new Array<string>(this.vocab.length + added.length);
+    const merged: Posting[] = new Array<Posting>(this.vocab.length + added.length);
     let i = 0;
     let j = 0;
     let k = 0;
     while (i < this.vocab.length || j < added.length) {
-      if (j >= added.length || (i < this.vocab.length && (this.vocab[i] as string) < (added[j] as string))) merged[k++] = this.vocab[i++] as string;
-      else merged[k++] = added[j++] as string;
+      if (j >= added.length || (i < this.vocab.length && (this.vocab[i] as Posting).word < (added[j] as Posting).word)) merged[k++] = this.vocab[i++] as Posting;
+      else merged[k++] = added[j++] as Posting;
     }
     this.vocab = merged;
   }
+}
+
+/**
+ * The word from `from` to `to` of `s` as a string of its own: V8 makes a slice of 13 characters
+ * or more a view that keeps the whole text alive, and a word kept by the index would keep the
+ * turn's text (long words are the rare ones: names, identifiers, typos, each kept once).
+ */
+function own(s: string, from: number, to: number): string {
+  const w = s.slice(from, to);
+  return w.length < 13 ? w : Buffer.from(w, 'utf8').toString('utf8');
 }
