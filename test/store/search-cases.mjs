@@ -7,7 +7,7 @@ import { join } from 'node:path';
 import { describe, test } from 'node:test';
 import { kit, openOn } from './engines.mjs';
 
-const { chatSession, newObjectId, indexedWords, setFaultPlan, textHolds, turnText, wordsOf } = kit;
+const { chatSession, newObjectId, indexedWordList, indexedWords, plainAscii, setFaultPlan, textHolds, turnText, wordsOf } = kit;
 
 const T0 = Date.UTC(2026, 0, 1);
 const at = (ms) => new Date(T0 + ms).toISOString();
@@ -215,6 +215,30 @@ export function searchContract(engine) {
         }
       }
     });
+
+    if (engine === 'sqlite') {
+      test('"sqlite gives FTS5 plain ASCII text as it is": where plainAscii says so, FTS5\'s ascii tokenizer cuts a text into the words indexedWordList makes, and the other texts are not plain ASCII', async () => {
+        const { DatabaseSync } = await import('node:sqlite');
+        const db = new DatabaseSync(':memory:');
+        try {
+          db.exec("CREATE VIRTUAL TABLE t USING fts5(words, tokenize = 'ascii'); CREATE VIRTUAL TABLE v USING fts5vocab(t, 'instance')");
+          let seed = 11;
+          const random = () => (seed = (seed * 48271) % 2147483647) / 2147483647;
+          const texts = ['Hello, World 42km', 'MiXeD case_with_underscores and-dashes', '', `${'a'.repeat(64)} b`, `${'a'.repeat(65)}`, `zoo${'o'.repeat(66)} band`, 'café', 'x\u0000y\u007fz'];
+          for (let i = 0; i < 2000; i++) texts.push(Array.from({ length: (random() * 60) | 0 }, () => (random() < 0.1 ? 'Zq9'.repeat((random() * 30) | 0) : String.fromCharCode((random() * 128) | 0))).join(''));
+          const insert = db.prepare('INSERT INTO t (rowid, words) VALUES (?, ?)');
+          const plain = texts.filter((text) => plainAscii(text));
+          plain.forEach((text, i) => insert.run(i + 1, text));
+          const tokens = new Map();
+          for (const row of db.prepare('SELECT term, doc FROM v').iterate()) tokens.set(row.doc, [...(tokens.get(row.doc) ?? []), row.term]);
+          plain.forEach((text, i) => assert.deepEqual(new Set(tokens.get(i + 1) ?? []), new Set(indexedWordList(text)), JSON.stringify(text)));
+          for (const text of texts) if (!plainAscii(text)) assert.ok(/[^\x00-\x7f]/.test(text) || /[a-z0-9]{65}/i.test(text), JSON.stringify(text));
+          assert.ok(plain.length > 500 && plain.length < texts.length, `${plain.length} of ${texts.length} plain`);
+        } finally {
+          db.close();
+        }
+      });
+    }
 
     test('a hit carries the session as stored and the turn whose text matched', async () => {
       const dir = mkdtempSync(join(tmpdir(), `csa-search-${engine}-`));

@@ -9,7 +9,7 @@ import { Worker } from 'node:worker_threads';
 import { PAGE_BYTE_BUDGET, PAGE_SCAN_BUDGET, SCAN_CHUNK, SCAN_CHUNK_BYTES, sessionBefore, type SessionKey, type TurnKey } from '../../domain/order.js';
 import { foldedTags, type ChatSession, type Turn } from '../../domain/records.js';
 import type { Liveness } from '../../domain/retention.js';
-import { foldForSearch, indexedWords, textHolds, turnText, turnTextOfJson } from '../../domain/search.js';
+import { foldForSearch, indexedWords, plainAscii, textHolds, turnText, turnTextOfJson } from '../../domain/search.js';
 import { versionOfSession } from '../../domain/version.js';
 import type { Quotas } from '../../config.js';
 import type { Logger } from '../../log.js';
@@ -958,11 +958,14 @@ function afterOf(s: ChatSession, json: string, version: string, lastTurn: TurnKe
 /**
  * The words of a turn for the index, made here on the main thread from the turn the write already
  * holds (the writer thread, which every commit waits for, only queues them; its indexer only
- * hands them to FTS5). Null with SEARCH=off: the indexer makes them from the stored JSON if
- * search is ever on again.
+ * hands them to FTS5). Null when FTS5 can be given the text as it is (schema.ts ftsWords: most
+ * text), which the indexer then reads from the stored JSON (queueing it would write the text
+ * twice), and with SEARCH=off (the indexer makes them from the stored JSON if search is ever on
+ * again).
  */
 function turnWordsOf(t: Turn): string | null {
-  return indexedWords(turnText(t.content));
+  const text = turnText(t.content);
+  return plainAscii(text) ? null : indexedWords(text);
 }
 
 function noWords(): null {
