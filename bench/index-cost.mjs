@@ -7,10 +7,11 @@
 // sqlite indexes after the commit: a window ends with names and turns still queued, so after it
 // the server is left until its queue is empty, and that time is counted in its rate
 // (`chat_session_api_sqlite_search_unindexed`), so work moved after the window is not work saved.
-import { copyFileSync, mkdtempSync } from 'node:fs';
+import { copyFileSync, mkdtempSync, readdirSync, renameSync } from 'node:fs';
 import { join } from 'node:path';
 import { api, cpuSecondsOf, EXAMPLE_PROVIDERS, median, SECRET, SERVER, sleep, startProcess, token } from './common.mjs';
 import { buildRequest, percentile, runLoad } from './loadgen.mjs';
+import { profileDir } from './measure.mjs';
 import { lineup, texts } from './search-scale.mjs';
 import { startCluster } from '../test/pg/cluster.mjs';
 
@@ -41,7 +42,11 @@ async function indexCost(ctx) {
             cluster ??= await startCluster({ settings: { max_connections: 100 } });
             Object.assign(env, { DATABASE_URL: cluster.url('postgres'), DATABASE_SCHEMA: `index_cost_${++schemas}` });
           }
-          const p = await startProcess({ script: SERVER, cwd: dir, env, node: e.node, logFile: join(ctx.runDir(), `index-cost-${e.engine}-${search}-${round}.log`) });
+          const name = `index-cost-${e.engine}-${search}-${round}`;
+          // --profile: a profile per thread (sqlite's writer is one), in a directory of the run's own, named after the run once the server has exited
+          const profiles = join(ctx.runDir(), `${name}-profiles`);
+          const nodeArgs = ctx.opts.profile ? ['--cpu-prof', `--cpu-prof-dir=${profiles}`] : [];
+          const p = await startProcess({ script: SERVER, cwd: dir, env, node: e.node, nodeArgs, logFile: join(ctx.runDir(), `${name}.log`) });
           ctx.track(p);
           try {
             const run = await measure(ctx, p, search === 'on' ? e.engine : 'none');
@@ -49,6 +54,7 @@ async function indexCost(ctx) {
             ctx.progress(`index-cost ${e.engine} SEARCH=${search} round ${round + 1}: creates ${run.creates.rate.toFixed(0)}/s (p99 ${run.creates.p99.toFixed(1)} ms), appends ${run.appends.rate.toFixed(0)}/s (p99 ${run.appends.p99.toFixed(1)} ms, ${run.appends.drainMs.toFixed(0)} ms to empty the queue), at ${LIGHT_CONNS} connections ${run.light.rate.toFixed(0)}/s (p50 ${run.light.p50.toFixed(2)}, p99 ${run.light.p99.toFixed(2)} ms)`);
           } finally {
             await p.stop();
+            if (ctx.opts.profile) for (const f of readdirSync(profiles)) renameSync(join(profiles, f), join(profileDir, `${name}-thread${f.split('.')[4]}.cpuprofile`));
           }
         }
       }
