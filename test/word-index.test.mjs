@@ -10,17 +10,21 @@ import { rng } from './helpers.mjs';
 
 const { WordIndex, eachIndexedWord, indexedWordList } = createRequire(import.meta.url)('../dist/testkit.cjs');
 
-const WORDS = ['apple', 'apricot', 'Banana', 'band', 'CHERRY', 'Straße', 'été', 'x1', 'deep-learning', 'zoo', `long${'g'.repeat(70)}`, 'a', 'ab', 'abc'];
+const WORDS = ['apple', 'apricot', 'Banana', 'band', 'CHERRY', 'Straße', 'été', 'x1', 'deep-learning', 'zoo', `long${'g'.repeat(70)}`, 'a', 'ab', 'abc', 'Supercalifragilistic', 'm'.repeat(64)];
+/** A vocabulary large enough that the index's table of words grows several times over. */
+const MANY = Array.from({ length: 3000 }, (_, k) => `v${k}Q`);
 
 test('the word index answers what each document\'s word list would, through edits and removals that compact its lists and number its documents again', () => {
   const random = rng(42);
   const pick = (xs) => xs[Math.floor(random() * xs.length)];
-  const text = () => Array.from({ length: 1 + Math.floor(random() * 12) }, () => pick(WORDS)).join(pick([' ', ', ', '\n', '.']));
+  const text = () => Array.from({ length: 1 + Math.floor(random() * 12) }, () => pick(random() < 0.3 ? MANY : WORDS)).join(pick([' ', ', ', '\n', '.']));
   const index = new WordIndex();
   const model = new Map();
-  const queries = [['a'], ['ap'], ['apple'], ['band', 'ch'], ['strasse'], ['ete'], ['x1'], ['deep', 'learning'], ['zoo'], ['long'], ['abc', 'zoo'], ['nothing']];
+  const queries = [['a'], ['ap'], ['apple'], ['band', 'ch'], ['strasse'], ['ete'], ['x1'], ['deep', 'learning'], ['zoo'], ['long'], ['abc', 'zoo'], ['nothing'], ['super'], ['supercalifragilistic'], ['m'.repeat(64)], ['v1'], ['v1234q'], ['v29', 'band']];
+  const seen = new Set();
   const check = (when) => {
     assert.equal(index.size, model.size, when);
+    assert.equal(index.vocabulary, seen.size, `${when}: every word seen is in the vocabulary once`);
     for (const q of queries) {
       const want = [...model].filter(([, words]) => q.every((w) => words.some((x) => x.startsWith(w)))).map(([doc]) => doc).sort();
       assert.deepEqual(index.find(q).sort(), want, `${when}: ${q.join(' ')}`);
@@ -41,12 +45,14 @@ test('the word index answers what each document\'s word list would, through edit
         if (model.has(doc)) index.set(doc, t);
         else index.add(doc, t);
         model.set(doc, indexedWordList(t));
+        for (const w of indexedWordList(t)) seen.add(w);
       }
     }
     check(`round ${round}`);
   }
   index.clear();
   model.clear();
+  seen.clear();
   check('cleared');
 });
 

@@ -97,6 +97,11 @@ export class WordIndex {
     return this.numbers.size;
   }
 
+  /** Distinct words seen since the index was made or cleared (each once: a word found again is the same word). */
+  get vocabulary(): number {
+    return this.byId.length;
+  }
+
   /** Makes the words of `text` the words of `doc`. */
   set(doc: string, text: string): void {
     this.remove(doc);
