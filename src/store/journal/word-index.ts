@@ -45,14 +45,18 @@ class Ints {
   }
 }
 
+/** A word's list moves from a plain array to a typed one at this length. */
+const TYPED_FROM = 64;
+
 /**
- * One word: its documents (some maybe dead; a plain array of small integers, which V8 keeps
- * unboxed and which costs a word seen once far less than a typed array would), how many of them
- * live, the last document that took it.
+ * One word: its documents (some maybe dead), how many of them live, the last document that took
+ * it. A short list is a plain array of small integers, which costs a word seen a few times far
+ * less than a typed array would; a long one is typed: cheaper to append to, and never read by
+ * the garbage collector's marking (a common word's list holds most documents).
  */
 class Posting {
   /** Its documents: none (-1), the one (most words of a vocabulary are seen once), or a list. */
-  docs: number | number[] = -1;
+  docs: number | number[] | Ints = -1;
   live = 0;
   lastDoc = -1;
 
@@ -63,13 +67,28 @@ class Posting {
   ) {}
 
   push(id: number): void {
-    if (typeof this.docs !== 'number') this.docs.push(id);
-    else this.docs = this.docs === -1 ? id : [this.docs, id];
+    const d = this.docs;
+    if (d instanceof Ints) d.push(id);
+    else if (typeof d === 'number') this.docs = d === -1 ? id : [d, id];
+    else if (d.length < TYPED_FROM) d.push(id);
+    else {
+      const typed = new Ints(TYPED_FROM * 2);
+      for (const x of d) typed.push(x);
+      typed.push(id);
+      this.docs = typed;
+    }
+  }
+
+  /** How many documents its list holds, dead ones too. */
+  get length(): number {
+    const d = this.docs;
+    return d instanceof Ints ? d.n : typeof d === 'number' ? (d === -1 ? 0 : 1) : d.length;
   }
 
   /** Its documents as a list (a query's read). */
-  list(): readonly number[] {
-    return typeof this.docs !== 'number' ? this.docs : this.docs === -1 ? [] : [this.docs];
+  list(): ArrayLike<number> {
+    const d = this.docs;
+    return d instanceof Ints ? d.a.subarray(0, d.n) : typeof d === 'number' ? (d === -1 ? [] : [d]) : d;
   }
 }
 
@@ -118,7 +137,7 @@ export class WordIndex {
       const p = this.posting(s, from, to, hash);
       if (p.lastDoc === id) return;
       p.lastDoc = id;
-      if (typeof p.docs !== 'number' && p.docs.length >= 16 && p.live * 2 < p.docs.length) this.compact(p.docs);
+      if (p.live * 2 < p.length && p.length >= 16) this.compact(p);
       p.push(id);
       p.live++;
       this.slab.push(p.id);
@@ -224,14 +243,19 @@ export class WordIndex {
     });
   }
 
-  /** A word's list without its dead documents. */
-  private compact(docs: number[]): void {
+  /** A word's list without its dead documents (a list, not a single number: it is at least 16 long). */
+  private compact(p: Posting): void {
+    const d = p.docs;
+    if (typeof d === 'number') return;
+    const docs = d instanceof Ints ? d.a : d;
+    const n = d instanceof Ints ? d.n : d.length;
     let k = 0;
-    for (let i = 0; i < docs.length; i++) {
+    for (let i = 0; i < n; i++) {
       const id = docs[i] as number;
       if (this.keys[id] !== undefined) docs[k++] = id;
     }
-    docs.length = k;
+    if (d instanceof Ints) d.n = k;
+    else d.length = k;
   }
 
   /** Numbers the live documents again from 0 and rebuilds the slab and every list from their words. */

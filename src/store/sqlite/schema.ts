@@ -27,7 +27,7 @@ export function registerSearchFunctions(db: Database): void {
  * domain's words (ASCII, no word longer than WORD_MAX: most text), else the domain's words joined
  * by spaces. Cutting and folding in C costs the writer less than doing it here.
  */
-export function ftsWords(text: string): string {
+function ftsWords(text: string): string {
   return plainAscii(text) ? text : indexedWords(text);
 }
 
