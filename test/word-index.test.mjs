@@ -4,6 +4,7 @@
 // pure data structure, called directly from the test kit like the sorted list; the store
 // contract (test/store/search-cases.mjs) searches through it on the journal.
 import assert from 'node:assert/strict';
+import { execFileSync } from 'node:child_process';
 import { createRequire } from 'node:module';
 import { test } from 'node:test';
 import { rng } from './helpers.mjs';
@@ -71,4 +72,18 @@ test('each word an index keeps is cut from ASCII text by hand as indexedWordList
     });
     assert.deepEqual(seen, indexedWordList(text), JSON.stringify(text));
   }
+});
+
+test('"The word hash is seeded per process": two processes hash a word differently, and the index finds every word it was given however they hash', () => {
+  const testkit = new URL('../dist/testkit.cjs', import.meta.url).pathname;
+  const hashOf = () => execFileSync(process.execPath, ['-e', `process.stdout.write(String(require(${JSON.stringify(testkit)}).wordHash('apple')))`], { encoding: 'utf8' });
+  const a = hashOf();
+  const b = hashOf();
+  assert.match(a, /^-?\d+$/);
+  assert.notEqual(a, b, 'a fixed seed lets a client work out words of one hash ahead of time');
+  const index = new WordIndex();
+  const words = Array.from({ length: 5000 }, (_, k) => `w${k}q`);
+  words.forEach((w, k) => index.add(`d${k}`, w));
+  assert.equal(index.vocabulary, words.length);
+  for (const [k, w] of words.entries()) assert.deepEqual(index.find([w]), [`d${k}`], w);
 });

@@ -2,6 +2,7 @@
 // searched for are folded alike, and a match is a plain substring of the folded name. Search
 // (GET /api/v1/search): texts are cut into words (runs of letters and digits), each folded;
 // a query matches a text when every query word is a prefix of one of the text's words.
+import { randomBytes } from 'node:crypto';
 import type { JsonValue } from './records.js';
 
 /** The folded form of a name or of a search text (the list's `q`). */
@@ -58,14 +59,19 @@ export function eachIndexedWord(text: string, each: (word: string) => void): voi
   eachIndexedWordAt(text, (s, start, end) => each(s.slice(start, end)));
 }
 
-/** The hash eachIndexedWordAt gives a word (FNV-1a over its UTF-16 code units), for a word in hand. */
+/**
+ * The hash eachIndexedWordAt gives a word, for a word in hand: FNV-1a over its UTF-16 code
+ * units from a starting value drawn at random for each process, so words that collide cannot be
+ * worked out ahead of time (with a fixed start, a client could fill the journal's table of
+ * words with thousands of words of one hash, each found after comparing all of them).
+ */
 export function wordHash(word: string): number {
   let h = FNV_OFFSET;
   for (let i = 0; i < word.length; i++) h = Math.imul(h ^ word.charCodeAt(i), FNV_PRIME);
   return h;
 }
 
-const FNV_OFFSET = 0x811c9dc5 | 0;
+const FNV_OFFSET = randomBytes(4).readInt32LE(0);
 const FNV_PRIME = 0x01000193;
 
 /**
@@ -118,7 +124,7 @@ export function plainAscii(text: string): boolean {
   return true;
 }
 
-/** indexedWordList joined by spaces (what sqlite's and PostgreSQL's indexes are given). */
+/** indexedWordList joined by spaces (what PostgreSQL's index is given, and sqlite's for text that is not plainAscii). */
 export function indexedWords(text: string): string {
   return indexedWordList(text).join(' ');
 }

@@ -150,7 +150,7 @@ export class WordIndex {
   private posting(s: string, from: number, to: number, hash: number): Posting {
     const mask = this.table.length - 1;
     const length = to - from;
-    let slot = hash & mask;
+    let slot = slotOf(hash, mask);
     for (let w = this.table[slot] as number; w >= 0; w = this.table[(slot = (slot + 1) & mask)] as number) {
       const p = this.byId[w] as Posting;
       if (p.hash === hash && p.word.length === length && s.startsWith(p.word, from)) return p;
@@ -167,7 +167,7 @@ export class WordIndex {
     const table = new Int32Array(this.table.length * 2).fill(-1);
     const mask = table.length - 1;
     for (const p of this.byId) {
-      let slot = p.hash & mask;
+      let slot = slotOf(p.hash, mask);
       while ((table[slot] as number) >= 0) slot = (slot + 1) & mask;
       table[slot] = p.id;
     }
@@ -354,4 +354,9 @@ export class WordIndex {
 function own(s: string, from: number, to: number): string {
   const w = s.slice(from, to);
   return w.length < 13 ? w : Buffer.from(w, 'utf8').toString('utf8');
+}
+
+/** Where a hash starts its probe in a table of mask + 1 slots (FNV-1a's low bits alone mix the least). */
+function slotOf(hash: number, mask: number): number {
+  return (hash ^ (hash >>> 16)) & mask;
 }
