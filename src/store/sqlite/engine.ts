@@ -271,21 +271,24 @@ function searchPart(filter: SearchFilter, after: SearchKey | undefined, part: Se
     where.push(`(${at}, ${doc}) < (?, ?)`);
     params.push(after.at, after.doc);
   }
+  let condition = where.join(' AND ');
   if (!indexed) {
-    where.push(turns ? 'csa_turn_holds(t.json, ?)' : 'csa_name_holds(s.json, ?)');
+    // in a CASE, so the text is read only for what the scope lets through: as a term of its own,
+    // SQLite checked it before the session's columns (every queued turn of every user parsed)
+    condition = `CASE WHEN ${condition} THEN ${turns ? 'csa_turn_holds(t.json, ?)' : 'csa_name_holds(s.json, ?)'} ELSE 0 END`;
     params.push(filter.words.join(' '));
   }
   const columns = turns ? 't.created_at AS at, t.id AS doc, s.json, s.version, t.json AS turn_json' : 's.updated_at AS at, s.id AS doc, s.json, s.version, NULL AS turn_json';
   switch (part) {
     case 'names':
-      return `SELECT ${columns} FROM name_words f JOIN sessions s ON s.rowid = f.rowid WHERE name_words MATCH ? AND ${where.join(' AND ')}`;
+      return `SELECT ${columns} FROM name_words f JOIN sessions s ON s.rowid = f.rowid WHERE name_words MATCH ? AND ${condition}`;
     case 'turns':
-      return `SELECT ${columns} FROM turn_words f JOIN turns t ON t.rowid = f.rowid JOIN sessions s ON s.id = t.session WHERE turn_words MATCH ? AND ${where.join(' AND ')}`;
+      return `SELECT ${columns} FROM turn_words f JOIN turns t ON t.rowid = f.rowid JOIN sessions s ON s.id = t.session WHERE turn_words MATCH ? AND ${condition}`;
     case 'queuedNames':
-      return `SELECT ${columns} FROM names_unindexed u CROSS JOIN sessions s ON s.rowid = u.rowid WHERE ${where.join(' AND ')}`;
+      return `SELECT ${columns} FROM names_unindexed u CROSS JOIN sessions s ON s.rowid = u.rowid WHERE ${condition}`;
     case 'queuedTurns':
       // CROSS JOIN: the queue first (short), never the caller's sessions' every turn first
-      return `SELECT ${columns} FROM turns_unindexed u CROSS JOIN turns t ON t.rowid = u.rowid CROSS JOIN sessions s ON s.id = t.session WHERE ${where.join(' AND ')}`;
+      return `SELECT ${columns} FROM turns_unindexed u CROSS JOIN turns t ON t.rowid = u.rowid CROSS JOIN sessions s ON s.id = t.session WHERE ${condition}`;
   }
 }
 
