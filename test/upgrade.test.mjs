@@ -7,7 +7,7 @@ import { createRequire } from 'node:module';
 import { join } from 'node:path';
 import { describe, test } from 'node:test';
 import { fileURLToPath } from 'node:url';
-import { removeDir, runCli, startServer, STORE, storeEnv, tempDir } from './helpers.mjs';
+import { indexed, removeDir, runCli, startServer, STORE, storeEnv, tempDir } from './helpers.mjs';
 
 const FIXTURES = fileURLToPath(new URL('./fixtures/v1/', import.meta.url));
 const BASE = '/api/v1/chat-sessions';
@@ -86,6 +86,35 @@ describe('Upgrading from the first release', () => {
       void alice;
     } finally {
       await server.stop();
+      removeDir(dir);
+    }
+  });
+
+  test('sqlite: "SEARCH=off keeps no index" through the upgrade to indexes without positions (schema 7): every name and turn is queued, none indexed; the first start with search on indexes them and search finds them', { skip: STORE !== 'sqlite' && 'about the sqlite engine' }, async () => {
+    const dir = await firstReleaseStore();
+    const answers = JSON.parse(readFileSync(join(FIXTURES, 'answers.json'), 'utf8'))[STORE];
+    const documents = Object.values(answers.sessions).reduce((n, was) => n + 1 + was.turns.length, 0);
+    try {
+      const off = await startServer({ dataDir: dir, env: { SEARCH: 'off' } });
+      try {
+        const m = await off.request('GET', '/metrics');
+        assert.equal(Number(/^chat_session_api_sqlite_search_unindexed (\d+)$/m.exec(m.text)?.[1]), documents, 'every name and turn waits for the index');
+      } finally {
+        await off.stop();
+      }
+      const on = await startServer({ dataDir: dir });
+      try {
+        await indexed(on);
+        const [id, was] = Object.entries(answers.sessions).find(([, w]) => w.turns.some((t) => typeof t.content === 'string' && /[\p{L}\p{N}]/u.test(t.content)));
+        const t = was.turns.find((x) => typeof x.content === 'string' && /[\p{L}\p{N}]/u.test(x.content));
+        const word = t.content.match(/[\p{L}\p{N}]+/u)[0];
+        const r = await on.as(was.session.user).get(`/api/v1/search?q=${encodeURIComponent(word)}&archived=all&limit=1000`);
+        assert.equal(r.status, 200, r.text);
+        assert.ok(r.body.data.some((h) => h.turnId === t._id && h.session._id === id), `${word}: turn ${t._id} is found`);
+      } finally {
+        await on.stop();
+      }
+    } finally {
       removeDir(dir);
     }
   });

@@ -364,7 +364,7 @@ export class SqliteStore extends SerialWrites implements Store, GroupSource, Gro
       throw unreadable(opts.file, e);
     }
     try {
-      prepareSchema(setup, opts.file);
+      prepareSchema(setup, opts.file, opts.search ?? true);
     } finally {
       setup.close();
     }

@@ -72,7 +72,7 @@ const SEARCH_TRIGGERS = `
 /**
  * Schema 6's triggers: a new or renamed name is not indexed in the transaction that writes it
  * but queued (its rowid in names_unindexed; a new or edited turn is queued in turns_unindexed by
- * the writer, with its words); the writer thread indexes the queues between commits
+ * the writer, with its words unless the indexer makes them from its JSON); the writer thread indexes the queues between commits
  * (./worker.ts), and search reads what is queued by its text. A deleted one leaves the index
  * and the queue.
  */
@@ -222,15 +222,28 @@ const MIGRATIONS: readonly string[] = [
   `,
   // 7: the indexes keep which documents hold a word, not where in them (detail = 'none'): search
   // asks for words and prefixes, never phrases, and without positions a document costs FTS5
-  // about a third less to index. Both are made again and everything indexed anew.
+  // about a third less to index. Both are made again, empty: prepareSchema then indexes
+  // everything (AFTER_NEW_INDEXES).
   `
   DROP TABLE name_words;
   DROP TABLE turn_words;
   CREATE VIRTUAL TABLE name_words USING fts5(words, tokenize = 'ascii', content = '', contentless_delete = 1, detail = 'none');
   CREATE VIRTUAL TABLE turn_words USING fts5(words, tokenize = 'ascii', content = '', contentless_delete = 1, detail = 'none');
-  ${REINDEX_SQL}
   `,
 ];
+
+/**
+ * After step 7 (indexes made again, empty): with search on, every name and turn indexed in the
+ * migration's transaction; with SEARCH=off, nothing indexed ("SEARCH=off keeps no index") but
+ * everything queued, for the indexer of the first start with search on.
+ */
+const AFTER_NEW_INDEXES = 7;
+const QUEUE_ALL_SQL = `
+  DELETE FROM names_unindexed;
+  DELETE FROM turns_unindexed;
+  INSERT INTO names_unindexed (rowid) SELECT rowid FROM sessions;
+  INSERT INTO turns_unindexed (rowid, words) SELECT rowid, NULL FROM turns;
+`;
 
 /** Checks made before a step runs, so data it cannot rewrite stops the start instead of being damaged. */
 const BEFORE: Readonly<Record<number, string>> = {
@@ -255,7 +268,7 @@ function refuse(file: string, what: string, todo: string): StoreOpenFailed {
  * Brings the file up to this release's schema (creating it when new), inside one transaction,
  * and checks it. `db` is a writing connection; the file is WAL-journaled from then on.
  */
-export function prepareSchema(db: Database, file: string): void {
+export function prepareSchema(db: Database, file: string, search = true): void {
   let version: number;
   let appId: number;
   let tables: number;
@@ -282,6 +295,7 @@ export function prepareSchema(db: Database, file: string): void {
           const before = BEFORE[v];
           if (before !== undefined && scalar(db, before) !== 0) throw new Error(`turns this release cannot rewrite for schema version ${v + 1} (not as the first release wrote them)`);
           db.exec(MIGRATIONS[v] as string);
+          if (v + 1 === AFTER_NEW_INDEXES) db.exec(search ? REINDEX_SQL : QUEUE_ALL_SQL);
         }
         db.exec(`PRAGMA application_id = ${APPLICATION_ID}`);
         db.exec(`PRAGMA user_version = ${SCHEMA_VERSION}`);
