@@ -90,7 +90,7 @@ describe('Upgrading from the first release', () => {
     }
   });
 
-  test('sqlite: "SEARCH=off keeps no index" through the upgrade to indexes without positions (schema 7): every name and turn is queued, none indexed; the first start with search on indexes them and search finds them', { skip: STORE !== 'sqlite' && 'about the sqlite engine' }, async () => {
+  test('sqlite: "SEARCH=off keeps no index" through the upgrade to schema 7, whose indexes keep "which documents hold a word, not where": every name and turn is queued, none indexed; the first start with search on indexes them and search finds them', { skip: STORE !== 'sqlite' && 'about the sqlite engine' }, async () => {
     const dir = await firstReleaseStore();
     const answers = JSON.parse(readFileSync(join(FIXTURES, 'answers.json'), 'utf8'))[STORE];
     const documents = Object.values(answers.sessions).reduce((n, was) => n + 1 + was.turns.length, 0);
@@ -101,6 +101,13 @@ describe('Upgrading from the first release', () => {
         assert.equal(Number(/^chat_session_api_sqlite_search_unindexed (\d+)$/m.exec(m.text)?.[1]), documents, 'every name and turn waits for the index');
       } finally {
         await off.stop();
+      }
+      const { DatabaseSync } = await import('node:sqlite');
+      const db = new DatabaseSync(join(dir, 'chat-sessions.db'), { readOnly: true });
+      try {
+        for (const name of ['name_words', 'turn_words']) assert.match(db.prepare('SELECT sql FROM sqlite_schema WHERE name = ?').get(name).sql, /detail = 'none'/, name);
+      } finally {
+        db.close();
       }
       const on = await startServer({ dataDir: dir });
       try {

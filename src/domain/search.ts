@@ -52,8 +52,7 @@ export function indexedWordList(text: string): string[] {
 
 /**
  * Calls `each` with every word of `text` an index keeps: indexedWordList's words, in order, a
- * word as often as the text has it. ASCII text (most text) is cut by hand, without a regular
- * expression or a list (the journal's index takes each word as it comes).
+ * word as often as the text has it (eachIndexedWordAt, each word made a string).
  */
 export function eachIndexedWord(text: string, each: (word: string) => void): void {
   eachIndexedWordAt(text, (s, start, end) => each(s.slice(start, end)));

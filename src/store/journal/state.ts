@@ -268,8 +268,6 @@ export class MemoryState {
   private readonly byProjectTag = new Map<string, SortedList<SessionEntry>>();
   /** The search index: every session's name and every turn's text, kept with each change and at replay (unless `indexing` is false: SEARCH=off). */
   readonly words = new WordIndex();
-
-  constructor(private readonly indexing = true) {}
   private turnTotal = 0;
   /** While loading, indexes are left alone and built once by `finishLoad`. */
   private loading = false;
@@ -278,6 +276,8 @@ export class MemoryState {
    * its older records), linked at the end of the load; those whose parent never comes are kept as roots.
    */
   private readonly unlinked = new Map<StoredTurn, { readonly session: string; readonly parentId: string }>();
+
+  constructor(private readonly indexing = true) {}
 
   get turnCount(): number {
     return this.turnTotal;
@@ -427,10 +427,10 @@ export class MemoryState {
       else if (this.loading) this.unlinked.set(t, { session: sessionId, parentId });
     }
     const replaced = e.placeTurn(t);
-    if (!this.indexing) {
-      // SEARCH=off: nothing is indexed
-    } else if (replaced === undefined) this.words.add(turnDoc(sessionId, t._id), turnText(t));
-    else this.words.set(turnDoc(sessionId, t._id), turnText(t));
+    if (this.indexing) {
+      if (replaced === undefined) this.words.add(turnDoc(sessionId, t._id), turnText(t));
+      else this.words.set(turnDoc(sessionId, t._id), turnText(t));
+    }
     if (replaced === undefined) this.turnTotal++;
     else this.arena.released(replaced);
     return e;

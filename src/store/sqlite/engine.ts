@@ -461,7 +461,7 @@ export class SqliteStore extends SerialWrites implements Store, GroupSource, Gro
       counted = int(count.get(filterWords(filter.words, false), walkFrom)?.['n']);
       if (counted < walkFrom) counted = int(count.get(filterWords(filter.words), walkFrom)?.['n']);
     }
-    if (walkFrom !== Infinity && counted >= walkFrom) {
+    if (counted >= walkFrom) {
       const walked = walkSearchNow(this.walkSource(filter), after, limit, walkBudget(counted, walkFrom));
       if (walked !== undefined) return Promise.resolve(walked);
     }

@@ -176,7 +176,8 @@ const MOST_INDEX_BATCH = 1024;
  * had nothing queued for INDEX_IDLE_MS: under a steady load it indexes about a thousand at a
  * time (FTS5 took ~20 µs a turn of 1 KiB in batches of 256 against ~14 in batches of 1,024; a
  * batch per commit, of what that commit queued, cost twice as much again), when quiet at once.
- * A search meanwhile reads what is queued by its text (a few ms for a thousand queued turns).
+ * A search meanwhile reads its caller's queued names and turns by their text (a few ms for a
+ * thousand queued turns).
  */
 const INDEX_GATHER = 1024;
 const INDEX_IDLE_MS = 5;
