@@ -18,6 +18,7 @@ import { COMMITTED_FILE, COMPACT_SUFFIX, IMPORT_SUFFIX, JOURNAL_FILE, NEXT_SUFFI
 import { JournalDamaged, JournalHasCrlf } from './store/journal/format.js';
 import { openStore, openStoreSnapshot } from './store/open.js';
 import { runSqliteWriterIfWorker } from './store/sqlite/worker.js';
+import { runWordIndexIfWorker } from './store/journal/word-thread.js';
 import { ImportConflict } from './store/import-plan.js';
 import { StoreOpenFailed, type Store } from './store/store.js';
 
@@ -349,7 +350,7 @@ async function main(argv: string[]): Promise<void> {
 
 // Every failure is one line on stderr; LOG_LEVEL=debug adds the stack of an unexpected one.
 // The same file is also the sqlite engine's writer thread (a worker started on this file).
-if (!runSqliteWriterIfWorker()) main(process.argv.slice(2)).catch((e: unknown) => {
+if (!runSqliteWriterIfWorker() && !runWordIndexIfWorker()) main(process.argv.slice(2)).catch((e: unknown) => {
   if (e instanceof OutputClosed) process.exit(141); // as a program killed by SIGPIPE, and as quietly
   const message = (e instanceof Error ? e.message : String(e)).replace(/\s*\n\s*/g, ' ');
   process.stderr.write(`${NAME}: ${message}\n`);

@@ -56,3 +56,22 @@ export function oldGenerationUsed(): number {
   for (const s of getHeapSpaceStatistics()) if (s.space_name !== 'new_space' && s.space_name !== 'new_large_object_space') n += s.space_used_size;
   return n;
 }
+
+/** The old generation in use by each other thread with a heap of its own (the journal's search index), as it last reported. */
+const threadHeaps = new Map<string, number>();
+
+/** A thread's report of its old generation in use (undefined: the thread is gone). */
+export function reportThreadHeap(thread: string, used: number | undefined): void {
+  if (used === undefined) threadHeaps.delete(thread);
+  else threadHeaps.set(thread, used);
+}
+
+/**
+ * The fullest heap of the process: this thread's old generation or another thread's (each V8
+ * heap has the same limit, and the first to reach it ends the process or loses its thread).
+ */
+export function fullestHeapUsed(): number {
+  let n = oldGenerationUsed();
+  for (const used of threadHeaps.values()) n = Math.max(n, used);
+  return n;
+}

@@ -10,6 +10,7 @@
 //   CHAT_SESSION_API_FAULTS="fsync:*"             every journal fsync fails (any kind: every occurrence)
 //   CHAT_SESSION_API_FAULTS="crash:compact-before-rename"   SIGKILL on reaching that step
 //   CHAT_SESSION_API_FAULTS="hold:index"          the sqlite writer leaves what it queues for the search index queued
+//   CHAT_SESSION_API_FAULTS="lose:index-thread:3" the journal's first search index thread exits on its 3rd batch of changes
 
 type FaultKind = 'write' | 'fsync' | 'dirsync' | 'commit';
 
@@ -19,11 +20,12 @@ interface Plan {
   readonly always: Map<FaultKind, string>;
   readonly crashAt: Map<string, number>;
   readonly held: Set<string>;
+  readonly loseAt: Map<string, number>;
 }
 
 function parse(spec: string | undefined): Plan | undefined {
   if (spec === undefined || spec.trim() === '') return undefined;
-  const plan: Plan = { failAt: new Map(), always: new Map(), crashAt: new Map(), held: new Set() };
+  const plan: Plan = { failAt: new Map(), always: new Map(), crashAt: new Map(), held: new Set(), loseAt: new Map() };
   for (const item of spec.split(',')) {
     const [kind, arg, extra] = item.trim().split(':');
     if ((kind === 'write' || kind === 'fsync' || kind === 'dirsync' || kind === 'commit') && arg === '*') {
@@ -34,6 +36,8 @@ function parse(spec: string | undefined): Plan | undefined {
       plan.failAt.set(kind, at);
     } else if (kind === 'crash' && arg !== undefined) {
       plan.crashAt.set(arg, Number(extra ?? '1'));
+    } else if (kind === 'lose' && arg !== undefined) {
+      plan.loseAt.set(arg, Number(extra ?? '1'));
     } else if (kind === 'hold' && arg !== undefined) {
       plan.held.add(arg);
     }
@@ -81,4 +85,10 @@ export function crashpoint(name: string): void {
 /** Whether a named background step is held back (it does not run while the plan says so). */
 export function held(step: string): boolean {
   return plan?.held.has(step) === true;
+}
+
+/** Whether a thread is to be lost now: the planned occurrence of a named step (counted per thread). */
+export function lostAt(name: string): boolean {
+  const at = plan?.loseAt.get(name);
+  return at !== undefined && bump(`lose:${name}`) === at;
 }

@@ -41,6 +41,7 @@ import { SerialWrites } from '../serial-writes.js';
 import { SerialWriter, type Change, type Group, type GroupSource } from '../writer.js';
 import { Appender, COMPACT_SUFFIX, IMPORT_SUFFIX, JOURNAL_FILE, NEXT_SUFFIX, readCommitted } from './appender.js';
 import { Compaction, CompactionAborted, TailFirstCompaction, type TailFirstHost } from './compaction.js';
+import { WordThread } from './word-thread.js';
 import {
   deltaLine,
   delLine,
@@ -104,6 +105,8 @@ export class JournalStore extends SerialWrites implements Store, GroupSource, Gr
   private compaction: TailFirstCompaction | undefined;
   private compactionDone: Promise<void> = Promise.resolve();
   private closed = false;
+  /** The search index's thread (none with SEARCH=off, and for an export): ./word-thread.ts. */
+  private readonly words: WordThread | undefined;
   /** What each user's sessions hold (by owner), kept as changes are applied. */
   private usageByUser = new Map<string, { sessions: number; turns: number; bytes: number }>();
 
@@ -118,6 +121,22 @@ export class JournalStore extends SerialWrites implements Store, GroupSource, Gr
     this.state = loaded.state;
     this.recountUsage();
     this.writer = new SerialWriter(this, opts.log, opts.quotas, opts.groupCommit === false ? 1 : Infinity);
+    if (appender !== undefined && (opts.search ?? true)) {
+      const words = new WordThread(__filename, () => this.feedIndex(), (err) => opts.log.error('the search index thread stopped; it is started again and fed from memory, searches answer 503 meanwhile', { err }));
+      this.words = words;
+      void this.feedIndex(words);
+    }
+  }
+
+  /** Feeds the search index from memory, in the background: searches wait for it (logged when done). */
+  private feedIndex(words = this.words): Promise<void> {
+    if (words === undefined) return Promise.resolve();
+    const started = performance.now();
+    const fed = this.state.useIndex(words);
+    return fed.then(
+      () => this.opts.log.info('search index fed from memory', { sessions: this.state.sessionCount, turns: this.state.turnCount, ms: Math.round(performance.now() - started) }),
+      () => undefined,
+    );
   }
 
   /**
@@ -141,7 +160,7 @@ export class JournalStore extends SerialWrites implements Store, GroupSource, Gr
     const files = [{ file }];
     const twoFiles = existsSync(next);
     if (twoFiles) files.push({ file: next });
-    const loaded = load(files, log, opts.search ?? true);
+    const loaded = load(files, log);
     const sizes: number[] = [];
     loaded.scans.forEach((scan, i) => {
       const f = files[i]?.file as string;
@@ -189,6 +208,7 @@ export class JournalStore extends SerialWrites implements Store, GroupSource, Gr
         await new Compaction().run(store.compactionHost(), store.state.snapshot());
       } catch (e) {
         store.appender?.close();
+        await store.words?.close();
         throw new StoreOpenFailed(`${file}: a journal of version ${scan.header.version} could not be rewritten in version ${JOURNAL_VERSION} (${(e as Error).message}); it is unchanged`);
       }
       log.info('journal rewritten in this release\'s format: turns have their parents, sessions their heads', { file, fromVersion: scan.header.version, toVersion: JOURNAL_VERSION, bytes: appender.size });
@@ -209,7 +229,7 @@ export class JournalStore extends SerialWrites implements Store, GroupSource, Gr
       const files = openConsistent(dir, file);
       try {
         // an export reads no search index
-        const loaded = load(files, log, false);
+        const loaded = load(files, log);
         // a compaction cut the older file while it was read: read again
         if (attempt < 50 && loaded.scans.some((scan, i) => files[i]?.upTo !== undefined && scan.validBytes + scan.tornBytes < (files[i]?.upTo as number))) continue;
         return new JournalStore({ dir, log, fsync: false, compactMinBytes: Infinity }, undefined, loaded);
@@ -227,11 +247,11 @@ export class JournalStore extends SerialWrites implements Store, GroupSource, Gr
   }
 
   search(filter: SearchFilter, after: SearchKey | undefined, limit: number): Promise<Page<SearchHit, SearchKey>> {
-    return Promise.resolve(this.state.search(filter, after, limit, this.opts.searchWalkFrom ?? Infinity));
+    return this.state.search(filter, after, limit, this.opts.searchWalkFrom ?? Infinity);
   }
 
   reindex(): Promise<number> {
-    return Promise.resolve(this.state.reindex());
+    return this.state.reindex();
   }
 
   listSessions(filter: SessionFilter, after: SessionKey | undefined, limit: number): Promise<Page<SessionRecord, SessionKey>> {
@@ -323,6 +343,7 @@ export class JournalStore extends SerialWrites implements Store, GroupSource, Gr
         { name: 'journal_live_bytes', type: 'gauge', help: 'Bytes of the journal still holding live records.', value: this.liveBytes },
         { name: 'compactions_total', type: 'counter', help: 'Journal compactions completed.', value: this.compactions },
         { name: 'journal_record_cache_bytes', type: 'gauge', help: "Sessions' JSON kept for reads (at most a sixty-fourth of V8's heap limit, 1 to 64 MiB).", value: this.state.cache.bytes },
+        { name: 'journal_search_unindexed', type: 'gauge', help: "Names and turns changed but not taken by the search index's thread yet (a search waits for them).", value: this.words?.behind ?? 0 },
         { name: 'journal_turn_memory_bytes', type: 'gauge', help: "Memory holding the turns' JSON (the slabs turns were replayed into, and buffers of turns written since).", value: this.state.arena.heldBytes },
       ],
     };
@@ -393,7 +414,10 @@ export class JournalStore extends SerialWrites implements Store, GroupSource, Gr
         if (err !== undefined) return reject(err);
         this.opts.observer?.commit(Number(process.hrtime.bigint() - started) / 1e9, changes.length);
         for (const c of changes) this.apply(c);
-        resolve();
+        // durable and in memory; acknowledged once the search index is not far behind (it almost never is)
+        const kept = this.words?.keptUp();
+        if (kept === undefined) resolve();
+        else void kept.then(resolve);
         this.maybeCompact();
       });
     });
@@ -509,7 +533,8 @@ export class JournalStore extends SerialWrites implements Store, GroupSource, Gr
         await new Compaction().run(this.compactionHost(), state.snapshot());
       } catch (e) {
         // the journal is untouched: memory goes back to what it holds
-        this.state = load([{ file: this.file }], this.opts.log, this.opts.search ?? true).state;
+        this.state = load([{ file: this.file }], this.opts.log).state;
+        void this.feedIndex();
         throw new StorageWriteFailed(e);
       }
       if (this.appender.waitingForDirSync) throw new StorageWriteFailed(new Error("the data directory could not be fsync'd after the journal was rewritten"));
@@ -633,6 +658,7 @@ export class JournalStore extends SerialWrites implements Store, GroupSource, Gr
     await this.compactionDone;
     await this.writer.close();
     this.appender?.close();
+    await this.words?.close();
   }
 }
 
@@ -675,8 +701,8 @@ interface JournalFile {
  * copied into memory. A journal of the first release gets its turns' parents and its sessions'
  * heads at the end of the load.
  */
-function load(files: readonly JournalFile[], log: Logger, search: boolean): Loaded {
-  const state = new MemoryState(search);
+function load(files: readonly JournalFile[], log: Logger): Loaded {
+  const state = new MemoryState();
   state.beginLoad();
   const deletions: Deletions = { sessions: new Map(), turns: new Map() };
   const bases: number[] = [];

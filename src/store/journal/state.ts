@@ -6,14 +6,15 @@
 import { hitBefore, PAGE_BYTE_BUDGET, PAGE_SCAN_BUDGET, sessionBefore, turnBefore, type SessionKey, type TurnKey } from '../../domain/order.js';
 import { chatSession, foldedTags, raisedByTurn, type ChatSession } from '../../domain/records.js';
 import { isLive } from '../../domain/retention.js';
-import { foldForSearch, turnTextOfJson } from '../../domain/search.js';
+import { foldForSearch } from '../../domain/search.js';
 import { versionOfSession } from '../../domain/version.js';
 import type { Page, SearchFilter, SearchHit, SearchKey, SessionFilter, SessionRecord, TurnRecord } from '../store.js';
 import { ceilingsOf } from '../../memory.js';
 import { SortedList } from './sorted-list.js';
 import { StoredTurn, TurnArena } from './turns.js';
-import { docParts, nameDoc, turnDoc, WordIndex } from './word-index.js';
-import { walkBudget, walkSearchNow, type WalkSource } from '../search-walk.js';
+import { docParts, nameDoc, turnDoc } from './word-index.js';
+import type { WordThread } from './word-thread.js';
+import { walkBudget, walkSearch, type WalkSource } from '../search-walk.js';
 
 export { StoredTurn } from './turns.js';
 
@@ -266,8 +267,6 @@ export class MemoryState {
   /** The same lists for each tag of their sessions (apart, so no user or project name can meet a tag's key). */
   private readonly byUserTag = new Map<string, SortedList<SessionEntry>>();
   private readonly byProjectTag = new Map<string, SortedList<SessionEntry>>();
-  /** The search index: every session's name and every turn's text, kept with each change and at replay (unless `indexing` is false: SEARCH=off). */
-  readonly words = new WordIndex();
   private turnTotal = 0;
   /** While loading, indexes are left alone and built once by `finishLoad`. */
   private loading = false;
@@ -277,7 +276,11 @@ export class MemoryState {
    */
   private readonly unlinked = new Map<StoredTurn, { readonly session: string; readonly parentId: string }>();
 
-  constructor(private readonly indexing = true) {}
+  /**
+   * The search index's thread (none with SEARCH=off, and for an export), given every session's
+   * name and every turn with each change once a load is done and it is fed from memory (`useIndex`).
+   */
+  private words: WordThread | undefined;
 
   get turnCount(): number {
     return this.turnTotal;
@@ -367,12 +370,12 @@ export class MemoryState {
   putSession(s: ChatSession, version?: string): SessionEntry {
     const e = this.entries.get(s._id);
     if (e === undefined) return this.insertNew(s, version);
-    if (this.indexing && (e.session === ORPHAN || e.session.name !== s.name)) this.words.set(nameDoc(s._id), s.name);
     if (this.loading) {
       e.replace(s, version);
       return e;
     }
     if (e.session !== ORPHAN) this.unindex(e);
+    if (e.session === ORPHAN || e.session.name !== s.name) this.words?.name(nameDoc(s._id), s.name, false);
     e.replace(s, version);
     this.index(e);
     return e;
@@ -382,9 +385,11 @@ export class MemoryState {
   insertNew(s: ChatSession, version?: string): SessionEntry {
     const e = new SessionEntry(s);
     if (version !== undefined) e.replace(s, version);
-    if (this.indexing) this.words.add(nameDoc(s._id), s.name);
     this.entries.set(s._id, e);
-    if (!this.loading) this.index(e);
+    if (!this.loading) {
+      this.index(e);
+      this.words?.name(nameDoc(s._id), s.name, true);
+    }
     return e;
   }
 
@@ -392,7 +397,7 @@ export class MemoryState {
   private dropTurns(sessionId: string, turns: readonly StoredTurn[]): void {
     this.turnTotal -= turns.length;
     for (const t of turns) {
-      this.words.remove(turnDoc(sessionId, t._id));
+      if (!this.loading) this.words?.remove(turnDoc(sessionId, t._id));
       this.arena.released(t);
     }
   }
@@ -402,7 +407,7 @@ export class MemoryState {
     const e = this.entries.get(id);
     if (e === undefined) return undefined;
     this.entries.delete(id);
-    this.words.remove(nameDoc(id));
+    if (!this.loading) this.words?.remove(nameDoc(id));
     this.dropTurns(id, e.turns ?? []);
     if (!this.loading && e.session !== ORPHAN) this.unindex(e);
     return e;
@@ -427,10 +432,7 @@ export class MemoryState {
       else if (this.loading) this.unlinked.set(t, { session: sessionId, parentId });
     }
     const replaced = e.placeTurn(t);
-    if (this.indexing) {
-      if (replaced === undefined) this.words.add(turnDoc(sessionId, t._id), turnText(t));
-      else this.words.set(turnDoc(sessionId, t._id), turnText(t));
-    }
+    if (!this.loading) this.words?.turn(turnDoc(sessionId, t._id), t.json, replaced === undefined);
     if (replaced === undefined) this.turnTotal++;
     else this.arena.released(replaced);
     return e;
@@ -468,7 +470,7 @@ export class MemoryState {
     // replay: a turn a later record deletes is not kept (`t` undefined, or not there); its session still moves
     if (t !== undefined && old !== undefined) {
       e.replaceTurn(old, t);
-      if (this.indexing) this.words.set(turnDoc(session._id, t._id), turnText(t));
+      if (!this.loading) this.words?.turn(turnDoc(session._id, t._id), t.json, false);
       this.arena.released(old);
     }
     this.putSession(session, version);
@@ -591,16 +593,21 @@ export class MemoryState {
    * Search hits newest first. A query whose rarest word starts words of fewer than `walkFrom`
    * documents reads its matches from the word index and sorts them; a more common one walks the
    * caller's sessions newest first and stops at the page (../search-walk.ts), back to the index
-   * only if the walk finds the words too rare after all.
+   * only if the walk finds the words too rare after all. The index answers from its thread
+   * (./word-thread.ts), having taken every change made before it was asked; each answer is
+   * read against memory as it is when it comes.
    */
-  search(filter: SearchFilter, after: SearchKey | undefined, limit: number, walkFrom: number): Page<SearchHit, SearchKey> {
-    const estimate = this.words.estimate(filter.words);
-    if (estimate >= walkFrom) {
-      const walked = walkSearchNow(this.walkSource(filter), after, limit, walkBudget(estimate, walkFrom));
+  async search(filter: SearchFilter, after: SearchKey | undefined, limit: number, walkFrom: number): Promise<Page<SearchHit, SearchKey>> {
+    const words = this.words;
+    if (words === undefined) return { items: [], next: undefined };
+    const plan = await words.plan(filter.words, walkFrom);
+    if (plan.docs === undefined) {
+      const walked = await walkSearch(this.walkSource(filter, words), after, limit, walkBudget(plan.estimate, walkFrom));
       if (walked !== undefined) return walked;
     }
+    const docs = plan.docs ?? (await words.find(filter.words));
     const found: { key: SearchKey; e: SessionEntry; turn: StoredTurn | undefined }[] = [];
-    for (const doc of this.words.find(filter.words)) {
+    for (const doc of docs) {
       const [sid, tid] = docParts(doc);
       const e = this.get(sid);
       if (e === undefined || !searchable(e.session, filter)) continue;
@@ -618,47 +625,91 @@ export class MemoryState {
     };
   }
 
-  /** The caller's sessions and their turns as a search walks them, words checked against the index's own. */
-  private walkSource(filter: SearchFilter): WalkSource<SessionEntry, SessionEntry, StoredTurn> {
+  /**
+   * The caller's sessions and their turns as a search walks them, words checked by the index:
+   * a batch of sessions' names in one question, a batch of turns (the turns the walk asks for,
+   * read from memory as it is when it asks) in another.
+   */
+  private walkSource(filter: SearchFilter, words: WordThread): WalkSource<SessionEntry, SessionEntry, StoredTurn> {
     const lists = this.listsFor(filter);
-    const words = this.words;
     const query = filter.words;
+    /** Sessions whose names hold the words, among those the walk was given. */
+    const named = new Set<SessionEntry>();
     return {
-      sessions: (from) => {
+      sessions: async (from) => {
         const taken = merge(lists.map((l) => take(l, from, WALK_SESSIONS))).slice(0, WALK_SESSIONS);
-        return { items: taken.filter((e) => searchable(e.session, filter)), next: taken.length === WALK_SESSIONS ? taken[taken.length - 1] : undefined };
+        const items = taken.filter((e) => searchable(e.session, filter));
+        const held = await words.holds(
+          items.map((e) => nameDoc(e.session._id)),
+          query,
+        );
+        items.forEach((e, i) => {
+          if (held[i] === 1) named.add(e);
+        });
+        return { items, next: taken.length === WALK_SESSIONS ? taken[taken.length - 1] : undefined };
       },
       updatedAt: (e) => e.session.updatedAt,
       id: (e) => e.session._id,
-      nameMatches: (e) => words.holds(nameDoc(e.session._id), query),
-      turns: (from) =>
-        from.map(({ s: e, before, want }) => {
+      nameMatches: (e) => named.has(e),
+      turns: async (from) => {
+        const picked = from.map(({ s: e, before, want }) => {
           const list = e.turns ?? EMPTY;
-          const sid = e.session._id;
-          let i = (before === undefined ? list.length : turnsBefore(list, { createdAt: before.at, _id: before.doc })) - 1;
-          const start = i;
-          const stop = Math.max(-1, i - want);
+          const end = before === undefined ? list.length : turnsBefore(list, { createdAt: before.at, _id: before.doc });
+          const start = Math.max(0, end - want);
+          const last = list[start];
+          return { e, turns: list.slice(start, end).reverse(), next: start > 0 && last !== undefined ? { at: last.createdAt, doc: last._id } : undefined };
+        });
+        const docs: string[] = [];
+        for (const p of picked) for (const t of p.turns) docs.push(turnDoc(p.e.session._id, t._id));
+        const held = await words.holds(docs, query);
+        let k = 0;
+        return picked.map((p) => {
           const hits: { key: SearchKey; turn: StoredTurn }[] = [];
-          for (; i > stop; i--) {
-            const t = list[i] as StoredTurn;
-            if (words.holds(turnDoc(sid, t._id), query)) hits.push({ key: { at: t.createdAt, doc: t._id }, turn: t });
-          }
-          const last = list[stop + 1];
-          return { hits, next: stop >= 0 && last !== undefined ? { at: last.createdAt, doc: last._id } : undefined, examined: start - stop };
-        }),
+          for (const t of p.turns) if (held[k++] === 1) hits.push({ key: { at: t.createdAt, doc: t._id }, turn: t });
+          return { hits, next: p.next, examined: p.turns.length };
+        });
+      },
       hit: (e, key, turn) => ({ key, session: e.record(this.cache), turn }),
     };
   }
 
+  /**
+   * Feeds the search index from memory (emptied first): after a load, and for `reindex`. It runs
+   * while the server serves, a session at a time; searches wait until it is done.
+   */
+  feedIndex(): Promise<void> {
+    const entries = this.entries;
+    if (this.words === undefined) return Promise.resolve();
+    return this.words.feed(function* (give) {
+      for (const [id, e] of entries) {
+        if (e.session === ORPHAN) continue;
+        give.name(nameDoc(id), e.session.name, false);
+        yield;
+        // its turns as they are now, each as it is when its turn comes (one deleted meanwhile is
+        // not given: its removal went to the index already; one edited is given as it is now)
+        const turns = (e.turns ?? EMPTY).slice();
+        for (const t of turns) {
+          if (entries.get(id) !== e) break;
+          const now = e.turn(t._id);
+          if (now === undefined) continue;
+          give.turn(turnDoc(id, now._id), now.json, false);
+          yield;
+        }
+      }
+    });
+  }
+
+  /** From now on, changes go to `words` too; it is fed from memory (what it is fed is done when the promise is). */
+  useIndex(words: WordThread): Promise<void> {
+    this.words = words;
+    return this.feedIndex();
+  }
+
   /** Builds the word index again from memory; answers how many documents it holds. */
-  reindex(): number {
-    this.words.clear();
-    for (const [id, e] of this.entries) {
-      if (e.session === ORPHAN) continue;
-      this.words.set(nameDoc(id), e.session.name);
-      for (const t of e.turns ?? []) this.words.set(turnDoc(id, t._id), turnText(t));
-    }
-    return this.words.size;
+  async reindex(): Promise<number> {
+    if (this.words === undefined) return 0;
+    await this.feedIndex();
+    return this.words.size();
   }
 
   /** Every live session with its turns as of now, for compaction and export. */
@@ -700,11 +751,6 @@ function searchable(s: ChatSession, f: SearchFilter): boolean {
   if (f.user !== undefined ? s.user !== f.user || (f.project !== undefined && s.project !== f.project) : s.project !== f.project) return false;
   if (f.archived !== 'all' && s.archived !== (f.archived === 'true')) return false;
   return isLive(s, f.live);
-}
-
-/** A turn's searchable text, as the index takes it (a delta's text waits for the turn's next edit: ./engine.ts deltaTurn). */
-function turnText(t: StoredTurn): string {
-  return turnTextOfJson(t.json);
 }
 
 /** The filters a list applies beyond the lists it reads (the same residual filters on every engine). */
