@@ -40,7 +40,7 @@ Usage:
                                                      --dry-run only list them (safe while the server runs)
   node dist/server.js erase-user --user ID [options] delete every session of one user with all its turns
   node dist/server.js reindex [options]              build the search index again (sqlite, postgres;
-                                                     the journal builds it at every start)
+                                                     the journal feeds it from memory at every start)
   node dist/server.js --help | --version
 
 Token options: --sub is the user id; --ttl like 30s, 15m, 1h, 7d or "never" (default 1h);
@@ -237,7 +237,7 @@ async function importCommand(argv: string[]): Promise<void> {
   await guardDataDir(config.dataDir);
   const lock = acquireLock(config.dataDir);
   try {
-    const r = await withStore(await openStore(config, log), (store) => store.importAll(backup.sessions, backup.turns));
+    const r = await withStore(await openStore(commandConfig(config), log), (store) => store.importAll(backup.sessions, backup.turns));
     if (r.sessions + r.turns === 0) process.stdout.write(`nothing to import: all ${r.unchanged} records are already stored as in ${file}\n`);
     else process.stdout.write(`imported ${r.sessions} sessions and ${r.turns} turns (${r.unchanged} already stored)\n`);
   } finally {
@@ -250,12 +250,17 @@ async function importCommand(argv: string[]): Promise<void> {
  * server using it must be stopped first (on PostgreSQL, only the one of this DATA_DIR: the
  * others' writes and this command's are transactions that cannot undo each other).
  */
+/** The store's settings for a command, which never searches: the journal starts no index thread for it (none to feed from the whole store). */
+function commandConfig(config: Config): Config {
+  return config.store === 'journal' ? { ...config, search: false } : config;
+}
+
 async function withWritableStore<T>(config: Config, use: (store: Store) => Promise<T>): Promise<T> {
   mkdirSync(config.dataDir, { recursive: true });
   await guardDataDir(config.dataDir);
   const lock = acquireLock(config.dataDir);
   try {
-    return await withStore(await openStore(config, new Logger('warn')), use);
+    return await withStore(await openStore(commandConfig(config), new Logger('warn')), use);
   } finally {
     lock.release();
   }
@@ -264,7 +269,7 @@ async function withWritableStore<T>(config: Config, use: (store: Store) => Promi
 async function reindexCommand(argv: string[]): Promise<void> {
   const config = loadCheckedConfig(argv);
   if (config.store === 'journal') {
-    process.stdout.write('the journal keeps its search index in memory and builds it at every start: nothing to rebuild\n');
+    process.stdout.write('the journal keeps its search index in memory and feeds it from memory at every start: nothing to rebuild\n');
     return;
   }
   const started = Date.now();

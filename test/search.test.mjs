@@ -270,7 +270,7 @@ describe('Search', () => {
       await first.stop();
       const r = runCli(['reindex'], { env: { DATA_DIR: dataDir } });
       assert.equal(r.code, 0, r.stderr);
-      if (STORE === 'journal') assert.equal(r.stdout, 'the journal keeps its search index in memory and builds it at every start: nothing to rebuild\n');
+      if (STORE === 'journal') assert.equal(r.stdout, 'the journal keeps its search index in memory and feeds it from memory at every start: nothing to rebuild\n');
       else assert.match(r.stdout, /^reindexed 2 session names and turns in \d+\.\d s\n$/);
       const again = await startServer({ dataDir });
       try {

@@ -1,8 +1,8 @@
 // The journal's search index on a thread of its own, so that indexing a turn (cutting its text
 // into words, finding each word, adding the turn to its lists: ~14 µs for 1 KiB) is not paid on
 // the thread every write and read waits for. The main thread hands each change over as it
-// applies it to memory (a session's name, a turn's JSON as written, a document gone), a batch
-// per turn of its event loop; the index thread owns the WordIndex and answers queries.
+// applies it to memory (a session's name, a turn's JSON as written, a document gone), in a
+// batch every 2 ms at most; the index thread owns the WordIndex and answers queries.
 //
 // What was acknowledged is found: a thread's messages arrive in the order they were posted, and
 // a query first posts the changes waiting before it, so the index answers it having taken every
@@ -36,7 +36,9 @@ const CLEAR = 5;
  */
 interface Changes {
   readonly kind: 'changes';
-  readonly batch: number;
+  /** The ring's head and the documents posted, counted from the thread's start, once these are taken. */
+  readonly head: number;
+  readonly docsPosted: number;
   readonly ops: readonly number[];
   readonly docs: readonly string[];
   readonly names: readonly string[];
@@ -54,8 +56,6 @@ type Query =
 type ToIndex = Changes | Query;
 
 type FromIndex =
-  /** The changes of batches up to `batch` are in the index. */
-  | { readonly kind: 'took'; readonly batch: number }
   | { readonly kind: 'heap'; readonly used: number }
   | { readonly kind: 'answer'; readonly q: number; readonly answer: Answer };
 
@@ -67,21 +67,25 @@ export interface Plan {
 
 type Answer = Plan | readonly string[] | Uint8Array | number;
 
+/** Where the thread says how far it has taken the changes (the ring's head, documents): a shared BigInt64Array. */
+const TAKEN_HEAD = 0;
+const TAKEN_DOCS = 1;
+
 // ---- the index thread ----
 
 /** Starts the index when this thread is the journal's index thread; false on any other thread. */
 export function runWordIndexIfWorker(): boolean {
   if (isMainThread || parentPort === null) return false;
-  const data = workerData as { role?: unknown; first?: unknown; ring?: unknown } | undefined;
-  if (data?.role !== WORD_INDEX_ROLE || !(data.ring instanceof SharedArrayBuffer)) return false;
-  serveIndex(parentPort, data.first === true, Buffer.from(data.ring));
+  const data = workerData as { role?: unknown; first?: unknown; ring?: unknown; progress?: unknown } | undefined;
+  if (data?.role !== WORD_INDEX_ROLE || !(data.ring instanceof SharedArrayBuffer) || !(data.progress instanceof SharedArrayBuffer)) return false;
+  serveIndex(parentPort, data.first === true, Buffer.from(data.ring), new BigInt64Array(data.progress));
   return true;
 }
 
 /** How often the thread reports its heap, at most (the guard samples every 100 ms). */
 const HEAP_REPORT_MS = 100;
 
-function serveIndex(port: MessagePort, first: boolean, ring: Buffer): void {
+function serveIndex(port: MessagePort, first: boolean, ring: Buffer, progress: BigInt64Array): void {
   const index = new WordIndex();
   const post = (m: FromIndex): void => port.postMessage(m);
   let reportedAt = -Infinity;
@@ -96,7 +100,9 @@ function serveIndex(port: MessagePort, first: boolean, ring: Buffer): void {
       case 'changes': {
         if (first && lostAt('index-thread')) process.exit(1);
         take(index, m, ring);
-        post({ kind: 'took', batch: m.batch });
+        // what the main thread reads to know what of the ring it may write again (no message back: a message per batch cost both threads more than the indexing of a name)
+        Atomics.store(progress, TAKEN_HEAD, BigInt(m.head));
+        Atomics.store(progress, TAKEN_DOCS, BigInt(m.docsPosted));
         // the last batch of a burst is reported too, once the interval has passed
         if (performance.now() - reportedAt >= HEAP_REPORT_MS) reportHeap();
         else reportTimer ??= setTimeout(reportHeap, HEAP_REPORT_MS);
@@ -161,7 +167,9 @@ function take(index: WordIndex, m: Changes, ring: Buffer): void {
 
 // ---- the main thread's side ----
 
-/** Changes are posted once this many wait (else once per turn of the event loop)... */
+/** Changes wait at most this long to be posted (a query posts those waiting first)... */
+const FLUSH_MS = 2;
+/** ...or until this many wait... */
 const BATCH_OPS = 2048;
 /** ...or once this many bytes of turns' JSON do. */
 const BATCH_BYTES = 1 << 20;
@@ -200,16 +208,12 @@ export class WordThread {
   private flushing = false;
   /** While a feed makes a piece: what it gives is posted when the piece is whole. */
   private holding = false;
-  private batch = 0;
   private readonly ring = new SharedArrayBuffer(RING_BYTES);
+  private readonly progress = new BigInt64Array(new SharedArrayBuffer(16));
   private readonly ringBytes = Buffer.from(this.ring);
-  /** Bytes of the ring handed out since the thread started (where the next goes, less whole rings), and the end of what it has taken. */
+  /** Bytes of the ring handed out since the thread started (where the next goes, less whole rings); the thread says how far it has taken them in `progress`. */
   private head = 0;
-  private taken = 0;
-  /** Where the ring's head was after each batch posted, for the backlog. */
-  private readonly posted: { batch: number; head: number; docs: number }[] = [];
-  private docsBehind = 0;
-  private readonly caughtUp: (() => void)[] = [];
+  private docsPosted = 0;
   private q = 0;
   private readonly waiting = new Map<number, Waiting>();
   /** While the index is being fed from memory: what a query waits for first. */
@@ -232,7 +236,12 @@ export class WordThread {
 
   /** Documents posted whose changes the thread has not taken yet (/metrics). */
   get behind(): number {
-    return this.docsBehind;
+    return this.worker === undefined ? 0 : this.docsPosted - Number(Atomics.load(this.progress, TAKEN_DOCS));
+  }
+
+  /** Bytes of the ring the thread has not taken yet. */
+  private get ringBehind(): number {
+    return this.head - Number(Atomics.load(this.progress, TAKEN_HEAD));
   }
 
   /** A session's name as a document (`isNew`: the document has no words yet). */
@@ -249,14 +258,15 @@ export class WordThread {
     // a turn's bytes lie in one piece of the ring: one that would wrap starts it again
     const at = this.head % RING_BYTES;
     const skip = at + len > RING_BYTES ? RING_BYTES - at : 0;
-    if (this.head + skip + len - this.taken <= RING_BYTES) {
+    if (this.ringBehind + skip + len <= RING_BYTES) {
       this.head += skip;
       const from = skip > 0 ? 0 : at;
       this.ringBytes.set(json, from);
       this.head += len;
       this.spans.push(from);
     } else {
-      this.spilt.push(Buffer.from(json));
+      // its own exact copy (a small Buffer.from would be a slice of the shared pool, all of which a message copies)
+      this.spilt.push(new Uint8Array(json));
       this.spans.push(-1);
     }
     this.lens.push(len);
@@ -320,8 +330,15 @@ export class WordThread {
 
   /** A write's acknowledgment waits here while the thread is far behind (MOST_BEHIND_BYTES). */
   keptUp(): Promise<void> | undefined {
-    if (this.head - this.taken <= MOST_BEHIND_BYTES || this.worker === undefined) return undefined;
-    return new Promise((resolve) => this.caughtUp.push(resolve));
+    if (this.ringBehind <= MOST_BEHIND_BYTES || this.worker === undefined) return undefined;
+    return new Promise((resolve) => {
+      // looked at each millisecond until half of it is taken (the thread posts nothing back)
+      const look = (): void => {
+        if (this.ringBehind <= MOST_BEHIND_BYTES / 2 || this.worker === undefined) resolve();
+        else setTimeout(look, 1);
+      };
+      look();
+    });
   }
 
   /** How many documents the rarest query word starts, and when fewer than `walkFrom`, the documents that match. */
@@ -376,7 +393,7 @@ export class WordThread {
     if (this.ops.length >= BATCH_OPS || this.used >= BATCH_BYTES) this.flush();
     else if (!this.flushing) {
       this.flushing = true;
-      setImmediate(() => this.flush());
+      setTimeout(() => this.flush(), FLUSH_MS);
     }
   }
 
@@ -386,9 +403,8 @@ export class WordThread {
     if (this.ops.length === 0) return;
     const w = this.worker;
     if (w !== undefined) {
-      const m: Changes = { kind: 'changes', batch: ++this.batch, ops: this.ops, docs: this.docs, names: this.names, spans: this.spans, lens: this.lens, spilt: this.spilt };
-      this.docsBehind += this.ops.length;
-      this.posted.push({ batch: this.batch, head: this.head, docs: this.ops.length });
+      this.docsPosted += this.ops.length;
+      const m: Changes = { kind: 'changes', head: this.head, docsPosted: this.docsPosted, ops: this.ops, docs: this.docs, names: this.names, spans: this.spans, lens: this.lens, spilt: this.spilt };
       w.postMessage(m);
     }
     // with no thread (lost, not started again yet) the changes are dropped: the next thread is fed from memory
@@ -406,20 +422,12 @@ export class WordThread {
   }
 
   private start(): void {
-    const w = new Worker(this.filename, { workerData: { role: WORD_INDEX_ROLE, first: ++this.started === 1, ring: this.ring } });
+    const w = new Worker(this.filename, { workerData: { role: WORD_INDEX_ROLE, first: ++this.started === 1, ring: this.ring, progress: this.progress.buffer } });
     w.unref();
     this.worker = w;
     let failure: Error | undefined;
     w.on('message', (m: FromIndex) => {
       switch (m.kind) {
-        case 'took':
-          while (this.posted.length > 0 && (this.posted[0]?.batch as number) <= m.batch) {
-            const p = this.posted.shift() as { head: number; docs: number };
-            this.taken = p.head;
-            this.docsBehind -= p.docs;
-          }
-          if (this.head - this.taken <= MOST_BEHIND_BYTES / 2) for (const f of this.caughtUp.splice(0)) f();
-          return;
         case 'heap':
           reportThreadHeap(WORD_INDEX_ROLE, m.used);
           return;
@@ -440,10 +448,10 @@ export class WordThread {
       reportThreadHeap(WORD_INDEX_ROLE, undefined);
       // what waits to be posted refers to the ring the next thread starts afresh on: dropped, the next thread is fed from memory
       this.drop();
-      this.posted.length = 0;
-      this.head = this.taken = 0;
-      this.docsBehind = 0;
-      for (const f of this.caughtUp.splice(0)) f();
+      this.head = 0;
+      this.docsPosted = 0;
+      Atomics.store(this.progress, TAKEN_HEAD, 0n);
+      Atomics.store(this.progress, TAKEN_DOCS, 0n);
       this.failWaiting(new StorageUnavailable(new Error('the search index is being fed again after its thread stopped')));
       if (this.closed) return;
       this.lost(failure);
