@@ -153,7 +153,15 @@ function take(index: WordIndex, m: Changes, ring: Buffer): void {
         const at = m.spans[turn] as number;
         const len = m.lens[turn++] as number;
         const own = at < 0 ? (m.spilt[spilt++] as Uint8Array) : undefined;
-        const text = turnTextOfJson(own === undefined ? ring.toString('utf8', at, at + len) : Buffer.from(own.buffer, own.byteOffset, own.byteLength).toString('utf8'));
+        let text: string;
+        try {
+          text = turnTextOfJson(own === undefined ? ring.toString('utf8', at, at + len) : Buffer.from(own.buffer, own.byteOffset, own.byteLength).toString('utf8'));
+        } catch {
+          // JSON that cannot be read (never seen: memory holds what a write parsed) leaves the
+          // turn out rather than losing the thread, which a feed would give the same turn again
+          index.remove(doc);
+          break;
+        }
         if (op === ADD_TURN) index.add(doc, text);
         else index.set(doc, text);
         break;
@@ -188,6 +196,8 @@ const RING_BYTES = 4 << 20;
 const MOST_BEHIND_BYTES = RING_BYTES / 2;
 /** How long a thread lost again within a minute of the last loss is left before it is started again (doubled each time, to a minute). */
 const RESTART_MS = 1000;
+
+let threadsMade = 0;
 
 interface Waiting {
   readonly resolve: (a: Answer) => void;
@@ -224,6 +234,8 @@ export class WordThread {
   private started = 0;
   private lostAt = -Infinity;
   private closed = false;
+  /** This store's thread's name in the guard's account (a process may hold several stores: the tests). */
+  private readonly heapKey = `${WORD_INDEX_ROLE}:${++threadsMade}`;
 
   constructor(
     private readonly filename: string,
@@ -343,38 +355,36 @@ export class WordThread {
 
   /** How many documents the rarest query word starts, and when fewer than `walkFrom`, the documents that match. */
   async plan(words: readonly string[], walkFrom: number): Promise<Plan> {
-    await this.fed();
-    return (await this.ask({ kind: 'plan', q: 0, words, walkFrom })) as Plan;
+    return (await this.askFed({ kind: 'plan', q: 0, words, walkFrom })) as Plan;
   }
 
   async find(words: readonly string[]): Promise<readonly string[]> {
-    await this.fed();
-    return (await this.ask({ kind: 'find', q: 0, words })) as readonly string[];
+    return (await this.askFed({ kind: 'find', q: 0, words })) as readonly string[];
   }
 
   /** For each document, whether every query word starts one of its words. */
   async holds(docs: readonly string[], words: readonly string[]): Promise<Uint8Array> {
-    await this.fed();
-    return (await this.ask({ kind: 'holds', q: 0, words, docs })) as Uint8Array;
+    return (await this.askFed({ kind: 'holds', q: 0, words, docs })) as Uint8Array;
   }
 
   /** Documents in the index. */
   async size(): Promise<number> {
-    await this.fed();
-    return (await this.ask({ kind: 'size', q: 0 })) as number;
+    return (await this.askFed({ kind: 'size', q: 0 })) as number;
   }
 
   async close(): Promise<void> {
     this.closed = true;
     const w = this.worker;
     this.worker = undefined;
-    reportThreadHeap(WORD_INDEX_ROLE, undefined);
+    reportThreadHeap(this.heapKey, undefined);
     if (w !== undefined) await w.terminate();
     this.failWaiting(new StorageUnavailable(new Error('the store is closed')));
   }
 
-  private async fed(): Promise<void> {
+  /** Asks once no feed is under way (checked again when the wait ends: a feed may have started in between). */
+  private async askFed(query: Query): Promise<Answer> {
     while (this.feeding !== undefined) await this.feeding;
+    return this.ask(query);
   }
 
   private ask(query: Query): Promise<Answer> {
@@ -429,7 +439,8 @@ export class WordThread {
     w.on('message', (m: FromIndex) => {
       switch (m.kind) {
         case 'heap':
-          reportThreadHeap(WORD_INDEX_ROLE, m.used);
+          // a report that comes after its thread was let go is not this store's any more
+          if (this.worker === w) reportThreadHeap(this.heapKey, m.used);
           return;
         case 'answer': {
           const waiting = this.waiting.get(m.q);
@@ -445,7 +456,7 @@ export class WordThread {
     w.on('exit', () => {
       if (this.worker !== w) return;
       this.worker = undefined;
-      reportThreadHeap(WORD_INDEX_ROLE, undefined);
+      reportThreadHeap(this.heapKey, undefined);
       // what waits to be posted refers to the ring the next thread starts afresh on: dropped, the next thread is fed from memory
       this.drop();
       this.head = 0;
