@@ -226,6 +226,11 @@ async function exportCommand(argv: string[]): Promise<void> {
   process.stderr.write(`exported ${summary.sessions} sessions and ${summary.turns} turns to ${out}\n`);
 }
 
+/** The store's settings for a command, which never searches: the journal starts no index thread for it (none to feed from the whole store). */
+function commandConfig(config: Config): Config {
+  return config.store === 'journal' ? { ...config, search: false } : config;
+}
+
 async function importCommand(argv: string[]): Promise<void> {
   const file = argv.shift();
   if (file === undefined || file.startsWith('--')) throw new ConfigError('import needs the backup FILE to read');
@@ -250,11 +255,6 @@ async function importCommand(argv: string[]): Promise<void> {
  * server using it must be stopped first (on PostgreSQL, only the one of this DATA_DIR: the
  * others' writes and this command's are transactions that cannot undo each other).
  */
-/** The store's settings for a command, which never searches: the journal starts no index thread for it (none to feed from the whole store). */
-function commandConfig(config: Config): Config {
-  return config.store === 'journal' ? { ...config, search: false } : config;
-}
-
 async function withWritableStore<T>(config: Config, use: (store: Store) => Promise<T>): Promise<T> {
   mkdirSync(config.dataDir, { recursive: true });
   await guardDataDir(config.dataDir);

@@ -639,10 +639,7 @@ export class MemoryState {
       sessions: async (from) => {
         const taken = merge(lists.map((l) => take(l, from, WALK_SESSIONS))).slice(0, WALK_SESSIONS);
         const items = taken.filter((e) => searchable(e.session, filter));
-        const held = await words.holds(
-          items.map((e) => nameDoc(e.session._id)),
-          query,
-        );
+        const held = await words.holds(items.map((e) => nameDoc(e.session._id)), query);
         items.forEach((e, i) => {
           if (held[i] === 1) named.add(e);
         });

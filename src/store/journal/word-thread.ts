@@ -256,8 +256,12 @@ export class WordThread {
     return this.head - Number(Atomics.load(this.progress, TAKEN_HEAD));
   }
 
+  // While no thread runs (lost, not started again yet) changes are not kept: the next thread is
+  // fed from memory as it is then, and nothing is written to the ring it starts afresh on.
+
   /** A session's name as a document (`isNew`: the document has no words yet). */
   name(doc: string, text: string, isNew: boolean): void {
+    if (this.worker === undefined) return;
     this.ops.push(isNew ? ADD_NAME : SET_NAME);
     this.docs.push(doc);
     this.names.push(text);
@@ -266,6 +270,7 @@ export class WordThread {
 
   /** A turn as a document, by its JSON (the thread makes its text). */
   turn(doc: string, json: Uint8Array, isNew: boolean): void {
+    if (this.worker === undefined) return;
     const len = json.length;
     // a turn's bytes lie in one piece of the ring: one that would wrap starts it again
     const at = this.head % RING_BYTES;
@@ -289,6 +294,7 @@ export class WordThread {
   }
 
   remove(doc: string): void {
+    if (this.worker === undefined) return;
     this.ops.push(REMOVE);
     this.docs.push(doc);
     this.queued();
@@ -411,13 +417,10 @@ export class WordThread {
   private flush(): void {
     this.flushing = false;
     if (this.ops.length === 0) return;
-    const w = this.worker;
-    if (w !== undefined) {
-      this.docsPosted += this.ops.length;
-      const m: Changes = { kind: 'changes', head: this.head, docsPosted: this.docsPosted, ops: this.ops, docs: this.docs, names: this.names, spans: this.spans, lens: this.lens, spilt: this.spilt };
-      w.postMessage(m);
-    }
-    // with no thread (lost, not started again yet) the changes are dropped: the next thread is fed from memory
+    this.docsPosted += this.ops.length;
+    const m: Changes = { kind: 'changes', head: this.head, docsPosted: this.docsPosted, ops: this.ops, docs: this.docs, names: this.names, spans: this.spans, lens: this.lens, spilt: this.spilt };
+    // a thread is running: what was queued while none ran was never kept, and its loss drops what waits
+    (this.worker as Worker).postMessage(m);
     this.drop();
   }
 
