@@ -417,10 +417,13 @@ export class WordThread {
   private flush(): void {
     this.flushing = false;
     if (this.ops.length === 0) return;
-    this.docsPosted += this.ops.length;
-    const m: Changes = { kind: 'changes', head: this.head, docsPosted: this.docsPosted, ops: this.ops, docs: this.docs, names: this.names, spans: this.spans, lens: this.lens, spilt: this.spilt };
-    // a thread is running: what was queued while none ran was never kept, and its loss drops what waits
-    (this.worker as Worker).postMessage(m);
+    const w = this.worker;
+    // closed, or the thread lost since these were queued: they are not kept (the next thread is fed from memory)
+    if (w !== undefined) {
+      this.docsPosted += this.ops.length;
+      const m: Changes = { kind: 'changes', head: this.head, docsPosted: this.docsPosted, ops: this.ops, docs: this.docs, names: this.names, spans: this.spans, lens: this.lens, spilt: this.spilt };
+      w.postMessage(m);
+    }
     this.drop();
   }
 
