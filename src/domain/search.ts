@@ -23,7 +23,7 @@ export function foldWord(word: string): string {
  */
 export const WORD_MAX = 64;
 
-const NOT_ASCII = /[^\x00-\x7f]/;
+export const NOT_ASCII = /[^\x00-\x7f]/;
 
 /** The distinct folded words of a text, in order of first appearance. */
 export function wordsOf(text: string): string[] {
@@ -70,8 +70,9 @@ export function wordHash(word: string): number {
   return h;
 }
 
-const FNV_OFFSET = randomBytes(4).readInt32LE(0);
-const FNV_PRIME = 0x01000193;
+/** wordHash's starting value (random per process) and its multiplier, for a cutter of words of its own (the journal's index cuts in its own loop). */
+export const FNV_OFFSET = randomBytes(4).readInt32LE(0);
+export const FNV_PRIME = 0x01000193;
 
 /**
  * eachIndexedWord without making the words: `each` is given a string, where in it the word

@@ -2,13 +2,19 @@
 // a turn) that hold it, and the words of each document so a change can take them out again. A
 // query word matches the words it starts, found in the sorted vocabulary by binary search.
 //
-// Documents are numbered as they come, and both lists are of numbers: a word's postings are the
-// numbers of its documents, a document's words are word numbers in one typed-array slab.
-// A document that changes or goes gets a new number (or none) and its old number is dead: its
-// postings stay where they are, skipped when read, until the word's list is more dead than live
-// and is compacted; the slab is rebuilt when half of it is dead. (Sets of document keys cost
-// about 0.5 µs a word of every turn appended and 7 GiB at 1M turns of 1 KiB.)
-import { eachIndexedWordAt } from '../../domain/search.js';
+// Documents are numbered as they come, and every list is of numbers. A document's words are word
+// numbers in one typed-array slab, there at once. A word's documents are in segments, like a
+// log-structured tree's: the documents added since the last segment are cut into one every
+// MERGE_DOCS documents (and before a query reads them): their words counted, sorted, and each
+// word's documents laid one after another, a few sequential writes. A level of FANOUT segments
+// is merged into one of the next level, so a query looks a word up in a few dozen segments at
+// most. (A list per word, appended to for each document, cost ~50 ns a word of every turn: each
+// list's end is a different place in memory; one turn of 1 KiB has ~120 distinct words.)
+// A document that changes or goes gets a new number (or none) and its old number is dead: it is
+// skipped where a segment holds it, and left out when segments are merged; the slab is rebuilt
+// when half of it is dead. (Sets of document keys cost about 0.5 µs a word of every turn
+// appended and 7 GiB at 1M turns of 1 KiB.)
+import { eachIndexedWordAt, FNV_OFFSET, FNV_PRIME, NOT_ASCII, WORD_MAX } from '../../domain/search.js';
 
 /** The key of a session's name as a document. */
 export function nameDoc(sessionId: string): string {
@@ -36,27 +42,36 @@ class Ints {
   }
 
   push(v: number): void {
-    if (this.n === this.a.length) {
-      const bigger = new Int32Array(this.a.length * 2);
-      bigger.set(this.a);
-      this.a = bigger;
-    }
+    if (this.n === this.a.length) this.grow(this.n + 1);
     this.a[this.n++] = v;
+  }
+
+  grow(least: number): void {
+    let size = this.a.length * 2;
+    while (size < least) size *= 2;
+    const bigger = new Int32Array(size);
+    bigger.set(this.a.subarray(0, this.n));
+    this.a = bigger;
   }
 }
 
-/** A word's list moves from a plain array to a typed one at this length. */
-const TYPED_FROM = 64;
+/** Documents whose words wait in the slab, at most, before they are cut into a segment. */
+const MERGE_DOCS = 512;
+/** Segments of a level merged into one of the next. */
+const FANOUT = 8;
 
 /**
- * One word: its documents (some maybe dead), how many of them live, the last document that took
- * it. A short list is a plain array of small integers, which costs a word seen a few times far
- * less than a typed array would; a long one is typed: cheaper to append to, and never read by
- * the garbage collector's marking (a common word's list holds most documents).
+ * Some documents' words: the words that have any of them, ascending, and for each its documents,
+ * ascending, in `docs` from where the previous word's end up to `ends[k]`.
  */
+interface Segment {
+  readonly words: Int32Array;
+  readonly ends: Int32Array;
+  readonly docs: Int32Array;
+}
+
+/** One word: its number, how many live documents hold it, the last document that took it. */
 class Posting {
-  /** Its documents: none (-1), the one (most words of a vocabulary are seen once), or a list. */
-  docs: number | number[] | Ints = -1;
   live = 0;
   lastDoc = -1;
 
@@ -65,31 +80,6 @@ class Posting {
     readonly id: number,
     readonly hash: number,
   ) {}
-
-  push(id: number): void {
-    const d = this.docs;
-    if (d instanceof Ints) d.push(id);
-    else if (typeof d === 'number') this.docs = d === -1 ? id : [d, id];
-    else if (d.length < TYPED_FROM) d.push(id);
-    else {
-      const typed = new Ints(TYPED_FROM * 2);
-      for (const x of d) typed.push(x);
-      typed.push(id);
-      this.docs = typed;
-    }
-  }
-
-  /** How many documents its list holds, dead ones too. */
-  get length(): number {
-    const d = this.docs;
-    return d instanceof Ints ? d.n : typeof d === 'number' ? (d === -1 ? 0 : 1) : d.length;
-  }
-
-  /** Its documents as a list (a query's read). */
-  list(): ArrayLike<number> {
-    const d = this.docs;
-    return d instanceof Ints ? d.a.subarray(0, d.n) : typeof d === 'number' ? (d === -1 ? [] : [d]) : d;
-  }
 }
 
 export class WordIndex {
@@ -111,6 +101,13 @@ export class WordIndex {
   private counts = new Ints(1024);
   private slab = new Ints(1024);
   private deadSlab = 0;
+  /** The first document not in a segment yet (those from it on wait in the slab). */
+  private cut = 0;
+  /** The segments, by level (level 0 cut from the slab), oldest first in each. */
+  private levels: Segment[][] = [];
+  /** A cut's scratch: for each word its count, then where its documents go; the words it met. */
+  private perWord = new Int32Array(1024);
+  private met = new Ints(1024);
 
   get size(): number {
     return this.numbers.size;
@@ -133,17 +130,41 @@ export class WordIndex {
     this.keys.push(doc);
     this.numbers.set(doc, id);
     const start = this.slab.n;
-    eachIndexedWordAt(text, (s, from, to, hash) => {
-      const p = this.posting(s, from, to, hash);
-      if (p.lastDoc === id) return;
-      p.lastDoc = id;
-      if (p.live * 2 < p.length && p.length >= 16) this.compact(p);
-      p.push(id);
-      p.live++;
-      this.slab.push(p.id);
-    });
+    if (NOT_ASCII.test(text)) eachIndexedWordAt(text, (s, from, to, hash) => this.give(id, s, from, to, hash));
+    else {
+      // eachIndexedWordAt's loop for ASCII text, here so that each word is given without a call through a closure (a third of cutting the words)
+      const lower = text.toLowerCase();
+      const n = lower.length;
+      let i = 0;
+      while (i < n) {
+        let c = lower.charCodeAt(i);
+        while (!((c >= 97 && c <= 122) || (c >= 48 && c <= 57))) {
+          if (++i === n) break;
+          c = lower.charCodeAt(i);
+        }
+        if (i === n) break;
+        const from = i;
+        let h = FNV_OFFSET;
+        do {
+          h = Math.imul(h ^ c, FNV_PRIME);
+          if (++i === n) break;
+          c = lower.charCodeAt(i);
+        } while ((c >= 97 && c <= 122) || (c >= 48 && c <= 57));
+        if (i - from <= WORD_MAX) this.give(id, lower, from, i, h);
+      }
+    }
     this.starts.push(start);
     this.counts.push(this.slab.n - start);
+    if (this.keys.length - this.cut >= MERGE_DOCS) this.cutAll();
+  }
+
+  /** Gives document `id` the word `s` holds from `from` to `to` (once: the first time it has it). */
+  private give(id: number, s: string, from: number, to: number, hash: number): void {
+    const p = this.posting(s, from, to, hash);
+    if (p.lastDoc === id) return;
+    p.lastDoc = id;
+    p.live++;
+    this.slab.push(p.id);
   }
 
   /** The word `s` holds from `from` to `to` (whose hash is `hash`), made known if it is not. */
@@ -174,6 +195,116 @@ export class WordIndex {
     this.table = table;
   }
 
+  /** Cuts every document waiting in the slab into segments, MERGE_DOCS at a time. */
+  private cutAll(): void {
+    while (this.cut < this.keys.length) {
+      const to = Math.min(this.keys.length, this.cut + MERGE_DOCS);
+      const segment = this.cutRange(this.cut, to);
+      this.cut = to;
+      if (segment !== undefined) this.place(segment, 0);
+    }
+  }
+
+  /** A segment of documents `from` to `to` (the live ones; undefined if none is): their words counted and sorted, each word's documents laid in order. */
+  private cutRange(from: number, to: number): Segment | undefined {
+    if (this.perWord.length < this.byId.length) {
+      let size = this.perWord.length;
+      while (size < this.byId.length) size *= 2;
+      this.perWord = new Int32Array(size);
+    }
+    const perWord = this.perWord;
+    const met = this.met;
+    met.n = 0;
+    const slab = this.slab.a;
+    const starts = this.starts.a;
+    const counts = this.counts.a;
+    let pairs = 0;
+    for (let d = from; d < to; d++) {
+      // one taken out (or changed) before its cut is in no segment: its words' live counts were taken down already
+      if (this.keys[d] === undefined) continue;
+      const end = (starts[d] as number) + (counts[d] as number);
+      for (let i = starts[d] as number; i < end; i++) {
+        const w = slab[i] as number;
+        if ((perWord[w] as number) === 0) met.push(w);
+        perWord[w] = (perWord[w] as number) + 1;
+      }
+      pairs += counts[d] as number;
+    }
+    if (met.n === 0) return undefined;
+    const words = met.a.slice(0, met.n).sort();
+    const ends = new Int32Array(words.length);
+    let at = 0;
+    for (let k = 0; k < words.length; k++) {
+      const w = words[k] as number;
+      const n = perWord[w] as number;
+      perWord[w] = at;
+      at += n;
+      ends[k] = at;
+    }
+    const docs = new Int32Array(pairs);
+    for (let d = from; d < to; d++) {
+      if (this.keys[d] === undefined) continue;
+      const end = (starts[d] as number) + (counts[d] as number);
+      for (let i = starts[d] as number; i < end; i++) {
+        const w = slab[i] as number;
+        docs[perWord[w] as number] = d;
+        perWord[w] = (perWord[w] as number) + 1;
+      }
+    }
+    for (let k = 0; k < words.length; k++) perWord[words[k] as number] = 0;
+    return { words, ends, docs };
+  }
+
+  /** Puts a segment at a level; a level that has FANOUT is merged into one segment of the next. */
+  private place(segment: Segment, level: number): void {
+    const at = (this.levels[level] ??= []);
+    at.push(segment);
+    if (at.length < FANOUT) return;
+    this.levels[level] = [];
+    const merged = this.mergeSegments(at);
+    if (merged !== undefined) this.place(merged, level + 1);
+  }
+
+  /** One segment of what `segments` (in document order) hold, dead documents left out (undefined if none is live). */
+  private mergeSegments(segments: readonly Segment[]): Segment | undefined {
+    const keys = this.keys;
+    // words: the union, ascending (each segment's cursor moved past the smallest word left)
+    const at = new Int32Array(segments.length);
+    const words = new Ints(1024);
+    const ends = new Ints(1024);
+    let total = 0;
+    for (const s of segments) total += s.docs.length;
+    const docs = new Int32Array(total);
+    let n = 0;
+    for (;;) {
+      let w = -1;
+      for (let i = 0; i < segments.length; i++) {
+        const s = segments[i] as Segment;
+        const k = at[i] as number;
+        if (k < s.words.length && (w < 0 || (s.words[k] as number) < w)) w = s.words[k] as number;
+      }
+      if (w < 0) break;
+      const from = n;
+      for (let i = 0; i < segments.length; i++) {
+        const s = segments[i] as Segment;
+        const k = at[i] as number;
+        if (k >= s.words.length || s.words[k] !== w) continue;
+        at[i] = k + 1;
+        const end = s.ends[k] as number;
+        for (let j = k === 0 ? 0 : (s.ends[k - 1] as number); j < end; j++) {
+          const d = s.docs[j] as number;
+          if (keys[d] !== undefined) docs[n++] = d;
+        }
+      }
+      if (n > from) {
+        words.push(w);
+        ends.push(n);
+      }
+    }
+    if (words.n === 0) return undefined;
+    return { words: words.a.slice(0, words.n), ends: ends.a.slice(0, ends.n), docs: docs.slice(0, n) };
+  }
+
   remove(doc: string): void {
     const id = this.numbers.get(doc);
     if (id === undefined) return;
@@ -197,6 +328,9 @@ export class WordIndex {
     this.counts = new Ints(1024);
     this.slab = new Ints(1024);
     this.deadSlab = 0;
+    this.cut = 0;
+    this.levels = [];
+    this.perWord = new Int32Array(1024);
   }
 
   /**
@@ -204,19 +338,40 @@ export class WordIndex {
    * checked against their own words for the others (a common word's documents are never united).
    */
   find(query: readonly string[]): string[] {
+    this.cutAll();
     const rarest = this.rarest(query);
     const rest = query.filter((q) => q !== rarest);
-    const postings = this.withPrefix(rarest);
+    const wanted = this.withPrefix(rarest)
+      .map((p) => p.id)
+      .sort((a, b) => a - b);
     const out: string[] = [];
-    const seen = postings.length > 1 ? new Set<number>() : undefined;
-    for (const p of postings) {
-      const docs = p.list();
-      for (let i = 0; i < docs.length; i++) {
-        const id = docs[i] as number;
+    const seen = wanted.length > 1 ? new Set<number>() : undefined;
+    const take = (s: Segment, k: number): void => {
+      const end = s.ends[k] as number;
+      for (let j = k === 0 ? 0 : (s.ends[k - 1] as number); j < end; j++) {
+        const id = s.docs[j] as number;
         const key = this.keys[id];
         if (key === undefined || (seen !== undefined && seen.has(id))) continue;
         seen?.add(id);
         if (rest.length === 0 || this.holdsNumber(id, rest)) out.push(key);
+      }
+    };
+    for (const level of this.levels) {
+      for (const s of level) {
+        // few words: each looked up; many (a short prefix): the segment's words read once, alongside
+        if (wanted.length * 16 < s.words.length) {
+          for (const w of wanted) {
+            const k = lowerBound(s.words, w);
+            if (k < s.words.length && s.words[k] === w) take(s, k);
+          }
+        } else {
+          let i = 0;
+          for (let k = 0; k < s.words.length && i < wanted.length; k++) {
+            const w = s.words[k] as number;
+            while (i < wanted.length && (wanted[i] as number) < w) i++;
+            if (wanted[i] === w) take(s, k);
+          }
+        }
       }
     }
     return out;
@@ -243,31 +398,13 @@ export class WordIndex {
     });
   }
 
-  /** A word's list without its dead documents (a list, not a single number: it is at least 16 long). */
-  private compact(p: Posting): void {
-    const d = p.docs;
-    if (typeof d === 'number') return;
-    const docs = d instanceof Ints ? d.a : d;
-    const n = d instanceof Ints ? d.n : d.length;
-    let k = 0;
-    for (let i = 0; i < n; i++) {
-      const id = docs[i] as number;
-      if (this.keys[id] !== undefined) docs[k++] = id;
-    }
-    if (d instanceof Ints) d.n = k;
-    else d.length = k;
-  }
-
-  /** Numbers the live documents again from 0 and rebuilds the slab and every list from their words. */
+  /** Numbers the live documents again from 0 and makes the slab and the segments again from their words. */
   private renumber(): void {
     const keys: string[] = [];
     const starts = new Ints(Math.max(1024, this.numbers.size));
     const counts = new Ints(Math.max(1024, this.numbers.size));
     const slab = new Ints(Math.max(1024, this.slab.n - this.deadSlab));
-    for (const p of this.byId) {
-      p.docs = -1;
-      p.lastDoc = -1;
-    }
+    for (const p of this.byId) p.lastDoc = -1;
     for (let old = 0; old < this.keys.length; old++) {
       const key = this.keys[old];
       if (key === undefined) continue;
@@ -278,17 +415,16 @@ export class WordIndex {
       const count = this.counts.a[old] as number;
       starts.push(slab.n);
       counts.push(count);
-      for (let i = start; i < start + count; i++) {
-        const w = this.slab.a[i] as number;
-        slab.push(w);
-        (this.byId[w] as Posting).push(id);
-      }
+      for (let i = start; i < start + count; i++) slab.push(this.slab.a[i] as number);
     }
     this.keys = keys;
     this.starts = starts;
     this.counts = counts;
     this.slab = slab;
     this.deadSlab = 0;
+    this.levels = [];
+    this.cut = 0;
+    this.cutAll();
   }
 
   private rarest(query: readonly string[]): string {
@@ -311,7 +447,7 @@ export class WordIndex {
     return n;
   }
 
-  /** The lists of the words `prefix` starts (the vocabulary sorted first). */
+  /** The words `prefix` starts that live documents hold (the vocabulary sorted first). */
   private withPrefix(prefix: string): Posting[] {
     this.sort();
     const v = this.vocab;
@@ -344,6 +480,18 @@ export class WordIndex {
     }
     this.vocab = merged;
   }
+}
+
+/** The first index of `a` (ascending) whose value is not below `v`. */
+function lowerBound(a: Int32Array, v: number): number {
+  let lo = 0;
+  let hi = a.length;
+  while (lo < hi) {
+    const mid = (lo + hi) >>> 1;
+    if ((a[mid] as number) < v) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo;
 }
 
 /**
