@@ -47,9 +47,11 @@ describe('The journal\'s search index thread', JOURNAL, () => {
     }
   });
 
-  test('"A search index thread that stops is started again and fed from memory": the thread lost on its third batch of changes, every name and turn written before and after is found, searches in between answer 503, and the loss is logged', async () => {
+  test('"A search index thread that stops is started again and fed from memory": the thread lost as it takes its third change (emptying the index, the name, the first turn), every name and turn written before and after is found, searches in between answer 503, and the loss is logged', async () => {
     const s = await startServer({ env: { CHAT_SESSION_API_FAULTS: 'lose:index-thread:3' } });
     try {
+      // the first feed (of an empty store: the index emptied, its first change) is done before the name and the turn come
+      await waitFor(() => s.logs().some((l) => l.msg === 'search index fed from memory'), 'the first feed\'s log line');
       const u = s.as('alice');
       const random = rng(11);
       const words = [];
@@ -104,6 +106,33 @@ describe('The journal\'s search index thread', JOURNAL, () => {
       }
       assert.deepEqual(s.logs().filter((l) => /search index thread stopped/.test(l.msg)), [], 'the index thread was never lost');
       assert.equal(s.child.exitCode, null);
+    } finally {
+      await s.stop();
+    }
+  });
+
+  test('"A change too long for the ring travels in a message of its own": a turn of 5 MiB (the ring holds 4) is found, one deleted at once is not, and the turns after each are found', async () => {
+    const s = await startServer({ env: { BODY_LIMIT: '8mb', MEMORY_LIMIT: 'off' } });
+    try {
+      const u = s.as('alice');
+      const id = (await u.post('/api/v1/chat-sessions', newSession())).body.data._id;
+      const random = rng(13);
+      const [kept, gone, after, last] = [0, 1, 2, 3].map((i) => wordOf(random, i));
+      const filler = ' and so on'.repeat(520_000);
+      const turns = `/api/v1/chat-sessions/${id}/turns`;
+      const k = await u.post(turns, { role: 'user', content: `${kept}${filler}` });
+      assert.equal(k.status, 201);
+      const g = await u.post(turns, { role: 'assistant', content: `${gone}${filler}` });
+      assert.equal(g.status, 201);
+      // its removal comes after it, however far behind the thread is (in the ring it would be taken first)
+      assert.equal((await u.del(`${turns}/${g.body.data._id}`)).status, 200);
+      const a = await u.post(turns, { role: 'user', content: `then ${after}` });
+      assert.equal(a.status, 201);
+      assert.deepEqual((await u.get(`${SEARCH}?q=${kept}`)).body.data.map((h) => h.turnId), [k.body.data._id]);
+      assert.deepEqual((await u.get(`${SEARCH}?q=${gone}`)).body.data, []);
+      assert.deepEqual((await u.get(`${SEARCH}?q=${after}`)).body.data.map((h) => h.turnId), [a.body.data._id]);
+      const l = await u.post(turns, { role: 'assistant', content: `and ${last}` });
+      assert.deepEqual((await u.get(`${SEARCH}?q=${last}`)).body.data.map((h) => h.turnId), [l.body.data._id]);
     } finally {
       await s.stop();
     }

@@ -1,13 +1,14 @@
 // The journal's search index on a thread of its own, so that indexing a turn (cutting its text
 // into words, finding each word, adding the turn to its lists: ~14 µs for 1 KiB) is not paid on
-// the thread every write and read waits for. The main thread hands each change over as it
-// applies it to memory (a session's name, a turn's JSON as written, a document gone), in a
-// batch every 2 ms at most; the index thread owns the WordIndex and answers queries.
+// the thread every write and read waits for. The main thread writes each change into a ring of
+// shared memory as it applies it to memory (a session's name, a turn's JSON as written, a
+// document gone); the index thread owns the WordIndex, takes the changes from the ring every
+// 2 ms while they come (and sleeps when none have come for a while), and answers queries.
 //
-// What was acknowledged is found: a thread's messages arrive in the order they were posted, and
-// a query first posts the changes waiting before it, so the index answers it having taken every
-// change memory had when it was asked. Its answers are names of documents; the main thread looks
-// them up in memory as it is when the answer comes (a turn deleted meanwhile is skipped).
+// What was acknowledged is found: a query is posted after every change made before it was
+// asked was written, and the thread takes what the ring holds before it answers. Its answers are
+// names of documents; the main thread looks them up in memory as it is when the answer comes (a
+// turn deleted meanwhile is skipped).
 //
 // The index is never replayed from the journal: after a load (and a reload, a `reindex`, or the
 // thread lost) it is fed from memory, a bounded piece at a time, while the server serves; a
@@ -29,22 +30,21 @@ const SET_NAME = 2;
 const ADD_TURN = 3;
 const SET_TURN = 4;
 const CLEAR = 5;
+/** In the ring: the rest of the ring is unused, the next change is at its start. */
+const WRAP = 255;
 
 /**
- * Changes in the order memory took them: `ops[i]` on `docs[i]`, with its name (`names`) or its
- * turn's JSON in order: `lens[k]` bytes at `spans[k]` in the ring, or with -1 the next of `spilt`.
+ * A change as bytes: its kind (1 byte), the lengths of its document's key and of what it gives
+ * (4 bytes each, little-endian), the key, then the name or the turn's JSON (UTF-8). In the ring a
+ * change never wraps; a change that does not fit in what the thread has not taken yet goes in a
+ * message of its own kind (`Spilt`), and the changes after it too until the thread has taken it.
  */
-interface Changes {
-  readonly kind: 'changes';
-  /** The ring's head and the documents posted, counted from the thread's start, once these are taken. */
-  readonly head: number;
-  readonly docsPosted: number;
-  readonly ops: readonly number[];
-  readonly docs: readonly string[];
-  readonly names: readonly string[];
-  readonly spans: readonly number[];
-  readonly lens: readonly number[];
-  readonly spilt: readonly Uint8Array[];
+const HEADER = 9;
+
+/** Changes that did not fit in the ring, in order, each encoded as in the ring; they follow what the ring holds before them. */
+interface Spilt {
+  readonly kind: 'spilt';
+  readonly changes: readonly Uint8Array[];
 }
 
 type Query =
@@ -53,7 +53,7 @@ type Query =
   | { readonly kind: 'holds'; readonly q: number; readonly words: readonly string[]; readonly docs: readonly string[] }
   | { readonly kind: 'size'; readonly q: number };
 
-type ToIndex = Changes | Query;
+type ToIndex = Spilt | Query | { readonly kind: 'wake' };
 
 type FromIndex =
   | { readonly kind: 'heap'; readonly used: number }
@@ -67,27 +67,44 @@ export interface Plan {
 
 type Answer = Plan | readonly string[] | Uint8Array | number;
 
-/** Where the thread says how far it has taken the changes (the ring's head, documents): a shared BigInt64Array. */
-const TAKEN_HEAD = 0;
-const TAKEN_DOCS = 1;
+/**
+ * The counters both threads share (a BigInt64Array): how far the main thread has written the
+ * ring (bytes handed out since the thread started, a whole ring's worth at a time less), how far
+ * the thread has taken it, and how many changes it has taken (ring and spilt). Then, as an
+ * Int32Array, whether the thread sleeps (1: the next change wakes it with a message).
+ */
+const WRITTEN_HEAD = 0;
+const TAKEN_HEAD = 1;
+const TAKEN_DOCS = 2;
+const SHARED_BYTES = 32;
+const SLEEPING_AT = 24;
+
+/** While changes come, the thread looks for more this often... */
+const POLL_MS = 2;
+/** ...and sleeps once it has found none this many times in a row. */
+const IDLE_POLLS = 50;
 
 // ---- the index thread ----
 
 /** Starts the index when this thread is the journal's index thread; false on any other thread. */
 export function runWordIndexIfWorker(): boolean {
   if (isMainThread || parentPort === null) return false;
-  const data = workerData as { role?: unknown; first?: unknown; ring?: unknown; progress?: unknown } | undefined;
-  if (data?.role !== WORD_INDEX_ROLE || !(data.ring instanceof SharedArrayBuffer) || !(data.progress instanceof SharedArrayBuffer)) return false;
-  serveIndex(parentPort, data.first === true, Buffer.from(data.ring), new BigInt64Array(data.progress));
+  const data = workerData as { role?: unknown; first?: unknown; ring?: unknown; shared?: unknown } | undefined;
+  if (data?.role !== WORD_INDEX_ROLE || !(data.ring instanceof SharedArrayBuffer) || !(data.shared instanceof SharedArrayBuffer)) return false;
+  serveIndex(parentPort, data.first === true, Buffer.from(data.ring), data.shared);
   return true;
 }
 
 /** How often the thread reports its heap, at most (the guard samples every 100 ms). */
 const HEAP_REPORT_MS = 100;
 
-function serveIndex(port: MessagePort, first: boolean, ring: Buffer, progress: BigInt64Array): void {
+function serveIndex(port: MessagePort, first: boolean, ring: Buffer, shared: SharedArrayBuffer): void {
   const index = new WordIndex();
+  const progress = new BigInt64Array(shared, 0, 3);
+  const sleeping = new Int32Array(shared, SLEEPING_AT, 1);
   const post = (m: FromIndex): void => port.postMessage(m);
+  let taken = 0;
+  let docs = 0;
   let reportedAt = -Infinity;
   let reportTimer: NodeJS.Timeout | undefined;
   const reportHeap = (): void => {
@@ -95,19 +112,95 @@ function serveIndex(port: MessagePort, first: boolean, ring: Buffer, progress: B
     reportedAt = performance.now();
     post({ kind: 'heap', used: oldGenerationUsed() });
   };
+  const apply = (bytes: Buffer, at: number): number => {
+    if (first && lostAt('index-thread')) process.exit(1);
+    const op = bytes[at] as number;
+    const keyEnd = at + HEADER + bytes.readUInt32LE(at + 1);
+    const end = keyEnd + bytes.readUInt32LE(at + 5);
+    const doc = bytes.toString('utf8', at + HEADER, keyEnd);
+    switch (op) {
+      case REMOVE:
+        index.remove(doc);
+        break;
+      case ADD_NAME:
+      case SET_NAME: {
+        const text = bytes.toString('utf8', keyEnd, end);
+        if (op === ADD_NAME) index.add(doc, text);
+        else index.set(doc, text);
+        break;
+      }
+      case ADD_TURN:
+      case SET_TURN: {
+        let text: string;
+        try {
+          text = turnTextOfJson(bytes.toString('utf8', keyEnd, end));
+        } catch {
+          // JSON that cannot be read (never seen: memory holds what a write parsed) leaves the
+          // turn out rather than losing the thread, which a feed would give the same turn again
+          index.remove(doc);
+          break;
+        }
+        if (op === ADD_TURN) index.add(doc, text);
+        else index.set(doc, text);
+        break;
+      }
+      case CLEAR:
+        index.clear();
+        break;
+    }
+    docs++;
+    return end - at;
+  };
+  const taking = (): void => {
+    // what the main thread reads to know what of the ring it may write again (no message back: a message per batch cost both threads more than the indexing of a name)
+    Atomics.store(progress, TAKEN_HEAD, BigInt(taken));
+    Atomics.store(progress, TAKEN_DOCS, BigInt(docs));
+    // the last change of a burst is reported too, once the interval has passed
+    if (performance.now() - reportedAt >= HEAP_REPORT_MS) reportHeap();
+    else reportTimer ??= setTimeout(reportHeap, HEAP_REPORT_MS);
+  };
+  /** Takes what the ring holds; whether there was anything. */
+  const pump = (): boolean => {
+    const written = Number(Atomics.load(progress, WRITTEN_HEAD));
+    if (taken === written) return false;
+    while (taken < written) {
+      const at = taken % ring.length;
+      taken += ring[at] === WRAP ? ring.length - at : apply(ring, at);
+    }
+    taking();
+    return true;
+  };
+  let timer: NodeJS.Timeout | undefined;
+  let idle = 0;
+  const tick = (): void => {
+    timer = undefined;
+    if (pump()) idle = 0;
+    else if (++idle >= IDLE_POLLS) {
+      // asleep until a change's message wakes it; one written while it fell asleep is looked for once more
+      Atomics.store(sleeping, 0, 1);
+      if (Number(Atomics.load(progress, WRITTEN_HEAD)) === taken || Atomics.compareExchange(sleeping, 0, 1, 0) !== 1) return;
+      idle = 0;
+    }
+    timer = setTimeout(tick, POLL_MS);
+  };
   port.on('message', (m: ToIndex) => {
     switch (m.kind) {
-      case 'changes': {
-        if (first && lostAt('index-thread')) process.exit(1);
-        take(index, m, ring);
-        // what the main thread reads to know what of the ring it may write again (no message back: a message per batch cost both threads more than the indexing of a name)
-        Atomics.store(progress, TAKEN_HEAD, BigInt(m.head));
-        Atomics.store(progress, TAKEN_DOCS, BigInt(m.docsPosted));
-        // the last batch of a burst is reported too, once the interval has passed
-        if (performance.now() - reportedAt >= HEAP_REPORT_MS) reportHeap();
-        else reportTimer ??= setTimeout(reportHeap, HEAP_REPORT_MS);
+      case 'wake':
+        if (timer === undefined) {
+          idle = 0;
+          tick();
+        }
         return;
-      }
+      case 'spilt':
+        // after what the ring held before them (nothing is written to it until these are taken)
+        pump();
+        for (const c of m.changes) apply(Buffer.from(c.buffer, c.byteOffset, c.byteLength), 0);
+        taking();
+        return;
+    }
+    // a query is answered having taken every change written before it was asked
+    pump();
+    switch (m.kind) {
       case 'plan': {
         const estimate = index.estimate(m.words);
         post({ kind: 'answer', q: m.q, answer: { estimate, docs: estimate < m.walkFrom ? index.find(m.words) : undefined } });
@@ -128,68 +221,25 @@ function serveIndex(port: MessagePort, first: boolean, ring: Buffer, progress: B
     }
   });
   reportHeap();
-}
-
-function take(index: WordIndex, m: Changes, ring: Buffer): void {
-  let name = 0;
-  let turn = 0;
-  let spilt = 0;
-  for (let i = 0; i < m.ops.length; i++) {
-    const op = m.ops[i] as number;
-    const doc = m.docs[i] as string;
-    switch (op) {
-      case REMOVE:
-        index.remove(doc);
-        break;
-      case ADD_NAME:
-      case SET_NAME: {
-        const text = m.names[name++] as string;
-        if (op === ADD_NAME) index.add(doc, text);
-        else index.set(doc, text);
-        break;
-      }
-      case ADD_TURN:
-      case SET_TURN: {
-        const at = m.spans[turn] as number;
-        const len = m.lens[turn++] as number;
-        const own = at < 0 ? (m.spilt[spilt++] as Uint8Array) : undefined;
-        let text: string;
-        try {
-          text = turnTextOfJson(own === undefined ? ring.toString('utf8', at, at + len) : Buffer.from(own.buffer, own.byteOffset, own.byteLength).toString('utf8'));
-        } catch {
-          // JSON that cannot be read (never seen: memory holds what a write parsed) leaves the
-          // turn out rather than losing the thread, which a feed would give the same turn again
-          index.remove(doc);
-          break;
-        }
-        if (op === ADD_TURN) index.add(doc, text);
-        else index.set(doc, text);
-        break;
-      }
-      case CLEAR:
-        index.clear();
-        break;
-    }
-  }
+  tick();
 }
 
 // ---- the main thread's side ----
 
-/** Changes wait at most this long to be posted (a query posts those waiting first)... */
+/** Changes spilt wait at most this long to be posted (a query posts those waiting first)... */
 const FLUSH_MS = 2;
-/** ...or until this many wait... */
+/** ...or until this many wait (a feed's piece is this many changes at most, too)... */
 const BATCH_OPS = 2048;
-/** ...or once this many bytes of turns' JSON do. */
+/** ...or once this many bytes do. */
 const BATCH_BYTES = 1 << 20;
 /**
- * The ring turns' JSON is handed over in, shared with the thread: a change costs one copy and
- * no allocation. (A buffer per batch, moved to the thread, cost no less to copy, but the C
- * library kept the freed megabytes of long turns: 190 MiB more resident after feeding 132 turns
- * of 1 MiB.) A turn that does not fit in what the thread has not taken yet travels on its own.
+ * The ring, shared with the thread: a change costs one copy and no allocation. (A buffer per
+ * batch, moved to the thread, cost no less to copy, but the C library kept the freed megabytes of
+ * long turns: 190 MiB more resident after feeding 132 turns of 1 MiB.)
  */
 const RING_BYTES = 4 << 20;
 /**
- * Bytes of the ring posted and not yet taken past which a write's acknowledgment waits for
+ * Bytes of the ring written and not yet taken past which a write's acknowledgment waits for
  * the index to catch up: the thread's backlog stays bounded whatever the load (it keeps up with
  * a saturated server on 2 cores, so this is only reached on a starved machine).
  */
@@ -207,23 +257,25 @@ interface Waiting {
 /** The index thread as the main thread uses it: changes handed over in order, queries answered in order after them. */
 export class WordThread {
   private worker: Worker | undefined;
-  private ops: number[] = [];
-  private docs: string[] = [];
-  private names: string[] = [];
-  private spans: number[] = [];
-  private lens: number[] = [];
-  private spilt: Uint8Array[] = [];
-  /** Bytes of turns' JSON waiting to be posted. */
-  private used = 0;
-  private flushing = false;
-  /** While a feed makes a piece: what it gives is posted when the piece is whole. */
-  private holding = false;
   private readonly ring = new SharedArrayBuffer(RING_BYTES);
-  private readonly progress = new BigInt64Array(new SharedArrayBuffer(16));
   private readonly ringBytes = Buffer.from(this.ring);
-  /** Bytes of the ring handed out since the thread started (where the next goes, less whole rings); the thread says how far it has taken them in `progress`. */
+  private readonly shared = new SharedArrayBuffer(SHARED_BYTES);
+  private readonly progress = new BigInt64Array(this.shared, 0, 3);
+  private readonly sleeping = new Int32Array(this.shared, SLEEPING_AT, 1);
+  /** Bytes of the ring handed out since the thread started (where the next goes, less whole rings). */
   private head = 0;
+  /** How far the thread had taken the ring when last looked at (it may be further now). */
+  private takenHead = 0;
+  /** Changes handed over since the thread started, ring and spilt, and how many the thread had taken when last looked at. */
   private docsPosted = 0;
+  private takenDocs = 0;
+  /** Bytes of names and turns handed over since the thread started (what bounds a feed's piece). */
+  private given = 0;
+  /** Changes spilt and not posted yet, their bytes, and the count of changes handed over once the last was spilt. */
+  private spilt: Uint8Array[] = [];
+  private spiltBytes = 0;
+  private spiltUpTo = 0;
+  private flushing = false;
   private q = 0;
   private readonly waiting = new Map<number, Waiting>();
   /** While the index is being fed from memory: what a query waits for first. */
@@ -246,7 +298,7 @@ export class WordThread {
     this.start();
   }
 
-  /** Documents posted whose changes the thread has not taken yet (/metrics). */
+  /** Documents handed over whose changes the thread has not taken yet (/metrics). */
   get behind(): number {
     return this.worker === undefined ? 0 : this.docsPosted - Number(Atomics.load(this.progress, TAKEN_DOCS));
   }
@@ -261,43 +313,69 @@ export class WordThread {
 
   /** A session's name as a document (`isNew`: the document has no words yet). */
   name(doc: string, text: string, isNew: boolean): void {
-    if (this.worker === undefined) return;
-    this.ops.push(isNew ? ADD_NAME : SET_NAME);
-    this.docs.push(doc);
-    this.names.push(text);
-    this.queued();
+    this.change(isNew ? ADD_NAME : SET_NAME, doc, text);
   }
 
   /** A turn as a document, by its JSON (the thread makes its text). */
   turn(doc: string, json: Uint8Array, isNew: boolean): void {
-    if (this.worker === undefined) return;
-    const len = json.length;
-    // a turn's bytes lie in one piece of the ring: one that would wrap starts it again
-    const at = this.head % RING_BYTES;
-    const skip = at + len > RING_BYTES ? RING_BYTES - at : 0;
-    if (this.ringBehind + skip + len <= RING_BYTES) {
-      this.head += skip;
-      const from = skip > 0 ? 0 : at;
-      this.ringBytes.set(json, from);
-      this.head += len;
-      this.spans.push(from);
-    } else {
-      // its own exact copy (a small Buffer.from would be a slice of the shared pool, all of which a message copies)
-      this.spilt.push(new Uint8Array(json));
-      this.spans.push(-1);
-    }
-    this.lens.push(len);
-    this.used += len;
-    this.ops.push(isNew ? ADD_TURN : SET_TURN);
-    this.docs.push(doc);
-    this.queued();
+    this.change(isNew ? ADD_TURN : SET_TURN, doc, json);
   }
 
   remove(doc: string): void {
-    if (this.worker === undefined) return;
-    this.ops.push(REMOVE);
-    this.docs.push(doc);
-    this.queued();
+    this.change(REMOVE, doc, undefined);
+  }
+
+  private change(op: number, doc: string, gives: string | Uint8Array | undefined): void {
+    const w = this.worker;
+    if (w === undefined) return;
+    this.docsPosted++;
+    this.given += gives === undefined ? 0 : gives.length;
+    // none goes to the ring while one spilt before it is not taken: the thread takes the ring first
+    if (this.spiltUpTo > this.takenDocs && this.spiltUpTo > (this.takenDocs = Number(Atomics.load(this.progress, TAKEN_DOCS)))) return this.spill(op, doc, gives);
+    // UTF-8 takes at most 3 bytes for each UTF-16 unit
+    const most = HEADER + doc.length * 3 + (gives === undefined ? 0 : typeof gives === 'string' ? gives.length * 3 : gives.length);
+    const r = this.ringBytes;
+    // a change lies in one piece of the ring: one that would wrap starts it again
+    let at = this.head % RING_BYTES;
+    const skip = at + most > RING_BYTES ? RING_BYTES - at : 0;
+    if (this.head - this.takenHead + skip + most > RING_BYTES) {
+      this.takenHead = Number(Atomics.load(this.progress, TAKEN_HEAD));
+      if (this.head - this.takenHead + skip + most > RING_BYTES) return this.spill(op, doc, gives);
+    }
+    if (skip > 0) {
+      r[at] = WRAP;
+      this.head += skip;
+      at = 0;
+    }
+    const keyLen = r.write(doc, at + HEADER);
+    const givenLen = gives === undefined ? 0 : typeof gives === 'string' ? r.write(gives, at + HEADER + keyLen) : (r.set(gives, at + HEADER + keyLen), gives.length);
+    r[at] = op;
+    r.writeUInt32LE(keyLen, at + 1);
+    r.writeUInt32LE(givenLen, at + 5);
+    this.head += HEADER + keyLen + givenLen;
+    Atomics.store(this.progress, WRITTEN_HEAD, BigInt(this.head));
+    if (Atomics.load(this.sleeping, 0) === 1 && Atomics.compareExchange(this.sleeping, 0, 1, 0) === 1) w.postMessage({ kind: 'wake' } satisfies ToIndex);
+  }
+
+  /** A change that does not fit in the ring: its own exact copy, posted with those spilt after it. */
+  private spill(op: number, doc: string, gives: string | Uint8Array | undefined): void {
+    const key = Buffer.from(doc);
+    const what = gives === undefined ? undefined : typeof gives === 'string' ? Buffer.from(gives) : gives;
+    const c = new Uint8Array(HEADER + key.length + (what?.length ?? 0));
+    const v = Buffer.from(c.buffer, c.byteOffset, c.byteLength);
+    v[0] = op;
+    v.writeUInt32LE(key.length, 1);
+    v.writeUInt32LE(what?.length ?? 0, 5);
+    v.set(key, HEADER);
+    if (what !== undefined) v.set(what, HEADER + key.length);
+    this.spilt.push(c);
+    this.spiltBytes += c.length;
+    this.spiltUpTo = this.docsPosted;
+    if (this.spilt.length >= BATCH_OPS || this.spiltBytes >= BATCH_BYTES) this.flush();
+    else if (!this.flushing) {
+      this.flushing = true;
+      setTimeout(() => this.flush(), FLUSH_MS);
+    }
   }
 
   /**
@@ -310,19 +388,14 @@ export class WordThread {
   feed(each: (give: WordThread) => Iterator<void>): Promise<void> {
     const feed = ++this.feeds;
     const run = async (): Promise<void> => {
-      this.ops.push(CLEAR);
-      this.docs.push('');
+      this.change(CLEAR, '', undefined);
       const pieces = each(this);
       let previous: Promise<void> | undefined;
       for (;;) {
         let done = false;
-        this.holding = true;
-        try {
-          while (!done && this.ops.length < BATCH_OPS && this.used < BATCH_BYTES) done = pieces.next().done === true;
-        } finally {
-          this.holding = false;
-        }
-        this.flush();
+        const docs = this.docsPosted;
+        const given = this.given;
+        while (!done && this.docsPosted - docs < BATCH_OPS && this.given - given < BATCH_BYTES) done = pieces.next().done === true;
         const taken = this.sync();
         // a lost thread fails both pieces at once: the one not awaited yet is not left unhandled
         taken.catch(() => undefined);
@@ -341,7 +414,7 @@ export class WordThread {
     return fed;
   }
 
-  /** Resolves once every change posted so far is in the index. */
+  /** Resolves once every change handed over so far is in the index. */
   private sync(): Promise<void> {
     return this.ask({ kind: 'size', q: 0 }).then(() => undefined);
   }
@@ -396,6 +469,7 @@ export class WordThread {
   private ask(query: Query): Promise<Answer> {
     const w = this.worker;
     if (w === undefined) return Promise.reject(new StorageUnavailable(new Error('the search index is being fed again after its thread stopped')));
+    // the thread takes the ring when the query comes, and spilt changes come before it
     this.flush();
     const q = ++this.q;
     return new Promise<Answer>((resolve, reject) => {
@@ -404,41 +478,18 @@ export class WordThread {
     });
   }
 
-  private queued(): void {
-    if (this.holding) return;
-    if (this.ops.length >= BATCH_OPS || this.used >= BATCH_BYTES) this.flush();
-    else if (!this.flushing) {
-      this.flushing = true;
-      setTimeout(() => this.flush(), FLUSH_MS);
-    }
-  }
-
-  /** Posts the changes waiting, in one message (their turns' JSON in the ring). */
+  /** Posts the changes spilt and waiting, in one message. */
   private flush(): void {
     this.flushing = false;
-    if (this.ops.length === 0) return;
-    const w = this.worker;
-    // closed, or the thread lost since these were queued: they are not kept (the next thread is fed from memory)
-    if (w !== undefined) {
-      this.docsPosted += this.ops.length;
-      const m: Changes = { kind: 'changes', head: this.head, docsPosted: this.docsPosted, ops: this.ops, docs: this.docs, names: this.names, spans: this.spans, lens: this.lens, spilt: this.spilt };
-      w.postMessage(m);
-    }
-    this.drop();
-  }
-
-  private drop(): void {
-    this.ops = [];
-    this.docs = [];
-    this.names = [];
-    this.spans = [];
-    this.lens = [];
+    if (this.spilt.length === 0) return;
+    // closed, or the thread lost since these were spilt: they are not kept (the next thread is fed from memory)
+    this.worker?.postMessage({ kind: 'spilt', changes: this.spilt } satisfies Spilt);
     this.spilt = [];
-    this.used = 0;
+    this.spiltBytes = 0;
   }
 
   private start(): void {
-    const w = new Worker(this.filename, { workerData: { role: WORD_INDEX_ROLE, first: ++this.started === 1, ring: this.ring, progress: this.progress.buffer } });
+    const w = new Worker(this.filename, { workerData: { role: WORD_INDEX_ROLE, first: ++this.started === 1, ring: this.ring, shared: this.shared } });
     w.unref();
     this.worker = w;
     let failure: Error | undefined;
@@ -463,12 +514,17 @@ export class WordThread {
       if (this.worker !== w) return;
       this.worker = undefined;
       reportThreadHeap(this.heapKey, undefined);
-      // what waits to be posted refers to the ring the next thread starts afresh on: dropped, the next thread is fed from memory
-      this.drop();
+      // what waits to be posted and what the ring holds are the lost thread's: the next starts afresh and is fed from memory
+      this.spilt = [];
+      this.spiltBytes = 0;
+      this.spiltUpTo = 0;
       this.head = 0;
+      this.takenHead = 0;
       this.docsPosted = 0;
-      Atomics.store(this.progress, TAKEN_HEAD, 0n);
-      Atomics.store(this.progress, TAKEN_DOCS, 0n);
+      this.takenDocs = 0;
+      this.given = 0;
+      for (const i of [WRITTEN_HEAD, TAKEN_HEAD, TAKEN_DOCS]) Atomics.store(this.progress, i, 0n);
+      Atomics.store(this.sleeping, 0, 0);
       this.failWaiting(new StorageUnavailable(new Error('the search index is being fed again after its thread stopped')));
       if (this.closed) return;
       this.lost(failure);
