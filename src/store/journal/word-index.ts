@@ -7,8 +7,8 @@
 // log-structured tree's: the documents added since the last segment are cut into one every
 // MERGE_DOCS documents (and before a query reads them): their words counted, sorted, and each
 // word's documents laid one after another, a few sequential writes. A level of FANOUT segments
-// is merged into one of the next level, so a query looks a word up in a few dozen segments at
-// most. (A list per word, appended to for each document, cost ~50 ns a word of every turn: each
+// is merged into one of the next level, up to segments of 32,768 documents, so a query looks a
+// word up in a few dozen segments at 1M documents. (A list per word, appended to for each document, cost ~50 ns a word of every turn: each
 // list's end is a different place in memory; one turn of 1 KiB has ~120 distinct words.)
 // A document that changes or goes gets a new number (or none) and its old number is dead: it is
 // skipped where a segment holds it, and left out when segments are merged; the slab is rebuilt
@@ -57,8 +57,15 @@ class Ints {
 
 /** Documents whose words wait in the slab, at most, before they are cut into a segment. */
 const MERGE_DOCS = 512;
-/** Segments of a level merged into one of the next. */
+/** Segments of a level merged into one of the next... */
 const FANOUT = 8;
+/**
+ * ...up to this level, whose segments (of MERGE_DOCS * FANOUT ** TOP_LEVEL documents, 32,768)
+ * are never merged: a merge holds the segments it reads and the one it makes at once, and one of
+ * the whole index would double its memory for a moment (~0.5 GB at 1M turns of 1 KiB). A query
+ * looks a word up in each segment: ~45 of them at 1M documents.
+ */
+const TOP_LEVEL = 2;
 
 /**
  * Some documents' words: the words that have any of them, ascending, and for each its documents,
@@ -101,6 +108,7 @@ export class WordIndex {
   private counts = new Ints(1024);
   private slab = new Ints(1024);
   private deadSlab = 0;
+  private deadDocs = 0;
   /** The first document not in a segment yet (those from it on wait in the slab). */
   private cut = 0;
   /** The segments, by level (level 0 cut from the slab), oldest first in each. */
@@ -259,7 +267,7 @@ export class WordIndex {
   private place(segment: Segment, level: number): void {
     const at = (this.levels[level] ??= []);
     at.push(segment);
-    if (at.length < FANOUT) return;
+    if (at.length < FANOUT || level === TOP_LEVEL) return;
     this.levels[level] = [];
     const merged = this.mergeSegments(at);
     if (merged !== undefined) this.place(merged, level + 1);
@@ -302,7 +310,8 @@ export class WordIndex {
       }
     }
     if (words.n === 0) return undefined;
-    return { words: words.a.slice(0, words.n), ends: ends.a.slice(0, ends.n), docs: docs.slice(0, n) };
+    // copied to its length only when dead documents were left out
+    return { words: words.a.slice(0, words.n), ends: ends.a.slice(0, ends.n), docs: n === total ? docs : docs.slice(0, n) };
   }
 
   remove(doc: string): void {
@@ -314,7 +323,9 @@ export class WordIndex {
     const count = this.counts.a[id] as number;
     for (let i = start; i < start + count; i++) (this.byId[this.slab.a[i] as number] as Posting).live--;
     this.deadSlab += count;
-    if (this.deadSlab > 1 << 16 && this.deadSlab * 2 > this.slab.n) this.renumber();
+    // documents with no words count too: a turn whose text is empty, edited again and again, leaves dead numbers and no dead words
+    this.deadDocs++;
+    if ((this.deadSlab > 1 << 16 && this.deadSlab * 2 > this.slab.n) || (this.deadDocs > 1 << 16 && this.deadDocs * 2 > this.keys.length)) this.renumber();
   }
 
   clear(): void {
@@ -328,6 +339,7 @@ export class WordIndex {
     this.counts = new Ints(1024);
     this.slab = new Ints(1024);
     this.deadSlab = 0;
+    this.deadDocs = 0;
     this.cut = 0;
     this.levels = [];
     this.perWord = new Int32Array(1024);
@@ -422,6 +434,7 @@ export class WordIndex {
     this.counts = counts;
     this.slab = slab;
     this.deadSlab = 0;
+    this.deadDocs = 0;
     this.levels = [];
     this.cut = 0;
     this.cutAll();

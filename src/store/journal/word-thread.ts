@@ -69,15 +69,18 @@ type Answer = Plan | readonly string[] | Uint8Array | number;
 
 /**
  * The counters both threads share (a BigInt64Array): how far the main thread has written the
- * ring (bytes handed out since the thread started, a whole ring's worth at a time less), how far
- * the thread has taken it, and how many changes it has taken (ring and spilt). Then, as an
- * Int32Array, whether the thread sleeps (1: the next change wakes it with a message).
+ * ring (bytes handed out since the thread started: the place in the ring is this modulo its
+ * length), how far the thread has taken it, how many changes it has taken (ring and spilt), and
+ * how many bytes of spilt ones. Then, as an Int32Array, whether the thread sleeps (1: the next
+ * change wakes it with a message).
  */
 const WRITTEN_HEAD = 0;
 const TAKEN_HEAD = 1;
 const TAKEN_DOCS = 2;
-const SHARED_BYTES = 32;
-const SLEEPING_AT = 24;
+/** Bytes of spilt changes the thread has taken (what the main thread weighs its backlog by, with the ring's). */
+const TAKEN_SPILT = 3;
+const SHARED_BYTES = 40;
+const SLEEPING_AT = 32;
 
 /** While changes come, the thread looks for more this often... */
 const POLL_MS = 2;
@@ -100,11 +103,12 @@ const HEAP_REPORT_MS = 100;
 
 function serveIndex(port: MessagePort, first: boolean, ring: Buffer, shared: SharedArrayBuffer): void {
   const index = new WordIndex();
-  const progress = new BigInt64Array(shared, 0, 3);
+  const progress = new BigInt64Array(shared, 0, 4);
   const sleeping = new Int32Array(shared, SLEEPING_AT, 1);
   const post = (m: FromIndex): void => port.postMessage(m);
   let taken = 0;
   let docs = 0;
+  let spiltTaken = 0;
   let reportedAt = -Infinity;
   let reportTimer: NodeJS.Timeout | undefined;
   const reportHeap = (): void => {
@@ -154,6 +158,7 @@ function serveIndex(port: MessagePort, first: boolean, ring: Buffer, shared: Sha
   const taking = (): void => {
     // what the main thread reads to know what of the ring it may write again (no message back: a message per batch cost both threads more than the indexing of a name)
     Atomics.store(progress, TAKEN_HEAD, BigInt(taken));
+    Atomics.store(progress, TAKEN_SPILT, BigInt(spiltTaken));
     Atomics.store(progress, TAKEN_DOCS, BigInt(docs));
     // the last change of a burst is reported too, once the interval has passed
     if (performance.now() - reportedAt >= HEAP_REPORT_MS) reportHeap();
@@ -194,7 +199,10 @@ function serveIndex(port: MessagePort, first: boolean, ring: Buffer, shared: Sha
       case 'spilt':
         // after what the ring held before them (nothing is written to it until these are taken)
         pump();
-        for (const c of m.changes) apply(Buffer.from(c.buffer, c.byteOffset, c.byteLength), 0);
+        for (const c of m.changes) {
+          apply(Buffer.from(c.buffer, c.byteOffset, c.byteLength), 0);
+          spiltTaken += c.length;
+        }
         taking();
         return;
     }
@@ -239,8 +247,8 @@ const BATCH_BYTES = 1 << 20;
  */
 const RING_BYTES = 4 << 20;
 /**
- * Bytes of the ring written and not yet taken past which a write's acknowledgment waits for
- * the index to catch up: the thread's backlog stays bounded whatever the load (it keeps up with
+ * Bytes of changes handed over and not yet taken (ring and spilt) past which a write's
+ * acknowledgment waits for the index to catch up: the thread's backlog stays bounded whatever the load (it keeps up with
  * a saturated server on 2 cores, so this is only reached on a starved machine).
  */
 const MOST_BEHIND_BYTES = RING_BYTES / 2;
@@ -260,7 +268,7 @@ export class WordThread {
   private readonly ring = new SharedArrayBuffer(RING_BYTES);
   private readonly ringBytes = Buffer.from(this.ring);
   private readonly shared = new SharedArrayBuffer(SHARED_BYTES);
-  private readonly progress = new BigInt64Array(this.shared, 0, 3);
+  private readonly progress = new BigInt64Array(this.shared, 0, 4);
   private readonly sleeping = new Int32Array(this.shared, SLEEPING_AT, 1);
   /** Bytes of the ring handed out since the thread started (where the next goes, less whole rings). */
   private head = 0;
@@ -275,6 +283,8 @@ export class WordThread {
   private spilt: Uint8Array[] = [];
   private spiltBytes = 0;
   private spiltUpTo = 0;
+  /** Bytes of changes spilt since the thread started (the thread counts those it has taken in TAKEN_SPILT). */
+  private spiltTotal = 0;
   private flushing = false;
   private q = 0;
   private readonly waiting = new Map<number, Waiting>();
@@ -306,6 +316,11 @@ export class WordThread {
   /** Bytes of the ring the thread has not taken yet. */
   private get ringBehind(): number {
     return this.head - Number(Atomics.load(this.progress, TAKEN_HEAD));
+  }
+
+  /** Bytes of changes, in the ring or spilt, the thread has not taken yet. */
+  private get bytesBehind(): number {
+    return this.ringBehind + this.spiltTotal - Number(Atomics.load(this.progress, TAKEN_SPILT));
   }
 
   // While no thread runs (lost, not started again yet) changes are not kept: the next thread is
@@ -370,6 +385,7 @@ export class WordThread {
     if (what !== undefined) v.set(what, HEADER + key.length);
     this.spilt.push(c);
     this.spiltBytes += c.length;
+    this.spiltTotal += c.length;
     this.spiltUpTo = this.docsPosted;
     if (this.spilt.length >= BATCH_OPS || this.spiltBytes >= BATCH_BYTES) this.flush();
     else if (!this.flushing) {
@@ -421,11 +437,11 @@ export class WordThread {
 
   /** A write's acknowledgment waits here while the thread is far behind (MOST_BEHIND_BYTES). */
   keptUp(): Promise<void> | undefined {
-    if (this.ringBehind <= MOST_BEHIND_BYTES || this.worker === undefined) return undefined;
+    if (this.bytesBehind <= MOST_BEHIND_BYTES || this.worker === undefined) return undefined;
     return new Promise((resolve) => {
-      // looked at each millisecond until half of it is taken (the thread posts nothing back)
+      // looked at each millisecond until half of it is taken (the thread posts nothing back); spilt changes count too, or a backlog gone to messages would never hold a write back
       const look = (): void => {
-        if (this.ringBehind <= MOST_BEHIND_BYTES / 2 || this.worker === undefined) resolve();
+        if (this.bytesBehind <= MOST_BEHIND_BYTES / 2 || this.worker === undefined) resolve();
         else setTimeout(look, 1);
       };
       look();
@@ -518,12 +534,13 @@ export class WordThread {
       this.spilt = [];
       this.spiltBytes = 0;
       this.spiltUpTo = 0;
+      this.spiltTotal = 0;
       this.head = 0;
       this.takenHead = 0;
       this.docsPosted = 0;
       this.takenDocs = 0;
       this.given = 0;
-      for (const i of [WRITTEN_HEAD, TAKEN_HEAD, TAKEN_DOCS]) Atomics.store(this.progress, i, 0n);
+      for (const i of [WRITTEN_HEAD, TAKEN_HEAD, TAKEN_DOCS, TAKEN_SPILT]) Atomics.store(this.progress, i, 0n);
       Atomics.store(this.sleeping, 0, 0);
       this.failWaiting(new StorageUnavailable(new Error('the search index is being fed again after its thread stopped')));
       if (this.closed) return;
