@@ -7,7 +7,7 @@ import { join } from 'node:path';
 import { describe, test } from 'node:test';
 import { kit, openOn } from './engines.mjs';
 
-const { chatSession, newObjectId, indexedWordList, indexedWords, plainAscii, setFaultPlan, textHolds, turnText, wordsOf } = kit;
+const { chatSession, newObjectId, indexedWordList, indexedWords, plainAscii, registerSearchFunctions, setFaultPlan, textHolds, turnText, turnWordsSql, wordsOf } = kit;
 
 const T0 = Date.UTC(2026, 0, 1);
 const at = (ms) => new Date(T0 + ms).toISOString();
@@ -234,6 +234,30 @@ export function searchContract(engine) {
           plain.forEach((text, i) => assert.deepEqual(new Set(tokens.get(i + 1) ?? []), new Set(indexedWordList(text)), JSON.stringify(text)));
           for (const text of texts) if (!plainAscii(text)) assert.ok(/[^\x00-\x7f]/.test(text) || /[a-z0-9]{65}/i.test(text), JSON.stringify(text));
           assert.ok(plain.length > 500 && plain.length < texts.length, `${plain.length} of ${texts.length} plain`);
+        } finally {
+          db.close();
+        }
+      });
+    }
+
+    if (engine === 'sqlite') {
+      test('"sqlite reads a turn\'s plain ASCII text with its JSON functions": for every kind of turn, what its indexer gives FTS5 is what parsing the turn in JavaScript gives', async () => {
+        const { DatabaseSync } = await import('node:sqlite');
+        const db = new DatabaseSync(':memory:');
+        try {
+          registerSearchFunctions(db);
+          const fast = db.prepare(`SELECT ${turnWordsSql('j')} AS w FROM (SELECT ? AS j)`);
+          const slow = db.prepare('SELECT csa_turn_words(?) AS w');
+          let seed = 5;
+          const random = () => (seed = (seed * 48271) % 2147483647) / 2147483647;
+          const pieces = ['plain words', 'Quote " and \\ back', 'line\nbreak\ttab', '\u0000nul then café', 'nul\u0000', '\ud800 lone', 'emoji 😀', 'x'.repeat(70), '/slash', '\u0041BC', ''];
+          const contents = [undefined, null, 42, [], [{ type: 'text', text: 'part one' }, { type: 'reasoning', text: 'why \u00e9' }, { type: 'tool_call', id: 'c', name: 'zoo', arguments: { content: 'not text' } }]];
+          for (const p of pieces) contents.push(p, [{ type: 'text', text: p }]);
+          for (let i = 0; i < 500; i++) contents.push(Array.from({ length: (random() * 40) | 0 }, () => (random() < 0.05 ? pieces[(random() * pieces.length) | 0] : String.fromCharCode((random() * (random() < 0.9 ? 128 : 0x2000)) | 0))).join(''));
+          for (const content of contents) {
+            const turn = { _id: newObjectId(), session: newObjectId(), role: 'user', ...(content === undefined ? {} : { content }), metadata: { content: 'metadata, not the turn' }, createdAt: '2026-01-01T00:00:00.000Z' };
+            for (const json of [Buffer.from(JSON.stringify(turn)), JSON.stringify(turn)]) assert.equal(fast.get(json).w, slow.get(json).w, JSON.stringify(turn));
+          }
         } finally {
           db.close();
         }

@@ -9,7 +9,7 @@ import { versionOfSession } from '../../domain/version.js';
 import { held, injectedFault } from '../faults.js';
 import { int, sqliteDatabase, text, textOrUndefined, type Database, type Row, type Statement } from './binding.js';
 import { placesOfChain, placesSql, placeUnder, type TreePlace } from '../tree-index.js';
-import { registerSearchFunctions } from './schema.js';
+import { registerSearchFunctions, turnWordsSql } from './schema.js';
 
 export const WRITER_ROLE = 'chat-session-api:sqlite-writer';
 
@@ -98,7 +98,7 @@ export function runSqliteWriterIfWorker(): boolean {
 }
 
 /** A queued turn's words: as its write made them, or made from its JSON (plain ASCII text: the text itself; written with SEARCH=off). */
-const QUEUED_WORDS = 'coalesce(u.words, (SELECT csa_turn_words(t.json) FROM turns t WHERE t.rowid = u.rowid))';
+const QUEUED_WORDS = `coalesce(u.words, (SELECT ${turnWordsSql('t.json')} FROM turns t WHERE t.rowid = u.rowid))`;
 
 /** Commits between two passive checkpoints (or less time, see CHECKPOINT_MS). */
 const CHECKPOINT_EVERY = 256;
