@@ -145,7 +145,26 @@ export function guardName(dir: string): string {
 export async function guardDataDir(dir: string): Promise<string | undefined> {
   if (process.platform !== 'linux') return undefined;
   mkdirSync(dir, { recursive: true });
-  const name = guardName(dir);
+  const held = await holdName(guardName(dir));
+  if (typeof held !== 'string') {
+    // held until the process exits; it must not keep a stopping process alive
+    held.unref();
+    return undefined;
+  }
+  if (held !== 'EADDRINUSE') return held;
+  const holder = readLock(join(dir, LOCK_FILE));
+  if (holder !== undefined && holder.host === hostname() && isAlive(holder)) {
+    throw new DataDirLocked(`data directory ${dir} is in use by process ${holder.pid} (since ${holder.startedAt}); stop that process first`);
+  }
+  throw new DataDirLocked(`data directory ${dir} is in use by another process, which its lock file does not name (it is starting or stopping, or the file was removed); stop that process first`);
+}
+
+/**
+ * Binds the abstract unix socket `name`: the kernel lets one socket at a time hold it and frees
+ * it when its process dies. The socket (close it to give the name up), or the error's code
+ * (EADDRINUSE: another holds it).
+ */
+export async function holdName(name: string): Promise<Server | string> {
   const server: Server = createServer((socket) => socket.destroy());
   try {
     await new Promise<void>((resolve, reject) => {
@@ -156,17 +175,9 @@ export async function guardDataDir(dir: string): Promise<string | undefined> {
       });
     });
   } catch (e) {
-    const code = (e as NodeJS.ErrnoException).code ?? 'unknown';
-    if (code !== 'EADDRINUSE') return code;
-    const holder = readLock(join(dir, LOCK_FILE));
-    if (holder !== undefined && holder.host === hostname() && isAlive(holder)) {
-      throw new DataDirLocked(`data directory ${dir} is in use by process ${holder.pid} (since ${holder.startedAt}); stop that process first`);
-    }
-    throw new DataDirLocked(`data directory ${dir} is in use by another process, which its lock file does not name (it is starting or stopping, or the file was removed); stop that process first`);
+    return (e as NodeJS.ErrnoException).code ?? 'unknown';
   }
-  // held until the process exits; it must not keep a stopping process alive
-  server.unref();
-  return undefined;
+  return server;
 }
 
 /**

@@ -53,6 +53,43 @@ describe('Starting an engine', () => {
     }
   });
 
+  test('sqlite: "A SQLITE_FILE serves one server at a time, whatever their DATA_DIR": a second server, or a command, naming the file a running server writes from another data directory stops with one line, and the first serves on', async (t) => {
+    if (STORE !== 'sqlite') return t.skip(`about the sqlite engine; this run tests STORE=${STORE}`);
+    if (process.platform !== 'linux') return t.skip('the guard is a name the Linux kernel holds');
+    const shared = tempDir();
+    const file = join(shared, 'shared.db');
+    const first = await startServer({ env: { SQLITE_FILE: file } });
+    const other = tempDir();
+    try {
+      assert.equal((await first.as('alice').post('/api/v1/chat-sessions', newSession({ name: 'first' }))).status, 201);
+      const before = readFileSync(file);
+      const line = refusedStart(other, { STORE: 'sqlite', SQLITE_FILE: file });
+      assert.match(line, /shared\.db: is in use by another server or command on this host \(a SQLITE_FILE serves one at a time, whatever their DATA_DIR\); stop that one first, or give this one a file of its own\. Nothing was changed\./);
+      const reindex = runCli(['reindex'], { env: { DATA_DIR: other, AUTH_SECRET: SECRET, STORE: 'sqlite', SQLITE_FILE: file } });
+      assert.equal(reindex.code, 1, reindex.stdout);
+      assert.match(reindex.stderr, /shared\.db: is in use by another server or command on this host/);
+      assert.ok(readFileSync(file).equals(before), 'the file is left as it was');
+      const r = await first.as('alice').get('/api/v1/chat-sessions');
+      assert.equal(r.status, 200);
+      assert.deepEqual(r.body.data.map((x) => x.name), ['first']);
+    } finally {
+      await first.stop();
+      removeDir(other);
+    }
+    try {
+      // the name is the running store's, not the file's for good: stopped, the file serves another
+      const again = await startServer({ dataDir: other, env: { SQLITE_FILE: file } });
+      try {
+        assert.deepEqual((await again.as('alice').get('/api/v1/chat-sessions')).body.data.map((x) => x.name), ['first']);
+      } finally {
+        await again.stop();
+      }
+    } finally {
+      removeDir(other);
+      removeDir(shared);
+    }
+  });
+
   test('sqlite: "the schema is versioned, with migrations inside the file; a newer schema than the binary knows stops the start with one clear line", and a file missing a table fails its check', async (t) => {
     if (STORE !== 'sqlite') return t.skip(`about the sqlite engine; this run tests STORE=${STORE}`);
     const { DatabaseSync } = process.getBuiltinModule('node:sqlite');

@@ -5,6 +5,7 @@
 // group is committed by the writer thread (./worker.ts) in one transaction.
 import { closeSync, mkdirSync, openSync, statSync } from 'node:fs';
 import { dirname } from 'node:path';
+import type { Server } from 'node:net';
 import { Worker } from 'node:worker_threads';
 import { PAGE_BYTE_BUDGET, PAGE_SCAN_BUDGET, SCAN_CHUNK, SCAN_CHUNK_BYTES, sessionBefore, type SessionKey, type TurnKey } from '../../domain/order.js';
 import { foldedTags, type ChatSession, type Turn } from '../../domain/records.js';
@@ -45,6 +46,7 @@ import { SerialWriter, type Change, type Group, type GroupSource } from '../writ
 import { bytesOf, int, sqliteDatabase, text, textOrUndefined, type Database, type Row, type SqlValue, type Statement } from './binding.js';
 import { checkSchema, prepareSchema, registerHoldsFunctions, registerSearchFunctions, REINDEX_SQL, STREAMING_WHERE, unreadable } from './schema.js';
 import { pageByDepthSql } from '../tree-index.js';
+import { holdName } from '../../data-dir-lock.js';
 import { WRITER_ROLE, type FromWriter, type Op, type PutSession, type SessionAfter, type ToWriter, type WriterData } from './worker.js';
 
 export interface SqliteOptions {
@@ -340,6 +342,8 @@ export class SqliteStore extends SerialWrites implements Store, GroupSource, Gro
   private seq = 0;
   private readonly pending = new Map<number, { resolve: () => void; reject: (e: Error) => void; writes: number }>();
   private closed = false;
+  /** The name the kernel holds for the file while this store writes it (Linux): guardFile. */
+  private guard: Server | undefined;
 
   private constructor(
     private readonly opts: SqliteOptions,
@@ -352,10 +356,23 @@ export class SqliteStore extends SerialWrites implements Store, GroupSource, Gro
 
   /** Opens (creating or migrating) the file and starts the writer thread. */
   static async open(opts: SqliteOptions): Promise<SqliteStore> {
-    const DatabaseSync = sqliteDatabase();
+    sqliteDatabase(); // on a Node.js without node:sqlite, the start stops here, before anything is made
     mkdirSync(dirname(opts.file), { recursive: true });
     // made here when new, so it is private to the service user like the journal (SQLite gives its WAL the same mode)
     closeSync(openSync(opts.file, 'a', 0o600));
+    const guard = await guardFile(opts.file);
+    try {
+      const store = await SqliteStore.openGuarded(opts);
+      store.guard = guard;
+      return store;
+    } catch (e) {
+      guard?.close();
+      throw e;
+    }
+  }
+
+  private static async openGuarded(opts: SqliteOptions): Promise<SqliteStore> {
+    const DatabaseSync = sqliteDatabase();
     const started = process.hrtime.bigint();
     let setup: Database;
     try {
@@ -891,7 +908,30 @@ export class SqliteStore extends SerialWrites implements Store, GroupSource, Gro
         worker.postMessage(m);
       });
     }
+    this.guard?.close();
   }
+}
+
+/**
+ * One writer per sqlite file, whatever DATA_DIR says (the data directory's lock cannot see two
+ * directories naming one SQLITE_FILE): on Linux, a name the kernel holds for the file (its device
+ * and inode, whatever path reaches it) while a store has it open for writing, freed when the
+ * process dies (../../data-dir-lock.ts holdName). Elsewhere, or where no unix socket can be made,
+ * SQLite's own locks are all there is.
+ */
+async function guardFile(file: string): Promise<Server | undefined> {
+  if (process.platform !== 'linux') return undefined;
+  const st = statSync(file);
+  const held = await holdName(`\0chat-session-api/sqlite-file/${st.dev}:${st.ino}`);
+  if (typeof held !== 'string') {
+    // it must not keep a stopping process alive
+    held.unref();
+    return held;
+  }
+  if (held === 'EADDRINUSE') {
+    throw new StoreOpenFailed(`${file}: is in use by another server or command on this host (a SQLITE_FILE serves one at a time, whatever their DATA_DIR); stop that one first, or give this one a file of its own. Nothing was changed.`);
+  }
+  return undefined;
 }
 
 function turnChunks(c: Connection, sessionId: string): Iterable<TurnRecord[]> {
