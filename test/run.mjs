@@ -7,7 +7,7 @@
 // where REQUIRE_POSTGRES=1).
 import { spawnSync } from 'node:child_process';
 import { existsSync, readdirSync } from 'node:fs';
-import { join } from 'node:path';
+import { join, resolve } from 'node:path';
 import { ROOT } from './helpers.mjs';
 import { postgresMissing, startCluster } from './pg/cluster.mjs';
 
@@ -29,9 +29,20 @@ const passes = [
 ];
 
 const only = process.env.CSA_TEST_ONLY?.split(',');
+// `npm test -- test/search.test.mjs`: the files named, on every engine whose pass holds them;
+// any other argument (`--test-name-pattern=...`) goes to node --test as it is
+const named = process.argv.slice(2).filter((a) => a.endsWith('.test.mjs'));
+const flags = process.argv.slice(2).filter((a) => !a.endsWith('.test.mjs'));
+for (const f of named) {
+  if (!passes.some((p) => p.files.some((x) => resolve(ROOT, x) === resolve(f)))) {
+    console.error(`✖ ${f}: not a test file of the suite (test/*.test.mjs, test/store/*.test.mjs, test/pg/*.test.mjs)`);
+    process.exit(1);
+  }
+}
+for (const pass of passes) if (named.length > 0) pass.files = pass.files.filter((x) => named.some((f) => resolve(ROOT, x) === resolve(f)));
 let failed = false;
 for (const pass of passes) {
-  if (only !== undefined && !only.includes(pass.store)) continue;
+  if ((only !== undefined && !only.includes(pass.store)) || pass.files.length === 0) continue;
   if (!existsSync(pass.node)) {
     console.error(`\n✖ STORE=${pass.store}: no Node.js at ${pass.node}; run npm ci (the node dev dependency brings Node 24)`);
     failed = true;
@@ -56,7 +67,7 @@ for (const pass of passes) {
     cluster = await startCluster({ settings: { max_connections: 300 } });
   }
   console.log(`\n▶ the suite on STORE=${pass.store}, Node.js ${version}\n`);
-  const r = spawnSync(pass.node, ['--test', '--test-reporter=spec', '--test-concurrency=2', ...process.argv.slice(2), ...pass.files], {
+  const r = spawnSync(pass.node, ['--test', '--test-reporter=spec', '--test-concurrency=2', ...flags, ...pass.files], {
     cwd: ROOT,
     stdio: 'inherit',
     env: { ...process.env, CSA_TEST_STORE: pass.store, ...(cluster !== undefined ? { CSA_TEST_DATABASE_URL: cluster.url('postgres') } : {}) },
