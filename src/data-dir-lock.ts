@@ -131,7 +131,7 @@ export function acquireLock(dir: string): Lock {
 
 /** The abstract socket name that stands for `dir`: its device and inode, whatever path reaches it. */
 export function guardName(dir: string): string {
-  const st = statSync(dir);
+  const st = statSync(dir, { bigint: true });
   return `\0chat-session-api/data-dir/${st.dev}:${st.ino}`;
 }
 

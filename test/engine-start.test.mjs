@@ -6,7 +6,7 @@ import { createRequire } from 'node:module';
 import { existsSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, test } from 'node:test';
-import { newSession, removeDir, runCli, SECRET, startServer, STORE, storeEnv, tempDir } from './helpers.mjs';
+import { indexed, newSession, removeDir, runCli, SECRET, startServer, STORE, storeEnv, tempDir } from './helpers.mjs';
 
 const hasSqlite = typeof process.getBuiltinModule === 'function' && process.getBuiltinModule('node:sqlite') !== undefined;
 
@@ -62,13 +62,16 @@ describe('Starting an engine', () => {
     const other = tempDir();
     try {
       assert.equal((await first.as('alice').post('/api/v1/chat-sessions', newSession({ name: 'first' }))).status, 201);
-      const before = readFileSync(file);
+      await indexed(first);
+      // the file and its log as the first server left them (it writes nothing more meanwhile: no checkpoint either)
+      const snapshot = () => [file, `${file}-wal`].map((f) => (existsSync(f) ? readFileSync(f) : Buffer.alloc(0)));
+      const before = snapshot();
       const line = refusedStart(other, { STORE: 'sqlite', SQLITE_FILE: file });
       assert.match(line, /shared\.db: is in use by another server or command on this host \(a SQLITE_FILE serves one at a time, whatever their DATA_DIR\); stop that one first, or give this one a file of its own\. Nothing was changed\./);
       const reindex = runCli(['reindex'], { env: { DATA_DIR: other, AUTH_SECRET: SECRET, STORE: 'sqlite', SQLITE_FILE: file } });
       assert.equal(reindex.code, 1, reindex.stdout);
       assert.match(reindex.stderr, /shared\.db: is in use by another server or command on this host/);
-      assert.ok(readFileSync(file).equals(before), 'the file is left as it was');
+      snapshot().forEach((bytes, i) => assert.ok(bytes.equals(before[i]), `${['the file', 'its log'][i]} is left as it was`));
       const r = await first.as('alice').get('/api/v1/chat-sessions');
       assert.equal(r.status, 200);
       assert.deepEqual(r.body.data.map((x) => x.name), ['first']);

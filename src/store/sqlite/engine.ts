@@ -895,6 +895,16 @@ export class SqliteStore extends SerialWrites implements Store, GroupSource, Gro
 
   async close(): Promise<void> {
     if (this.closed) return;
+    try {
+      await this.closeFiles();
+    } finally {
+      // whatever failed above, the file is this process's no more
+      this.guard?.close();
+      this.guard = undefined;
+    }
+  }
+
+  private async closeFiles(): Promise<void> {
     await this.writer.close();
     this.closed = true;
     // the writer closes last: the last connection checkpoints the WAL and removes it
@@ -908,7 +918,6 @@ export class SqliteStore extends SerialWrites implements Store, GroupSource, Gro
         worker.postMessage(m);
       });
     }
-    this.guard?.close();
   }
 }
 
@@ -921,7 +930,7 @@ export class SqliteStore extends SerialWrites implements Store, GroupSource, Gro
  */
 async function guardFile(file: string): Promise<Server | undefined> {
   if (process.platform !== 'linux') return undefined;
-  const st = statSync(file);
+  const st = statSync(file, { bigint: true });
   const held = await holdName(`\0chat-session-api/sqlite-file/${st.dev}:${st.ino}`);
   if (typeof held !== 'string') {
     // it must not keep a stopping process alive
