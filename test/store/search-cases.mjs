@@ -254,9 +254,25 @@ export function searchContract(engine) {
           const contents = [undefined, null, 42, [], [{ type: 'text', text: 'part one' }, { type: 'reasoning', text: 'why \u00e9' }, { type: 'tool_call', id: 'c', name: 'zoo', arguments: { content: 'not text' } }]];
           for (const p of pieces) contents.push(p, [{ type: 'text', text: p }]);
           for (let i = 0; i < 500; i++) contents.push(Array.from({ length: (random() * 40) | 0 }, () => (random() < 0.05 ? pieces[(random() * pieces.length) | 0] : String.fromCharCode((random() * (random() < 0.9 ? 128 : 0x2000)) | 0))).join(''));
-          for (const content of contents) {
-            const turn = { _id: newObjectId(), session: newObjectId(), role: 'user', ...(content === undefined ? {} : { content }), metadata: { content: 'metadata, not the turn' }, createdAt: '2026-01-01T00:00:00.000Z' };
-            for (const json of [Buffer.from(JSON.stringify(turn)), JSON.stringify(turn)]) assert.equal(fast.get(json).w, slow.get(json).w, JSON.stringify(turn));
+          const turns = contents.map((content) => ({ _id: newObjectId(), session: newObjectId(), role: 'user', ...(content === undefined ? {} : { content }), metadata: { content: 'metadata, not the turn' }, createdAt: '2026-01-01T00:00:00.000Z' }));
+          const compare = (what) => {
+            for (const turn of turns) for (const json of [Buffer.from(JSON.stringify(turn)), JSON.stringify(turn)]) assert.equal(fast.get(json).w, slow.get(json).w, `${what}: ${JSON.stringify(turn)}`);
+          };
+          compare('this Node.js');
+          // as on a Node.js before 24.16, whose node:sqlite cuts a text it hands to a function at its first NUL
+          db.function('csa_plain_ascii', { deterministic: true }, (text) => (plainAscii(String(text).split('\0')[0]) ? 1 : 0));
+          compare('a text cut at its first NUL');
+          // and plain ASCII text is read the SQL way: without the JavaScript function, it is still read
+          const sqlOnly = new DatabaseSync(':memory:');
+          try {
+            registerSearchFunctions(sqlOnly);
+            sqlOnly.function('csa_turn_words', () => {
+              throw new Error('read the JavaScript way');
+            });
+            const plainTurn = JSON.stringify({ ...turns[0], content: 'Quote " and \\ back, line\nbreak' });
+            assert.equal(sqlOnly.prepare(`SELECT ${turnWordsSql('j')} AS w FROM (SELECT ? AS j)`).get(plainTurn).w, 'Quote " and \\ back, line\nbreak');
+          } finally {
+            sqlOnly.close();
           }
         } finally {
           db.close();

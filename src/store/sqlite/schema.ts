@@ -27,12 +27,15 @@ export function registerSearchFunctions(db: Database): void {
  * A turn's words for FTS5, in SQL, from its JSON in column `json`: a text content that is plain
  * ASCII read by SQLite's JSON functions (~5 µs a turn of 1 KiB: the turn is parsed in C and only
  * its text crosses into JavaScript, to be checked), any other turn by csa_turn_words (~8: the
- * whole turn copied into JavaScript and parsed there). Both give the same words: ASCII text has
- * one reading whichever parser reads it, and every other text goes the one way.
+ * whole turn copied into JavaScript and parsed there). Both give the same words: ASCII text
+ * without NUL has one reading whichever parser reads it, and every other text goes the one way.
  */
 export function turnWordsSql(json: string): string {
   const j = `CAST(${json} AS TEXT)`;
-  return `CASE WHEN json_type(${j}, '$.content') = 'text' AND csa_plain_ascii(${j} ->> '$.content') THEN ${j} ->> '$.content' ELSE csa_turn_words(${json}) END`;
+  // a NUL goes the JavaScript way: node:sqlite before Node.js 24.16 cuts a text it hands to a
+  // function at its first NUL (the check would see only what comes before it), and SQLite
+  // before 3.45 cut what ->> gives there
+  return `CASE WHEN json_type(${j}, '$.content') = 'text' AND instr(${j}, '\\u0000') = 0 AND csa_plain_ascii(${j} ->> '$.content') THEN ${j} ->> '$.content' ELSE csa_turn_words(${json}) END`;
 }
 
 /**
