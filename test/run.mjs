@@ -31,8 +31,9 @@ const passes = [
 const only = process.env.CSA_TEST_ONLY?.split(',');
 // `npm test -- test/search.test.mjs`: the files named, on every engine whose pass holds them;
 // any other argument (`--test-name-pattern=...`) goes to node --test as it is
-const named = process.argv.slice(2).filter((a) => a.endsWith('.test.mjs'));
-const flags = process.argv.slice(2).filter((a) => !a.endsWith('.test.mjs'));
+const isFile = (a) => !a.startsWith('-') && a.endsWith('.test.mjs');
+const named = process.argv.slice(2).filter(isFile);
+const flags = process.argv.slice(2).filter((a) => !isFile(a));
 for (const f of named) {
   if (!passes.some((p) => p.files.some((x) => resolve(ROOT, x) === resolve(f)))) {
     console.error(`✖ ${f}: not a test file of the suite (test/*.test.mjs, test/store/*.test.mjs, test/pg/*.test.mjs)`);
@@ -41,6 +42,7 @@ for (const f of named) {
 }
 for (const pass of passes) if (named.length > 0) pass.files = pass.files.filter((x) => named.some((f) => resolve(ROOT, x) === resolve(f)));
 let failed = false;
+let ran = 0;
 for (const pass of passes) {
   if ((only !== undefined && !only.includes(pass.store)) || pass.files.length === 0) continue;
   if (!existsSync(pass.node)) {
@@ -67,6 +69,7 @@ for (const pass of passes) {
     cluster = await startCluster({ settings: { max_connections: 300 } });
   }
   console.log(`\n▶ the suite on STORE=${pass.store}, Node.js ${version}\n`);
+  ran++;
   const r = spawnSync(pass.node, ['--test', '--test-reporter=spec', '--test-concurrency=2', ...flags, ...pass.files], {
     cwd: ROOT,
     stdio: 'inherit',
@@ -77,5 +80,9 @@ for (const pass of passes) {
     console.error(`\n✖ the suite failed on STORE=${pass.store} (Node.js ${version})`);
     failed = true;
   }
+}
+if (named.length > 0 && ran === 0 && !failed) {
+  console.error('✖ nothing ran: no engine of CSA_TEST_ONLY runs the files named');
+  failed = true;
 }
 process.exit(failed ? 1 : 0);
