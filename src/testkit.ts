@@ -18,7 +18,7 @@ export { PAGE_BYTE_BUDGET, PAGE_SCAN_BUDGET, SCAN_CHUNK } from './domain/order.j
 export { wholeListReply } from './api/lists.js';
 export { versionOf, versionOfSession } from './domain/version.js';
 export { eachIndexedWord, foldForSearch, indexedWordList, indexedWords, plainAscii, textHolds, turnText, wordHash, wordsOf } from './domain/search.js';
-export { registerSearchFunctions, turnWordsSql } from './store/sqlite/schema.js';
+export { prepareSchema, QUEUED_WORDS_SQL, queuedTurnWords, registerSearchFunctions, turnWordsSql } from './store/sqlite/schema.js';
 export { placesOfChain } from './store/tree-index.js';
 export { chatSession, turnRecord } from './domain/records.js';
 export { newObjectId } from './domain/ids.js';

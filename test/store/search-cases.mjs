@@ -7,7 +7,7 @@ import { join } from 'node:path';
 import { describe, test } from 'node:test';
 import { kit, openOn } from './engines.mjs';
 
-const { chatSession, newObjectId, indexedWordList, indexedWords, plainAscii, registerSearchFunctions, setFaultPlan, textHolds, turnText, turnWordsSql, wordsOf } = kit;
+const { chatSession, newObjectId, indexedWordList, indexedWords, plainAscii, prepareSchema, QUEUED_WORDS_SQL, queuedTurnWords, registerSearchFunctions, setFaultPlan, textHolds, turnText, turnWordsSql, wordsOf } = kit;
 
 const T0 = Date.UTC(2026, 0, 1);
 const at = (ms) => new Date(T0 + ms).toISOString();
@@ -241,7 +241,7 @@ export function searchContract(engine) {
     }
 
     if (engine === 'sqlite') {
-      test('"sqlite reads a turn\'s plain ASCII text with its JSON functions": for every kind of turn, what its indexer gives FTS5 is what parsing the turn in JavaScript gives', async () => {
+      test('"sqlite reads a turn\'s plain ASCII text with its JSON functions" and "A write says when a turn\'s content is read as it is": for every kind of turn, what its indexer gives FTS5 (from its JSON, or as a write queues it) is what parsing the turn in JavaScript gives', async () => {
         const { DatabaseSync } = await import('node:sqlite');
         const db = new DatabaseSync(':memory:');
         try {
@@ -259,6 +259,35 @@ export function searchContract(engine) {
             for (const turn of turns) for (const json of [Buffer.from(JSON.stringify(turn)), JSON.stringify(turn)]) assert.equal(fast.get(json).w, slow.get(json).w, `${what}: ${JSON.stringify(turn)}`);
           };
           compare('this Node.js');
+          // what a write queues with each turn (its content as it is, its words, or nothing) gives the indexer the same
+          const queue = new DatabaseSync(':memory:');
+          const queued = (turn, json, asIs) => {
+            const words = queuedTurnWords(turn.content);
+            if (words === true) asIs.push(turn.content);
+            const { lastInsertRowid } = queue.prepare('INSERT INTO turns (id, session, created_at, json) VALUES (?, ?, ?, ?)').run(newObjectId(), turn.session, turn.createdAt, json);
+            queue.prepare('INSERT INTO turns_unindexed (rowid, words, content_as_is) VALUES (?, ?, ?)').run(lastInsertRowid, words === true ? null : words, words === true ? 1 : 0);
+            return queue.prepare(`SELECT ${QUEUED_WORDS_SQL} AS w FROM turns_unindexed u WHERE rowid = ?`).get(lastInsertRowid).w;
+          };
+          try {
+            prepareSchema(queue, ':memory:', true);
+            const compareQueued = (what) => {
+              const asIs = [];
+              for (const turn of turns) assert.equal(queued(turn, Buffer.from(JSON.stringify(turn)), asIs), slow.get(JSON.stringify(turn)).w, `${what}, queued: ${JSON.stringify(turn)}`);
+              return asIs;
+            };
+            const asIs = compareQueued('this Node.js');
+            assert.ok(asIs.includes('Quote " and \\ back') && asIs.includes('line\nbreak\ttab'), 'plain ASCII strings are queued to be read as they are');
+            assert.ok(!asIs.includes('nul\u0000') && !asIs.includes('x'.repeat(70)), 'not a string with a NUL, nor one with a word over 64 characters');
+            // and what was queued to be read as it is never reaches a JavaScript function
+            for (const name of ['csa_turn_words', 'csa_plain_ascii']) {
+              queue.function(name, () => {
+                throw new Error('read the JavaScript way');
+              });
+            }
+            assert.equal(queued({ ...turns[0], content: 'Quote " and \\ back, line\nbreak' }, Buffer.from(JSON.stringify({ ...turns[0], content: 'Quote " and \\ back, line\nbreak' })), []), 'Quote " and \\ back, line\nbreak');
+          } finally {
+            queue.close();
+          }
           // as on a Node.js before 24.16, whose node:sqlite cuts a text it hands to a function at its first NUL
           db.function('csa_plain_ascii', { deterministic: true }, (text) => (plainAscii(String(text).split('\0')[0]) ? 1 : 0));
           compare('a text cut at its first NUL');

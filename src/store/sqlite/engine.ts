@@ -10,7 +10,7 @@ import { Worker } from 'node:worker_threads';
 import { PAGE_BYTE_BUDGET, PAGE_SCAN_BUDGET, SCAN_CHUNK, SCAN_CHUNK_BYTES, sessionBefore, type SessionKey, type TurnKey } from '../../domain/order.js';
 import { foldedTags, type ChatSession, type Turn } from '../../domain/records.js';
 import type { Liveness } from '../../domain/retention.js';
-import { foldForSearch, indexedWords, plainAscii, textHolds, turnText, turnTextOfJson } from '../../domain/search.js';
+import { foldForSearch, textHolds, turnTextOfJson } from '../../domain/search.js';
 import { versionOfSession } from '../../domain/version.js';
 import type { Quotas } from '../../config.js';
 import type { Logger } from '../../log.js';
@@ -44,7 +44,7 @@ import { keysetFrom, walkBudget, walkSearchNow, type WalkSource } from '../searc
 import { SerialWrites } from '../serial-writes.js';
 import { SerialWriter, type Change, type Group, type GroupSource } from '../writer.js';
 import { bytesOf, int, sqliteDatabase, text, textOrUndefined, type Database, type Row, type SqlValue, type Statement } from './binding.js';
-import { checkSchema, prepareSchema, registerHoldsFunctions, registerSearchFunctions, REINDEX_SQL, STREAMING_WHERE, unreadable } from './schema.js';
+import { checkSchema, prepareSchema, queuedTurnWords, registerHoldsFunctions, registerSearchFunctions, REINDEX_SQL, STREAMING_WHERE, unreadable } from './schema.js';
 import { pageByDepthSql } from '../tree-index.js';
 import { holdName } from '../../data-dir-lock.js';
 import { WRITER_ROLE, type FromWriter, type Op, type PutSession, type SessionAfter, type ToWriter, type WriterData } from './worker.js';
@@ -336,7 +336,7 @@ export class SqliteStore extends SerialWrites implements Store, GroupSource, Gro
   /** When the background indexer's last failure was logged. */
   private indexWarnedAt = 0;
   /** How a write makes a turn's words for the index (none with SEARCH=off). */
-  private get turnWords(): (t: Turn) => string | null {
+  private get turnWords(): (t: Turn) => string | true | null {
     return this.opts.search === false ? noWords : turnWordsOf;
   }
   private seq = 0;
@@ -1007,24 +1007,16 @@ function afterOf(s: ChatSession, json: string, version: string, lastTurn: TurnKe
   return { json, version, updatedAt: s.updatedAt, head: s.headTurnId, lastTurn };
 }
 
-/**
- * The words of a turn for the index, made here on the main thread from the turn the write already
- * holds (the writer thread, which every commit waits for, only queues them; its indexer only
- * hands them to FTS5). Null when FTS5 can be given the text as it is (schema.ts ftsWords: most
- * text), which the indexer then reads from the stored JSON (queueing it would write the text
- * twice), and with SEARCH=off (the indexer makes them from the stored JSON if search is ever on
- * again).
- */
-function turnWordsOf(t: Turn): string | null {
-  const text = turnText(t.content);
-  return plainAscii(text) ? null : indexedWords(text);
+/** What a write queues for the index with a turn (schema.ts). */
+function turnWordsOf(t: Turn): string | true | null {
+  return queuedTurnWords(t.content);
 }
 
 function noWords(): null {
   return null;
 }
 
-function opOf(c: Change, words: (t: Turn) => string | null): Op {
+function opOf(c: Change, words: (t: Turn) => string | true | null): Op {
   switch (c.kind) {
     case 'create':
     case 'update':

@@ -9,7 +9,7 @@ import { versionOfSession } from '../../domain/version.js';
 import { held, injectedFault } from '../faults.js';
 import { int, sqliteDatabase, text, textOrUndefined, type Database, type Row, type Statement } from './binding.js';
 import { placesOfChain, placesSql, placeUnder, type TreePlace } from '../tree-index.js';
-import { registerSearchFunctions, turnWordsSql } from './schema.js';
+import { QUEUED_WORDS_SQL, registerSearchFunctions } from './schema.js';
 
 export const WRITER_ROLE = 'chat-session-api:sqlite-writer';
 
@@ -55,8 +55,8 @@ export interface TurnRow {
   readonly parentId: string | null;
   readonly createdAt: string;
   readonly json: Uint8Array;
-  /** Its words for the search index, joined by spaces (made on the main thread); null when the indexer makes them from its JSON (plain ASCII text, which FTS5 is given as it is; SEARCH=off). */
-  readonly words: string | null;
+  /** What the search index is given for it (schema.ts queuedTurnWords; null with SEARCH=off). */
+  readonly words: string | true | null;
 }
 
 /** One change of a group, as the main thread sends it. */
@@ -69,7 +69,7 @@ export type Op =
       /** The session as the turn leaves it; undefined for an import, which leaves the session as it put it. */
       readonly after: SessionAfter | undefined;
     }
-  | { readonly op: 'editTurn'; readonly session: string; readonly id: string; readonly json: Uint8Array; readonly words: string | null; readonly after: SessionAfter }
+  | { readonly op: 'editTurn'; readonly session: string; readonly id: string; readonly json: Uint8Array; readonly words: string | true | null; readonly after: SessionAfter }
   /** A streaming turn's new JSON after a delta; its session changes only in its turns' bytes. */
   | { readonly op: 'delta'; readonly session: string; readonly id: string; readonly json: Uint8Array }
   | { readonly op: 'dropTurns'; readonly session: string; readonly ids: readonly string[]; readonly after: SessionAfter }
@@ -96,9 +96,6 @@ export function runSqliteWriterIfWorker(): boolean {
   runWriter(data as WriterData, parentPort);
   return true;
 }
-
-/** A queued turn's words: as its write made them, or made from its JSON (plain ASCII text: the text itself; written with SEARCH=off). */
-const QUEUED_WORDS = `coalesce(u.words, (SELECT ${turnWordsSql('t.json')} FROM turns t WHERE t.rowid = u.rowid))`;
 
 /** Commits between two passive checkpoints (or less time, see CHECKPOINT_MS). */
 const CHECKPOINT_EVERY = 256;
@@ -213,7 +210,7 @@ class Indexer {
     this.lastTurn = db.prepare('SELECT max(rowid) AS upto FROM (SELECT rowid FROM turns_unindexed ORDER BY rowid LIMIT ?)');
     // the queue first (CROSS JOIN): left to the planner, a join read every turn to find the queued ones (74 µs a turn at 20,000)
     this.indexNames = db.prepare('INSERT INTO name_words (rowid, words) SELECT s.rowid, csa_name_words(s.json) FROM names_unindexed u CROSS JOIN sessions s ON s.rowid = u.rowid WHERE u.rowid <= ?');
-    this.indexTurns = db.prepare(`INSERT INTO turn_words (rowid, words) SELECT rowid, ${QUEUED_WORDS} FROM turns_unindexed u WHERE rowid <= ?`);
+    this.indexTurns = db.prepare(`INSERT INTO turn_words (rowid, words) SELECT rowid, ${QUEUED_WORDS_SQL} FROM turns_unindexed u WHERE rowid <= ?`);
     this.dequeueNames = db.prepare('DELETE FROM names_unindexed WHERE rowid <= ?');
     this.dequeueTurns = db.prepare('DELETE FROM turns_unindexed WHERE rowid <= ?');
   }
@@ -351,10 +348,10 @@ class Writes {
     this.replace = db.prepare(placesSql('turns', 'session = ?'));
     this.setTurnJson = db.prepare('UPDATE turns SET json = ? WHERE id = ?');
     this.unindexTurn = db.prepare('DELETE FROM turn_words WHERE rowid = (SELECT rowid FROM turns WHERE id = ?)');
-    this.queueNewTurn = db.prepare('INSERT INTO turns_unindexed (rowid, words) VALUES (?, ?)');
-    this.queueTurn = db.prepare('INSERT OR REPLACE INTO turns_unindexed (rowid, words) SELECT rowid, ? FROM turns WHERE id = ?');
+    this.queueNewTurn = db.prepare('INSERT INTO turns_unindexed (rowid, words, content_as_is) VALUES (?, ?, ?)');
+    this.queueTurn = db.prepare('INSERT OR REPLACE INTO turns_unindexed (rowid, words, content_as_is) SELECT rowid, ?, ? FROM turns WHERE id = ?');
     this.queuedTurn = db.prepare('SELECT u.rowid FROM turns t JOIN turns_unindexed u ON u.rowid = t.rowid WHERE t.id = ?');
-    this.indexQueuedTurn = db.prepare(`INSERT INTO turn_words (rowid, words) SELECT rowid, ${QUEUED_WORDS} FROM turns_unindexed u WHERE rowid = ?`);
+    this.indexQueuedTurn = db.prepare(`INSERT INTO turn_words (rowid, words) SELECT rowid, ${QUEUED_WORDS_SQL} FROM turns_unindexed u WHERE rowid = ?`);
     this.dequeueTurn = db.prepare('DELETE FROM turns_unindexed WHERE rowid = ?');
     this.setSessionAfter = db.prepare(
       `UPDATE sessions SET updated_at = ?, json = ?, json_bytes = ?, version = ?, head_turn_id = ?, last_turn_at = ?, last_turn_id = ?,
@@ -449,7 +446,7 @@ class Writes {
         const before = this.sessionSizes.get(op.session);
         if (before === undefined) throw new Error(`turn ${op.t.id} of a session that is not stored`);
         const place = this.placeUnder(op.t.parentId);
-        this.queueNewTurn.run(this.insertTurn.run(op.t.id, op.session, op.t.parentId, op.t.createdAt, op.t.json, place.depth, place.skipId).lastInsertRowid, op.t.words);
+        this.queueNewTurn.run(this.insertTurn.run(op.t.id, op.session, op.t.parentId, op.t.createdAt, op.t.json, place.depth, place.skipId).lastInsertRowid, ...queuedColumns(op.t.words));
         const size = op.t.json.byteLength;
         let after = op.after;
         if (after === undefined) {
@@ -471,7 +468,7 @@ class Writes {
         this.setTurnJson.run(op.json, op.id);
         // an edit's text is found at once (search reads a queued turn by its text); a delta's waits for the turn's next edit (docs/DECISIONS.md)
         this.unindexTurn.run(op.id);
-        this.queueTurn.run(op.words, op.id);
+        this.queueTurn.run(...queuedColumns(op.words), op.id);
         const change = op.json.byteLength - int(t['bytes']);
         this.sessionAfter(op.session, before, op.after, 0, change, delta);
         delta.bytes += change;
@@ -521,7 +518,7 @@ class Writes {
         const places = placesOfChain(op.turns.map((t) => t.id));
         op.turns.forEach((t, i) => {
           const place = places[i] as TreePlace;
-          this.queueNewTurn.run(this.insertTurn.run(t.id, s.id, t.parentId, t.createdAt, t.json, place.depth, place.skipId).lastInsertRowid, t.words);
+          this.queueNewTurn.run(this.insertTurn.run(t.id, s.id, t.parentId, t.createdAt, t.json, place.depth, place.skipId).lastInsertRowid, ...queuedColumns(t.words));
           turnBytes += t.json.byteLength;
         });
         this.setTurnsOf.run(s.version, op.lastTurn?.createdAt ?? null, op.lastTurn?._id ?? null, op.turns.length, turnBytes, s.id);
@@ -559,6 +556,11 @@ class Writes {
       }
     }
   }
+}
+
+/** A queued turn's words and content_as_is columns. */
+function queuedColumns(words: string | true | null): [string | null, number] {
+  return words === true ? [null, 1] : [words, 0];
 }
 
 /** What one group changes in the store's counters and in each owner's usage. */
