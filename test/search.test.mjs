@@ -2,7 +2,8 @@
 // of this run of the suite, one test per decision of docs/DECISIONS.md "Search".
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
-import { newSession, removeDir, runCli, startServer, STORE } from './helpers.mjs';
+import { indexed, newSession, removeDir, runCli, startServer, STORE } from './helpers.mjs';
+import { join } from 'node:path';
 
 const BASE = '/api/v1/chat-sessions';
 const SEARCH = '/api/v1/search';
@@ -225,6 +226,53 @@ describe('Search', () => {
         cursor = page.nextCursor;
       } while (cursor);
       assert.deepEqual(found.sort(), made.map((t) => t._id).sort());
+    } finally {
+      await second.stop();
+      removeDir(dataDir);
+    }
+  });
+
+  test('sqlite: "FTS5 merges 16 segments of a level at a time" as it writes, and "a server with time to spare merges its search index" further: its segments become fewer and every turn is still found', { skip: STORE !== 'sqlite' && 'about the sqlite engine' }, async () => {
+    const { DatabaseSync } = await import('node:sqlite');
+    const file = (dataDir) => join(dataDir, 'chat-sessions.db');
+    /** How many segments each index has, and its automerge setting, read from the file. */
+    const shape = (dataDir) => {
+      const db = new DatabaseSync(file(dataDir), { readOnly: true });
+      try {
+        return Object.fromEntries(
+          ['name_words', 'turn_words'].map((t) => [t, { segments: db.prepare(`SELECT count(DISTINCT segid) AS n FROM ${t}_idx`).get().n, automerge: db.prepare(`SELECT v FROM ${t}_config WHERE k = 'automerge'`).get()?.v }]),
+        );
+      } finally {
+        db.close();
+      }
+    };
+    // each turn indexed in a transaction of its own: a segment each, none merged while the server runs
+    const first = await startServer({ env: { CHAT_SESSION_API_FAULTS: 'hold:merge' } });
+    const dataDir = first.dataDir;
+    const made = [];
+    try {
+      const u = first.as('s-merge');
+      const s = await create(u, { name: 'heron' });
+      for (let i = 0; i < 40; i++) {
+        made.push((await say(u, s._id, `egret ${i}`))._id);
+        await indexed(first);
+      }
+    } finally {
+      await first.stop();
+    }
+    const before = shape(dataDir);
+    assert.deepEqual([before.name_words.automerge, before.turn_words.automerge], [16, 16]);
+    assert.ok(before.turn_words.segments >= 8, `40 transactions leave many segments: ${before.turn_words.segments}`);
+    const second = await startServer({ dataDir });
+    try {
+      let now = before;
+      for (let i = 0; i < 200 && now.turn_words.segments >= before.turn_words.segments; i++) {
+        await new Promise((r) => setTimeout(r, 50));
+        now = shape(dataDir);
+      }
+      assert.ok(now.turn_words.segments < before.turn_words.segments, `merged when idle: ${before.turn_words.segments} -> ${now.turn_words.segments} segments`);
+      const found = (await search(second.as('s-merge'), { q: 'egret', limit: '100' })).data.map((h) => h.turnId);
+      assert.deepEqual(found.sort(), [...made].sort());
     } finally {
       await second.stop();
       removeDir(dataDir);

@@ -10,6 +10,7 @@
 //   CHAT_SESSION_API_FAULTS="fsync:*"             every journal fsync fails (any kind: every occurrence)
 //   CHAT_SESSION_API_FAULTS="crash:compact-before-rename"   SIGKILL on reaching that step
 //   CHAT_SESSION_API_FAULTS="hold:index"          the sqlite writer leaves what it queues for the search index queued
+//   CHAT_SESSION_API_FAULTS="hold:merge"          the sqlite writer never merges its search index when idle
 //   CHAT_SESSION_API_FAULTS="lose:index-thread:3" the journal's first search index thread exits on taking its 3rd change
 
 type FaultKind = 'write' | 'fsync' | 'dirsync' | 'commit';
