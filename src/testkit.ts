@@ -1,6 +1,7 @@
 // What the in-process tests import (bundled to dist/testkit.cjs, never shipped): the parts
 // that are tested below the HTTP layer, against the real thing they talk to.
 import { runSqliteWriterIfWorker } from './store/sqlite/worker.js';
+export { Indexer } from './store/sqlite/worker.js';
 import { runWordIndexIfWorker } from './store/journal/word-thread.js';
 
 // the sqlite engine starts its writer thread, and the journal its search index's, on the file that holds it: this one, in the tests

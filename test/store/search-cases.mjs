@@ -7,7 +7,7 @@ import { join } from 'node:path';
 import { describe, test } from 'node:test';
 import { kit, openOn } from './engines.mjs';
 
-const { chatSession, newObjectId, indexedWordList, indexedWords, plainAscii, prepareSchema, QUEUED_WORDS_SQL, queuedTurnWords, registerSearchFunctions, setFaultPlan, textHolds, turnText, turnWordsSql, wordsOf } = kit;
+const { chatSession, Indexer, newObjectId, indexedWordList, indexedWords, plainAscii, prepareSchema, QUEUED_WORDS_SQL, queuedTurnWords, registerSearchFunctions, setFaultPlan, textHolds, turnText, turnWordsSql, wordsOf } = kit;
 
 const T0 = Date.UTC(2026, 0, 1);
 const at = (ms) => new Date(T0 + ms).toISOString();
@@ -65,6 +65,17 @@ async function walk(store, filter, limit) {
     if (page.next === undefined) return out;
     after = page.next;
   }
+}
+
+/** Writes a turn of `content` as the sqlite writer does, queued for its indexer to read as it is. */
+function turnRows(db) {
+  const insert = db.prepare('INSERT INTO turns (id, session, created_at, json) VALUES (?, ?, ?, ?)');
+  const queue = db.prepare('INSERT INTO turns_unindexed (rowid, words, content_as_is) VALUES (?, NULL, 1)');
+  const s = newObjectId();
+  return (content) => {
+    const id = newObjectId();
+    queue.run(insert.run(id, s, at(0), Buffer.from(JSON.stringify({ _id: id, session: s, role: 'user', content, createdAt: at(0) }))).lastInsertRowid);
+  };
 }
 
 export function searchContract(engine) {
@@ -241,6 +252,37 @@ export function searchContract(engine) {
     }
 
     if (engine === 'sqlite') {
+      test('sqlite\'s indexer: "It goes on at once only while a whole batch waits": while commits keep coming, it indexes whole batches of 1,024, not what each commit queued', async () => {
+        const { DatabaseSync } = await import('node:sqlite');
+        const db = new DatabaseSync(':memory:');
+        prepareSchema(db, ':memory:', true);
+        const batches = [];
+        const indexer = new Indexer(db, false, (message) => assert.fail(message), () => {}, (taken) => batches.push(taken));
+        const turn = turnRows(db);
+        const tick = () => new Promise((r) => setImmediate(r));
+        try {
+          indexer.schedule(); // at start: the queue is empty
+          await tick();
+          // a commit of 50 turns per turn of the thread's event loop, 40 of them
+          for (let c = 0; c < 40; c++) {
+            for (let i = 0; i < 50; i++) turn(`tern ${c} ${i}`);
+            indexer.queued(50);
+            await tick();
+          }
+          const during = [...batches];
+          // what is left is indexed once the writer is idle
+          for (let i = 0; i < 100 && db.prepare('SELECT count(*) AS n FROM turns_unindexed').get().n > 0; i++) await new Promise((r) => setTimeout(r, 10));
+          assert.equal(db.prepare('SELECT count(*) AS n FROM turns_unindexed').get().n, 0);
+          assert.equal(batches.reduce((a, b) => a + b, 0), 2000);
+          assert.equal(during[0], 1024, `the first batch once 1,024 gathered: ${during}`);
+          // a pause of 5 ms in this loop (a slow machine) indexes what has gathered: one such batch, not one per commit
+          assert.ok(during.filter((n) => n < 1024).length <= 2, `batches while commits kept coming: ${during}`);
+        } finally {
+          indexer.finish();
+          db.close();
+        }
+      });
+
       test('"sqlite reads a turn\'s plain ASCII text with its JSON functions" and "A write says when a turn\'s content is read as it is": for every kind of turn, what its indexer gives FTS5 (from its JSON, or as a write queues it) is what parsing the turn in JavaScript gives', async () => {
         const { DatabaseSync } = await import('node:sqlite');
         const db = new DatabaseSync(':memory:');

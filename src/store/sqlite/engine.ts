@@ -335,6 +335,8 @@ export class SqliteStore extends SerialWrites implements Store, GroupSource, Gro
   private worker: Worker | undefined;
   /** When the background indexer's last failure was logged. */
   private indexWarnedAt = 0;
+  /** The background indexer's batches since start. */
+  private indexBatches = 0;
   /** How a write makes a turn's words for the index (none with SEARCH=off). */
   private get turnWords(): (t: Turn) => string | true | null {
     return this.opts.search === false ? noWords : turnWordsOf;
@@ -436,6 +438,9 @@ export class SqliteStore extends SerialWrites implements Store, GroupSource, Gro
               this.indexWarnedAt = Date.now();
               this.opts.log.warn('the search index could not take what was written; it stays queued and is tried again after the next write', { err: m.message });
             }
+            return;
+          case 'indexed':
+            this.indexBatches++;
             return;
           case 'closed':
             return;
@@ -731,6 +736,12 @@ export class SqliteStore extends SerialWrites implements Store, GroupSource, Gro
           type: 'gauge',
           help: 'Names and turns written but not in the search index yet (the writer thread indexes them between commits; search reads them meanwhile).',
           value: int(this.reader.prepare('SELECT (SELECT count(*) FROM names_unindexed) + (SELECT count(*) FROM turns_unindexed) AS n').get()?.['n']),
+        },
+        {
+          name: 'sqlite_search_index_batches_total',
+          type: 'counter',
+          help: 'Transactions in which the writer thread indexed names and turns since start (under a steady load, one per about 1,024).',
+          value: this.indexBatches,
         },
       ],
     };

@@ -86,6 +86,8 @@ export type FromWriter =
   | { readonly kind: 'fatal'; readonly message: string }
   /** The background indexer's transaction failed (rolled back; tried again after the next commit). */
   | { readonly kind: 'indexFailed'; readonly message: string }
+  /** The background indexer committed a batch of names and turns. */
+  | { readonly kind: 'indexed' }
   | { readonly kind: 'closed' };
 
 /** Starts the writer when this thread is one; false on any other thread. */
@@ -115,7 +117,15 @@ function runWriter(data: WriterData, port: MessagePort): void {
     db.exec('PRAGMA journal_size_limit = 67108864');
     registerSearchFunctions(db);
     w = new Writes(db, data.index);
-    if (data.index) indexer = new Indexer(db, data.fsync, (message) => post({ kind: 'indexFailed', message }), () => commits++);
+    if (data.index) {
+      indexer = new Indexer(
+        db,
+        data.fsync,
+        (message) => post({ kind: 'indexFailed', message }),
+        () => commits++,
+        () => post({ kind: 'indexed' }),
+      );
+    }
   } catch (e) {
     post({ kind: 'fatal', message: e instanceof Error ? e.message : String(e) });
     return;
@@ -198,7 +208,7 @@ const MERGE_PAGES = 256;
  * so one lost to a power cut leaves its names and turns queued, and the next durable commit
  * syncs the log they are in anyway.
  */
-class Indexer {
+export class Indexer {
   private scheduled = false;
   private stopped = false;
   /** The idle merge's next step: waiting for the writer to be idle, or for the next turn of the event loop. */
@@ -223,6 +233,8 @@ class Indexer {
     private readonly fsync: boolean,
     private readonly failed: (message: string) => void,
     private readonly committed: () => void,
+    /** A batch committed, of `taken` from the fuller queue. */
+    private readonly batched: (taken: number) => void,
   ) {
     this.lastName = db.prepare('SELECT max(rowid) AS upto FROM (SELECT rowid FROM names_unindexed ORDER BY rowid LIMIT ?)');
     this.lastTurn = db.prepare('SELECT max(rowid) AS upto FROM (SELECT rowid FROM turns_unindexed ORDER BY rowid LIMIT ?)');
@@ -339,6 +351,7 @@ class Indexer {
     });
     // a failed one (a full disk, say) leaves the queue as it was; the next commit tries again
     if (!done) return 0;
+    this.batched(taken);
     this.size = taken < size ? FIRST_INDEX_BATCH : Math.min(MOST_INDEX_BATCH, size * 2);
     return taken;
   }
