@@ -105,6 +105,19 @@ const CHECKPOINT_MS = 1000;
 
 function runWriter(data: WriterData, port: MessagePort): void {
   const post = (m: FromWriter): void => port.postMessage(m);
+  let commits = 0;
+  let lastCheckpoint = Date.now();
+  /** After each transaction (a group's, the indexer's): a passive checkpoint when due, so an idle merge's writes do not pile up in the log either. */
+  const committed = (): void => {
+    if (++commits < CHECKPOINT_EVERY && Date.now() - lastCheckpoint < CHECKPOINT_MS) return;
+    commits = 0;
+    lastCheckpoint = Date.now();
+    try {
+      db.exec('PRAGMA wal_checkpoint(PASSIVE)');
+    } catch {
+      // busy: the next one catches up
+    }
+  };
   let db: Database;
   let w: Writes;
   let indexer: Indexer | undefined;
@@ -122,7 +135,7 @@ function runWriter(data: WriterData, port: MessagePort): void {
         db,
         data.fsync,
         (message) => post({ kind: 'indexFailed', message }),
-        () => commits++,
+        committed,
         () => post({ kind: 'indexed' }),
       );
     }
@@ -130,8 +143,6 @@ function runWriter(data: WriterData, port: MessagePort): void {
     post({ kind: 'fatal', message: e instanceof Error ? e.message : String(e) });
     return;
   }
-  let commits = 0;
-  let lastCheckpoint = Date.now();
   port.on('message', (m: ToWriter) => {
     if (m.kind === 'close') {
       // what is still queued is indexed first: a store at rest leaves nothing for the next start to write
@@ -154,15 +165,7 @@ function runWriter(data: WriterData, port: MessagePort): void {
       post({ kind: 'failed', seq: m.seq, message: e instanceof Error ? e.message : String(e) });
     }
     indexer?.queued(m.ops.reduce((n, op) => n + (op.op === 'fork' ? 1 + op.turns.length : 1), 0));
-    if (++commits >= CHECKPOINT_EVERY || Date.now() - lastCheckpoint >= CHECKPOINT_MS) {
-      commits = 0;
-      lastCheckpoint = Date.now();
-      try {
-        db.exec('PRAGMA wal_checkpoint(PASSIVE)');
-      } catch {
-        // busy: the next one catches up
-      }
-    }
+    committed();
   });
   post({ kind: 'ready' });
   // what an earlier run (or one with SEARCH=off) left queued
@@ -372,14 +375,14 @@ export class Indexer {
         }
         throw e;
       }
-      this.committed();
-      return true;
     } catch (e) {
       this.failed(e instanceof Error ? e.message : String(e));
       return false;
     } finally {
       if (this.fsync) this.db.exec('PRAGMA synchronous = FULL');
     }
+    this.committed();
+    return true;
   }
 }
 
