@@ -61,7 +61,7 @@ describe('Metrics: GET /metrics', () => {
       chat_session_api_committed_writes_total: 'counter',
       ...{
         journal: { chat_session_api_journal_bytes: 'gauge', chat_session_api_compactions_total: 'counter' },
-        sqlite: { chat_session_api_sqlite_file_bytes: 'gauge', chat_session_api_sqlite_wal_bytes: 'gauge', chat_session_api_sqlite_search_unindexed: 'gauge', chat_session_api_sqlite_search_index_batches_total: 'counter' },
+        sqlite: { chat_session_api_sqlite_file_bytes: 'gauge', chat_session_api_sqlite_wal_bytes: 'gauge', chat_session_api_sqlite_search_unindexed: 'gauge', chat_session_api_sqlite_search_index_batches_total: 'counter', chat_session_api_sqlite_search_merge_steps_total: 'counter' },
       }[STORE],
       process_resident_memory_bytes: 'gauge',
       nodejs_eventloop_delay_seconds: 'histogram',

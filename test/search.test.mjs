@@ -232,7 +232,7 @@ describe('Search', () => {
     }
   });
 
-  test('sqlite: "FTS5 merges 16 segments of a level at a time" as it writes, and "a server with time to spare merges its search index" further: its segments become fewer and every turn is still found', { skip: STORE !== 'sqlite' && 'about the sqlite engine' }, async () => {
+  test('sqlite: "FTS5 merges 16 segments of a level at a time" as it writes (a whole level at once only at 64), and "a server with time to spare merges its search index" further: its segments become fewer and every turn is still found', { skip: STORE !== 'sqlite' && 'about the sqlite engine' }, async () => {
     const { DatabaseSync } = await import('node:sqlite');
     const file = (dataDir) => join(dataDir, 'chat-sessions.db');
     /** How many segments each index has, and its automerge setting, read from the file. */
@@ -246,7 +246,8 @@ describe('Search', () => {
         db.close();
       }
     };
-    // each turn indexed in a transaction of its own: a segment each, none merged while the server runs
+    const steps = async (srv) => Number(/^chat_session_api_sqlite_search_merge_steps_total (\d+)$/m.exec((await srv.request('GET', '/metrics')).text)?.[1]);
+    // each turn indexed in a transaction of its own: a segment each, none merged while the server runs (hold:merge)
     const first = await startServer({ env: { CHAT_SESSION_API_FAULTS: 'hold:merge' } });
     const dataDir = first.dataDir;
     const made = [];
@@ -257,11 +258,20 @@ describe('Search', () => {
         made.push((await say(u, s._id, `egret ${i}`))._id);
         await indexed(first);
       }
+      // idle for longer than the second after which it would merge
+      await new Promise((r) => setTimeout(r, 1500));
+      assert.equal(await steps(first), 0);
     } finally {
       await first.stop();
     }
     const before = shape(dataDir);
     assert.deepEqual([before.name_words.automerge, before.turn_words.automerge], [16, 16]);
+    const db = new DatabaseSync(file(dataDir), { readOnly: true });
+    try {
+      assert.equal(db.prepare("SELECT v FROM turn_words_config WHERE k = 'crisismerge'").get()?.v, 64);
+    } finally {
+      db.close();
+    }
     assert.ok(before.turn_words.segments >= 8, `40 transactions leave many segments: ${before.turn_words.segments}`);
     const second = await startServer({ dataDir });
     try {
@@ -271,6 +281,17 @@ describe('Search', () => {
         now = shape(dataDir);
       }
       assert.ok(now.turn_words.segments < before.turn_words.segments, `merged when idle: ${before.turn_words.segments} -> ${now.turn_words.segments} segments`);
+      // and it stops once there is nothing left to merge
+      let done = await steps(second);
+      for (let i = 0; i < 100; i++) {
+        await new Promise((r) => setTimeout(r, 100));
+        const n = await steps(second);
+        if (n === done) break;
+        done = n;
+      }
+      assert.ok(done >= 1);
+      await new Promise((r) => setTimeout(r, 300));
+      assert.equal(await steps(second), done, 'no step once the merge found nothing to do');
       const found = (await search(second.as('s-merge'), { q: 'egret', limit: '100' })).data.map((h) => h.turnId);
       assert.deepEqual(found.sort(), [...made].sort());
     } finally {

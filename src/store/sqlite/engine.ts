@@ -335,8 +335,9 @@ export class SqliteStore extends SerialWrites implements Store, GroupSource, Gro
   private worker: Worker | undefined;
   /** When the background indexer's last failure was logged. */
   private indexWarnedAt = 0;
-  /** The background indexer's batches since start. */
+  /** The background indexer's batches, and the idle merge's steps, since start. */
   private indexBatches = 0;
+  private mergeSteps = 0;
   /** How a write makes a turn's words for the index (none with SEARCH=off). */
   private get turnWords(): (t: Turn) => string | true | null {
     return this.opts.search === false ? noWords : turnWordsOf;
@@ -441,6 +442,15 @@ export class SqliteStore extends SerialWrites implements Store, GroupSource, Gro
             return;
           case 'indexed':
             this.indexBatches++;
+            return;
+          case 'merged':
+            this.mergeSteps++;
+            return;
+          case 'mergeFailed':
+            if (Date.now() - this.indexWarnedAt >= 60_000) {
+              this.indexWarnedAt = Date.now();
+              this.opts.log.warn('the search index could not be merged while idle; it is searched as it is, and merged when next idle', { err: m.message });
+            }
             return;
           case 'closed':
             return;
@@ -740,8 +750,14 @@ export class SqliteStore extends SerialWrites implements Store, GroupSource, Gro
         {
           name: 'sqlite_search_index_batches_total',
           type: 'counter',
-          help: 'Transactions in which the writer thread indexed names and turns since start (under a steady load, one per about 1,024).',
+          help: 'Transactions in which the writer thread indexed names and turns since start (under a steady load of appends, one per about 1,024 turns).',
           value: this.indexBatches,
+        },
+        {
+          name: 'sqlite_search_merge_steps_total',
+          type: 'counter',
+          help: "Steps in which the writer thread, idle, merged the search index's segments since start.",
+          value: this.mergeSteps,
         },
       ],
     };

@@ -273,11 +273,15 @@ const MIGRATIONS: readonly string[] = [
   // 8: a queued turn says whether its write found its content a string FTS5 can be given as it
   // is (queuedTurnWords): the indexer then reads it without checking it again (~6 -> ~1 µs a
   // turn of 1 KiB). What is queued already is checked as before. And FTS5 merges 16 segments of
-  // a level at a time as it writes, not 4; the writer merges further when idle (./worker.ts).
+  // a level at a time as it writes, not 4, and merges a whole level at once (crisismerge) only
+  // at 64, not 16: at 16 that whole-level merge took every merge over (1.4 s in one transaction
+  // at 262,144 turns, 16 times that a level up); the writer merges further when idle (./worker.ts).
   `
   ALTER TABLE turns_unindexed ADD COLUMN content_as_is INTEGER NOT NULL DEFAULT 0;
   INSERT INTO name_words (name_words, rank) VALUES ('automerge', 16);
   INSERT INTO turn_words (turn_words, rank) VALUES ('automerge', 16);
+  INSERT INTO name_words (name_words, rank) VALUES ('crisismerge', 64);
+  INSERT INTO turn_words (turn_words, rank) VALUES ('crisismerge', 64);
   `,
 ];
 

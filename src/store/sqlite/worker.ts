@@ -88,6 +88,9 @@ export type FromWriter =
   | { readonly kind: 'indexFailed'; readonly message: string }
   /** The background indexer committed a batch of names and turns. */
   | { readonly kind: 'indexed' }
+  /** The idle merge committed a step; or failed one (rolled back; tried again when next idle). */
+  | { readonly kind: 'merged' }
+  | { readonly kind: 'mergeFailed'; readonly message: string }
   | { readonly kind: 'closed' };
 
 /** Starts the writer when this thread is one; false on any other thread. */
@@ -137,6 +140,8 @@ function runWriter(data: WriterData, port: MessagePort): void {
         (message) => post({ kind: 'indexFailed', message }),
         committed,
         () => post({ kind: 'indexed' }),
+        () => post({ kind: 'merged' }),
+        (message) => post({ kind: 'mergeFailed', message }),
       );
     }
   } catch (e) {
@@ -193,16 +198,17 @@ const INDEX_GATHER = 1024;
 const INDEX_IDLE_MS = 5;
 /**
  * FTS5 merges an index's segments as it writes them, 16 of a level at a time (automerge, set by
- * schema 8; its default is 4): each word's list is rewritten once a level, and with 16 a level
- * there are half as many levels (the indexer's CPU per 1 KiB turn ~19 -> ~15 µs), but up to 15
- * segments a level for a search to read. Once the writer has had nothing to commit for
- * MERGE_IDLE_MS, the indexer merges further, MERGE_PAGES pages a step (~13 ms at 300,000
- * turns), one step per turn of the thread's event loop, until no level holds 4 segments (FTS5's
- * 'merge' command) or a commit comes: a busy server writes cheaply, one with time to spare reads
- * as before.
+ * schema 8 with crisismerge 64; its defaults are 4 and 16): each word's list is rewritten once a
+ * level, and with 16 a level there are half as many levels (the indexer's CPU per 1 KiB turn
+ * ~19 -> ~15 µs), but more segments for a search to read (24 against 12 at 1M turns). Once the
+ * writer has had nothing to commit for MERGE_IDLE_MS, the indexer merges further, MERGE_PAGES
+ * pages of each index a step (~25 ms at 1M turns), one step per turn of the thread's event loop,
+ * until FTS5's 'merge' command finds nothing to do (no level holds 4 segments, no segment is
+ * mostly deleted) or a commit comes: a busy server writes cheaply, one with time to spare reads
+ * fewer segments again.
  */
 const MERGE_IDLE_MS = 1000;
-const MERGE_PAGES = 256;
+const MERGE_PAGES = 128;
 
 /**
  * Indexes what the commits queued (names_unindexed, turns_unindexed: ./schema.ts), a batch per
@@ -238,6 +244,9 @@ export class Indexer {
     private readonly committed: () => void,
     /** A batch committed, of `taken` from the fuller queue. */
     private readonly batched: (taken: number) => void,
+    /** A step of the idle merge committed. */
+    private readonly merged: () => void = () => {},
+    private readonly mergeFailed: (message: string) => void = failed,
   ) {
     this.lastName = db.prepare('SELECT max(rowid) AS upto FROM (SELECT rowid FROM names_unindexed ORDER BY rowid LIMIT ?)');
     this.lastTurn = db.prepare('SELECT max(rowid) AS upto FROM (SELECT rowid FROM turns_unindexed ORDER BY rowid LIMIT ?)');
@@ -285,7 +294,12 @@ export class Indexer {
       if (this.stopped) return;
       const size = this.size;
       const taken = this.batch();
-      // fewer than asked for: the queue is empty (or the batch failed and the next commit tries again)
+      if (taken < 0) {
+        // failed (a full disk, say): how many wait is unknown again, and the next commit tries again
+        this.waiting = Infinity;
+        return;
+      }
+      // fewer than asked for: the queue is empty
       this.waiting = taken < size ? 0 : Math.max(0, this.waiting - taken);
       if (taken < size) this.mergeWhenIdle();
       else if (this.waiting >= this.size) this.schedule();
@@ -308,14 +322,16 @@ export class Indexer {
     if (this.stopped || this.scheduled || held('merge')) return;
     const changes = (): number => int(this.totalChanges.get()?.['n']);
     let worked = false;
-    this.transaction(() => {
+    const done = this.transaction(() => {
       // each command is a no-op when it changes fewer than 2 rows (FTS5's documentation)
       for (const command of [this.mergeTurns, this.mergeNames]) {
         const before = changes();
         command.run(MERGE_PAGES);
         if (changes() - before >= 2) worked = true;
       }
-    });
+    }, this.mergeFailed);
+    if (!done) return; // tried again when next idle
+    this.merged();
     if (worked) this.mergeNext = setImmediate(() => this.merge());
   }
 
@@ -332,7 +348,7 @@ export class Indexer {
     }
   }
 
-  /** One batch of `size` from each queue in one transaction: how many it took from the fuller one (0: both empty, or it failed). */
+  /** One batch of `size` from each queue in one transaction: how many it took from the fuller one (0: both empty; -1: it failed). */
   private batch(): number {
     const size = this.size;
     const names = this.lastName.get(size)?.['upto'];
@@ -352,15 +368,15 @@ export class Indexer {
         taken = Math.max(taken, Number(this.dequeueTurns.run(turns).changes));
       }
     });
-    // a failed one (a full disk, say) leaves the queue as it was; the next commit tries again
-    if (!done) return 0;
+    // a failed one (a full disk, say) leaves the queue as it was
+    if (!done) return -1;
     this.batched(taken);
     this.size = taken < size ? FIRST_INDEX_BATCH : Math.min(MOST_INDEX_BATCH, size * 2);
     return taken;
   }
 
-  /** One transaction of the indexer's, not fsync'd; whether it committed (a failure is reported and rolled back). */
-  private transaction(body: () => void): boolean {
+  /** One transaction of the indexer's, not fsync'd; whether it committed (a failure is rolled back and reported to `failed`). */
+  private transaction(body: () => void, failed: (message: string) => void = this.failed): boolean {
     if (this.fsync) this.db.exec('PRAGMA synchronous = NORMAL');
     try {
       this.db.exec('BEGIN IMMEDIATE');
@@ -376,7 +392,7 @@ export class Indexer {
         throw e;
       }
     } catch (e) {
-      this.failed(e instanceof Error ? e.message : String(e));
+      failed(e instanceof Error ? e.message : String(e));
       return false;
     } finally {
       if (this.fsync) this.db.exec('PRAGMA synchronous = FULL');
