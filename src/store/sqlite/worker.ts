@@ -88,7 +88,7 @@ export type FromWriter =
   | { readonly kind: 'indexFailed'; readonly message: string }
   /** The background indexer committed a batch of names and turns. */
   | { readonly kind: 'indexed' }
-  /** The idle merge committed a step; or failed one (rolled back; tried again when next idle). */
+  /** The idle merge committed a step that merged something; or failed one (rolled back; tried again when next idle). */
   | { readonly kind: 'merged' }
   | { readonly kind: 'mergeFailed'; readonly message: string }
   | { readonly kind: 'closed' };
@@ -330,9 +330,9 @@ export class Indexer {
         if (changes() - before >= 2) worked = true;
       }
     }, this.mergeFailed);
-    if (!done) return; // tried again when next idle
+    if (!done || !worked) return; // a failed step is tried again when the writer is next idle
     this.merged();
-    if (worked) this.mergeNext = setImmediate(() => this.merge());
+    this.mergeNext = setImmediate(() => this.merge());
   }
 
   /** Indexes everything still queued, batch after batch, and stops (the store is closing). */
