@@ -282,15 +282,16 @@ describe('Search', () => {
       }
       assert.ok(now.turn_words.segments < before.turn_words.segments, `merged when idle: ${before.turn_words.segments} -> ${now.turn_words.segments} segments`);
       // and it stops once there is nothing left to merge
+      // (a step follows the last on the next turn of the thread's event loop: half a second without one is the end)
       let done = await steps(second);
-      for (let i = 0; i < 100; i++) {
-        await new Promise((r) => setTimeout(r, 100));
+      for (let i = 0; i < 40; i++) {
+        await new Promise((r) => setTimeout(r, 500));
         const n = await steps(second);
         if (n === done) break;
         done = n;
       }
       assert.ok(done >= 1);
-      await new Promise((r) => setTimeout(r, 300));
+      await new Promise((r) => setTimeout(r, 1500));
       assert.equal(await steps(second), done, 'no step once the merge found nothing to do');
       const found = (await search(second.as('s-merge'), { q: 'egret', limit: '100' })).data.map((h) => h.turnId);
       assert.deepEqual(found.sort(), [...made].sort());

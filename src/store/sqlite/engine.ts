@@ -434,11 +434,7 @@ export class SqliteStore extends SerialWrites implements Store, GroupSource, Gro
             return;
           }
           case 'indexFailed':
-            // once a minute at most: a full disk fails every try
-            if (Date.now() - this.indexWarnedAt >= 60_000) {
-              this.indexWarnedAt = Date.now();
-              this.opts.log.warn('the search index could not take what was written; it stays queued and is tried again after the next write', { err: m.message });
-            }
+            this.warnOfIndex('the search index could not take what was written; it stays queued and is tried again after the next write', m.message);
             return;
           case 'indexed':
             this.indexBatches++;
@@ -447,10 +443,7 @@ export class SqliteStore extends SerialWrites implements Store, GroupSource, Gro
             this.mergeSteps++;
             return;
           case 'mergeFailed':
-            if (Date.now() - this.indexWarnedAt >= 60_000) {
-              this.indexWarnedAt = Date.now();
-              this.opts.log.warn('the search index could not be merged while idle; it is searched as it is, and merged when next idle', { err: m.message });
-            }
+            this.warnOfIndex('the search index could not be merged while idle; it is searched as it is, and merged when next idle', m.message);
             return;
           case 'closed':
             return;
@@ -761,6 +754,13 @@ export class SqliteStore extends SerialWrites implements Store, GroupSource, Gro
         },
       ],
     };
+  }
+
+  /** A warning of the background indexer's, once a minute at most (a full disk fails every try). */
+  private warnOfIndex(text: string, err: string): void {
+    if (Date.now() - this.indexWarnedAt < 60_000) return;
+    this.indexWarnedAt = Date.now();
+    this.opts.log.warn(text, { err });
   }
 
   /** A snapshot connection from the pool (at most SCAN_MAX open; more wait their turn). */
