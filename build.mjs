@@ -1,5 +1,5 @@
 // Bundles src/ into dist/server.js: one CommonJS file that runs with `node dist/server.js`
-// on Node.js 20+, alone in an empty folder (no package.json beside it, hence CommonJS).
+// on Node.js 22.13+, alone in an empty folder (no package.json beside it, hence CommonJS).
 // GET /docs's browser script and style (src/api/docs/) are inlined as text.
 // It also bundles dist/testkit.cjs, the internals the in-process tests drive (the store
 // engines, the PostgreSQL client); that file is for the tests only and is never shipped.
@@ -15,7 +15,7 @@ const common = {
   bundle: true,
   platform: 'node',
   format: 'cjs',
-  target: 'node20',
+  target: 'node22',
   define: { __VERSION__: JSON.stringify(pkg.version), __DOCS_SCRIPT__: docsAsset('page.js'), __DOCS_STYLE__: docsAsset('page.css') },
   legalComments: 'none',
   sourcemap: false,

@@ -16,7 +16,7 @@ import { turnBefore } from './domain/order.js';
 import { isPlainObject } from './domain/schema.js';
 import { chatSession, turnRecord, type ChatSession, type JsonObject, type Turn } from './domain/records.js';
 import { forEachLine } from './files.js';
-import type { Store } from './store/store.js';
+import type { StoreSnapshot } from './store/store.js';
 
 export const EXPORT_FORMAT = 'chat-session-api/export';
 /** The version this release writes; it reads 1 too. */
@@ -43,7 +43,7 @@ const TURN_OPEN = Buffer.from('{"turn":');
 const RECORD_CLOSE = Buffer.from('}\n');
 
 /** Writes every session and turn of one snapshot of `store` as NDJSON chunks of about a megabyte. */
-export async function exportFrom(store: Store, write: (chunk: Buffer) => void | Promise<void>): Promise<ExportSummary> {
+export async function exportFrom(store: StoreSnapshot, write: (chunk: Buffer) => void | Promise<void>): Promise<ExportSummary> {
   const snapshot = await store.exportAll();
   const header = { format: EXPORT_FORMAT, version: EXPORT_VERSION, exportedAt: new Date().toISOString(), sessions: snapshot.sessions, turns: snapshot.turns };
   await write(Buffer.from(JSON.stringify(header) + '\n'));

@@ -43,7 +43,6 @@ export interface Config {
   readonly rateLimit: RateLimit | undefined;
   readonly trustProxy: boolean;
   readonly fsync: boolean;
-  readonly compactMinBytes: number;
   readonly store: EngineName;
   /** STORE=postgres: where the database is (it holds the password: never log it). */
   readonly databaseUrl: string | undefined;
@@ -73,7 +72,7 @@ export interface Config {
 export interface EventSettings {
   /** Events kept for clients that reconnect with Last-Event-ID. */
   readonly window: number;
-  /** journal and sqlite: bytes of those events' data kept in memory at most. */
+  /** sqlite: bytes of those events' data kept in memory at most. */
   readonly windowBytes: number;
   readonly heartbeatMs: number;
   /** Unsent bytes an event stream may hold before it is cut off. */
@@ -118,7 +117,7 @@ interface Setting {
 export const SETTINGS: readonly Setting[] = [
   { env: 'PORT', flag: '--port', def: '3000', help: 'TCP port; 0 picks a free one (the startup log line shows it)' },
   { env: 'HOST', flag: '--host', def: '127.0.0.1', help: 'address to listen on; 0.0.0.0 for containers' },
-  { env: 'DATA_DIR', flag: '--data-dir', def: './data', help: 'providers file, journal, generated secret, lock' },
+  { env: 'DATA_DIR', flag: '--data-dir', def: './data', help: 'providers file, sqlite database, generated secret, lock' },
   { env: 'PROVIDERS_FILE', flag: '--providers-file', def: '$DATA_DIR/providers.json', help: 'configured AI providers (JSON array); when set, the file must exist' },
   { env: 'AUTH_SECRET', flag: '--auth-secret', def: '(generated)', help: 'HS256 key, at least 32 bytes (prefer AUTH_SECRET_FILE: flags show in ps)' },
   { env: 'AUTH_SECRET_FILE', flag: '--auth-secret-file', def: '$DATA_DIR/auth-secret', help: 'file holding the HS256 key; generated (0600) on first start when no secret is set' },
@@ -134,9 +133,8 @@ export const SETTINGS: readonly Setting[] = [
   { env: 'DOCS', flag: '--docs', def: 'on', help: 'on or off: GET /docs, the API reference page with a try-it form' },
   { env: 'RATE_LIMIT', flag: '--rate-limit', def: '(off)', help: 'per-user request rate, e.g. 100/s or 600/m; over it gets 429' },
   { env: 'TRUST_PROXY', flag: '--trust-proxy', def: 'off', help: 'on: take the client address from X-Forwarded-For (behind nginx)' },
-  { env: 'COMPACT_MIN_SIZE', flag: '--compact-min-size', def: '1mb', help: 'the journal is not compacted while smaller than this' },
   { env: 'FSYNC', flag: '--fsync', def: 'on', help: 'off only to measure what durability costs: acknowledged writes can be lost' },
-  { env: 'STORE', flag: '--store', def: 'journal', help: 'storage engine: journal (all in memory, Node 20+), sqlite (on disk, Node 22.13+) or postgres' },
+  { env: 'STORE', flag: '--store', def: 'sqlite', help: 'storage engine: sqlite (a file in DATA_DIR) or postgres (DATABASE_URL; several instances on one database)' },
   { env: 'SQLITE_FILE', flag: '--sqlite-file', def: '$DATA_DIR/chat-sessions.db', help: 'the database file of STORE=sqlite' },
   { env: 'SQLITE_CACHE', flag: '--sqlite-cache', def: '32mb', help: 'page cache of each STORE=sqlite connection (the reader and the writer): what bounds its memory' },
   { env: 'DATABASE_URL', flag: '--database-url', def: '(none)', help: 'STORE=postgres: postgres://user:password@host:port/db?sslmode=disable|require|verify-full[&sslrootcert=FILE]' },
@@ -158,7 +156,7 @@ export const SETTINGS: readonly Setting[] = [
   { env: 'QUOTA_BYTES', flag: '--quota-bytes', def: '(off)', help: "bytes of JSON one user's sessions and their turns may hold at most (kb, mb, gb)" },
   { env: 'EVENTS', flag: '--events', def: 'on', help: 'on or off: the live feed (GET /api/v1/events, the event streams, their tickets)' },
   { env: 'EVENTS_WINDOW', flag: '--events-window', def: '10000', help: 'events kept for clients that come back with Last-Event-ID; older ones get reset' },
-  { env: 'EVENTS_WINDOW_MEMORY', flag: '--events-window-memory', def: '64mb', help: 'journal and sqlite: memory those kept events may take at most' },
+  { env: 'EVENTS_WINDOW_MEMORY', flag: '--events-window-memory', def: '64mb', help: 'sqlite: memory those kept events may take at most' },
   { env: 'EVENTS_HEARTBEAT', flag: '--events-heartbeat', def: '15s', help: 'a heartbeat comment on every event stream this often, so proxies keep it open (ms, s, m)' },
   { env: 'EVENTS_BUFFER', flag: '--events-buffer', def: '1mb', help: 'unsent bytes an event stream may hold; past it the stream ends with a final event saying so' },
   { env: 'MAX_STREAMS', flag: '--max-streams', def: 'MAX_CONNECTIONS / 2', help: 'event streams open at once; past it 503 (below MAX_CONNECTIONS: streams are never idle)' },
@@ -285,7 +283,8 @@ export function loadConfig(env: NodeJS.ProcessEnv, flags: Raw = new Map(), cwd: 
     }
   }
 
-  const storeText = (get('STORE') ?? 'journal').trim().toLowerCase();
+  const storeText = (get('STORE') ?? 'sqlite').trim().toLowerCase();
+  if (storeText === 'journal') throw new ConfigError('STORE=journal: the journal engine is retired; leave STORE unset (sqlite: the first start migrates the journal of DATA_DIR) or set it to postgres');
   if (!(ENGINES as readonly string[]).includes(storeText)) throw new ConfigError(`STORE must be one of ${ENGINES.join(', ')} (got "${storeText}")`);
   const sqliteText = get('SQLITE_FILE');
   const purgeText = get('PURGE_INTERVAL');
@@ -334,7 +333,6 @@ export function loadConfig(env: NodeJS.ProcessEnv, flags: Raw = new Map(), cwd: 
     rateLimit: rateText === undefined || rateText.trim().toLowerCase() === 'off' ? undefined : parseRateLimit(rateText),
     trustProxy: parseSwitch('TRUST_PROXY', get('TRUST_PROXY') ?? 'off'),
     fsync: parseSwitch('FSYNC', get('FSYNC') ?? 'on'),
-    compactMinBytes: parseSize('COMPACT_MIN_SIZE', get('COMPACT_MIN_SIZE') ?? '1mb'),
     store: storeText as EngineName,
     databaseUrl,
     databaseSchema: (get('DATABASE_SCHEMA') ?? 'chat_session_api').trim(),

@@ -1,4 +1,4 @@
-// The command line: serve (the default), token, export, import, purge, erase-user, reindex, --help, --version.
+// The command line: serve (the default), token, export, import, migrate, purge, erase-user, reindex, --help, --version.
 // Errors a person can fix end the process with one plain line on stderr.
 import { existsSync, mkdirSync, statSync, writeSync } from 'node:fs';
 import { resolve } from 'node:path';
@@ -14,13 +14,12 @@ import { eraseUser, purgeExpired } from './purge.js';
 import { expiryOf, livenessAt } from './domain/retention.js';
 import { acquireLock, DataDirLocked, guardDataDir, LOCK_FILE } from './data-dir-lock.js';
 import { writeFileAtomically } from './files.js';
-import { COMMITTED_FILE, COMPACT_SUFFIX, IMPORT_SUFFIX, JOURNAL_FILE, NEXT_SUFFIX } from './store/journal/appender.js';
-import { JournalDamaged, JournalHasCrlf } from './store/journal/format.js';
-import { openStore, openStoreSnapshot } from './store/open.js';
+import { COMMITTED_FILE, JOURNAL_FILE, JournalDamaged, JournalHasCrlf, NEXT_FILE } from './store/journal/reader.js';
+import { MIGRATING_SUFFIX } from './store/migrate.js';
+import { migrateJournal, openStore, openStoreSnapshot } from './store/open.js';
 import { runSqliteWriterIfWorker } from './store/sqlite/worker.js';
-import { runWordIndexIfWorker } from './store/journal/word-thread.js';
 import { ImportConflict } from './store/import-plan.js';
-import { StoreOpenFailed, type Store } from './store/store.js';
+import { StoreOpenFailed, type Store, type StoreSnapshot } from './store/store.js';
 
 declare const __VERSION__: string;
 const VERSION = typeof __VERSION__ === 'string' ? __VERSION__ : '0.0.0-dev';
@@ -36,11 +35,12 @@ Usage:
   node dist/server.js export [--out FILE] [options]  write all sessions and turns as NDJSON
                                                      (stdout by default; safe while the server runs)
   node dist/server.js import FILE [options]          load an export into a stopped data directory
+  node dist/server.js migrate [options]              move the journal of an earlier release into the
+                                                     configured store (a start on sqlite does it too)
   node dist/server.js purge [--dry-run] [options]    delete the storage of expired sessions now; with
                                                      --dry-run only list them (safe while the server runs)
   node dist/server.js erase-user --user ID [options] delete every session of one user with all its turns
-  node dist/server.js reindex [options]              build the search index again (sqlite, postgres;
-                                                     the journal feeds it from memory at every start)
+  node dist/server.js reindex [options]              build the search index again
   node dist/server.js --help | --version
 
 Token options: --sub is the user id; --ttl like 30s, 15m, 1h, 7d or "never" (default 1h);
@@ -172,9 +172,9 @@ function writeAllSync(fd: number, data: Buffer): void {
 /** Files of the data directory an export must never be written over. */
 function protectedFiles(config: Config): Set<string> {
   const dir = config.dataDir;
-  const names = [JOURNAL_FILE, JOURNAL_FILE + COMPACT_SUFFIX, JOURNAL_FILE + IMPORT_SUFFIX, JOURNAL_FILE + NEXT_SUFFIX, COMMITTED_FILE, LOCK_FILE, SECRET_FILE, 'providers.json'];
+  const names = [JOURNAL_FILE, NEXT_FILE, COMMITTED_FILE, LOCK_FILE, SECRET_FILE, 'providers.json'];
   const files = new Set(names.map((n) => resolve(dir, n)));
-  for (const suffix of ['', '-wal', '-shm', '-journal']) files.add(resolve(config.sqliteFile + suffix));
+  for (const base of [config.sqliteFile, config.sqliteFile + MIGRATING_SUFFIX]) for (const suffix of ['', '-wal', '-shm', '-journal']) files.add(resolve(base + suffix));
   files.add(resolve(config.providersFile));
   if (config.authSecretFile !== undefined) files.add(resolve(config.authSecretFile));
   if (config.authPreviousSecretsFile !== undefined) files.add(resolve(config.authPreviousSecretsFile));
@@ -182,7 +182,7 @@ function protectedFiles(config: Config): Set<string> {
 }
 
 /** Runs `use` on an open store and closes it whatever happens. */
-async function withStore<T>(store: Store, use: (store: Store) => Promise<T>): Promise<T> {
+async function withStore<S extends StoreSnapshot, T>(store: S, use: (store: S) => Promise<T>): Promise<T> {
   try {
     return await use(store);
   } finally {
@@ -193,7 +193,7 @@ async function withStore<T>(store: Store, use: (store: Store) => Promise<T>): Pr
 async function exportCommand(argv: string[]): Promise<void> {
   const out = takeOption(argv, '--out');
   const config = loadCheckedConfig(argv);
-  const log = new Logger('warn');
+  const log = new Logger('warn', process.stderr);
   if (out === undefined) {
     // a store that cannot be read fails here, before anything is written
     const summary = await withStore(await openStoreSnapshot(config, log), (store) => exportFrom(store, (chunk) => writeAllSync(1, chunk)));
@@ -226,23 +226,18 @@ async function exportCommand(argv: string[]): Promise<void> {
   process.stderr.write(`exported ${summary.sessions} sessions and ${summary.turns} turns to ${out}\n`);
 }
 
-/** The store's settings for a command, which never searches: the journal starts no index thread for it (none to feed from the whole store). */
-function commandConfig(config: Config): Config {
-  return config.store === 'journal' ? { ...config, search: false } : config;
-}
-
 async function importCommand(argv: string[]): Promise<void> {
   const file = argv.shift();
   if (file === undefined || file.startsWith('--')) throw new ConfigError('import needs the backup FILE to read');
   const config = loadCheckedConfig(argv);
-  const log = new Logger('warn');
+  const log = new Logger('warn', process.stderr);
   const backup = parseBackup(file); // every line checked before anything is opened or written
   // the data directory's owner, whatever the engine: a server using it must be stopped first
   mkdirSync(config.dataDir, { recursive: true });
   await guardDataDir(config.dataDir);
   const lock = acquireLock(config.dataDir);
   try {
-    const r = await withStore(await openStore(commandConfig(config), log), (store) => store.importAll(backup.sessions, backup.turns));
+    const r = await withStore(await openStore(config, log), (store) => store.importAll(backup.sessions, backup.turns));
     if (r.sessions + r.turns === 0) process.stdout.write(`nothing to import: all ${r.unchanged} records are already stored as in ${file}\n`);
     else process.stdout.write(`imported ${r.sessions} sessions and ${r.turns} turns (${r.unchanged} already stored)\n`);
   } finally {
@@ -260,7 +255,7 @@ async function withWritableStore<T>(config: Config, use: (store: Store) => Promi
   await guardDataDir(config.dataDir);
   const lock = acquireLock(config.dataDir);
   try {
-    return await withStore(await openStore(commandConfig(config), new Logger('warn')), use);
+    return await withStore(await openStore(config, new Logger('warn', process.stderr)), use);
   } finally {
     lock.release();
   }
@@ -268,10 +263,6 @@ async function withWritableStore<T>(config: Config, use: (store: Store) => Promi
 
 async function reindexCommand(argv: string[]): Promise<void> {
   const config = loadCheckedConfig(argv);
-  if (config.store === 'journal') {
-    process.stdout.write('the journal keeps its search index in memory and feeds it from memory at every start: nothing to rebuild\n');
-    return;
-  }
   const started = Date.now();
   const n = await withWritableStore(config, (store) => store.reindex());
   process.stdout.write(`reindexed ${n} session names and turns in ${((Date.now() - started) / 1000).toFixed(1)} s\n`);
@@ -287,7 +278,7 @@ async function purgeCommand(argv: string[]): Promise<void> {
   };
   if (dryRun) {
     // a read of one snapshot, like export: safe beside a running server
-    const expired = await withStore(await openStoreSnapshot(config, new Logger('warn')), (store) => store.expiredSessions(livenessAt(Date.now(), config.retentionDays), Number.MAX_SAFE_INTEGER));
+    const expired = await withStore(await openStoreSnapshot(config, new Logger('warn', process.stderr)), (store) => store.expiredSessions(livenessAt(Date.now(), config.retentionDays), Number.MAX_SAFE_INTEGER));
     let turns = 0;
     for (const e of expired) {
       line(e.session._id, e.session);
@@ -300,12 +291,39 @@ async function purgeCommand(argv: string[]): Promise<void> {
   process.stdout.write(`purged ${purged.sessions} expired sessions and ${purged.turns} turns\n`);
 }
 
+async function migrateCommandLine(argv: string[]): Promise<void> {
+  const config = loadCheckedConfig(argv);
+  mkdirSync(config.dataDir, { recursive: true });
+  await guardDataDir(config.dataDir);
+  const lock = acquireLock(config.dataDir);
+  try {
+    // progress lines (JSON, as the server logs them) while a large journal is read and written
+    const log = new Logger('info', process.stderr);
+    const done = await migrateJournal(config, log);
+    log.flush();
+    if (done === undefined) process.stdout.write(`nothing to migrate: ${config.dataDir} holds no journal of an earlier release\n`);
+    else process.stdout.write(`migrated ${done.sessions} sessions and ${done.turns} turns into ${config.store === 'sqlite' ? config.sqliteFile : 'the PostgreSQL database'}; the journal is kept as ${done.kept}\n`);
+  } finally {
+    lock.release();
+  }
+}
+
 async function eraseUserCommand(argv: string[]): Promise<void> {
   const user = takeOption(argv, '--user');
   if (user === undefined || user.trim() === '') throw new ConfigError('erase-user needs --user <user id>');
   const config = loadCheckedConfig(argv);
   const erased = await withWritableStore(config, (store) => eraseUser(store, user, (id) => process.stdout.write(`${id}\n`)));
   process.stdout.write(`erased ${erased.sessions} sessions and ${erased.turns} turns of user ${user}\n`);
+}
+
+/** The oldest Node.js this release runs on: the first 22.x with node:sqlite without a flag. */
+const NODE_MIN = [22, 13] as const;
+
+/** A Node.js too old for this release, as one line saying which is needed; undefined when it is new enough. */
+function nodeTooOld(version: string = process.versions.node): string | undefined {
+  const [major = 0, minor = 0] = version.split('.').map(Number);
+  if (major > NODE_MIN[0] || (major === NODE_MIN[0] && minor >= NODE_MIN[1])) return undefined;
+  return `Node.js ${NODE_MIN.join('.')} or newer is needed (this is ${version}); \`npm start\` runs the Node.js of the \`node\` dev dependency, or see the README's "Install on an air-gapped box"`;
 }
 
 async function main(argv: string[]): Promise<void> {
@@ -318,6 +336,8 @@ async function main(argv: string[]): Promise<void> {
     process.stdout.write(`${VERSION}\n`);
     return;
   }
+  const old = nodeTooOld();
+  if (old !== undefined) throw new StartFailed(old);
   const command = argv[0] !== undefined && !argv[0].startsWith('--') ? argv.shift() : 'serve';
   switch (command) {
     case 'serve': {
@@ -346,6 +366,8 @@ async function main(argv: string[]): Promise<void> {
       return purgeCommand(argv);
     case 'reindex':
       return reindexCommand(argv);
+    case 'migrate':
+      return migrateCommandLine(argv);
     case 'erase-user':
       return eraseUserCommand(argv);
     default:
@@ -355,7 +377,7 @@ async function main(argv: string[]): Promise<void> {
 
 // Every failure is one line on stderr; LOG_LEVEL=debug adds the stack of an unexpected one.
 // The same file is also the sqlite engine's writer thread (a worker started on this file).
-if (!runSqliteWriterIfWorker() && !runWordIndexIfWorker()) main(process.argv.slice(2)).catch((e: unknown) => {
+if (!runSqliteWriterIfWorker()) main(process.argv.slice(2)).catch((e: unknown) => {
   if (e instanceof OutputClosed) process.exit(141); // as a program killed by SIGPIPE, and as quietly
   const message = (e instanceof Error ? e.message : String(e)).replace(/\s*\n\s*/g, ' ');
   process.stderr.write(`${NAME}: ${message}\n`);

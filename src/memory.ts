@@ -1,6 +1,6 @@
 // What this process may use of memory, and what it uses: V8's old-generation limit (set with
 // --max-old-space-size) and the resident memory allowed (MEMORY_LIMIT, or the cgroup's limit).
-// The low-memory guard (http/memory-guard.ts) and the journal's record cache size themselves by it.
+// The low-memory guard (http/memory-guard.ts) and the caches of records size themselves by it.
 import { totalmem } from 'node:os';
 import { getHeapSpaceStatistics, getHeapStatistics } from 'node:v8';
 
@@ -57,21 +57,10 @@ export function oldGenerationUsed(): number {
   return n;
 }
 
-/** The old generation in use by each other thread with a heap of its own (the journal's search index), as it last reported. */
-const threadHeaps = new Map<string, number>();
-
-/** A thread's report of its old generation in use (undefined: the thread is gone). */
-export function reportThreadHeap(thread: string, used: number | undefined): void {
-  if (used === undefined) threadHeaps.delete(thread);
-  else threadHeaps.set(thread, used);
-}
-
 /**
- * The fullest heap of the process: this thread's old generation or another thread's (each V8
- * heap has the same limit, and the first to reach it ends the process or loses its thread).
+ * What a cache of read records may hold: a sixty-fourth of V8's heap limit, from 1 to 64 MiB, so
+ * that near a small ceiling a client that only reads cannot fill the heap with cached JSON.
  */
-export function fullestHeapUsed(): number {
-  let n = oldGenerationUsed();
-  for (const used of threadHeaps.values()) n = Math.max(n, used);
-  return n;
+export function recordCacheBudget(heapBytes: number = ceilingsOf('off').heapBytes): number {
+  return Math.min(64 * 1024 * 1024, Math.max(1024 * 1024, Math.floor(heapBytes / 64)));
 }

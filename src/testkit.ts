@@ -2,14 +2,11 @@
 // that are tested below the HTTP layer, against the real thing they talk to.
 import { runSqliteWriterIfWorker } from './store/sqlite/worker.js';
 export { Indexer } from './store/sqlite/worker.js';
-import { runWordIndexIfWorker } from './store/journal/word-thread.js';
 
-// the sqlite engine starts its writer thread, and the journal its search index's, on the file that holds it: this one, in the tests
-if (!runSqliteWriterIfWorker()) runWordIndexIfWorker();
+// the sqlite engine starts its writer thread on the file that holds it: this one, in the tests
+runSqliteWriterIfWorker();
 
 export { crc32, crc32Portable } from './store/journal/crc32.js';
-export { SortedList } from './store/journal/sorted-list.js';
-export { WordIndex } from './store/journal/word-index.js';
 export { loadConfig } from './config.js';
 export { Logger } from './log.js';
 export { openStore, openStoreSnapshot } from './store/open.js';

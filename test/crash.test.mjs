@@ -117,10 +117,7 @@ describe('Crash safety (SIGKILL)', () => {
   test(`SIGKILL under load at a random moment, ${KILLS} times: every acknowledged change is there exactly, deleted stays deleted, nothing half-written`, async (t) => {
     const dataDir = tempDir('csa-crash-');
     const model = new Model();
-    let compactions = 0;
-    let tornTails = 0;
-    // small compaction threshold so compactions also happen (and may be killed) along the way
-    const env = { COMPACT_MIN_SIZE: '16kb' };
+    const env = {};
     try {
       for (let round = 0; round < KILLS; round++) {
         const server = await startServer({ dataDir, env });
@@ -132,16 +129,12 @@ describe('Crash safety (SIGKILL)', () => {
         await server.kill();
         stop.now = true;
         await Promise.all(workers);
-        compactions += server.logs().filter((l) => l.msg === 'journal compacted').length;
-        tornTails += server.logs().filter((l) => /interrupted final write/.test(l.msg)).length;
       }
       const last = await startServer({ dataDir, env });
       try {
         await verify(last, model);
         assert.ok(model.sessions.size > 0);
-        // how many compactions ran depends on when the kills land, so it is reported, not asserted:
-        // a kill at every compaction step is pinned by the recovery tests
-        t.diagnostic(`${model.sessions.size} sessions, ${compactions} compactions, ${tornTails} torn tails recovered`);
+        t.diagnostic(`${model.sessions.size} sessions`);
         assert.equal(last.logs().some((l) => l.level === 'error'), false, JSON.stringify(last.logs().filter((l) => l.level === 'error')));
       } finally {
         await last.stop();

@@ -1,5 +1,5 @@
 // The portable CRC-32 (used where the runtime has no zlib.crc32, Node.js before 20.15) gives
-// the same checksums as zlib's: a journal written by one runtime must replay on the other.
+// the same checksums as zlib's: the retired journal's reader checks its records with them.
 // A pure function, so it is called directly from the test kit rather than through the server.
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';

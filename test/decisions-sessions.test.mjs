@@ -351,7 +351,7 @@ describe("Sessions, beyond the spec's rows", () => {
       assert.equal((await u.get(`${BASE}/${keep._id}/turns`)).body.data.length, 5, "another session's turns stay");
       const metrics = await other.request('GET', '/metrics');
       assert.match(metrics.text, /^chat_session_api_turns 5$/m, 'the stored turn count dropped with the session');
-      // and after a restart (journal replay) they are still gone
+      // and after a restart they are still gone
       await other.stop();
       const again = await startServer({ dataDir: other.dataDir });
       try {

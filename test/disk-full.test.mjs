@@ -2,11 +2,11 @@
 // every write that cannot be stored is a 500 for that write, reads go on, the server never dies;
 // a start on a full disk is one line and leaves nothing behind.
 import assert from 'node:assert/strict';
-import { existsSync, readFileSync } from 'node:fs';
-import { dirname, join } from 'node:path';
+import { existsSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
 import { describe, test } from 'node:test';
-import { dump, metric, waitFor } from './api-kit.mjs';
-import { newSession, removeDir, runCli, SECRET, SERVER, smallDisk, startServer, STORE, tempDir } from './helpers.mjs';
+import { dump } from './api-kit.mjs';
+import { newSession, ROOT, runCli, SECRET, SERVER, smallDisk, startServer, STORE } from './helpers.mjs';
 import { spawnSync } from 'node:child_process';
 
 const NAME = 'chat-session-api';
@@ -40,7 +40,7 @@ describe('A full disk', { skip: STORE === 'postgres' ? "the data of STORE=postgr
   test('"A full disk never stops the server: every write-path error becomes a 500 for that write; the server keeps serving reads": writes get 500 Storage write failed on a full disk, reads and /healthz go on, the server never dies, and writes succeed again once space is freed', async (t) => {
     const disk = smallDisk(t, '4m');
     if (disk === undefined) return;
-    const s = await startServer({ dataDir: disk.dir, env: { COMPACT_MIN_SIZE: '64mb' } });
+    const s = await startServer({ dataDir: disk.dir, });
     try {
       const u = s.as('alice');
       const { id, before } = await keptSession(s);
@@ -133,109 +133,34 @@ describe('A full disk', { skip: STORE === 'postgres' ? "the data of STORE=postgr
   });
 });
 
-describe('Compaction on a nearly full disk', { skip: STORE === 'journal' ? false : `about the journal engine's files; this run tests STORE=${STORE}` }, () => {
-  const turn = 'z'.repeat(16 * 1024);
-
-  /** `n` sessions of `turns` 16 KiB turns each, owned by alice; their ids. */
-  async function sessionsWithTurns(u, n, turns, name) {
-    const ids = [];
-    for (let i = 0; i < n; i++) {
-      const id = (await u.post('/api/v1/chat-sessions', newSession({ name: `${name} ${i}` }))).body.data._id;
-      for (let k = 0; k < turns; k++) assert.equal((await u.post(`/api/v1/chat-sessions/${id}/turns`, { role: 'user', content: turn })).status, 201);
-      ids.push(id);
-    }
-    return ids;
-  }
-
-  test('"Compaction moves the journal\'s end first, a piece at a time, so it needs free space for one piece, not for the live data": with less free space than the live data, the journal is compacted and the space given back; nothing is lost', async (t) => {
-    const disk = smallDisk(t, '8m');
+describe('A migration on a full disk', { skip: STORE !== 'sqlite' ? 'the start migrates a journal into sqlite' : false }, () => {
+  test('"all or nothing": a journal migrated on a disk too full for its database stops the start with one line naming the data directory, leaves the journal as it was and no database; once space is freed the next start migrates it whole', async (t) => {
+    const disk = smallDisk(t, '4m');
     if (disk === undefined) return;
-    const s = await startServer({ dataDir: disk.dir, env: { COMPACT_MIN_SIZE: '1mb' } });
     try {
-      const u = s.as('alice');
-      await sessionsWithTurns(u, 12, 8, 'live'); // 1.5 MiB live
-      const live = await metric(s, 'chat_session_api_journal_live_bytes');
+      const journal = readFileSync(join(ROOT, 'test', 'fixtures', 'journal', 'clean', 'sessions.journal'));
+      writeFileSync(join(disk.dir, 'sessions.journal'), journal);
       disk.fill();
-      disk.free(live + 1024 * 1024); // room for the dead records that trigger the compaction, and then less than the live data
-      // dead records: sessions written and deleted, until their bytes outweigh the live ones
-      for (let i = 0; (await metric(s, 'chat_session_api_compactions_total')) === 0 && i < 200; i++) {
-        const [id] = await sessionsWithTurns(u, 1, 1, 'dead');
-        assert.equal((await u.del(`/api/v1/chat-sessions/${id}`)).status, 200);
-      }
-      await waitFor(async () => (await metric(s, 'chat_session_api_compactions_total')) >= 1, 'a compaction');
-      assert.ok(!s.logs().some((l) => l.level === 'error'), JSON.stringify(s.logs().filter((l) => l.level === 'error')));
-      const bytes = await metric(s, 'chat_session_api_journal_bytes');
-      assert.ok(bytes < 1.5 * live, `the journal holds ${bytes} bytes for ${live} live bytes`);
-      assert.ok(disk.available() > live, 'the space came back');
-      const state = await dump(s);
-      assert.equal(Object.values(state).filter((x) => x.name.startsWith('live')).length, 12);
-      await s.stop();
-      const again = await startServer({ dataDir: disk.dir });
-      try {
-        assert.deepEqual(await dump(again), state);
-      } finally {
-        await again.stop();
-      }
-    } finally {
-      await s.stop();
-      disk.release();
-    }
-  });
-
-  test('"After a failure, compaction is tried again" ... "once the file system reports room for the piece that did not fit": a compaction that finds the disk full stops without harm (two files an export reads whole), and goes on once space is freed; nothing is lost', async (t) => {
-    const disk = smallDisk(t, '8m');
-    if (disk === undefined) return;
-    const first = await startServer({ dataDir: disk.dir, env: { COMPACT_MIN_SIZE: '64mb' } });
-    let s;
-    try {
-      const u = first.as('alice');
-      // dead records first, live ones last: the end of the journal, moved first, is live
-      for (let i = 0; i < 10; i++) {
-        const [id] = await sessionsWithTurns(u, 1, 8, 'dead');
-        assert.equal((await u.del(`/api/v1/chat-sessions/${id}`)).status, 200);
-      }
-      await sessionsWithTurns(u, 8, 8, 'live');
-      const state = await dump(first);
-      await first.kill(); // its lock stays, so the next start needs no new space for one
-      disk.fill();
-      disk.free(20 * 1024); // room for a few small writes, not for a piece of live records
-      s = await startServer({ dataDir: disk.dir, env: { COMPACT_MIN_SIZE: '1mb' } });
-      const v = s.as('alice');
-      const [anId] = Object.keys(state);
-      await waitFor(() => s.logs().some((l) => l.level === 'error' && /no space left/.test(l.msg)), 'the compaction to find the disk full');
-      assert.equal(await metric(s, 'chat_session_api_compactions_total'), 0);
-      assert.deepEqual(await dump(s), state, 'reads go on');
-      // stopped half way, the journal is two files; an export beside the server reads both
-      assert.ok(existsSync(join(disk.dir, 'sessions.journal.next')), 'two files');
-      const out = join(tempDir(), 'backup.ndjson');
-      const exported = runCli(['export', '--out', out], { env: { DATA_DIR: disk.dir } });
-      assert.equal(exported.code, 0, exported.stderr);
-      const records = readFileSync(out, 'utf8').trim().split('\n').slice(1).map((l) => JSON.parse(l));
-      assert.deepEqual(records.filter((r) => r.session).map((r) => r.session._id).sort(), Object.keys(state).sort());
-      assert.equal(records.filter((r) => r.turn).length, Object.values(state).reduce((n, x) => n + x.turns.length, 0));
-      removeDir(dirname(out));
+      disk.free(64 * 1024); // room for the lock and a start, not for the database
+      const r = runCli([], { env: { DATA_DIR: disk.dir, PORT: '0', AUTH_SECRET: SECRET } });
+      assert.equal(r.code, 1, r.stderr);
+      const lines = r.stderr.split('\n').filter((l) => l !== '');
+      assert.equal(lines.length, 1, r.stderr);
+      assert.match(lines[0], /no space left|chat-sessions\.db\.migrating: .*check its permissions and the disk\. Nothing was changed\./);
+      assert.deepEqual(readFileSync(join(disk.dir, 'sessions.journal')), journal, 'the journal as it was');
+      assert.equal(existsSync(join(disk.dir, 'chat-sessions.db')), false, 'no database put in place');
       disk.free();
-      // writes go on; one of them finds the space back and the compaction goes on
-      await waitFor(async () => {
-        assert.equal((await v.put(`/api/v1/chat-sessions/${anId}`, { name: state[anId].name })).status, 200);
-        return (await metric(s, 'chat_session_api_compactions_total')) >= 1;
-      }, 'the compaction to go on once space is back');
-      assert.ok((await metric(s, 'chat_session_api_journal_bytes')) < 1.5 * (await metric(s, 'chat_session_api_journal_live_bytes')));
-      const after = await dump(s);
-      // the same sessions and turns (the renames moved one session's updatedAt)
-      assert.deepEqual(Object.keys(after).sort(), Object.keys(state).sort());
-      for (const id of Object.keys(state)) assert.deepEqual(after[id].turns, state[id].turns);
-      await s.stop();
-      const again = await startServer({ dataDir: disk.dir });
+      const s = await startServer({ dataDir: disk.dir, env: { PURGE_INTERVAL: 'off' } });
       try {
-        assert.deepEqual(await dump(again), after);
+        const all = await s.as('carol').get('/api/v1/chat-sessions?archived=all');
+        assert.equal(all.body.data.length, 60, 'every record carried over');
+        assert.ok(!readdirSync(disk.dir).some((f) => f.includes('.migrating')), 'nothing of the failed run is left');
       } finally {
-        await again.stop();
+        await s.stop();
       }
     } finally {
-      await first.stop();
-      await s?.stop();
       disk.release();
     }
   });
 });
+

@@ -1,6 +1,6 @@
 // Moving a store between engines: export from one, import into another, and every answer a
 // client can see (each session with its ETag, every list, filter and page, every turn) is the
-// same. Journal -> sqlite -> postgres -> journal, each engine on the Node.js it needs.
+// same. sqlite -> postgres -> sqlite.
 import assert from 'node:assert/strict';
 import { join } from 'node:path';
 import { capture, populate } from './backup-data.mjs';
@@ -10,16 +10,15 @@ const NODE24 = join(ROOT, 'node_modules', 'node', 'bin', 'node');
 
 /** How to run each engine: its settings and its Node.js. */
 function engine(name, dir) {
-  if (name === 'journal') return { env: { STORE: 'journal', DATA_DIR: dir }, node: process.execPath };
   if (name === 'sqlite') return { env: { STORE: 'sqlite', DATA_DIR: dir }, node: NODE24 };
-  return { env: { STORE: 'postgres', DATA_DIR: dir, DATABASE_URL: process.env.CSA_TEST_DATABASE_URL, DATABASE_SCHEMA: `moves_${process.pid}` }, node: process.execPath };
+  return { env: { STORE: 'postgres', DATA_DIR: dir, DATABASE_URL: process.env.CSA_TEST_DATABASE_URL, DATABASE_SCHEMA: `moves_${process.pid}` }, node: NODE24 };
 }
 
 export async function movesBetweenEngines(tempDir) {
   const work = tempDir('csa-moves-');
   const dirs = [];
   try {
-    const order = ['journal', 'sqlite', 'postgres', 'journal'];
+    const order = ['sqlite', 'postgres', 'sqlite'];
     let data;
     let expected;
     let previous;

@@ -37,14 +37,14 @@ describe('A fresh clone', () => {
     }
   });
 
-  test('"data/ is ignored by git as a whole, so a user\'s providers, secret and journal never show in git status"', (t) => {
+  test('"data/ is ignored by git as a whole, so a user\'s providers, secret and database never show in git status"', (t) => {
     const inRepo = spawnSync('git', ['rev-parse', '--is-inside-work-tree'], { cwd: ROOT, encoding: 'utf8' });
     if (inRepo.status !== 0) {
       console.log('# SKIPPED: not a git checkout (or no git): the .gitignore rule for data/ is not checked');
       t.skip('not a git checkout');
       return;
     }
-    const files = ['data/providers.json', 'data/auth-secret', 'data/sessions.journal', 'data/lock', 'data/sessions.journal.committed'];
+    const files = ['data/providers.json', 'data/auth-secret', 'data/chat-sessions.db', 'data/chat-sessions.db-wal', 'data/lock', 'data/sessions.journal.migrated'];
     const r = spawnSync('git', ['check-ignore', '--no-index', ...files], { cwd: ROOT, encoding: 'utf8' });
     assert.deepEqual(r.stdout.trim().split('\n'), files);
     const tracked = spawnSync('git', ['ls-files', 'data'], { cwd: ROOT, encoding: 'utf8' });

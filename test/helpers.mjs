@@ -22,19 +22,18 @@ export const SECRET = 'test-secret-0123456789abcdef0123456789abcdef';
  * The engine this run of the suite tests (test/run.mjs runs it once per engine): every server
  * the tests start uses it, unless a test names another.
  */
-export const STORE = process.env.CSA_TEST_STORE ?? 'journal';
+export const STORE = process.env.CSA_TEST_STORE ?? 'sqlite';
 
 /**
  * The fault plan (CHAT_SESSION_API_FAULTS) that fails the k-th write on this run's engine: a
- * journal write that stops halfway, or a sqlite transaction rolled back just before COMMIT.
+ * transaction rolled back just before COMMIT.
  */
 export function failingWrite(...ks) {
-  // the journal fails a file write; sqlite and postgres roll a transaction back just before COMMIT
-  return ks.map((k) => (STORE === 'journal' ? `write:${k}` : `commit:${k}`)).join(',');
+  return ks.map((k) => `commit:${k}`).join(',');
 }
 
 /** The file this run's engine keeps its data in, inside the data directory (none for postgres). */
-export const STORE_FILE = { journal: 'sessions.journal', sqlite: 'chat-sessions.db' }[STORE];
+export const STORE_FILE = { sqlite: 'chat-sessions.db' }[STORE];
 
 const schemas = new Map();
 /**
@@ -70,7 +69,7 @@ export function storeFingerprint(dataDir) {
 /** Damages the store of `dataDir` so that opening it fails: a file that is not one, or a postgres schema of a future version. */
 export async function damageStore(dataDir) {
   if (STORE_FILE !== undefined) {
-    writeFileSync(join(dataDir, STORE_FILE), 'not a journal\nnor this\n');
+    writeFileSync(join(dataDir, STORE_FILE), 'not a database\nnor this\n');
     return;
   }
   const { Pool } = createRequire(import.meta.url)('../dist/testkit.cjs');
@@ -84,21 +83,11 @@ export async function damageStore(dataDir) {
 }
 
 /** What opening a store damaged by damageStore says. */
-export const DAMAGED_STORE = { journal: /damaged record at line 1/, sqlite: /is not a SQLite database/, postgres: /is at version 99/ }[STORE];
+export const DAMAGED_STORE = { sqlite: /is not a SQLite database/, postgres: /is at version 99/ }[STORE];
 
 /** The data directory was wiped: its store starts empty too (postgres: a new schema). */
 export function forgetStore(dataDir) {
   schemas.delete(resolve(dataDir));
-}
-
-/**
- * Skips a test that pins how the journal engine keeps its files (torn tails, compaction, the
- * journal's bytes) on a run for another engine; true when it was skipped.
- */
-export function journalOnly(t) {
-  if (STORE === 'journal') return false;
-  t.skip(`about the journal engine's files; this run tests STORE=${STORE}`);
-  return true;
 }
 
 /** A fresh temporary directory, removed by the returned cleanup. */
@@ -322,7 +311,7 @@ export function rng(seed) {
 
 /**
  * Resolves once a server's files are at rest after its acknowledged writes: at once on the
- * journal and PostgreSQL; on sqlite, once the queue it indexes after each commit is empty.
+ * PostgreSQL; on sqlite, once the queue it indexes after each commit is empty.
  */
 export async function indexed(server) {
   if (STORE !== 'sqlite') return;

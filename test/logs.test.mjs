@@ -198,7 +198,7 @@ describe('Logs', () => {
         AUTH_SECRET: current,
         AUTH_PREVIOUS_SECRETS: `${prev1}, ${prev2}`,
         LOG_LEVEL: 'debug',
-        CHAT_SESSION_API_FAULTS: STORE === 'journal' ? 'write:3,fsync:6' : failingWrite(3, 6),
+        CHAT_SESSION_API_FAULTS: failingWrite(3, 6),
       },
     });
     const tokens = [];

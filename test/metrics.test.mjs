@@ -1,14 +1,11 @@
 // docs/TEAM-DECISIONS.md, HTTP behaviour and Running it: GET /metrics in the Prometheus text format,
 // the counters and histograms it keeps, and METRICS=off.
 import assert from 'node:assert/strict';
-import { existsSync, statSync } from 'node:fs';
-import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { waitFor, dispose } from './api-kit.mjs';
-import { STORE, journalOnly, newSession, request, startServer } from './helpers.mjs';
+import { STORE, newSession, request, startServer } from './helpers.mjs';
 import { validateExposition, scrape, value, total } from './prometheus.mjs';
 
-const JOURNAL = 'sessions.journal';
 
 const ROUTES = [
   '/healthz',
@@ -60,7 +57,6 @@ describe('Metrics: GET /metrics', () => {
       chat_session_api_commit_duration_seconds: 'histogram',
       chat_session_api_committed_writes_total: 'counter',
       ...{
-        journal: { chat_session_api_journal_bytes: 'gauge', chat_session_api_compactions_total: 'counter' },
         sqlite: { chat_session_api_sqlite_file_bytes: 'gauge', chat_session_api_sqlite_wal_bytes: 'gauge', chat_session_api_sqlite_search_unindexed: 'gauge', chat_session_api_sqlite_search_index_batches_total: 'counter', chat_session_api_sqlite_search_merge_steps_total: 'counter' },
       }[STORE],
       process_resident_memory_bytes: 'gauge',
@@ -150,13 +146,6 @@ describe('Metrics: GET /metrics', () => {
     assert.equal(value(now, 'chat_session_api_turns'), turns);
   });
 
-  test('journal bytes equals the journal file size', async (t) => {
-    if (journalOnly(t)) return;
-    for (let i = 0; i < 3; i++) await alice.post('/api/v1/chat-sessions', newSession({ name: `size ${i}` }));
-    const now = await scrape(s);
-    assert.equal(value(now, 'chat_session_api_journal_bytes'), statSync(join(s.dataDir, JOURNAL)).size);
-  });
-
   test('commit latency histogram (one per group commit, on every engine): its count grows by one per (sequential) write, its sum grows; committed writes count each write', async () => {
     const before = await scrape(s);
     const id = (await alice.post('/api/v1/chat-sessions', newSession())).body.data._id;
@@ -187,29 +176,6 @@ describe('Metrics: GET /metrics', () => {
     assert.ok(series.every((x) => x.name.endsWith('_sum') || x.name.endsWith('_count') || Object.keys(x.labels).join() === 'le'), 'only le labels');
     assert.equal(value(now, 'nodejs_eventloop_delay_seconds_bucket', { le: '+Inf' }), value(now, 'nodejs_eventloop_delay_seconds_count'));
     assert.ok(value(now, 'nodejs_eventloop_delay_seconds_sum') >= 0);
-  });
-
-  test('compactions counter counts journal compactions (and journal bytes still equals the file size after one)', async (t) => {
-    if (journalOnly(t)) return;
-    const c = await startServer({ env: { COMPACT_MIN_SIZE: '8kb' } });
-    try {
-      const u = c.as('alice');
-      const id = (await u.post('/api/v1/chat-sessions', newSession())).body.data._id;
-      assert.equal(value(await scrape(c), 'chat_session_api_compactions_total'), 0);
-      for (let i = 0; i < 100; i++) await u.put(`/api/v1/chat-sessions/${id}`, { name: `rename ${i} ${'z'.repeat(200)}` });
-      await waitFor(() => c.logs().some((l) => l.msg === 'journal compacted'), 'a compaction');
-      // while one is under way the journal is two files: compare once it is one again
-      await waitFor(() => !existsSync(join(c.dataDir, `${JOURNAL}.next`)), 'the journal to be one file');
-      const now = await scrape(c);
-      const n = value(now, 'chat_session_api_compactions_total');
-      assert.ok(n >= 1, `compactions ${n}`);
-      // log lines are written every few milliseconds: wait for them to catch up with the counter
-      await waitFor(() => c.logs().filter((l) => l.msg === 'journal compacted').length >= n, 'the log lines');
-      assert.equal(n, c.logs().filter((l) => l.msg === 'journal compacted').length, 'one per compaction logged');
-      assert.equal(value(now, 'chat_session_api_journal_bytes'), statSync(join(c.dataDir, JOURNAL)).size);
-    } finally {
-      await dispose(c);
-    }
   });
 
   test('METRICS=off removes it: GET /metrics -> 404 Not found (and the OpenAPI document no longer lists it)', async () => {

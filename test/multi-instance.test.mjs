@@ -93,9 +93,8 @@ describe('Several instances on one database (STORE=postgres)', PG, () => {
 });
 
 describe('Moving between engines (export from one, import into another)', PG, () => {
-  // on the postgres run, all three engines are at hand: the journal on this Node, sqlite on the
-  // pinned Node 24, postgres on the run's database
-  test('"export / import work for every engine and between engines (journal -> sqlite -> postgres and back give identical API answers)"', async () => {
+  // on the postgres run both engines are at hand: sqlite, and postgres on the run's database
+  test('"export / import work for every engine and between engines (sqlite -> postgres and back give identical API answers)"', async () => {
     const { movesBetweenEngines } = await import('./engine-moves.mjs');
     await movesBetweenEngines(tempDir);
   });

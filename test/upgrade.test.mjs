@@ -15,8 +15,7 @@ const BASE = '/api/v1/chat-sessions';
 /** The first release's store of this run's engine, in a fresh data directory. */
 async function firstReleaseStore() {
   const dir = tempDir('csa-upgrade-');
-  if (STORE === 'journal') copyFileSync(join(FIXTURES, 'sessions.journal'), join(dir, 'sessions.journal'));
-  else if (STORE === 'sqlite') copyFileSync(join(FIXTURES, 'chat-sessions.db'), join(dir, 'chat-sessions.db'));
+  if (STORE === 'sqlite') copyFileSync(join(FIXTURES, 'chat-sessions.db'), join(dir, 'chat-sessions.db'));
   else {
     const { Pool } = createRequire(import.meta.url)('../dist/testkit.cjs');
     const { DATABASE_URL, DATABASE_SCHEMA } = storeEnv(dir);
@@ -57,14 +56,13 @@ describe('Upgrading from the first release', () => {
         } finally {
           await server.stop();
         }
-        if (STORE === 'journal') assert.match(readFileSync(join(dir, 'sessions.journal'), 'utf8').split('\n')[0], /"version":2/, 'the journal says what it holds now');
       }
     } finally {
       removeDir(dir);
     }
   });
 
-  test('"The migration indexes the existing turns": every word of a name or a turn the first release wrote is found by search after the upgrade (sqlite schema 5, PostgreSQL schema 6, the journal at replay)', async () => {
+  test('"The migration indexes the existing turns": every word of a name or a turn the first release wrote is found by search after the upgrade (sqlite schema 5, PostgreSQL schema 6)', async () => {
     const dir = await firstReleaseStore();
     const answers = JSON.parse(readFileSync(join(FIXTURES, 'answers.json'), 'utf8'))[STORE];
     const server = await startServer({ dataDir: dir });

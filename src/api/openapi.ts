@@ -116,7 +116,7 @@ const RESPONSES: Record<SchemaName, Json> = {
     properties: {
       status: { const: 'ok' },
       version: { type: 'string' },
-      store: { type: 'string', enum: ['journal', 'sqlite', 'postgres'], description: 'The storage engine (STORE).' },
+      store: { type: 'string', enum: ['sqlite', 'postgres'], description: 'The storage engine (STORE).' },
       providers: { type: 'object', properties: { count: { type: 'integer' }, loadedAt: { type: 'string', format: 'date-time' } } },
     },
   }),

@@ -1,12 +1,9 @@
 // Refusing writes before the process runs out of memory (the 503 of DECISIONS "Limits"). Two
 // ceilings are watched: V8's heap limit (--max-old-space-size), past which the process dies of
-// an out-of-memory error (a thread with a heap of its own has the same limit and is lost at it:
-// the fullest heap is watched, the journal's search index thread's as it reports it), and the
-// memory the process may use (MEMORY_LIMIT: the cgroup's limit when one is set), past which the
-// kernel's OOM killer ends it. Writes are refused at a share of each, leaving the headroom that
-// replay needs to start again on everything accepted (the journal holds the whole data set in
-// memory) and that reads need to go on being served.
-import { fullestHeapUsed, type MemoryCeilings } from '../memory.js';
+// an out-of-memory error, and the memory the process may use (MEMORY_LIMIT: the cgroup's limit
+// when one is set), past which the kernel's OOM killer ends it. Writes are refused at a share of
+// each, leaving the headroom that reads need to go on being served.
+import { oldGenerationUsed, type MemoryCeilings } from '../memory.js';
 
 /**
  * Writes are refused once the old generation leaves less than this share of its limit free (at
@@ -42,7 +39,7 @@ export class MemoryGuard {
     const now = performance.now();
     if (now - this.sampledAt < SAMPLE_MS) return this.lowNow;
     this.sampledAt = now;
-    const heapUsed = fullestHeapUsed();
+    const heapUsed = oldGenerationUsed();
     const resident = process.memoryUsage.rss();
     const { heapBytes, residentBytes } = this.ceilings;
     const low =

@@ -1,19 +1,14 @@
 // Test-only fault injection, inert unless CHAT_SESSION_API_FAULTS is set. The crash tests use it
-// to fail the k-th journal write or fsync or the k-th sqlite commit, or to SIGKILL the process
-// at a named step, so that recovery is proven against the real binary rather than argued from
-// the code.
+// to fail the k-th sqlite or PostgreSQL commit, or to SIGKILL the process at a named step, so
+// that recovery is proven against the real binary rather than argued from the code.
 //
-//   CHAT_SESSION_API_FAULTS="write:3"             3rd journal write writes half its bytes, then EIO
-//   CHAT_SESSION_API_FAULTS="fsync:2:ENOSPC"      2nd journal fsync fails with ENOSPC
-//   CHAT_SESSION_API_FAULTS="dirsync:1"           1st directory fsync after a compaction's rename fails
 //   CHAT_SESSION_API_FAULTS="commit:2"            2nd sqlite or postgres transaction fails just before COMMIT (rolled back)
-//   CHAT_SESSION_API_FAULTS="fsync:*"             every journal fsync fails (any kind: every occurrence)
-//   CHAT_SESSION_API_FAULTS="crash:compact-before-rename"   SIGKILL on reaching that step
+//   CHAT_SESSION_API_FAULTS="commit:*"            every one fails (with EIO, or the code given: commit:*:ENOSPC)
+//   CHAT_SESSION_API_FAULTS="crash:migrate-kept"  SIGKILL on reaching that step (crash:<step>:<k> on its k-th time)
 //   CHAT_SESSION_API_FAULTS="hold:index"          the sqlite writer leaves what it queues for the search index queued
 //   CHAT_SESSION_API_FAULTS="hold:merge"          the sqlite writer never merges its search index when idle
-//   CHAT_SESSION_API_FAULTS="lose:index-thread:3" the journal's first search index thread exits on taking its 3rd change
 
-type FaultKind = 'write' | 'fsync' | 'dirsync' | 'commit';
+type FaultKind = 'commit';
 
 interface Plan {
   readonly failAt: Map<FaultKind, Map<number, string>>;
@@ -21,24 +16,21 @@ interface Plan {
   readonly always: Map<FaultKind, string>;
   readonly crashAt: Map<string, number>;
   readonly held: Set<string>;
-  readonly loseAt: Map<string, number>;
 }
 
 function parse(spec: string | undefined): Plan | undefined {
   if (spec === undefined || spec.trim() === '') return undefined;
-  const plan: Plan = { failAt: new Map(), always: new Map(), crashAt: new Map(), held: new Set(), loseAt: new Map() };
+  const plan: Plan = { failAt: new Map(), always: new Map(), crashAt: new Map(), held: new Set() };
   for (const item of spec.split(',')) {
     const [kind, arg, extra] = item.trim().split(':');
-    if ((kind === 'write' || kind === 'fsync' || kind === 'dirsync' || kind === 'commit') && arg === '*') {
+    if (kind === 'commit' && arg === '*') {
       plan.always.set(kind, extra ?? 'EIO');
-    } else if (kind === 'write' || kind === 'fsync' || kind === 'dirsync' || kind === 'commit') {
+    } else if (kind === 'commit') {
       const at = plan.failAt.get(kind) ?? new Map<number, string>();
       at.set(Number(arg), extra ?? 'EIO');
       plan.failAt.set(kind, at);
     } else if (kind === 'crash' && arg !== undefined) {
       plan.crashAt.set(arg, Number(extra ?? '1'));
-    } else if (kind === 'lose' && arg !== undefined) {
-      plan.loseAt.set(arg, Number(extra ?? '1'));
     } else if (kind === 'hold' && arg !== undefined) {
       plan.held.add(arg);
     }
@@ -66,7 +58,7 @@ function bump(key: string): number {
   return n;
 }
 
-/** The injected error for this occurrence of a journal write or fsync, if one is planned. */
+/** The injected error for this occurrence of a commit, if one is planned. */
 export function injectedFault(kind: FaultKind): NodeJS.ErrnoException | undefined {
   if (plan === undefined) return undefined;
   const code = plan.always.get(kind) ?? plan.failAt.get(kind)?.get(bump(kind));
@@ -86,10 +78,4 @@ export function crashpoint(name: string): void {
 /** Whether a named background step is held back (it does not run while the plan says so). */
 export function held(step: string): boolean {
   return plan?.held.has(step) === true;
-}
-
-/** Whether a thread is to be lost now: the planned occurrence of a named step (counted per thread). */
-export function lostAt(name: string): boolean {
-  const at = plan?.loseAt.get(name);
-  return at !== undefined && bump(`lose:${name}`) === at;
 }

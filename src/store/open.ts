@@ -1,24 +1,35 @@
 // Opening the engine the configuration names (STORE). The only place above the engines that
-// knows which ones exist; everything else sees a Store.
+// knows which ones exist; everything else sees a Store. A data directory that still holds the
+// retired journal is settled first (./migrate.ts): migrated into sqlite, or refused.
 import type { Config } from '../config.js';
 import type { Logger } from '../log.js';
 import { announce } from '../live/changes.js';
-import { JournalStore } from './journal/engine.js';
+import { JournalImage, journalFiles } from './journal/reader.js';
+import { migrateCommand, refuseUnserved, settleJournal, type Migrated } from './migrate.js';
 import { openPostgresStore } from './postgres/engine.js';
 import { openSqliteSnapshot, openSqliteStore } from './sqlite/engine.js';
-import { StoreOpenFailed, type Store, type StoreObserver } from './store.js';
+import { StoreOpenFailed, type Store, type StoreObserver, type StoreSnapshot } from './store.js';
 
-/** Opens the configured store for a server (or an import). The data directory's lock is the caller's. */
+/** Opens the configured store for a server (or a command that writes). The data directory's lock is the caller's. */
 export async function openStore(config: Config, log: Logger, observer?: StoreObserver): Promise<Store> {
+  await settleJournal(config, log, (file) => openSqliteBuild(config, log, file));
+  if (!config.fsync) log.warn('FSYNC=off: writes are acknowledged before they are durable; a crash can lose them');
   switch (config.store) {
-    case 'journal':
-      if (!config.fsync) log.warn('FSYNC=off: writes are acknowledged before they are durable; a crash can lose them');
-      return JournalStore.open({ dir: config.dataDir, log, fsync: config.fsync, compactMinBytes: config.compactMinBytes, observer, groupCommit: config.groupCommit, quotas: config.limits.quotas, searchWalkFrom: config.searchWalkFrom, search: config.search });
     case 'sqlite':
       return openSqliteStore({ file: config.sqliteFile, log, cacheBytes: config.sqliteCacheBytes, fsync: config.fsync, observer, groupCommit: config.groupCommit, quotas: config.limits.quotas, searchWalkFrom: config.searchWalkFrom, search: config.search });
     case 'postgres':
       return openPostgres(config, log, observer);
   }
+}
+
+/** A sqlite database a migration builds: written without fsyncs (the migration makes the whole file durable before it is put in place). */
+function openSqliteBuild(config: Config, log: Logger, file: string): Promise<Store> {
+  return openSqliteStore({ file, log, cacheBytes: config.sqliteCacheBytes, fsync: false, search: config.search });
+}
+
+/** The `migrate` command: the journal of the data directory into the configured store; undefined when there is none. */
+export function migrateJournal(config: Config, log: Logger): Promise<Migrated | undefined> {
+  return migrateCommand(config, log, (file) => openSqliteBuild(config, log, file), () => openPostgres(config, log));
 }
 
 function openPostgres(config: Config, log: Logger, observer?: StoreObserver, readOnly = false): Promise<Store> {
@@ -42,12 +53,16 @@ function openPostgres(config: Config, log: Logger, observer?: StoreObserver, rea
 
 /**
  * Opens the configured store read-only, as of one moment, beside a server that may be running
- * on it (what `export` reads).
+ * on it (what `export` reads). A data directory whose journal was never migrated is read from
+ * the journal itself; one that holds a journal beside a database is refused as a start refuses it.
  */
-export async function openStoreSnapshot(config: Config, log: Logger): Promise<Store> {
+export async function openStoreSnapshot(config: Config, log: Logger): Promise<StoreSnapshot> {
+  const files = journalFiles(config.dataDir);
+  if (files !== undefined) {
+    refuseUnserved(config);
+    return JournalImage.read(files, log);
+  }
   switch (config.store) {
-    case 'journal':
-      return JournalStore.openSnapshot(config.dataDir, log);
     case 'sqlite':
       return openSqliteSnapshot({ file: config.sqliteFile, log, cacheBytes: config.sqliteCacheBytes });
     case 'postgres':

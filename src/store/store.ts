@@ -11,7 +11,7 @@ import type { Change, CommitListener } from './writer.js';
 
 export type { SessionKey, TurnKey } from '../domain/order.js';
 
-export const ENGINES = ['journal', 'sqlite', 'postgres'] as const;
+export const ENGINES = ['sqlite', 'postgres'] as const;
 export type EngineName = (typeof ENGINES)[number];
 
 /** A session as read: its record, its JSON (what GET answers in `data`) and its version tag (the ETag). */
@@ -306,7 +306,7 @@ export interface Store {
   appendDelta(sessionId: string, turnId: string, check: (current: SessionAtWrite) => void, text: string, maxBytes: number): Promise<TurnDelta>;
   /**
    * Streaming turns that no server is streaming any more: with `atStart` on an engine of one
-   * server (journal, sqlite), every streaming turn, since the server that streamed them is gone;
+   * server (sqlite), every streaming turn, since the server that streamed them is gone;
    * on PostgreSQL, whose instances share the data, at any time the ones that took no write for
    * the engine's idle time. The server marks them `interrupted`.
    */
@@ -314,7 +314,7 @@ export interface Store {
 
   /**
    * At most `limit` sessions gone at `live` (src/domain/retention.ts) and still stored, for the
-   * purge: read from the expiry indexes on sqlite and PostgreSQL, from memory in the journal.
+   * purge: read from the expiry indexes.
    */
   expiredSessions(live: Liveness, limit: number): Promise<readonly ExpiredSession[]>;
 
@@ -343,6 +343,12 @@ export interface Store {
   /** Finishes queued writes, then releases what the engine holds. */
   close(): Promise<void>;
 }
+
+/**
+ * What a read of one moment offers (`export`, `purge --dry-run`): a store opened as a snapshot,
+ * or the journal of a data directory that was never migrated.
+ */
+export type StoreSnapshot = Pick<Store, 'exportAll' | 'expiredSessions' | 'close'>;
 
 export class SessionNotFound extends Error {
   override readonly name = 'SessionNotFound';

@@ -7,26 +7,19 @@ const kit = createRequire(import.meta.url)('../../dist/testkit.cjs');
 export { kit };
 
 export const ENGINES = {
-  journal: {
-    /** The fault kind that fails the k-th commit (CHAT_SESSION_API_FAULTS). */
-    fault: 'write',
-    /** A torn last record in its file is dropped at open. */
-    tornTails: true,
-  },
   sqlite: {
+    /** The fault kind that fails the k-th commit (CHAT_SESSION_API_FAULTS). */
     fault: 'commit',
-    tornTails: false,
   },
   postgres: {
     fault: 'commit',
-    tornTails: false,
   },
 };
 
 /** The settings a test store runs with: its engine, its directory (postgres: a schema named after it), and `extra` on top. */
 export function configFor(engine, dir, extra = {}) {
   const pg = engine === 'postgres' ? { DATABASE_URL: process.env.CSA_TEST_DATABASE_URL, DATABASE_SCHEMA: `c_${createHash('sha256').update(dir).digest('hex').slice(0, 16)}` } : {};
-  return kit.loadConfig({ STORE: engine, DATA_DIR: dir, COMPACT_MIN_SIZE: '16kb', ...pg, ...extra });
+  return kit.loadConfig({ STORE: engine, DATA_DIR: dir, ...pg, ...extra });
 }
 
 /** Opens the engine's store on `dir` in this process (the data-directory lock is a server's job, not taken here). */

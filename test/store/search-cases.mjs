@@ -182,7 +182,7 @@ export function searchContract(engine) {
       }
     });
 
-    test('"SEARCH=off keeps no index": what was written while it was off is found once a start has it on again (sqlite indexes its queue, PostgreSQL indexes again at start, the journal at replay)', async () => {
+    test('"SEARCH=off keeps no index": what was written while it was off is found once a start has it on again (sqlite indexes its queue, PostgreSQL indexes again at start)', async () => {
       const dir = mkdtempSync(join(tmpdir(), `csa-search-off-${engine}-`));
       let store = await openOn(engine, dir, { SEARCH: 'off' });
       try {

@@ -369,7 +369,7 @@ export function treeContract(engine) {
       });
     });
 
-    test('a switched head, edits, a deleted subtree and a fork survive reopening, a compaction of the journal and an import (a regression: a compacted journal once gave every session its newest turn as head)', async () => {
+    test('a switched head, edits, a deleted subtree and a fork survive reopening and an import (a regression: a compacted journal once gave every session its newest turn as head)', async () => {
       const dir = fresh();
       let store = await openOn(engine, dir);
       let before;
@@ -379,9 +379,8 @@ export function treeContract(engine) {
         await store.deleteTurn(id, t.t4, () => {});
         await store.forkSession(id, t.t3, 'alice', (src) => ({ ...src.session, _id: newObjectId(), name: 'fork', headTurnId: null }));
         await store.updateSession(id, (cur) => ({ ...cur.session, headTurnId: t.t2 }), { headTurnId: t.t2 });
-        // enough dead records for the journal to compact itself (COMPACT_MIN_SIZE is 16 KiB here)
         const other = await store.createSession(session({ ms: 5 }));
-        for (let i = 0; i < 200; i++) await store.updateSession(other.session._id, (cur) => ({ ...cur.session, name: `rename ${i} ${'x'.repeat(100)}` }));
+        for (let i = 0; i < 20; i++) await store.updateSession(other.session._id, (cur) => ({ ...cur.session, name: `rename ${i} ${'x'.repeat(100)}` }));
         before = await everything(store);
         assert.equal(JSON.parse(before.items.find((i) => JSON.parse(i.session)._id === id).session).headTurnId, t.t2);
       } finally {
@@ -476,7 +475,6 @@ export function treeContract(engine) {
           await store.close();
         }
       }
-      if (engine === 'journal') assert.match(readFileSync(join(dir, 'sessions.journal'), 'utf8').split('\n')[0], /"version":2/, 'the journal was rewritten in version 2');
     });
 
     test('acknowledged appends, edits, deletions of turns and forks survive SIGKILL of the writing process at a random moment, three times', async () => {
@@ -547,7 +545,6 @@ export function treeContract(engine) {
 
 /** Puts the first release's data (test/fixtures/v1, made by that release) where the engine reads `dir`'s store. */
 async function installFixture(engine, dir) {
-  if (engine === 'journal') return copyFileSync(join(FIXTURES, 'sessions.journal'), join(dir, 'sessions.journal'));
   if (engine === 'sqlite') return copyFileSync(join(FIXTURES, 'chat-sessions.db'), join(dir, 'chat-sessions.db'));
   const config = configFor(engine, dir);
   const pool = new kit.Pool(config.databaseUrl, { max: 1 });
