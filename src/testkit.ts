@@ -34,3 +34,4 @@ export { Listener } from './pg/listen.js';
 export { Pool } from './pg/pool.js';
 export { livenessAt } from './domain/retention.js';
 export { eraseUser, pausedLike, purgeExpired, PURGE_BATCH } from './purge.js';
+export { LineDecoder, SseDecoder, NdjsonDecoder, StreamDecodeError, MAX_LINE_BYTES } from './providers/stream-decoder.js';

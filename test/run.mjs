@@ -24,7 +24,9 @@ const suite = [...files('test'), ...files('test/store')];
 const passes = [
   // the PostgreSQL client's own tests do not depend on the engine: they run once
   { store: 'journal', node: oldest, files: [...suite, ...files('test/pg')] },
-  { store: 'sqlite', node: node24, files: suite },
+  // the provider clients' tests (against the local provider in test/provider/) neither: once,
+  // in a pass that stays when the journal's goes
+  { store: 'sqlite', node: node24, files: [...suite, ...files('test/providers')] },
   { store: 'postgres', node: oldest, files: suite, cluster: true },
 ];
 
@@ -36,7 +38,7 @@ const named = process.argv.slice(2).filter(isFile);
 const flags = process.argv.slice(2).filter((a) => !isFile(a));
 for (const f of named) {
   if (!passes.some((p) => p.files.some((x) => resolve(ROOT, x) === resolve(f)))) {
-    console.error(`✖ ${f}: not a test file of the suite (test/*.test.mjs, test/store/*.test.mjs, test/pg/*.test.mjs)`);
+    console.error(`✖ ${f}: not a test file of the suite (test/*.test.mjs, test/store/*.test.mjs, test/pg/*.test.mjs, test/providers/*.test.mjs)`);
     process.exit(1);
   }
 }

@@ -1,0 +1,48 @@
+// What the provider clients' tests share: the clients from dist/testkit.cjs, the local
+// provider, and a reader that runs a reply to its end and keeps what it yielded.
+import { createRequire } from 'node:module';
+import { startProvider } from '../provider/server.mjs';
+
+export const kit = createRequire(import.meta.url)('../../dist/testkit.cjs');
+export { startProvider };
+
+/** A provider record of `type` pointing at the local provider `p` (OpenAI's under /v1, as configured for OpenAI itself). */
+export function localProvider(p, type, extra = {}) {
+  return kit.providerConfig({ _id: '665f1c2a9b1e8a0012ab34c9', name: 'Local test provider', type, baseUrl: type === 'openai' ? `${p.url}/v1` : p.url, ...extra });
+}
+
+/**
+ * Runs a reply to its end: `{events, text, reasoning, usages, finishReason, error}`. Every
+ * error message seen is also kept in `seenMessages`, which the tests check for keys at the end.
+ */
+export async function collect(call, { onEvent } = {}) {
+  const stream = kit.streamReply(call);
+  const out = { events: [], text: '', reasoning: '', usages: [], finishReason: undefined, error: undefined };
+  try {
+    for await (const e of stream) {
+      out.events.push(e);
+      if (e.kind === 'text') out.text += e.text;
+      else if (e.kind === 'reasoning') out.reasoning += e.text;
+      else if (e.kind === 'usage') out.usages.push(e.usage);
+      if (onEvent !== undefined && (await onEvent(e, out)) === false) break;
+    }
+  } catch (e) {
+    out.error = e;
+    seenMessages.push(String(e?.message));
+  }
+  out.finishReason = stream.finishReason;
+  return out;
+}
+
+export const seenMessages = [];
+
+/** A model name no other test uses (the local provider counts requests per exact name for `times:K`). */
+let unique = 0;
+export function fresh(model) {
+  return `${model}+n:${process.pid}-${++unique}`;
+}
+
+/** The requests the local provider logged for one model name. */
+export function requestsFor(p, model) {
+  return p.requests.filter((r) => r.model === model);
+}
