@@ -33,16 +33,19 @@ function chatMessages(call: ReplyCall): ChatMessage[] {
   const out: ChatMessage[] = [];
   if (call.system !== undefined && call.system !== '') out.push({ role: 'system', content: call.system });
   for (const m of call.messages) {
-    const texts: string[] = [];
-    const images: ContentPart[] = [];
+    // in order, so that a user's images stay where they were among the text
+    const items: ContentPart[] = [];
+    let images = 0;
     const calls: { id: string; type: 'function'; function: { name: string; arguments: string } }[] = [];
     for (const p of partsOf(m.content)) {
       if (p.type === 'text') {
-        if (p.text !== '') texts.push(p.text);
+        if (p.text !== '') items.push({ type: 'text', text: p.text });
       } else if (p.type === 'file') {
-        if (m.role === 'user' && isInlineImage(p)) images.push({ type: 'image_url', image_url: { url: `data:${p.mediaType};base64,${p.data}` } });
-        else if (m.role === 'user' && p.url !== undefined && /^image\//i.test(p.mediaType)) images.push({ type: 'image_url', image_url: { url: p.url } });
-        else texts.push(filePlaceholder(p));
+        const url = m.role !== 'user' ? undefined : isInlineImage(p) ? `data:${p.mediaType};base64,${p.data}` : p.url !== undefined && /^image\//i.test(p.mediaType) ? p.url : undefined;
+        if (url !== undefined) {
+          items.push({ type: 'image_url', image_url: { url } });
+          images++;
+        } else items.push({ type: 'text', text: filePlaceholder(p) });
       } else if (p.type === 'tool_call') {
         calls.push({ id: p.id, type: 'function', function: { name: p.name, arguments: jsonText(p.arguments) } });
       } else if (p.type === 'tool_result') {
@@ -50,13 +53,14 @@ function chatMessages(call: ReplyCall): ChatMessage[] {
       }
       // reasoning parts are never sent back
     }
+    const text = joinText(items.flatMap((i) => (i.type === 'text' ? [i.text] : [])));
     if (m.role === 'assistant') {
-      if (texts.length > 0 || calls.length > 0) out.push({ role: 'assistant', content: texts.length > 0 ? joinText(texts) : null, ...(calls.length > 0 ? { tool_calls: calls } : {}) });
-    } else if (images.length > 0) {
-      out.push({ role: 'user', content: [...(texts.length > 0 ? [{ type: 'text' as const, text: joinText(texts) }] : []), ...images] });
-    } else if (texts.length > 0) {
+      if (text !== '' || calls.length > 0) out.push({ role: 'assistant', content: text !== '' ? text : null, ...(calls.length > 0 ? { tool_calls: calls } : {}) });
+    } else if (images > 0) {
+      out.push({ role: 'user', content: items });
+    } else if (text !== '') {
       // a tool turn's plain text has no call to answer: it is said as the user's
-      out.push({ role: m.role === 'system' ? 'system' : 'user', content: joinText(texts) });
+      out.push({ role: m.role === 'system' ? 'system' : 'user', content: text });
     }
   }
   return out;

@@ -46,3 +46,34 @@ export function fresh(model) {
 export function requestsFor(p, model) {
   return p.requests.filter((r) => r.model === model);
 }
+
+/** A tiny PNG's bytes in base64 (what a `file` part's `data` holds). */
+export const PNG = 'iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg==';
+
+/**
+ * A history with every part type: an image and a PDF from the user, an assistant turn with
+ * reasoning, text and a tool call, the tool's result, a system turn in the middle, an
+ * assistant turn of reasoning only (nothing left to send), and the user's last question.
+ */
+export const CONVERSATION = [
+  {
+    role: 'user',
+    content: [
+      { type: 'text', text: 'What is in this picture?' },
+      { type: 'file', name: 'cat.png', mediaType: 'image/png', data: PNG },
+      { type: 'file', name: 'notes.pdf', mediaType: 'application/pdf', data: 'JVBERi0xLjQK' },
+    ],
+  },
+  {
+    role: 'assistant',
+    content: [
+      { type: 'reasoning', text: 'private thoughts' },
+      { type: 'text', text: 'A cat.' },
+      { type: 'tool_call', id: 'call_1', name: 'lookup', arguments: { q: 'cat' } },
+    ],
+  },
+  { role: 'tool', content: [{ type: 'tool_result', toolCallId: 'call_1', content: { found: true } }] },
+  { role: 'system', content: 'Be brief.' },
+  { role: 'assistant', content: [{ type: 'reasoning', text: 'only thoughts' }] },
+  { role: 'user', content: 'And now?' },
+];
