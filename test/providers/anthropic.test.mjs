@@ -21,7 +21,7 @@ describe('Anthropic Messages', () => {
 
   const reply = (model, extra = {}) => collect({ provider, model, messages: [{ role: 'user', content: 'Hello there, model' }], retryBaseMs: 10, ...extra });
 
-  test('"streaming at {baseUrl}/v1/messages, x-api-key, anthropic-version: 2023-06-01"; options in Anthropic\'s names', async () => {
+  test('"Messages, streamed, at {baseUrl}/v1/messages, x-api-key, anthropic-version: 2023-06-01"; "Options in each protocol\'s names."', async () => {
     const model = fresh('echo');
     const r = await collect({ provider, model, system: 'You are terse.', messages: [{ role: 'user', content: 'Hi' }], options: { temperature: 0.2, topP: 0.9, maxTokens: 50, stop: ['END'] } });
     assert.equal(r.error, undefined);
@@ -33,7 +33,7 @@ describe('Anthropic Messages', () => {
     assert.deepEqual(req.body, { model, max_tokens: 50, messages: [{ role: 'user', content: [{ type: 'text', text: 'Hi' }] }], stream: true, system: 'You are terse.', temperature: 0.2, top_p: 0.9, stop_sequences: ['END'] });
   });
 
-  test('"max_tokens required by the API so a default is chosen": 4096 when the caller gives none', async () => {
+  test('"Anthropic\'s max_tokens defaults to 4096."', async () => {
     assert.equal(kit.ANTHROPIC_DEFAULT_MAX_TOKENS, 4096);
     const model = fresh('echo');
     await reply(model);
@@ -41,7 +41,7 @@ describe('Anthropic Messages', () => {
     assert.equal(requestsFor(p, model)[0].body.system, undefined, 'no system when there is none');
   });
 
-  test('"a system turn in the middle of the history" joins the top-level system after the instructions; parts in Anthropic\'s blocks; reasoning never sent', async () => {
+  test('"for Anthropic every system turn, wherever it is, is added in order to the top-level system after the session\'s instructions"; parts in Anthropic\'s blocks', async () => {
     const model = fresh('echo');
     const r = await collect({ provider, model, system: 'You are helpful.', messages: CONVERSATION });
     assert.equal(r.error, undefined);
@@ -63,7 +63,7 @@ describe('Anthropic Messages', () => {
     assert.ok(!JSON.stringify(req.body).includes('thoughts'));
   });
 
-  test('tool results open their user message; an https image is sent by URL, one of another type as a placeholder; empty text is left out', async () => {
+  test('"a tool_result block first in a user message"; "(https only) to Anthropic"; an image of another type is a placeholder; empty text is left out', async () => {
     const model = fresh('echo');
     await collect({
       provider,
@@ -80,7 +80,7 @@ describe('Anthropic Messages', () => {
     ]);
   });
 
-  test('the answer from text_delta, "thinking_delta" as reasoning (signature and ping ignored), usage from message_start and message_delta', async () => {
+  test('the answer from text_delta, "Anthropic\'s thinking_delta" as reasoning (signature and ping ignored), "Anthropic\'s message_start and message_delta counts" as usage', async () => {
     const r = await reply(fresh('reasoning:3+tokens:5+cached:2'));
     assert.equal(r.error, undefined);
     assert.equal(r.reasoning, 'Let me think');
@@ -91,7 +91,7 @@ describe('Anthropic Messages', () => {
     assert.equal(r.finishReason, 'stop');
   });
 
-  test('stop_reason max_tokens is told as finishReason "length"', async () => {
+  test('"max_tokens is length"', async () => {
     const r = await reply(fresh('tokens:3+finish:length'));
     assert.equal(r.finishReason, 'length');
   });
@@ -107,7 +107,7 @@ describe('Anthropic Messages', () => {
     assert.equal(requestsFor(p, model).length, 1);
   });
 
-  test('an overloaded error event before any text is tried again, like the 529 it stands for', async () => {
+  test('"an Anthropic error event of overloaded_error, api_error or rate_limit_error (the 529, 500 and 429 of a stream)" before any text is tried again', async () => {
     const model = fresh('tokens:3+error-after:0+times:1');
     const r = await reply(model);
     assert.equal(r.error, undefined);
@@ -115,7 +115,7 @@ describe('Anthropic Messages', () => {
     assert.equal(requestsFor(p, model).length, 2);
   });
 
-  test('"429/529 with Retry-After" are tried again', async () => {
+  test('"HTTP 429, 500, 502, 503 and 529" ... with Retry-After are tried again (429 and 529 here)', async () => {
     for (const status of [429, 529]) {
       const model = fresh(`status:${status}+retry-after:0+times:1`);
       const r = await reply(model);
@@ -124,7 +124,7 @@ describe('Anthropic Messages', () => {
     }
   });
 
-  test('"usage missing": no usage event', async () => {
+  test('no counts reported, no usage event', async () => {
     const r = await reply(fresh('no-usage+tokens:2'));
     assert.equal(r.error, undefined);
     assert.deepEqual(r.usages, []);

@@ -28,7 +28,7 @@ describe('the rules streamReply owns, against the local provider', () => {
 
   const call = (provider, model, extra = {}) => ({ provider, model, messages: HELLO, retryBaseMs: 20, ...extra });
 
-  test('"transient failures before the first piece of text (429, 500, 502, 503, 529) are tried again, at most twice"', async () => {
+  test('"Transient failures before the first piece of text are tried again, at most twice." (HTTP 429, 500, 502, 503, 529)', async () => {
     assert.equal(MAX_RETRIES, 2);
     for (const status of [429, 500, 502, 503, 529]) {
       const model = fresh(`status:${status}+retry-after:0+times:2`);
@@ -58,7 +58,7 @@ describe('the rules streamReply owns, against the local provider', () => {
     }
   });
 
-  test('"a reset before any text" is tried again (the connection cut after the head, or a TCP reset)', async () => {
+  test('"a response cut or ended before its end" before any text is tried again (the connection cut after the head, a TCP reset, a clean end too early)', async () => {
     for (const fault of ['reset-after:0', 'rst-after:0', 'cut-after:0']) {
       const model = fresh(`${fault}+times:1`);
       const r = await collect(call(openai, model));
@@ -68,7 +68,7 @@ describe('the rules streamReply owns, against the local provider', () => {
     }
   });
 
-  test('"after the first piece of text, never": a cut in the middle ends the reply with what came', async () => {
+  test('a cut after the first piece of text is not tried again, the reply ends with what came; "A piece of reasoning counts as a first piece"', async () => {
     const model = fresh('tokens:6+reset-after:3+times:1');
     const r = await collect(call(openai, model));
     assert.equal(r.text, 'the quick brown');
@@ -83,7 +83,7 @@ describe('the rules streamReply owns, against the local provider', () => {
     assert.equal(requestsFor(p, m2).length, 1);
   });
 
-  test('"connection refused" is tried again, then named with the address', async () => {
+  test('"The transient failures: connection refused" ... is tried again, then named with the address', async () => {
     const port = await new Promise((resolve) => {
       const s = createServer();
       s.listen(0, '127.0.0.1', () => {
@@ -98,7 +98,7 @@ describe('the rules streamReply owns, against the local provider', () => {
     assert.equal(r.error.message, `Provider "Gone" could not be reached at 127.0.0.1:${port}: connection refused (tried 3 times)`);
   });
 
-  test('"honouring Retry-After" in seconds and as an HTTP date', async () => {
+  test('"honouring Retry-After up to 10 s": "its Retry-After in seconds or as an HTTP date" is waited for', async () => {
     const model = fresh('status:429+retry-after:1+times:1');
     const r = await collect(call(openai, model, { retryBaseMs: 1 }));
     assert.equal(r.error, undefined);
@@ -112,7 +112,7 @@ describe('the rules streamReply owns, against the local provider', () => {
     assert.ok(b.at - a.at >= 900, `waited ${b.at - a.at} ms for a date 2 s ahead`);
   });
 
-  test('"Retry-After up to 10 s": a provider asking for longer is not waited for, the call fails at once', async () => {
+  test('"when it asks for more than 10 s the call fails at once, saying how long it asked"', async () => {
     assert.equal(RETRY_AFTER_CAP_MS, 10_000);
     const model = fresh('status:429+retry-after:3600');
     const r = await collect(call(openai, model));
@@ -123,7 +123,7 @@ describe('the rules streamReply owns, against the local provider', () => {
     assert.equal(requestsFor(p, model).length, 1);
   });
 
-  test('without Retry-After the retries wait a backoff (about retryBaseMs, then twice that)', async () => {
+  test('"without either, about 1 s and then 2 s, jittered between half and all of it" (retryBaseMs scales it)', async () => {
     const model = fresh('status:502+times:2');
     const r = await collect(call(openai, model, { retryBaseMs: 200 }));
     assert.equal(r.error, undefined);
@@ -133,7 +133,7 @@ describe('the rules streamReply owns, against the local provider', () => {
     assert.ok(c.at - b.at >= 190, `second wait ${c.at - b.at} ms`);
   });
 
-  test('"a provider that sends nothing for idleTimeoutMs ends the call with a failure naming the provider and the wait" (before its answer)', async () => {
+  test('"An idle provider ends the call. The idle limit counts from the request to the response\'s head" (a stall before any answer); not retried; the provider sees its connection closed', async () => {
     assert.equal(DEFAULT_IDLE_TIMEOUT_MS, 60_000);
     const model = fresh('stall-headers:forever');
     const r = await collect(call(openai, model, { idleTimeoutMs: 150 }));
@@ -146,7 +146,7 @@ describe('the rules streamReply owns, against the local provider', () => {
     assert.equal(requestsFor(p, model).length, 1);
   });
 
-  test('"a provider that sends nothing for idleTimeoutMs ends the call" (in the middle of its answer, after the text so far)', async () => {
+  test('"An idle provider ends the call." ... "and between reads of its body" (a stall in the middle of the answer, after the text so far)', async () => {
     const model = fresh('tokens:5+stall-after:2');
     const r = await collect(call(anthropic, model, { idleTimeoutMs: 2000 }));
     assert.equal(r.text, 'the quick');
@@ -162,7 +162,7 @@ describe('the rules streamReply owns, against the local provider', () => {
     assert.equal(r.text, 'the quick brown fox');
   });
 
-  test('a slow caller is not a silent provider: time spent by the caller with an event is not counted as idle', async () => {
+  test('"time the caller spends with an event it was given is not counted (a slow consumer is not a silent provider)"', async () => {
     // the caller holds the first event far longer than the idle limit while the provider waits on backpressure
     const r = await collect(call(openai, fresh('tokens:20000'), { idleTimeoutMs: 800 }), {
       onEvent: async (e, out) => {
@@ -173,7 +173,7 @@ describe('the rules streamReply owns, against the local provider', () => {
     assert.equal(r.text.split(' ').length, 20000);
   });
 
-  test('"the caller\'s AbortSignal closes the provider\'s request at once (the provider sees its connection closed) and ends the iteration"', async () => {
+  test('"An abort ends the iteration quietly. The caller\'s AbortSignal ... destroys the request\'s socket (the provider sees its connection closed, it never goes back to the pool)"', async () => {
     const model = fresh('tokens:1000@50');
     const ac = new AbortController();
     const r = await collect(call(openai, model, { signal: ac.signal }), {
@@ -189,7 +189,7 @@ describe('the rules streamReply owns, against the local provider', () => {
     assert.equal(entry.ended, false);
   });
 
-  test('an abort while waiting for the answer, or between tries, ends the iteration at once', async () => {
+  test('an abort while waiting for the answer ends the iteration at once; "A retry\'s wait is cut short the same way"', async () => {
     const stalled = fresh('stall-headers:forever');
     const ac = new AbortController();
     p.waitForRequest((r) => r.model === stalled).then(() => ac.abort());
@@ -208,7 +208,7 @@ describe('the rules streamReply owns, against the local provider', () => {
     assert.equal(requestsFor(p, refused).length, 1, 'the 9 s wait was cut short, and nothing was sent again');
   });
 
-  test('an already aborted signal sends nothing; breaking out of the iteration closes the request', async () => {
+  test('an already aborted signal sends nothing; "or breaking out of the iteration, destroys the request\'s socket"', async () => {
     const model = fresh('echo');
     const r = await collect(call(openai, model, { signal: AbortSignal.abort() }));
     assert.deepEqual(r.events, []);
@@ -222,7 +222,7 @@ describe('the rules streamReply owns, against the local provider', () => {
     assert.equal(entry.clientClosed, true);
   });
 
-  test('"the key must never appear in a message, whatever the provider echoes"', async () => {
+  test('"The key never appears in a message, whatever the provider echoes."', async () => {
     for (const provider of [openai, anthropic, localProvider(p, 'ollama', { apiKey: KEY })]) {
       const r = await collect(call(provider, fresh('status:401+echo-key')));
       assert.ok(r.error instanceof ProviderFailed);
@@ -236,7 +236,7 @@ describe('the rules streamReply owns, against the local provider', () => {
     assert.ok(!r.error.message.includes('hdr-secret-value-42'), r.error.message);
   });
 
-  test('configured headers are sent as given, may replace the protocol\'s own, and cannot break the framing', async () => {
+  test('"Configured headers are sent after the protocol\'s own and may replace them" ... "but not content-length, transfer-encoding or connection"', async () => {
     const model = fresh('echo');
     const provider = localProvider(p, 'openai', { apiKey: KEY, headers: { 'X-Title': 'chat-session-api tests', authorization: 'Bearer from-headers', 'content-length': '1' } });
     const r = await collect(call(provider, model));
@@ -247,7 +247,7 @@ describe('the rules streamReply owns, against the local provider', () => {
     assert.equal(entry.headers['content-type'], 'application/json');
   });
 
-  test('sequential calls to one provider reuse one kept-alive connection', async () => {
+  test('"Written on node:http, with keep-alive pools." Sequential calls to one provider reuse one connection', async () => {
     const ports = new Set();
     for (let i = 0; i < 5; i++) {
       const model = fresh('tokens:3');
@@ -267,7 +267,7 @@ describe('the rules streamReply owns, against the local provider', () => {
     }
   });
 
-  test('a stream that cannot be read, or JSON where a stream belongs, is a failure of the provider (not tried again)', async () => {
+  test('"A line or an event over 8 MiB, a line that is not JSON, or a 200 whose body is JSON rather than a stream is the provider\'s failure" (not tried again)', async () => {
     const garbage = fresh('tokens:3+garbage-after:1');
     const r = await collect(call(openai, garbage));
     assert.equal(r.error.message, 'Provider "Local test provider" sent a stream that cannot be read: an event that is not JSON');
@@ -284,7 +284,7 @@ describe('the rules streamReply owns, against the local provider', () => {
     assert.equal(requestsFor(p, json).length, 1);
   });
 
-  test('a stream that ends before the provider said it was done is a cut (tried again when no text came)', async () => {
+  test('a stream that ends before the provider said it was done is "a response cut or ended before its end" (transient: tried again only when no text came)', async () => {
     const model = fresh('tokens:4+cut-after:2');
     const r = await collect(call(anthropic, model));
     assert.equal(r.text, 'the quick');
@@ -294,10 +294,10 @@ describe('the rules streamReply owns, against the local provider', () => {
   });
 });
 
-describe('scrubCredentials: "the provider\'s error body is quoted only after removing anything that looks like a credential"', () => {
+describe('scrubCredentials: "The provider\'s words are quoted only scrubbed."', () => {
   const scrub = (t, secrets = []) => scrubCredentials(t, secrets);
 
-  test('the configured key itself, in any encoding, and any header value', () => {
+  test('"the configured key and every configured header value of 4 characters or more (raw, URL- and JSON-escaped)"', () => {
     assert.equal(scrub('bad key abc-123 given', ['abc-123']), 'bad key *** given');
     assert.equal(scrub('got "a\\"b" back', ['a"b']), 'got "***" back');
     assert.equal(scrub('url ?k=x%2By%2Fz', ['x+y/z']), 'url ?k=***');
@@ -306,12 +306,12 @@ describe('scrubCredentials: "the provider\'s error body is quoted only after rem
     assert.equal(scrub('v=longsecretvalue', ['secret', 'longsecretvalue']), 'v=***');
   });
 
-  test('Bearer and other authorization values', () => {
+  test('"Bearer/Basic values"', () => {
     assert.equal(scrub('Authorization: Bearer abc.def-123 was refused'), 'Authorization: Bearer *** was refused');
     assert.equal(scrub('Basic dXNlcjpwYXNz failed'), 'Basic *** failed');
   });
 
-  test('sk-...-like tokens, JWTs and long opaque strings', () => {
+  test('"key-shaped tokens (sk-..., sk-ant-..., AIza..., JWTs) and runs of 40 or more letters and digits"', () => {
     assert.equal(scrub('Incorrect API key provided: sk-proj-********************abcd.'), 'Incorrect API key provided: ***.');
     assert.equal(scrub('key sk-ant-api03-AbCdEf123456 is invalid'), 'key *** is invalid');
     assert.equal(scrub('token eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJ1In0.sig_nature-x expired'), 'token *** expired');
@@ -319,14 +319,14 @@ describe('scrubCredentials: "the provider\'s error body is quoted only after rem
     assert.equal(scrub('AIzaSyA1234567890abcdefghijklmnopq is a Google key'), '*** is a Google key');
   });
 
-  test('key=, token=, secret=, password= values (and name: value, and JSON)', () => {
+  test('"the values of credential-like names (key=, token=, secret=, password=, api_key: , x-api-key: and the like, but not max_tokens)"', () => {
     assert.equal(scrub('GET /v1?key=abc123&x=1'), 'GET /v1?key=***&x=1');
     assert.equal(scrub('token=t0k3n secret=s3cr3t password=hunter2'), 'token=*** secret=*** password=***');
     assert.equal(scrub('{"api_key": "zzz", "model": "m"}'), '{"api_key": "***", "model": "m"}');
     assert.equal(scrub('x-api-key: abcdef'), 'x-api-key: ***');
   });
 
-  test('URL userinfo', () => {
+  test('URL credentials', () => {
     assert.equal(scrub('cannot reach https://user:p%40ss@proxy.local:8080/v1'), 'cannot reach https://***@proxy.local:8080/v1');
   });
 
@@ -337,15 +337,15 @@ describe('scrubCredentials: "the provider\'s error body is quoted only after rem
   });
 });
 
-describe('a provider record read for calling (providerConfig)', () => {
-  test('type, baseUrl (defaults by type, no trailing slash), apiKey, headers (names in lower case) and models', () => {
+describe('"A provider record is read for calling by providerConfig."', () => {
+  test('"Without baseUrl, the vendor\'s own API (https://api.openai.com/v1, https://api.anthropic.com) or a local Ollama" ... "a trailing slash is dropped" ... "A blank apiKey is none."', () => {
     const c = providerConfig({ name: 'P', type: 'openai', baseUrl: 'http://h:1/v1/', apiKey: ' k ', headers: { 'X-A': 'b' }, models: ['m'] });
     assert.deepEqual({ ...c }, { name: 'P', type: 'openai', baseUrl: 'http://h:1/v1', apiKey: 'k', headers: { 'x-a': 'b' }, models: ['m'] });
     for (const type of ['openai', 'anthropic', 'ollama']) assert.equal(providerConfig({ name: 'P', type }).baseUrl, DEFAULT_BASE_URLS[type]);
     assert.equal(providerConfig({ name: 'P', type: 'ollama', apiKey: '  ' }).apiKey, undefined);
   });
 
-  test('"Other types are listed as before but cannot reply": a clear refusal naming the provider', () => {
+  test('"Other types are listed as before but cannot reply": "a provider of another type is refused before any call (the type cannot reply)"', () => {
     assert.equal(canReply('openai'), true);
     assert.equal(canReply('gemini'), false);
     assert.throws(() => providerConfig({ name: 'G', type: 'gemini' }), (e) => e instanceof ProviderUnusable && e.message === 'Provider "G" is of type "gemini", which cannot reply (the types that can are openai, anthropic, ollama)');

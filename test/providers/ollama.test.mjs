@@ -20,7 +20,7 @@ describe('Ollama /api/chat', () => {
 
   const reply = (model, extra = {}) => collect({ provider, model, messages: [{ role: 'user', content: 'Hello there, model' }], retryBaseMs: 10, ...extra });
 
-  test('"{baseUrl}/api/chat, NDJSON": stream true, the system text first, options by their Modelfile names, no key sent when none is configured', async () => {
+  test('{baseUrl}/api/chat: stream true, the system text first, "options.temperature, top_p, num_predict, stop (Ollama)", no key sent when none is configured', async () => {
     const model = fresh('echo');
     const r = await collect({ provider, model, system: 'You are terse.', messages: [{ role: 'user', content: 'Hi' }], options: { temperature: 0.2, topP: 0.9, maxTokens: 50, stop: ['END'] } });
     assert.equal(r.error, undefined);
@@ -38,7 +38,7 @@ describe('Ollama /api/chat', () => {
     });
   });
 
-  test('"map parts sensibly": images in `images`, other files as a placeholder, tool calls with object arguments, tool results by tool name, reasoning never sent', async () => {
+  test('"Parts are mapped to each protocol\'s own shapes." ... "Ollama names the tool, found from its call"', async () => {
     const model = fresh('echo');
     const r = await collect({ provider, model, messages: CONVERSATION });
     assert.equal(r.error, undefined);
@@ -54,7 +54,7 @@ describe('Ollama /api/chat', () => {
     assert.ok(!JSON.stringify(req.body).includes('thoughts'));
   });
 
-  test('"message.content" is the answer, "message.thinking" reasoning, "prompt_eval_count / eval_count as usage", done_reason as finishReason', async () => {
+  test('message.content is the answer, "Ollama\'s message.thinking are reasoning", "Ollama\'s prompt_eval_count / eval_count" as usage, done_reason as finishReason', async () => {
     const r = await reply(fresh('reasoning:2+tokens:4'));
     assert.equal(r.error, undefined);
     assert.equal(r.reasoning, 'Let me');
@@ -79,7 +79,7 @@ describe('Ollama /api/chat', () => {
     }
   });
 
-  test('"an error field in a line" ends the reply with that error', async () => {
+  test('an error field in a line ends the reply with that error', async () => {
     const model = fresh('tokens:4+error-after:2');
     const r = await reply(model);
     assert.equal(r.text, 'the quick');
@@ -97,14 +97,14 @@ describe('Ollama /api/chat', () => {
     assert.equal(requestsFor(p, busy).length, 2);
   });
 
-  test('a key configured for an Ollama behind a proxy is sent as a Bearer token', async () => {
+  test('"A key configured for Ollama is sent as Authorization: Bearer (a proxy in front of it)."', async () => {
     const model = fresh('echo');
     await collect({ provider: localProvider(p, 'ollama', { apiKey: 'proxy-token-123456' }), model, messages: [{ role: 'user', content: 'x' }] });
     assert.equal(requestsFor(p, model)[0].headers.authorization, 'Bearer proxy-token-123456');
   });
 });
 
-test('the local provider runs alone as an Ollama-style server (node test/provider/server.mjs --port N)', async () => {
+test('"node test/provider/server.mjs --port 11434 runs it alone as an Ollama-style server"', async () => {
   const script = fileURLToPath(new URL('../provider/server.mjs', import.meta.url));
   const child = spawn(process.execPath, [script, '--port', '0'], { stdio: ['ignore', 'pipe', 'inherit'] });
   try {

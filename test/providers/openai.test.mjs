@@ -22,7 +22,7 @@ describe('OpenAI Chat Completions', () => {
 
   const reply = (model, extra = {}) => collect({ provider, model, messages: [{ role: 'user', content: 'Hello there, model' }], retryBaseMs: 10, ...extra });
 
-  test('"streaming at {baseUrl}/chat/completions, Authorization: Bearer <apiKey>, stream: true, stream_options: {include_usage: true}"; options in OpenAI\'s names', async () => {
+  test('"Chat Completions, streamed, at {baseUrl}/chat/completions, Authorization: Bearer <apiKey>" with stream_options.include_usage; "Options in each protocol\'s names."', async () => {
     const model = fresh('echo');
     const r = await collect({ provider, model, system: 'You are terse.', messages: [{ role: 'user', content: 'Hi' }], options: { temperature: 0.2, topP: 0.9, maxTokens: 50, stop: ['END'] } });
     assert.equal(r.error, undefined);
@@ -57,7 +57,7 @@ describe('OpenAI Chat Completions', () => {
     assert.equal(req.body.messages[0].role, 'user', 'no system message when there is no system text');
   });
 
-  test('"map parts sensibly": images as image_url, other files as a placeholder, tool calls and results in OpenAI\'s shape, reasoning never sent, a system turn stays in place', async () => {
+  test('"Parts are mapped to each protocol\'s own shapes." ... "reasoning parts are never sent"; "A system turn in the middle of the history stays where it is for OpenAI and Ollama."', async () => {
     const model = fresh('echo');
     const r = await collect({ provider, model, system: 'You are helpful.', messages: CONVERSATION });
     assert.equal(r.error, undefined);
@@ -80,7 +80,7 @@ describe('OpenAI Chat Completions', () => {
     assert.ok(!JSON.stringify(req.body).includes('thoughts'), 'reasoning parts are never sent');
   });
 
-  test('an image given by URL is passed as its URL; text parts of one turn are joined', async () => {
+  test('"an image by url is passed as its URL to OpenAI"; "Text parts of a turn are joined with a blank line."', async () => {
     const model = fresh('echo');
     await collect({
       provider,
@@ -99,7 +99,7 @@ describe('OpenAI Chat Completions', () => {
     ]);
   });
 
-  test('the answer as it comes, "reasoning_content deltas are reasoning text, not answer text", usage once, the finish reason', async () => {
+  test('the answer as it comes; "OpenAI\'s reasoning_content (DeepSeek, vLLM)" deltas are reasoning; "Usage comes once, at the end"; the finish reason', async () => {
     const r = await reply(fresh('reasoning:3+tokens:5+cached:1'));
     assert.equal(r.error, undefined);
     assert.equal(r.reasoning, 'Let me think');
@@ -109,13 +109,13 @@ describe('OpenAI Chat Completions', () => {
     assert.equal(r.finishReason, 'stop');
   });
 
-  test('"(and reasoning)": OpenRouter\'s `reasoning` deltas are reasoning text too', async () => {
+  test('"and reasoning (OpenRouter) deltas" are reasoning text too', async () => {
     const r = await reply(fresh('reasoning:2+reasoning-field:reasoning+tokens:2'));
     assert.equal(r.reasoning, 'Let me');
     assert.equal(r.text, 'the quick');
   });
 
-  test('"a server that rejects stream_options with a 400 naming it is tried again without it, and then no usage is recorded"', async () => {
+  test('"A 400 (or 422) whose message names stream_options is tried again at once without it": no usage then', async () => {
     const model = fresh('reject-stream-options+tokens:3');
     const r = await reply(model);
     assert.equal(r.error, undefined);
@@ -127,7 +127,7 @@ describe('OpenAI Chat Completions', () => {
     assert.equal(requestsFor(p, model).length, 2);
   });
 
-  test('a model that takes max_completion_tokens instead of max_tokens is asked again in its terms', async () => {
+  test('"A 400 asking for max_completion_tokens (OpenAI\'s reasoning models) is tried again with it in place of max_tokens."', async () => {
     const model = fresh('reject-max-tokens+tokens:2');
     const r = await reply(model, { options: { maxTokens: 20 } });
     assert.equal(r.error, undefined);
@@ -136,18 +136,18 @@ describe('OpenAI Chat Completions', () => {
     assert.equal(second.body.max_completion_tokens, 20);
   });
 
-  test('"usage missing": no usage event, never an invented one', async () => {
+  test('"only when the provider reported it": no usage event when it reported none', async () => {
     const r = await reply(fresh('no-usage+tokens:3'));
     assert.equal(r.error, undefined);
     assert.deepEqual(r.usages, []);
   });
 
-  test('a finish by length is told: finishReason "length"', async () => {
+  test('a finish by length is told: finishReason length', async () => {
     const r = await reply(fresh('tokens:3+finish:length'));
     assert.equal(r.finishReason, 'length');
   });
 
-  test('"an event or a UTF-8 character cut across network reads": written byte by byte, with CRLF or CR line ends, and ": keep-alive" comments', async () => {
+  test('"a CRLF cut between two reads is one line end" ... "a character cut between reads arrives whole": written byte by byte, CRLF or CR line ends, keep-alive comments', async () => {
     const say = 'Grüße, 世界! 😀 ok';
     for (const faults of ['split:1', 'split:1+eol:crlf', 'split:2+eol:cr', 'split:3+keepalive', 'keepalive+eol:crlf']) {
       const r = await reply(fresh(`say:${encodeURIComponent(say)}+reasoning:2+${faults}`));
@@ -158,7 +158,7 @@ describe('OpenAI Chat Completions', () => {
     }
   });
 
-  test('a stream that ends after the finish reason without [DONE] has still finished', async () => {
+  test('"An OpenAI-style stream that ends after its finish reason without data: [DONE] has still finished"', async () => {
     const r = await reply(fresh('tokens:2+no-done'));
     assert.equal(r.error, undefined);
     assert.equal(r.text, 'the quick');
