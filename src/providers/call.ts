@@ -57,7 +57,8 @@ export interface ReplyStream extends AsyncIterable<ReplyEvent> {
 /**
  * Streams a model's answer from `call.provider` (see ReplyCall in wire.ts for the input).
  *
- * Nothing is sent until the iteration starts. The iteration yields, as the provider sends them:
+ * Nothing is sent until the iteration starts. Iterate to the end, or abort, or break out: a
+ * caller that just stops asking for events holds the provider's connection open. The iteration yields, as the provider sends them:
  * - `{kind:'text', text}`: a piece of the answer;
  * - `{kind:'reasoning', text}`: a piece of the model's reasoning (OpenAI-style
  *   `reasoning_content` / `reasoning`, Anthropic thinking blocks, Ollama `thinking`), never
@@ -108,7 +109,13 @@ async function* run(call: ReplyCall, state: { finishReason: string | undefined }
     for (const [k, v] of Object.entries(provider.headers)) if (!FRAMING_HEADERS.has(k)) headers[k] = v;
     headers['content-type'] = 'application/json';
     headers['content-length'] = String(body.length);
-    const exchange = new Exchange(url, headers, body, idleMs);
+    let exchange: Exchange;
+    try {
+      exchange = new Exchange(url, headers, body, idleMs);
+    } catch (e) {
+      // node:http refuses what it cannot send (providerConfig has checked the usual causes)
+      throw new ProviderFailed(`${who(provider)} cannot be called: ${(e as { code?: string }).code ?? 'the request is invalid'}`, false);
+    }
     const onAbort = (): void => exchange.close();
     signal?.addEventListener('abort', onAbort, { once: true });
     let yielded = false;

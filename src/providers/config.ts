@@ -10,6 +10,9 @@ export const DEFAULT_BASE_URLS: { readonly [type in ReplyType]: string } = {
   ollama: 'http://127.0.0.1:11434',
 };
 
+/** What node:http lets a header value hold (no control characters but tab). */
+const HEADER_VALUE = /^[\t\x20-\x7e\x80-\xff]*$/;
+
 /** True when a provider of this `type` can reply (`openai`, `anthropic`, `ollama`). */
 export function canReply(type: unknown): type is ReplyType {
   return typeof type === 'string' && (REPLY_TYPES as readonly string[]).includes(type);
@@ -39,12 +42,13 @@ export function providerConfig(record: { readonly [key: string]: unknown }): Pro
   if (url === undefined || (url.protocol !== 'http:' && url.protocol !== 'https:')) throw new ProviderUnusable(`${who} has a baseUrl that is not an http:// or https:// URL`);
   if (url.search !== '' || url.hash !== '') throw new ProviderUnusable(`${who} has a baseUrl with a query or a fragment; give the URL the API paths are appended to`);
   const apiKey = typeof record['apiKey'] === 'string' && record['apiKey'].trim() !== '' ? record['apiKey'].trim() : undefined;
+  if (apiKey !== undefined && !HEADER_VALUE.test(apiKey)) throw new ProviderUnusable(`${who} has an apiKey with characters an HTTP header cannot carry`);
   const headers: Record<string, string> = {};
   const rawHeaders = record['headers'];
   if (rawHeaders !== undefined && rawHeaders !== null) {
     if (typeof rawHeaders !== 'object' || Array.isArray(rawHeaders)) throw new ProviderUnusable(`${who} has headers that are not an object of header names and string values`);
     for (const [k, v] of Object.entries(rawHeaders)) {
-      if (typeof v !== 'string' || !/^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/.test(k) || /[\r\n\0]/.test(v)) {
+      if (typeof v !== 'string' || !/^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/.test(k) || !HEADER_VALUE.test(v)) {
         throw new ProviderUnusable(`${who} has a header ${JSON.stringify(k.slice(0, 100))} that is not a valid name with a string value`);
       }
       headers[k.toLowerCase()] = v;

@@ -16,12 +16,13 @@ const RULES: readonly [RegExp, string][] = [
   // (any words before the name: x-api-key, access_token, client_secret; but not max_tokens)
   [/((?<![A-Za-z0-9_-])(?:[A-Za-z0-9]+[-_])*(?:api[-_]?key|key|token|secret|password|passwd|pwd|auth|authorization|signature|sig|credential)["']?\s*[=:]\s*["']?)(?!\*\*\*|(?:Bearer|Basic|Token|Digest)\s)[^\s"'&,;)}\]]+/gi, '$1***'],
   // keys by their well-known shapes: sk-..., sk-ant-..., sk-proj-..., gsk_..., xai-..., hf_..., ghp_..., AIza...
-  [/(?<![A-Za-z0-9])(?:sk|pk|rk|gsk|xai|hf|ghp|gho|ghs|glpat|key)[-_][A-Za-z0-9_*.-]{5,}[A-Za-z0-9_*]/g, '***'],
+  [/(?<![A-Za-z0-9])(?:sk|pk|rk|gsk|xai|hf|ghp|gho|ghs|glpat)[-_][A-Za-z0-9_*.-]{5,}[A-Za-z0-9_*]/g, '***'],
   [/(?<![A-Za-z0-9])AIza[A-Za-z0-9_-]{20,}/g, '***'],
   // a JSON Web Token
   [/(?<![A-Za-z0-9])eyJ[A-Za-z0-9_-]{5,}\.[A-Za-z0-9_-]{5,}\.[A-Za-z0-9_-]*/g, '***'],
-  // a long run of letters and digits (40 or more, both present): an opaque secret more often than not
-  [/(?<![A-Za-z0-9+/=_-])(?=[A-Za-z0-9+/=_-]*[0-9])(?=[A-Za-z0-9+/=_-]*[A-Za-z])[A-Za-z0-9+/=_-]{40,}/g, '***'],
+  // a long run of letters and digits (40 or more, both present): an opaque secret more often
+  // than not (not across `/` or `.`: a model path like meta-llama/Meta-Llama-3.1-70B-Instruct stays)
+  [/(?<![A-Za-z0-9_-])(?=[A-Za-z0-9_-]*[0-9])(?=[A-Za-z0-9_-]*[A-Za-z])[A-Za-z0-9_-]{40,}/g, '***'],
 ];
 
 /**

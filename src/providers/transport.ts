@@ -45,14 +45,8 @@ export class Exchange {
 
   constructor(url: URL, headers: Record<string, string>, body: Buffer, idleTimeoutMs: number) {
     const https = url.protocol === 'https:';
-    const options = {
-      method: 'POST',
-      agent: https ? httpsAgent : httpAgent,
-      headers,
-      // credentials in baseUrl (https://user:pass@host) are sent as Basic authentication
-      ...(url.username !== '' || url.password !== '' ? { auth: `${decodeURIComponent(url.username)}:${decodeURIComponent(url.password)}` } : {}),
-    };
-    this.req = (https ? httpsRequest : httpRequest)(url, options);
+    // credentials in the URL (https://user:pass@host) go as Basic authentication: node:http does that
+    this.req = (https ? httpsRequest : httpRequest)(url, { method: 'POST', agent: https ? httpsAgent : httpAgent, headers });
     this.req.on('response', (res) => this.onResponse(res));
     this.req.on('error', (e) => this.fail(e));
     this.timer = setTimeout(() => this.onIdle(), idleTimeoutMs);

@@ -247,6 +247,17 @@ describe('the rules streamReply owns, against the local provider', () => {
     assert.equal(entry.headers['content-type'], 'application/json');
   });
 
+  test('"a URL with credentials sends them as Basic authentication", and they are never quoted', async () => {
+    const model = fresh('status:401+echo-key');
+    const url = new URL(p.url);
+    const withUser = providerConfig({ name: 'Behind a proxy', type: 'ollama', baseUrl: `http://proxyuser:pa%40ss-w0rd@${url.host}` });
+    const r = await collect(call(withUser, model));
+    const [req] = requestsFor(p, model);
+    assert.equal(req.headers.authorization, `Basic ${Buffer.from('proxyuser:pa@ss-w0rd').toString('base64')}`);
+    assert.ok(!r.error.message.includes(Buffer.from('proxyuser:pa@ss-w0rd').toString('base64')), r.error.message);
+    assert.ok(!r.error.message.includes('pa@ss-w0rd'), r.error.message);
+  });
+
   test('"Written on node:http, with keep-alive pools." Sequential calls to one provider reuse one connection', async () => {
     const ports = new Set();
     for (let i = 0; i < 5; i++) {
@@ -331,7 +342,7 @@ describe('scrubCredentials: "The provider\'s words are quoted only scrubbed."', 
   });
 
   test('ordinary words stay as they are', () => {
-    for (const t of ['Rate limit reached for requests', 'model "llama3.2" not found, try pulling it first', 'Overloaded', 'max_tokens: 9000 > 4096, which is the maximum allowed', 'monkey=banana']) {
+    for (const t of ['Rate limit reached for requests', 'model "llama3.2" not found, try pulling it first', 'Overloaded', 'max_tokens: 9000 > 4096, which is the maximum allowed', 'monkey=banana', 'model meta-llama/Meta-Llama-3.1-70B-Instruct-Turbo-Preview-2024 is not available', 'a key_value_store error']) {
       assert.equal(scrub(t), t);
     }
   });
@@ -359,6 +370,8 @@ describe('"A provider record is read for calling by providerConfig."', () => {
     assert.throws(() => providerConfig({ name: 'H', type: 'ollama', headers: ['x'] }), ProviderUnusable);
     assert.throws(() => providerConfig({ name: 'H', type: 'ollama', headers: { 'x-a': 1 } }), ProviderUnusable);
     assert.throws(() => providerConfig({ name: 'H', type: 'ollama', headers: { 'x-a': 'a\r\nInjected: 1' } }), ProviderUnusable);
+    assert.throws(() => providerConfig({ name: 'H', type: 'ollama', headers: { 'x-a': 'bell\u0007' } }), ProviderUnusable);
+    assert.throws(() => providerConfig({ name: 'K', type: 'openai', apiKey: 'sk-abc\ndef' }), (e) => e instanceof ProviderUnusable && !e.message.includes('sk-abc'));
     assert.throws(() => providerConfig({ name: 'M', type: 'ollama', models: 'llama' }), ProviderUnusable);
   });
 
