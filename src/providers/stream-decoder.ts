@@ -37,6 +37,15 @@ export class LineDecoder {
       if (chunk.length > 0 && chunk[0] === LF) start = 1;
     }
     const n = chunk.length;
+    if (!chunk.includes(CR)) {
+      // LF-only line ends (nearly every provider): the native search finds them
+      for (let lf = chunk.indexOf(LF, start); lf >= 0; lf = chunk.indexOf(LF, start)) {
+        this.emit(chunk, start, lf, lines);
+        start = lf + 1;
+      }
+      this.keep(chunk, start);
+      return;
+    }
     let i = start;
     while (i < n) {
       const b = chunk[i] as number;
@@ -52,12 +61,16 @@ export class LineDecoder {
       }
       start = ++i;
     }
-    if (start < n) {
-      const bytes = this.pendingBytes + (n - start);
-      if (bytes > this.maxLineBytes) throw new StreamDecodeError(`a line longer than ${this.maxLineBytes} bytes`);
-      this.pending.push(chunk.subarray(start));
-      this.pendingBytes = bytes;
-    }
+    this.keep(chunk, start);
+  }
+
+  /** Holds the unfinished line at the end of a read until a line end comes. */
+  private keep(chunk: Buffer, start: number): void {
+    if (start >= chunk.length) return;
+    const bytes = this.pendingBytes + (chunk.length - start);
+    if (bytes > this.maxLineBytes) throw new StreamDecodeError(`a line longer than ${this.maxLineBytes} bytes`);
+    this.pending.push(chunk.subarray(start));
+    this.pendingBytes = bytes;
   }
 
   /** What is left at the end of the body: a last line without its line end, or nothing. */
