@@ -147,8 +147,14 @@ async function* run(call: ReplyCall, state: { finishReason: string | undefined }
         const out: ReplyEvent[] = [];
         for (;;) {
           const chunk = await exchange.read();
-          if (chunk === null) reader.end(out);
-          else reader.push(chunk, out);
+          // a read may hold pieces of text and then the failure: the pieces are given first
+          let failed: { readonly error: unknown } | undefined;
+          try {
+            if (chunk === null) reader.end(out);
+            else reader.push(chunk, out);
+          } catch (error) {
+            failed = { error };
+          }
           state.finishReason = reader.finishReason;
           if (out.length > 0) {
             exchange.suspend();
@@ -161,6 +167,7 @@ async function* run(call: ReplyCall, state: { finishReason: string | undefined }
             out.length = 0;
             exchange.resume();
           }
+          if (failed !== undefined) throw failed.error;
           if (reader.done || chunk === null) {
             finished = true;
             exchange.finish();

@@ -42,6 +42,7 @@ export const SCENARIOS = {
   'garbage-after:N': 'after N tokens an event that is not JSON',
   'huge-line': 'one line of 9 MiB before the answer',
   'json-200': 'answer 200 with a JSON body instead of a stream',
+  batch: 'hold every write of the answer and send them as one when it ends (a fault after N tokens comes in the same read as they do)',
   'n:ANY': 'ignored: makes a model name unique (for times:K)',
 };
 
@@ -49,7 +50,7 @@ const WORDS = 'the quick brown fox jumps over a lazy dog while seven bright star
 
 /** Parses a model name into its scenario. */
 export function scenarioOf(model) {
-  const s = { model, say: undefined, tokens: undefined, rate: undefined, reasoning: 0, reasoningField: 'reasoning_content', split: 0, eol: '\n', keepalive: false, rejectStreamOptions: false, rejectMaxTokens: false, usage: true, cached: 0, status: undefined, retryAfter: undefined, times: Infinity, echoKey: false, errorAfter: undefined, stallHeaders: undefined, stallAfter: undefined, stallMs: Infinity, resetAfter: undefined, rstAfter: undefined, cutAfter: undefined, finish: 'stop', garbageAfter: undefined, hugeLine: false, json200: false, noDone: false };
+  const s = { model, say: undefined, tokens: undefined, rate: undefined, reasoning: 0, reasoningField: 'reasoning_content', split: 0, eol: '\n', keepalive: false, rejectStreamOptions: false, rejectMaxTokens: false, usage: true, cached: 0, status: undefined, retryAfter: undefined, times: Infinity, echoKey: false, errorAfter: undefined, stallHeaders: undefined, stallAfter: undefined, stallMs: Infinity, resetAfter: undefined, rstAfter: undefined, cutAfter: undefined, finish: 'stop', garbageAfter: undefined, hugeLine: false, json200: false, noDone: false, batch: false };
   for (const d of String(model).split('+')) {
     const [k, ...rest] = d.split(':');
     const v = rest.join(':');
@@ -80,6 +81,7 @@ export function scenarioOf(model) {
       case 'huge-line': s.hugeLine = true; break;
       case 'json-200': s.json200 = true; break;
       case 'no-done': s.noDone = true; break;
+      case 'batch': s.batch = true; break;
       default: // a plain model name, `echo` or `n:...`
     }
   }
@@ -341,6 +343,12 @@ export async function startProvider({ port = 0, host = '127.0.0.1', log = true }
     const eol = s.eol;
     const wire = protocol === 'openai' ? openaiWire(s, body, eol) : protocol === 'anthropic' ? anthropicWire(s, body, eol) : ollamaWire(s, body);
     res.writeHead(200, { 'content-type': wire.contentType, 'cache-control': 'no-cache', ...wire.headers });
+    // with `batch`, every write is held and sent as one when the response ends
+    const held = s.batch ? [] : undefined;
+    const end = () => {
+      if (held !== undefined && held.length > 0 && !res.destroyed) res.write(held.join(''));
+      res.end();
+    };
     const reasoning = reasoningTokens(s.reasoning);
     const tokens = tokensOf(s, body);
     const input = promptTokens(protocol, body);
@@ -348,6 +356,10 @@ export async function startProvider({ port = 0, host = '127.0.0.1', log = true }
 
     const write = async (text) => {
       if (res.destroyed) return false;
+      if (held !== undefined) {
+        held.push(text);
+        return true;
+      }
       if (s.keepalive && wire.keepalive !== undefined) res.write(wire.keepalive);
       if (s.split > 0) {
         const bytes = Buffer.from(text, 'utf8');
@@ -378,11 +390,11 @@ export async function startProvider({ port = 0, host = '127.0.0.1', log = true }
       // the faults that come "after N tokens" (N may be 0: before the first)
       if (faulty && s.errorAfter === i) {
         await write(wire.error());
-        return res.end();
+        return end();
       }
       if (faulty && s.garbageAfter === i) {
         await write(wire.garbage);
-        return res.end();
+        return end();
       }
       if (faulty && s.resetAfter === i) {
         await flushed();
@@ -392,7 +404,7 @@ export async function startProvider({ port = 0, host = '127.0.0.1', log = true }
         await flushed();
         return req.socket.resetAndDestroy();
       }
-      if (faulty && s.cutAfter === i) return res.end();
+      if (faulty && s.cutAfter === i) return end();
       if (faulty && s.stallAfter === i) {
         if (s.stallMs === Infinity) return entry.closed;
         await sleep(s.stallMs);
@@ -410,7 +422,7 @@ export async function startProvider({ port = 0, host = '127.0.0.1', log = true }
     }
     for (const piece of wire.end(usage)) if (!(await write(piece))) return;
     entry.ended = true;
-    res.end();
+    end();
   }
 
   await new Promise((resolve, reject) => {

@@ -107,6 +107,14 @@ describe('Anthropic Messages', () => {
     assert.equal(requestsFor(p, model).length, 1);
   });
 
+  test('the text that came in the same read as the error event is given before the failure (regression)', async () => {
+    // the error once threw before the pieces decoded from the same read were yielded: they were lost
+    const model = fresh('tokens:5+error-after:3+batch');
+    const r = await reply(model);
+    assert.equal(r.text, 'the quick brown');
+    assert.equal(r.error.message, 'Provider "Local test provider" reported an error in the stream: overloaded_error: Overloaded');
+  });
+
   test('"an Anthropic error event of overloaded_error, api_error or rate_limit_error (the 529, 500 and 429 of a stream)" before any text is tried again', async () => {
     const model = fresh('tokens:3+error-after:0+times:1');
     const r = await reply(model);
