@@ -1,6 +1,6 @@
 // The configured AI providers: read from providers.json, checked, redacted once and kept as
-// ready-to-send response bodies. The `apiKey` never leaves this module: not in a response,
-// not in a log line, not in an error message.
+// ready-to-send response bodies. The `apiKey` leaves this module only in `records`, for the
+// provider clients (src/providers/) to call with: never in a response, a log line or an error message.
 import { readFileSync } from 'node:fs';
 import { dataBody } from './http/envelope.js';
 import { isHexObjectId } from './domain/ids.js';
@@ -18,7 +18,12 @@ export interface ProviderCatalog {
   readonly listBody: string;
   /** The success body for one provider by lowercase id. */
   readonly bodies: ReadonlyMap<string, string>;
+  /** Each provider's entry as the file holds it (key included), by lowercase id: what src/providers/config.ts reads to call it. */
+  readonly records: ReadonlyMap<string, ProviderRecord>;
 }
+
+/** A provider's entry as the file holds it. */
+export type ProviderRecord = { readonly [key: string]: unknown };
 
 type Json = null | boolean | number | string | Json[] | { [key: string]: Json };
 
@@ -89,6 +94,7 @@ export function parseProviders(text: string, file: string): ProviderCatalog {
   if (!Array.isArray(parsed)) throw new ProvidersFileError(`providers file ${file} must hold a JSON array of provider objects`);
   const seen = new Map<string, number>();
   const entries: { id: string; name: string; body: Json }[] = [];
+  const records = new Map<string, ProviderRecord>();
   // every key in the file, so a key copied into any entry's other fields is masked too
   const keys: string[] = [];
   collectKeys(parsed as Json, keys);
@@ -109,6 +115,7 @@ export function parseProviders(text: string, file: string): ProviderCatalog {
     redacted['_id'] = lower;
     redacted['hasApiKey'] = typeof apiKey === 'string' && apiKey.trim() !== '';
     entries.push({ id: lower, name, body: redacted });
+    records.set(lower, e);
   });
   entries.sort((a, b) => compareCodePoints(a.name, b.name) || compareCodePoints(a.id, b.id));
   const bodies = new Map<string, string>();
@@ -119,6 +126,7 @@ export function parseProviders(text: string, file: string): ProviderCatalog {
     fromFile: true,
     listBody: dataBody(`[${entries.map((p) => JSON.stringify(p.body)).join(',')}]`),
     bodies,
+    records,
   };
 }
 
@@ -132,7 +140,7 @@ export function loadProviders(file: string, required = false): ProviderCatalog {
     const code = (e as NodeJS.ErrnoException).code;
     if (code === 'ENOENT' && required) throw new ProvidersFileError(`providers file ${file} (PROVIDERS_FILE) does not exist`);
     if (code === 'ENOENT') {
-      return { count: 0, loadedAt: new Date().toISOString(), fromFile: false, listBody: dataBody('[]'), bodies: new Map() };
+      return { count: 0, loadedAt: new Date().toISOString(), fromFile: false, listBody: dataBody('[]'), bodies: new Map(), records: new Map() };
     }
     throw new ProvidersFileError(`providers file ${file} cannot be read (${code ?? 'error'})`);
   }

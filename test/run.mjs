@@ -20,7 +20,8 @@ const suite = [...files('test'), ...files('test/store')];
 
 const passes = [
   // the PostgreSQL client's own tests do not depend on the engine: they run once
-  { store: 'sqlite', node: node24, files: [...suite, ...files('test/pg')] },
+  // and the provider clients' (against the local provider in test/provider/)
+  { store: 'sqlite', node: node24, files: [...suite, ...files('test/pg'), ...files('test/providers')] },
   { store: 'postgres', node: node24, files: suite, cluster: true },
 ];
 
@@ -32,7 +33,7 @@ const named = process.argv.slice(2).filter(isFile);
 const flags = process.argv.slice(2).filter((a) => !isFile(a));
 for (const f of named) {
   if (!passes.some((p) => p.files.some((x) => resolve(ROOT, x) === resolve(f)))) {
-    console.error(`✖ ${f}: not a test file of the suite (test/*.test.mjs, test/store/*.test.mjs, test/pg/*.test.mjs)`);
+    console.error(`✖ ${f}: not a test file of the suite (test/*.test.mjs, test/store/*.test.mjs, test/pg/*.test.mjs, test/providers/*.test.mjs)`);
     process.exit(1);
   }
 }

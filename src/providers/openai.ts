@@ -1,0 +1,167 @@
+// OpenAI Chat Completions, streamed (POST {baseUrl}/chat/completions, Server-Sent Events ending
+// in `data: [DONE]`): OpenAI itself and every server that speaks it (vLLM, llama.cpp, LM Studio,
+// Ollama's /v1, OpenRouter).
+import { SseDecoder, StreamDecodeError, type SseEvent } from './stream-decoder.js';
+import { StreamFailure } from './failure.js';
+import {
+  count,
+  errorWords,
+  filePlaceholder,
+  isInlineImage,
+  joinText,
+  jsonText,
+  partsOf,
+  type ReplyCall,
+  type ReplyEvent,
+  type ReplyUsage,
+  type StreamReader,
+  type WireClient,
+  type WireRequest,
+} from './wire.js';
+
+/** Adaptations: the server refused `stream_options` (so it reports no usage), or wants `max_completion_tokens` (OpenAI's reasoning models). */
+const NO_STREAM_OPTIONS = 'no-stream-options';
+const MAX_COMPLETION_TOKENS = 'max-completion-tokens';
+
+type ContentPart = { type: 'text'; text: string } | { type: 'image_url'; image_url: { url: string } };
+type ChatMessage =
+  | { role: 'system' | 'user'; content: string | ContentPart[] }
+  | { role: 'assistant'; content: string | null; tool_calls?: { id: string; type: 'function'; function: { name: string; arguments: string } }[] }
+  | { role: 'tool'; tool_call_id: string; content: string };
+
+function chatMessages(call: ReplyCall): ChatMessage[] {
+  const out: ChatMessage[] = [];
+  if (call.system !== undefined && call.system !== '') out.push({ role: 'system', content: call.system });
+  for (const m of call.messages) {
+    // in order, so that a user's images stay where they were among the text
+    const items: ContentPart[] = [];
+    let images = 0;
+    const calls: { id: string; type: 'function'; function: { name: string; arguments: string } }[] = [];
+    for (const p of partsOf(m.content)) {
+      if (p.type === 'text') {
+        if (p.text !== '') items.push({ type: 'text', text: p.text });
+      } else if (p.type === 'file') {
+        const url = m.role !== 'user' ? undefined : isInlineImage(p) ? `data:${p.mediaType};base64,${p.data}` : p.url !== undefined && /^image\//i.test(p.mediaType) ? p.url : undefined;
+        if (url !== undefined) {
+          items.push({ type: 'image_url', image_url: { url } });
+          images++;
+        } else items.push({ type: 'text', text: filePlaceholder(p) });
+      } else if (p.type === 'tool_call') {
+        calls.push({ id: p.id, type: 'function', function: { name: p.name, arguments: jsonText(p.arguments) } });
+      } else if (p.type === 'tool_result') {
+        out.push({ role: 'tool', tool_call_id: p.toolCallId, content: jsonText(p.content) });
+      }
+      // reasoning parts are never sent back
+    }
+    const text = joinText(items.flatMap((i) => (i.type === 'text' ? [i.text] : [])));
+    if (m.role === 'assistant') {
+      if (text !== '' || calls.length > 0) out.push({ role: 'assistant', content: text !== '' ? text : null, ...(calls.length > 0 ? { tool_calls: calls } : {}) });
+    } else if (images > 0) {
+      out.push({ role: 'user', content: items });
+    } else if (text !== '') {
+      // a tool turn's plain text has no call to answer: it is said as the user's
+      out.push({ role: m.role === 'system' ? 'system' : 'user', content: text });
+    }
+  }
+  return out;
+}
+
+function request(call: ReplyCall, adaptations: ReadonlySet<string>): WireRequest {
+  const o = call.options ?? {};
+  const body: { [key: string]: unknown } = { model: call.model, messages: chatMessages(call), stream: true };
+  if (!adaptations.has(NO_STREAM_OPTIONS)) body['stream_options'] = { include_usage: true };
+  if (o.temperature !== undefined) body['temperature'] = o.temperature;
+  if (o.topP !== undefined) body['top_p'] = o.topP;
+  if (o.maxTokens !== undefined) body[adaptations.has(MAX_COMPLETION_TOKENS) ? 'max_completion_tokens' : 'max_tokens'] = o.maxTokens;
+  if (o.stop !== undefined && o.stop.length > 0) body['stop'] = o.stop;
+  const headers: Record<string, string> = { accept: 'text/event-stream' };
+  if (call.provider.apiKey !== undefined) headers['authorization'] = `Bearer ${call.provider.apiKey}`;
+  return { path: '/chat/completions', headers, body };
+}
+
+function adaptation(status: number, message: string): string | undefined {
+  if (status !== 400 && status !== 422) return undefined;
+  if (message.includes('stream_options')) return NO_STREAM_OPTIONS;
+  if (message.includes('max_completion_tokens')) return MAX_COMPLETION_TOKENS;
+  return undefined;
+}
+
+type Obj = { readonly [key: string]: unknown };
+const isObj = (v: unknown): v is Obj => v !== null && typeof v === 'object' && !Array.isArray(v);
+
+class ChatCompletionsReader implements StreamReader {
+  done = false;
+  finishReason: string | undefined;
+  private readonly sse = new SseDecoder();
+  private readonly events: SseEvent[] = [];
+  private usage: ReplyUsage | undefined;
+
+  push(chunk: Buffer, out: ReplyEvent[]): void {
+    const events = this.events;
+    events.length = 0;
+    this.sse.push(chunk, events);
+    for (let i = 0; i < events.length && !this.done; i++) this.event(events[i] as SseEvent, out);
+  }
+
+  end(out: ReplyEvent[]): void {
+    if (this.done) return;
+    const events = this.events;
+    events.length = 0;
+    this.sse.end(events);
+    for (let i = 0; i < events.length && !this.done; i++) this.event(events[i] as SseEvent, out);
+    if (this.done) return;
+    // a server that ends the body after the finish reason without `[DONE]` has still finished
+    if (this.finishReason === undefined) throw new StreamFailure('closed the stream before the reply was complete', true);
+    this.finish(out);
+  }
+
+  private finish(out: ReplyEvent[]): void {
+    this.done = true;
+    if (this.usage !== undefined) out.push({ kind: 'usage', usage: this.usage });
+  }
+
+  private event(e: SseEvent, out: ReplyEvent[]): void {
+    if (e.data === '[DONE]') {
+      this.finish(out);
+      return;
+    }
+    let chunk: unknown;
+    try {
+      chunk = JSON.parse(e.data);
+    } catch {
+      throw new StreamDecodeError('an event that is not JSON');
+    }
+    if (!isObj(chunk)) throw new StreamDecodeError('an event that is not a JSON object');
+    // OpenRouter, vLLM and others report a failure inside the stream as `{"error": ...}`
+    if (chunk['error'] !== undefined || e.event === 'error') {
+      throw new StreamFailure(`reported an error in the stream: ${errorWords(chunk) ?? 'no message'}`, false);
+    }
+    const choices = chunk['choices'];
+    if (Array.isArray(choices)) {
+      for (const c of choices) {
+        if (!isObj(c) || (c['index'] !== undefined && c['index'] !== 0)) continue;
+        const delta = c['delta'];
+        if (isObj(delta)) {
+          const thought = typeof delta['reasoning_content'] === 'string' ? delta['reasoning_content'] : delta['reasoning'];
+          if (typeof thought === 'string' && thought !== '') out.push({ kind: 'reasoning', text: thought });
+          const text = delta['content'];
+          if (typeof text === 'string' && text !== '') out.push({ kind: 'text', text });
+        }
+        const reason = c['finish_reason'];
+        if (typeof reason === 'string' && reason !== '') this.finishReason = reason;
+      }
+    }
+    const u = chunk['usage'];
+    if (isObj(u)) {
+      const input = count(u['prompt_tokens']);
+      const output = count(u['completion_tokens']);
+      if (input !== undefined || output !== undefined) {
+        const details = u['prompt_tokens_details'];
+        const cached = isObj(details) ? count(details['cached_tokens']) : undefined;
+        this.usage = { inputTokens: input ?? 0, outputTokens: output ?? 0, ...(cached !== undefined ? { cachedTokens: cached } : {}) };
+      }
+    }
+  }
+}
+
+export const openaiClient: WireClient = { request, reader: () => new ChatCompletionsReader(), adaptation };

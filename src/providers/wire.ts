@@ -1,0 +1,174 @@
+// What the three wire clients share: the call's input and output shapes, the contract each
+// client fills (build a request, read its stream), and the few rules for turning parts into text.
+import type { JsonValue, Part, TurnContent, TurnRole } from '../domain/records.js';
+
+/** The provider types that can reply, each a wire protocol. */
+export const REPLY_TYPES = ['openai', 'anthropic', 'ollama'] as const;
+export type ReplyType = (typeof REPLY_TYPES)[number];
+
+/** A provider as the clients call it (read from its providers.json record by `providerConfig`). */
+export interface ProviderConfig {
+  /** The provider's `name`: how every failure names it. */
+  readonly name: string;
+  readonly type: ReplyType;
+  /** Without a trailing slash. */
+  readonly baseUrl: string;
+  readonly apiKey: string | undefined;
+  /** Sent on every call as given (after the protocol's own headers, so they may replace them). */
+  readonly headers: Readonly<Record<string, string>>;
+  /** When present and non-empty, the only models this provider may be asked for. */
+  readonly models: readonly string[] | undefined;
+}
+
+/** One message of the conversation sent to the model: a turn's role and content. */
+export interface ReplyMessage {
+  readonly role: TurnRole;
+  readonly content: TurnContent;
+}
+
+/** Generation settings, passed on in each protocol's own names; absent ones are not sent. */
+export interface ReplyOptions {
+  readonly temperature?: number;
+  readonly maxTokens?: number;
+  readonly topP?: number;
+  readonly stop?: readonly string[];
+}
+
+/** Token counts as the provider reported them. `inputTokens` counts the whole prompt, cached part included. */
+export interface ReplyUsage {
+  readonly inputTokens: number;
+  readonly outputTokens: number;
+  readonly cachedTokens?: number;
+}
+
+/** What a reply stream yields: answer text, reasoning text, and at most one usage report. */
+export type ReplyEvent =
+  | { readonly kind: 'text'; readonly text: string }
+  | { readonly kind: 'reasoning'; readonly text: string }
+  | { readonly kind: 'usage'; readonly usage: ReplyUsage };
+
+/** One call: who, which model, what to say. See `streamReply` in call.ts. */
+export interface ReplyCall {
+  readonly provider: ProviderConfig;
+  readonly model: string;
+  /** The system message (the session's `instructions`); none when absent. */
+  readonly system?: string | undefined;
+  /** The conversation, oldest first. `reasoning` parts are never sent. */
+  readonly messages: readonly ReplyMessage[];
+  readonly options?: ReplyOptions | undefined;
+  /** Aborting closes the provider's request at once and ends the iteration without an error. */
+  readonly signal?: AbortSignal | undefined;
+  /** The longest the provider may send nothing (before its answer or inside it); default 60 s. */
+  readonly idleTimeoutMs?: number | undefined;
+  /** The first wait before a retry when the provider gives no Retry-After (doubled for the second); default 1 s. */
+  readonly retryBaseMs?: number | undefined;
+}
+
+/** One attempt's HTTP request, as a client builds it. */
+export interface WireRequest {
+  /** Appended to the provider's `baseUrl`. */
+  readonly path: string;
+  readonly headers: Record<string, string>;
+  readonly body: unknown;
+}
+
+/**
+ * Reads one response body. `push` appends the events a read completes; a failure the provider
+ * reports in the stream is thrown as a StreamFailure, a stream that cannot be read as a
+ * StreamDecodeError. `end` is called when the body ends: it throws when the provider had not
+ * said it was done.
+ */
+export interface StreamReader {
+  push(chunk: Buffer, out: ReplyEvent[]): void;
+  end(out: ReplyEvent[]): void;
+  /** The provider said the reply is complete: whatever follows is not read. */
+  readonly done: boolean;
+  /** The reason the provider gave for the end (see `finishReason` in call.ts). */
+  readonly finishReason: string | undefined;
+}
+
+/** A wire protocol: how to ask, and how to read the answer. */
+export interface WireClient {
+  /** One attempt's request. `adaptations` holds what earlier refusals asked to change (see `adaptation`). */
+  request(call: ReplyCall, adaptations: ReadonlySet<string>): WireRequest;
+  reader(): StreamReader;
+  /**
+   * A refusal some servers give to a parameter they do not take (a 400 naming it), and the
+   * change that makes the request acceptable to them; undefined when the refusal is final.
+   */
+  adaptation?(status: number, providerMessage: string): string | undefined;
+}
+
+/** A turn's content as parts (plain text is one text part). */
+export function partsOf(content: TurnContent): readonly Part[] {
+  return typeof content === 'string' ? [{ type: 'text', text: content }] : content;
+}
+
+export type FilePart = Extract<Part, { type: 'file' }>;
+
+/** An image whose bytes the turn holds: sent as each protocol's image input. */
+export function isInlineImage(part: FilePart): part is FilePart & { data: string } {
+  return part.data !== undefined && /^image\//i.test(part.mediaType);
+}
+
+/** The media type without its parameters (`image/png; x=y` -> `image/png`). */
+export function bareMediaType(mediaType: string): string {
+  return (mediaType.split(';')[0] ?? mediaType).trim().toLowerCase();
+}
+
+/** What a file the protocol cannot take says in its place. */
+export function filePlaceholder(part: FilePart): string {
+  return `[file: ${part.name} (${bareMediaType(part.mediaType)})]`;
+}
+
+/** A tool's output or arguments as text: strings as they are, anything else as JSON. */
+export function jsonText(value: JsonValue): string {
+  return typeof value === 'string' ? value : JSON.stringify(value);
+}
+
+/** Text pieces of one message, joined the same way by every protocol. */
+export function joinText(pieces: readonly string[]): string {
+  return pieces.join('\n\n');
+}
+
+/** A tool call's arguments as an object (what Anthropic and Ollama take): JSON text is parsed, other values wrapped. */
+export function argumentsObject(value: JsonValue): { readonly [key: string]: JsonValue } {
+  let v: JsonValue = value;
+  if (typeof v === 'string') {
+    try {
+      v = JSON.parse(v) as JsonValue;
+    } catch {
+      return { value };
+    }
+  }
+  return v !== null && typeof v === 'object' && !Array.isArray(v) ? (v as { readonly [key: string]: JsonValue }) : { value: v };
+}
+
+/** A count the provider reported, or undefined when it is not a non-negative finite number. */
+export function count(v: unknown): number | undefined {
+  return typeof v === 'number' && Number.isFinite(v) && v >= 0 ? v : undefined;
+}
+
+/** The provider's own words in a JSON error value, whichever of the usual shapes it has. */
+export function errorWords(value: unknown): string | undefined {
+  if (typeof value === 'string') return value;
+  if (value === null || typeof value !== 'object') return undefined;
+  const o = value as { [key: string]: unknown };
+  const err = o['error'];
+  if (typeof err === 'string') return err;
+  if (err !== null && typeof err === 'object') {
+    const e = err as { [key: string]: unknown };
+    const message = typeof e['message'] === 'string' ? e['message'] : undefined;
+    const type = typeof e['type'] === 'string' ? e['type'] : undefined;
+    if (message !== undefined) return type !== undefined && !message.includes(type) ? `${type}: ${message}` : message;
+    if (type !== undefined) return type;
+  }
+  if (typeof o['message'] === 'string') return o['message'];
+  const detail = o['detail'];
+  if (typeof detail === 'string') return detail;
+  if (Array.isArray(detail) && detail.length > 0) {
+    const first = detail[0] as { [key: string]: unknown } | null;
+    if (first !== null && typeof first === 'object' && typeof first['msg'] === 'string') return first['msg'];
+  }
+  return undefined;
+}

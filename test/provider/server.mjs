@@ -1,0 +1,478 @@
+// A local model provider for the tests and the benchmark: one node:http server that speaks
+// OpenAI Chat Completions, Anthropic Messages and Ollama's /api/chat as their documentation
+// shows them, with the faults their users meet chosen per request by the model name (see
+// SCENARIOS below). It records each request and whether the client closed it before the end.
+// Alone: `node test/provider/server.mjs --port 11434` serves as an Ollama-style server.
+import { createServer } from 'node:http';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { fileURLToPath } from 'node:url';
+
+/**
+ * The model name says what the reply does: directives joined by `+`, in any order; a name
+ * that is not a directive (`llama3.2`, `gpt-4o`) is just a name and the reply echoes the last
+ * user text. E.g. `tokens:100@50` (100 tokens at 50 per second), `echo+split:1` (every event
+ * written byte by byte), `status:429+retry-after:1+times:1+n:abc` (the first request of this
+ * exact name gets a 429).
+ */
+export const SCENARIOS = {
+  echo: 'answer with the last user text (the default)',
+  'say:TEXT': 'answer with TEXT (percent-decoded)',
+  'tokens:N[@R]': 'answer N generated tokens, R per second (default: as fast as the socket takes them)',
+  'reasoning:N': 'N tokens of reasoning before the answer (reasoning_content / thinking block / thinking)',
+  'reasoning-field:reasoning': 'OpenAI: reasoning deltas in `reasoning` (OpenRouter) instead of `reasoning_content` (DeepSeek, vLLM)',
+  'split:N': 'write every event in writes of N bytes, each on its own turn of the event loop (cuts events and UTF-8 characters)',
+  'eol:crlf|cr': 'end SSE lines with CRLF or CR instead of LF',
+  keepalive: 'a `: keep-alive` comment before every SSE event',
+  'reject-stream-options': 'OpenAI: 400 naming stream_options when the request has it',
+  'reject-max-tokens': 'OpenAI: 400 asking for max_completion_tokens when the request has max_tokens',
+  'no-usage': 'report no token counts',
+  'cached:K': 'report K of the prompt tokens as cached',
+  'status:CODE': "answer the HTTP status with the protocol's error body",
+  'retry-after:V': 'with status: a Retry-After header (seconds, or `dateS` for an HTTP date S seconds ahead)',
+  'times:K': 'the faults (status, error-after, stall-*, reset-after, rst-after, cut-after, garbage-after) apply to the first K requests of this exact model name only',
+  'echo-key': "with status: the error body quotes the key the request carried",
+  'error-after:N': "after N tokens, the protocol's error in the stream (Anthropic: overloaded_error event)",
+  'stall-headers:MS|forever': 'wait before answering at all',
+  'stall-after:N[:MS]': 'after N tokens send nothing for MS (default for ever)',
+  'reset-after:N': 'after N tokens (delivered) close the connection without ending the response',
+  'rst-after:N': 'after N tokens reset the connection (TCP RST)',
+  'cut-after:N': 'after N tokens end the response cleanly but without the end of the reply ([DONE], message_stop, done)',
+  'finish:length': 'the reply ends because it hit its token limit',
+  'no-done': 'OpenAI: end the stream after the finish reason without `data: [DONE]`',
+  'garbage-after:N': 'after N tokens an event that is not JSON',
+  'huge-line': 'one line of 9 MiB before the answer',
+  'json-200': 'answer 200 with a JSON body instead of a stream',
+  batch: 'hold every write of the answer and send them as one when it ends (a fault after N tokens comes in the same read as they do)',
+  'n:ANY': 'ignored: makes a model name unique (for times:K)',
+};
+
+const WORDS = 'the quick brown fox jumps over a lazy dog while seven bright stars hum softly above quiet hills'.split(' ');
+
+/** Parses a model name into its scenario. */
+export function scenarioOf(model) {
+  const s = { model, say: undefined, tokens: undefined, rate: undefined, reasoning: 0, reasoningField: 'reasoning_content', split: 0, eol: '\n', keepalive: false, rejectStreamOptions: false, rejectMaxTokens: false, usage: true, cached: 0, status: undefined, retryAfter: undefined, times: Infinity, echoKey: false, errorAfter: undefined, stallHeaders: undefined, stallAfter: undefined, stallMs: Infinity, resetAfter: undefined, rstAfter: undefined, cutAfter: undefined, finish: 'stop', garbageAfter: undefined, hugeLine: false, json200: false, noDone: false, batch: false };
+  for (const d of String(model).split('+')) {
+    const [k, ...rest] = d.split(':');
+    const v = rest.join(':');
+    switch (k) {
+      case 'say': s.say = decodeURIComponent(v); break;
+      case 'tokens': { const [n, r] = v.split('@'); s.tokens = Number(n); if (r !== undefined) s.rate = Number(r); break; }
+      case 'reasoning': s.reasoning = Number(v); break;
+      case 'reasoning-field': s.reasoningField = v; break;
+      case 'split': s.split = Number(v); break;
+      case 'eol': s.eol = v === 'crlf' ? '\r\n' : v === 'cr' ? '\r' : '\n'; break;
+      case 'keepalive': s.keepalive = true; break;
+      case 'reject-stream-options': s.rejectStreamOptions = true; break;
+      case 'reject-max-tokens': s.rejectMaxTokens = true; break;
+      case 'no-usage': s.usage = false; break;
+      case 'cached': s.cached = Number(v); break;
+      case 'status': s.status = Number(v); break;
+      case 'retry-after': s.retryAfter = v; break;
+      case 'times': s.times = Number(v); break;
+      case 'echo-key': s.echoKey = true; break;
+      case 'error-after': s.errorAfter = Number(v); break;
+      case 'stall-headers': s.stallHeaders = v === 'forever' ? Infinity : Number(v); break;
+      case 'stall-after': { const [n, ms] = v.split(':'); s.stallAfter = Number(n); s.stallMs = ms === undefined || ms === 'forever' ? Infinity : Number(ms); break; }
+      case 'reset-after': s.resetAfter = Number(v); break;
+      case 'rst-after': s.rstAfter = Number(v); break;
+      case 'cut-after': s.cutAfter = Number(v); break;
+      case 'finish': s.finish = v; break;
+      case 'garbage-after': s.garbageAfter = Number(v); break;
+      case 'huge-line': s.hugeLine = true; break;
+      case 'json-200': s.json200 = true; break;
+      case 'no-done': s.noDone = true; break;
+      case 'batch': s.batch = true; break;
+      default: // a plain model name, `echo` or `n:...`
+    }
+  }
+  return s;
+}
+
+// ---------------------------------------------------------------------------------------------
+// What each protocol's request says
+
+/** The text of a message's content in any of the three protocols' shapes. */
+function textOf(content) {
+  if (typeof content === 'string') return content;
+  if (Array.isArray(content)) return content.filter((p) => p?.type === 'text' && typeof p.text === 'string').map((p) => p.text).join('\n\n');
+  return '';
+}
+
+function systemOf(protocol, body) {
+  if (protocol === 'anthropic') return typeof body.system === 'string' ? body.system : Array.isArray(body.system) ? textOf(body.system) : undefined;
+  const sys = (body.messages ?? []).filter((m) => m?.role === 'system' || m?.role === 'developer').map((m) => textOf(m.content));
+  return sys.length > 0 ? sys.join('\n\n') : undefined;
+}
+
+function lastUserText(body) {
+  const users = (body.messages ?? []).filter((m) => m?.role === 'user');
+  const t = users.length > 0 ? textOf(users[users.length - 1].content) : '';
+  return t !== '' ? t : 'Hello! How can I help you today?';
+}
+
+/** A deterministic token count of the prompt: its words. */
+function promptTokens(protocol, body) {
+  let words = 0;
+  const count = (t) => {
+    words += t.split(/\s+/).filter(Boolean).length;
+  };
+  count(systemOf(protocol, body) ?? '');
+  for (const m of body.messages ?? []) if (m?.role !== 'system') count(textOf(m.content));
+  return Math.max(words, 1);
+}
+
+/** The answer as tokens: pieces that keep their leading spaces, so that joined they are the text. */
+function tokensOf(s, body) {
+  if (s.tokens !== undefined) return Array.from({ length: s.tokens }, (_, i) => (i === 0 ? '' : ' ') + WORDS[i % WORDS.length]);
+  const text = s.say ?? lastUserText(body);
+  return text.match(/\s*\S+|\s+$/gu) ?? [text];
+}
+
+function reasoningTokens(n) {
+  return Array.from({ length: n }, (_, i) => (i === 0 ? 'Let' : ' ' + ['me', 'think', 'about', 'this', 'step', 'by', 'step'][(i - 1) % 7]));
+}
+
+// ---------------------------------------------------------------------------------------------
+// How each protocol says things
+
+/** Python's json.dumps layout (`": "` and `", "`), as Anthropic's documentation prints its events. */
+function pyJson(v) {
+  if (v === null || typeof v !== 'object') return JSON.stringify(v);
+  if (Array.isArray(v)) return `[${v.map(pyJson).join(', ')}]`;
+  return `{${Object.entries(v).map(([k, x]) => `${JSON.stringify(k)}: ${pyJson(x)}`).join(', ')}}`;
+}
+
+let serial = 0;
+const rand = (n) => Array.from({ length: n }, () => 'ABCDEFGHJKLMNPQRSTUVWXYZabcdefghijkmnopqrstuvwxyz0123456789'[Math.floor(Math.random() * 58)]).join('');
+
+/** OpenAI Chat Completions chunks (API reference, "The chat completion chunk object"). */
+function openaiWire(s, body, eol) {
+  const withUsage = body.stream_options?.include_usage === true && s.usage;
+  const head = `data: {"id":"chatcmpl-${rand(29)}","object":"chat.completion.chunk","created":${Math.floor(Date.now() / 1000)},"model":${JSON.stringify(body.model)},"system_fingerprint":"fp_local","choices":[{"index":0,"delta":`;
+  const tail = `,"logprobs":null,"finish_reason":null}]${withUsage ? ',"usage":null' : ''}}${eol}${eol}`;
+  return {
+    contentType: 'text/event-stream; charset=utf-8',
+    headers: { 'x-request-id': `req_${rand(32)}`, 'openai-processing-ms': '12' },
+    start: () => [`${head}{"role":"assistant","content":"","refusal":null}${tail}`],
+    reasoning: (t) => `${head}{"content":null,${JSON.stringify(s.reasoningField)}:${JSON.stringify(t)}}${tail}`,
+    token: (t) => `${head}{"content":${JSON.stringify(t)}}${tail}`,
+    end: (u) => {
+      const out = [`${head}{}${tail.replace('"finish_reason":null', `"finish_reason":${JSON.stringify(s.finish)}`)}`];
+      if (withUsage) {
+        const usage = { prompt_tokens: u.input, completion_tokens: u.output, total_tokens: u.input + u.output, prompt_tokens_details: { cached_tokens: u.cached, audio_tokens: 0 }, completion_tokens_details: { reasoning_tokens: u.reasoning, audio_tokens: 0, accepted_prediction_tokens: 0, rejected_prediction_tokens: 0 } };
+        out.push(`${head.slice(0, head.indexOf('"choices"'))}"choices":[],"usage":${JSON.stringify(usage)}}${eol}${eol}`);
+      }
+      if (!s.noDone) out.push(`data: [DONE]${eol}${eol}`);
+      return out;
+    },
+    error: () => `data: {"error":{"message":"The server had an error while processing your request. Sorry about that!","type":"server_error","param":null,"code":null}}${eol}${eol}`,
+    keepalive: `: keep-alive${eol}${eol}`,
+    garbage: `data: {"id":"chatcmpl-broken","choices":[{${eol}${eol}`,
+  };
+}
+
+/** Anthropic Messages stream events (docs: "Streaming Messages"). */
+function anthropicWire(s, body, eol) {
+  const ev = (name, data) => `event: ${name}${eol}data: ${pyJson(data)}${eol}${eol}`;
+  let index = 0;
+  let inThinking = false;
+  let inText = false;
+  const open = (block) => ev('content_block_start', { type: 'content_block_start', index, content_block: block });
+  const close = () => ev('content_block_stop', { type: 'content_block_stop', index: index++ });
+  return {
+    contentType: 'text/event-stream; charset=utf-8',
+    headers: { 'request-id': `req_${rand(24)}`, 'anthropic-organization-id': '00000000-0000-0000-0000-000000000000' },
+    start: (u) => {
+      const message = { id: `msg_${rand(24)}`, type: 'message', role: 'assistant', content: [], model: body.model, stop_reason: null, stop_sequence: null };
+      if (s.usage) message.usage = { input_tokens: u.input - u.cached, cache_creation_input_tokens: 0, cache_read_input_tokens: u.cached, output_tokens: 1 };
+      return [ev('message_start', { type: 'message_start', message })];
+    },
+    reasoning: (t) => {
+      let out = '';
+      if (!inThinking) {
+        inThinking = true;
+        out += open({ type: 'thinking', thinking: '' });
+      }
+      return out + ev('content_block_delta', { type: 'content_block_delta', index, delta: { type: 'thinking_delta', thinking: t } });
+    },
+    token: (t) => {
+      let out = '';
+      if (inThinking) {
+        inThinking = false;
+        out += ev('content_block_delta', { type: 'content_block_delta', index, delta: { type: 'signature_delta', signature: `Eq${rand(40)}` } }) + close();
+      }
+      if (!inText) {
+        inText = true;
+        out += open({ type: 'text', text: '' }) + ev('ping', { type: 'ping' });
+      }
+      return out + ev('content_block_delta', { type: 'content_block_delta', index, delta: { type: 'text_delta', text: t } });
+    },
+    end: (u) => {
+      const delta = { type: 'message_delta', delta: { stop_reason: s.finish === 'length' ? 'max_tokens' : 'end_turn', stop_sequence: null } };
+      if (s.usage) delta.usage = { output_tokens: u.output };
+      return [(inText || inThinking ? close() : '') + ev('message_delta', delta) + ev('message_stop', { type: 'message_stop' })];
+    },
+    error: () => ev('error', { type: 'error', error: { type: 'overloaded_error', message: 'Overloaded' } }),
+    keepalive: `: keep-alive${eol}${eol}`,
+    garbage: `event: content_block_delta${eol}data: {"type": "content_block_delta", "index": ${eol}${eol}`,
+  };
+}
+
+/** Ollama /api/chat lines (docs/api.md, "Generate a chat completion"). */
+function ollamaWire(s, body) {
+  const model = JSON.stringify(body.model);
+  const at = () => new Date().toISOString().replace('Z', '000Z');
+  const begin = Date.now();
+  return {
+    contentType: 'application/x-ndjson',
+    headers: {},
+    start: () => [],
+    reasoning: (t) => `{"model":${model},"created_at":"${at()}","message":{"role":"assistant","content":"","thinking":${JSON.stringify(t)}},"done":false}\n`,
+    token: (t) => `{"model":${model},"created_at":"${at()}","message":{"role":"assistant","content":${JSON.stringify(t)}},"done":false}\n`,
+    end: (u) => {
+      const ns = (Date.now() - begin) * 1e6;
+      const counts = s.usage ? `,"total_duration":${ns + 1334875},"load_duration":1334875,"prompt_eval_count":${u.input},"prompt_eval_duration":342546000,"eval_count":${u.output},"eval_duration":${ns}` : '';
+      return [`{"model":${model},"created_at":"${at()}","message":{"role":"assistant","content":""},"done_reason":${JSON.stringify(s.finish)},"done":true${counts}}\n`];
+    },
+    error: () => `{"error":"an error was encountered while running the model: unexpected EOF"}\n`,
+    keepalive: undefined, // NDJSON has no comments
+    garbage: `{"model":${model},"created_at":\n`,
+  };
+}
+
+/** The protocol's error body for an HTTP status (what each API answers for it). */
+function errorBody(protocol, status, s, req) {
+  const key = req.headers['x-api-key'] ?? req.headers.authorization ?? '';
+  const words = s.echoKey ? `Incorrect API key provided: ${key}. You can find your API key at https://platform.example/account/api-keys.` : status === 429 ? 'Rate limit reached for requests' : status === 529 ? 'Overloaded' : status >= 500 ? 'The server had an error while processing your request.' : 'Bad request';
+  if (protocol === 'anthropic') {
+    const type = { 400: 'invalid_request_error', 401: 'authentication_error', 403: 'permission_error', 404: 'not_found_error', 413: 'request_too_large', 429: 'rate_limit_error', 500: 'api_error', 529: 'overloaded_error' }[status] ?? 'api_error';
+    return JSON.stringify({ type: 'error', error: { type, message: words }, request_id: `req_${rand(24)}` });
+  }
+  if (protocol === 'ollama') return JSON.stringify({ error: words });
+  const type = status === 429 ? 'requests' : status >= 500 ? 'server_error' : 'invalid_request_error';
+  return JSON.stringify({ error: { message: words, type, param: null, code: s.echoKey ? 'invalid_api_key' : status === 429 ? 'rate_limit_exceeded' : null } });
+}
+
+// ---------------------------------------------------------------------------------------------
+// The server
+
+const ROUTES = {
+  'POST /v1/chat/completions': 'openai',
+  'POST /chat/completions': 'openai',
+  'POST /v1/messages': 'anthropic',
+  'POST /api/chat': 'ollama',
+};
+
+/**
+ * Starts the local provider. Returns `{url, port, requests, close, waitForRequest}`: `requests`
+ * is the log, unless `log: false` (the benchmark): each `{protocol, path, headers, body, model,
+ * system, attempt (of this model name), at (ms), remotePort, clientClosed, ended}`, with
+ * `closed`, a promise of the response's close. `clientClosed` is true when the client closed
+ * the connection before the response ended; `ended` when the reply was sent to its end.
+ */
+export async function startProvider({ port = 0, host = '127.0.0.1', log = true } = {}) {
+  const requests = [];
+  const waiters = [];
+  const counts = new Map();
+  const sockets = new Set();
+  const server = createServer({ keepAliveTimeout: 5000, noDelay: true }, (req, res) => {
+    handle(req, res).catch((e) => {
+      if (!res.headersSent) {
+        res.writeHead(500, { 'content-type': 'application/json' });
+        res.end(JSON.stringify({ error: String(e?.message ?? e) }));
+      } else res.destroy();
+    });
+  });
+  server.on('connection', (socket) => {
+    sockets.add(socket);
+    socket.on('close', () => sockets.delete(socket));
+  });
+
+  async function handle(req, res) {
+    const path = (req.url ?? '/').split('?')[0];
+    if (req.method === 'GET' && path === '/api/tags') return json(res, 200, { models: ['llama3.2', 'echo', 'tokens:100@50'].map((name) => ({ name, model: name, modified_at: '2024-09-12T21:17:29.110811Z', size: 0, digest: '0'.repeat(64), details: { format: 'gguf', family: 'local', parameter_size: '0B', quantization_level: 'none' } })) });
+    if (req.method === 'GET' && (path === '/v1/models' || path === '/models')) return json(res, 200, { object: 'list', data: ['echo', 'tokens:100@50'].map((id) => ({ id, object: 'model', created: 1700000000, owned_by: 'local' })) });
+    if ((req.method === 'GET' || req.method === 'HEAD') && path === '/') {
+      res.writeHead(200, { 'content-type': 'text/plain; charset=utf-8' });
+      return res.end('Ollama is running');
+    }
+    const protocol = ROUTES[`${req.method} ${path}`];
+    if (protocol === undefined) return json(res, 404, { error: '404 page not found' });
+    const raw = await readBody(req);
+    let body;
+    try {
+      body = JSON.parse(raw);
+    } catch {
+      return json(res, 400, protocol === 'ollama' ? { error: 'invalid character in request body' } : protocol === 'anthropic' ? { type: 'error', error: { type: 'invalid_request_error', message: 'request body is not valid JSON' } } : { error: { message: 'We could not parse the JSON body of your request.', type: 'invalid_request_error', param: null, code: null } });
+    }
+    const s = scenarioOf(body.model ?? '');
+    const n = (counts.get(s.model) ?? 0) + 1;
+    counts.set(s.model, n);
+    const faulty = n <= s.times;
+    let markClosed;
+    const entry = { protocol, path, headers: req.headers, body, model: s.model, system: systemOf(protocol, body), attempt: n, at: Date.now(), remotePort: req.socket.remotePort, clientClosed: false, ended: false, closed: new Promise((r) => (markClosed = r)) };
+    res.on('close', () => {
+      if (!res.writableFinished) entry.clientClosed = true;
+      markClosed();
+    });
+    if (log) {
+      requests.push(entry);
+      for (const w of [...waiters]) if (w.pred(entry)) w.resolve(entry);
+    }
+    await serve(protocol, s, body, faulty, req, res, entry);
+  }
+
+  async function serve(protocol, s, body, faulty, req, res, entry) {
+    if (faulty && s.stallHeaders !== undefined) {
+      if (s.stallHeaders === Infinity) return entry.closed;
+      await sleep(s.stallHeaders);
+    }
+    if (protocol === 'openai' && s.rejectStreamOptions && body.stream_options !== undefined) {
+      return json(res, 400, { error: { message: "Unrecognized request argument supplied: stream_options", type: 'invalid_request_error', param: null, code: null } });
+    }
+    if (protocol === 'openai' && s.rejectMaxTokens && body.max_tokens !== undefined) {
+      return json(res, 400, { error: { message: "Unsupported parameter: 'max_tokens' is not supported with this model. Use 'max_completion_tokens' instead.", type: 'invalid_request_error', param: 'max_tokens', code: 'unsupported_parameter' } });
+    }
+    if (faulty && s.status !== undefined) {
+      const headers = { 'content-type': 'application/json' };
+      if (s.retryAfter !== undefined) headers['retry-after'] = s.retryAfter.startsWith('date') ? new Date(Date.now() + Number(s.retryAfter.slice(4)) * 1000).toUTCString() : s.retryAfter;
+      res.writeHead(s.status, headers);
+      return res.end(errorBody(protocol, s.status, s, req));
+    }
+    if (s.json200) return json(res, 200, protocol === 'ollama' ? { error: 'not streaming' } : { error: { message: 'Streaming is not supported by this gateway', type: 'invalid_request_error' } });
+    const eol = s.eol;
+    const wire = protocol === 'openai' ? openaiWire(s, body, eol) : protocol === 'anthropic' ? anthropicWire(s, body, eol) : ollamaWire(s, body);
+    res.writeHead(200, { 'content-type': wire.contentType, 'cache-control': 'no-cache', ...wire.headers });
+    // with `batch`, every write is held and sent as one when the response ends
+    const held = s.batch ? [] : undefined;
+    const end = () => {
+      if (held !== undefined && held.length > 0 && !res.destroyed) res.write(held.join(''));
+      res.end();
+    };
+    const reasoning = reasoningTokens(s.reasoning);
+    const tokens = tokensOf(s, body);
+    const input = promptTokens(protocol, body);
+    const usage = { input, output: reasoning.length + tokens.length, cached: Math.min(s.cached, input), reasoning: reasoning.length };
+
+    const write = async (text) => {
+      if (res.destroyed) return false;
+      if (held !== undefined) {
+        held.push(text);
+        return true;
+      }
+      if (s.keepalive && wire.keepalive !== undefined) res.write(wire.keepalive);
+      if (s.split > 0) {
+        const bytes = Buffer.from(text, 'utf8');
+        for (let i = 0; i < bytes.length && !res.destroyed; i += s.split) {
+          res.write(bytes.subarray(i, i + s.split));
+          await new Promise((r) => setImmediate(r));
+        }
+      } else if (!res.write(text)) {
+        await new Promise((r) => {
+          const done = () => {
+            res.off('drain', done).off('close', done);
+            r();
+          };
+          res.on('drain', done).on('close', done);
+        });
+      }
+      return !res.destroyed;
+    };
+    /** Waits until what was written is in the kernel, so a close after it does not drop it. */
+    const flushed = () => new Promise((r) => res.write('', () => r()));
+
+    for (const piece of wire.start(usage)) if (!(await write(piece))) return;
+    if (s.hugeLine && !(await write(protocol === 'ollama' ? `{"pad":"${'x'.repeat(9 * 1024 * 1024)}"}\n` : `data: ${'x'.repeat(9 * 1024 * 1024)}${eol}${eol}`))) return;
+    const started = performance.now();
+    const interval = s.rate !== undefined && s.rate > 0 ? 1000 / s.rate : 0;
+    const all = [...reasoning.map((t) => ['reasoning', t]), ...tokens.map((t) => ['token', t])];
+    for (let i = 0; i <= all.length; i++) {
+      // the faults that come "after N tokens" (N may be 0: before the first)
+      if (faulty && s.errorAfter === i) {
+        await write(wire.error());
+        return end();
+      }
+      if (faulty && s.garbageAfter === i) {
+        await write(wire.garbage);
+        return end();
+      }
+      if (faulty && s.resetAfter === i) {
+        await flushed();
+        return req.socket.destroy();
+      }
+      if (faulty && s.rstAfter === i) {
+        await flushed();
+        return req.socket.resetAndDestroy();
+      }
+      if (faulty && s.cutAfter === i) return end();
+      if (faulty && s.stallAfter === i) {
+        if (s.stallMs === Infinity) return entry.closed;
+        await sleep(s.stallMs);
+      }
+      if (i === all.length) break;
+      if (interval > 0) {
+        const wait = started + (i + 1) * interval - performance.now();
+        if (wait > 0) await sleep(wait);
+      } else if (i % 32 === 31) {
+        // the kernel takes megabytes on loopback without pushing back: let the rest of the process (the client, in tests) run
+        await new Promise((r) => setImmediate(r));
+      }
+      const [kind, t] = all[i];
+      if (!(await write(kind === 'reasoning' ? wire.reasoning(t) : wire.token(t)))) return;
+    }
+    for (const piece of wire.end(usage)) if (!(await write(piece))) return;
+    entry.ended = true;
+    end();
+  }
+
+  await new Promise((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(port, host, resolve);
+  });
+  const actual = server.address().port;
+  return {
+    url: `http://${host}:${actual}`,
+    port: actual,
+    requests,
+    /** The first logged request (past or future) that `pred` accepts. */
+    waitForRequest(pred) {
+      const found = requests.find(pred);
+      if (found !== undefined) return Promise.resolve(found);
+      return new Promise((resolve) => waiters.push({ pred, resolve }));
+    },
+    async close() {
+      for (const s of sockets) s.destroy();
+      await new Promise((r) => server.close(r));
+    },
+  };
+}
+
+function json(res, status, value) {
+  const text = JSON.stringify(value);
+  res.writeHead(status, { 'content-type': 'application/json; charset=utf-8', 'content-length': Buffer.byteLength(text) });
+  res.end(text);
+}
+
+async function readBody(req) {
+  const parts = [];
+  let size = 0;
+  for await (const c of req) {
+    size += c.length;
+    if (size > 64 * 1024 * 1024) throw new Error('request body too large');
+    parts.push(c);
+  }
+  return Buffer.concat(parts).toString('utf8');
+}
+
+// `node test/provider/server.mjs [--port 11434] [--host 127.0.0.1]`
+if (process.argv[1] !== undefined && fileURLToPath(import.meta.url) === process.argv[1]) {
+  const arg = (name, fallback) => {
+    const i = process.argv.indexOf(`--${name}`);
+    return i > 0 && process.argv[i + 1] !== undefined ? process.argv[i + 1] : fallback;
+  };
+  const p = await startProvider({ port: Number(arg('port', '11434')), host: arg('host', '127.0.0.1'), log: false });
+  console.log(`local provider listening on ${p.url} (OpenAI at /v1, Anthropic at /v1/messages, Ollama at /api/chat); the model name picks the reply: see SCENARIOS in test/provider/server.mjs`);
+  const stop = () => p.close().then(() => process.exit(0));
+  process.on('SIGINT', stop);
+  process.on('SIGTERM', stop);
+}
