@@ -3,7 +3,7 @@
 // exports read a snapshot through pooled connections, so a slow client never pins the snapshot
 // other requests see. Writes pass through the shared serial writer on the main thread, and each
 // group is committed by the writer thread (./worker.ts) in one transaction.
-import { closeSync, mkdirSync, openSync, statSync } from 'node:fs';
+import { closeSync, existsSync, mkdirSync, openSync, statSync } from 'node:fs';
 import { dirname } from 'node:path';
 import type { Server } from 'node:net';
 import { Worker } from 'node:worker_threads';
@@ -44,6 +44,7 @@ import { keysetFrom, walkBudget, walkSearchNow, type WalkSource } from '../searc
 import { SerialWrites } from '../serial-writes.js';
 import { SerialWriter, type Change, type Group, type GroupSource } from '../writer.js';
 import { bytesOf, int, sqliteDatabase, text, textOrUndefined, type Database, type Row, type SqlValue, type Statement } from './binding.js';
+import { checkFiles } from './file-check.js';
 import { checkSchema, prepareSchema, queuedTurnWords, registerHoldsFunctions, registerSearchFunctions, REINDEX_SQL, STREAMING_WHERE, unreadable } from './schema.js';
 import { pageByDepthSql } from '../tree-index.js';
 import { holdName } from '../../data-dir-lock.js';
@@ -377,6 +378,8 @@ export class SqliteStore extends SerialWrites implements Store, GroupSource, Gro
   private static async openGuarded(opts: SqliteOptions): Promise<SqliteStore> {
     const DatabaseSync = sqliteDatabase();
     const started = process.hrtime.bigint();
+    // before any connection: the first one replays the log, and would drop what follows damage in it
+    checkFiles(opts.file);
     let setup: Database;
     try {
       setup = new DatabaseSync(opts.file, { timeout: 10_000 });
@@ -400,8 +403,13 @@ export class SqliteStore extends SerialWrites implements Store, GroupSource, Gro
     return store;
   }
 
-  /** Read-only, beside a server that may be writing: reads see each statement's snapshot, exports one snapshot. */
-  static openReadOnly(opts: SqliteOptions): SqliteStore {
+  /**
+   * Read-only, beside a server that may be writing: reads see each statement's snapshot, exports
+   * one snapshot. The files are checked first unless a server (or command) writes them: its
+   * connections keep the log's index, so this one replays nothing, and the log may be mid-write.
+   */
+  static async openReadOnly(opts: SqliteOptions): Promise<SqliteStore> {
+    if (!(await writerHolds(opts.file))) checkFiles(opts.file);
     const reader = openReader(opts.file, opts.cacheBytes);
     checkSchema(reader, opts.file);
     return new SqliteStore(opts, reader);
@@ -957,8 +965,7 @@ export class SqliteStore extends SerialWrites implements Store, GroupSource, Gro
  */
 async function guardFile(file: string): Promise<Server | undefined> {
   if (process.platform !== 'linux') return undefined;
-  const st = statSync(file, { bigint: true });
-  const held = await holdName(`\0chat-session-api/sqlite-file/${st.dev}:${st.ino}`);
+  const held = await holdName(guardName(file));
   if (typeof held !== 'string') {
     // it must not keep a stopping process alive
     held.unref();
@@ -968,6 +975,20 @@ async function guardFile(file: string): Promise<Server | undefined> {
     throw new StoreOpenFailed(`${file}: is in use by another server or command on this host (a SQLITE_FILE serves one at a time, whatever their DATA_DIR); stop that one first, or give this one a file of its own. Nothing was changed.`);
   }
   return undefined;
+}
+
+function guardName(file: string): string {
+  const st = statSync(file, { bigint: true });
+  return `\0chat-session-api/sqlite-file/${st.dev}:${st.ino}`;
+}
+
+/** Whether a server or command writes the file now (guardFile; false where it cannot be told). */
+async function writerHolds(file: string): Promise<boolean> {
+  if (process.platform !== 'linux' || !existsSync(file)) return false;
+  const held = await holdName(guardName(file));
+  if (typeof held === 'string') return held === 'EADDRINUSE';
+  await new Promise((resolve) => held.close(resolve));
+  return false;
 }
 
 function turnChunks(c: Connection, sessionId: string): Iterable<TurnRecord[]> {
@@ -1082,5 +1103,5 @@ export function openSqliteStore(opts: SqliteOptions): Promise<Store> {
 
 /** Opens the sqlite store read-only beside a running server (export). */
 export function openSqliteSnapshot(opts: { file: string; log: Logger; cacheBytes: number }): Promise<Store> {
-  return Promise.resolve(SqliteStore.openReadOnly({ ...opts, fsync: false }));
+  return SqliteStore.openReadOnly({ ...opts, fsync: false });
 }
