@@ -1,7 +1,7 @@
 // Damage to the sqlite engine's files is found, never served: its write-ahead log is checked
 // before SQLite replays it (which silently drops every commit after a bad frame), and the
-// database file cheaply at start. All on real files that a real server wrote, killed with
-// SIGKILL where a crash is what leaves them.
+// database file cheaply at start; a read that meets damage marks the store damaged. All on
+// real files that a real server wrote, killed with SIGKILL where a crash is what leaves them.
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
@@ -199,7 +199,42 @@ function damagePage(dir, page) {
   writeFileSync(file, bytes);
 }
 
+/** A leaf page in the middle of the turns table (not its first: the start reads that one). */
+function middleTurnsPage(dir) {
+  const { DatabaseSync } = process.getBuiltinModule('node:sqlite');
+  const db = new DatabaseSync(join(dir, DB), { readOnly: true });
+  try {
+    const leaves = db.prepare("SELECT pageno FROM dbstat WHERE name = 'turns' AND pagetype = 'leaf' ORDER BY path").all().map((r) => r.pageno);
+    assert.ok(leaves.length >= 8, `${leaves.length} leaf pages`);
+    return leaves[Math.floor(leaves.length / 2)];
+  } finally {
+    db.close();
+  }
+}
+
 describe('Damage inside the sqlite file', SQLITE, () => {
+  test('"A read that itself hits damage flips the store to damaged and answers 503, not 500" (regression: SQLite\'s "database disk image is malformed" was a 500); writes get 503 `Storage damaged` and `/healthz` is not ok from then on, and the log names the file', async () => {
+    const { dir, kept, long } = await stoppedWithTurns();
+    damagePage(dir, middleTurnsPage(dir));
+    const s = await startServer({ dataDir: dir });
+    try {
+      const u = s.as('alice');
+      assert.equal((await s.request('GET', '/healthz')).status, 200, 'nothing read the damaged page yet');
+      const turns = await u.get(`${BASE}/${long}/turns`);
+      assert.deepEqual([turns.status, turns.body], [503, { success: false, message: 'Storage damaged' }]);
+      assert.deepEqual((await s.request('GET', '/healthz')).body, { success: false, message: 'Storage damaged' });
+      assert.equal((await u.post(BASE, newSession({ name: 'new' }))).status, 503);
+      assert.equal((await u.get(`${BASE}/${kept}`)).status, 200, 'reads elsewhere go on');
+      const errors = s.logs().filter((l) => l.level === 'error');
+      assert.equal(errors.length, 1, JSON.stringify(errors));
+      assert.equal(errors[0].file, join(dir, DB));
+      assert.match(errors[0].found, /^a read: database disk image is malformed/);
+    } finally {
+      await s.stop();
+      removeDir(dir);
+    }
+  });
+
   test('"the cheap check at start" (the header, the pages against the file\'s length and its log, the schema and every table\'s first page readable) stops the start with one line naming the file; nothing is changed', async () => {
     const { dir } = await stoppedWithTurns();
     const file = join(dir, DB);
