@@ -1,14 +1,14 @@
 // Damage to the sqlite engine's files is found, never served: its write-ahead log is checked
-// before SQLite replays it (which silently drops every commit after a bad frame), and the
-// database file cheaply at start; a read that meets damage marks the store damaged. All on
-// real files that a real server wrote, killed with SIGKILL where a crash is what leaves them.
+// before SQLite replays it (which silently drops every commit after a bad frame), the database
+// file cheaply at start, and wholly in the background after it. All on real files that a real
+// server wrote, killed with SIGKILL where a crash is what leaves them.
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import { cpSync, existsSync, readFileSync, rmSync, statSync, truncateSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, test } from 'node:test';
-import { dump } from './api-kit.mjs';
+import { dump, waitFor } from './api-kit.mjs';
 import { newSession, removeDir, runCli, SECRET, startServer, STORE, tempDir } from './helpers.mjs';
 
 const SQLITE = STORE === 'sqlite' ? {} : { skip: `about the sqlite engine's files; this run tests STORE=${STORE}` };
@@ -213,6 +213,50 @@ function middleTurnsPage(dir) {
 }
 
 describe('Damage inside the sqlite file', SQLITE, () => {
+  test('"damage that only a full check can find is looked for in the background after the start, and once found, writes get 503 `Storage damaged`, `/healthz` is not ok, and the log names the file": reads go on; a check of a sound file changes nothing', async () => {
+    const { dir, kept } = await stoppedWithTurns();
+    const env = { CHAT_SESSION_API_FAULTS: 'hurry:sqlite-check' };
+    try {
+      // a sound file: the check runs to its end and finds nothing
+      let s = await startServer({ dataDir: dir, env });
+      try {
+        await waitFor(async () => /^chat_session_api_sqlite_full_checks_total 1$/m.test((await s.request('GET', '/metrics')).text), 'the first full check');
+        assert.equal((await s.request('GET', '/healthz')).status, 200);
+        assert.match((await s.request('GET', '/metrics')).text, /^chat_session_api_sqlite_damaged 0$/m);
+      } finally {
+        await s.stop();
+      }
+      damagePage(dir, middleTurnsPage(dir));
+      s = await startServer({ dataDir: dir, env });
+      try {
+        const health = await waitFor(async () => {
+          const r = await s.request('GET', '/healthz');
+          return r.status === 503 ? r : undefined;
+        }, 'the full check to find the damage');
+        assert.deepEqual(health.body, { success: false, message: 'Storage damaged' });
+        const u = s.as('alice');
+        const refused = [await u.post(BASE, newSession({ name: 'new' })), await u.put(`${BASE}/${kept}`, { name: 'renamed' }), await u.del(`${BASE}/${kept}`)];
+        for (const r of refused) assert.deepEqual([r.status, r.body], [503, { success: false, message: 'Storage damaged' }]);
+        const read = await u.get(`${BASE}/${kept}`);
+        assert.equal(read.status, 200);
+        assert.equal(read.body.data.name, 'kept');
+        assert.deepEqual((await u.get(BASE)).body.data.map((x) => x.name).sort(), ['kept', 'long']);
+        const metrics = (await s.request('GET', '/metrics')).text;
+        assert.match(metrics, /^chat_session_api_sqlite_damaged 1$/m);
+        assert.match(metrics, /^chat_session_api_sqlite_full_checks_total 1$/m);
+        const errors = s.logs().filter((l) => l.level === 'error');
+        assert.equal(errors.length, 1, `one error line, however many writes were refused: ${JSON.stringify(errors)}`);
+        assert.equal(errors[0].file, join(dir, DB));
+        assert.match(errors[0].msg, /the sqlite file is damaged/);
+        assert.match(errors[0].found, /^the full check \(PRAGMA quick_check\): /);
+      } finally {
+        await s.stop();
+      }
+    } finally {
+      removeDir(dir);
+    }
+  });
+
   test('"A read that itself hits damage flips the store to damaged and answers 503, not 500" (regression: SQLite\'s "database disk image is malformed" was a 500); writes get 503 `Storage damaged` and `/healthz` is not ok from then on, and the log names the file', async () => {
     const { dir, kept, long } = await stoppedWithTurns();
     damagePage(dir, middleTurnsPage(dir));

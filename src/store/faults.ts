@@ -11,6 +11,7 @@
 //   CHAT_SESSION_API_FAULTS="crash:compact-before-rename"   SIGKILL on reaching that step
 //   CHAT_SESSION_API_FAULTS="hold:index"          the sqlite writer leaves what it queues for the search index queued
 //   CHAT_SESSION_API_FAULTS="hold:merge"          the sqlite writer never merges its search index when idle
+//   CHAT_SESSION_API_FAULTS="hurry:sqlite-check"  the sqlite engine's full check starts at once, not a minute after the start
 //   CHAT_SESSION_API_FAULTS="lose:index-thread:3" the journal's first search index thread exits on taking its 3rd change
 
 type FaultKind = 'write' | 'fsync' | 'dirsync' | 'commit';
@@ -21,12 +22,13 @@ interface Plan {
   readonly always: Map<FaultKind, string>;
   readonly crashAt: Map<string, number>;
   readonly held: Set<string>;
+  readonly hurried: Set<string>;
   readonly loseAt: Map<string, number>;
 }
 
 function parse(spec: string | undefined): Plan | undefined {
   if (spec === undefined || spec.trim() === '') return undefined;
-  const plan: Plan = { failAt: new Map(), always: new Map(), crashAt: new Map(), held: new Set(), loseAt: new Map() };
+  const plan: Plan = { failAt: new Map(), always: new Map(), crashAt: new Map(), held: new Set(), hurried: new Set(), loseAt: new Map() };
   for (const item of spec.split(',')) {
     const [kind, arg, extra] = item.trim().split(':');
     if ((kind === 'write' || kind === 'fsync' || kind === 'dirsync' || kind === 'commit') && arg === '*') {
@@ -41,6 +43,8 @@ function parse(spec: string | undefined): Plan | undefined {
       plan.loseAt.set(arg, Number(extra ?? '1'));
     } else if (kind === 'hold' && arg !== undefined) {
       plan.held.add(arg);
+    } else if (kind === 'hurry' && arg !== undefined) {
+      plan.hurried.add(arg);
     }
   }
   return plan;
@@ -86,6 +90,11 @@ export function crashpoint(name: string): void {
 /** Whether a named background step is held back (it does not run while the plan says so). */
 export function held(step: string): boolean {
   return plan?.held.has(step) === true;
+}
+
+/** Whether a named background step that waits after the start runs at once instead. */
+export function hurried(step: string): boolean {
+  return plan?.hurried.has(step) === true;
 }
 
 /** Whether a thread is to be lost now: the planned occurrence of a named step (counted per thread). */

@@ -8,14 +8,17 @@ import { openPostgresStore } from './postgres/engine.js';
 import { openSqliteSnapshot, openSqliteStore } from './sqlite/engine.js';
 import { StoreOpenFailed, type Store, type StoreObserver } from './store.js';
 
-/** Opens the configured store for a server (or an import). The data directory's lock is the caller's. */
-export async function openStore(config: Config, log: Logger, observer?: StoreObserver): Promise<Store> {
+/**
+ * Opens the configured store for a server (`serving`: with its background work, the sqlite full
+ * check) or a command (an import). The data directory's lock is the caller's.
+ */
+export async function openStore(config: Config, log: Logger, observer?: StoreObserver, serving = false): Promise<Store> {
   switch (config.store) {
     case 'journal':
       if (!config.fsync) log.warn('FSYNC=off: writes are acknowledged before they are durable; a crash can lose them');
       return JournalStore.open({ dir: config.dataDir, log, fsync: config.fsync, compactMinBytes: config.compactMinBytes, observer, groupCommit: config.groupCommit, quotas: config.limits.quotas, searchWalkFrom: config.searchWalkFrom, search: config.search });
     case 'sqlite':
-      return openSqliteStore({ file: config.sqliteFile, log, cacheBytes: config.sqliteCacheBytes, fsync: config.fsync, observer, groupCommit: config.groupCommit, quotas: config.limits.quotas, searchWalkFrom: config.searchWalkFrom, search: config.search });
+      return openSqliteStore({ file: config.sqliteFile, log, cacheBytes: config.sqliteCacheBytes, fsync: config.fsync, observer, groupCommit: config.groupCommit, quotas: config.limits.quotas, searchWalkFrom: config.searchWalkFrom, search: config.search, fullCheck: serving });
     case 'postgres':
       return openPostgres(config, log, observer);
   }

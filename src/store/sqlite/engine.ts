@@ -3,8 +3,8 @@
 // exports read a snapshot through pooled connections, so a slow client never pins the snapshot
 // other requests see. Writes pass through the shared serial writer on the main thread, and each
 // group is committed by the writer thread (./worker.ts) in one transaction. Damage is looked for
-// before SQLite opens the file (./file-check.ts); once a read or commit meets it, writes are
-// refused and health is not ok.
+// before SQLite opens the file (./file-check.ts) and in the background (./full-check.ts); once
+// found, writes are refused and health is not ok.
 import { closeSync, existsSync, mkdirSync, openSync, statSync } from 'node:fs';
 import { dirname } from 'node:path';
 import type { Server } from 'node:net';
@@ -48,6 +48,7 @@ import { SerialWrites } from '../serial-writes.js';
 import { SerialWriter, type Change, type Group, type GroupSource } from '../writer.js';
 import { bytesOf, int, sqliteCode, sqliteDatabase, text, textOrUndefined, type Database, type Row, type SqlValue, type Statement } from './binding.js';
 import { checkFiles } from './file-check.js';
+import { FullCheck } from './full-check.js';
 import { checkSchema, prepareSchema, queuedTurnWords, registerHoldsFunctions, registerSearchFunctions, REINDEX_SQL, STREAMING_WHERE, unreadable } from './schema.js';
 import { pageByDepthSql } from '../tree-index.js';
 import { holdName } from '../../data-dir-lock.js';
@@ -68,6 +69,8 @@ export interface SqliteOptions {
   readonly searchWalkFrom?: number;
   /** false with SEARCH=off: the writer leaves what it queues for the index unindexed (a start with search on indexes it). */
   readonly search?: boolean;
+  /** true for a server: the whole file is checked in the background (./full-check.ts); a command's store is not. */
+  readonly fullCheck?: boolean;
 }
 
 /** Snapshot connections kept open between scans, and the most open at once (more scans wait). */
@@ -426,6 +429,7 @@ export class SqliteStore extends SerialWrites implements Store, GroupSource, Gro
   private guard: Server | undefined;
   /** What found the file damaged, once something did: writes are refused from then on. */
   private damage: string | undefined;
+  private fullCheck: FullCheck | undefined;
   /** What a connection's errors pass through: damage marks the store and becomes StorageDamaged. */
   private readonly watch = (e: unknown): unknown => {
     if (e instanceof StorageDamaged || !isDamage(e)) return e;
@@ -500,6 +504,13 @@ export class SqliteStore extends SerialWrites implements Store, GroupSource, Gro
     }
     const counts = store.counters();
     opts.log.info('sqlite store opened', { file: opts.file, sessions: counts.sessions, turns: counts.turns, ms: Math.round(Number(process.hrtime.bigint() - started) / 1e6) });
+    if (opts.fullCheck === true) {
+      store.fullCheck = new FullCheck(
+        opts.file,
+        (problems) => store.damaged(`the full check (PRAGMA quick_check): ${problems.slice(0, 3).join('; ')}${problems.length > 3 ? `; and ${problems.length - 3} more` : ''}`),
+        (message) => opts.log.warn('the full check of the sqlite file could not run to its end; it is tried again at the next one', { file: opts.file, err: message }),
+      );
+    }
     return store;
   }
 
@@ -864,6 +875,12 @@ export class SqliteStore extends SerialWrites implements Store, GroupSource, Gro
           value: this.mergeSteps,
         },
         { name: 'sqlite_damaged', type: 'gauge', help: 'Whether the file was found damaged (1: writes are refused, /healthz is not ok; the error log line says where).', value: this.damage === undefined ? 0 : 1 },
+        {
+          name: 'sqlite_full_checks_total',
+          type: 'counter',
+          help: 'Full checks of the file (PRAGMA quick_check, in a process of its own a minute after the start, then daily) that ran to their end since start.',
+          value: this.fullCheck?.finished ?? 0,
+        },
       ],
     };
   }
@@ -1046,6 +1063,7 @@ export class SqliteStore extends SerialWrites implements Store, GroupSource, Gro
   }
 
   private async closeFiles(): Promise<void> {
+    await this.fullCheck?.stop();
     await this.writer.close();
     this.closed = true;
     // the writer closes last: the last connection checkpoints the WAL and removes it

@@ -8,6 +8,7 @@ import { turnBefore, type TurnKey } from '../../domain/order.js';
 import { versionOfSession } from '../../domain/version.js';
 import { held, injectedFault } from '../faults.js';
 import { int, sqliteCode, sqliteDatabase, text, textOrUndefined, type Database, type Row, type Statement } from './binding.js';
+import { runFullCheckIfAsked } from './full-check.js';
 import { placesOfChain, placesSql, placeUnder, type TreePlace } from '../tree-index.js';
 import { QUEUED_WORDS_SQL, registerSearchFunctions } from './schema.js';
 
@@ -98,8 +99,12 @@ export type FromWriter =
   | { readonly kind: 'mergeFailed'; readonly message: string }
   | { readonly kind: 'closed' };
 
-/** Starts the writer when this thread is one; false on any other thread. */
+/**
+ * Starts the writer when this thread is one, or the full check (./full-check.ts) when this
+ * process was started as one; false otherwise.
+ */
 export function runSqliteWriterIfWorker(): boolean {
+  if (runFullCheckIfAsked()) return true;
   if (isMainThread || parentPort === null) return false;
   const data = workerData as Partial<WriterData> | undefined;
   if (data?.role !== WRITER_ROLE) return false;
