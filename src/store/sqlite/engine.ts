@@ -458,7 +458,7 @@ export class SqliteStore extends SerialWrites implements Store, GroupSource, Gro
     this.opts.log.error('the sqlite file is damaged: writes are refused (503 Storage damaged) and /healthz is not ok until it is restored from a backup; reads go on where they can', {
       file: this.opts.file,
       found,
-      todo: 'stop the server, `export` what can still be read, and restore the last good backup (`import` into a new SQLITE_FILE)',
+      todo: 'stop the server, keep a copy of the file with its -wal and -shm, and restore the last good backup (`import` into a new SQLITE_FILE)',
     });
   }
 
