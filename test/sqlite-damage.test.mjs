@@ -113,7 +113,7 @@ describe('The sqlite write-ahead log is checked before SQLite replays it', SQLIT
     }
   });
 
-  test('"a torn tail is what a crash leaves": a transaction cut by SIGKILL, its last frame cut short or its last bytes overwritten, or a bad frame followed by valid frames that never commit (what a rollback after a spill leaves), does not stop the start, and every acknowledged write is there', async () => {
+  test('"A torn tail (a transaction a crash cut off, which was never acknowledged) ... is not damage": a transaction cut by SIGKILL, its last frame cut short or its last bytes overwritten, or a bad frame followed by valid frames that never commit (what a rollback after a spill leaves), does not stop the start, and every acknowledged write is there', async () => {
     const { dir, acknowledged } = await killedWithLog(2);
     const copies = [];
     try {
@@ -156,7 +156,7 @@ describe('The sqlite write-ahead log is checked before SQLite replays it', SQLIT
     }
   });
 
-  test('"frames whose salts differ from the header\'s are leftovers of an earlier log": after a checkpoint started the log afresh, the older frames after the valid ones do not stop the start, and every acknowledged write is there', async () => {
+  test('"Frames whose salts are not the header\'s are leftovers of the log before a checkpoint started it afresh, and are ignored": after a checkpoint started the log afresh, the older frames after the valid ones do not stop the start, and every acknowledged write is there', async () => {
     const { dir, acknowledged } = await killedWithLog(4);
     try {
       const file = join(dir, DB);
@@ -257,7 +257,7 @@ describe('Damage inside the sqlite file', SQLITE, () => {
     }
   });
 
-  test('"A read that itself hits damage flips the store to damaged and answers 503, not 500" (regression: SQLite\'s "database disk image is malformed" was a 500); writes get 503 `Storage damaged` and `/healthz` is not ok from then on, and the log names the file', async () => {
+  test('A read that meets damage marks the store damaged: "by a read or a commit that SQLite reports malformed, which answers 503 rather than 500" (regression: it was a 500); writes get 503 `Storage damaged` and `/healthz` is not ok from then on, and the log names the file', async () => {
     const { dir, kept, long } = await stoppedWithTurns();
     damagePage(dir, middleTurnsPage(dir));
     const s = await startServer({ dataDir: dir });
@@ -307,7 +307,7 @@ describe('Damage inside the sqlite file', SQLITE, () => {
     }
   });
 
-  test('"every page up to the database\'s size is in the file or in its log": a checkpoint cut short by a kill (the first page written, the pages past the file\'s end still only in the log) is not damage', async () => {
+  test('"every page up to the database\'s size must be in the file or in the log": a checkpoint cut short by a kill (the first page written, the pages past the file\'s end still only in the log) is not damage', async () => {
     const { dir } = await stoppedWithTurns();
     try {
       const file = join(dir, DB);
