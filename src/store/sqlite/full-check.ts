@@ -88,7 +88,15 @@ export class FullCheck {
 
   private run(): void {
     this.timer = undefined;
-    const child = spawn(process.execPath, [__filename], { env: { ...process.env, [CHECK_ENV]: this.file }, stdio: ['ignore', 'pipe', 'pipe'] });
+    let child: ChildProcess;
+    try {
+      child = spawn(process.execPath, [__filename], { env: { ...process.env, [CHECK_ENV]: this.file }, stdio: ['ignore', 'pipe', 'pipe'] });
+    } catch (e) {
+      // no process to be had now (EAGAIN, ENOMEM): a warning, and the next check at the usual time
+      this.failed(`the check process could not be started (${e instanceof Error ? e.message : String(e)})`);
+      this.schedule(CHECK_EVERY_MS);
+      return;
+    }
     this.child = child;
     let out = '';
     let err = '';
