@@ -26,6 +26,33 @@ function walFrames(wal) {
   return { pageSize, frameSize: 24 + pageSize, frames };
 }
 
+/**
+ * The same log as a big-endian machine writes it (magic 0x377f0683: the checksums read
+ * big-endian words), its frames of the header's salts re-summed up to the first that is not.
+ */
+function asBigEndian(wal) {
+  const out = Buffer.from(wal);
+  const sum = (from, to, [a, b]) => {
+    for (let i = from; i < to; i += 8) {
+      a = (a + out.readUInt32BE(i) + b) >>> 0;
+      b = (b + out.readUInt32BE(i + 4) + a) >>> 0;
+    }
+    return [a, b];
+  };
+  out.writeUInt32BE(0x377f0683, 0);
+  let s = sum(0, 24, [0, 0]);
+  out.writeUInt32BE(s[0], 24);
+  out.writeUInt32BE(s[1], 28);
+  const { frames, frameSize } = walFrames(out);
+  for (const f of frames) {
+    if (!f.ours) break;
+    s = sum(f.at + 24, f.at + frameSize, sum(f.at, f.at + 8, s));
+    out.writeUInt32BE(s[0], f.at + 16);
+    out.writeUInt32BE(s[1], f.at + 20);
+  }
+  return out;
+}
+
 /** A digest of the database, its log and their index, to prove that a refused start changed none of them. */
 function filesOf(dir) {
   return Object.fromEntries([DB, `${DB}-wal`, `${DB}-shm`].map((f) => [f, existsSync(join(dir, f)) ? createHash('sha256').update(readFileSync(join(dir, f))).digest('hex') : null]));
@@ -107,6 +134,29 @@ describe('The sqlite write-ahead log is checked before SQLite replays it', SQLIT
       const served = db.prepare('SELECT count(*) AS n FROM sessions').get().n;
       db.close();
       assert.ok(served < Object.keys(acknowledged).length, `SQLite alone serves ${served} of ${Object.keys(acknowledged).length} acknowledged sessions`);
+    } finally {
+      removeDir(dir);
+      removeDir(copy);
+    }
+  });
+
+  test('a log whose checksums read big-endian words (magic 0x377f0683, as a big-endian machine writes it) is checked the same: sound, the start goes on with every acknowledged write; damaged in the middle, it stops', async () => {
+    const { dir, acknowledged } = await killedWithLog(4);
+    const copy = tempDir('csa-wal-be-');
+    try {
+      const walFile = join(dir, `${DB}-wal`);
+      const wal = asBigEndian(readFileSync(walFile));
+      writeFileSync(walFile, wal);
+      cpSync(dir, copy, { recursive: true });
+      const { state, logs } = await startedOn(dir);
+      assert.deepEqual(state, acknowledged);
+      assert.ok(!logs.some((l) => l.level === 'error'), JSON.stringify(logs.filter((l) => l.level === 'error')));
+      const { frames, pageSize } = walFrames(wal);
+      const commits = frames.filter((f) => f.ours && f.commit !== 0);
+      const victim = frames[frames.indexOf(commits[0]) + 1];
+      wal.write('DAMAGED!', victim.at + 24 + pageSize / 2, 'latin1');
+      writeFileSync(join(copy, `${DB}-wal`), wal);
+      assert.match(refusedStart(copy), new RegExp(`${DB}-wal: has a damaged frame ${frames.indexOf(victim) + 1} \\(byte offset ${victim.at}: its checksum does not match\\) with \\d+ committed transaction\\(s\\) after it`));
     } finally {
       removeDir(dir);
       removeDir(copy);
