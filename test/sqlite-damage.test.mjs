@@ -140,6 +140,38 @@ describe('The sqlite write-ahead log is checked before SQLite replays it', SQLIT
     }
   });
 
+  test('"A damaged header is damage unless no whole frame follows it (an interrupted first write)": a header with frames after it stops the start naming the -wal file; a header alone, or cut short, or with part of a frame after it does not', async () => {
+    const { dir } = await killedWithLog(2);
+    const copies = [];
+    try {
+      const walFile = join(dir, `${DB}-wal`);
+      const wal = readFileSync(walFile);
+      const damaged = Buffer.from(wal);
+      damaged[13] ^= 0xff; // the checkpoint sequence: only the header's checksum tells
+      writeFileSync(walFile, damaged);
+      const before = filesOf(dir);
+      assert.match(refusedStart(dir), new RegExp(`${DB}-wal: has a damaged header \\(its checksum does not match\\) with ${wal.length - 32} bytes of frames after it, so it is not an interrupted first write; restore the database from a backup`));
+      assert.deepEqual(filesOf(dir), before, 'nothing is changed');
+      // an interrupted first write: what a stopped server's file (no log) gets before its first frame is whole
+      const stopped = await stoppedWithTurns();
+      copies.push(stopped.dir);
+      const { state: expected } = await startedOn(stopped.dir);
+      const frameSize = 24 + wal.readUInt32BE(8);
+      for (const [what, bytes] of [['a header alone', wal.subarray(0, 32)], ['a header cut short', wal.subarray(0, 20)], ['a damaged header and part of a frame', Buffer.concat([damaged.subarray(0, 32), wal.subarray(32, 32 + frameSize - 1)])]]) {
+        const copy = tempDir('csa-wal-first-');
+        copies.push(copy);
+        cpSync(stopped.dir, copy, { recursive: true });
+        writeFileSync(join(copy, `${DB}-wal`), bytes);
+        const { state, logs } = await startedOn(copy);
+        assert.deepEqual(state, expected, what);
+        assert.ok(!logs.some((l) => l.level === 'error'), `${what}: ${JSON.stringify(logs.filter((l) => l.level === 'error'))}`);
+      }
+    } finally {
+      removeDir(dir);
+      for (const c of copies) removeDir(c);
+    }
+  });
+
   test('a log whose checksums read big-endian words (magic 0x377f0683, as a big-endian machine writes it) is checked the same: sound, the start goes on with every acknowledged write; damaged in the middle, it stops', async () => {
     const { dir, acknowledged } = await killedWithLog(4);
     const copy = tempDir('csa-wal-be-');
