@@ -361,6 +361,37 @@ describe('Damage inside the sqlite file', SQLITE, () => {
     }
   });
 
+  test('A commit that meets damage marks the store damaged the same: "by a read or a commit that SQLite reports malformed, which answers 503 rather than 500"', async () => {
+    const dir = tempDir('csa-commit-');
+    let s = await startServer({ dataDir: dir });
+    const u = s.as('alice');
+    for (let i = 0; i < 200; i++) assert.equal((await u.post(BASE, newSession({ name: `s${i}` }))).status, 201);
+    const kept = (await u.post(BASE, newSession({ name: 'kept' }))).body.data._id;
+    await s.stop();
+    // the last leaf of alice's list index: where her next session's entry goes, which no start reads
+    const { DatabaseSync } = process.getBuiltinModule('node:sqlite');
+    const db = new DatabaseSync(join(dir, DB), { readOnly: true });
+    const leaves = db.prepare("SELECT pageno FROM dbstat WHERE name = 'sessions_by_user' AND pagetype = 'leaf' ORDER BY path").all().map((r) => r.pageno);
+    db.close();
+    for (const f of [`${DB}-wal`, `${DB}-shm`]) rmSync(join(dir, f), { force: true });
+    assert.ok(leaves.length >= 2, `${leaves.length} leaf pages`);
+    damagePage(dir, leaves[leaves.length - 1]);
+    s = await startServer({ dataDir: dir });
+    try {
+      const created = await s.as('alice').post(BASE, newSession({ name: 'new' }));
+      assert.deepEqual([created.status, created.body], [503, { success: false, message: 'Storage damaged' }]);
+      assert.deepEqual((await s.request('GET', '/healthz')).body, { success: false, message: 'Storage damaged' });
+      assert.equal((await s.as('alice').get(`${BASE}/${kept}`)).status, 200, 'reads elsewhere go on');
+      const errors = s.logs().filter((l) => l.level === 'error');
+      assert.equal(errors.length, 1, JSON.stringify(errors));
+      assert.equal(errors[0].file, join(dir, DB));
+      assert.match(errors[0].found, /^a commit: /);
+    } finally {
+      await s.stop();
+      removeDir(dir);
+    }
+  });
+
   test('"the cheap check at start" (the header, the pages against the file\'s length and its log, the schema and every table\'s first page readable) stops the start with one line naming the file; nothing is changed', async () => {
     const { dir } = await stoppedWithTurns();
     const file = join(dir, DB);
