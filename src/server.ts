@@ -42,7 +42,7 @@ export async function serve(config: Config, log: Logger, version: string): Promi
         metrics.commits.observe(seconds);
         metrics.committedWrites += writes;
       },
-    });
+    }, true);
   } catch (e) {
     lock.release();
     throw e;

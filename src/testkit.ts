@@ -17,6 +17,7 @@ export { wholeListReply } from './api/lists.js';
 export { versionOf, versionOfSession } from './domain/version.js';
 export { eachIndexedWord, foldForSearch, indexedWordList, indexedWords, plainAscii, textHolds, turnText, wordHash, wordsOf } from './domain/search.js';
 export { prepareSchema, QUEUED_WORDS_SQL, queuedTurnWords, registerSearchFunctions, turnWordsSql } from './store/sqlite/schema.js';
+export { checkFiles } from './store/sqlite/file-check.js';
 export { placesOfChain } from './store/tree-index.js';
 export { chatSession, turnRecord } from './domain/records.js';
 export { newObjectId } from './domain/ids.js';

@@ -25,12 +25,12 @@ export function serviceRoutes(d: ServiceDeps): RouteDef[] {
       method: 'GET',
       path: '/healthz',
       operationId: 'health',
-      summary: 'Liveness, version, the storage engine, and when the providers file was last loaded; 503 while the database is unreachable',
+      summary: 'Liveness, version, the storage engine, and when the providers file was last loaded; 503 while the database is unreachable, or once the store was found damaged',
       tag: 'Service',
       auth: false,
       unlimited: true,
       responses: [{ status: 200, description: 'Serving', schema: 'Health' }],
-      errors: [{ status: 503, description: 'Storage unavailable: the database cannot be reached' }],
+      errors: [{ status: 503, description: 'Storage unavailable: the database cannot be reached; or Storage damaged: the sqlite file was found damaged (writes are refused)' }],
       async handle() {
         await d.store.health();
         const c = d.catalog();

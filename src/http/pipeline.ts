@@ -12,7 +12,7 @@ import type { OpenedTicket, TicketCodec } from '../auth/tickets.js';
 import { parseQuery, validateBody, validateQuery, ValidationError } from '../domain/schema.js';
 import { requestLineMiddle, type Logger } from '../log.js';
 import type { Metrics, RouteStats } from '../metrics.js';
-import { PreconditionFailed, QuotaExceeded, SessionNotFound, StorageUnavailable, StorageWriteFailed, TurnNotFound, TurnNotStreaming, TurnTooLarge } from '../store/store.js';
+import { PreconditionFailed, QuotaExceeded, SessionNotFound, StorageDamaged, StorageUnavailable, StorageWriteFailed, TurnNotFound, TurnNotStreaming, TurnTooLarge } from '../store/store.js';
 import { readJsonObject, releaseBody, type BodyHold, type BodyRules } from './body.js';
 import type { Connection, ConnectionGuard } from './connections.js';
 import type { Cors } from './cors.js';
@@ -86,7 +86,7 @@ function toHttp(e: unknown): HttpError | undefined {
     return new HttpError(401, 'Unauthorized', [['www-authenticate', `Bearer error="invalid_token", error_description="${e.message}"`]]);
   }
   if (e instanceof StorageWriteFailed) return new HttpError(500, e.message);
-  if (e instanceof StorageUnavailable) return new HttpError(503, e.message);
+  if (e instanceof StorageUnavailable || e instanceof StorageDamaged) return new HttpError(503, e.message);
   return undefined;
 }
 
@@ -430,8 +430,9 @@ export class Pipeline {
 
   private fail(call: Call, e: unknown): void {
     const h = toHttp(e);
-    // a 503 the server chose (busy, low on memory) is counted and in the request line, not a failure to report
-    if (h === undefined || (h.status >= 500 && !(e instanceof HttpError && h.status === 503))) {
+    // a 503 the server chose (busy, low on memory) is counted and in the request line, not a failure to report;
+    // nor is damage, which the store logged once when it found it
+    if (h === undefined || (h.status >= 500 && !(e instanceof HttpError && h.status === 503) && !(e instanceof StorageDamaged))) {
       this.options.log.error('request failed', { reqId: call.id, route: call.route?.def.path ?? null, err: e });
     }
     const status = h?.status ?? 500;

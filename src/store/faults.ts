@@ -7,6 +7,7 @@
 //   CHAT_SESSION_API_FAULTS="crash:migrate-kept"  SIGKILL on reaching that step (crash:<step>:<k> on its k-th time)
 //   CHAT_SESSION_API_FAULTS="hold:index"          the sqlite writer leaves what it queues for the search index queued
 //   CHAT_SESSION_API_FAULTS="hold:merge"          the sqlite writer never merges its search index when idle
+//   CHAT_SESSION_API_FAULTS="hurry:sqlite-check"  the sqlite engine's full check starts at once, not a minute after the start
 
 type FaultKind = 'commit';
 
@@ -16,11 +17,12 @@ interface Plan {
   readonly always: Map<FaultKind, string>;
   readonly crashAt: Map<string, number>;
   readonly held: Set<string>;
+  readonly hurried: Set<string>;
 }
 
 function parse(spec: string | undefined): Plan | undefined {
   if (spec === undefined || spec.trim() === '') return undefined;
-  const plan: Plan = { failAt: new Map(), always: new Map(), crashAt: new Map(), held: new Set() };
+  const plan: Plan = { failAt: new Map(), always: new Map(), crashAt: new Map(), held: new Set(), hurried: new Set() };
   for (const item of spec.split(',')) {
     const [kind, arg, extra] = item.trim().split(':');
     if (kind === 'commit' && arg === '*') {
@@ -33,6 +35,8 @@ function parse(spec: string | undefined): Plan | undefined {
       plan.crashAt.set(arg, Number(extra ?? '1'));
     } else if (kind === 'hold' && arg !== undefined) {
       plan.held.add(arg);
+    } else if (kind === 'hurry' && arg !== undefined) {
+      plan.hurried.add(arg);
     }
   }
   return plan;
@@ -78,4 +82,9 @@ export function crashpoint(name: string): void {
 /** Whether a named background step is held back (it does not run while the plan says so). */
 export function held(step: string): boolean {
   return plan?.held.has(step) === true;
+}
+
+/** Whether a named background step that waits after the start runs at once instead. */
+export function hurried(step: string): boolean {
+  return plan?.hurried.has(step) === true;
 }

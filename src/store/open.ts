@@ -10,13 +10,16 @@ import { openPostgresStore } from './postgres/engine.js';
 import { openSqliteSnapshot, openSqliteStore } from './sqlite/engine.js';
 import { StoreOpenFailed, type Store, type StoreObserver, type StoreSnapshot } from './store.js';
 
-/** Opens the configured store for a server (or a command that writes). The data directory's lock is the caller's. */
-export async function openStore(config: Config, log: Logger, observer?: StoreObserver): Promise<Store> {
+/**
+ * Opens the configured store for a server (`serving`: with its background work, the sqlite full
+ * check) or a command that writes. The data directory's lock is the caller's.
+ */
+export async function openStore(config: Config, log: Logger, observer?: StoreObserver, serving = false): Promise<Store> {
   await settleJournal(config, log, (file) => openSqliteBuild(config, log, file));
   if (!config.fsync) log.warn('FSYNC=off: writes are acknowledged before they are durable; a crash can lose them');
   switch (config.store) {
     case 'sqlite':
-      return openSqliteStore({ file: config.sqliteFile, log, cacheBytes: config.sqliteCacheBytes, fsync: config.fsync, observer, groupCommit: config.groupCommit, quotas: config.limits.quotas, searchWalkFrom: config.searchWalkFrom, search: config.search });
+      return openSqliteStore({ file: config.sqliteFile, log, cacheBytes: config.sqliteCacheBytes, fsync: config.fsync, observer, groupCommit: config.groupCommit, quotas: config.limits.quotas, searchWalkFrom: config.searchWalkFrom, search: config.search, fullCheck: serving });
     case 'postgres':
       return openPostgres(config, log, observer);
   }

@@ -338,7 +338,7 @@ export interface Store {
   stats(): Promise<StoreStats>;
   /** What the sessions `user` owns hold (the same figures on every engine). */
   usage(user: string): Promise<Usage>;
-  /** Resolves when the engine can serve now; rejects with StorageUnavailable when it cannot (a database that is down). */
+  /** Resolves when the engine can serve now; rejects with StorageUnavailable when it cannot (a database that is down), StorageDamaged once it found damage. */
   health(): Promise<void>;
   /** Finishes queued writes, then releases what the engine holds. */
   close(): Promise<void>;
@@ -423,6 +423,18 @@ export class StorageUnavailable extends Error {
   override readonly name = 'StorageUnavailable';
   constructor(cause?: unknown) {
     super('Storage unavailable', { cause });
+  }
+}
+
+/**
+ * The engine found its files damaged while serving (a full check, or a read or commit SQLite
+ * reported malformed): writes are refused from then on and health is not ok; reads go on where
+ * they can. The engine logged the file once, when it found it.
+ */
+export class StorageDamaged extends Error {
+  override readonly name = 'StorageDamaged';
+  constructor(cause?: unknown) {
+    super('Storage damaged', { cause });
   }
 }
 

@@ -15,6 +15,7 @@ import type { Logger } from '../log.js';
 import {
   QuotaExceeded,
   SessionNotFound,
+  StorageDamaged,
   StorageUnavailable,
   StorageWriteFailed,
   TurnNotFound,
@@ -653,8 +654,9 @@ export class SerialWriter {
   }
 
   private refuseAll(writes: readonly PendingWrite[], err: unknown): void {
-    this.log.error('store write failed; the writes of this group were refused and nothing changed', { err, writes: writes.length });
-    const refusal = err instanceof StorageWriteFailed || err instanceof StorageUnavailable ? err : new StorageWriteFailed(err);
+    // damage was logged once by the engine when it found it; each refusal after it is no news
+    if (!(err instanceof StorageDamaged)) this.log.error('store write failed; the writes of this group were refused and nothing changed', { err, writes: writes.length });
+    const refusal = err instanceof StorageWriteFailed || err instanceof StorageUnavailable || err instanceof StorageDamaged ? err : new StorageWriteFailed(err);
     for (const w of writes) w.reject(refusal);
     this.nextGroup();
   }

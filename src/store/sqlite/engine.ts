@@ -2,8 +2,10 @@
 // page caches. Reads run on the main thread through a connection of their own; whole lists and
 // exports read a snapshot through pooled connections, so a slow client never pins the snapshot
 // other requests see. Writes pass through the shared serial writer on the main thread, and each
-// group is committed by the writer thread (./worker.ts) in one transaction.
-import { closeSync, mkdirSync, openSync, statSync } from 'node:fs';
+// group is committed by the writer thread (./worker.ts) in one transaction. Damage is looked for
+// before SQLite opens the file (./file-check.ts) and in the background (./full-check.ts); once
+// found, writes are refused and health is not ok.
+import { closeSync, existsSync, mkdirSync, openSync, statSync } from 'node:fs';
 import { dirname } from 'node:path';
 import type { Server } from 'node:net';
 import { Worker } from 'node:worker_threads';
@@ -16,6 +18,7 @@ import type { Quotas } from '../../config.js';
 import type { Logger } from '../../log.js';
 import { planImport } from '../import-plan.js';
 import {
+  StorageDamaged,
   StorageWriteFailed,
   StoreOpenFailed,
   TurnNotFound,
@@ -43,7 +46,9 @@ import { budgetedTurnPage } from '../turn-page.js';
 import { keysetFrom, walkBudget, walkSearchNow, type WalkSource } from '../search-walk.js';
 import { SerialWrites } from '../serial-writes.js';
 import { SerialWriter, type Change, type Group, type GroupSource } from '../writer.js';
-import { bytesOf, int, sqliteDatabase, text, textOrUndefined, type Database, type Row, type SqlValue, type Statement } from './binding.js';
+import { bytesOf, int, sqliteCode, sqliteDatabase, text, textOrUndefined, type Database, type Row, type SqlValue, type Statement } from './binding.js';
+import { checkFiles } from './file-check.js';
+import { FullCheck } from './full-check.js';
 import { checkSchema, prepareSchema, queuedTurnWords, registerHoldsFunctions, registerSearchFunctions, REINDEX_SQL, STREAMING_WHERE, unreadable } from './schema.js';
 import { pageByDepthSql } from '../tree-index.js';
 import { holdName } from '../../data-dir-lock.js';
@@ -64,6 +69,8 @@ export interface SqliteOptions {
   readonly searchWalkFrom?: number;
   /** false with SEARCH=off: the writer leaves what it queues for the index unindexed (a start with search on indexes it). */
   readonly search?: boolean;
+  /** true for a server: the whole file is checked in the background (./full-check.ts); a command's store is not. */
+  readonly fullCheck?: boolean;
 }
 
 /** Snapshot connections kept open between scans, and the most open at once (more scans wait). */
@@ -140,18 +147,91 @@ function* branchTurns(c: Connection, keys: Iterable<Row>): IterableIterator<Row>
   }
 }
 
-/** A connection with its statements prepared once each. */
+/**
+ * A connection with its statements prepared once each. What SQLite reports as damage, as it
+ * prepares or runs one, goes through `damaged` (the store marks itself damaged and gets a
+ * StorageDamaged to throw instead).
+ */
 class Connection {
   private readonly statements = new Map<string, Statement>();
-  constructor(readonly db: Database) {}
+  constructor(
+    readonly db: Database,
+    private readonly damaged: (e: unknown) => unknown,
+  ) {}
   prepare(sql: string): Statement {
     let s = this.statements.get(sql);
     if (s === undefined) {
-      s = this.db.prepare(sql);
+      try {
+        s = new Watched(this.db.prepare(sql), this.damaged);
+      } catch (e) {
+        throw this.damaged(e);
+      }
       this.statements.set(sql, s);
     }
     return s;
   }
+}
+
+/** A statement whose errors pass through `damaged` (Connection), its rows' too. */
+class Watched implements Statement {
+  constructor(
+    private readonly s: Statement,
+    private readonly damaged: (e: unknown) => unknown,
+  ) {}
+  run(...params: SqlValue[]): ReturnType<Statement['run']> {
+    try {
+      return this.s.run(...params);
+    } catch (e) {
+      throw this.damaged(e);
+    }
+  }
+  get(...params: SqlValue[]): Row | undefined {
+    try {
+      return this.s.get(...params);
+    } catch (e) {
+      throw this.damaged(e);
+    }
+  }
+  all(...params: SqlValue[]): Row[] {
+    try {
+      return this.s.all(...params);
+    } catch (e) {
+      throw this.damaged(e);
+    }
+  }
+  iterate(...params: SqlValue[]): IterableIterator<Row> {
+    try {
+      return new WatchedRows(this.s.iterate(...params), this.damaged);
+    } catch (e) {
+      throw this.damaged(e);
+    }
+  }
+}
+
+class WatchedRows implements IterableIterator<Row> {
+  constructor(
+    private readonly rows: IterableIterator<Row>,
+    private readonly damaged: (e: unknown) => unknown,
+  ) {}
+  next(): IteratorResult<Row> {
+    try {
+      return this.rows.next();
+    } catch (e) {
+      throw this.damaged(e);
+    }
+  }
+  return(value?: unknown): IteratorResult<Row> {
+    return this.rows.return?.(value) ?? { done: true, value: undefined };
+  }
+  [Symbol.iterator](): IterableIterator<Row> {
+    return this;
+  }
+}
+
+/** SQLITE_CORRUPT or SQLITE_NOTADB: SQLite found the file malformed. */
+function isDamage(e: unknown): boolean {
+  const code = sqliteCode(e);
+  return code === 11 || code === 26;
 }
 
 /**
@@ -347,14 +427,39 @@ export class SqliteStore extends SerialWrites implements Store, GroupSource, Gro
   private closed = false;
   /** The name the kernel holds for the file while this store writes it (Linux): guardFile. */
   private guard: Server | undefined;
+  /** What found the file damaged, once something did: writes are refused from then on. */
+  private damage: string | undefined;
+  private fullCheck: FullCheck | undefined;
+  /** What a connection's errors pass through: damage marks the store and becomes StorageDamaged. */
+  private readonly watch = (e: unknown): unknown => {
+    if (e instanceof StorageDamaged || !isDamage(e)) return e;
+    this.damaged(`a read: ${e instanceof Error ? e.message : String(e)}`);
+    return new StorageDamaged(e);
+  };
 
   private constructor(
     private readonly opts: SqliteOptions,
     reader: Database,
   ) {
     super();
-    this.reader = new Connection(reader);
+    this.reader = new Connection(reader, this.watch);
     this.writer = new SerialWriter(this, opts.log, opts.quotas, opts.groupCommit === false ? 1 : Infinity);
+  }
+
+  /**
+   * Marks the store damaged (once): writes are refused with StorageDamaged, health is not ok,
+   * the writer thread's indexer stops writing, and one error line names the file.
+   */
+  private damaged(found: string): void {
+    if (this.damage !== undefined) return;
+    this.damage = found;
+    const m: ToWriter = { kind: 'damaged' };
+    this.worker?.postMessage(m);
+    this.opts.log.error('the sqlite file is damaged: writes are refused (503 Storage damaged) and /healthz is not ok until it is restored from a backup; reads go on where they can', {
+      file: this.opts.file,
+      found,
+      todo: 'stop the server, keep a copy of the file with its -wal and -shm, and restore the last good backup (`import` into a new SQLITE_FILE)',
+    });
   }
 
   /** Opens (creating or migrating) the file and starts the writer thread. */
@@ -377,6 +482,8 @@ export class SqliteStore extends SerialWrites implements Store, GroupSource, Gro
   private static async openGuarded(opts: SqliteOptions): Promise<SqliteStore> {
     const DatabaseSync = sqliteDatabase();
     const started = process.hrtime.bigint();
+    // before any connection: the first one replays the log, and would drop what follows damage in it
+    checkFiles(opts.file);
     let setup: Database;
     try {
       setup = new DatabaseSync(opts.file, { timeout: 10_000 });
@@ -397,11 +504,23 @@ export class SqliteStore extends SerialWrites implements Store, GroupSource, Gro
     }
     const counts = store.counters();
     opts.log.info('sqlite store opened', { file: opts.file, sessions: counts.sessions, turns: counts.turns, ms: Math.round(Number(process.hrtime.bigint() - started) / 1e6) });
+    if (opts.fullCheck === true) {
+      store.fullCheck = new FullCheck(
+        opts.file,
+        (problems) => store.damaged(`the full check (PRAGMA quick_check): ${problems.slice(0, 3).join('; ')}${problems.length > 3 ? `; and ${problems.length - 3} more` : ''}`),
+        (message) => opts.log.warn('the full check of the sqlite file could not run to its end; it is tried again at the next one', { file: opts.file, err: message }),
+      );
+    }
     return store;
   }
 
-  /** Read-only, beside a server that may be writing: reads see each statement's snapshot, exports one snapshot. */
-  static openReadOnly(opts: SqliteOptions): SqliteStore {
+  /**
+   * Read-only, beside a server that may be writing: reads see each statement's snapshot, exports
+   * one snapshot. The files are checked first unless a server (or command) writes them: its
+   * connections keep the log's index, so this one replays nothing, and the log may be mid-write.
+   */
+  static async openReadOnly(opts: SqliteOptions): Promise<SqliteStore> {
+    if (!(await writerHolds(opts.file))) checkFiles(opts.file);
     const reader = openReader(opts.file, opts.cacheBytes);
     checkSchema(reader, opts.file);
     return new SqliteStore(opts, reader);
@@ -430,6 +549,9 @@ export class SqliteStore extends SerialWrites implements Store, GroupSource, Gro
             if (m.kind === 'done') {
               this.opts.observer?.commit(m.seconds, p.writes);
               p.resolve();
+            } else if (m.damaged) {
+              this.damaged(`a commit: ${m.message}`);
+              p.reject(new StorageDamaged(new Error(m.message)));
             } else p.reject(new Error(m.message));
             return;
           }
@@ -705,7 +827,7 @@ export class SqliteStore extends SerialWrites implements Store, GroupSource, Gro
   }
 
   health(): Promise<void> {
-    return Promise.resolve();
+    return this.damage === undefined ? Promise.resolve() : Promise.reject(new StorageDamaged());
   }
 
   usage(user: string): Promise<Usage> {
@@ -752,6 +874,13 @@ export class SqliteStore extends SerialWrites implements Store, GroupSource, Gro
           help: "Steps in which the writer thread, idle, merged the search index's segments since start.",
           value: this.mergeSteps,
         },
+        { name: 'sqlite_damaged', type: 'gauge', help: 'Whether the file was found damaged (1: writes are refused, /healthz is not ok; the error log line says where).', value: this.damage === undefined ? 0 : 1 },
+        {
+          name: 'sqlite_full_checks_total',
+          type: 'counter',
+          help: 'Full checks of the file (PRAGMA quick_check, in a process of its own a minute after the start, then daily) that ran to their end since start.',
+          value: this.fullCheck?.finished ?? 0,
+        },
       ],
     };
   }
@@ -772,7 +901,7 @@ export class SqliteStore extends SerialWrites implements Store, GroupSource, Gro
         this.scansOpen++;
         try {
           const db = openReader(this.opts.file, SCAN_CACHE_KIB * 1024);
-          return new Connection(db);
+          return new Connection(db, this.watch);
         } catch (e) {
           this.scansOpen--;
           throw e;
@@ -811,6 +940,7 @@ export class SqliteStore extends SerialWrites implements Store, GroupSource, Gro
 
   /** GroupSource: one group at a time, so the reading connection sees every group committed before. */
   begin(): Group {
+    if (this.damage !== undefined) throw new StorageDamaged();
     if (this.worker === undefined) throw new StorageWriteFailed(new Error(this.closed ? 'store is closed' : 'the sqlite writer is not running'));
     return this;
   }
@@ -879,6 +1009,7 @@ export class SqliteStore extends SerialWrites implements Store, GroupSource, Gro
   }
 
   async importAll(sessions: readonly ChatSession[], turns: readonly Turn[]): Promise<ImportSummary> {
+    if (this.damage !== undefined) throw new StorageDamaged();
     await this.writer.pause();
     try {
       const sessionRow = this.reader.prepare('SELECT json, last_turn_at, last_turn_id FROM sessions WHERE id = ?');
@@ -932,6 +1063,7 @@ export class SqliteStore extends SerialWrites implements Store, GroupSource, Gro
   }
 
   private async closeFiles(): Promise<void> {
+    await this.fullCheck?.stop();
     await this.writer.close();
     this.closed = true;
     // the writer closes last: the last connection checkpoints the WAL and removes it
@@ -957,8 +1089,7 @@ export class SqliteStore extends SerialWrites implements Store, GroupSource, Gro
  */
 async function guardFile(file: string): Promise<Server | undefined> {
   if (process.platform !== 'linux') return undefined;
-  const st = statSync(file, { bigint: true });
-  const held = await holdName(`\0chat-session-api/sqlite-file/${st.dev}:${st.ino}`);
+  const held = await holdName(guardName(file));
   if (typeof held !== 'string') {
     // it must not keep a stopping process alive
     held.unref();
@@ -968,6 +1099,20 @@ async function guardFile(file: string): Promise<Server | undefined> {
     throw new StoreOpenFailed(`${file}: is in use by another server or command on this host (a SQLITE_FILE serves one at a time, whatever their DATA_DIR); stop that one first, or give this one a file of its own. Nothing was changed.`);
   }
   return undefined;
+}
+
+function guardName(file: string): string {
+  const st = statSync(file, { bigint: true });
+  return `\0chat-session-api/sqlite-file/${st.dev}:${st.ino}`;
+}
+
+/** Whether a server or command writes the file now (guardFile; false where it cannot be told). */
+async function writerHolds(file: string): Promise<boolean> {
+  if (process.platform !== 'linux' || !existsSync(file)) return false;
+  const held = await holdName(guardName(file));
+  if (typeof held === 'string') return held === 'EADDRINUSE';
+  await new Promise((resolve) => held.close(resolve));
+  return false;
 }
 
 function turnChunks(c: Connection, sessionId: string): Iterable<TurnRecord[]> {
@@ -1082,5 +1227,5 @@ export function openSqliteStore(opts: SqliteOptions): Promise<Store> {
 
 /** Opens the sqlite store read-only beside a running server (export). */
 export function openSqliteSnapshot(opts: { file: string; log: Logger; cacheBytes: number }): Promise<Store> {
-  return Promise.resolve(SqliteStore.openReadOnly({ ...opts, fsync: false }));
+  return SqliteStore.openReadOnly({ ...opts, fsync: false });
 }

@@ -313,7 +313,7 @@ function scalar(db: Database, sql: string): number {
 }
 
 /** What a failed check says: the file, what is wrong, what to do. */
-function refuse(file: string, what: string, todo: string): StoreOpenFailed {
+export function refuse(file: string, what: string, todo: string): StoreOpenFailed {
   return new StoreOpenFailed(`${file}: ${what}; ${todo}. Nothing was changed.`);
 }
 
@@ -364,11 +364,20 @@ export function prepareSchema(db: Database, file: string, search = true): void {
   checkSchema(db, file);
 }
 
-/** The structural check made at every start: every table and index of the schema is there. */
+/**
+ * The structural check made at every start: every table and index of the schema is there, and
+ * every table's first rows can be read (its root page and the pages down to its first leaf: a
+ * few pages each, where a damaged root would fail every query of the table).
+ */
 export function checkSchema(db: Database, file: string): void {
   let names: Set<string>;
   try {
-    names = new Set(db.prepare('SELECT name FROM sqlite_schema').all().map((r) => String(r['name'])));
+    const rows = db.prepare('SELECT type, name, sql FROM sqlite_schema').all();
+    names = new Set(rows.map((r) => String(r['name'])));
+    for (const r of rows) {
+      // NOT INDEXED: the table's own tree (the planner would scan a smaller covering index)
+      if (r['type'] === 'table' && !String(r['sql']).startsWith('CREATE VIRTUAL')) db.prepare(`SELECT 1 FROM "${String(r['name']).replaceAll('"', '""')}" NOT INDEXED LIMIT 1`).get();
+    }
   } catch (e) {
     throw unreadable(file, e);
   }

@@ -7,7 +7,8 @@ import { isMainThread, parentPort, workerData, type MessagePort } from 'node:wor
 import { turnBefore, type TurnKey } from '../../domain/order.js';
 import { versionOfSession } from '../../domain/version.js';
 import { held, injectedFault } from '../faults.js';
-import { int, sqliteDatabase, text, textOrUndefined, type Database, type Row, type Statement } from './binding.js';
+import { int, sqliteCode, sqliteDatabase, text, textOrUndefined, type Database, type Row, type Statement } from './binding.js';
+import { runFullCheckIfAsked } from './full-check.js';
 import { placesOfChain, placesSql, placeUnder, type TreePlace } from '../tree-index.js';
 import { QUEUED_WORDS_SQL, registerSearchFunctions } from './schema.js';
 
@@ -78,11 +79,16 @@ export type Op =
   | { readonly op: 'dropTurn'; readonly id: string; readonly session: string }
   | { readonly op: 'delete'; readonly id: string };
 
-export type ToWriter = { readonly kind: 'commit'; readonly seq: number; readonly ops: readonly Op[] } | { readonly kind: 'close' };
+export type ToWriter =
+  | { readonly kind: 'commit'; readonly seq: number; readonly ops: readonly Op[] }
+  /** The file was found damaged: the indexer writes nothing more to it (commits are refused before they get here). */
+  | { readonly kind: 'damaged' }
+  | { readonly kind: 'close' };
 export type FromWriter =
   | { readonly kind: 'ready' }
   | { readonly kind: 'done'; readonly seq: number; readonly seconds: number }
-  | { readonly kind: 'failed'; readonly seq: number; readonly message: string }
+  /** `damaged`: SQLite reported the file malformed (SQLITE_CORRUPT, SQLITE_NOTADB). */
+  | { readonly kind: 'failed'; readonly seq: number; readonly message: string; readonly damaged: boolean }
   | { readonly kind: 'fatal'; readonly message: string }
   /** The background indexer's transaction failed (rolled back; tried again after the next commit). */
   | { readonly kind: 'indexFailed'; readonly message: string }
@@ -93,8 +99,12 @@ export type FromWriter =
   | { readonly kind: 'mergeFailed'; readonly message: string }
   | { readonly kind: 'closed' };
 
-/** Starts the writer when this thread is one; false on any other thread. */
+/**
+ * Starts the writer when this thread is one, or the full check (./full-check.ts) when this
+ * process was started as one; false otherwise.
+ */
 export function runSqliteWriterIfWorker(): boolean {
+  if (runFullCheckIfAsked()) return true;
   if (isMainThread || parentPort === null) return false;
   const data = workerData as Partial<WriterData> | undefined;
   if (data?.role !== WRITER_ROLE) return false;
@@ -149,6 +159,11 @@ function runWriter(data: WriterData, port: MessagePort): void {
     return;
   }
   port.on('message', (m: ToWriter) => {
+    if (m.kind === 'damaged') {
+      indexer?.stop();
+      indexer = undefined;
+      return;
+    }
     if (m.kind === 'close') {
       // what is still queued is indexed first: a store at rest leaves nothing for the next start to write
       indexer?.finish();
@@ -167,7 +182,8 @@ function runWriter(data: WriterData, port: MessagePort): void {
       w.commit(m.ops);
       post({ kind: 'done', seq: m.seq, seconds: Number(process.hrtime.bigint() - started) / 1e9 });
     } catch (e) {
-      post({ kind: 'failed', seq: m.seq, message: e instanceof Error ? e.message : String(e) });
+      const code = sqliteCode(e);
+      post({ kind: 'failed', seq: m.seq, message: e instanceof Error ? e.message : String(e), damaged: code === 11 || code === 26 });
     }
     indexer?.queued(m.ops.reduce((n, op) => n + (op.op === 'fork' ? 1 + op.turns.length : 1), 0));
     committed();
@@ -335,12 +351,17 @@ export class Indexer {
     this.mergeNext = setImmediate(() => this.merge());
   }
 
-  /** Indexes everything still queued, batch after batch, and stops (the store is closing). */
-  finish(): void {
+  /** Stops at once, leaving what is queued queued. */
+  stop(): void {
     this.stopped = true;
     if (this.idle !== undefined) clearTimeout(this.idle);
     if (this.mergeIdle !== undefined) clearTimeout(this.mergeIdle);
     if (this.mergeNext !== undefined) clearImmediate(this.mergeNext);
+  }
+
+  /** Indexes everything still queued, batch after batch, and stops (the store is closing). */
+  finish(): void {
+    this.stop();
     if (held('index')) return;
     this.size = MOST_INDEX_BATCH;
     while (this.batch() === MOST_INDEX_BATCH) {
