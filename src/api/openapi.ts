@@ -259,7 +259,7 @@ export function openApiDocument(routes: readonly RouteDef[], version: string): J
           type: 'http',
           scheme: 'bearer',
           bearerFormat: 'JWT',
-          description: `HS256 JWT; sub = user id. An optional scope claim limits it to: ${SCOPES.join(', ')}.`,
+          description: `HS256 JWT; sub = user id. An optional scope (or scp) claim limits it to: ${SCOPES.join(', ')}.`,
         },
         ...(routes.some((r) => r.eventStream === true)
           ? {
