@@ -107,7 +107,7 @@ describe('The reference page', () => {
         for (const op of Object.values(item)) {
           const shown = await browser.evaluate(`(() => {
             const s = document.getElementById(${JSON.stringify(`op-${op.operationId}`)});
-            return { path: s.dataset.path, statuses: [...s.querySelectorAll('table.responses td:first-child code')].map((c) => c.textContent),
+            return { path: s.dataset.path, statuses: [...s.querySelectorAll('table.responses > tbody > tr > td:first-child > code')].map((c) => c.textContent),
                      params: [...s.querySelectorAll('table.params td:first-child code')].map((c) => c.textContent) };
           })()`);
           assert.equal(shown.path, path);
@@ -143,6 +143,99 @@ describe('The reference page', () => {
       assert.equal(call.headers.Authorization, `Bearer ${token}`);
       assert.deepEqual(requests.filter((r) => !r.url.startsWith(`${server.url}/`)), [], 'no request leaves this server');
       assert.deepEqual(requests.map((r) => new URL(r.url).pathname), ['/docs', '/api/v1/providers']);
+      assert.deepEqual(problems, []);
+    } finally {
+      await browser.close();
+    }
+  });
+});
+
+/** Opens /docs of `server` in `browser`, and collects what goes wrong in the page (errors logged, exceptions). */
+async function openDocs(browser) {
+  const problems = [];
+  browser.on((method, p) => {
+    if (method === 'Log.entryAdded' && p.entry.level === 'error') problems.push(`${p.entry.source}: ${p.entry.text}`);
+    if (method === 'Runtime.exceptionThrown') problems.push(p.exceptionDetails.exception?.description ?? p.exceptionDetails.text);
+  });
+  await Promise.all([browser.send('Page.enable'), browser.send('Log.enable'), browser.send('Runtime.enable')]);
+  const loaded = browser.waitFor('Page.loadEventFired');
+  await browser.send('Page.navigate', { url: `${server.url}/docs` });
+  await loaded;
+  return problems;
+}
+
+/** RFC 6901: the pointer one step below `base`. */
+const down = (base, ...keys) => keys.reduce((p, k) => `${p}/${String(k).replace(/~/g, '~0').replace(/\//g, '~1')}`, base);
+
+/**
+ * What the page must show of a schema at `pointer`, as it would be drawn: every object's fields
+ * (a table), every oneOf/anyOf (a list of its alternatives), nested to any depth. A $ref is shown
+ * where it points (under Schemas).
+ */
+function expectedShapes(schema, pointer, into = []) {
+  if (schema === undefined || schema === null || typeof schema !== 'object' || schema.$ref !== undefined) return into;
+  if (schema.properties !== undefined) {
+    into.push({ pointer, kind: 'properties', fields: Object.keys(schema.properties) });
+    for (const [name, p] of Object.entries(schema.properties)) expectedShapes(p, down(pointer, 'properties', name), into);
+  }
+  for (const key of ['oneOf', 'anyOf']) {
+    if (!Array.isArray(schema[key])) continue;
+    into.push({ pointer, kind: key, alternatives: schema[key].length });
+    schema[key].forEach((a, i) => expectedShapes(a, down(pointer, key, i), into));
+  }
+  if (schema.items !== undefined) expectedShapes(schema.items, down(pointer, 'items'), into);
+  return into;
+}
+
+describe('The reference page in a browser (issue 31, item 6)', () => {
+  test('"/docs shows `[object HTMLElement]` instead of every response shape (127 places), and `Turn.content` cannot be read": rendered in Chromium, the page has no `[object ...]`, and shows every response schema, request body, component and every oneOf/anyOf of the document as its fields', async (t) => {
+    if (!chromiumOrSkip(t)) return;
+    const browser = await Browser.launch();
+    try {
+      const problems = await openDocs(browser);
+      const text = await browser.evaluate('document.body.innerText');
+      assert.deepEqual([...new Set(text.match(/\[object [^\]]*\]|\bundefined\b|\bNaN\b/g) ?? [])], [], 'nothing rendered as [object ...], undefined or NaN');
+      // what the page draws: each schema block with its pointer, its fields or its alternatives
+      const shown = await browser.evaluate(`[...document.querySelectorAll('[data-schema]')].map((e) => ({
+        pointer: e.dataset.schema,
+        kind: e.dataset.kind,
+        op: e.closest('section.op')?.dataset.operationId ?? null,
+        fields: e.dataset.kind === 'properties' ? [...e.querySelectorAll(':scope > tbody > tr > td:first-child > code')].map((c) => c.textContent) : undefined,
+        alternatives: e.dataset.kind === 'properties' ? undefined : e.querySelectorAll(':scope > li').length,
+      }))`);
+      const expected = [];
+      const expectedInOp = [];
+      for (const [path, item] of Object.entries(doc.paths)) {
+        for (const [method, op] of Object.entries(item)) {
+          const at = down('#/paths', path, method);
+          for (const [status, r] of Object.entries(op.responses)) {
+            for (const [type, media] of Object.entries(r.content ?? {})) expectedShapes(media.schema, down(at, 'responses', status, 'content', type, 'schema'), expected);
+          }
+          for (const [type, media] of Object.entries(op.requestBody?.content ?? {})) {
+            const ref = media.schema.$ref;
+            // a body by reference is shown in full in its operation too, under the reference's pointer
+            if (ref !== undefined) expectedInOp.push(...expectedShapes(doc.components.schemas[ref.split('/').at(-1)], ref).map((e) => ({ ...e, op: op.operationId })));
+            else expectedShapes(media.schema, down(at, 'requestBody', 'content', type, 'schema'), expected);
+          }
+        }
+      }
+      for (const [name, schema] of Object.entries(doc.components.schemas)) expectedShapes(schema, down('#/components/schemas', name), expected);
+      assert.ok(expected.some((e) => e.pointer === '#/components/schemas/Turn/properties/content' && e.kind === 'oneOf'), 'the walk reaches Turn.content');
+      assert.ok(expected.filter((e) => e.pointer.startsWith('#/paths/')).length > 20, 'the walk reaches the answers');
+      const missing = [];
+      for (const e of expected) {
+        const found = shown.find((s) => s.pointer === e.pointer && s.kind === e.kind);
+        if (found === undefined) missing.push(`${e.pointer} (${e.kind}): not shown`);
+        else if (e.fields !== undefined && JSON.stringify(found.fields) !== JSON.stringify(e.fields)) missing.push(`${e.pointer}: shows ${found.fields.join(', ')} for ${e.fields.join(', ')}`);
+        else if (e.alternatives !== undefined && found.alternatives !== e.alternatives) missing.push(`${e.pointer}: shows ${found.alternatives} of ${e.alternatives} alternatives`);
+      }
+      for (const e of expectedInOp) {
+        if (!shown.some((s) => s.op === e.op && s.pointer === e.pointer && s.kind === e.kind)) missing.push(`${e.op}: its body's ${e.pointer} (${e.kind}) is not shown`);
+      }
+      assert.deepEqual(missing, [], 'every schema shown as its fields');
+      // and what a reader looks for: a turn's content, part by part
+      const turn = await browser.evaluate(`document.getElementById('schema-Turn').innerText`);
+      for (const words of ['tool_call', 'toolCallId', 'arguments', 'mediaType', 'The text of the turn']) assert.ok(turn.includes(words), `Turn shows ${words}`);
       assert.deepEqual(problems, []);
     } finally {
       await browser.close();
