@@ -243,6 +243,134 @@ describe('The reference page in a browser (issue 31, item 6)', () => {
   });
 });
 
+/** In the page: fills the token and the form of `operationId` (`values`: input id suffix -> value, or an array for a repeated parameter), clicks Send, and resolves the answer. */
+async function send(browser, token, operationId, values = {}) {
+  return browser.evaluate(`(async () => {
+    const input = document.getElementById('token');
+    input.value = ${JSON.stringify(token)};
+    input.dispatchEvent(new Event('input'));
+    const form = document.querySelector('form.try[data-operation-id="${operationId}"]');
+    for (const [name, value] of Object.entries(${JSON.stringify(values)})) {
+      const field = form.querySelector('input[name="' + name + '"]').closest('.field');
+      const wanted = [].concat(value);
+      while (field.querySelectorAll('input').length < wanted.length) field.querySelector('button.more').click();
+      field.querySelectorAll('input').forEach((box, i) => { box.value = wanted[i]; });
+    }
+    const answer = form.querySelector('.answer');
+    const before = answer.textContent;
+    const done = new Promise((resolve) => {
+      const seen = () => (form.dataset.state === 'answered' || form.dataset.state === 'failed') && answer.textContent !== before;
+      new MutationObserver(() => seen() && resolve()).observe(form, { attributes: true, subtree: true, childList: true, characterData: true });
+    });
+    form.querySelector('button[type=submit]').click();
+    await done;
+    const text = answer.textContent;
+    return { status: answer.dataset.status, text, body: text.includes('\\n\\n') ? JSON.parse(text.slice(text.indexOf('\\n\\n') + 2)) : null, firstLine: text.split('\\n')[0] };
+  })()`);
+}
+
+describe('The try-it forms (issue 31, item 10)', () => {
+  test('"The try-it forms start with empty bodies": each body form starts with the example of the route\'s body schema, and Send with it as it stands succeeds (create, update, fork, record a turn, append a delta, finish it)', async (t) => {
+    if (!chromiumOrSkip(t)) return;
+    const browser = await Browser.launch();
+    try {
+      const problems = await openDocs(browser);
+      const bodies = await browser.evaluate(`Object.fromEntries([...document.querySelectorAll('form.try')].filter((f) => f.querySelector('textarea')).map((f) => [f.dataset.operationId, f.querySelector('textarea').value]))`);
+      const withBody = [];
+      for (const item of Object.values(doc.paths)) for (const op of Object.values(item)) if (op.requestBody !== undefined) withBody.push(op);
+      assert.deepEqual(Object.keys(bodies).sort(), withBody.map((op) => op.operationId).sort(), 'a body box on every form whose route takes a body');
+      for (const op of withBody) {
+        const schema = doc.components.schemas[op.requestBody.content['application/json'].schema.$ref.split('/').at(-1)];
+        assert.ok(Array.isArray(schema.examples) && schema.examples.length === 1, `${op.operationId}: the body schema has its example`);
+        assert.deepEqual(JSON.parse(bodies[op.operationId]), schema.examples[0], `${op.operationId} starts with its example`);
+        assert.notDeepEqual(schema.examples[0], {}, `${op.operationId}: an example that does something`);
+      }
+      const minted = runCli(['token', '--sub', 'docs-examples'], { env: { AUTH_SECRET: SECRET } });
+      const token = minted.stdout.trim();
+      const created = await send(browser, token, 'createChatSession');
+      assert.equal(created.status, '201', created.text);
+      const id = created.body.data._id;
+      const updated = await send(browser, token, 'updateChatSession', { id });
+      assert.equal(updated.status, '200', updated.text);
+      const turn = await send(browser, token, 'createTurn', { id });
+      assert.equal(turn.status, '201', turn.text);
+      // a delta goes to a streaming turn: one is recorded beside the form's
+      const streaming = (await server.as('docs-examples').post(`/api/v1/chat-sessions/${id}/turns`, { role: 'assistant', content: 'So far', status: 'streaming' })).body.data;
+      const delta = await send(browser, token, 'appendTurnDelta', { id, turnId: streaming._id });
+      assert.equal(delta.status, '200', delta.text);
+      const finished = await send(browser, token, 'updateTurn', { id, turnId: streaming._id });
+      assert.equal(finished.status, '200', finished.text);
+      assert.equal(finished.body.data.status, 'complete');
+      const fork = await send(browser, token, 'forkChatSession', { id });
+      assert.equal(fork.status, '201', fork.text);
+      assert.deepEqual(problems, []);
+    } finally {
+      await browser.close();
+    }
+  });
+
+  test('"cannot repeat a parameter (`tag`: allow adding a second value)": the tag field takes more values, and Send gives each (tag=a&tag=b)', async (t) => {
+    if (!chromiumOrSkip(t)) return;
+    const who = server.as('docs-tags');
+    await who.post('/api/v1/chat-sessions', { projectId: 'p', providerId: 'x', selectedModel: 'm', name: 'both', tags: ['red', 'blue'] });
+    await who.post('/api/v1/chat-sessions', { projectId: 'p', providerId: 'x', selectedModel: 'm', name: 'red only', tags: ['red'] });
+    const browser = await Browser.launch();
+    try {
+      const problems = await openDocs(browser);
+      const repeatable = await browser.evaluate(`[...document.querySelectorAll('form.try button.more')].map((b) => b.closest('form').dataset.operationId + ' ' + b.dataset.param)`);
+      const expected = [];
+      for (const item of Object.values(doc.paths)) for (const op of Object.values(item)) for (const p of op.parameters ?? []) if (p.schema?.type === 'array') expected.push(`${op.operationId} ${p.name}`);
+      assert.ok(expected.includes('listChatSessions tag'));
+      assert.deepEqual(repeatable.sort(), expected.sort(), 'every repeated parameter, and only those, can take more values');
+      const token = runCli(['token', '--sub', 'docs-tags'], { env: { AUTH_SECRET: SECRET } }).stdout.trim();
+      const both = await send(browser, token, 'listChatSessions', { tag: ['red', 'blue'] });
+      assert.equal(both.firstLine, 'GET /api/v1/chat-sessions?tag=red&tag=blue');
+      assert.equal(both.status, '200', both.text);
+      assert.deepEqual(both.body.data.map((x) => x.name), ['both']);
+      const one = await send(browser, token, 'listChatSessions', { tag: ['red', ''] });
+      assert.equal(one.firstLine, 'GET /api/v1/chat-sessions?tag=red', 'an empty box is no value');
+      assert.deepEqual(one.body.data.map((x) => x.name).sort(), ['both', 'red only']);
+      assert.deepEqual(problems, []);
+    } finally {
+      await browser.close();
+    }
+  });
+
+  test('"and wrap paths mid-word (CSS: break at `/` only)": on a narrow screen, every path of the page that wraps does so right after a "/"', async (t) => {
+    if (!chromiumOrSkip(t)) return;
+    const browser = await Browser.launch();
+    try {
+      await browser.send('Emulation.setDeviceMetricsOverride', { width: 320, height: 800, deviceScaleFactor: 1, mobile: false });
+      const problems = await openDocs(browser);
+      // for every path on the page: the characters that begin a new line, and the one before each
+      const breaks = await browser.evaluate(`[...document.querySelectorAll('h3 .path, nav .path')].map((el) => {
+        const chars = [];
+        const walker = document.createTreeWalker(el, NodeFilter.SHOW_TEXT);
+        for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+          for (let i = 0; i < node.data.length; i++) {
+            const range = document.createRange();
+            range.setStart(node, i);
+            range.setEnd(node, i + 1);
+            const rect = range.getClientRects()[0];
+            if (rect) chars.push({ c: node.data[i], top: rect.top });
+          }
+        }
+        const lines = [];
+        for (let i = 1; i < chars.length; i++) if (chars[i].top > chars[i - 1].top + 2) lines.push(chars[i - 1].c + '|' + chars[i].c);
+        return { path: el.textContent, where: el.closest('nav') ? 'nav' : 'heading', breaks: lines };
+      })`);
+      assert.ok(breaks.length >= 2 * Object.keys(doc.paths).length - 2, 'paths in the headings and the menu');
+      const wrapped = breaks.filter((b) => b.breaks.length > 0);
+      assert.ok(wrapped.length >= 5, `at 320 px some paths wrap (${wrapped.length} did)`);
+      const bad = wrapped.filter((b) => b.breaks.some((x) => !x.startsWith('/|')));
+      assert.deepEqual(bad, [], 'every break is right after a slash');
+      assert.deepEqual(problems, []);
+    } finally {
+      await browser.close();
+    }
+  });
+});
+
 describe('The OpenAPI document', () => {
   const schemaOf = (path, method) => {
     const ref = doc.paths[path][method].requestBody.content['application/json'].schema.$ref;

@@ -118,15 +118,35 @@
     return schemaBlock(schema, pointer);
   }
 
-  /** A starting body for the try-it form: the required fields with a value of their type. */
-  function exampleBody(schema) {
-    const s = resolve(schema);
-    const body = {};
-    for (const name of s.required || []) {
-      const p = resolve((s.properties || {})[name]);
-      body[name] = p.enum ? p.enum[0] : p.type === 'object' ? {} : p.type === 'integer' ? 1 : '';
+  /** A value of a schema's type that its checks accept, for a body with no example of its own. */
+  function exampleValue(schema) {
+    const p = resolve(schema);
+    if (Array.isArray(p.examples) && p.examples.length > 0) return p.examples[0];
+    if ('const' in p) return p.const;
+    if (p.enum) return p.enum[0];
+    if (Array.isArray(p.oneOf) || Array.isArray(p.anyOf)) return exampleValue((p.oneOf || p.anyOf)[0]);
+    const type = [].concat(p.type)[0];
+    if (type === 'object' || p.properties) {
+      const o = {};
+      for (const name of p.required || []) o[name] = exampleValue((p.properties || {})[name]);
+      return o;
     }
-    return JSON.stringify(body, null, 2);
+    if (type === 'array') return (p.minItems || 0) > 0 ? [exampleValue(p.items)] : [];
+    if (type === 'integer' || type === 'number') return p.minimum !== undefined ? p.minimum : 1;
+    if (type === 'boolean') return true;
+    if (type === 'null') return null;
+    return 'example';
+  }
+
+  /** The try-it form's starting body: the schema's example (a body the route accepts), else its required fields with values they accept. */
+  function exampleBody(schema) {
+    return JSON.stringify(exampleValue(schema), null, 2);
+  }
+
+  /** A path that may wrap after a `/` and nowhere else: segments that do not break, a <wbr> after each slash. */
+  function pathText(path) {
+    const segments = path.split('/').map((seg, i, all) => (i < all.length - 1 ? `${seg}/` : seg)).filter((seg) => seg !== '');
+    return el('span', { class: 'path' }, segments.map((seg, i) => [i > 0 ? el('wbr') : '', el('span', { class: 'seg' }, seg)]));
   }
 
   function operations() {
@@ -199,11 +219,28 @@
     const params = op.parameters || [];
     const inputs = params.map((p) => {
       const id = `in-${op.operationId}-${p.in}-${p.name}`;
-      return {
-        p,
-        label: el('label', { for: id }, `${p.name} (${p.in})`),
-        input: el('input', { id, name: p.name, 'data-in': p.in, placeholder: p.required ? 'required' : 'optional', autocomplete: 'off' }),
-      };
+      // a parameter given once per value (tag=a&tag=b) gets a box per value, and a button for one more
+      const repeated = p.schema !== undefined && p.schema.type === 'array';
+      const box = (n) =>
+        el('input', {
+          id: n === 0 ? id : `${id}-${n + 1}`,
+          name: p.name,
+          'data-in': p.in,
+          placeholder: p.required ? 'required' : 'optional',
+          autocomplete: 'off',
+          'aria-label': n === 0 ? undefined : `${p.name} (${p.in}), value ${n + 1}`,
+        });
+      const boxes = el('div', { class: 'values' }, box(0));
+      let more;
+      if (repeated) {
+        more = el('button', { type: 'button', class: 'more', 'data-param': p.name }, `+ another ${p.name}`);
+        more.addEventListener('click', () => {
+          const next = box(boxes.children.length);
+          boxes.append(next);
+          next.focus();
+        });
+      }
+      return { p, label: el('label', { for: id }, `${p.name} (${p.in})`), boxes, more, values: () => [...boxes.querySelectorAll('input')].map((i) => i.value) };
     });
     const media = op.requestBody ? Object.values(op.requestBody.content)[0] : undefined;
     const body = media ? el('textarea', { name: 'body', rows: 6, spellcheck: 'false', 'aria-label': 'request body (JSON)' }) : undefined;
@@ -214,7 +251,7 @@
       'form',
       { class: 'try', 'data-operation-id': op.operationId },
       el('h4', null, 'Try it'),
-      inputs.map((i) => el('div', { class: 'field' }, i.label, i.input)),
+      inputs.map((i) => el('div', { class: 'field' }, i.label, el('div', null, i.boxes, i.more))),
       body ? el('div', { class: 'field' }, el('label', null, 'body (JSON)'), body) : '',
       send,
       answer,
@@ -230,11 +267,12 @@
       let url = path;
       const query = new URLSearchParams();
       const headers = {};
-      for (const { p, input } of inputs) {
-        const v = input.value;
-        if (p.in === 'path') url = url.replace(`{${p.name}}`, encodeURIComponent(v));
-        else if (v !== '' && p.in === 'query') query.append(p.name, v);
-        else if (v !== '' && p.in === 'header') headers[p.name] = v;
+      for (const { p, values } of inputs) {
+        for (const v of values()) {
+          if (p.in === 'path') url = url.replace(`{${p.name}}`, encodeURIComponent(v));
+          else if (v !== '' && p.in === 'query') query.append(p.name, v);
+          else if (v !== '' && p.in === 'header') headers[p.name] = v;
+        }
       }
       const q = query.toString();
       if (q !== '') url += `?${q}`;
@@ -312,7 +350,7 @@
     return el(
       'section',
       { class: 'op', id: `op-${op.operationId}`, 'data-operation-id': op.operationId, 'data-method': method.toUpperCase(), 'data-path': path },
-      el('h3', null, el('span', { class: `method ${method}` }, method.toUpperCase()), ' ', el('code', { class: 'path' }, path)),
+      el('h3', null, el('span', { class: `method ${method}` }, method.toUpperCase()), ' ', el('code', null, pathText(path))),
       el('p', { class: 'summary' }, prose(op.summary)),
       el('p', { class: 'auth' }, needsToken ? `Needs a Bearer token${scopes.length > 0 ? ` with the scope ${scopes.join(' ')}` : ''}.` : 'No token needed.'),
       el('h4', null, 'Parameters'),
@@ -359,7 +397,7 @@
             el(
               'ul',
               null,
-              ops.filter(({ op }) => (op.tags || ['Other']).includes(t)).map(({ path, method, op }) => el('li', null, el('a', { href: `#op-${op.operationId}` }, el('span', { class: `method ${method}` }, method.toUpperCase()), ' ', path))),
+              ops.filter(({ op }) => (op.tags || ['Other']).includes(t)).map(({ path, method, op }) => el('li', null, el('a', { href: `#op-${op.operationId}` }, el('span', { class: `method ${method}` }, method.toUpperCase()), ' ', pathText(path)))),
             ),
           ),
         ),
