@@ -211,7 +211,7 @@ function operation(r: RouteDef): Json {
       name: 'Last-Event-ID',
       in: 'header',
       required: false,
-      description: 'The id of the last event seen (EventSource sends it when it reconnects): what followed is replayed, or `reset` is sent when it is no longer kept.',
+      description: 'The id of the last event seen, an integer (EventSource sends it when it reconnects): what followed is replayed, or `reset` is sent when it is no longer kept. Anything but one integer is 400.',
       schema: { type: 'string' },
     });
   }
