@@ -188,7 +188,7 @@ function expectedShapes(schema, pointer, into = []) {
 }
 
 describe('The reference page in a browser (issue 31, item 6)', () => {
-  test('"/docs shows `[object HTMLElement]` instead of every response shape (127 places), and `Turn.content` cannot be read": rendered in Chromium, the page has no `[object ...]`, and shows every response schema, request body, component and every oneOf/anyOf of the document as its fields', async (t) => {
+  test('"Every schema is shown as its fields, as deep as it goes" ... "a test in Chromium compares what the page draws with a walk of the document and fails on a schema left out, and on any `[object ...]`" (issue 31: [object HTMLElement] in 127 places, Turn.content unreadable)', async (t) => {
     if (!chromiumOrSkip(t)) return;
     const browser = await Browser.launch();
     try {
@@ -270,7 +270,7 @@ async function send(browser, token, operationId, values = {}) {
 }
 
 describe('The try-it forms (issue 31, item 10)', () => {
-  test('"The try-it forms start with empty bodies": each body form starts with the example of the route\'s body schema, and Send with it as it stands succeeds (create, update, fork, record a turn, append a delta, finish it)', async (t) => {
+  test('"Every body schema carries one example" ... "the try-it form starts with it, so Send works as the form opens": create, update, fork, record a turn, append a delta, finish it (issue 31: the forms started with empty bodies)', async (t) => {
     if (!chromiumOrSkip(t)) return;
     const browser = await Browser.launch();
     try {
@@ -309,7 +309,7 @@ describe('The try-it forms (issue 31, item 10)', () => {
     }
   });
 
-  test('"cannot repeat a parameter (`tag`: allow adding a second value)": the tag field takes more values, and Send gives each (tag=a&tag=b)', async (t) => {
+  test('"A parameter given once per value (`tag`) gets a box per value and a `+` button", and Send gives each (tag=a&tag=b) (issue 31: a parameter could not be repeated)', async (t) => {
     if (!chromiumOrSkip(t)) return;
     const who = server.as('docs-tags');
     await who.post('/api/v1/chat-sessions', { projectId: 'p', providerId: 'x', selectedModel: 'm', name: 'both', tags: ['red', 'blue'] });
@@ -336,7 +336,7 @@ describe('The try-it forms (issue 31, item 10)', () => {
     }
   });
 
-  test('"and wrap paths mid-word (CSS: break at `/` only)": on a narrow screen, every path of the page that wraps does so right after a "/"', async (t) => {
+  test('"Paths wrap after a `/` only": on a narrow screen, every path of the page that wraps does so right after a slash (issue 31: paths wrapped mid-word)', async (t) => {
     if (!chromiumOrSkip(t)) return;
     const browser = await Browser.launch();
     try {

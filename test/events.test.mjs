@@ -222,7 +222,7 @@ describe('Live events', () => {
     assert.deepEqual(r.events.map((e) => e.data?.name ?? e.event), ['push 43', 'push 44', 'ready']);
   });
 
-  test('"make a bad `Last-Event-ID` answer 400 with a message that names the header and what it must be" (issue 31, item 7): anything but one integer, on both routes (before the session is looked up), and `lastEventId` alike; the stream opens for none of them', async () => {
+  test('"A value that is no id at all (not one integer: two ids, a word) is a client\'s mistake, not a gap: 400 `Last-Event-ID must be one event id (an integer)`" ... "before the session is looked up": on both routes, and `lastEventId` alike; the stream opens for none of them (issue 31, item 7)', async () => {
     const made = (await alice.post(BASE, newSession({ name: 'bad ids' }))).body.data;
     for (const bad of ['not-an-id', '1795368503168004 1795368503168005', '1795368503168004, 1795368503168005', '-1', '1.5', '0x10']) {
       for (const path of ['/api/v1/events', `${BASE}/${made._id}/events`, `${BASE}/${MISSING}/events`]) {
@@ -245,7 +245,7 @@ describe('Live events', () => {
     }
   });
 
-  test('"the README\'s live-events recipe sometimes captures two or three ids into `LAST`, and the next call gets a bare `400 Bad request`" (issue 31, item 7): the ids on two lines, as curl sends them, get a 400 that names Last-Event-ID', async () => {
+  test('"A header value that holds a line break" ... "for `Last-Event-ID` what it must be": ids on two lines, as curl sends a variable that captured two, get a 400 naming Last-Event-ID (issue 31, item 7: a bare 400 Bad request)', async () => {
     const s = await follow('/api/v1/events', alice);
     await alice.post(BASE, newSession({ name: 'two ids' }));
     await s.waitFor((e) => e.event === 'session.created' && e.data.name === 'two ids');

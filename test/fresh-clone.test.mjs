@@ -37,7 +37,7 @@ describe('A fresh clone', () => {
     }
   });
 
-  test('"`data/providers.json`, which holds API keys, is created readable by everyone (0644)": npm start creates it 0600, whatever the mode of the example it copies', () => {
+  test('"`npm start` creates `data/providers.json` mode 0600: it holds API keys", whatever the mode of the example it copies (issue 31, item 9: it was 0644)', () => {
     const dir = tempDir();
     try {
       const file = join(dir, 'data', 'providers.json');

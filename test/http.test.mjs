@@ -352,7 +352,7 @@ describe('Malformed requests: a 4xx envelope, and the server stays up', () => {
     await stillServing();
   });
 
-  test('"the next call gets a bare `400 Bad request` naming neither the header nor the cause" (issue 31, item 7): a header whose value holds a line break gets a 400 naming that header (never its value); other malformed headers still get "Bad request"', async () => {
+  test('"A header value that holds a line break (a shell variable of two lines in `curl -H`) breaks HTTP before any route sees it; the 400 names the header, never its value" ... "other malformed HTTP stays `Bad request`" (issue 31, item 7)', async () => {
     const cases = [
       ['GET /healthz HTTP/1.1\r\nHost: x\r\nX-Request-Id: a\nb\r\n\r\n', 'Bad request: the X-Request-Id header holds a line break'], // what curl sends for -H "X: $(printf 'a\nb')"
       ['GET /healthz HTTP/1.1\r\nHost: x\r\nX-Trace: a\r\nb\r\n\r\n', 'Bad request: the X-Trace header holds a line break'],

@@ -45,7 +45,7 @@ test('"The README\'s walkthrough ... creates what it uses": $H is set before any
   assert.match(text, /send that string back as `cursor`/, 'cursors are explained');
 });
 
-test('"The README\'s live-events recipe sometimes captures two or three ids into `LAST`" (issue 31, item 7): each `LAST=$(...)` of the README, on a stream that prints several ids, keeps one, the last, from which a resume misses nothing; and the walkthrough runs each', async (t) => {
+test('"the first `curl` keeps the id of the last event it saw": each `LAST=$(...)` of the README, on a stream that prints several ids, keeps one, the last, from which a resume misses nothing; and the walkthrough runs each (issue 31, item 7: it captured two or three ids)', async (t) => {
   if (!haveCurl(t)) return;
   const steps = parseWalkthrough(readFileSync(README, 'utf8'));
   const recipes = steps.filter((s) => s.command.startsWith('LAST=$(curl '));

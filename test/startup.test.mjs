@@ -107,7 +107,7 @@ describe('"Start-up failures are one line on stderr in every case"', () => {
 });
 
 describe('A start that fails leaves a new data directory as it found it (issue 31, item 9)', () => {
-  test('"a start that fails (port taken) has already written a secret and a store into a new folder": with the port held by another socket, the start fails (exit 1, one line) and the folder is as it was, missing or holding only what npm start put there', async () => {
+  test('"A failed start leaves a new data directory as it found it": with the port held by another socket, the start fails (exit 1, one line) and the folder is as it was, missing or holding only what npm start put there (issue 31, item 9)', async () => {
     const holder = createNetServer();
     await new Promise((resolve) => holder.listen(0, '127.0.0.1', resolve));
     const port = holder.address().port;
