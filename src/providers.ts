@@ -4,6 +4,7 @@
 import { readFileSync } from 'node:fs';
 import { dataBody } from './http/envelope.js';
 import { isHexObjectId } from './domain/ids.js';
+import { isCountName, isCredentialName, isHeadersName } from './credentials.js';
 
 export class ProvidersFileError extends Error {
   override readonly name = 'ProvidersFileError';
@@ -29,41 +30,72 @@ type Json = null | boolean | number | string | Json[] | { [key: string]: Json };
 
 /** Fields removed outright (the spec's `apiKey`, however spelled). */
 const KEY_NAME = /^api[-_]?key$/i;
-/** Fields whose values are credentials by their name: kept, their value masked (e.g. a provider's extra headers). */
-const SECRET_NAME = /^(x-api-key|(proxy-)?authorization|((access|refresh|auth|bearer|api)[-_]?)?token|(client[-_]?)?secret|passw(or)?d|private[-_]?key)$/i;
+const MASK = '***';
 // up to the LAST @ of the authority, as URL parsers split it (a password may hold an unencoded @)
 const URL_USERINFO = /([a-z][a-z0-9+.-]*:\/\/)[^/?#\s]+@/gi;
-const SECRET_PARAM = /([?&](?:[^=&#]*(?:key|token|secret|password|signature|sig)[^=&#]*)=)[^&#]*/gi;
+const SECRET_PARAM = /([?&](?:[^=&#]*(?:key|token|secret|passw|pwd|passcode|passphrase|auth|bearer|cookie|credential|jwt|signature|sig|private)[^=&#]*)=)[^&#]*/gi;
 
-/** Removes `apiKey` (any case, `api_key`, `api-key`) at every depth, masks fields named like credentials, and credentials inside strings. */
-function redact(value: Json, keys: readonly string[]): Json {
+/** A credential's value as answered: masked whole, unless it cannot hold a secret (true, false, null, "") or is a count. */
+function maskCredential(name: string, value: Json): Json {
+  if (value === null || typeof value === 'boolean' || value === '') return value;
+  if (typeof value === 'number' && isCountName(name)) return value;
+  return MASK;
+}
+
+/** What is under a `headers` field: every value masked (any header may carry a credential), the names kept. */
+function maskHeaders(value: Json): Json {
+  if (value === null || typeof value === 'boolean' || value === '') return value;
+  if (Array.isArray(value)) return value.map(maskHeaders);
+  if (typeof value === 'object') {
+    const out: { [key: string]: Json } = {};
+    for (const [k, v] of Object.entries(value)) if (!KEY_NAME.test(k)) out[k] = maskHeaders(v);
+    return out;
+  }
+  return MASK;
+}
+
+/**
+ * Removes `apiKey` (any case, `api_key`, `api-key`) at every depth, masks what is under a
+ * credential's name (src/credentials.ts) or under `headers`, and credentials inside strings:
+ * `secrets` copied anywhere, URL userinfo and URL query parameters named like credentials.
+ */
+function redact(value: Json, secrets: readonly string[]): Json {
   if (typeof value === 'string') {
     let s = value;
-    for (const k of keys) if (k.length >= 4 && s.includes(k)) s = s.split(k).join('***');
-    if (s.includes('://')) s = s.replace(URL_USERINFO, '$1***@').replace(SECRET_PARAM, '$1***');
+    for (const k of secrets) if (s.includes(k)) s = s.split(k).join(MASK);
+    if (s.includes('://')) s = s.replace(URL_USERINFO, `$1${MASK}@`).replace(SECRET_PARAM, `$1${MASK}`);
     return s;
   }
-  if (Array.isArray(value)) return value.map((v) => redact(v, keys));
+  if (Array.isArray(value)) return value.map((v) => redact(v, secrets));
   if (value !== null && typeof value === 'object') {
     const out: { [key: string]: Json } = {};
     for (const [k, v] of Object.entries(value)) {
       if (KEY_NAME.test(k)) continue;
-      out[k] = SECRET_NAME.test(k) && typeof v === 'string' && v !== '' ? '***' : redact(v, keys);
+      out[k] = isHeadersName(k) ? maskHeaders(v) : isCredentialName(k) ? maskCredential(k, v) : redact(v, secrets);
     }
     return out;
   }
   return value;
 }
 
-/** Every string held under an apiKey-like name, so copies elsewhere in the record are masked too. */
-function collectKeys(value: Json, into: string[]): void {
-  if (Array.isArray(value)) for (const v of value) collectKeys(v, into);
+/** Every string and number held under a credential's name, so copies elsewhere in the file are masked too. */
+function collectSecrets(value: Json, into: Set<string>, underCredential = false): void {
+  if (typeof value === 'string' || typeof value === 'number') {
+    if (underCredential) into.add(String(value));
+  } else if (Array.isArray(value)) for (const v of value) collectSecrets(v, into, underCredential);
   else if (value !== null && typeof value === 'object') {
     for (const [k, v] of Object.entries(value)) {
-      if ((KEY_NAME.test(k) || SECRET_NAME.test(k)) && typeof v === 'string' && v !== '') into.push(v);
-      else collectKeys(v, into);
+      const credential = KEY_NAME.test(k) || (isCredentialName(k) && !(typeof v === 'number' && isCountName(k)));
+      collectSecrets(v, into, underCredential || credential);
     }
   }
+}
+
+/** The secrets worth looking for in other strings: long enough not to mask ordinary text, longest first (one may hold another). */
+function secretsOf(file: Json): string[] {
+  const found = new Set<string>();
+  collectSecrets(file, found);
+  return [...found].filter((s) => s.length >= 4).sort((a, b) => b.length - a.length);
 }
 
 function describeId(v: unknown): string {
@@ -95,9 +127,8 @@ export function parseProviders(text: string, file: string): ProviderCatalog {
   const seen = new Map<string, number>();
   const entries: { id: string; name: string; body: Json }[] = [];
   const records = new Map<string, ProviderRecord>();
-  // every key in the file, so a key copied into any entry's other fields is masked too
-  const keys: string[] = [];
-  collectKeys(parsed as Json, keys);
+  // every secret in the file, so one copied into any entry's other fields is masked too
+  const secrets = secretsOf(parsed as Json);
   parsed.forEach((entry: unknown, i) => {
     const where = `providers file ${file}: entry ${i + 1}`;
     if (typeof entry !== 'object' || entry === null || Array.isArray(entry)) throw new ProvidersFileError(`${where} is not an object`);
@@ -111,7 +142,7 @@ export function parseProviders(text: string, file: string): ProviderCatalog {
     const name = e['name'];
     if (typeof name !== 'string' || name.trim() === '') throw new ProvidersFileError(`${where} (_id "${id}"): name must be a non-blank string`);
     const apiKey = e['apiKey'];
-    const redacted = redact(e, keys) as { [key: string]: Json };
+    const redacted = redact(e, secrets) as { [key: string]: Json };
     redacted['_id'] = lower;
     redacted['hasApiKey'] = typeof apiKey === 'string' && apiKey.trim() !== '';
     entries.push({ id: lower, name, body: redacted });
@@ -130,7 +161,6 @@ export function parseProviders(text: string, file: string): ProviderCatalog {
   };
 }
 
-/** Reads the providers file; a missing file is an empty catalog, anything else wrong throws. */
 /** Reads and checks the providers file. A missing file means no providers unless `required` (PROVIDERS_FILE was set). */
 export function loadProviders(file: string, required = false): ProviderCatalog {
   let text: string;

@@ -3,7 +3,7 @@
 // store and exit 0. SIGHUP re-reads the providers file, keeping the old list if it is bad.
 import { mkdirSync } from 'node:fs';
 import { createServer, type Server } from 'node:http';
-import type { AddressInfo } from 'node:net';
+import { createServer as createNetServer, type AddressInfo } from 'node:net';
 import { createApp } from './app.js';
 import { loadSecrets } from './auth/secret.js';
 import type { Config } from './config.js';
@@ -21,6 +21,9 @@ const HEADERS_TIMEOUT_MS = 15_000;
 
 /** Starts serving; resolves once listening. Start-up errors are thrown for main to report. */
 export async function serve(config: Config, log: Logger, version: string): Promise<Server> {
+  // a start that cannot have its address must leave a new data directory as it found it (no
+  // secret, no store): the address is tried before anything is written, and let go for the listen
+  await tryAddress(config.port, config.host);
   // one server per data directory, whatever the engine (its secret, its providers, and for the
   // journal and sqlite its data live there; several postgres instances each have their own)
   const unguarded = await guardDataDir(config.dataDir);
@@ -169,6 +172,20 @@ export async function serve(config: Config, log: Logger, version: string): Promi
   process.on('SIGTERM', () => stop('SIGTERM'));
   process.on('SIGINT', () => stop('SIGINT'));
   return server;
+}
+
+/**
+ * Binds the address and lets it go: a port taken, a HOST that is not this machine's, a port
+ * below 1024 without the right fail here with the error the listen would give. Another process
+ * may still take the port before the listen, a window as long as the store takes to open.
+ */
+async function tryAddress(port: number, host: string): Promise<void> {
+  const probe = createNetServer((socket) => socket.destroy());
+  await new Promise<void>((resolve, reject) => {
+    probe.once('error', reject);
+    probe.listen(port, host, () => resolve());
+  });
+  await new Promise<void>((resolve) => probe.close(() => resolve()));
 }
 
 /** The data directory's lock, taken before the store is opened: one server per directory, whatever the engine. */

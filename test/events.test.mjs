@@ -208,7 +208,7 @@ describe('Live events', () => {
     for (const [lastEventId, reason] of [
       [early.id, 'gone'],
       [String(Number(s.lastEventId) + 1000), 'unknown'],
-      ['not-an-id', 'unknown'],
+      ['99999999999999999999', 'unknown'],
     ]) {
       const r = await follow('/api/v1/events', alice, { 'last-event-id': lastEventId });
       assert.deepEqual(r.events.map((e) => e.event), ['reset', 'ready'], lastEventId);
@@ -220,6 +220,54 @@ describe('Live events', () => {
     const recent = s.events.at(-3);
     const r = await follow('/api/v1/events', alice, { 'last-event-id': recent.id });
     assert.deepEqual(r.events.map((e) => e.data?.name ?? e.event), ['push 43', 'push 44', 'ready']);
+  });
+
+  test('"A value that is no id at all (not one integer: two ids, a word) is a client\'s mistake, not a gap: 400 `Last-Event-ID must be one event id (an integer)`" ... "before the session is looked up": on both routes, and `lastEventId` alike; the stream opens for none of them (issue 31, item 7)', async () => {
+    const made = (await alice.post(BASE, newSession({ name: 'bad ids' }))).body.data;
+    for (const bad of ['not-an-id', '1795368503168004 1795368503168005', '1795368503168004, 1795368503168005', '-1', '1.5', '0x10']) {
+      for (const path of ['/api/v1/events', `${BASE}/${made._id}/events`, `${BASE}/${MISSING}/events`]) {
+        const r = await openEvents(server.url, path, { token: alice.token, headers: { 'last-event-id': bad } });
+        assert.equal(r.status, 400, `${path} with ${bad}: ${r.text}`);
+        assert.deepEqual(JSON.parse(r.text), { success: false, message: 'Last-Event-ID must be one event id (an integer)' }, `${path} with ${bad}`);
+        await r.close();
+      }
+      if (bad.length > 32) continue; // the query's own limit answers first
+      const q = await openEvents(server.url, `/api/v1/events?lastEventId=${encodeURIComponent(bad)}`, { token: alice.token });
+      assert.equal(q.status, 400, q.text);
+      assert.deepEqual(JSON.parse(q.text), { success: false, message: 'lastEventId must be one event id (an integer)' });
+      await q.close();
+    }
+    // white space around one id is no mistake, and an empty header is no header
+    for (const fine of [' 1 ', '']) {
+      const r = await follow('/api/v1/events', alice, { 'last-event-id': fine });
+      assert.equal(r.events.at(-1).event, 'ready', JSON.stringify(fine));
+      await r.close();
+    }
+  });
+
+  test('"A header value that holds a line break" ... "for `Last-Event-ID` what it must be": ids on two lines, as curl sends a variable that captured two, get a 400 naming Last-Event-ID (issue 31, item 7: a bare 400 Bad request)', async () => {
+    const s = await follow('/api/v1/events', alice);
+    await alice.post(BASE, newSession({ name: 'two ids' }));
+    await s.waitFor((e) => e.event === 'session.created' && e.data.name === 'two ids');
+    const ids = [...new Set(s.events.map((e) => e.id))];
+    assert.ok(ids.length >= 2, 'ready, then the create');
+    for (const sep of ['\n', '\r\n']) {
+      const answer = await new Promise((resolve) => {
+        let out = '';
+        const sock = connect(server.port, '127.0.0.1', () =>
+          sock.write(`GET /api/v1/events HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${alice.token}\r\nLast-Event-ID: ${ids.join(sep)}\r\n\r\n`),
+        );
+        sock.on('data', (d) => (out += d));
+        sock.on('close', () => resolve(out));
+        sock.on('error', () => resolve(out));
+      });
+      assert.match(answer, /^HTTP\/1\.1 400 /, answer);
+      assert.deepEqual(JSON.parse(answer.slice(answer.indexOf('\r\n\r\n') + 4)), {
+        success: false,
+        message: 'Last-Event-ID must be one event id (an integer); this one holds a line break',
+      });
+    }
+    await s.close();
   });
 
   test('"Heartbeats carry the newest id." A quiet stream gets `: heartbeat` with the id of the newest event, even one it was not shown', async () => {

@@ -1,7 +1,7 @@
 // A fresh clone: what `npm start` gives a newcomer, and what stays out of git.
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
-import { existsSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { existsSync, readdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, test } from 'node:test';
 import { EXAMPLE_PROVIDERS, removeDir, ROOT, tempDir, TEST_PROVIDERS } from './helpers.mjs';
@@ -32,6 +32,20 @@ describe('A fresh clone', () => {
       const chosen = join(dir, 'elsewhere');
       assert.equal(seed({ DATA_DIR: chosen, PROVIDERS_FILE: join(dir, 'mine.json') }).status, 0);
       assert.equal(existsSync(chosen), false);
+    } finally {
+      removeDir(dir);
+    }
+  });
+
+  test('"`npm start` creates `data/providers.json` mode 0600: it holds API keys", whatever the mode of the example it copies (issue 31, item 9: it was 0644)', () => {
+    const dir = tempDir();
+    try {
+      const file = join(dir, 'data', 'providers.json');
+      const r = seed({ DATA_DIR: join(dir, 'data') });
+      assert.equal(r.status, 0, r.stderr);
+      assert.equal(statSync(file).mode & 0o777, 0o600);
+      assert.equal(readFileSync(file, 'utf8'), readFileSync(EXAMPLE_PROVIDERS, 'utf8'));
+      assert.match(r.stderr, /mode 600/);
     } finally {
       removeDir(dir);
     }

@@ -352,6 +352,25 @@ describe('Malformed requests: a 4xx envelope, and the server stays up', () => {
     await stillServing();
   });
 
+  test('"A header value that holds a line break (a shell variable of two lines in `curl -H`) breaks HTTP before any route sees it; the 400 names the header, never its value" ... "other malformed HTTP stays `Bad request`" (issue 31, item 7)', async () => {
+    const cases = [
+      ['GET /healthz HTTP/1.1\r\nHost: x\r\nX-Request-Id: a\nb\r\n\r\n', 'Bad request: the X-Request-Id header holds a line break'], // what curl sends for -H "X: $(printf 'a\nb')"
+      ['GET /healthz HTTP/1.1\r\nHost: x\r\nX-Trace: a\r\nb\r\n\r\n', 'Bad request: the X-Trace header holds a line break'],
+      ['GET /healthz HTTP/1.1\r\nHost: x\r\nX-Fold: a\r\n b\r\n\r\n', 'Bad request: the X-Fold header holds a line break'],
+      ['GET /healthz HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer sekrit-token\nmore-sekrit\r\n\r\n', 'Bad request: the Authorization header holds a line break'],
+      ['GET /healthz HTTP/1.1\r\nHost: x\r\nBad Name: x\r\n\r\n', 'Bad request'],
+      ['GET /healthz HTTP/1.1\r\nHost: x\r\nX-A: 1\nX-B: 2\r\n\r\n', 'Bad request'],
+      ['GET /healthz HTTP/1.1\nHost: x\n\n', 'Bad request'],
+    ];
+    for (const [bytes, message] of cases) {
+      const a = await raw(bytes);
+      assert.match(a, /^HTTP\/1\.1 400 /, JSON.stringify(bytes));
+      assert.deepEqual(JSON.parse(a.slice(a.indexOf('\r\n\r\n') + 4)), { success: false, message }, JSON.stringify(bytes));
+      assert.ok(!a.includes('sekrit'), 'a header value is never echoed');
+    }
+    await stillServing();
+  });
+
   test('an absolute-form request target (GET http://host/path) is served like its path (RFC 9112)', async () => {
     const a = await raw(`GET http://127.0.0.1:${server.port}/healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n`);
     assert.match(a, /^HTTP\/1\.1 200 /);

@@ -168,6 +168,22 @@ describe('i. One source of truth: the OpenAPI document', () => {
     }
   });
 
+  test('"give each a valid example body from the route\'s body schema" (issue 31, item 10): every body schema has one example, which matches it and which its route accepts', async () => {
+    let bodies = 0;
+    for (const { path, method, op } of operations()) {
+      const ref = op.requestBody?.content?.['application/json']?.schema;
+      if (ref === undefined) continue;
+      bodies++;
+      const schema = resolve(ref);
+      assert.ok(Array.isArray(schema.examples) && schema.examples.length === 1, `${op.operationId}: one example`);
+      const [example] = schema.examples;
+      assert.deepEqual(check(schema, example), [], `${op.operationId}: the example matches its schema`);
+      const r = await server.request(method, await concretePath(path), { token: alice.token, json: example });
+      assert.ok(r.status >= 200 && r.status < 300, `${method} ${path} with its example: ${r.status} ${r.text}`);
+    }
+    assert.ok(bodies >= 6, `${bodies} bodies`);
+  });
+
   test('"every route the server answers (including archive/unarchive/turn append/healthz/metrics/openapi) appears in the document"', async () => {
     const expected = [
       ['get', '/healthz'],

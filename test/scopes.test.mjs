@@ -108,15 +108,61 @@ describe('g. Scoped tokens', () => {
       ['expired, read scope', sign({ sub: 'alice', scope: 'sessions:read', exp: now - 3600 })],
       ['wrong key, empty scope', sign({ sub: 'alice', scope: '' }, { secret: 'another-secret-0123456789abcdef0123456789' })],
       ['no sub, empty scope', sign({ scope: '', exp: now + 60 })],
-      ['scope not a string', sign({ sub: 'alice', scope: ['sessions:read'], exp: now + 60 })],
+      ['scope an array holding a non-string', sign({ sub: 'alice', scope: ['sessions:read', 1], exp: now + 60 })],
       ['scope null', sign({ sub: 'alice', scope: null, exp: now + 60 })],
       ['scope a number', sign({ sub: 'alice', scope: 1, exp: now + 60 })],
+      ['scp null', sign({ sub: 'alice', scp: null, exp: now + 60 })],
+      ['scp an object', sign({ sub: 'alice', scp: { 'sessions:read': true }, exp: now + 60 })],
+      ['scp an array holding null', sign({ sub: 'alice', scp: [null], exp: now + 60 })],
     ];
     for (const [what, token] of bad) {
       for (const r of routes(id)) {
         const res = await call(token, r);
         assertError(res, 401, 'Unauthorized', `${what}: ${r[0]} ${r[1]}`);
         assert.match(res.headers['www-authenticate'] ?? '', /^Bearer/);
+      }
+    }
+  });
+
+  test('"`scp` is read as `scope` is (a space-separated string or an array)": Azure AD\'s string and Okta\'s array limit the token like `scope`; `scope` may be an array too', async () => {
+    const id = (await create(alice))._id;
+    for (const claims of [
+      { scp: 'sessions:read' },
+      { scp: ['sessions:read'] },
+      { scp: '  sessions:read\tbogus ' },
+      { scp: ['sessions:read', 'bogus'] },
+      { scope: ['sessions:read'] },
+      { scope: ['sessions:read providers:bogus'] },
+    ]) {
+      const t = tokenFor('alice', claims);
+      for (const r of routes(id)) {
+        const res = await call(t, r);
+        if (r[2] === 'sessions:read') assert.equal(res.status, r[3], `${r[0]} ${r[1]} with ${JSON.stringify(claims)}: ${res.text}`);
+        else assert403(res, `${r[0]} ${r[1]} with ${JSON.stringify(claims)}`);
+      }
+    }
+    for (const scp of ['', [], ['']]) {
+      const t = tokenFor('alice', { scp });
+      for (const r of routes(id)) assert403(await call(t, r), `${r[0]} ${r[1]} with scp ${JSON.stringify(scp)}: an empty scp grants nothing`);
+    }
+  });
+
+  test('"Decide what happens when both are present (the intersection is the safe answer)": with `scope` and `scp`, only the words in both are granted', async () => {
+    const id = (await create(alice))._id;
+    const cases = [
+      [{ scope: 'sessions:read sessions:write', scp: ['sessions:read', 'providers:read'] }, ['sessions:read']],
+      [{ scope: ALL_SCOPES.join(' '), scp: 'providers:read' }, ['providers:read']],
+      [{ scope: 'sessions:read', scp: 'sessions:write' }, []],
+      [{ scope: '', scp: ALL_SCOPES }, []],
+      [{ scope: ALL_SCOPES, scp: ALL_SCOPES.join(' ') }, ALL_SCOPES],
+    ];
+    for (const [claims, granted] of cases) {
+      const t = tokenFor('alice', claims);
+      // DELETE last in routes(): the session stays for every other row
+      for (const r of routes(id)) {
+        const res = await call(t, r);
+        if (granted.includes(r[2])) assert.equal(res.status, r[3], `${r[0]} ${r[1]} with ${JSON.stringify(claims)}: ${res.text}`);
+        else assert403(res, `${r[0]} ${r[1]} with ${JSON.stringify(claims)}`);
       }
     }
   });

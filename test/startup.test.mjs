@@ -2,7 +2,8 @@
 // each is one line on stderr naming what to fix, never a stack trace, and nothing is half done.
 import assert from 'node:assert/strict';
 import { spawn, spawnSync } from 'node:child_process';
-import { chmodSync, existsSync, readFileSync, unlinkSync, writeFileSync } from 'node:fs';
+import { chmodSync, existsSync, mkdirSync, readdirSync, readFileSync, unlinkSync, writeFileSync } from 'node:fs';
+import { createServer as createNetServer } from 'node:net';
 import { join } from 'node:path';
 import { createRequire } from 'node:module';
 import { describe, test } from 'node:test';
@@ -102,6 +103,37 @@ describe('"Start-up failures are one line on stderr in every case"', () => {
     const named = start({ HOST: 'no-such-host.invalid', LOG_LEVEL: 'debug' });
     assert.equal(named.code, 1);
     assertOneLine(named.stderr, /does not resolve/); // a named failure stays one line even then
+  });
+});
+
+describe('A start that fails leaves a new data directory as it found it (issue 31, item 9)', () => {
+  test('"A failed start leaves a new data directory as it found it": with the port held by another socket, the start fails (exit 1, one line) and the folder is as it was, missing or holding only what npm start put there (issue 31, item 9)', async () => {
+    const holder = createNetServer();
+    await new Promise((resolve) => holder.listen(0, '127.0.0.1', resolve));
+    const port = holder.address().port;
+    const dir = tempDir();
+    try {
+      const absent = join(dir, 'absent');
+      const seeded = join(dir, 'seeded');
+      mkdirSync(seeded);
+      writeFileSync(join(seeded, 'providers.json'), '[]', { mode: 0o600 });
+      for (const dataDir of [absent, seeded]) {
+        const before = existsSync(dataDir) ? readdirSync(dataDir).sort() : null;
+        // no AUTH_SECRET: a start that got further would generate one into the folder
+        const r = spawnSync(process.execPath, [SERVER], {
+          cwd: dir,
+          env: { PATH: process.env.PATH, PORT: String(port), HOST: '127.0.0.1', DATA_DIR: dataDir, ...storeEnv(dataDir) },
+          encoding: 'utf8',
+          timeout: 30_000,
+        });
+        assert.equal(r.status, 1, r.stderr);
+        assertOneLine(r.stderr, new RegExp(`^${NAME}: the address is already in use \\(PORT/HOST\\): .*EADDRINUSE`));
+        assert.deepEqual(existsSync(dataDir) ? readdirSync(dataDir).sort() : null, before, `${dataDir}: nothing created`);
+      }
+    } finally {
+      await new Promise((resolve) => holder.close(resolve));
+      removeDir(dir);
+    }
   });
 });
 

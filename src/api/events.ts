@@ -9,6 +9,7 @@ import { FollowKey, type Follow, type Hub } from '../live/hub.js';
 import { SessionNotFound, type Store } from '../store/store.js';
 import { Access } from './access.js';
 import { dataBody } from '../http/envelope.js';
+import { HttpError } from '../http/errors.js';
 import { route, type Context, type RouteDef } from '../http/route.js';
 
 export interface EventDeps {
@@ -19,10 +20,14 @@ export interface EventDeps {
   readonly retentionDays: number | undefined;
 }
 
+/** What Last-Event-ID (or lastEventId) must be: the integer of an event's `id:` line. One this server never gave still opens the stream, with `reset`. */
+const EVENT_ID = { regex: '^\\s*[0-9]+\\s*$', means: 'one event id (an integer)' } as const;
+
 const streamFields = {
   lastEventId: {
     kind: 'string',
     maxLength: 32,
+    pattern: EVENT_ID,
     description: 'The id of the last event seen, for a client that cannot send the Last-Event-ID header (a new EventSource); the header wins when both are given.',
   },
   ticket: {
@@ -41,6 +46,7 @@ const listQuery = {
 const sessionQuery = { fields: { ...streamFields } } as const satisfies QuerySchema;
 
 const STREAM_ERRORS = [
+  { status: 400, description: `Last-Event-ID must be ${EVENT_ID.means} (so must lastEventId)` },
   { status: 429, description: 'Too many event streams: the caller already has MAX_STREAMS_PER_USER open' },
   { status: 503, description: 'Server is busy: MAX_STREAMS streams are open' },
 ] as const;
@@ -50,15 +56,28 @@ function principalOf(ctx: { principal: Principal | undefined }): Principal {
   return ctx.principal;
 }
 
-/** How a stream starts: who opened it, with what, from where. */
-function follow(ctx: Context<typeof streamFields, Record<string, never>>, key: string, session: string | undefined): Follow {
-  const p = principalOf(ctx);
+type StreamContext = Context<typeof streamFields, Record<string, never>>;
+
+/**
+ * Where the client says it stands: Last-Event-ID (what EventSource sends), else `lastEventId`
+ * (checked with the query). Anything but an integer is a 400 naming the header, rather than a
+ * `reset` that would hide a client's mistake (two ids captured into one variable, say).
+ */
+function lastEventIdOf(ctx: StreamContext): string | undefined {
   const header = ctx.req.headers['last-event-id'];
+  if (typeof header !== 'string' || header.trim() === '') return ctx.query.lastEventId;
+  if (!new RegExp(EVENT_ID.regex).test(header)) throw new HttpError(400, `Last-Event-ID must be ${EVENT_ID.means}`);
+  return header;
+}
+
+/** How a stream starts: who opened it, with what, from where. */
+function follow(ctx: StreamContext, key: string, session: string | undefined, lastEventId: string | undefined): Follow {
+  const p = principalOf(ctx);
   return {
     user: p.user,
     key,
     session,
-    lastEventId: typeof header === 'string' && header.trim() !== '' ? header : ctx.query.lastEventId,
+    lastEventId,
     untilMs: p.expiresAtMs,
     ticket: ctx.ticket === undefined ? undefined : { id: ctx.ticket.id, expiresAtMs: ctx.ticket.expiresAtMs },
     reqId: ctx.requestId,
@@ -97,9 +116,10 @@ export function eventRoutes({ hub, tickets, store, access, retentionDays }: Even
       errors: STREAM_ERRORS,
       handle(ctx) {
         const who = principalOf(ctx).user;
+        const lastEventId = lastEventIdOf(ctx);
         const project = ctx.query.projectId;
         const key = project === undefined ? FollowKey.user(who) : access === 'owner' ? FollowKey.ownProject(project, who) : FollowKey.project(project);
-        return hub.open(follow(ctx, key, undefined));
+        return hub.open(follow(ctx, key, undefined, lastEventId));
       },
     }),
 
@@ -118,11 +138,12 @@ export function eventRoutes({ hub, tickets, store, access, retentionDays }: Even
       errors: [{ status: 404, description: 'Chat session not found' }, ...STREAM_ERRORS],
       async handle(ctx) {
         const who = principalOf(ctx).user;
+        const lastEventId = lastEventIdOf(ctx); // a bad request is a 400 before the session is looked up
         const id = ctx.params['id'] as string;
         const r = await store.getSession(id);
         // an expired session is gone here too; one that expires while followed ends its stream (deleted) when the purge takes it
         if (!sees.found(r, who)) throw new SessionNotFound();
-        return hub.open(follow(ctx, FollowKey.session(id), id));
+        return hub.open(follow(ctx, FollowKey.session(id), id, lastEventId));
       },
     }),
   ];

@@ -211,7 +211,7 @@ function operation(r: RouteDef): Json {
       name: 'Last-Event-ID',
       in: 'header',
       required: false,
-      description: 'The id of the last event seen (EventSource sends it when it reconnects): what followed is replayed, or `reset` is sent when it is no longer kept.',
+      description: 'The id of the last event seen, an integer (EventSource sends it when it reconnects): what followed is replayed, or `reset` is sent when it is no longer kept. Anything but one integer is 400.',
       schema: { type: 'string' },
     });
   }
@@ -259,7 +259,7 @@ export function openApiDocument(routes: readonly RouteDef[], version: string): J
           type: 'http',
           scheme: 'bearer',
           bearerFormat: 'JWT',
-          description: `HS256 JWT; sub = user id. An optional scope claim limits it to: ${SCOPES.join(', ')}.`,
+          description: `HS256 JWT; sub = user id. An optional scope (or scp) claim limits it to: ${SCOPES.join(', ')}.`,
         },
         ...(routes.some((r) => r.eventStream === true)
           ? {

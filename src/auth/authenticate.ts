@@ -10,7 +10,7 @@ export type Scope = (typeof SCOPES)[number];
 
 export interface Principal {
   readonly user: string;
-  /** null: the token has no `scope` claim and may do everything. */
+  /** null: the token has neither a `scope` nor an `scp` claim and may do everything. */
   readonly scopes: ReadonlySet<string> | null;
   /** When the credential stops being accepted (its `exp` plus the leeway); undefined: it does not expire. */
   readonly expiresAtMs?: number | undefined;
@@ -111,7 +111,7 @@ export class Authenticator {
 function principalOf(claims: Claims): Principal {
   const expiresAtMs = claims.exp === undefined ? undefined : (claims.exp + LEEWAY_SECONDS) * 1000;
   if (claims.scope === undefined) return { user: claims.sub, scopes: null, expiresAtMs };
-  return { user: claims.sub, scopes: new Set(claims.scope.split(/\s+/).filter((w) => w !== '')), expiresAtMs };
+  return { user: claims.sub, scopes: new Set(claims.scope), expiresAtMs };
 }
 
 export { TokenError };

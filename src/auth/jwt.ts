@@ -11,7 +11,11 @@ export class TokenError extends Error {
 
 export interface Claims {
   readonly sub: string;
-  readonly scope?: string;
+  /**
+   * The words the token is limited to, from `scope` and `scp` (each a space-separated string or
+   * an array of strings; with both, the words in both); absent when neither is there.
+   */
+  readonly scope?: readonly string[];
   readonly exp?: number;
   readonly nbf?: number;
   readonly iat?: number;
@@ -54,6 +58,18 @@ function optionalNumber(v: unknown, name: string): number | undefined {
   if (v === undefined) return undefined;
   if (typeof v !== 'number' || !Number.isFinite(v)) throw new TokenError(`${name} must be a number`);
   return v;
+}
+
+/**
+ * The words of a scope claim: `scope` (RFC 8693) is a space-separated string; identity providers
+ * that write `scp` use either that (Azure AD) or an array of strings (Okta), and some write
+ * `scope` as an array too. Anything else refuses the token rather than guess at what it allows.
+ */
+function scopeWords(v: unknown, name: string): string[] | undefined {
+  if (v === undefined) return undefined;
+  if (typeof v === 'string') return v.split(/\s+/).filter((w) => w !== '');
+  if (Array.isArray(v) && v.every((w): w is string => typeof w === 'string')) return v.flatMap((w) => w.split(/\s+/)).filter((w) => w !== '');
+  throw new TokenError(`${name} must be a string or an array of strings`);
 }
 
 /** Verifies a compact HS256 JWT and returns its claims, or throws TokenError. */
@@ -101,11 +117,13 @@ export function verifyToken(token: string, opts: VerifyOptions): Claims {
   if (opts.audience !== undefined && !(aud === opts.audience || (Array.isArray(aud) && aud.includes(opts.audience)))) {
     throw new TokenError('unexpected audience');
   }
-  const scope = payload['scope'];
-  if (scope !== undefined && typeof scope !== 'string') throw new TokenError('scope must be a string');
+  const scope = scopeWords(payload['scope'], 'scope');
+  const scp = scopeWords(payload['scp'], 'scp');
+  // both present: only the words both grant, so neither claim can widen what the other allows
+  const words = scope !== undefined && scp !== undefined ? scope.filter((w) => scp.includes(w)) : (scope ?? scp);
   return {
     sub,
-    ...(scope !== undefined ? { scope } : {}),
+    ...(words !== undefined ? { scope: words } : {}),
     ...(exp !== undefined ? { exp } : {}),
     ...(nbf !== undefined ? { nbf } : {}),
     ...(iat !== undefined ? { iat } : {}),

@@ -39,6 +39,8 @@ const sessionFields = (update: boolean) =>
 export const createBody = {
   name: 'CreateChatSession',
   nullIsAbsent: true,
+  // the OpenAI entry of examples/providers.json, which `npm start` copies on a fresh clone
+  example: { projectId: 'website-redesign', providerId: '665f1c2a9b1e8a0012ab34c1', selectedModel: 'gpt-4o', name: 'Tried from /docs' },
   fields: {
     projectId: { kind: 'string', required: true, maxLength: ID_MAX, description: 'Project the session belongs to.' },
     providerId: { kind: 'string', required: true, maxLength: ID_MAX, description: 'AI provider; stored as `provider`.' },
@@ -52,6 +54,7 @@ export const createBody = {
 export const updateBody = {
   name: 'UpdateChatSession',
   nullIsAbsent: false,
+  example: { name: 'Renamed from /docs', mode: 'Plan' },
   fields: {
     name: { kind: 'string', maxLength: NAME_MAX, description: 'New display name.' },
     provider: { kind: 'string', notBlank: true, maxLength: ID_MAX, description: 'New provider (the create field is `providerId`).' },
@@ -133,6 +136,7 @@ const metadataField = { kind: 'object', maxBytes: 16 * 1024, maxDepth: 32, descr
 export const turnBody = {
   name: 'CreateTurn',
   nullIsAbsent: true,
+  example: { role: 'user', content: 'Draft three headlines for the landing page.' },
   fields: {
     role: { kind: 'string', required: true, oneOf: TURN_ROLES, description: 'Who spoke.' },
     content: contentField(true),
@@ -152,6 +156,7 @@ export const turnBody = {
 export const turnUpdateBody = {
   name: 'UpdateTurn',
   nullIsAbsent: false,
+  example: { status: 'complete' },
   fields: {
     content: contentField(false),
     metadata: metadataField,
@@ -163,6 +168,7 @@ export const turnUpdateBody = {
 export const deltaBody = {
   name: 'TurnDelta',
   nullIsAbsent: true,
+  example: { text: ' and a few words more.' },
   fields: {
     text: {
       kind: 'string',
@@ -176,6 +182,7 @@ export const deltaBody = {
 export const forkBody = {
   name: 'ForkChatSession',
   nullIsAbsent: true,
+  example: { name: 'A fork to try another answer' },
   fields: {
     turnId: { kind: 'string', notBlank: true, maxLength: ID_MAX, description: "The turn the copy ends at: a turn of the session. Absent: its head." },
     name: { kind: 'string', maxLength: NAME_MAX, description: "The new session's name. Absent: the source's." },

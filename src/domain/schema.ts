@@ -136,6 +136,8 @@ export interface BodySchema<F extends Record<string, BodyField> = Record<string,
   /** Create-style bodies treat an explicit null like an absent optional field; update bodies
    * take any value that is "present (not undefined)" and so reject null as the wrong type. */
   readonly nullIsAbsent: boolean;
+  /** A body the route accepts, as the OpenAPI document's `examples` (the /docs try-it form starts with it). */
+  readonly example: Readonly<Record<string, JsonValue>>;
 }
 
 export interface QuerySchema<F extends Record<string, QueryField> = Record<string, QueryField>> {
@@ -504,7 +506,7 @@ function objectJsonSchema(description: string | undefined, fields: Readonly<Reco
 
 /** JSON Schema (OpenAPI 3.1 dialect) of a body schema. */
 export function bodyJsonSchema(schema: BodySchema): JsonSchema {
-  return objectJsonSchema(undefined, schema.fields);
+  return { ...objectJsonSchema(undefined, schema.fields), examples: [schema.example] };
 }
 
 /** OpenAPI parameter objects of a query schema. */

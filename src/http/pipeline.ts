@@ -19,6 +19,7 @@ import type { Cors } from './cors.js';
 import { errorBody } from './envelope.js';
 import type { MemoryGuard } from './memory-guard.js';
 import { HttpError } from './errors.js';
+import { parseErrorMessage } from './parse-error.js';
 import type { RateLimiter } from './rate-limit.js';
 import type { Router } from './router.js';
 
@@ -276,7 +277,7 @@ export class Pipeline {
       return;
     }
     const [status, message] =
-      err.code === 'HPE_HEADER_OVERFLOW' ? [431, 'Request headers too large'] : err.code === 'ERR_HTTP_REQUEST_TIMEOUT' ? [408, 'Request timeout'] : [400, 'Bad request'];
+      err.code === 'HPE_HEADER_OVERFLOW' ? [431, 'Request headers too large'] : err.code === 'ERR_HTTP_REQUEST_TIMEOUT' ? [408, 'Request timeout'] : [400, parseErrorMessage(err)];
     this.answerRaw(socket, status, message, nextRequestId(), null, `,"parseError":${JSON.stringify(err.code ?? 'unknown')}`, '');
   };
 

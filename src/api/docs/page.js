@@ -9,7 +9,7 @@
   const METHODS = ['get', 'put', 'post', 'delete', 'patch', 'head', 'options'];
   let token = '';
 
-  /** An element with attributes (class, id, data-*, for, ...) and children (nodes or text). */
+  /** An element with attributes (class, id, data-*, for, ...) and children: nodes, text, or arrays of them nested to any depth. */
   function el(tag, attrs, ...children) {
     const e = document.createElement(tag);
     for (const [k, v] of Object.entries(attrs || {})) {
@@ -17,7 +17,8 @@
       if (k === 'class') e.className = v;
       else e.setAttribute(k, v === true ? '' : String(v));
     }
-    for (const c of children.flat()) if (c !== undefined && c !== null && c !== false) e.append(c instanceof Node ? c : String(c));
+    // flattened all the way: a summary holds arrays of parts that hold arrays (one level made [object HTMLElement] of them)
+    for (const c of children.flat(Infinity)) if (c !== undefined && c !== null && c !== false) e.append(c instanceof Node ? c : String(c));
     return e;
   }
 
@@ -26,56 +27,126 @@
 
   const refName = (ref) => ref.replace('#/components/schemas/', '');
   const resolve = (s) => (s && s.$ref !== undefined ? doc.components.schemas[refName(s.$ref)] || {} : s || {});
+  /** The JSON pointer one or more steps below `base` (RFC 6901: ~ and / escaped), marking where a shown schema is in the document. */
+  const down = (base, ...keys) => keys.reduce((p, k) => `${p}/${String(k).replace(/~/g, '~0').replace(/\//g, '~1')}`, base);
+  const ALTERNATIVES = ['oneOf', 'anyOf'];
 
-  /** One line saying what a schema allows: type, enum, const, lengths, pattern, range. */
+  /** One line saying what a schema allows: type, enum, const, lengths, pattern, range. Fields and alternatives are shown by schemaBlock. */
   function schemaSummary(schema) {
     if (!schema) return '';
     if (schema.$ref !== undefined) return el('a', { href: `#schema-${refName(schema.$ref)}`, class: 'ref' }, refName(schema.$ref));
+    const key = ALTERNATIVES.find((k) => Array.isArray(schema[k]));
+    if (key !== undefined && !schema.properties) {
+      return el('span', null, key === 'oneOf' ? 'one of: ' : 'any of: ', schema[key].map((o, i) => [i > 0 ? ' | ' : '', o.title ? el('code', null, o.title) : schemaSummary(o)]));
+    }
     const parts = [];
-    if (Array.isArray(schema.oneOf)) return el('span', null, 'one of: ', schema.oneOf.map((o, i) => [i > 0 ? '; or ' : '', o.title ? [el('code', null, o.title), ' '] : '', schemaSummary(o)]));
     if ('const' in schema) parts.push(`= ${JSON.stringify(schema.const)}`);
     else if (schema.enum) parts.push(`one of ${schema.enum.map((v) => JSON.stringify(v)).join(', ')}`);
-    else if (schema.type === 'array') {
-      return el('span', null, 'array of ', schemaSummary(schema.items));
-    } else if (schema.type === 'object' && schema.properties) {
-      const fields = Object.entries(schema.properties).map(([k, p], i) => [i > 0 ? ', ' : '', el('code', null, k), ': ', schemaSummary(p)]);
-      return el('span', null, '{ ', fields, ' }');
-    } else if (schema.type !== undefined) parts.push([].concat(schema.type).join(' | '));
+    else if (schema.items !== undefined) return el('span', null, 'array of ', schemaSummary(schema.items), schema.maxItems !== undefined ? `, at most ${schema.maxItems}` : '');
+    else if (schema.type !== undefined) parts.push([].concat(schema.type).join(' | '));
+    else if (schema.properties) parts.push('object');
+    else if (Array.isArray(schema.required)) return el('span', null, 'with ', schema.required.map((n, i) => [i > 0 ? ', ' : '', el('code', null, n)]));
+    else parts.push('any JSON value');
     if (schema.format) parts.push(schema.format);
     if (schema.minLength !== undefined) parts.push(`at least ${schema.minLength} character${schema.minLength === 1 ? '' : 's'}`);
     if (schema.maxLength !== undefined) parts.push(`at most ${schema.maxLength} characters`);
     if (schema.pattern !== undefined) parts.push(schema.pattern === '\\S' ? 'not blank' : `matches ${schema.pattern}`);
     if (schema.minimum !== undefined || schema.maximum !== undefined) parts.push(`${schema.minimum ?? '…'} to ${schema.maximum ?? '…'}`);
+    if (schema.maxProperties !== undefined) parts.push(`at most ${schema.maxProperties} keys`);
+    const values = schema.additionalProperties;
+    if (values && typeof values === 'object' && !schema.properties) return el('span', null, parts.join(', '), ', values: ', schemaSummary(values));
     return el('span', null, parts.join(', '));
   }
 
-  /** A table of an object schema's properties; nested objects get their own table. */
-  function propertiesTable(schema) {
-    const s = resolve(schema);
-    const props = Object.entries(s.properties || {});
-    if (props.length === 0) return el('p', { class: 'schema' }, schemaSummary(schema), s.description ? ` ${s.description}` : '');
-    const required = new Set(s.required || []);
-    const rows = props.map(([name, p]) =>
+  /**
+   * A schema shown in full below its summary: its fields as a table and its alternatives as a
+   * list, nested as deep as they go, each marked with its JSON pointer (data-schema). A $ref is
+   * shown once, under Schemas, and linked from its summary.
+   */
+  function schemaBlock(schema, pointer) {
+    if (!schema || schema.$ref !== undefined) return [];
+    const out = [];
+    if (schema.properties) out.push(fieldsTable(schema, pointer));
+    for (const key of ALTERNATIVES) if (Array.isArray(schema[key])) out.push(alternativesList(schema[key], key, pointer));
+    if (schema.items !== undefined) out.push(schemaBlock(schema.items, down(pointer, 'items')));
+    return out;
+  }
+
+  /** An object schema's fields: name (and whether required), type, meaning, and what each holds. */
+  function fieldsTable(schema, pointer) {
+    const required = new Set(schema.required || []);
+    const rows = Object.entries(schema.properties).map(([name, p]) =>
       el(
         'tr',
         null,
         el('td', null, el('code', null, name), required.has(name) ? el('span', { class: 'req' }, ' required') : ''),
         el('td', null, schemaSummary(p)),
-        el('td', null, prose(p.description), p.type === 'object' && p.properties ? propertiesTable(p) : ''),
+        el('td', null, prose(p.description), schemaBlock(p, down(pointer, 'properties', name))),
       ),
     );
-    return el('table', { class: 'props' }, el('thead', null, el('tr', null, el('th', null, 'field'), el('th', null, 'type'), el('th', null, 'meaning'))), el('tbody', null, rows));
+    return el(
+      'table',
+      { class: 'props', 'data-schema': pointer, 'data-kind': 'properties' },
+      el('thead', null, el('tr', null, el('th', null, 'field'), el('th', null, 'type'), el('th', null, 'meaning'))),
+      el('tbody', null, rows),
+    );
   }
 
-  /** A starting body for the try-it form: the required fields with a value of their type. */
-  function exampleBody(schema) {
-    const s = resolve(schema);
-    const body = {};
-    for (const name of s.required || []) {
-      const p = resolve((s.properties || {})[name]);
-      body[name] = p.enum ? p.enum[0] : p.type === 'object' ? {} : p.type === 'integer' ? 1 : '';
+  /** A oneOf or anyOf: each alternative with its title, what it is and its own fields. */
+  function alternativesList(alternatives, key, pointer) {
+    return el(
+      'ul',
+      { class: 'alternatives', 'data-schema': pointer, 'data-kind': key },
+      alternatives.map((a, i) =>
+        el(
+          'li',
+          null,
+          el('span', { class: 'alt' }, key === 'oneOf' ? 'one of' : 'any of'),
+          ' ',
+          a.title ? [el('code', null, a.title), ': '] : '',
+          a.properties ? '' : [schemaSummary(a), a.description ? '. ' : ''],
+          prose(a.description),
+          schemaBlock(a, down(pointer, key, i)),
+        ),
+      ),
+    );
+  }
+
+  /** A schema as the page shows it: a referenced one in full (its fields under its own name), an inline one as its block. */
+  function schemaShown(schema, pointer) {
+    if (schema && schema.$ref !== undefined) return schemaBlock(resolve(schema), schema.$ref);
+    return schemaBlock(schema, pointer);
+  }
+
+  /** A value of a schema's type that its checks accept, for a body with no example of its own. */
+  function exampleValue(schema) {
+    const p = resolve(schema);
+    if (Array.isArray(p.examples) && p.examples.length > 0) return p.examples[0];
+    if ('const' in p) return p.const;
+    if (p.enum) return p.enum[0];
+    if (Array.isArray(p.oneOf) || Array.isArray(p.anyOf)) return exampleValue((p.oneOf || p.anyOf)[0]);
+    const type = [].concat(p.type)[0];
+    if (type === 'object' || p.properties) {
+      const o = {};
+      for (const name of p.required || []) o[name] = exampleValue((p.properties || {})[name]);
+      return o;
     }
-    return JSON.stringify(body, null, 2);
+    if (type === 'array') return (p.minItems || 0) > 0 ? [exampleValue(p.items)] : [];
+    if (type === 'integer' || type === 'number') return p.minimum !== undefined ? p.minimum : 1;
+    if (type === 'boolean') return true;
+    if (type === 'null') return null;
+    return 'example';
+  }
+
+  /** The try-it form's starting body: the schema's example (a body the route accepts), else its required fields with values they accept. */
+  function exampleBody(schema) {
+    return JSON.stringify(exampleValue(schema), null, 2);
+  }
+
+  /** A path that may wrap after a `/` and nowhere else: segments that do not break, a <wbr> after each slash. */
+  function pathText(path) {
+    const segments = path.split('/').map((seg, i, all) => (i < all.length - 1 ? `${seg}/` : seg)).filter((seg) => seg !== '');
+    return el('span', { class: 'path' }, segments.map((seg, i) => [i > 0 ? el('wbr') : '', el('span', { class: 'seg' }, seg)]));
   }
 
   function operations() {
@@ -110,7 +181,7 @@
     );
   }
 
-  function bodySection(op) {
+  function bodySection(op, pointer) {
     const rb = op.requestBody;
     if (!rb) return '';
     const [type, media] = Object.entries(rb.content)[0];
@@ -118,19 +189,21 @@
       'div',
       { class: 'body' },
       el('h4', null, 'Request body ', el('span', { class: rb.required ? 'req' : 'opt' }, rb.required ? '(required)' : '(optional)'), ` ${type}: `, schemaSummary(media.schema)),
-      propertiesTable(media.schema),
+      schemaShown(media.schema, down(pointer, 'requestBody', 'content', type, 'schema')),
     );
   }
 
-  function responsesSection(op) {
+  function responsesSection(op, pointer) {
     const rows = Object.entries(op.responses).map(([status, r]) => {
       const [type, media] = Object.entries(r.content || {})[0] || [];
+      // an object answered inline (the envelope) is its table; a reference or a plain type, its summary
+      const inline = type && media.schema && media.schema.properties;
       return el(
         'tr',
         { class: Number(status) >= 400 ? 'error' : 'success' },
         el('td', null, el('code', null, status)),
         el('td', null, prose(r.description)),
-        el('td', null, type ? el('span', null, `${type} `, schemaSummary(media.schema)) : ''),
+        el('td', null, type ? [el('span', null, `${type} `, inline ? '' : schemaSummary(media.schema)), schemaBlock(media.schema, down(pointer, 'responses', status, 'content', type, 'schema'))] : ''),
       );
     });
     return el(
@@ -146,11 +219,28 @@
     const params = op.parameters || [];
     const inputs = params.map((p) => {
       const id = `in-${op.operationId}-${p.in}-${p.name}`;
-      return {
-        p,
-        label: el('label', { for: id }, `${p.name} (${p.in})`),
-        input: el('input', { id, name: p.name, 'data-in': p.in, placeholder: p.required ? 'required' : 'optional', autocomplete: 'off' }),
-      };
+      // a parameter given once per value (tag=a&tag=b) gets a box per value, and a button for one more
+      const repeated = p.schema !== undefined && p.schema.type === 'array';
+      const box = (n) =>
+        el('input', {
+          id: n === 0 ? id : `${id}-${n + 1}`,
+          name: p.name,
+          'data-in': p.in,
+          placeholder: p.required ? 'required' : 'optional',
+          autocomplete: 'off',
+          'aria-label': n === 0 ? undefined : `${p.name} (${p.in}), value ${n + 1}`,
+        });
+      const boxes = el('div', { class: 'values' }, box(0));
+      let more;
+      if (repeated) {
+        more = el('button', { type: 'button', class: 'more', 'data-param': p.name }, `+ another ${p.name}`);
+        more.addEventListener('click', () => {
+          const next = box(boxes.children.length);
+          boxes.append(next);
+          next.focus();
+        });
+      }
+      return { p, label: el('label', { for: id }, `${p.name} (${p.in})`), boxes, more, values: () => [...boxes.querySelectorAll('input')].map((i) => i.value) };
     });
     const media = op.requestBody ? Object.values(op.requestBody.content)[0] : undefined;
     const body = media ? el('textarea', { name: 'body', rows: 6, spellcheck: 'false', 'aria-label': 'request body (JSON)' }) : undefined;
@@ -161,7 +251,7 @@
       'form',
       { class: 'try', 'data-operation-id': op.operationId },
       el('h4', null, 'Try it'),
-      inputs.map((i) => el('div', { class: 'field' }, i.label, i.input)),
+      inputs.map((i) => el('div', { class: 'field' }, i.label, el('div', null, i.boxes, i.more))),
       body ? el('div', { class: 'field' }, el('label', null, 'body (JSON)'), body) : '',
       send,
       answer,
@@ -177,11 +267,12 @@
       let url = path;
       const query = new URLSearchParams();
       const headers = {};
-      for (const { p, input } of inputs) {
-        const v = input.value;
-        if (p.in === 'path') url = url.replace(`{${p.name}}`, encodeURIComponent(v));
-        else if (v !== '' && p.in === 'query') query.append(p.name, v);
-        else if (v !== '' && p.in === 'header') headers[p.name] = v;
+      for (const { p, values } of inputs) {
+        for (const v of values()) {
+          if (p.in === 'path') url = url.replace(`{${p.name}}`, encodeURIComponent(v));
+          else if (v !== '' && p.in === 'query') query.append(p.name, v);
+          else if (v !== '' && p.in === 'header') headers[p.name] = v;
+        }
       }
       const q = query.toString();
       if (q !== '') url += `?${q}`;
@@ -253,19 +344,20 @@
   }
 
   function operationSection({ path, method, op }) {
+    const pointer = down('#/paths', path, method);
     const needsToken = Array.isArray(op.security) && op.security.length > 0;
     const scopes = needsToken ? op.security.flatMap((s) => Object.values(s).flat()) : [];
     return el(
       'section',
       { class: 'op', id: `op-${op.operationId}`, 'data-operation-id': op.operationId, 'data-method': method.toUpperCase(), 'data-path': path },
-      el('h3', null, el('span', { class: `method ${method}` }, method.toUpperCase()), ' ', el('code', { class: 'path' }, path)),
+      el('h3', null, el('span', { class: `method ${method}` }, method.toUpperCase()), ' ', el('code', null, pathText(path))),
       el('p', { class: 'summary' }, prose(op.summary)),
       el('p', { class: 'auth' }, needsToken ? `Needs a Bearer token${scopes.length > 0 ? ` with the scope ${scopes.join(' ')}` : ''}.` : 'No token needed.'),
       el('h4', null, 'Parameters'),
       parametersSection(op),
-      bodySection(op),
+      bodySection(op, pointer),
       el('h4', null, 'Answers and errors'),
-      responsesSection(op),
+      responsesSection(op, pointer),
       tryIt(path, method, op),
     );
   }
@@ -305,7 +397,7 @@
             el(
               'ul',
               null,
-              ops.filter(({ op }) => (op.tags || ['Other']).includes(t)).map(({ path, method, op }) => el('li', null, el('a', { href: `#op-${op.operationId}` }, el('span', { class: `method ${method}` }, method.toUpperCase()), ' ', path))),
+              ops.filter(({ op }) => (op.tags || ['Other']).includes(t)).map(({ path, method, op }) => el('li', null, el('a', { href: `#op-${op.operationId}` }, el('span', { class: `method ${method}` }, method.toUpperCase()), ' ', pathText(path)))),
             ),
           ),
         ),
@@ -318,7 +410,9 @@
           'div',
           { class: 'schemas' },
           el('h2', null, 'Schemas'),
-          Object.entries(doc.components.schemas).map(([name, s]) => el('section', { id: `schema-${name}`, class: 'schema' }, el('h3', null, name), propertiesTable(s))),
+          Object.entries(doc.components.schemas).map(([name, s]) =>
+            el('section', { id: `schema-${name}`, class: 'schema' }, el('h3', null, name), s.description ? el('p', null, prose(s.description)) : '', schemaBlock(s, down('#/components/schemas', name))),
+          ),
         ),
       ),
     );
