@@ -64,8 +64,8 @@ describe('One server per data directory', { skip: linux ? false : 'the exclusive
 
   test('where the socket name cannot be made (a sandbox without AF_UNIX), the server warns and the lock file alone keeps other servers out', { skip: strace ? false : 'strace is not installed' }, async () => {
     const dir = tempDir();
-    // the server's first socket() is the guard's: strace fails it as a seccomp filter would
-    const child = spawn('strace', ['-f', '-qq', '-o', '/dev/null', '-e', 'trace=socket', '-e', 'inject=socket:error=EPERM:when=1', process.execPath, SERVER], {
+    // the server's first socket() tries its address (a start that cannot have it makes nothing); the second is the guard's: strace fails it as a seccomp filter would
+    const child = spawn('strace', ['-f', '-qq', '-o', '/dev/null', '-e', 'trace=socket', '-e', 'inject=socket:error=EPERM:when=2', process.execPath, SERVER], {
       env: { PATH: process.env.PATH, PORT: '0', HOST: '127.0.0.1', DATA_DIR: dir, AUTH_SECRET: SECRET },
       stdio: ['ignore', 'pipe', 'pipe'],
     });

@@ -72,12 +72,13 @@ describe('Starting an engine', () => {
     if (process.platform !== 'linux') return t.skip('the guard is a name the Linux kernel holds');
     const shared = tempDir();
     const file = join(shared, 'shared.db');
-    const first = await startServer({ env: { SQLITE_FILE: file } });
+    // hold:merge: an idle server merges its search index a second after its last write, and that write (with its checkpoint) would land among the snapshots below
+    const first = await startServer({ env: { SQLITE_FILE: file, CHAT_SESSION_API_FAULTS: 'hold:merge' } });
     const other = tempDir();
     try {
       assert.equal((await first.as('alice').post('/api/v1/chat-sessions', newSession({ name: 'first' }))).status, 201);
       await indexed(first);
-      // the file and its log as the first server left them (it writes nothing more meanwhile: no checkpoint either)
+      // the file and its log as the first server left them (it writes nothing more meanwhile: no checkpoint either, checkpoints follow transactions)
       const snapshot = () => [file, `${file}-wal`].map((f) => (existsSync(f) ? readFileSync(f) : Buffer.alloc(0)));
       const before = snapshot();
       const line = refusedStart(other, { STORE: 'sqlite', SQLITE_FILE: file });
