@@ -6,12 +6,19 @@ import { openApiDocument } from './api/openapi.js';
 import { CursorCodec } from './api/cursor.js';
 import { eventRoutes } from './api/events.js';
 import { providerRoutes } from './api/providers.js';
-import type { RouteDef } from './http/route.js';
+import type { RouteDef } from './api/route.js';
 import { serviceRoutes } from './api/service.js';
 import { sessionRoutes } from './api/sessions.js';
 import { turnRoutes } from './api/turns.js';
 import { usageRoutes } from './api/usage.js';
 import { searchRoutes } from './api/search.js';
+import type { SessionDeps } from './api/common.js';
+import { Access } from './services/access.js';
+import { FeedService } from './services/feed.js';
+import { SearchService } from './services/search.js';
+import { SessionService } from './services/sessions.js';
+import { TurnService } from './services/turns.js';
+import { UsageService } from './services/usage.js';
 import { Authenticator } from './auth/authenticate.js';
 import type { Secrets } from './auth/secret.js';
 import { TicketCodec } from './auth/tickets.js';
@@ -29,7 +36,7 @@ import { Hub } from './live/hub.js';
 import { MemoryFeedLog, SharedFeedLog, type FeedLog } from './live/log.js';
 import { requestLineMiddle, type Logger } from './log.js';
 import type { Metrics } from './metrics.js';
-import type { ProviderCatalog } from './providers.js';
+import type { ProviderCatalog } from './providers/catalog.js';
 import type { Store } from './store/store.js';
 
 export interface AppParts {
@@ -60,14 +67,23 @@ export function createApp(p: AppParts): App {
   const docsRoute = config.docs ? (): DocsPage => docs as DocsPage : undefined;
   const { limits } = config;
   const live = liveFeed(p);
-  const sessionDeps = { store: p.store, access: config.access, cursors: new CursorCodec(p.secrets.current), maxTurnBytes: config.bodyLimit, retentionDays: config.retentionDays };
+  const access = new Access(config.access, config.retentionDays);
+  const usage = new UsageService(p.store);
+  const sessionDeps: SessionDeps = {
+    sessions: new SessionService(p.store, access),
+    turns: new TurnService(p.store, access),
+    search: new SearchService(p.store, access),
+    usage,
+    cursors: new CursorCodec(p.secrets.current),
+    maxTurnBytes: config.bodyLimit,
+  };
   const routes: RouteDef[] = [
     ...serviceRoutes({ version: p.version, catalog: p.catalog, store: p.store, metrics: p.metrics, openApiBody: () => openApiBody, docsPage: docsRoute }),
     ...sessionRoutes(sessionDeps),
     ...turnRoutes(sessionDeps),
     ...(config.search ? searchRoutes(sessionDeps) : []),
-    ...usageRoutes(p.store),
-    ...(live === undefined ? [] : eventRoutes({ hub: live.hub, tickets: live.tickets, store: p.store, access: config.access, retentionDays: config.retentionDays })),
+    ...usageRoutes(usage),
+    ...(live === undefined ? [] : eventRoutes({ feed: new FeedService(live.hub, p.store, access), tickets: live.tickets })),
     ...providerRoutes(p.catalog),
   ];
   openApiBody = JSON.stringify(openApiDocument(routes, p.version));

@@ -2,7 +2,10 @@
 // wins), validated once at start. A bad value is a ConfigError naming the setting.
 import { isAbsolute, join, resolve } from 'node:path';
 import { LOG_LEVELS, type LogLevel } from './log.js';
-import { ENGINES, type EngineName } from './store/store.js';
+
+/** The storage engines (STORE); src/store/open.ts opens them. */
+export const ENGINES = ['sqlite', 'postgres'] as const;
+export type EngineName = (typeof ENGINES)[number];
 
 export class ConfigError extends Error {
   override readonly name = 'ConfigError';

@@ -2,20 +2,21 @@
 // Errors a person can fix end the process with one plain line on stderr.
 import { existsSync, mkdirSync, statSync, writeSync } from 'node:fs';
 import { resolve } from 'node:path';
-import { ExportFailed, exportFrom, ImportRejected, parseBackup } from './backup.js';
+import { ExportFailed, exportFrom, ImportRejected, parseBackup } from './services/backup.js';
 import { MAX_SUB, signToken } from './auth/jwt.js';
 import { SCOPES } from './auth/authenticate.js';
 import { loadSecrets, SECRET_FILE } from './auth/secret.js';
 import { ConfigError, loadConfig, parseFlags, settingsHelp, type Config } from './config.js';
 import { Logger } from './log.js';
-import { ProvidersFileError } from './providers.js';
+import { ProvidersFileError } from './providers/catalog.js';
 import { serve } from './server.js';
-import { eraseUser, purgeExpired } from './purge.js';
+import { eraseUser, purgeExpired } from './services/retention.js';
 import { expiryOf, livenessAt } from './domain/retention.js';
 import { acquireLock, DataDirLocked, guardDataDir, LOCK_FILE } from './data-dir-lock.js';
 import { writeFileAtomically } from './files.js';
 import { COMMITTED_FILE, JOURNAL_FILE, JournalDamaged, JournalHasCrlf, NEXT_FILE } from './store/journal/reader.js';
 import { MIGRATING_SUFFIX } from './store/migrate.js';
+import { announce } from './live/changes.js';
 import { migrateJournal, openStore, openStoreSnapshot } from './store/open.js';
 import { runSqliteWriterIfWorker } from './store/sqlite/worker.js';
 import { ImportConflict } from './store/import-plan.js';
@@ -237,7 +238,7 @@ async function importCommand(argv: string[]): Promise<void> {
   await guardDataDir(config.dataDir);
   const lock = acquireLock(config.dataDir);
   try {
-    const r = await withStore(await openStore(config, log), (store) => store.importAll(backup.sessions, backup.turns));
+    const r = await withStore(await openStore(config, log, { announce }), (store) => store.importAll(backup.sessions, backup.turns));
     if (r.sessions + r.turns === 0) process.stdout.write(`nothing to import: all ${r.unchanged} records are already stored as in ${file}\n`);
     else process.stdout.write(`imported ${r.sessions} sessions and ${r.turns} turns (${r.unchanged} already stored)\n`);
   } finally {
@@ -255,7 +256,7 @@ async function withWritableStore<T>(config: Config, use: (store: Store) => Promi
   await guardDataDir(config.dataDir);
   const lock = acquireLock(config.dataDir);
   try {
-    return await withStore(await openStore(config, new Logger('warn', process.stderr)), use);
+    return await withStore(await openStore(config, new Logger('warn', process.stderr), { announce }), use);
   } finally {
     lock.release();
   }
@@ -299,10 +300,10 @@ async function migrateCommandLine(argv: string[]): Promise<void> {
   try {
     // progress lines (JSON, as the server logs them) while a large journal is read and written
     const log = new Logger('info', process.stderr);
-    const done = await migrateJournal(config, log);
+    const done = await migrateJournal(config, log, { announce });
     log.flush();
     if (done === undefined) process.stdout.write(`nothing to migrate: ${config.dataDir} holds no journal of an earlier release\n`);
-    else process.stdout.write(`migrated ${done.sessions} sessions and ${done.turns} turns into ${config.store === 'sqlite' ? config.sqliteFile : 'the PostgreSQL database'}; the journal is kept as ${done.kept}\n`);
+    else process.stdout.write(`migrated ${done.sessions} sessions and ${done.turns} turns into ${done.into}; the journal is kept as ${done.kept}\n`);
   } finally {
     lock.release();
   }

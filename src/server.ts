@@ -10,9 +10,10 @@ import type { Config } from './config.js';
 import type { Logger } from './log.js';
 import { Metrics } from './metrics.js';
 import { acquireLock, guardDataDir } from './data-dir-lock.js';
-import { loadProviders, type ProviderCatalog } from './providers.js';
+import { loadProviders, type ProviderCatalog } from './providers/catalog.js';
 import { INTERRUPT_SWEEP_MS, interruptLeftStreaming } from './live/interrupted.js';
-import { BackgroundPurge } from './purge.js';
+import { BackgroundPurge } from './services/retention.js';
+import { announce } from './live/changes.js';
 import { openStore } from './store/open.js';
 import type { Store } from './store/store.js';
 
@@ -40,12 +41,13 @@ export async function serve(config: Config, log: Logger, version: string): Promi
   const lock = takeDataDir(config, log);
   let store: Store;
   try {
-    store = await openStore(config, log, metrics === undefined ? undefined : {
-      commit: (seconds, writes) => {
+    const observer = metrics === undefined ? undefined : {
+      commit: (seconds: number, writes: number) => {
         metrics.commits.observe(seconds);
         metrics.committedWrites += writes;
       },
-    }, true);
+    };
+    store = await openStore(config, log, { observer, serving: true, announce });
   } catch (e) {
     lock.release();
     throw e;

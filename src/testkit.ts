@@ -3,13 +3,24 @@
 import { runSqliteWriterIfWorker } from './store/sqlite/worker.js';
 export { Indexer } from './store/sqlite/worker.js';
 
+import type { Config } from './config.js';
+import { announce } from './live/changes.js';
+import type { Logger } from './log.js';
+import { openStore as openStoreWith, type OpenOptions } from './store/open.js';
+import type { Store } from './store/store.js';
+
 // the sqlite engine starts its writer thread on the file that holds it: this one, in the tests
 runSqliteWriterIfWorker();
 
 export { crc32, crc32Portable } from './store/journal/crc32.js';
 export { loadConfig } from './config.js';
 export { Logger } from './log.js';
-export { openStore, openStoreSnapshot } from './store/open.js';
+export { openStoreSnapshot } from './store/open.js';
+
+/** A store as a server opens it (the live feed's events logged with its changes on PostgreSQL). */
+export function openStore(config: Config, log: Logger, opts: OpenOptions = {}): Promise<Store> {
+  return openStoreWith(config, log, { announce, ...opts });
+}
 export { setFaultPlan } from './store/faults.js';
 export { PreconditionFailed, SessionNotFound, StorageWriteFailed, StoreOpenFailed, TurnNotFound } from './store/store.js';
 export { PAGE_BYTE_BUDGET, PAGE_SCAN_BUDGET, SCAN_CHUNK } from './domain/order.js';
@@ -31,11 +42,11 @@ export { Password, describeTarget, parseDatabaseUrl, redactDatabaseUrl } from '.
 export { Listener } from './pg/listen.js';
 export { Pool } from './pg/pool.js';
 export { livenessAt } from './domain/retention.js';
-export { eraseUser, pausedLike, purgeExpired, PURGE_BATCH } from './purge.js';
+export { eraseUser, pausedLike, purgeExpired, PURGE_BATCH } from './services/retention.js';
 export { streamReply, MAX_RETRIES, RETRY_AFTER_CAP_MS, DEFAULT_IDLE_TIMEOUT_MS } from './providers/call.js';
 export { providerConfig, modelAllowed, canReply, DEFAULT_BASE_URLS } from './providers/config.js';
 export { ProviderFailed, ProviderUnusable } from './providers/failure.js';
 export { scrubCredentials } from './providers/scrub.js';
 export { LineDecoder, SseDecoder, NdjsonDecoder, StreamDecodeError, MAX_LINE_BYTES } from './providers/stream-decoder.js';
 export { ANTHROPIC_DEFAULT_MAX_TOKENS } from './providers/anthropic.js';
-export { parseProviders } from './providers.js';
+export { parseProviders } from './providers/catalog.js';

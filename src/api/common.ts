@@ -1,22 +1,24 @@
-// What the routes of sessions and of their turns share: who the caller is, which sessions they
-// may see (ACCESS), If-Match and ETags, the paths' parameters, and lists answered a page at a
-// time or whole.
-import type { IncomingMessage } from 'node:http';
-import type { AccessMode } from '../config.js';
+// What the routes of sessions, turns and search share: the services they call, the caller and
+// the If-Match header of a request, the paths' parameters, and lists answered a page at a time
+// or whole.
 import type { Principal } from '../auth/authenticate.js';
-import type { ChatSession } from '../domain/records.js';
-import { isLive, livenessAt, type Liveness } from '../domain/retention.js';
-import { PreconditionFailed, SessionNotFound, type Page, type SessionRecord, type SessionState, type Store } from '../store/store.js';
+import type { Page, SessionRecord } from '../store/store.js';
+import { etagOf, type Caller } from '../services/access.js';
+import type { SearchService } from '../services/search.js';
+import type { SessionService } from '../services/sessions.js';
+import type { TurnService } from '../services/turns.js';
+import type { UsageService } from '../services/usage.js';
 import type { CursorCodec } from './cursor.js';
+import { dataBody } from './envelope.js';
 import { pageReply, wholeListReply } from './lists.js';
-import { dataBody } from '../http/envelope.js';
-import type { Answer, Reply } from '../http/route.js';
+import type { Answer, Reply } from './route.js';
 
 export interface SessionDeps {
-  readonly store: Store;
-  readonly access: AccessMode;
+  readonly sessions: SessionService;
+  readonly turns: TurnService;
+  readonly search: SearchService;
+  readonly usage: UsageService;
   readonly cursors: CursorCodec;
-  readonly retentionDays: number | undefined;
   /** The largest a turn's JSON may grow to by deltas, in bytes (BODY_LIMIT: what one request could record). */
   readonly maxTurnBytes: number;
 }
@@ -35,69 +37,18 @@ export const notFound = { status: 404, description: 'Chat session not found' } a
 export const turnNotFound = { status: 404, description: 'Turn not found' } as const;
 export const modified = { status: 412, description: 'Chat session was modified (If-Match)' } as const;
 
-/** The ETag of a session: its version tag, which any change to it (a field, a turn) moves. */
-export function etagOf(version: string): string {
-  return `"${version}"`;
-}
-
-/** RFC 9110 If-Match with strong comparison: `*` matches any current session. */
-export function checkIfMatch(req: IncomingMessage, current: SessionState): void {
-  const header = req.headers['if-match'];
-  if (header === undefined) return;
-  if (header.trim() === '*') return;
-  const tag = etagOf(current.version());
-  for (const part of header.split(',')) if (part.trim() === tag) return;
-  throw new PreconditionFailed();
-}
-
-export function user(ctx: { principal: Principal | undefined }): string {
+/** The caller of a route declared with `auth`. */
+export function caller(ctx: { principal: Principal | undefined }): Caller {
   if (ctx.principal === undefined) throw new Error('route declared without auth reached a handler that needs a user');
-  return ctx.principal.user;
+  return ctx.principal;
 }
 
-/** Who may see what under the configured ACCESS: under `owner` another user's session does not exist. */
-export class Access {
-  constructor(
-    private readonly mode: AccessMode,
-    private readonly retentionDays: number | undefined,
-  ) {}
-
-  private lastMs = NaN;
-  private last: Liveness | undefined;
-
-  /** A session the caller may see: one that is not gone (expired), under the ACCESS rule. */
-  visible(s: ChatSession, who: string): boolean {
-    if (this.mode !== 'shared' && s.user !== who) return false;
-    // without RETENTION_DAYS only a session's own expiry ends it: most sessions need no clock
-    if (this.retentionDays === undefined && typeof s.expiresAt !== 'string') return true;
-    return isLive(s, this.now());
-  }
-
-  /** What is live now, for the lists; made once per millisecond (two ISO strings each time were measurable on a GET). */
-  now(): Liveness {
-    const ms = Date.now();
-    if (ms !== this.lastMs || this.last === undefined) {
-      this.last = livenessAt(ms, this.retentionDays);
-      this.lastMs = ms;
-    }
-    return this.last;
-  }
-
-  found(r: SessionRecord | undefined, who: string): r is SessionRecord {
-    return r !== undefined && this.visible(r.session, who);
-  }
-
-  /** The check of a write at the serial point: the session is the caller's to see, and If-Match holds. */
-  mine(who: string, req: IncomingMessage): (current: SessionState) => void {
-    return (current) => {
-      if (!this.visible(current.session, who)) throw new SessionNotFound();
-      checkIfMatch(req, current);
-    };
-  }
+/** The request's If-Match header, as the services take it. */
+export function ifMatchOf(ctx: { req: { headers: { 'if-match'?: string | undefined } } }): string | undefined {
+  return ctx.req.headers['if-match'];
 }
 
-/** A session's state for a record read outside the writer (answers that change nothing). */
-export const stateOf = (r: SessionRecord): SessionState => ({ session: r.session, lastTurn: undefined, version: () => r.version });
+export { etagOf };
 
 export const sessionReply = (r: SessionRecord, status = 200): Reply => ({ status, body: dataBody(r.json), etag: etagOf(r.version) });
 

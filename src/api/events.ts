@@ -1,23 +1,17 @@
 // The live feed's routes (/api/v1/events...): a ticket for browsers' EventSource, the feed of
-// what the caller may list, and one session's feed. The streams themselves are src/live/'s;
-// here is who may follow what, under the same rules as the lists and the session routes.
-import type { AccessMode } from '../config.js';
+// what the caller may list, and one session's feed. Who may follow what is
+// src/services/feed.ts's; the streams themselves are src/live/'s.
 import type { Principal } from '../auth/authenticate.js';
 import type { TicketCodec } from '../auth/tickets.js';
 import type { QuerySchema } from '../domain/schema.js';
-import { FollowKey, type Follow, type Hub } from '../live/hub.js';
-import { SessionNotFound, type Store } from '../store/store.js';
-import { Access } from './access.js';
-import { dataBody } from '../http/envelope.js';
-import { HttpError } from '../http/errors.js';
-import { route, type Context, type RouteDef } from '../http/route.js';
+import type { FeedService, StreamStart } from '../services/feed.js';
+import { dataBody } from './envelope.js';
+import { HttpError } from './errors.js';
+import { route, type Context, type RouteDef } from './route.js';
 
 export interface EventDeps {
-  readonly hub: Hub;
+  readonly feed: FeedService;
   readonly tickets: TicketCodec;
-  readonly store: Store;
-  readonly access: AccessMode;
-  readonly retentionDays: number | undefined;
 }
 
 /** What Last-Event-ID (or lastEventId) must be: the integer of an event's `id:` line. One this server never gave still opens the stream, with `reset`. */
@@ -70,22 +64,17 @@ function lastEventIdOf(ctx: StreamContext): string | undefined {
   return header;
 }
 
-/** How a stream starts: who opened it, with what, from where. */
-function follow(ctx: StreamContext, key: string, session: string | undefined, lastEventId: string | undefined): Follow {
-  const p = principalOf(ctx);
+/** How a stream starts: until when its credential holds, with what ticket, from where. */
+function startOf(ctx: StreamContext, lastEventId: string | undefined): StreamStart {
   return {
-    user: p.user,
-    key,
-    session,
     lastEventId,
-    untilMs: p.expiresAtMs,
+    untilMs: principalOf(ctx).expiresAtMs,
     ticket: ctx.ticket === undefined ? undefined : { id: ctx.ticket.id, expiresAtMs: ctx.ticket.expiresAtMs },
     reqId: ctx.requestId,
   };
 }
 
-export function eventRoutes({ hub, tickets, store, access, retentionDays }: EventDeps): RouteDef[] {
-  const sees = new Access(access, retentionDays);
+export function eventRoutes({ feed, tickets }: EventDeps): RouteDef[] {
   return [
     route({
       method: 'POST',
@@ -115,11 +104,8 @@ export function eventRoutes({ hub, tickets, store, access, retentionDays }: Even
       responses: [{ status: 200, description: 'The event stream', schema: 'EventStream' }],
       errors: STREAM_ERRORS,
       handle(ctx) {
-        const who = principalOf(ctx).user;
         const lastEventId = lastEventIdOf(ctx);
-        const project = ctx.query.projectId;
-        const key = project === undefined ? FollowKey.user(who) : access === 'owner' ? FollowKey.ownProject(project, who) : FollowKey.project(project);
-        return hub.open(follow(ctx, key, undefined, lastEventId));
+        return feed.followList(principalOf(ctx), ctx.query.projectId, startOf(ctx, lastEventId));
       },
     }),
 
@@ -136,14 +122,9 @@ export function eventRoutes({ hub, tickets, store, access, retentionDays }: Even
       query: sessionQuery,
       responses: [{ status: 200, description: 'The event stream', schema: 'EventStream' }],
       errors: [{ status: 404, description: 'Chat session not found' }, ...STREAM_ERRORS],
-      async handle(ctx) {
-        const who = principalOf(ctx).user;
+      handle(ctx) {
         const lastEventId = lastEventIdOf(ctx); // a bad request is a 400 before the session is looked up
-        const id = ctx.params['id'] as string;
-        const r = await store.getSession(id);
-        // an expired session is gone here too; one that expires while followed ends its stream (deleted) when the purge takes it
-        if (!sees.found(r, who)) throw new SessionNotFound();
-        return hub.open(follow(ctx, FollowKey.session(id), id, lastEventId));
+        return feed.followSession(principalOf(ctx), ctx.params['id'] as string, startOf(ctx, lastEventId));
       },
     }),
   ];

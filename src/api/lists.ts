@@ -3,8 +3,8 @@
 // being parsed or serialized again, and never copied into one buffer with the rest: small items
 // are gathered into pieces of up to PIECE_BYTES, a larger one is written as it is kept, so an
 // answer costs the server a piece or two of memory whatever the client's pace.
-import { LIST_CLOSE, LIST_OPEN, pageClose } from '../http/envelope.js';
-import type { Answer, Reply } from '../http/route.js';
+import { LIST_CLOSE, LIST_OPEN, pageClose } from './envelope.js';
+import type { Answer, Reply } from './route.js';
 
 const COMMA = Buffer.from(',');
 /** Answers up to this size are sent whole (with a Content-Length); larger ones are streamed. */

@@ -4,7 +4,7 @@ import { SCOPES } from '../auth/authenticate.js';
 import { contentField, USAGE } from '../domain/inputs.js';
 import { CHAT_SESSION_MODES, TURN_ROLES, TURN_STATUSES } from '../domain/records.js';
 import { bodyJsonSchema, fieldJsonSchema, mustBeGiven, NOT_BLANK, queryParameters, type BodySchema } from '../domain/schema.js';
-import type { ResponseDoc, RouteDef, SchemaName } from '../http/route.js';
+import type { ResponseDoc, RouteDef, SchemaName } from './route.js';
 
 type Json = { [key: string]: unknown };
 

@@ -1,9 +1,10 @@
 // AI providers (/api/v1/providers): read-only, answered from bodies prepared when the
 // providers file was loaded (so no apiKey can reach a response by accident).
 import { isHexObjectId } from '../domain/ids.js';
-import { HttpError } from '../http/errors.js';
-import type { ProviderCatalog } from '../providers.js';
-import { route, type RouteDef } from '../http/route.js';
+import { dataBody } from './envelope.js';
+import { HttpError } from './errors.js';
+import type { ProviderCatalog } from '../providers/catalog.js';
+import { route, type RouteDef } from './route.js';
 
 export function providerRoutes(catalog: () => ProviderCatalog): RouteDef[] {
   return [
@@ -17,7 +18,7 @@ export function providerRoutes(catalog: () => ProviderCatalog): RouteDef[] {
       scope: 'providers:read',
       responses: [{ status: 200, description: 'The providers', schema: 'ProviderList' }],
       handle() {
-        return { status: 200, body: catalog().listBody };
+        return { status: 200, body: dataBody(catalog().listJson) };
       },
     }),
     route({
@@ -37,9 +38,9 @@ export function providerRoutes(catalog: () => ProviderCatalog): RouteDef[] {
       handle(ctx) {
         const id = ctx.params['id'] as string;
         if (!isHexObjectId(id)) throw new HttpError(400, 'Invalid provider ID');
-        const body = catalog().bodies.get(id.toLowerCase());
-        if (body === undefined) throw new HttpError(404, 'Provider not found');
-        return { status: 200, body };
+        const json = catalog().json.get(id.toLowerCase());
+        if (json === undefined) throw new HttpError(404, 'Provider not found');
+        return { status: 200, body: dataBody(json) };
       },
     }),
   ];

@@ -2,12 +2,12 @@
 // caller may list, newest first, a page at a time, each hit with a snippet. The store answers
 // from its search index; which sessions are read follows the lists' rules (ACCESS, projectId,
 // archived, expiry), and the folding and snippets are the domain's (src/domain/search.ts).
-import { snippetOf, turnTextOfJson, wordsOf } from '../domain/search.js';
-import { ValidationError, type QuerySchema } from '../domain/schema.js';
-import type { ArchivedFilter, SearchFilter, SearchHit } from '../store/store.js';
+import { snippetOf, turnTextOfJson } from '../domain/search.js';
+import type { QuerySchema } from '../domain/schema.js';
+import type { ArchivedFilter, SearchHit } from '../store/store.js';
 import { pageReply } from './lists.js';
-import { Access, user, type SessionDeps } from './access.js';
-import { route, type RouteDef } from '../http/route.js';
+import { caller, type SessionDeps } from './common.js';
+import { route, type RouteDef } from './route.js';
 
 export const QUERY_MAX = 200;
 /** The page a search answers when no `limit` is given: a search is always paged. */
@@ -23,8 +23,7 @@ const searchQuery = {
   },
 } as const satisfies QuerySchema;
 
-export function searchRoutes({ store, access: mode, cursors, retentionDays }: SessionDeps): RouteDef[] {
-  const access = new Access(mode, retentionDays);
+export function searchRoutes({ search, cursors }: SessionDeps): RouteDef[] {
   return [
     route<typeof searchQuery.fields>({
       method: 'GET',
@@ -37,26 +36,18 @@ export function searchRoutes({ store, access: mode, cursors, retentionDays }: Se
       query: searchQuery,
       responses: [{ status: 200, description: 'The hits: the session, the turn (null for its name) and a snippet', schema: 'SearchHitList' }],
       async handle(ctx) {
-        const who = user(ctx);
+        const who = caller(ctx);
         const { projectId, q, cursor } = ctx.query;
-        const words = wordsOf(q as string);
-        if (words.length === 0) throw new ValidationError('q must contain a letter or a digit');
-        const archived = (ctx.query.archived ?? 'false') as ArchivedFilter;
-        const ownOnly = projectId === undefined || mode === 'owner';
-        const filter: SearchFilter = {
-          ...(projectId !== undefined ? { project: projectId } : {}),
-          ...(ownOnly ? { user: who } : {}),
-          archived,
-          live: access.now(),
-          words,
-        };
-        const listName = `search\n${projectId ?? ''}\n${ownOnly ? who : ''}\n${archived}\n${words.join(' ')}`;
+        const words = search.wordsOf(q as string);
+        const query = { q: q as string, projectId, archived: (ctx.query.archived ?? 'false') as ArchivedFilter };
+        // a cursor pages the search it came from only
+        const listName = `search\n${projectId ?? ''}\n${search.ownOnly(projectId) ? who.user : ''}\n${query.archived}\n${words.join(' ')}`;
         let after;
         if (cursor !== undefined) {
           const [at, doc] = cursors.decode(listName, cursor);
           after = { at, doc };
         }
-        const page = await store.search(filter, after, ctx.query.limit ?? SEARCH_PAGE);
+        const page = await search.search(who, query, words, after, ctx.query.limit ?? SEARCH_PAGE);
         const items = page.items.map((h) => hitJson(h, words));
         return pageReply(items, page.next === undefined ? undefined : cursors.encode(listName, page.next.at, page.next.doc));
       },

@@ -2,10 +2,10 @@
 // HTML reference page and Prometheus metrics. None needs a token.
 import type { Metrics } from '../metrics.js';
 import type { DocsPage } from './docs-page.js';
-import type { ProviderCatalog } from '../providers.js';
+import type { ProviderCatalog } from '../providers/catalog.js';
 import type { Store } from '../store/store.js';
-import { dataBody } from '../http/envelope.js';
-import { route, type RouteDef } from '../http/route.js';
+import { dataBody } from './envelope.js';
+import { route, type RouteDef } from './route.js';
 
 export interface ServiceDeps {
   readonly version: string;

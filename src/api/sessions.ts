@@ -1,18 +1,17 @@
 // Chat sessions (/api/v1/chat-sessions): the spec's five session endpoints, plus archive,
 // unarchive, switching branch (PUT headTurnId) and fork. The turns of a session are in
-// ./turns.ts. Handlers validate nothing by hand that the route declares; they decide, and the
-// store makes it durable.
-import { newObjectId } from '../domain/ids.js';
-import { createBody, expiryOf, forkBody, tagsOf, updateBody } from '../domain/inputs.js';
+// ./turns.ts. Each route takes what it declares (validated by the pipeline), calls one use case
+// of src/services/sessions.ts and answers.
+import { createBody, forkBody, updateBody } from '../domain/inputs.js';
 import { NAME_MAX, TAG_MAX, TAGS_MAX } from '../domain/limits.js';
-import { DEFAULT_MODE, chatSession, nextTimestamp, type ChatSessionMode } from '../domain/records.js';
-import { ValidationError, type QuerySchema } from '../domain/schema.js';
-import { foldForSearch } from '../domain/search.js';
-import { SessionNotFound, type ArchivedFilter, type SessionFilter, type SessionRecord } from '../store/store.js';
-import { Access, BASE, idParam, modified, notFound, pages, paging, sessionReply, stateOf, turnNotFound, user, type SessionDeps } from './access.js';
-import { doneBody } from '../http/envelope.js';
+import type { SessionMetadata } from '../domain/records.js';
+import type { QuerySchema } from '../domain/schema.js';
+import type { ArchivedFilter, SessionRecord } from '../store/store.js';
+import type { ListQuery } from '../services/sessions.js';
+import { BASE, caller, idParam, ifMatchOf, modified, notFound, pages, paging, sessionReply, turnNotFound, type SessionDeps } from './common.js';
+import { doneBody } from './envelope.js';
 import { wholeListReply } from './lists.js';
-import { route, type RouteDef } from '../http/route.js';
+import { route, type RouteDef } from './route.js';
 
 const listQuery = {
   fields: {
@@ -29,9 +28,7 @@ const listQuery = {
   },
 } as const satisfies QuerySchema;
 
-export function sessionRoutes({ store, access: mode, cursors, retentionDays }: SessionDeps): RouteDef[] {
-  const access = new Access(mode, retentionDays);
-
+export function sessionRoutes({ sessions, cursors }: SessionDeps): RouteDef[] {
   const setArchived = (archived: boolean) =>
     route({
       method: 'POST',
@@ -46,20 +43,7 @@ export function sessionRoutes({ store, access: mode, cursors, retentionDays }: S
       responses: [{ status: 200, description: 'The session', schema: 'ChatSession' }],
       errors: [notFound, modified],
       async handle(ctx) {
-        const who = user(ctx);
-        const id = ctx.params['id'] as string;
-        const check = access.mine(who, ctx.req);
-        const current = await store.getSession(id);
-        if (access.found(current, who) && current.session.archived === archived) {
-          check(stateOf(current));
-          return sessionReply(current);
-        }
-        const s = await store.updateSession(id, (cur) => {
-          check(cur);
-          const { session } = cur;
-          return session.archived === archived ? session : chatSession({ ...session, archived, updatedAt: nextTimestamp(session.updatedAt) });
-        });
-        return sessionReply(s);
+        return sessionReply(await sessions.setArchived(caller(ctx), ctx.params['id'] as string, archived, ifMatchOf(ctx)));
       },
     });
 
@@ -75,27 +59,19 @@ export function sessionRoutes({ store, access: mode, cursors, retentionDays }: S
       query: listQuery,
       responses: [{ status: 200, description: 'The sessions', schema: 'ChatSessionList' }],
       handle(ctx) {
-        const who = user(ctx);
+        const who = caller(ctx);
         const { projectId, q, limit, cursor } = ctx.query;
-        const tags = ctx.query.tag === undefined ? undefined : [...new Set(ctx.query.tag.map(foldForSearch))];
-        const archived = (ctx.query.archived ?? 'false') as ArchivedFilter;
-        const ownOnly = projectId === undefined || mode === 'owner';
-        const filter: SessionFilter = {
-          ...(projectId !== undefined ? { project: projectId } : {}),
-          ...(ownOnly ? { user: who } : {}),
-          archived,
-          ...(q !== undefined ? { nameContains: foldForSearch(q) } : {}),
-          ...(tags !== undefined ? { tags } : {}),
-          live: access.now(),
-        };
-        if (limit === undefined && cursor === undefined) return wholeListReply(store.scanSessions(filter), jsonOfSession);
-        const listName = `sessions\n${projectId ?? ''}\n${ownOnly ? who : ''}\n${archived}\n${q ?? ''}${tags === undefined ? '' : `\n${JSON.stringify([...tags].sort())}`}`;
+        const query: ListQuery = { projectId, q, archived: (ctx.query.archived ?? 'false') as ArchivedFilter, tags: ctx.query.tag };
+        if (limit === undefined && cursor === undefined) return wholeListReply(sessions.scan(who, query), jsonOfSession);
+        // a cursor pages the list it came from only: its name holds the list's filter
+        const f = sessions.filterOf(who, query);
+        const listName = `sessions\n${projectId ?? ''}\n${f.user ?? ''}\n${query.archived}\n${q ?? ''}${f.tags === undefined ? '' : `\n${JSON.stringify([...f.tags].sort())}`}`;
         let after;
         if (cursor !== undefined) {
           const [updatedAt, _id] = cursors.decode(listName, cursor);
           after = { updatedAt, _id };
         }
-        return pages(limit, after, (from, size) => store.listSessions(filter, from, size), jsonOfSession, (next) => cursors.encode(listName, next.updatedAt, next._id));
+        return pages(limit, after, (from, size) => sessions.list(who, query, from, size), jsonOfSession, (next) => cursors.encode(listName, next.updatedAt, next._id));
       },
     }),
 
@@ -111,26 +87,16 @@ export function sessionRoutes({ store, access: mode, cursors, retentionDays }: S
       responses: [{ status: 201, description: 'The new session', schema: 'ChatSession' }],
       async handle(ctx) {
         const b = ctx.body;
-        const now = Date.now();
-        const at = new Date(now).toISOString();
-        const s = await store.createSession(
-          chatSession({
-            _id: newObjectId(now),
-            name: b.name ?? '',
-            provider: b.providerId as string,
-            selectedModel: b.selectedModel as string,
-            mode: (b.mode as ChatSessionMode | undefined) ?? DEFAULT_MODE,
-            user: user(ctx),
-            project: b.projectId as string,
-            createdAt: at,
-            updatedAt: at,
-            archived: false,
-            headTurnId: null,
-            ...(b.tags !== undefined ? { tags: tagsOf(b.tags as string[]) } : {}),
-            ...(b.metadata !== undefined ? { metadata: b.metadata } : {}),
-            ...(b.expiresAt !== undefined ? { expiresAt: expiryOf(b.expiresAt) } : {}),
-          }),
-        );
+        const s = await sessions.create(caller(ctx), {
+          projectId: b.projectId as string,
+          providerId: b.providerId as string,
+          selectedModel: b.selectedModel as string,
+          mode: b.mode,
+          name: b.name,
+          tags: b.tags as string[] | undefined,
+          metadata: b.metadata as SessionMetadata | undefined,
+          expiresAt: b.expiresAt,
+        });
         return sessionReply(s, 201);
       },
     }),
@@ -146,12 +112,8 @@ export function sessionRoutes({ store, access: mode, cursors, retentionDays }: S
       params: idParam,
       responses: [{ status: 200, description: 'The session', schema: 'ChatSession' }],
       errors: [notFound],
-      handle(ctx) {
-        const who = user(ctx);
-        return store.getSession(ctx.params['id'] as string).then((r) => {
-          if (!access.found(r, who)) throw new SessionNotFound();
-          return sessionReply(r);
-        });
+      async handle(ctx) {
+        return sessionReply(await sessions.get(caller(ctx), ctx.params['id'] as string));
       },
     }),
 
@@ -169,39 +131,12 @@ export function sessionRoutes({ store, access: mode, cursors, retentionDays }: S
       responses: [{ status: 200, description: 'The updated session', schema: 'ChatSession' }],
       errors: [notFound, modified],
       async handle(ctx) {
-        const who = user(ctx);
-        const id = ctx.params['id'] as string;
-        const check = access.mine(who, ctx.req);
-        const { name, provider, selectedModel, mode: newMode, headTurnId, metadata } = ctx.body;
-        const tags = ctx.body.tags === undefined ? undefined : tagsOf(ctx.body.tags as string[]);
-        const expiresAt = ctx.body.expiresAt === undefined ? undefined : expiryOf(ctx.body.expiresAt);
-        const unchanged = [name, provider, selectedModel, newMode, headTurnId, tags, metadata, expiresAt].every((v) => v === undefined);
-        if (unchanged) {
-          const current = await store.getSession(id);
-          if (!access.found(current, who)) throw new SessionNotFound();
-          check(stateOf(current));
-          return sessionReply(current);
-        }
-        const s = await store.updateSession(
-          id,
-          (cur) => {
-            check(cur);
-            if (headTurnId !== undefined && cur.turn(headTurnId) === undefined) throw new ValidationError('headTurnId must be a turn of this session');
-            const was = cur.session;
-            return chatSession({
-              ...was,
-              name: name ?? was.name,
-              provider: provider ?? was.provider,
-              selectedModel: selectedModel ?? was.selectedModel,
-              mode: (newMode as ChatSessionMode | undefined) ?? was.mode,
-              headTurnId: headTurnId ?? was.headTurnId,
-              updatedAt: nextTimestamp(was.updatedAt),
-              ...(tags !== undefined ? { tags } : {}),
-              ...(metadata !== undefined ? { metadata } : {}),
-              ...(expiresAt !== undefined ? { expiresAt } : {}),
-            });
-          },
-          headTurnId === undefined ? undefined : { headTurnId },
+        const b = ctx.body;
+        const s = await sessions.update(
+          caller(ctx),
+          ctx.params['id'] as string,
+          { name: b.name, provider: b.provider, selectedModel: b.selectedModel, mode: b.mode, headTurnId: b.headTurnId, tags: b.tags as string[] | undefined, metadata: b.metadata as SessionMetadata | undefined, expiresAt: b.expiresAt },
+          ifMatchOf(ctx),
         );
         return sessionReply(s);
       },
@@ -220,7 +155,7 @@ export function sessionRoutes({ store, access: mode, cursors, retentionDays }: S
       responses: [{ status: 200, description: 'Deleted: {success: true, message: "Chat session deleted"}', schema: 'Deleted' }],
       errors: [notFound, modified],
       async handle(ctx) {
-        await store.deleteSession(ctx.params['id'] as string, access.mine(user(ctx), ctx.req));
+        await sessions.delete(caller(ctx), ctx.params['id'] as string, ifMatchOf(ctx));
         return { status: 200, body: doneBody('Chat session deleted') };
       },
     }),
@@ -242,31 +177,8 @@ export function sessionRoutes({ store, access: mode, cursors, retentionDays }: S
       responses: [{ status: 201, description: 'The new session, with forkedFrom', schema: 'ChatSession' }],
       errors: [notFound, turnNotFound, modified],
       async handle(ctx) {
-        const who = user(ctx);
-        const check = access.mine(who, ctx.req);
         const { turnId, name } = ctx.body;
-        const now = Date.now();
-        const at = new Date(now).toISOString();
-        const s = await store.forkSession(ctx.params['id'] as string, turnId, who, (source) => {
-          check(source);
-          const from = source.session;
-          return chatSession({
-            _id: newObjectId(now),
-            name: name ?? from.name,
-            provider: from.provider,
-            selectedModel: from.selectedModel,
-            mode: from.mode,
-            user: who,
-            project: from.project,
-            createdAt: at,
-            updatedAt: at,
-            archived: false,
-            headTurnId: null,
-            ...(from.tags !== undefined ? { tags: from.tags } : {}),
-            ...(from.metadata !== undefined ? { metadata: from.metadata } : {}),
-          });
-        });
-        return sessionReply(s, 201);
+        return sessionReply(await sessions.fork(caller(ctx), ctx.params['id'] as string, { turnId, name }, ifMatchOf(ctx)), 201);
       },
     }),
   ];

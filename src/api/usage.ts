@@ -1,11 +1,10 @@
-// What the caller's sessions hold (GET /api/v1/usage): the owner's usage the store keeps
-// up to date with every write, so the answer costs one lookup whatever the caller holds.
-import type { Store } from '../store/store.js';
-import { user } from './access.js';
-import { dataBody } from '../http/envelope.js';
-import { route, type RouteDef } from '../http/route.js';
+// What the caller's sessions hold (GET /api/v1/usage), from src/services/usage.ts.
+import type { UsageService } from '../services/usage.js';
+import { caller } from './common.js';
+import { dataBody } from './envelope.js';
+import { route, type RouteDef } from './route.js';
 
-export function usageRoutes(store: Store): RouteDef[] {
+export function usageRoutes(usage: UsageService): RouteDef[] {
   return [
     route({
       method: 'GET',
@@ -17,7 +16,7 @@ export function usageRoutes(store: Store): RouteDef[] {
       scope: 'sessions:read',
       responses: [{ status: 200, description: "The caller's usage", schema: 'Usage' }],
       async handle(ctx) {
-        const u = await store.usage(user(ctx));
+        const u = await usage.of(caller(ctx));
         return { status: 200, body: dataBody(JSON.stringify({ sessions: u.sessions, turns: u.turns, bytes: u.bytes })) };
       },
     }),

@@ -3,6 +3,7 @@
 // one map lookup; a token is only remembered once it has passed every check. A connection
 // also remembers the last header it authenticated, so a keep-alive client sending the same
 // header again costs one string comparison (no hashing of a long token).
+import { DomainError } from '../domain/errors.js';
 import { TokenError, verifyToken, type Claims } from './jwt.js';
 
 export const SCOPES = ['sessions:read', 'sessions:write', 'providers:read'] as const;
@@ -17,10 +18,10 @@ export interface Principal {
 }
 
 /** No Bearer credentials were sent at all (answered without `error="invalid_token"`). */
-export class NoCredentials extends Error {
+export class NoCredentials extends DomainError {
   override readonly name = 'NoCredentials';
   constructor() {
-    super('no bearer token');
+    super('no_credentials', 'no bearer token');
   }
 }
 

@@ -1,12 +1,17 @@
 // HS256 JSON Web Tokens (JWS compact form) with node:crypto: signing for the `token` command,
 // verification for every request. The algorithm is pinned to HS256; nothing in the token
 // can choose another.
+import { DomainError } from '../domain/errors.js';
 import { createHmac, timingSafeEqual } from 'node:crypto';
 import { isPlainObject } from '../domain/schema.js';
 
 /** Why a token was refused; the message is safe to send as `error_description`. */
-export class TokenError extends Error {
+/** A token that is not accepted; the message says why (it goes into WWW-Authenticate's error_description). */
+export class TokenError extends DomainError {
   override readonly name = 'TokenError';
+  constructor(message: string) {
+    super('invalid_token', message);
+  }
 }
 
 export interface Claims {

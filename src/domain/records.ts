@@ -1,6 +1,5 @@
 // The records this service keeps, in the spec's words: ChatSession, ChatSessionMode, Turn.
 // Field order here is the order clients see in JSON.
-import { foldForSearch } from './search.js';
 
 export const CHAT_SESSION_MODES = ['Build', 'Plan', 'Ask'] as const;
 export type ChatSessionMode = (typeof CHAT_SESSION_MODES)[number];
@@ -125,11 +124,6 @@ export function chatSession(f: ChatSession): ChatSession {
   };
 }
 
-/** A session's tags, folded as lists match them (each once). */
-export function foldedTags(s: ChatSession): readonly string[] {
-  if (s.tags === undefined) return [];
-  return [...new Set(s.tags.map(foldForSearch))];
-}
 
 /**
  * Builds a turn with the fields in their wire order: `_id`, `session` and `parentId` first and

@@ -1,5 +1,6 @@
 // A small schema language for request bodies and query strings. The route table declares
 // its inputs with it once; validation and the OpenAPI document are both derived from that.
+import { DomainError } from './errors.js';
 import type { JsonObject, JsonValue } from './records.js';
 
 export interface StringField {
@@ -166,8 +167,12 @@ type Given<F> = { [K in keyof F]: F[K] extends { readonly required: true } | { r
 export type Values<F> = { -readonly [K in Given<F>]: ValueOf<F[K]> } & { -readonly [K in Exclude<keyof F, Given<F>>]?: ValueOf<F[K]> };
 
 /** A request input that does not satisfy its schema; the message is the client's answer. */
-export class ValidationError extends Error {
+/** A request that breaks a rule of its shape: a 400 with this message. */
+export class ValidationError extends DomainError {
   override readonly name = 'ValidationError';
+  constructor(message: string) {
+    super('invalid', message);
+  }
 }
 
 function codePointLength(s: string, atMost: number): number {

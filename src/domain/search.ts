@@ -3,11 +3,17 @@
 // (GET /api/v1/search): texts are cut into words (runs of letters and digits), each folded;
 // a query matches a text when every query word is a prefix of one of the text's words.
 import { randomBytes } from 'node:crypto';
-import type { JsonValue } from './records.js';
+import type { ChatSession, JsonValue } from './records.js';
 
 /** The folded form of a name or of a search text (the list's `q`). */
 export function foldForSearch(text: string): string {
   return text.toLowerCase();
+}
+
+/** A session's tags, folded as lists match them (each once). */
+export function foldedTags(s: ChatSession): readonly string[] {
+  if (s.tags === undefined) return [];
+  return [...new Set(s.tags.map(foldForSearch))];
 }
 
 const WORD = /[\p{L}\p{N}]+/gu;

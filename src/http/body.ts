@@ -2,7 +2,7 @@
 // within a deadline and out of a memory budget shared by every request (BODY_MEMORY), so slow
 // or many bodies cannot make the server hold more than that.
 import type { IncomingMessage } from 'node:http';
-import { HttpError } from './errors.js';
+import { HttpError } from '../api/errors.js';
 
 const utf8 = new TextDecoder('utf-8', { fatal: true });
 

@@ -6,19 +6,18 @@
 import { randomBytes } from 'node:crypto';
 import { STATUS_CODES, type IncomingMessage, type ServerResponse } from 'node:http';
 import { isIP, type Socket } from 'node:net';
-import { hasScope, NoCredentials, TokenError, type Authenticator, type Principal } from '../auth/authenticate.js';
-import type { Answer, EventStreamReply, RouteDef, StreamReply } from './route.js';
+import { hasScope, TokenError, type Authenticator, type Principal } from '../auth/authenticate.js';
+import type { Answer, EventStreamReply, RouteDef, StreamReply } from '../api/route.js';
 import type { OpenedTicket, TicketCodec } from '../auth/tickets.js';
-import { parseQuery, validateBody, validateQuery, ValidationError } from '../domain/schema.js';
+import { parseQuery, validateBody, validateQuery } from '../domain/schema.js';
 import { requestLineMiddle, type Logger } from '../log.js';
 import type { Metrics, RouteStats } from '../metrics.js';
-import { PreconditionFailed, QuotaExceeded, SessionNotFound, StorageDamaged, StorageUnavailable, StorageWriteFailed, TurnNotFound, TurnNotStreaming, TurnTooLarge } from '../store/store.js';
 import { readJsonObject, releaseBody, type BodyHold, type BodyRules } from './body.js';
 import type { Connection, ConnectionGuard } from './connections.js';
 import type { Cors } from './cors.js';
-import { errorBody } from './envelope.js';
+import { errorBody } from '../api/envelope.js';
 import type { MemoryGuard } from './memory-guard.js';
-import { HttpError } from './errors.js';
+import { chosen, HttpError, httpErrorOf } from '../api/errors.js';
 import { parseErrorMessage } from './parse-error.js';
 import type { RateLimiter } from './rate-limit.js';
 import type { Router } from './router.js';
@@ -71,24 +70,6 @@ function originForm(url: string): string {
   if (m === null) return url;
   const rest = url.slice(m[0].length);
   return rest === '' || rest.charCodeAt(0) === 63 /* ? */ ? `/${rest}` : rest;
-}
-
-/** What the edge needs to answer a failure; the message is the client's and leaks nothing. */
-function toHttp(e: unknown): HttpError | undefined {
-  if (e instanceof HttpError) return e;
-  if (e instanceof ValidationError) return new HttpError(400, e.message);
-  if (e instanceof SessionNotFound || e instanceof TurnNotFound) return new HttpError(404, e.message);
-  if (e instanceof PreconditionFailed) return new HttpError(412, e.message);
-  if (e instanceof QuotaExceeded) return new HttpError(403, e.message);
-  if (e instanceof TurnNotStreaming) return new HttpError(409, e.message);
-  if (e instanceof TurnTooLarge) return new HttpError(413, e.message);
-  if (e instanceof NoCredentials) return new HttpError(401, 'Unauthorized', [['www-authenticate', 'Bearer']]);
-  if (e instanceof TokenError) {
-    return new HttpError(401, 'Unauthorized', [['www-authenticate', `Bearer error="invalid_token", error_description="${e.message}"`]]);
-  }
-  if (e instanceof StorageWriteFailed) return new HttpError(500, e.message);
-  if (e instanceof StorageUnavailable || e instanceof StorageDamaged) return new HttpError(503, e.message);
-  return undefined;
 }
 
 /** The request id: the client's when it is sane, else ours. */
@@ -430,10 +411,10 @@ export class Pipeline {
   }
 
   private fail(call: Call, e: unknown): void {
-    const h = toHttp(e);
+    const h = httpErrorOf(e);
     // a 503 the server chose (busy, low on memory) is counted and in the request line, not a failure to report;
     // nor is damage, which the store logged once when it found it
-    if (h === undefined || (h.status >= 500 && !(e instanceof HttpError && h.status === 503) && !(e instanceof StorageDamaged))) {
+    if (h === undefined || (h.status >= 500 && !chosen(e))) {
       this.options.log.error('request failed', { reqId: call.id, route: call.route?.def.path ?? null, err: e });
     }
     const status = h?.status ?? 500;

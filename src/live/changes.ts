@@ -3,7 +3,7 @@
 // may see it); its `data` is the record as the API answers it (or, for a delete, its id), so a
 // client applies it without asking again.
 import type { ChangeEvent } from '../store/store.js';
-import type { Change } from '../store/writer.js';
+import type { Change } from '../store/changes.js';
 
 /** The types of the events changes make, in the order the feed's documentation lists them. */
 export const CHANGE_EVENT_TYPES = ['session.created', 'session.updated', 'session.deleted', 'turn.created', 'turn.updated', 'turn.deleted', 'turn.delta'] as const;

@@ -6,9 +6,7 @@
 // goes live. One timer serves every stream: heartbeats, expiry, streams that stopped reading.
 import type { ServerResponse } from 'node:http';
 import type { Socket } from 'node:net';
-import type { EventStreamReply } from '../http/route.js';
-import { TokenError } from '../auth/jwt.js';
-import { HttpError } from '../http/errors.js';
+import { DomainError, ServerBusy } from '../domain/errors.js';
 import type { Logger } from '../log.js';
 import type { Metrics } from '../metrics.js';
 import type { LoggedEvent } from '../store/store.js';
@@ -53,6 +51,18 @@ export const FollowKey = {
   /** One session (GET /api/v1/chat-sessions/:id/events). */
   session: (id: string): string => `s\0${id}`,
 };
+
+/**
+ * A stream opened and not yet written: `attach` hands it the answer once its head is written;
+ * `cancel` when the client left before (what the API answers as an event stream).
+ */
+export interface OpenedStream {
+  readonly status: 200;
+  readonly eventStream: {
+    attach(res: ServerResponse): void;
+    cancel(): void;
+  };
+}
 
 /** Why a stream ended, as its final event says (and /metrics counts). */
 export type EndReason = 'slow' | 'expired' | 'shutdown' | 'deleted';
@@ -198,12 +208,12 @@ export class Hub {
    * Accepts a stream (caps, the ticket's single use, where a Last-Event-ID stands) and answers
    * how it opens; 429, 503 or 401 when it cannot.
    */
-  async open(f: Follow): Promise<EventStreamReply> {
+  async open(f: Follow): Promise<OpenedStream> {
     if (this.draining) return { status: 200, eventStream: { attach: (res) => res.end(frame('end', undefined, '{"reason":"shutdown"}').raw), cancel: () => undefined } };
     this.reserve(f.user);
     let handed = false;
     try {
-      if (f.ticket !== undefined && !(await this.feed.claimTicket(f.ticket.id, f.ticket.expiresAtMs))) throw new TokenError('ticket already used');
+      if (f.ticket !== undefined && !(await this.feed.claimTicket(f.ticket.id, f.ticket.expiresAtMs))) throw new DomainError('invalid_token', 'ticket already used');
       let cursor = this.feed.head;
       let replayTo = cursor;
       let reset: string | undefined;
@@ -243,8 +253,8 @@ export class Hub {
 
   private reserve(user: string): void {
     const mine = this.perUser.get(user) ?? 0;
-    if (mine >= this.o.maxStreamsPerUser) throw new HttpError(429, 'Too many event streams');
-    if (this.count >= this.o.maxStreams) throw new HttpError(503, 'Server is busy', [['retry-after', '1']]);
+    if (mine >= this.o.maxStreamsPerUser) throw new DomainError('too_many_streams', 'Too many event streams');
+    if (this.count >= this.o.maxStreams) throw new ServerBusy();
     this.perUser.set(user, mine + 1);
     this.count++;
   }

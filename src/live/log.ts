@@ -4,7 +4,7 @@
 // the store's commit listener; an engine shared by several instances (PostgreSQL) keeps it in
 // the database, and each instance follows it (SharedFeedLog).
 import type { Logger } from '../log.js';
-import { HttpError } from '../http/errors.js';
+import { ServerBusy } from '../domain/errors.js';
 import type { Announce, LoggedEvent, SharedEventLog, Store } from '../store/store.js';
 
 export interface FeedLog {
@@ -118,7 +118,7 @@ export class MemoryFeedLog implements FeedLog {
     if (this.used.has(id)) return false;
     if (this.used.size >= MAX_USED_TICKETS) {
       this.tick(Date.now());
-      if (this.used.size >= MAX_USED_TICKETS) throw new HttpError(503, 'Server is busy', [['retry-after', '1']]);
+      if (this.used.size >= MAX_USED_TICKETS) throw new ServerBusy();
     }
     this.used.set(id, expiresAtMs);
     return true;

@@ -2,8 +2,7 @@
 // ready-to-send response bodies. The `apiKey` leaves this module only in `records`, for the
 // provider clients (src/providers/) to call with: never in a response, a log line or an error message.
 import { readFileSync } from 'node:fs';
-import { dataBody } from './http/envelope.js';
-import { isHexObjectId } from './domain/ids.js';
+import { isHexObjectId } from '../domain/ids.js';
 import { isCountName, isCredentialName, isHeadersName } from './credentials.js';
 
 export class ProvidersFileError extends Error {
@@ -15,10 +14,10 @@ export interface ProviderCatalog {
   readonly loadedAt: string;
   /** false when the file did not exist (no providers). */
   readonly fromFile: boolean;
-  /** `{"success":true,"data":[...]}`, sorted by name. */
-  readonly listBody: string;
-  /** The success body for one provider by lowercase id. */
-  readonly bodies: ReadonlyMap<string, string>;
+  /** The providers as the API answers them (redacted), a JSON array sorted by name. */
+  readonly listJson: string;
+  /** One provider as the API answers it (redacted), JSON, by lowercase id. */
+  readonly json: ReadonlyMap<string, string>;
   /** Each provider's entry as the file holds it (key included), by lowercase id: what src/providers/config.ts reads to call it. */
   readonly records: ReadonlyMap<string, ProviderRecord>;
 }
@@ -149,14 +148,14 @@ export function parseProviders(text: string, file: string): ProviderCatalog {
     records.set(lower, e);
   });
   entries.sort((a, b) => compareCodePoints(a.name, b.name) || compareCodePoints(a.id, b.id));
-  const bodies = new Map<string, string>();
-  for (const p of entries) bodies.set(p.id, dataBody(JSON.stringify(p.body)));
+  const json = new Map<string, string>();
+  for (const p of entries) json.set(p.id, JSON.stringify(p.body));
   return {
     count: entries.length,
     loadedAt: new Date().toISOString(),
     fromFile: true,
-    listBody: dataBody(`[${entries.map((p) => JSON.stringify(p.body)).join(',')}]`),
-    bodies,
+    listJson: `[${[...json.values()].join(',')}]`,
+    json,
     records,
   };
 }
@@ -170,7 +169,7 @@ export function loadProviders(file: string, required = false): ProviderCatalog {
     const code = (e as NodeJS.ErrnoException).code;
     if (code === 'ENOENT' && required) throw new ProvidersFileError(`providers file ${file} (PROVIDERS_FILE) does not exist`);
     if (code === 'ENOENT') {
-      return { count: 0, loadedAt: new Date().toISOString(), fromFile: false, listBody: dataBody('[]'), bodies: new Map(), records: new Map() };
+      return { count: 0, loadedAt: new Date().toISOString(), fromFile: false, listJson: '[]', json: new Map(), records: new Map() };
     }
     throw new ProvidersFileError(`providers file ${file} cannot be read (${code ?? 'error'})`);
   }

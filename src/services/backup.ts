@@ -10,13 +10,13 @@
 // Version 1 (the first release) had no parentId on turns and no headTurnId on sessions: its
 // turns are given the turn before them as parent, its sessions their newest turn as head.
 import { closeSync, openSync } from 'node:fs';
-import { turnOfBackup } from './domain/backup-turn.js';
-import { forkedFromOf, sessionProblem } from './domain/stored.js';
-import { turnBefore } from './domain/order.js';
-import { isPlainObject } from './domain/schema.js';
-import { chatSession, turnRecord, type ChatSession, type JsonObject, type Turn } from './domain/records.js';
-import { forEachLine } from './files.js';
-import type { StoreSnapshot } from './store/store.js';
+import { turnOfBackup } from '../domain/backup-turn.js';
+import { forkedFromOf, sessionProblem } from '../domain/stored.js';
+import { turnBefore } from '../domain/order.js';
+import { isPlainObject } from '../domain/schema.js';
+import { chatSession, turnRecord, type ChatSession, type JsonObject, type Turn } from '../domain/records.js';
+import { forEachLine } from '../files.js';
+import type { StoreSnapshot } from '../store/store.js';
 
 export const EXPORT_FORMAT = 'chat-session-api/export';
 /** The version this release writes; it reads 1 too. */

@@ -2,9 +2,9 @@
 // background and by `purge`, and every session of one user (`erase-user`). Each batch is a few
 // deleteSession writes queued together, so the serial writer commits them as one group and the
 // requests' writes queued meanwhile go between two batches.
-import { isLive, livenessAt } from './domain/retention.js';
-import type { Logger } from './log.js';
-import { SessionNotFound, type ExpiredSession, type Store } from './store/store.js';
+import { isLive, livenessAt } from '../domain/retention.js';
+import type { Logger } from '../log.js';
+import { SessionNotFound, type ExpiredSession, type Store } from '../store/store.js';
 
 /** Sessions deleted per group commit: small, so a request's write never waits behind many. */
 export const PURGE_BATCH = 100;

@@ -68,10 +68,12 @@ function both(dir: string, database: string): StoreOpenFailed {
   );
 }
 
-/** What a migration carried over, and the name the journal is kept under. */
+/** What a migration carried over, where to, and the name the journal is kept under. */
 export interface Migrated {
   readonly sessions: number;
   readonly turns: number;
+  /** The store it went into, in words: the sqlite file, or the PostgreSQL database. */
+  readonly into: string;
   readonly kept: string;
 }
 
@@ -180,7 +182,7 @@ async function migrateToSqlite(files: readonly string[], building: string, datab
   renameSync(building, database);
   fsyncDir(dirname(database));
   log.info('journal migrated into sqlite; the journal is kept, renamed, and no longer read', { file: database, sessions: copied.sessions, turns: copied.turns, kept, ms: Math.round(performance.now() - started) });
-  return { ...copied, kept: kept[0] ?? '' };
+  return { ...copied, into: database, kept: kept[0] ?? '' };
 }
 
 /** Finishes a migration whose journal was renamed before its database was put in place. */
@@ -230,5 +232,5 @@ export async function migrateCommand(config: Config, log: Logger, openSqlite: (f
   } finally {
     await store.close();
   }
-  return { ...copied, kept: keepJournal(dir)[0] ?? '' };
+  return { ...copied, into: 'the PostgreSQL database', kept: keepJournal(dir)[0] ?? '' };
 }

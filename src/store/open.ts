@@ -3,25 +3,35 @@
 // retired journal is settled first (./migrate.ts): migrated into sqlite, or refused.
 import type { Config } from '../config.js';
 import type { Logger } from '../log.js';
-import { announce } from '../live/changes.js';
 import { JournalImage, journalFiles } from './journal/reader.js';
 import { migrateCommand, refuseUnserved, settleJournal, type Migrated } from './migrate.js';
 import { openPostgresStore } from './postgres/engine.js';
 import { openSqliteSnapshot, openSqliteStore } from './sqlite/engine.js';
-import { StoreOpenFailed, type Store, type StoreObserver, type StoreSnapshot } from './store.js';
+import { StoreOpenFailed, type Announce, type Store, type StoreObserver, type StoreSnapshot } from './store.js';
 
-/**
- * Opens the configured store for a server (`serving`: with its background work, the sqlite full
- * check) or a command that writes. The data directory's lock is the caller's.
- */
-export async function openStore(config: Config, log: Logger, observer?: StoreObserver, serving = false): Promise<Store> {
+/** What a caller adds to the configuration when it opens a store. */
+export interface OpenOptions {
+  /** Watches commits (the metrics). */
+  readonly observer?: StoreObserver | undefined;
+  /** A server: with its background work (the sqlite full check). */
+  readonly serving?: boolean;
+  /**
+   * The live feed's events of a group of changes (src/live/changes.ts): PostgreSQL logs them in
+   * the group's transaction, so every instance's subscribers see them (with EVENTS=on).
+   */
+  readonly announce?: Announce | undefined;
+}
+
+/** Opens the configured store for a server or a command that writes. The data directory's lock is the caller's. */
+export async function openStore(config: Config, log: Logger, opts: OpenOptions = {}): Promise<Store> {
+  const { observer, serving = false } = opts;
   await settleJournal(config, log, (file) => openSqliteBuild(config, log, file));
   if (!config.fsync) log.warn('FSYNC=off: writes are acknowledged before they are durable; a crash can lose them');
   switch (config.store) {
     case 'sqlite':
       return openSqliteStore({ file: config.sqliteFile, log, cacheBytes: config.sqliteCacheBytes, fsync: config.fsync, observer, groupCommit: config.groupCommit, quotas: config.limits.quotas, searchWalkFrom: config.searchWalkFrom, search: config.search, fullCheck: serving });
     case 'postgres':
-      return openPostgres(config, log, observer);
+      return openPostgres(config, log, opts);
   }
 }
 
@@ -31,11 +41,11 @@ function openSqliteBuild(config: Config, log: Logger, file: string): Promise<Sto
 }
 
 /** The `migrate` command: the journal of the data directory into the configured store; undefined when there is none. */
-export function migrateJournal(config: Config, log: Logger): Promise<Migrated | undefined> {
-  return migrateCommand(config, log, (file) => openSqliteBuild(config, log, file), () => openPostgres(config, log));
+export function migrateJournal(config: Config, log: Logger, opts: OpenOptions = {}): Promise<Migrated | undefined> {
+  return migrateCommand(config, log, (file) => openSqliteBuild(config, log, file), () => openPostgres(config, log, opts));
 }
 
-function openPostgres(config: Config, log: Logger, observer?: StoreObserver, readOnly = false): Promise<Store> {
+function openPostgres(config: Config, log: Logger, opts: OpenOptions, readOnly = false): Promise<Store> {
   if (config.databaseUrl === undefined) throw new StoreOpenFailed('STORE=postgres needs DATABASE_URL');
   return openPostgresStore({
     url: config.databaseUrl,
@@ -44,13 +54,13 @@ function openPostgres(config: Config, log: Logger, observer?: StoreObserver, rea
     streamingIdleMs: config.streamingIdleMs,
     log,
     groupCommit: config.groupCommit,
-    observer,
+    observer: opts.observer,
     readOnly,
     quotas: config.limits.quotas,
     searchWalkFrom: config.searchWalkFrom,
     search: config.search,
     // every instance logs its changes' events with them, so the others' subscribers see them too
-    announce: config.events === undefined ? undefined : announce,
+    announce: config.events === undefined ? undefined : opts.announce,
   });
 }
 
@@ -70,6 +80,6 @@ export async function openStoreSnapshot(config: Config, log: Logger): Promise<St
       return openSqliteSnapshot({ file: config.sqliteFile, log, cacheBytes: config.sqliteCacheBytes });
     case 'postgres':
       // an export reads one snapshot of the database, beside any number of instances
-      return openPostgres(config, log, undefined, true);
+      return openPostgres(config, log, {}, true);
   }
 }

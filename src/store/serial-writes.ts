@@ -4,7 +4,8 @@
 // hand a write over are the same for all of them, so they are written once here.
 import type { ChatSession, Turn } from '../domain/records.js';
 import type { SessionAtWrite, SessionRecord, TurnDelta, TurnEdit, TurnRecord, TurnUpdate, WriteHint } from './store.js';
-import type { CommitListener, SerialWriter } from './writer.js';
+import type { CommitListener } from './changes.js';
+import type { SerialWriter } from './writer.js';
 
 export abstract class SerialWrites {
   protected abstract readonly writer: SerialWriter;

@@ -3,16 +3,16 @@
 // store (src/store/writer.ts), where the caller's check or change runs against the current
 // state, so ownership and If-Match checks cannot race; a write's promise settles once the change
 // is committed (or has failed and changed nothing).
+import type { EngineName } from '../config.js';
+import { DomainError } from '../domain/errors.js';
 import type { SessionKey, TurnKey } from '../domain/order.js';
 import type { Liveness } from '../domain/retention.js';
 import type { ChatSession, JsonObject, Turn, TurnContent, TurnStatus, TurnUsage } from '../domain/records.js';
 import type { DeltaPlace } from '../domain/deltas.js';
-import type { Change, CommitListener } from './writer.js';
+import type { Change, CommitListener } from './changes.js';
 
 export type { SessionKey, TurnKey } from '../domain/order.js';
 
-export const ENGINES = ['sqlite', 'postgres'] as const;
-export type EngineName = (typeof ENGINES)[number];
 
 /** A session as read: its record, its JSON (what GET answers in `data`) and its version tag (the ETag). */
 export interface SessionRecord {
@@ -350,10 +350,10 @@ export interface Store {
  */
 export type StoreSnapshot = Pick<Store, 'exportAll' | 'expiredSessions' | 'close'>;
 
-export class SessionNotFound extends Error {
+export class SessionNotFound extends DomainError {
   override readonly name = 'SessionNotFound';
   constructor() {
-    super('Chat session not found');
+    super('session_not_found', 'Chat session not found');
   }
 }
 
@@ -363,26 +363,26 @@ export interface WriteHint {
   readonly headTurnId?: string;
 }
 
-export class TurnNotFound extends Error {
+export class TurnNotFound extends DomainError {
   override readonly name = 'TurnNotFound';
   constructor() {
-    super('Turn not found');
+    super('turn_not_found', 'Turn not found');
   }
 }
 
 /** A delta to a turn whose status is not `streaming`. */
-export class TurnNotStreaming extends Error {
+export class TurnNotStreaming extends DomainError {
   override readonly name = 'TurnNotStreaming';
   constructor() {
-    super('Turn is not streaming');
+    super('turn_not_streaming', 'Turn is not streaming');
   }
 }
 
 /** A delta that would make its turn larger than a turn may be. */
-export class TurnTooLarge extends Error {
+export class TurnTooLarge extends DomainError {
   override readonly name = 'TurnTooLarge';
   constructor() {
-    super('Turn too large');
+    super('turn_too_large', 'Turn too large');
   }
 }
 
@@ -392,37 +392,37 @@ export interface TurnDelta {
   readonly place: DeltaPlace;
 }
 
-export class PreconditionFailed extends Error {
+export class PreconditionFailed extends DomainError {
   override readonly name = 'PreconditionFailed';
   constructor() {
-    super('Chat session was modified');
+    super('precondition_failed', 'Chat session was modified');
   }
 }
 
 /** A quota of the session's owner (QUOTA_SESSIONS, QUOTA_TURNS, QUOTA_BYTES) would be passed; nothing changed. */
-export class QuotaExceeded extends Error {
+export class QuotaExceeded extends DomainError {
   override readonly name = 'QuotaExceeded';
   constructor(
     readonly quota: keyof Usage,
     readonly limit: number,
   ) {
-    super(`Quota exceeded: ${quota} (at most ${limit} per user)`);
+    super('quota_exceeded', `Quota exceeded: ${quota} (at most ${limit} per user)`);
   }
 }
 
 /** A write that could not be committed; nothing changed. The message leaks no path. */
-export class StorageWriteFailed extends Error {
+export class StorageWriteFailed extends DomainError {
   override readonly name = 'StorageWriteFailed';
   constructor(cause?: unknown) {
-    super('Storage write failed', { cause });
+    super('storage_write_failed', 'Storage write failed', { cause });
   }
 }
 
 /** The engine cannot be reached (a database that is down); the request may be retried later. */
-export class StorageUnavailable extends Error {
+export class StorageUnavailable extends DomainError {
   override readonly name = 'StorageUnavailable';
   constructor(cause?: unknown) {
-    super('Storage unavailable', { cause });
+    super('storage_unavailable', 'Storage unavailable', { cause });
   }
 }
 
@@ -431,10 +431,10 @@ export class StorageUnavailable extends Error {
  * reported malformed): writes are refused from then on and health is not ok; reads go on where
  * they can. The engine logged the file once, when it found it.
  */
-export class StorageDamaged extends Error {
+export class StorageDamaged extends DomainError {
   override readonly name = 'StorageDamaged';
   constructor(cause?: unknown) {
-    super('Storage damaged', { cause });
+    super('storage_damaged', 'Storage damaged', { cause });
   }
 }
 

@@ -387,7 +387,7 @@ describe('"A provider record is read for calling by providerConfig."', () => {
     const record = catalog.records.get('665f1c2a9b1e8a0012ab34c1');
     assert.equal(record.apiKey, KEY);
     assert.equal(providerConfig(record).apiKey, KEY);
-    assert.ok(!catalog.listBody.includes(KEY));
-    assert.ok(!catalog.bodies.get('665f1c2a9b1e8a0012ab34c1').includes(KEY));
+    assert.ok(!catalog.listJson.includes(KEY));
+    assert.ok(!catalog.json.get('665f1c2a9b1e8a0012ab34c1').includes(KEY));
   });
 });

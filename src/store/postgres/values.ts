@@ -2,7 +2,8 @@
 // that cannot be used right now is StorageUnavailable, 503; a transaction that lost a deadlock
 // is a GroupConflict, tried again; anything else stays what it was, 500), and text as the
 // database can hold it.
-import { foldedTags, type ChatSession } from '../../domain/records.js';
+import type { ChatSession } from '../../domain/records.js';
+import { foldedTags } from '../../domain/search.js';
 import { indexedTurnWords, indexedWords } from '../../domain/search.js';
 import { PgError } from '../../pg/errors.js';
 import { StorageUnavailable } from '../store.js';
