@@ -19,6 +19,8 @@ import { SearchService } from './services/search.js';
 import { SessionService } from './services/sessions.js';
 import { TurnService } from './services/turns.js';
 import { UsageService } from './services/usage.js';
+import { ReplyService } from './services/replies.js';
+import { replyRoutes } from './api/replies.js';
 import { Authenticator } from './auth/authenticate.js';
 import type { Secrets } from './auth/secret.js';
 import { TicketCodec } from './auth/tickets.js';
@@ -68,6 +70,8 @@ export function createApp(p: AppParts): App {
   const { limits } = config;
   const live = liveFeed(p);
   const access = new Access(config.access, config.retentionDays);
+  const replies = new ReplyService(p.store, access, p.catalog, live?.hub, { maxReplies: config.repliesMax, idleTimeoutMs: config.providerIdleTimeoutMs, maxTurnBytes: config.bodyLimit }, p.log);
+  if (p.metrics !== undefined) p.metrics.replies = () => replies.counts;
   const usage = new UsageService(p.store);
   const sessionDeps: SessionDeps = {
     sessions: new SessionService(p.store, access),
@@ -85,6 +89,7 @@ export function createApp(p: AppParts): App {
     ...usageRoutes(usage),
     ...(live === undefined ? [] : eventRoutes({ feed: new FeedService(live.hub, p.store, access), tickets: live.tickets })),
     ...providerRoutes(p.catalog),
+    ...replyRoutes({ replies, hub: live?.hub }),
   ];
   openApiBody = JSON.stringify(openApiDocument(routes, p.version));
   if (config.docs) docs = docsPage(openApiBody, 'chat-session-api');
@@ -140,10 +145,13 @@ export function createApp(p: AppParts): App {
     connections,
     start: async () => {
       await live?.hub.start();
+      await replies.start();
     },
-    drain: () => live?.hub.drain(),
+    // replies in progress end `interrupted` (recorded, and waiting requests answered), then the streams end
+    drain: () => void replies.stop().finally(() => live?.hub.drain()),
     close: async () => {
       limiter?.stop();
+      await replies.stop();
       await live?.hub.close();
     },
   };

@@ -93,6 +93,8 @@ export class Metrics {
   live: { streams(): number; events(): number; ended(): ReadonlyMap<string, number> } | undefined;
   /** What the background purge deleted (set by the server; undefined with PURGE_INTERVAL=off). */
   purged: { readonly sessions: number; readonly turns: number } | undefined;
+  /** Replies from the model: in progress, and ended by status (set by the app). */
+  replies: (() => { readonly inProgress: number; readonly ended: ReadonlyMap<string, number> }) | undefined;
   private readonly startSeconds = Date.now() / 1000;
 
   /** The counters for one route; `route` is its pattern, never a raw path. */
@@ -171,6 +173,13 @@ export class Metrics {
       lines.push(`${p}_events_total ${this.live.events()}`);
       meta(`${p}_event_streams_ended_total`, 'counter', 'Event streams ended, by reason: client (it went away), slow, expired, deleted, shutdown.');
       for (const [reason, n] of this.live.ended()) lines.push(`${p}_event_streams_ended_total{reason="${label(reason)}"} ${n}`);
+    }
+    if (this.replies !== undefined) {
+      const r = this.replies();
+      meta(`${p}_replies_in_progress`, 'gauge', 'Replies this instance is asking a model for now (REPLIES_MAX bounds them).');
+      lines.push(`${p}_replies_in_progress ${r.inProgress}`);
+      meta(`${p}_replies_total`, 'counter', 'Replies ended, by status: complete, error, interrupted.');
+      for (const status of ['complete', 'error', 'interrupted']) lines.push(`${p}_replies_total{status="${status}"} ${r.ended.get(status) ?? 0}`);
     }
     meta(`${p}_sessions`, 'gauge', 'Chat sessions stored.');
     lines.push(`${p}_sessions ${g.store.sessions}`);

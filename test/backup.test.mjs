@@ -743,12 +743,12 @@ describe('Restore: import, the file\'s version of a record (regressions from rev
     }
   });
 
-  test('import holds turns to the API\'s rules too (blank content, long model or user, deep metadata: one clear line, nothing written)', async () => {
+  test('import holds turns to the API\'s rules too (a bad role, long model or user, deep metadata: one clear line, nothing written; blank content imports, as a reply that ended before its first word has it)', async () => {
     const work = tempDir();
     const { dir, file, records } = await oneSessionBackup(work);
     try {
       const cases = [
-        [(t) => (t.content = '   '), /turn content is required/],
+        [(t) => (t.role = 'robot'), /turn role must be one of: user, assistant, system, tool/],
         [(t) => (t.model = 'm'.repeat(201)), /turn model must be at most 200 characters/],
         [(t) => (t.user = 'u'.repeat(201)), /turn user must be a non-blank string of at most 200 characters/],
         // too deep for JSON.stringify here too: spliced into the text below

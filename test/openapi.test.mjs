@@ -2,12 +2,16 @@
 // The features beyond the spec's rows, as the features issue names them (its words, not the
 // docs', are what the test names quote). Against the real server over HTTP.
 import assert from 'node:assert/strict';
-import { before, describe, test } from 'node:test';
+import { after, before, describe, test } from 'node:test';
 import { addTurn, alice, ALL_SCOPES, assert403, assertError, create, EMOJI, get, ids, MISSING, PROVIDERS, server, sharedServer, unique, withParams } from './api-kit.mjs';
 import { tokenFor } from './helpers.mjs';
+import { startProvider } from './provider/server.mjs';
 import { openEvents } from './sse.mjs';
 
-sharedServer({ providers: PROVIDERS });
+// the sessions these tests make name the example OpenAI provider: here it is the local provider, so a message's reply is answered
+const provider = await startProvider({ log: false });
+sharedServer({ providers: [...PROVIDERS, { _id: '665f1c2a9b1e8a0012ab34c1', name: 'Local', type: 'openai', baseUrl: `${provider.url}/v1` }] });
+after(() => provider.close());
 
 describe('i. One source of truth: the OpenAPI document', () => {
   let doc;
@@ -96,8 +100,8 @@ describe('i. One source of truth: the OpenAPI document', () => {
     if (required.length > 0) return `${path}?${required.map((p) => `${p.name}=x`).join('&')}`;
     if (!path.includes('{')) return path;
     const id = path.startsWith('/api/v1/providers/') ? PROVIDERS[0]._id : (await create(alice))._id;
-    // a turn's deltas go to a streaming turn
-    const body = path.endsWith('/deltas') ? { role: 'assistant', content: 'so far', status: 'streaming' } : undefined;
+    // a turn's deltas go to a streaming turn, and a cancel stops one
+    const body = path.endsWith('/deltas') || path.endsWith('/cancel') ? { role: 'assistant', content: 'so far', status: 'streaming' } : undefined;
     const turn = path.startsWith('/api/v1/providers/') ? undefined : await addTurn(alice, id, body);
     const out = path.replace(/\{id\}/g, id).replace(/\{turnId\}/g, turn?._id);
     assert.ok(!out.includes('{'), `every path parameter of ${path} is known to this test`);
@@ -135,7 +139,7 @@ describe('i. One source of truth: the OpenAPI document', () => {
     for (const { path, method, op } of ops) {
       const concrete = await concretePath(path);
       const json = minimalBody(op);
-      if (op.responses['200']?.content?.['text/event-stream'] !== undefined) {
+      if (method === 'GET' && op.responses['200']?.content?.['text/event-stream'] !== undefined) {
         // an event stream never ends by itself: it is open once its `ready` event is in
         const events = await openEvents(server.url, concrete, { token: alice.token });
         assert.equal(events.status, 200, `${method} ${path}: ${events.text}`);
@@ -293,7 +297,7 @@ describe('i. One source of truth: the OpenAPI document', () => {
       assert.ok(op.responses['403'], `${method} ${path} documents 403`);
       const json = minimalBody(op);
       const token = tokenFor('alice', { scope: scopes[0] });
-      const stream = op.responses['200']?.content?.['text/event-stream'] !== undefined;
+      const stream = method === 'GET' && op.responses['200']?.content?.['text/event-stream'] !== undefined;
       // an event stream never ends by itself: its head is the answer
       const withIt = stream ? await openEvents(server.url, await concretePath(path), { token }) : await server.request(method, await concretePath(path), { token, json });
       if (stream) await withIt.close();

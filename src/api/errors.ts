@@ -31,6 +31,7 @@ const STATUS: { readonly [code in ErrorCode]: number } = {
   reply_in_progress: 409,
   cannot_reply: 409,
   turn_too_large: 413,
+  not_acceptable: 406,
   too_many_streams: 429,
   storage_write_failed: 500,
   busy: 503,

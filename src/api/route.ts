@@ -79,7 +79,8 @@ export type SchemaName =
   | 'DocsPage'
   | 'EventStream'
   | 'EventTicket'
-  | 'Usage';
+  | 'Usage'
+  | 'ReplyStarted';
 
 export interface ResponseDoc {
   readonly status: number;

@@ -96,6 +96,7 @@ export function sessionRoutes({ sessions, cursors }: SessionDeps): RouteDef[] {
           tags: b.tags as string[] | undefined,
           metadata: b.metadata as SessionMetadata | undefined,
           expiresAt: b.expiresAt,
+          instructions: b.instructions as string | undefined,
         });
         return sessionReply(s, 201);
       },
@@ -135,7 +136,7 @@ export function sessionRoutes({ sessions, cursors }: SessionDeps): RouteDef[] {
         const s = await sessions.update(
           caller(ctx),
           ctx.params['id'] as string,
-          { name: b.name, provider: b.provider, selectedModel: b.selectedModel, mode: b.mode, headTurnId: b.headTurnId, tags: b.tags as string[] | undefined, metadata: b.metadata as SessionMetadata | undefined, expiresAt: b.expiresAt },
+          { name: b.name, provider: b.provider, selectedModel: b.selectedModel, mode: b.mode, headTurnId: b.headTurnId, tags: b.tags as string[] | undefined, metadata: b.metadata as SessionMetadata | undefined, expiresAt: b.expiresAt, instructions: b.instructions },
           ifMatchOf(ctx),
         );
         return sessionReply(s);

@@ -4,6 +4,7 @@
 // use case of src/services/turns.ts.
 import { deltaBody, turnBody, turnUpdateBody } from '../domain/inputs.js';
 import { ID_MAX } from '../domain/limits.js';
+import type { DeltaPlace } from '../domain/deltas.js';
 import type { JsonObject, TurnContent, TurnRole, TurnStatus, TurnUsage } from '../domain/records.js';
 import type { QuerySchema } from '../domain/schema.js';
 import type { Branch, TurnEdit, TurnRecord } from '../store/store.js';
@@ -154,7 +155,7 @@ export function turnRoutes({ turns, cursors, maxTurnBytes }: SessionDeps): Route
       async handle(ctx) {
         const { text } = ctx.body;
         const d = await turns.delta(caller(ctx), ctx.params['id'] as string, ctx.params['turnId'] as string, text, maxTurnBytes, ifMatchOf(ctx));
-        const p = d.place;
+        const p = d.places[0] as DeltaPlace;
         const data = { _id: d.turn._id, session: ctx.params['id'] as string, at: p.at, ...(p.part !== undefined ? { part: p.part } : {}) };
         return { status: 200, body: dataBody(JSON.stringify(data)) };
       },

@@ -2,7 +2,7 @@
 // inputs.ts, so an import cannot bring in a turn the API would have refused.
 import { isObjectId } from './ids.js';
 import { turnBody } from './inputs.js';
-import { ID_MAX } from './limits.js';
+import { ERROR_MESSAGE_MAX, ID_MAX } from './limits.js';
 import { DEFAULT_TURN_STATUS, type Turn, type TurnContent, type TurnRole, type TurnStatus, type TurnUsage } from './records.js';
 import { isPlainObject, validateBody, ValidationError, type Values } from './schema.js';
 import { isTimestamp, tooLong } from './stored.js';
@@ -20,6 +20,8 @@ export function turnOfBackup(v: unknown): Turn | string {
   if (parent !== undefined && parent !== null && (typeof parent !== 'string' || !isObjectId(parent))) return 'turn parentId must be a turn _id or null';
   if (typeof v['user'] !== 'string' || v['user'].trim() === '' || tooLong(v['user'], ID_MAX)) return `turn user must be a non-blank string of at most ${ID_MAX} characters`;
   if (!isTimestamp(v['createdAt'])) return 'turn createdAt must be an ISO 8601 UTC timestamp';
+  const error = v['error'];
+  if (error !== undefined && (!isPlainObject(error) || typeof error['message'] !== 'string' || tooLong(error['message'], ERROR_MESSAGE_MAX))) return `turn error must be {message} with a message of at most ${ERROR_MESSAGE_MAX} characters`;
   let b: Values<typeof turnBody.fields>;
   try {
     b = validateBody(turnBody, v);
@@ -37,6 +39,7 @@ export function turnOfBackup(v: unknown): Turn | string {
     ...(b.model !== undefined ? { model: b.model } : {}),
     ...(b.metadata !== undefined ? { metadata: b.metadata } : {}),
     ...(b.usage !== undefined ? { usage: b.usage as unknown as TurnUsage } : {}),
+    ...(isPlainObject(error) ? { error: { message: error['message'] as string } } : {}),
     status: (b.status as TurnStatus | undefined) ?? DEFAULT_TURN_STATUS,
     createdAt: v['createdAt'] as string,
   };

@@ -18,6 +18,8 @@ export type ErrorCode =
   | 'reply_in_progress'
   | 'cannot_reply'
   | 'too_many_streams'
+  /** An answer the request asked for (Accept) that this server does not give (406). */
+  | 'not_acceptable'
   | 'busy'
   | 'storage_write_failed'
   | 'storage_unavailable'

@@ -2,7 +2,7 @@
 // declared once in the schema language. The routes validate requests with these; import holds
 // backup turns to them (backup-turn.ts).
 import { DELTA_MAX } from './deltas.js';
-import { ID_MAX, METADATA_KEY_MAX, METADATA_KEYS, METADATA_VALUE_MAX, NAME_MAX, PART_JSON_DEPTH, PARTS_MAX, TAG_MAX, TAGS_MAX, URL_MAX } from './limits.js';
+import { ID_MAX, INSTRUCTIONS_MAX_BYTES, METADATA_KEY_MAX, METADATA_KEYS, METADATA_VALUE_MAX, NAME_MAX, PART_JSON_DEPTH, PARTS_MAX, TAG_MAX, TAGS_MAX, URL_MAX } from './limits.js';
 import { CHAT_SESSION_MODES, DEFAULT_TURN_STATUS, TURN_ROLES, TURN_STATUSES } from './records.js';
 import { foldForSearch } from './search.js';
 import { ValidationError, type BodyField, type BodySchema } from './schema.js';
@@ -33,6 +33,12 @@ const sessionFields = (update: boolean) =>
       nullable: true,
       pattern: { regex: EXPIRY_PATTERN, means: 'an ISO 8601 time with a time zone, such as 2030-01-31T00:00:00Z, or null' },
       description: 'When the session is gone (404, out of every list); null: never, whatever RETENTION_DAYS says. Absent: RETENTION_DAYS after its last activity, when set.',
+    },
+    instructions: {
+      kind: 'string',
+      nullable: update,
+      maxLength: INSTRUCTIONS_MAX_BYTES,
+      description: `The system message of the replies the server asks the model for (POST .../messages, .../replies), at most ${INSTRUCTIONS_MAX_BYTES / 1024} KiB of UTF-8.${update ? ' "" or null removes it.' : ''}`,
     },
   }) as const satisfies Record<string, BodyField>;
 
@@ -104,7 +110,12 @@ export const PART = {
   },
 } as const satisfies BodyField;
 
-/** A turn's content: a string (as the first release took it) or a non-empty array of typed parts. */
+/**
+ * A turn's content: a string (as the first release took it) or a non-empty array of typed parts.
+ * `create`: required; a blank string is then refused unless `blankWhen` allows it (a turn created
+ * streaming: checked by the route, which knows the status; a stored turn: a reply that ended
+ * before its first word).
+ */
 export function contentField(create: boolean) {
   return {
     kind: 'either',
@@ -112,10 +123,15 @@ export function contentField(create: boolean) {
     expected: 'a string or an array of parts',
     description: 'What the turn says: text, or an array of typed parts (text, reasoning, tool_call, tool_result, file).',
     of: [
-      { kind: 'string', ...(create ? { required: true } : { notBlank: true }), description: 'The text of the turn (not blank).' },
+      { kind: 'string', ...(create ? {} : { notBlank: true }), description: create ? 'The text of the turn (not blank; "" only for a turn created streaming).' : 'The text of the turn (not blank).' },
       { kind: 'list', minItems: 1, maxItems: PARTS_MAX, items: PART, description: `At most ${PARTS_MAX} parts.` },
     ],
   } as const satisfies BodyField;
+}
+
+/** What a turn created through the API may say: blank text only when it is created streaming (a reply that has said nothing yet). */
+export function checkNewContent(content: unknown, status: string | undefined): void {
+  if (typeof content === 'string' && content.trim() === '' && status !== 'streaming') throw new ValidationError('content is required');
 }
 
 /** The token usage of a turn. */
@@ -189,6 +205,55 @@ export const forkBody = {
   },
 } as const satisfies BodySchema;
 
+
+/** What a reply is asked with: the generation settings, passed on to the provider in its own names. */
+export const REPLY_OPTIONS = {
+  kind: 'shape',
+  description: 'Generation settings, passed on to the provider in its own names; absent ones are not sent.',
+  fields: {
+    temperature: { kind: 'number', integer: false, min: 0, max: 2, description: 'Sampling temperature, 0 to 2.' },
+    maxTokens: { kind: 'number', integer: true, min: 1, max: 1_000_000, description: 'The most tokens the reply may have.' },
+    topP: { kind: 'number', integer: false, min: 0, max: 1, description: 'Nucleus sampling, 0 to 1.' },
+    stop: {
+      kind: 'either',
+      expected: 'a string or an array of strings',
+      description: 'Where the model stops: a string, or up to 4.',
+      of: [
+        { kind: 'string', present: true, maxLength: 200, description: 'One stop sequence.' },
+        { kind: 'list', minItems: 1, maxItems: 4, items: { kind: 'string', present: true, maxLength: 200, description: 'A stop sequence.' }, description: 'Up to 4 stop sequences.' },
+      ],
+    },
+  },
+} as const satisfies BodyField;
+
+const replyFields = {
+  model: { kind: 'string', notBlank: true, maxLength: ID_MAX, description: "The model to ask; absent: the session's selectedModel. It must be one of the provider's `models` when it lists some." },
+  options: REPLY_OPTIONS,
+  background: { kind: 'boolean', description: 'true: answer 202 at once with the reply still streaming (follow it on the session\'s events or by GET of the turn).' },
+} as const satisfies Record<string, BodyField>;
+
+/** POST .../messages: a user turn, and the model's reply to it. */
+export const messageBody = {
+  name: 'SendMessage',
+  nullIsAbsent: true,
+  example: { content: 'Say hello in five words.' },
+  fields: {
+    content: contentField(true),
+    parentId: { kind: 'string', nullable: true, maxLength: ID_MAX, description: "The turn the message follows: a turn of this session; null makes a new root. Absent: the session's head." },
+    ...replyFields,
+  },
+} as const satisfies BodySchema;
+
+/** POST .../replies: the model's reply to a turn already there (regenerating an answer is a reply to its user turn). */
+export const replyBody = {
+  name: 'AskReply',
+  nullIsAbsent: true,
+  example: {},
+  fields: {
+    parentId: { kind: 'string', notBlank: true, maxLength: ID_MAX, description: "The turn to reply to: a turn of this session. Absent: the session's head." },
+    ...replyFields,
+  },
+} as const satisfies BodySchema;
 
 /** A given expiresAt as stored: UTC with milliseconds, or null (never). A time the calendar does not have is refused. */
 export function expiryOf(value: string | null): string | null {

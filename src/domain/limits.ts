@@ -19,3 +19,8 @@ export const PARTS_MAX = 256;
 export const PART_JSON_DEPTH = 32;
 /** A file part's `url`, in characters. */
 export const URL_MAX = 2048;
+
+/** A session's `instructions` (the system message of its replies), in UTF-8 bytes: 32 KiB. */
+export const INSTRUCTIONS_MAX_BYTES = 32 * 1024;
+/** A turn's `error.message`, in characters (a provider's words are cut to fit). */
+export const ERROR_MESSAGE_MAX = 2000;

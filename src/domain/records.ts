@@ -44,6 +44,8 @@ export interface ChatSession {
    * for never (RETENTION_DAYS then does not apply to it).
    */
   readonly expiresAt?: string | null;
+  /** Only when set: the system message of the replies the server asks for (at most INSTRUCTIONS_MAX_BYTES). */
+  readonly instructions?: string;
 }
 
 /** A session's metadata: at most 16 keys, each value a string. */
@@ -95,8 +97,15 @@ export interface Turn {
   readonly model?: string;
   readonly metadata?: JsonObject;
   readonly usage?: TurnUsage;
+  /** Only on a turn that ended with `error` (a reply the provider refused or failed): what happened, in words that name the provider, never its key. */
+  readonly error?: TurnError;
   readonly status: TurnStatus;
   readonly createdAt: string;
+}
+
+/** Why a turn ended with status `error`. */
+export interface TurnError {
+  readonly message: string;
 }
 
 /**
@@ -121,6 +130,7 @@ export function chatSession(f: ChatSession): ChatSession {
     ...(f.tags !== undefined && f.tags.length > 0 ? { tags: f.tags } : {}),
     ...(f.metadata !== undefined && Object.keys(f.metadata).length > 0 ? { metadata: f.metadata } : {}),
     ...(f.expiresAt !== undefined ? { expiresAt: f.expiresAt } : {}),
+    ...(f.instructions !== undefined && f.instructions !== '' ? { instructions: f.instructions } : {}),
   };
 }
 
@@ -142,6 +152,7 @@ export function turnRecord(f: Turn): Turn {
     ...(f.model !== undefined ? { model: f.model } : {}),
     ...(f.metadata !== undefined ? { metadata: f.metadata } : {}),
     ...(f.usage !== undefined ? { usage: f.usage } : {}),
+    ...(f.error !== undefined ? { error: { message: f.error.message } } : {}),
     status: f.status ?? DEFAULT_TURN_STATUS,
     createdAt: f.createdAt,
   };

@@ -40,13 +40,14 @@ export interface IntegerField {
   readonly max: number;
 }
 
-/** A JSON number (an integer when `integer`), at least `min`. */
+/** A JSON number (an integer when `integer`), at least `min` (and at most `max` when given). */
 export interface NumberField {
   readonly kind: 'number';
   readonly description: string;
   readonly required?: boolean;
   readonly integer: boolean;
   readonly min: number;
+  readonly max?: number;
 }
 
 export interface BooleanField {
@@ -274,8 +275,9 @@ function checkValue(path: string, f: BodyField, value: unknown): JsonValue {
       return value;
     case 'number': {
       const kind = f.integer ? 'integer' : 'number';
-      const what = f.min === 0 ? `a non-negative ${kind}` : `${f.integer ? 'an' : 'a'} ${kind} of at least ${f.min}`;
-      if (typeof value !== 'number' || !Number.isFinite(value) || (f.integer && !Number.isSafeInteger(value)) || value < f.min) {
+      const what =
+        f.max !== undefined ? `${f.integer ? 'an' : 'a'} ${kind} from ${f.min} to ${f.max}` : f.min === 0 ? `a non-negative ${kind}` : `${f.integer ? 'an' : 'a'} ${kind} of at least ${f.min}`;
+      if (typeof value !== 'number' || !Number.isFinite(value) || (f.integer && !Number.isSafeInteger(value)) || value < f.min || (f.max !== undefined && value > f.max)) {
         throw new ValidationError(`${path} must be ${what}`);
       }
       return value;
@@ -459,7 +461,7 @@ export function fieldJsonSchema(f: BodyField | QueryField): JsonSchema {
     case 'integer':
       return { type: 'integer', description: f.description, minimum: f.min, maximum: f.max };
     case 'number':
-      return { type: f.integer ? 'integer' : 'number', description: f.description, minimum: f.min };
+      return { type: f.integer ? 'integer' : 'number', description: f.description, minimum: f.min, ...(f.max !== undefined ? { maximum: f.max } : {}) };
     case 'boolean':
       return { type: 'boolean', description: f.description };
     case 'json':

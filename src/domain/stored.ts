@@ -2,7 +2,7 @@
 // backup import accept from a file, held to the types (and on import to the API's limits).
 // A backup's turns are held to the turn request body instead (backup-turn.ts).
 import { isObjectId } from './ids.js';
-import { ID_MAX, METADATA_KEY_MAX, METADATA_KEYS, METADATA_VALUE_MAX, NAME_MAX, TAG_MAX, TAGS_MAX } from './limits.js';
+import { ID_MAX, INSTRUCTIONS_MAX_BYTES, METADATA_KEY_MAX, METADATA_KEYS, METADATA_VALUE_MAX, NAME_MAX, TAG_MAX, TAGS_MAX } from './limits.js';
 import { isChatSessionMode, type ChatSession, type JsonObject } from './records.js';
 import { isPlainObject } from './schema.js';
 
@@ -56,6 +56,8 @@ export function laterSessionProblem(v: JsonObject): string | undefined {
   if (expires !== undefined && expires !== null && !isTimestamp(expires)) return 'session expiresAt must be an ISO 8601 UTC timestamp or null';
   const head = v['headTurnId'];
   if (head !== undefined && head !== null && (typeof head !== 'string' || !isObjectId(head))) return 'session headTurnId must be a turn _id or null';
+  const instructions = v['instructions'];
+  if (instructions !== undefined && (typeof instructions !== 'string' || Buffer.byteLength(instructions) > INSTRUCTIONS_MAX_BYTES)) return `session instructions must be a string of at most ${INSTRUCTIONS_MAX_BYTES} bytes`;
   const from = v['forkedFrom'];
   if (from !== undefined) {
     if (!isPlainObject(from) || typeof from['session'] !== 'string' || !isObjectId(from['session'])) return 'session forkedFrom.session must be a session _id';

@@ -2,6 +2,7 @@
 // events. An event names its session, and the session's owner and project (which subscribers
 // may see it); its `data` is the record as the API answers it (or, for a delete, its id), so a
 // client applies it without asking again.
+import type { DeltaPlace, Piece } from '../domain/deltas.js';
 import type { ChangeEvent } from '../store/store.js';
 import type { Change } from '../store/changes.js';
 
@@ -39,14 +40,24 @@ export function eventsOf(c: Change): ChangeEvent[] {
         event('turn.deleted', c.session, JSON.stringify({ _id: c.turnId, session: c.sessionId, ids: c.ids })),
         event('session.updated', c.session, c.sessionJson),
       ];
-    case 'delta': {
-      const p = c.place;
-      const data = { _id: c.turn._id, session: c.turn.session, text: c.text, at: p.at, ...(p.part !== undefined ? { part: p.part } : {}) };
-      return [event('turn.delta', c.session, JSON.stringify(data))];
-    }
+    case 'delta':
+      // a reply's pieces were told as they came (deltaEvents): its commit only makes them durable
+      return c.quiet ? [] : deltaEvents(c.session, c.turn._id, c.pieces, c.places);
     case 'delete':
       return [event('session.deleted', c.session, JSON.stringify({ _id: c.id }))];
   }
+}
+
+/**
+ * The `turn.delta` events of pieces appended to a streaming turn: `{_id, session, text, at,
+ * part?}`, and `type: "reasoning"` for the model's reasoning (answer text has no `type`).
+ */
+export function deltaEvents(session: { readonly _id: string; readonly user: string; readonly project: string }, turnId: string, pieces: readonly Piece[], places: readonly DeltaPlace[]): ChangeEvent[] {
+  return pieces.map((piece, i) => {
+    const p = places[i] as DeltaPlace;
+    const data = { _id: turnId, session: session._id, text: piece.text, at: p.at, ...(p.part !== undefined ? { part: p.part } : {}), ...(piece.kind === 'reasoning' ? { type: 'reasoning' } : {}) };
+    return event('turn.delta', session, JSON.stringify(data));
+  });
 }
 
 /** The events of a group's changes, in commit order (what the store's Announce is). */

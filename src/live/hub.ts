@@ -9,7 +9,7 @@ import type { Socket } from 'node:net';
 import { DomainError, ServerBusy } from '../domain/errors.js';
 import type { Logger } from '../log.js';
 import type { Metrics } from '../metrics.js';
-import type { LoggedEvent } from '../store/store.js';
+import type { ChangeEvent, LoggedEvent } from '../store/store.js';
 import { SESSION_ONLY_TYPES } from './changes.js';
 import type { FeedLog } from './log.js';
 
@@ -38,6 +38,12 @@ export interface Follow {
   /** The ticket that opened it, claimed here (single use). */
   readonly ticket: { readonly id: string; readonly expiresAtMs: number } | undefined;
   readonly reqId: string | undefined;
+  /**
+   * A stream that answers one request (a reply's): only the events `only` takes (and no
+   * `ready`); it closes after the event `last` says is its last, with no final event.
+   */
+  readonly only?: (e: LoggedEvent) => boolean;
+  readonly last?: (e: LoggedEvent) => boolean;
 }
 
 /** The keys streams subscribe under. */
@@ -65,7 +71,7 @@ export interface OpenedStream {
 }
 
 /** Why a stream ended, as its final event says (and /metrics counts). */
-export type EndReason = 'slow' | 'expired' | 'shutdown' | 'deleted';
+export type EndReason = 'slow' | 'expired' | 'shutdown' | 'deleted' | 'done';
 
 /** Events read from the log per step of a replay. */
 const REPLAY_PAGE = 256;
@@ -238,6 +244,19 @@ export class Hub {
     }
   }
 
+  /**
+   * Events no commit makes (a reply's text as it comes), logged and delivered as the others;
+   * resolves once they are logged.
+   */
+  publish(events: readonly ChangeEvent[]): Promise<void> {
+    return this.feed.publish(events);
+  }
+
+  /** The id of the newest event this instance has delivered: a stream opened with it as Last-Event-ID gets everything after. */
+  get head(): number {
+    return this.feed.head;
+  }
+
   /** SIGTERM: every stream gets its final event and ends; new ones end as they open. */
   drain(): void {
     this.draining = true;
@@ -307,6 +326,11 @@ export class Hub {
         if (e.type === 'reset') this.reset(s, 'import', e.id);
         else if (this.follows(s, e)) {
           s.send(frameOf(e));
+          s.cursor = e.id;
+          if (s.follow.last?.(e) === true) {
+            this.end(s, 'done');
+            return;
+          }
           if (e.type === 'session.deleted' && s.follow.session !== undefined) {
             this.end(s, 'deleted');
             return;
@@ -321,11 +345,11 @@ export class Hub {
     let set = this.byKey.get(s.follow.key);
     if (set === undefined) this.byKey.set(s.follow.key, (set = new Set()));
     set.add(s);
-    s.send(frame('ready', s.cursor, '{}'));
+    if (s.follow.only === undefined) s.send(frame('ready', s.cursor, '{}'));
   }
 
   private follows(s: Stream, e: LoggedEvent): boolean {
-    return keysOf(e).includes(s.follow.key);
+    return keysOf(e).includes(s.follow.key) && (s.follow.only === undefined || s.follow.only(e));
   }
 
   /** `reset`: what follows Last-Event-ID cannot be replayed; the client reads everything again. */
@@ -354,6 +378,10 @@ export class Hub {
         if (set === undefined) continue;
         for (const s of set) {
           if (e.id <= s.cursor) continue;
+          if (s.follow.only !== undefined && !s.follow.only(e)) {
+            s.cursor = e.id;
+            continue;
+          }
           if (s.pending > this.o.bufferBytes) {
             this.end(s, 'slow');
             continue;
@@ -364,6 +392,7 @@ export class Hub {
             touched.push(s);
           } else s.queue.push(bytes);
           s.cursor = e.id;
+          if (s.follow.last?.(e) === true) this.end(s, 'done');
         }
       }
       if (e.type === 'session.deleted') {
@@ -384,7 +413,8 @@ export class Hub {
     if (reason === 'slow') this.log.warn('an event stream fell too far behind (EVENTS_BUFFER); it was cut off', { ...fields, unsentBytes: s.pending });
     else this.log.debug('event stream ended', fields);
     s.flush();
-    s.send(frame('end', undefined, JSON.stringify({ reason })));
+    // a stream that answered one request closes after its last event, with nothing more
+    if (reason !== 'done') s.send(frame('end', undefined, JSON.stringify({ reason })));
     s.res.end();
     if (!s.res.writableFinished) {
       // a client that does not read even its final event goes after WRITE_TIMEOUT

@@ -5,7 +5,7 @@
 // the database, and each instance follows it (SharedFeedLog).
 import type { Logger } from '../log.js';
 import { ServerBusy } from '../domain/errors.js';
-import type { Announce, LoggedEvent, SharedEventLog, Store } from '../store/store.js';
+import type { Announce, ChangeEvent, LoggedEvent, SharedEventLog, Store } from '../store/store.js';
 
 export interface FeedLog {
   /** The id of the newest event handed to the feed (the live position). */
@@ -22,6 +22,11 @@ export interface FeedLog {
   read(after: number, upTo: number, limit: number): readonly LoggedEvent[] | undefined | Promise<readonly LoggedEvent[] | undefined>;
   /** Records a ticket's single use: false when it was used before. */
   claimTicket(id: string, expiresAtMs: number): boolean | Promise<boolean>;
+  /**
+   * Logs events no commit makes (a reply's text as it comes) and delivers them as the others,
+   * with the next ids; resolves once they are logged (at once in memory).
+   */
+  publish(events: readonly ChangeEvent[]): Promise<void>;
   /** Housekeeping, called on the feed's timer: forget expired tickets, trim, catch up. */
   tick(nowMs: number): void;
   close(): Promise<void>;
@@ -71,19 +76,29 @@ export class MemoryFeedLog implements FeedLog {
     this.first = this.head + 1;
   }
 
+  private deliver: ((events: readonly LoggedEvent[]) => void) | undefined;
+
   start(deliver: (events: readonly LoggedEvent[]) => void): Promise<void> {
-    this.store.onCommitted((changes) => {
-      const made = this.announce(changes);
-      if (made.length === 0) return;
-      const events: LoggedEvent[] = [];
-      for (const e of made) {
-        const logged: LoggedEvent = { id: ++this.head, type: e.type, session: e.session, owner: e.owner, project: e.project, data: e.data };
-        events.push(logged);
-        this.keep(logged);
-      }
-      deliver(events);
-    });
+    this.deliver = deliver;
+    this.store.onCommitted((changes) => this.log(this.announce(changes)));
     return Promise.resolve();
+  }
+
+  publish(events: readonly ChangeEvent[]): Promise<void> {
+    this.log(events);
+    return Promise.resolve();
+  }
+
+  /** Gives events their ids, keeps them for Last-Event-ID and delivers them. */
+  private log(made: readonly ChangeEvent[]): void {
+    if (made.length === 0 || this.deliver === undefined) return;
+    const events: LoggedEvent[] = [];
+    for (const e of made) {
+      const logged: LoggedEvent = { id: ++this.head, type: e.type, session: e.session, owner: e.owner, project: e.project, data: e.data };
+      events.push(logged);
+      this.keep(logged);
+    }
+    this.deliver(events);
   }
 
   private keep(e: LoggedEvent): void {
@@ -135,6 +150,14 @@ export class MemoryFeedLog implements FeedLog {
 
 /** Events read from the shared log per query. */
 const PAGE = 500;
+/** Events gathered to be logged in one transaction, and the publishers waiting for it. */
+interface PublishBatch {
+  readonly events: ChangeEvent[];
+  readonly waiters: { readonly resolve: () => void; readonly reject: (e: unknown) => void }[];
+}
+
+/** How long a reply's text waits for others' to be logged with it in one transaction. */
+const PUBLISH_GATHER_MS = 2;
 /** How often the shared log is trimmed (by every instance; any one's trim serves all). */
 const TRIM_EVERY_MS = 60_000;
 
@@ -214,6 +237,40 @@ export class SharedFeedLog implements FeedLog {
 
   claimTicket(id: string, expiresAtMs: number): Promise<boolean> {
     return this.shared.claimTicket(id, expiresAtMs);
+  }
+
+  /** Events waiting to be logged together (a batch per few milliseconds), and who waits for them. */
+  private batch: PublishBatch | undefined;
+  /** The append under way (or done): the next waits for it. */
+  private appending: Promise<void> = Promise.resolve();
+
+  publish(events: readonly ChangeEvent[]): Promise<void> {
+    if (events.length === 0) return Promise.resolve();
+    return new Promise((resolve, reject) => {
+      let b = this.batch;
+      if (b === undefined) {
+        const mine: PublishBatch = { events: [], waiters: [] };
+        b = this.batch = mine;
+        // what arrives meanwhile joins: one transaction logs the text of every reply of a few milliseconds
+        setTimeout(() => {
+          this.batch = undefined;
+          // one append at a time: each takes its ids when it commits, so a later batch never gets smaller ones
+          this.appending = this.appending.then(() =>
+            this.shared.append(mine.events).then(
+              () => {
+                for (const w of mine.waiters) w.resolve();
+                this.catchUp();
+              },
+              (e: unknown) => {
+                for (const w of mine.waiters) w.reject(e);
+              },
+            ),
+          );
+        }, PUBLISH_GATHER_MS);
+      }
+      b.events.push(...events);
+      b.waiters.push({ resolve, reject });
+    });
   }
 
   tick(nowMs: number): void {

@@ -1,5 +1,6 @@
 // How a call to a model provider fails: one error class whose message names the provider and
 // says what happened in words, never with its key, and says whether the trouble was passing.
+import { DomainError } from '../domain/errors.js';
 
 /**
  * A provider's call failed. `message` is ready to show (and to record as the reply's error):
@@ -26,8 +27,11 @@ export class ProviderFailed extends Error {
  * The provider's configuration cannot be used for a reply: a type that cannot reply, or a
  * `baseUrl`, `headers` or `models` field that is not what it must be. Found before any call.
  */
-export class ProviderUnusable extends Error {
+export class ProviderUnusable extends DomainError {
   override readonly name = 'ProviderUnusable';
+  constructor(message: string) {
+    super('cannot_reply', message);
+  }
 }
 
 /** What a client reads in a stream that tells it the reply failed; call.ts words it into a ProviderFailed. */

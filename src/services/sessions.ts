@@ -4,6 +4,7 @@
 // is one of the session's turns) run at the store's serial point.
 import { newObjectId } from '../domain/ids.js';
 import { expiryOf, tagsOf } from '../domain/inputs.js';
+import { INSTRUCTIONS_MAX_BYTES } from '../domain/limits.js';
 import { DEFAULT_MODE, chatSession, nextTimestamp, type ChatSessionMode, type SessionMetadata } from '../domain/records.js';
 import { ValidationError } from '../domain/schema.js';
 import { foldForSearch } from '../domain/search.js';
@@ -29,6 +30,7 @@ export interface CreateInput {
   readonly tags?: readonly string[] | undefined;
   readonly metadata?: SessionMetadata | undefined;
   readonly expiresAt?: string | null | undefined;
+  readonly instructions?: string | undefined;
 }
 
 /** What an update may change; absent fields stay as they are. */
@@ -41,6 +43,14 @@ export interface UpdateInput {
   readonly tags?: readonly string[] | undefined;
   readonly metadata?: SessionMetadata | undefined;
   readonly expiresAt?: string | null | undefined;
+  /** "" or null removes them. */
+  readonly instructions?: string | null | undefined;
+}
+
+/** Instructions as a session keeps them ("" for none), held to their size in bytes. */
+function instructionsOf(text: string | null): string {
+  if (text !== null && Buffer.byteLength(text) > INSTRUCTIONS_MAX_BYTES) throw new ValidationError(`instructions must be at most ${INSTRUCTIONS_MAX_BYTES} bytes of UTF-8`);
+  return text ?? '';
 }
 
 export class SessionService {
@@ -91,6 +101,7 @@ export class SessionService {
         ...(b.tags !== undefined ? { tags: tagsOf(b.tags) } : {}),
         ...(b.metadata !== undefined ? { metadata: b.metadata } : {}),
         ...(b.expiresAt !== undefined ? { expiresAt: expiryOf(b.expiresAt) } : {}),
+        ...(b.instructions !== undefined ? { instructions: instructionsOf(b.instructions) } : {}),
       }),
     );
   }
@@ -111,7 +122,8 @@ export class SessionService {
     const check = this.access.mine(caller.user, ifMatch);
     const tags = u.tags === undefined ? undefined : tagsOf(u.tags);
     const expiresAt = u.expiresAt === undefined ? undefined : expiryOf(u.expiresAt);
-    if ([u.name, u.provider, u.selectedModel, u.mode, u.headTurnId, tags, u.metadata, expiresAt].every((v) => v === undefined)) return this.unchanged(caller, id, ifMatch);
+    const instructions = u.instructions === undefined ? undefined : instructionsOf(u.instructions);
+    if ([u.name, u.provider, u.selectedModel, u.mode, u.headTurnId, tags, u.metadata, expiresAt, instructions].every((v) => v === undefined)) return this.unchanged(caller, id, ifMatch);
     const head = u.headTurnId;
     return this.store.updateSession(
       id,
@@ -130,6 +142,7 @@ export class SessionService {
           ...(tags !== undefined ? { tags } : {}),
           ...(u.metadata !== undefined ? { metadata: u.metadata } : {}),
           ...(expiresAt !== undefined ? { expiresAt } : {}),
+          ...(instructions !== undefined ? { instructions } : {}),
         });
       },
       head === undefined ? undefined : { headTurnId: head },

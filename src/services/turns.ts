@@ -2,6 +2,7 @@
 // turn under a parent, editing or deleting one (with its descendants), and a streaming turn's
 // text deltas. Plain inputs in, the store's records out; the checks run at the serial point.
 import { newObjectId } from '../domain/ids.js';
+import { checkNewContent } from '../domain/inputs.js';
 import { DEFAULT_TURN_STATUS, nextTimestamp, type JsonObject, type Turn, type TurnContent, type TurnRole, type TurnStatus, type TurnUsage } from '../domain/records.js';
 import { ValidationError } from '../domain/schema.js';
 import { TurnNotFound, type Branch, type Page, type SessionAtWrite, type SessionRecord, type Store, type TurnDelta, type TurnEdit, type TurnKey, type TurnRecord, type TurnUpdate } from '../store/store.js';
@@ -27,7 +28,7 @@ export interface TurnInput {
  * restart with the clock set back) it is a millisecond later. The version still moves with every
  * turn: the newest turn is part of it.
  */
-export function turnStamp(current: SessionAtWrite, nowMs: number = Date.now()): { createdAt: string; _id: string } {
+export function turnStamp(current: { readonly session: { readonly updatedAt: string }; readonly lastTurn: TurnKey | undefined }, nowMs: number = Date.now()): { createdAt: string; _id: string } {
   const now = new Date(nowMs).toISOString();
   let at = current.session.updatedAt > now ? current.session.updatedAt : now;
   const last = current.lastTurn;
@@ -94,6 +95,7 @@ export class TurnService {
   }
 
   append(caller: Caller, id: string, t: TurnInput, ifMatch: string | undefined): Promise<TurnRecord> {
+    checkNewContent(t.content, t.status);
     const check = this.access.mine(caller.user, ifMatch);
     return this.store.appendTurn(
       id,
@@ -123,6 +125,6 @@ export class TurnService {
   }
 
   delta(caller: Caller, id: string, turnId: string, text: string, maxBytes: number, ifMatch: string | undefined): Promise<TurnDelta> {
-    return this.store.appendDelta(id, turnId, this.access.mine(caller.user, ifMatch), text, maxBytes);
+    return this.store.appendDelta(id, turnId, this.access.mine(caller.user, ifMatch), [{ kind: 'text', text }], maxBytes);
   }
 }

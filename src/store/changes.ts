@@ -1,6 +1,6 @@
 // What a committed group of writes changed, one Change per write, as the serial writer decides
 // them (./writer.ts), the engines commit them and the live feed tells them (src/live/changes.ts).
-import type { DeltaPlace } from '../domain/deltas.js';
+import type { DeltaPlace, Piece } from '../domain/deltas.js';
 import type { TurnKey } from '../domain/order.js';
 import type { ChatSession, Turn } from '../domain/records.js';
 
@@ -71,9 +71,11 @@ export type Change =
       readonly json: Buffer;
       /** UTF-8 bytes of the turn's JSON before the delta. */
       readonly previousBytes: number;
-      /** The text appended, and where it went. */
-      readonly text: string;
-      readonly place: DeltaPlace;
+      /** What was appended, in order, and where each piece went. */
+      readonly pieces: readonly Piece[];
+      readonly places: readonly DeltaPlace[];
+      /** The live feed was told of the pieces as they came (a reply's): the commit tells it nothing. */
+      readonly quiet: boolean;
       /** The session, which a delta does not change (the live feed tells whoever may see it). */
       readonly session: ChatSession;
     }

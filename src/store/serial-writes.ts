@@ -2,6 +2,7 @@
 // check, change or build runs against the committed state plus its group's earlier writes.
 // Engines supply the writer (and, through it, how a group reads and commits); the methods that
 // hand a write over are the same for all of them, so they are written once here.
+import type { Piece } from '../domain/deltas.js';
 import type { ChatSession, Turn } from '../domain/records.js';
 import type { SessionAtWrite, SessionRecord, TurnDelta, TurnEdit, TurnRecord, TurnUpdate, WriteHint } from './store.js';
 import type { CommitListener } from './changes.js';
@@ -26,8 +27,12 @@ export abstract class SerialWrites {
     return this.writer.appendTurn(sessionId, build, hint);
   }
 
-  updateTurn(sessionId: string, turnId: string, check: (current: SessionAtWrite) => void, edit: (turn: Turn) => TurnEdit): Promise<TurnUpdate> {
-    return this.writer.updateTurn(sessionId, turnId, check, edit);
+  appendTurns(sessionId: string, build: (current: SessionAtWrite) => readonly Turn[], hint?: WriteHint): Promise<TurnRecord[]> {
+    return this.writer.appendTurns(sessionId, build, hint);
+  }
+
+  updateTurn(sessionId: string, turnId: string, check: (current: SessionAtWrite) => void, edit: (turn: Turn) => TurnEdit, opts?: { readonly uncharged?: boolean }): Promise<TurnUpdate> {
+    return this.writer.updateTurn(sessionId, turnId, check, edit, opts);
   }
 
   deleteTurn(sessionId: string, turnId: string, check: (current: SessionAtWrite) => void): Promise<SessionRecord> {
@@ -38,8 +43,8 @@ export abstract class SerialWrites {
     return this.writer.forkSession(sourceId, turnId, owner, build);
   }
 
-  appendDelta(sessionId: string, turnId: string, check: (current: SessionAtWrite) => void, text: string, maxBytes: number): Promise<TurnDelta> {
-    return this.writer.appendDelta(sessionId, turnId, check, text, maxBytes);
+  appendDelta(sessionId: string, turnId: string, check: (current: SessionAtWrite) => void, pieces: readonly Piece[], maxBytes: number, quiet?: boolean): Promise<TurnDelta> {
+    return this.writer.appendDelta(sessionId, turnId, check, pieces, maxBytes, quiet);
   }
 
   /** Committed changes, announced after each commit and before any write of the group is answered. */

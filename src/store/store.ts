@@ -7,8 +7,8 @@ import type { EngineName } from '../config.js';
 import { DomainError } from '../domain/errors.js';
 import type { SessionKey, TurnKey } from '../domain/order.js';
 import type { Liveness } from '../domain/retention.js';
-import type { ChatSession, JsonObject, Turn, TurnContent, TurnStatus, TurnUsage } from '../domain/records.js';
-import type { DeltaPlace } from '../domain/deltas.js';
+import type { ChatSession, JsonObject, Turn, TurnContent, TurnError, TurnStatus, TurnUsage } from '../domain/records.js';
+import type { DeltaPlace, Piece } from '../domain/deltas.js';
 import type { Change, CommitListener } from './changes.js';
 
 export type { SessionKey, TurnKey } from '../domain/order.js';
@@ -63,6 +63,8 @@ export interface SessionAtWrite extends SessionState {
   subtree(id: string): readonly TurnNode[] | undefined;
   /** What would be its newest turn once the turns `removed` are gone. */
   lastTurnAfterRemoving(removed: ReadonlySet<string>): TurnKey | undefined;
+  /** One of its turns whose status is `streaming` (a reply in progress), if any. */
+  streamingTurn(): string | undefined;
 }
 
 /** What a turn's edit may change (PUT .../turns/:turnId); absent fields stay as they are. */
@@ -71,6 +73,8 @@ export interface TurnEdit {
   readonly metadata?: JsonObject;
   readonly usage?: TurnUsage;
   readonly status?: TurnStatus;
+  /** Why it ended with `error` (a reply's). */
+  readonly error?: TurnError;
 }
 
 /** A list of turns: all of a session's (none given), or one branch: the path from the root to the head or to a turn. */
@@ -212,6 +216,14 @@ export interface LoggedEvent extends ChangeEvent {
   readonly id: number;
 }
 
+/** Short messages to every instance sharing a store, this one included (PostgreSQL's NOTIFY). */
+export interface Broadcast {
+  send(message: string): Promise<void>;
+  /** Calls `on` with every message sent, by any instance, until close. */
+  listen(on: (message: string) => void): Promise<void>;
+  close(): Promise<void>;
+}
+
 /** The events a group's changes make, in order (src/live/changes.ts). */
 export type Announce = (changes: readonly Change[]) => readonly ChangeEvent[];
 
@@ -230,6 +242,11 @@ export interface SharedEventLog {
   trim(keep: number, nowMs: number): Promise<void>;
   /** Records a ticket's single use: false when any instance recorded it before. */
   claimTicket(id: string, expiresAtMs: number): Promise<boolean>;
+  /**
+   * Logs events that no change makes (a reply's text as it comes, ahead of the commit that
+   * records it), in a transaction of their own: ids in commit order as always.
+   */
+  append(events: readonly ChangeEvent[]): Promise<void>;
   close(): Promise<void>;
 }
 
@@ -282,10 +299,17 @@ export interface Store {
    */
   appendTurn(sessionId: string, build: (current: SessionAtWrite) => Turn, hint?: WriteHint): Promise<TurnRecord>;
   /**
-   * Changes one turn by what `edit(turn)` returns, after `check(current)` passes; the session's
-   * updatedAt moves. SessionNotFound, TurnNotFound.
+   * Appends the turns `build(current)` returns, in order, all or none: each under the head, a
+   * turn of the session or an earlier one of the list; the last becomes the head (a message and
+   * the start of its reply, in one write).
    */
-  updateTurn(sessionId: string, turnId: string, check: (current: SessionAtWrite) => void, edit: (turn: Turn) => TurnEdit): Promise<TurnUpdate>;
+  appendTurns(sessionId: string, build: (current: SessionAtWrite) => readonly Turn[], hint?: WriteHint): Promise<TurnRecord[]>;
+  /**
+   * Changes one turn by what `edit(turn)` returns, after `check(current)` passes; the session's
+   * updatedAt moves. SessionNotFound, TurnNotFound. `uncharged`: never refused for a quota
+   * (the end of a reply, which must always be recorded), though what it adds is counted.
+   */
+  updateTurn(sessionId: string, turnId: string, check: (current: SessionAtWrite) => void, edit: (turn: Turn) => TurnEdit, opts?: { readonly uncharged?: boolean }): Promise<TurnUpdate>;
   /**
    * Deletes a turn and its descendants after `check(current)` passes; the head moves to the
    * turn's parent when it was among them. Answers the session as it leaves it.
@@ -298,12 +322,13 @@ export interface Store {
    */
   forkSession(sourceId: string, turnId: string | undefined, owner: string, build: (source: SessionAtWrite) => ChatSession): Promise<SessionRecord>;
   /**
-   * Appends `text` to a streaming turn's content (src/domain/deltas.ts says where) after
-   * `check(current)` passes; the session does not change (its updatedAt, its version). Refused
-   * with TurnNotStreaming when the turn's status is not `streaming`, TurnTooLarge when its JSON
-   * would pass `maxBytes`. SessionNotFound, TurnNotFound.
+   * Appends `pieces` (text, reasoning) to a streaming turn's content (src/domain/deltas.ts says
+   * where) after `check(current)` passes; the session does not change (its updatedAt, its
+   * version). Refused with TurnNotStreaming when the turn's status is not `streaming`,
+   * TurnTooLarge when its JSON would pass `maxBytes`. SessionNotFound, TurnNotFound. `quiet`:
+   * the live feed was told of the pieces as they came (a reply's), so the commit tells it nothing.
    */
-  appendDelta(sessionId: string, turnId: string, check: (current: SessionAtWrite) => void, text: string, maxBytes: number): Promise<TurnDelta>;
+  appendDelta(sessionId: string, turnId: string, check: (current: SessionAtWrite) => void, pieces: readonly Piece[], maxBytes: number, quiet?: boolean): Promise<TurnDelta>;
   /**
    * Streaming turns that no server is streaming any more: with `atStart` on an engine of one
    * server (sqlite), every streaming turn, since the server that streamed them is gone;
@@ -334,6 +359,8 @@ export interface Store {
   onCommitted(listener: CommitListener): void;
   /** The engine's own event log, shared by several instances; undefined: the server keeps the feed in memory. */
   sharedEventLog(): SharedEventLog | undefined;
+  /** Messages among the instances sharing the store (PostgreSQL): a cancel reaches the instance generating the reply. undefined: one instance. */
+  broadcast(): Broadcast | undefined;
 
   stats(): Promise<StoreStats>;
   /** What the sessions `user` owns hold (the same figures on every engine). */
@@ -361,6 +388,8 @@ export class SessionNotFound extends DomainError {
 export interface WriteHint {
   readonly parentId?: string | null;
   readonly headTurnId?: string;
+  /** The write asks which of the session's turns are streaming (SessionAtWrite.streamingTurn). */
+  readonly streaming?: boolean;
 }
 
 export class TurnNotFound extends DomainError {
@@ -386,10 +415,10 @@ export class TurnTooLarge extends DomainError {
   }
 }
 
-/** A delta as committed: the turn's new JSON, and where the text went. */
+/** A delta as committed: the turn's new JSON, and where each piece went. */
 export interface TurnDelta {
   readonly turn: TurnRecord;
-  readonly place: DeltaPlace;
+  readonly places: readonly DeltaPlace[];
 }
 
 export class PreconditionFailed extends DomainError {

@@ -5,7 +5,7 @@
 // all of it durable, or none of it and every write of the group refused. Engines supply only
 // the committed state and the commit; the rules of what a write does live here, once: every
 // resulting session state, its version and its newest turn are decided here.
-import { appendText, isStreamingJson } from '../domain/deltas.js';
+import { appendPiece, isStreamingJson, type DeltaPlace, type Piece } from '../domain/deltas.js';
 import type { Change, CommitListener, TurnWithJson } from './changes.js';
 import { newObjectId } from '../domain/ids.js';
 import { turnBefore, type TurnKey } from '../domain/order.js';
@@ -48,6 +48,8 @@ export interface TreeNeeds {
   readonly paths: readonly (string | null)[];
   /** Subtrees a write deletes, each with the newest turn outside it. */
   readonly subtrees: readonly string[];
+  /** Which of its turns are streaming (a reply asks before it starts). */
+  readonly streaming?: boolean;
 }
 
 /** What one group sees of the committed state, and how it becomes durable. */
@@ -64,6 +66,8 @@ export interface Group {
   lastTurnExcept(session: string, excluded: ReadonlySet<string>): TurnKey | undefined;
   /** What a user's sessions held as committed before this group. */
   usageOf(user: string): Usage;
+  /** The committed turns of a session whose status is `streaming` (an engine that reads ahead has them when `needs` asked). */
+  streamingTurns(session: string): readonly string[];
   /** Makes every change durable at once, in order; rejects (changing nothing) if it cannot. */
   commit(changes: readonly Change[]): Promise<void>;
   /** The group made no change: let go of whatever `begin` took. */
@@ -107,10 +111,10 @@ interface PendingWrite {
   /** The owner of the session a create or a fork makes. */
   readonly owner: string | undefined;
   readonly needs: TreeNeeds | undefined;
-  /** Decides the change against the group's view; throws to refuse. */
-  decide(view: GroupView): Change;
-  /** The write's answer once its change is durable. */
-  result(change: Change): unknown;
+  /** Decides the change (or changes, in order) against the group's view; throws to refuse, having staged nothing. */
+  decide(view: GroupView): Change | readonly Change[];
+  /** The write's answer once its changes are durable. */
+  result(change: Change | readonly Change[]): unknown;
   resolve(value: unknown): void;
   reject(err: unknown): void;
 }
@@ -151,18 +155,19 @@ class GroupView {
 
   /**
    * Charges a write to `user`'s usage, or throws QuotaExceeded when it would take a quota past
-   * its limit (only what grows is checked: a user over a quota lowered since may still shrink).
+   * its limit (only what grows is checked: a user over a quota lowered since may still shrink;
+   * nothing with `uncharged`, the end of a reply).
    * The usage is the committed one plus what the group's earlier writes added or gave back, so
    * writes that arrive together cannot pass a quota between them.
    */
-  charge(user: string, sessions: number, turns: number, bytes: () => number): void {
+  charge(user: string, sessions: number, turns: number, bytes: () => number, uncharged = false): void {
     const q = this.quotas;
     if (q === undefined || (q.sessions === undefined && q.turns === undefined && q.bytes === undefined)) return;
     let a = this.added.get(user);
     const b = q.bytes === undefined ? 0 : bytes();
     const committed = this.group.usageOf(user);
     const over = (name: keyof Usage, limit: number | undefined, delta: number): void => {
-      if (limit !== undefined && delta > 0 && committed[name] + (a?.[name] ?? 0) + delta > limit) throw new QuotaExceeded(name, limit);
+      if (!uncharged && limit !== undefined && delta > 0 && committed[name] + (a?.[name] ?? 0) + delta > limit) throw new QuotaExceeded(name, limit);
     };
     over('sessions', q.sessions, sessions);
     over('turns', q.turns, turns);
@@ -188,7 +193,19 @@ class GroupView {
       path: (t) => this.path(id, t),
       subtree: (t) => this.subtree(id, t),
       lastTurnAfterRemoving: (removed) => (lastTurn === undefined || !removed.has(lastTurn._id) ? lastTurn : this.lastTurnExcept(id, removed)),
+      streamingTurn: () => this.streamingTurn(id),
     };
+  }
+
+  /** A streaming turn of the session as the group's earlier writes leave it: one they added or edited so, else a committed one they left so. */
+  streamingTurn(session: string): string | undefined {
+    const t = this.trees.get(session);
+    if (t !== undefined) {
+      for (const m of [t.added, t.edited]) for (const x of m.values()) if (isStreamingJson(x.json)) return x._id;
+      if (t.fresh) return undefined;
+    }
+    for (const id of this.group.streamingTurns(session)) if (t === undefined || (!t.removed.has(id) && !t.edited.has(id))) return id;
+    return undefined;
   }
 
   stage(id: string, s: Staged | null): void {
@@ -273,7 +290,7 @@ class GroupView {
 
 /** An empty TreeNeeds for a session, to fill in. */
 function needsOf(session: string, over: Partial<Omit<TreeNeeds, 'session'>>): TreeNeeds {
-  return { session, turns: over.turns ?? [], paths: over.paths ?? [], subtrees: over.subtrees ?? [] };
+  return { session, turns: over.turns ?? [], paths: over.paths ?? [], subtrees: over.subtrees ?? [], ...(over.streaming === true ? { streaming: true } : {}) };
 }
 
 export class SerialWriter {
@@ -334,33 +351,53 @@ export class SerialWriter {
   }
 
   appendTurn(sessionId: string, build: (current: SessionAtWrite) => Turn, hint?: WriteHint): Promise<TurnRecord> {
+    return this.appendTurns(sessionId, (current) => [build(current)], hint).then((t) => t[0] as TurnRecord);
+  }
+
+  /**
+   * Appends the turns `build(current)` returns, in order, in one write: each newer than the one
+   * before, under the head, a turn of the session or an earlier turn of the list; the last
+   * becomes the head. All or none (a message and the start of its reply).
+   */
+  appendTurns(sessionId: string, build: (current: SessionAtWrite) => readonly Turn[], hint?: WriteHint): Promise<TurnRecord[]> {
     const parent = hint?.parentId;
-    const needs = typeof parent === 'string' ? needsOf(sessionId, { turns: [parent] }) : undefined;
-    return this.submit<TurnRecord>([sessionId], undefined, needs, (view) => {
+    const needs = typeof parent === 'string' || hint?.streaming === true ? needsOf(sessionId, { turns: typeof parent === 'string' ? [parent] : [], streaming: hint?.streaming === true }) : undefined;
+    return this.submit<TurnRecord[]>([sessionId], undefined, needs, (view) => {
       const current = view.current(sessionId);
       if (current === undefined) throw new SessionNotFound();
       const built = build(current);
-      // a builder that leaves the parent out (as the first release's callers did) continues the head
-      const parentId = built.parentId === undefined ? current.session.headTurnId : built.parentId;
-      const turn = turnRecord({ ...built, session: sessionId, parentId });
-      // the head is one of the session's turns; another parent is one the request named (and the hint read ahead)
-      if (parentId !== null && parentId !== current.session.headTurnId && current.turn(parentId) === undefined) throw new Error('a turn parent must be a turn of its session');
-      const before = current.session;
-      const newest = current.lastTurn;
-      if (turn.createdAt < before.updatedAt || (newest !== undefined && !turnBefore(newest, turn))) throw new Error("a new turn must be newer than its session's turns and not older than its updatedAt");
-      const session = chatSession({ ...raisedByTurn(before, turn.createdAt), headTurnId: turn._id });
-      const json = ownBytes(JSON.stringify(turn));
-      const sessionJson = JSON.stringify(session);
-      // the session's owner is charged, whoever writes the turn
-      view.charge(before.user, 0, 1, () => json.length + Buffer.byteLength(sessionJson) - sessionBytes(current));
-      const lastTurn = keyOf(turn);
-      view.stage(sessionId, { session, lastTurn, json: sessionJson });
-      view.tree(sessionId).added.set(turn._id, treeTurnOf(turn, json));
-      return { kind: 'turn', turn, json, session, sessionJson, version: versionOfSession(sessionJson, lastTurn), raised: session.updatedAt !== before.updatedAt };
-    }, turnResult);
+      // every turn is checked before any is staged: a write that refuses leaves the group's view as it found it
+      let head = current.session.headTurnId;
+      let newest = current.lastTurn;
+      let session = current.session;
+      const made: { turn: Turn; json: Buffer; session: ChatSession; sessionJson: string; lastTurn: TurnKey; raised: boolean }[] = [];
+      const mine = new Set<string>();
+      for (const b of built) {
+        // a builder that leaves the parent out (as the first release's callers did) continues the head
+        const parentId = b.parentId === undefined ? head : b.parentId;
+        const turn = turnRecord({ ...b, session: sessionId, parentId });
+        // the head is one of the session's turns; another parent is one the request named (and the hint read ahead), or one of this list
+        if (parentId !== null && parentId !== head && !mine.has(parentId) && current.turn(parentId) === undefined) throw new Error('a turn parent must be a turn of its session');
+        if (turn.createdAt < session.updatedAt || (newest !== undefined && !turnBefore(newest, turn))) throw new Error("a new turn must be newer than its session's turns and not older than its updatedAt");
+        const next = chatSession({ ...raisedByTurn(session, turn.createdAt), headTurnId: turn._id });
+        made.push({ turn, json: ownBytes(JSON.stringify(turn)), session: next, sessionJson: JSON.stringify(next), lastTurn: keyOf(turn), raised: next.updatedAt !== session.updatedAt });
+        mine.add(turn._id);
+        head = turn._id;
+        newest = keyOf(turn);
+        session = next;
+      }
+      const last = made[made.length - 1];
+      if (last === undefined) throw new Error('no turn to append');
+      // the session's owner is charged, whoever writes the turns
+      view.charge(current.session.user, 0, made.length, () => made.reduce((n, m) => n + m.json.length, 0) + Buffer.byteLength(last.sessionJson) - sessionBytes(current));
+      view.stage(sessionId, { session: last.session, lastTurn: last.lastTurn, json: last.sessionJson });
+      const tree = view.tree(sessionId);
+      for (const m of made) tree.added.set(m.turn._id, treeTurnOf(m.turn, m.json));
+      return made.map((m): Change => ({ kind: 'turn', turn: m.turn, json: m.json, session: m.session, sessionJson: m.sessionJson, version: versionOfSession(m.sessionJson, m.lastTurn), raised: m.raised }));
+    }, (changes) => (Array.isArray(changes) ? changes : [changes]).map(turnResult));
   }
 
-  updateTurn(sessionId: string, turnId: string, check: (current: SessionAtWrite) => void, edit: (turn: Turn) => TurnEdit): Promise<TurnUpdate> {
+  updateTurn(sessionId: string, turnId: string, check: (current: SessionAtWrite) => void, edit: (turn: Turn) => TurnEdit, opts?: { readonly uncharged?: boolean }): Promise<TurnUpdate> {
     return this.submit<TurnUpdate>([sessionId], undefined, needsOf(sessionId, { turns: [turnId] }), (view) => {
       const current = view.current(sessionId);
       if (current === undefined) throw new SessionNotFound();
@@ -375,11 +412,12 @@ export class SerialWriter {
         ...(e.metadata !== undefined ? { metadata: e.metadata } : {}),
         ...(e.usage !== undefined ? { usage: e.usage } : {}),
         ...(e.status !== undefined ? { status: e.status } : {}),
+        ...(e.error !== undefined ? { error: e.error } : {}),
       });
       const session = chatSession({ ...current.session, updatedAt: nextTimestamp(current.session.updatedAt) });
       const json = ownBytes(JSON.stringify(turn));
       const sessionJson = JSON.stringify(session);
-      view.charge(session.user, 0, 0, () => json.length - found.bytes + Buffer.byteLength(sessionJson) - sessionBytes(current));
+      view.charge(session.user, 0, 0, () => json.length - found.bytes + Buffer.byteLength(sessionJson) - sessionBytes(current), opts?.uncharged === true);
       view.stage(sessionId, { session, lastTurn: current.lastTurn, json: sessionJson });
       const tree = view.tree(sessionId);
       if (tree.added.has(turnId)) tree.added.set(turnId, treeTurnOf(turn, json));
@@ -458,7 +496,7 @@ export class SerialWriter {
     }, sessionResult);
   }
 
-  appendDelta(sessionId: string, turnId: string, check: (current: SessionAtWrite) => void, text: string, maxBytes: number): Promise<TurnDelta> {
+  appendDelta(sessionId: string, turnId: string, check: (current: SessionAtWrite) => void, pieces: readonly Piece[], maxBytes: number, quiet = false): Promise<TurnDelta> {
     return this.submit<TurnDelta>([sessionId], undefined, needsOf(sessionId, { turns: [turnId] }), (view) => {
       const current = view.current(sessionId);
       if (current === undefined) throw new SessionNotFound();
@@ -467,7 +505,13 @@ export class SerialWriter {
       if (found === undefined) throw new TurnNotFound();
       if (!isStreamingJson(found.json)) throw new TurnNotStreaming();
       const was = turnRecord(JSON.parse(found.json.toString('utf8')) as Turn);
-      const { content, place } = appendText(was.content, text);
+      let content = was.content;
+      const places: DeltaPlace[] = [];
+      for (const p of pieces) {
+        const r = appendPiece(content, p);
+        content = r.content;
+        places.push(r.place);
+      }
       const turn = turnRecord({ ...was, content });
       const json = ownBytes(JSON.stringify(turn));
       if (json.length > maxBytes) throw new TurnTooLarge();
@@ -477,10 +521,10 @@ export class SerialWriter {
       const tree = view.tree(sessionId);
       if (tree.added.has(turnId)) tree.added.set(turnId, treeTurnOf(turn, json));
       else tree.edited.set(turnId, treeTurnOf(turn, json));
-      return { kind: 'delta', turn, json, previousBytes: found.bytes, text, place, session: current.session };
+      return { kind: 'delta', turn, json, previousBytes: found.bytes, pieces, places, quiet, session: current.session };
     }, (c) => {
       if (c.kind !== 'delta') throw new Error(`a ${c.kind} change has no delta answer`);
-      return { turn: { _id: c.turn._id, createdAt: c.turn.createdAt, json: c.json }, place: c.place };
+      return { turn: { _id: c.turn._id, createdAt: c.turn.createdAt, json: c.json }, places: c.places };
     });
   }
 
@@ -523,8 +567,22 @@ export class SerialWriter {
     ids: readonly string[],
     owner: string | undefined,
     needs: TreeNeeds | undefined,
-    decide: (view: GroupView) => Change,
+    decide: (view: GroupView) => Change | readonly Change[],
     result: (change: Change) => T,
+  ): Promise<T>;
+  private submit<T>(
+    ids: readonly string[],
+    owner: string | undefined,
+    needs: TreeNeeds | undefined,
+    decide: (view: GroupView) => Change | readonly Change[],
+    result: (change: Change | readonly Change[]) => T,
+  ): Promise<T>;
+  private submit<T>(
+    ids: readonly string[],
+    owner: string | undefined,
+    needs: TreeNeeds | undefined,
+    decide: (view: GroupView) => Change | readonly Change[],
+    result: ((change: Change) => T) | ((change: Change | readonly Change[]) => T),
   ): Promise<T> {
     if (this.closed) return Promise.reject(new StorageWriteFailed(new Error('store is closed')));
     return new Promise<T>((resolve, reject) => {
@@ -579,6 +637,8 @@ export class SerialWriter {
   private decideAndCommit(writes: readonly PendingWrite[], group: Group, n: number): void {
     const view = new GroupView(group, this.quotas);
     const accepted: PendingWrite[] = [];
+    /** Each accepted write's change (or changes), in order; `changes` has them flat, as the engine commits them. */
+    const decided: (Change | readonly Change[])[] = [];
     const changes: Change[] = [];
     const deferred: PendingWrite[] = [];
     const waiting = new Set<string>();
@@ -589,7 +649,10 @@ export class SerialWriter {
         continue;
       }
       try {
-        changes.push(w.decide(view));
+        const d = w.decide(view);
+        decided.push(d);
+        if (Array.isArray(d)) changes.push(...(d as readonly Change[]));
+        else changes.push(d as Change);
         accepted.push(w);
       } catch (e) {
         // put off once: first of its session in the next group, what it asks is what its needs read
@@ -616,7 +679,7 @@ export class SerialWriter {
         }
         for (let i = 0; i < accepted.length; i++) {
           const w = accepted[i] as PendingWrite;
-          w.resolve(w.result(changes[i] as Change));
+          w.resolve(w.result(decided[i] as Change | readonly Change[]));
         }
         this.nextGroup();
       },

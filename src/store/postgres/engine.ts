@@ -35,6 +35,7 @@ import {
   type TurnRecord,
   type Usage,
   type Announce,
+  type Broadcast,
   type SharedEventLog,
 } from '../store.js';
 import { budgetedTurnPage } from '../turn-page.js';
@@ -42,7 +43,7 @@ import { keysetFrom, walkBudget, walkSearch, type TurnsFrom, type WalkSource } f
 import { SerialWrites } from '../serial-writes.js';
 import { SerialWriter, type Group, type GroupSource, type TreeNeeds } from '../writer.js';
 import { INDEXING, keptColumns, NO_INDEXING, sqlText, storeError, textArray, wordsSql, type Indexing } from './values.js';
-import { channelOf, eventStatements, PgEventLog } from './events.js';
+import { channelOf, eventStatements, PgBroadcast, PgEventLog } from './events.js';
 import { finish, insertTurnSql, PgGroup, rowOf, SESSION_ROW, type GroupEvents } from './group.js';
 import { pageSql, scanSql } from './lists.js';
 import { prepareSchema, quotedSchema, reindexRows } from './schema.js';
@@ -132,6 +133,7 @@ export class PostgresStore extends SerialWrites implements Store, GroupSource {
   private scans = 0;
   private readonly scanWaiters: (() => void)[] = [];
   private readonly scanMax: number;
+  private broadcaster: PgBroadcast | undefined;
   private readonly events: GroupEvents | undefined;
   /** How writes make the words they store (none with SEARCH=off). */
   private readonly index: Indexing;
@@ -488,6 +490,12 @@ export class PostgresStore extends SerialWrites implements Store, GroupSource {
     return r.rows.map((row) => ({ session: row[0] as string, turnId: row[1] as string }));
   }
 
+  /** Messages among the instances on this schema (./events.ts PgBroadcast), made when first asked for. */
+  broadcast(): Broadcast {
+    this.broadcaster ??= new PgBroadcast(this.pool, this.opts.url, `csa_ctl_${channelOf(this.opts.schema).slice('csa_events_'.length)}`, this.opts.log);
+    return this.broadcaster;
+  }
+
   /** The feed's log in the schema, read by every instance (./events.ts); undefined unless events are announced. */
   sharedEventLog(): SharedEventLog | undefined {
     if (this.events === undefined) return undefined;
@@ -511,6 +519,7 @@ export class PostgresStore extends SerialWrites implements Store, GroupSource {
       subtree: (session, id) => group.subtree(session, id),
       lastTurnExcept: (session, excluded) => group.lastTurnExcept(session, excluded),
       usageOf: (user) => group.usageOf(user),
+      streamingTurns: (session) => group.streamingTurns(session),
       release: () => group.release(),
       commit: async (changes) => {
         await group.commit(changes);
@@ -616,6 +625,7 @@ export class PostgresStore extends SerialWrites implements Store, GroupSource {
   async close(): Promise<void> {
     await this.writer.close();
     await this.eventLog?.close();
+    await this.broadcaster?.close();
     await this.pool.end();
   }
 

@@ -9,7 +9,7 @@ import type { QueryResult } from '../../pg/connection.js';
 import { Listener } from '../../pg/listen.js';
 import type { Pool, Queryable } from '../../pg/pool.js';
 import type { Logger } from '../../log.js';
-import type { ChangeEvent, LoggedEvent, SharedEventLog } from '../store.js';
+import type { Broadcast, ChangeEvent, LoggedEvent, SharedEventLog } from '../store.js';
 import { storeError } from './values.js';
 
 /** The NOTIFY channel of a schema's feed: short (channel names are at most 63 bytes) and one per schema. */
@@ -95,9 +95,61 @@ export class PgEventLog implements SharedEventLog {
     ]).catch(rethrow);
   }
 
+  async append(events: readonly ChangeEvent[]): Promise<void> {
+    if (events.length === 0) return;
+    await this.pool
+      .withConnection(async (q) => {
+        await q.query('BEGIN');
+        try {
+          await Promise.all(eventStatements(q, this.S, this.channel, events));
+          await q.query('COMMIT');
+        } catch (e) {
+          await q.query('ROLLBACK').catch(() => undefined);
+          throw e;
+        }
+      })
+      .catch(rethrow);
+  }
+
   async claimTicket(id: string, expiresAtMs: number): Promise<boolean> {
     const r = await this.pool.query(`INSERT INTO ${this.S}.used_tickets (id, expires_at) VALUES ($1, $2) ON CONFLICT (id) DO NOTHING`, [id, String(expiresAtMs)]).catch(rethrow);
     return r.rowCount === 1;
+  }
+
+  async close(): Promise<void> {
+    const listener = this.listener;
+    this.listener = undefined;
+    await listener?.close();
+  }
+}
+
+/** Short messages among the instances on one schema: pg_notify to send, a Listener to hear. */
+export class PgBroadcast implements Broadcast {
+  private listener: Listener | undefined;
+
+  constructor(
+    private readonly pool: Pool,
+    private readonly url: string,
+    private readonly channel: string,
+    private readonly log: Logger,
+  ) {}
+
+  async send(message: string): Promise<void> {
+    await this.pool.query('SELECT pg_notify($1, $2)', [this.channel, message]).catch(rethrow);
+  }
+
+  async listen(on: (message: string) => void): Promise<void> {
+    const listener = new Listener(this.url, {
+      onNotification: (n) => on(n.payload),
+      onReconnect: () => this.log.info('listening for other instances\' messages again'),
+      onError: (err) => this.log.warn('the connection that listens for other instances\' messages was lost; reconnecting', { err: err.message }),
+    });
+    this.listener = listener;
+    try {
+      await listener.listen(this.channel);
+    } catch (e) {
+      this.log.warn('cannot listen for other instances\' messages yet; retrying', { err: (e as Error).message });
+    }
   }
 
   async close(): Promise<void> {

@@ -85,9 +85,11 @@ interface ReadAhead {
   readonly paths: Map<string, readonly TreeTurn[]>;
   /** Subtrees read by their root, with the newest turn outside each. */
   readonly subtrees: Map<string, { readonly nodes: readonly TurnNode[]; readonly newestOutside: TurnKey | undefined }>;
+  /** Its streaming turns, when a write asked. */
+  streaming: readonly string[] | undefined;
 }
 
-const aheadOf = (): ReadAhead => ({ turns: new Map(), absent: new Set(), paths: new Map(), subtrees: new Map() });
+const aheadOf = (): ReadAhead => ({ turns: new Map(), absent: new Set(), paths: new Map(), subtrees: new Map(), streaming: undefined });
 
 export class PgGroup implements Group {
   private ended = false;
@@ -158,6 +160,14 @@ export class PgGroup implements Group {
             }),
           );
         }
+        if (need.streaming === true && read.streaming === undefined) {
+          read.streaming = [];
+          reads.push(
+            q.query(`SELECT id FROM ${S}.turns WHERE session = $1 AND streamed_at IS NOT NULL`, [sqlText(need.session)]).then((r) => {
+              read.streaming = r.rows.map((t) => t[0] as string);
+            }),
+          );
+        }
         for (const root of need.subtrees) {
           reads.push(
             q.query(subtreeSql(S), [sqlText(root), sqlText(need.session)]).then((r) => {
@@ -193,6 +203,12 @@ export class PgGroup implements Group {
     const a = this.ahead.get(session);
     if (a === undefined) throw new NotReadAhead(`nothing was read ahead of session ${session}`);
     return a;
+  }
+
+  streamingTurns(session: string): readonly string[] {
+    const s = this.aheadFor(session).streaming;
+    if (s === undefined) throw new NotReadAhead(`the streaming turns of session ${session} were not read ahead`);
+    return s;
   }
 
   turn(session: string, id: string): TreeTurn | undefined {

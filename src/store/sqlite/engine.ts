@@ -841,6 +841,14 @@ export class SqliteStore extends SerialWrites implements Store, GroupSource, Gro
     return row === undefined ? { sessions: 0, turns: 0, bytes: 0 } : { sessions: int(row['sessions']), turns: int(row['turns']), bytes: int(row['bytes']) };
   }
 
+  /** Group: the session's streaming turns, from the index that holds them (turns_streaming). */
+  streamingTurns(session: string): readonly string[] {
+    return this.reader
+      .prepare(`SELECT id FROM turns WHERE session = ? AND ${STREAMING_WHERE}`)
+      .all(session)
+      .map((row) => text(row['id']));
+  }
+
   async stats(): Promise<StoreStats> {
     const { sessions, turns, bytes } = this.counters();
     const size = (f: string): number => {
@@ -933,6 +941,11 @@ export class SqliteStore extends SerialWrites implements Store, GroupSource, Gro
     if (!atStart) return Promise.resolve([]);
     const rows = this.reader.prepare(`SELECT session, id FROM turns WHERE ${STREAMING_WHERE}`).all();
     return Promise.resolve(rows.map((r) => ({ session: text(r['session']), turnId: text(r['id']) })));
+  }
+
+  /** One server per file: nothing to tell others. */
+  broadcast(): undefined {
+    return undefined;
   }
 
   sharedEventLog(): undefined {
