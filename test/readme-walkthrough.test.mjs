@@ -26,8 +26,8 @@ function walked() {
   return walkthroughDocuments().map((doc) => ({ doc, text: read(doc), steps: parseWalkthrough(read(doc), doc) }));
 }
 
-test('the documents that show commands are walked: the README and the API', () => {
-  assert.deepEqual(walkthroughDocuments(), ['README.md', 'docs/api.md']);
+test('the documents that show commands are walked: the README, the API and live events', () => {
+  assert.deepEqual(walkthroughDocuments(), ['README.md', 'docs/api.md', 'docs/live-events.md']);
   const steps = walked().reduce((n, w) => n + w.steps.length, 0);
   assert.ok(steps >= 60, `${steps} steps found: the parser missed blocks`);
 });
@@ -73,7 +73,7 @@ test('"the first `curl` keeps the id of the last event it saw": each `LAST=$(...
       recipes.push({ doc, ...r });
     }
   }
-  assert.equal(recipes.length, 3, 'both recipes (the lists\' feed, a session\'s stream) are steps of a walkthrough');
+  assert.equal(recipes.length, 4, 'both recipes (the lists\' feed, a session\'s stream) are steps of a walkthrough');
   const server = await startServer();
   try {
     const alice = server.as('alice');
