@@ -26,7 +26,7 @@ function walked() {
   return walkthroughDocuments().map((doc) => ({ doc, text: read(doc), steps: parseWalkthrough(read(doc), doc) }));
 }
 
-test('the documents that show commands are walked: the README, the API, live events, operating it and security', () => {
+test('the documents that show commands are walked: the front page, the API, live events, operating it and security', () => {
   assert.deepEqual(walkthroughDocuments(), ['README.md', 'docs/api.md', 'docs/live-events.md', 'docs/operating.md', 'docs/security.md']);
   const steps = walked().reduce((n, w) => n + w.steps.length, 0);
   assert.ok(steps >= 60, `${steps} steps found: the parser missed blocks`);
@@ -51,6 +51,8 @@ test('"Every document\'s walkthrough ... creates what it uses": in each document
     assert.ok(setH !== -1 && setH < firstH, `${doc}: $H is defined before its first use`);
     const setToken = steps.findIndex((s) => /^TOKEN=\$\(node dist\/server\.js token --sub alice\)$/.test(s.command));
     assert.ok(setToken !== -1 && setToken < setH, `${doc}: $TOKEN before $H`);
+    const path = steps.findIndex((s) => s.command === 'export PATH="$PWD/node_modules/.bin:$PATH"');
+    assert.ok(path !== -1 && path < setToken, `${doc}: the project's Node.js is put first in the PATH before its first command`);
     const deleted = new Set();
     for (const s of steps) {
       for (const id of s.command.match(/chat-sessions\/[0-9a-f]{24}/g) ?? []) assert.ok(!deleted.has(id), `${doc} line ${s.line} uses ${id} after deleting it`);
@@ -73,7 +75,7 @@ test('"the first `curl` keeps the id of the last event it saw": each `LAST=$(...
       recipes.push({ doc, ...r });
     }
   }
-  assert.equal(recipes.length, 4, 'both recipes (the lists\' feed, a session\'s stream) are steps of a walkthrough');
+  assert.equal(recipes.length, 2, 'both recipes (the lists\' feed, a session\'s stream) are steps of a walkthrough');
   const server = await startServer();
   try {
     const alice = server.as('alice');
