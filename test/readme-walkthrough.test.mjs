@@ -38,7 +38,7 @@ test('"Every document\'s walkthrough is run by a test": every console block of t
     await t.test(doc, { timeout: 240_000 }, async () => {
       const { failures } = await runWalkthrough(read(doc), { name: doc });
       const report = failures.map((f) => `${doc} line ${f.step.line}: ${f.step.command}\n--- the document prints\n${f.step.expected.text}\n--- this run printed\n${f.actual}\n`);
-      assert.equal(report.join('\n'), '', `outputs that differ (node test/walkthrough.mjs --write ${doc} updates them, for review)`);
+      assert.equal(report.join('\n'), '', `outputs that differ (node_modules/.bin/node test/walkthrough.mjs --write ${doc} updates them, for review)`);
     });
   }
 });

@@ -13,9 +13,9 @@
 // run's server. A comment `<!-- walkthrough: restart NAME=value ... -->` right before a block
 // restarts the server on the same data with those settings, as the document tells the reader to.
 //
-//   node test/walkthrough.mjs --write [FILE...]   rewrites the outputs that no longer match with
-//                                                  this run's (ids mapped back to the document's),
-//                                                  for review; every document, or those named
+//   node_modules/.bin/node test/walkthrough.mjs --write [FILE...]
+//     rewrites the outputs that no longer match with this run's (ids mapped back to the
+//     document's), for review; every document, or those named
 import { spawn, spawnSync } from 'node:child_process';
 import { readdirSync, readFileSync, statSync, symlinkSync, writeFileSync } from 'node:fs';
 import { dirname, join, relative, resolve } from 'node:path';
