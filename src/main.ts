@@ -36,8 +36,9 @@ Usage:
   node dist/server.js export [--out FILE] [options]  write all sessions and turns as NDJSON
                                                      (stdout by default; safe while the server runs)
   node dist/server.js import FILE [options]          load an export into a stopped data directory
-  node dist/server.js migrate [options]              move the journal of an earlier release into the
-                                                     configured store (a start on sqlite does it too)
+  node dist/server.js migrate [options]              move the data an earlier release kept in DATA_DIR
+                                                     (sessions.journal) into the configured store
+                                                     (a start on sqlite does it too)
   node dist/server.js purge [--dry-run] [options]    delete the storage of expired sessions now; with
                                                      --dry-run only list them (safe while the server runs)
   node dist/server.js erase-user --user ID [options] delete every session of one user with all its turns
@@ -324,7 +325,7 @@ const NODE_MIN = [22, 13] as const;
 function nodeTooOld(version: string = process.versions.node): string | undefined {
   const [major = 0, minor = 0] = version.split('.').map(Number);
   if (major > NODE_MIN[0] || (major === NODE_MIN[0] && minor >= NODE_MIN[1])) return undefined;
-  return `Node.js ${NODE_MIN.join('.')} or newer is needed (this is ${version}); \`npm start\` runs the Node.js of the \`node\` dev dependency, or see the README's "Install on an air-gapped box"`;
+  return `Node.js ${NODE_MIN.join('.')} or newer is needed (this is ${version}); \`npm start\` runs the Node.js of the \`node\` dev dependency, or see "Which Node.js" in the README`;
 }
 
 async function main(argv: string[]): Promise<void> {

@@ -37,7 +37,7 @@ describe('Starting an engine', () => {
     try {
       const r = runCli([], { env: { PORT: '0', DATA_DIR: dir, AUTH_SECRET: SECRET }, node: OLD_NODE.bin });
       assert.equal(r.code, 1, r.stdout);
-      assert.equal(r.stderr, `chat-session-api: Node.js 22.13 or newer is needed (this is ${OLD_NODE.version.slice(1)}); \`npm start\` runs the Node.js of the \`node\` dev dependency, or see the README's "Install on an air-gapped box"\n`);
+      assert.equal(r.stderr, `chat-session-api: Node.js 22.13 or newer is needed (this is ${OLD_NODE.version.slice(1)}); \`npm start\` runs the Node.js of the \`node\` dev dependency, or see "Which Node.js" in the README\n`);
       assert.equal(existsSync(dir), false, 'no data directory made');
       const v = runCli(['--version'], { node: OLD_NODE.bin });
       assert.equal(v.code, 0, '--version still answers');

@@ -1,6 +1,6 @@
-// The README's nginx block is a configuration nginx accepts (docs/DECISIONS.md, "A fresh
-// clone"): it is cut out of README.md and checked with `nginx -t` inside a minimal main
-// configuration, with a self-signed certificate made for the test in place of the README's.
+// The nginx block of docs/operating.md is a configuration nginx accepts (docs/DECISIONS.md, "The
+// documents"): it is cut out of the document and checked with `nginx -t` inside a minimal main
+// configuration, with a self-signed certificate made for the test in place of the document's.
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
 import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
@@ -8,18 +8,18 @@ import { join } from 'node:path';
 import { test } from 'node:test';
 import { findExecutable, removeDir, ROOT, tempDir } from './helpers.mjs';
 
-test('"The README\'s nginx block passes nginx -t on Debian 12\'s nginx 1.22 (so no http2 on;, which needs 1.25.1)"', (t) => {
+test('"The nginx block of docs/operating.md passes nginx -t on Debian 12\'s nginx 1.22 (so no http2 on;, which needs 1.25.1)"', (t) => {
   const nginx = findExecutable('nginx', ['/usr/sbin', '/sbin']);
   const openssl = findExecutable('openssl');
   if (nginx === undefined || openssl === undefined) {
     if (process.env.REQUIRE_NGINX === '1') throw new Error(`REQUIRE_NGINX=1 but ${nginx === undefined ? 'nginx' : 'openssl'} is not installed (apt-get install nginx openssl)`);
-    console.log(`# SKIPPED: no ${nginx === undefined ? 'nginx' : 'openssl'} on this machine (apt-get install nginx openssl); the README's nginx block was not checked`);
+    console.log(`# SKIPPED: no ${nginx === undefined ? 'nginx' : 'openssl'} on this machine (apt-get install nginx openssl); the nginx block of docs/operating.md was not checked`);
     t.skip('no nginx');
     return;
   }
-  const readme = readFileSync(join(ROOT, 'README.md'), 'utf8');
-  const blocks = [...readme.matchAll(/^```nginx\n([\s\S]*?)^```$/gm)].map((m) => m[1]);
-  assert.equal(blocks.length, 1, 'one nginx block in the README');
+  const doc = readFileSync(join(ROOT, 'docs', 'operating.md'), 'utf8');
+  const blocks = [...doc.matchAll(/^```nginx\n([\s\S]*?)^```$/gm)].map((m) => m[1]);
+  assert.equal(blocks.length, 1, 'one nginx block in docs/operating.md');
   const site = blocks[0];
   assert.doesNotMatch(site, /^\s*http2 on;/m, 'http2 on; needs nginx 1.25.1');
   assert.match(site, /ssl_certificate\s+\S+;/);

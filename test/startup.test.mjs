@@ -82,7 +82,7 @@ describe('"Start-up failures are one line on stderr in every case"', () => {
     }
   });
 
-  test('"no space for the lock or the journal" (ENOSPC writing the lock: exit 1, one line naming the data directory)', () => {
+  test('"no space for the lock or the store" (ENOSPC writing the lock: exit 1, one line naming the data directory)', () => {
     const r = start({}, ['--require', join(ROOT, 'test', 'fixtures', 'enospc-lock.cjs')]);
     assert.equal(r.code, 1);
     assertOneLine(r.stderr, new RegExp(`^${NAME}: no space left for the data directory .*data \\(ENOSPC, write\\); free some and start again$`));

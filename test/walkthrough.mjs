@@ -1,27 +1,46 @@
-// Runs the README's walkthrough as a reader would: every ```console block, in order, its `$ `
-// commands typed into one bash session (so $TOKEN and $H carry over) in a fresh folder that
-// has `dist/` and what `npm start` makes (the example providers, a generated secret), against
-// a real server; each command's output must be what the README prints under it.
+// Runs the documents' walkthroughs as a reader would: every ```console block of a document, in
+// order, its `$ ` commands typed into one bash session (so $TOKEN and $H carry over) in a fresh
+// folder that has `dist/` and what `npm start` makes (the example providers, a generated
+// secret), against a real server of its own; each command's output must be what the document
+// prints under it. The documents are the README and every Markdown file under docs/ that has a
+// console block (walkthroughDocuments), each walked on its own: a reader may open any of them
+// first.
 //
 // What differs from run to run is matched, not compared: record ids, cursors and ETags are
-// bound the first time the README shows them (the README's value stands for this run's value
-// from then on, in later outputs and in later commands), timestamps match any timestamp, and
-// `...` in a printed output stands for any text within the line. `localhost:3000` is this run's
-// server. A comment `<!-- walkthrough: restart NAME=value ... -->` right before a block restarts
-// the server on the same data with those settings, as the README tells the reader to.
+// bound the first time the document shows them (the document's value stands for this run's
+// value from then on, in later outputs and in later commands), timestamps match any timestamp,
+// and `...` in a printed output stands for any text within the line. `localhost:3000` is this
+// run's server. A comment `<!-- walkthrough: restart NAME=value ... -->` right before a block
+// restarts the server on the same data with those settings, as the document tells the reader to.
 //
-//   node test/walkthrough.mjs --write   rewrites the outputs that no longer match with this
-//                                        run's (ids mapped back to the README's), for review
+//   node_modules/.bin/node test/walkthrough.mjs --write [FILE...]
+//     rewrites the outputs that no longer match with this run's (ids mapped back to the
+//     document's), for review; every document, or those named
 import { spawn, spawnSync } from 'node:child_process';
-import { readFileSync, symlinkSync, writeFileSync } from 'node:fs';
-import { dirname, join } from 'node:path';
+import { readdirSync, readFileSync, statSync, symlinkSync, writeFileSync } from 'node:fs';
+import { dirname, join, relative, resolve } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { ROOT, STORE, removeDir, startServer, storeEnv, tempDir } from './helpers.mjs';
 
-export const README = join(ROOT, 'README.md');
+/**
+ * The documents that hold console blocks, as paths relative to the root: README.md first, then
+ * the Markdown files under docs/ in name order.
+ */
+export function walkthroughDocuments() {
+  const out = ['README.md'];
+  const walk = (dir) => {
+    for (const name of readdirSync(join(ROOT, dir)).sort()) {
+      const rel = `${dir}/${name}`;
+      if (statSync(join(ROOT, rel)).isDirectory()) walk(rel);
+      else if (name.endsWith('.md')) out.push(rel);
+    }
+  };
+  walk('docs');
+  return out.filter((doc) => readFileSync(join(ROOT, doc), 'utf8').split('\n').includes('```console'));
+}
 
 /** The steps of every console block: {line, command, expected: {from, to, text}, restart?}. */
-export function parseWalkthrough(text) {
+export function parseWalkthrough(text, name = 'README.md') {
   const lines = text.split('\n');
   const steps = [];
   for (let i = 0; i < lines.length; i++) {
@@ -30,7 +49,7 @@ export function parseWalkthrough(text) {
     let restart = directive ? Object.fromEntries(directive[1].trim().split(/\s+/).filter((w) => w !== '').map((w) => w.split('='))) : undefined;
     let j = i + 1;
     while (j < lines.length && lines[j] !== '```') {
-      if (!lines[j].startsWith('$ ')) throw new Error(`README.md line ${j + 1}: a console block must start each command with "$ "`);
+      if (!lines[j].startsWith('$ ')) throw new Error(`${name} line ${j + 1}: a console block must start each command with "$ "`);
       const line = j + 1;
       const command = [lines[j].slice(2)];
       while (command.at(-1).endsWith('\\')) command.push(lines[++j]);
@@ -62,8 +81,8 @@ function variablesOf(text) {
 }
 
 /**
- * Matches an actual output against the README's text. Returns the new bindings (README value
- * -> actual value) on success, or undefined.
+ * Matches an actual output against the document's text. Returns the new bindings (document's
+ * value -> actual value) on success, or undefined.
  */
 export function matchOutput(expected, actual, bindings) {
   let source = '';
@@ -93,7 +112,7 @@ export function matchOutput(expected, actual, bindings) {
   if (m === null) return undefined;
   const found = new Map(groups.map((value, i) => [value, m.groups[`g${i}`]]));
   const taken = new Set(bindings.values());
-  for (const v of found.values()) if (taken.has(v)) return undefined; // two README values for one real one
+  for (const v of found.values()) if (taken.has(v)) return undefined; // two of the document's values for one real one
   return found;
 }
 
@@ -134,11 +153,11 @@ function shell(cwd, env) {
 }
 
 /**
- * Runs the walkthrough of `text` (the README). Returns {steps, failures: [{step, actual}], bindings}.
- * With `write`, every failed step also gets `replacement`: this run's output in the README's ids.
+ * Runs the walkthrough of `text` (a document). Returns {steps, failures: [{step, actual}], bindings}.
+ * With `write`, every failed step also gets `replacement`: this run's output in the document's ids.
  */
-export async function runWalkthrough(text, { write = false } = {}) {
-  const steps = parseWalkthrough(text);
+export async function runWalkthrough(text, { write = false, name = 'README.md' } = {}) {
+  const steps = parseWalkthrough(text, name);
   const dir = tempDir('csa-walkthrough-');
   symlinkSync(join(ROOT, 'dist'), join(dir, 'dist'));
   // what `npm start` does before it serves: the example providers into ./data
@@ -146,7 +165,7 @@ export async function runWalkthrough(text, { write = false } = {}) {
   if (seeded.status !== 0) throw new Error(`example-providers.mjs: ${seeded.stderr}`);
   const startOpts = (env) => ({ dataDir: join(dir, 'data'), cwd: dir, providers: null, env: { AUTH_SECRET: undefined, DATA_DIR: undefined, ...env } });
   let server = await startServer(startOpts({}));
-  // the reader's shell has the server's engine in its environment, as the README's commands need (export reads the store)
+  // the reader's shell has the server's engine in its environment, as the documents' commands need (export reads the store)
   const sh = shell(dir, { PATH: `${dirname(process.execPath)}:${process.env.PATH}`, HOME: dir, LANG: 'C.UTF-8', ...storeEnv(join(dir, 'data')) });
   const bindings = new Map();
   const failures = [];
@@ -157,9 +176,9 @@ export async function runWalkthrough(text, { write = false } = {}) {
         server = await startServer(startOpts(step.restart));
       }
       let command = step.command.replace(/localhost:3000/g, `localhost:${server.port}`);
-      for (const [readme, real] of [...bindings].sort((a, b) => b[0].length - a[0].length)) command = command.split(readme).join(real);
+      for (const [shown, real] of [...bindings].sort((a, b) => b[0].length - a[0].length)) command = command.split(shown).join(real);
       let actual = (await sh.run(command)).replace(/\r/g, '');
-      // a README block cannot show trailing blank lines (an event stream's output ends with one)
+      // a document's block cannot show trailing blank lines (an event stream's output ends with one)
       actual = actual.replace(/\n+$/, '');
       actual = actual.split(`localhost:${server.port}`).join('localhost:3000');
       const found = matchOutput(step.expected.text, actual, bindings);
@@ -170,7 +189,7 @@ export async function runWalkthrough(text, { write = false } = {}) {
       const failure = { step, actual };
       failures.push(failure);
       if (!write) continue;
-      // bind what the README shows to what came, in order, so later steps can go on
+      // bind what the document shows to what came, in order, so later steps can go on
       const mine = variablesOf(step.expected.text).filter((v) => !bindings.has(v.value));
       const real = variablesOf(actual).filter((v) => ![...bindings.values()].includes(v.value));
       for (const kind of [3, 4, 5]) {
@@ -179,7 +198,7 @@ export async function runWalkthrough(text, { write = false } = {}) {
         b.forEach((v, i) => bindings.set(a[i]?.value ?? v.value, v.value));
       }
       let replacement = actual;
-      for (const [readme, value] of bindings) replacement = replacement.split(value).join(readme);
+      for (const [shown, value] of bindings) replacement = replacement.split(value).join(shown);
       failure.replacement = replacement;
     }
   } finally {
@@ -190,7 +209,7 @@ export async function runWalkthrough(text, { write = false } = {}) {
   return { steps, failures, bindings };
 }
 
-/** The README with the outputs of `failures` replaced. */
+/** The document with the outputs of `failures` replaced. */
 export function rewrite(text, failures) {
   const lines = text.split('\n');
   for (const f of [...failures].sort((a, b) => b.step.expected.from - a.step.expected.from)) {
@@ -201,9 +220,13 @@ export function rewrite(text, failures) {
 }
 
 if (process.argv[1] !== undefined && import.meta.url === pathToFileURL(process.argv[1]).href && process.argv[2] === '--write') {
-  const text = readFileSync(README, 'utf8');
-  const { steps, failures } = await runWalkthrough(text, { write: true });
-  writeFileSync(README, rewrite(text, failures));
-  console.log(`${steps.length} steps, ${failures.length} outputs rewritten${failures.length > 0 ? ': review them (git diff README.md)' : ''}`);
-  for (const f of failures) console.log(`  README.md line ${f.step.line}: ${f.step.command.split('\n')[0]}`);
+  const named = process.argv.slice(3).map((f) => relative(ROOT, resolve(f)));
+  for (const doc of named.length > 0 ? named : walkthroughDocuments()) {
+    const file = join(ROOT, doc);
+    const text = readFileSync(file, 'utf8');
+    const { steps, failures } = await runWalkthrough(text, { write: true, name: doc });
+    writeFileSync(file, rewrite(text, failures));
+    console.log(`${doc}: ${steps.length} steps, ${failures.length} outputs rewritten${failures.length > 0 ? `: review them (git diff ${doc})` : ''}`);
+    for (const f of failures) console.log(`  ${doc} line ${f.step.line}: ${f.step.command.split('\n')[0]}`);
+  }
 }
