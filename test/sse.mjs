@@ -4,15 +4,21 @@
 import { request as httpRequest } from 'node:http';
 
 /**
- * Opens `path` on `baseUrl` as an event stream. Resolves once the answer's head is in: a
- * client whose `status` is not 200 has the body in `text` (read to its end) and no events.
+ * Opens `path` on `baseUrl` as an event stream (a GET, or `method` with a `json` body: a
+ * message answered as a stream). Resolves once the answer's head is in: a client whose `status`
+ * is not 200 has the body in `text` (read to its end) and no events.
  */
-export function openEvents(baseUrl, path, { token, headers = {} } = {}) {
+export function openEvents(baseUrl, path, { token, headers = {}, method = 'GET', json } = {}) {
   const url = new URL(path, baseUrl);
   const h = { accept: 'text/event-stream', ...headers };
   if (token !== undefined) h.authorization = `Bearer ${token}`;
+  const body = json === undefined ? undefined : Buffer.from(JSON.stringify(json));
+  if (body !== undefined) {
+    h['content-type'] = 'application/json';
+    h['content-length'] = String(body.length);
+  }
   return new Promise((resolve, reject) => {
-    const req = httpRequest({ host: url.hostname, port: url.port, path: url.pathname + url.search, headers: h, agent: false }, (res) => {
+    const req = httpRequest({ host: url.hostname, port: url.port, method, path: url.pathname + url.search, headers: h, agent: false }, (res) => {
       const c = new EventStreamClient(req, res);
       if (res.statusCode !== 200) {
         c.finished.then(() => resolve(c), reject);
@@ -21,7 +27,7 @@ export function openEvents(baseUrl, path, { token, headers = {} } = {}) {
       resolve(c);
     });
     req.on('error', reject);
-    req.end();
+    req.end(body);
   });
 }
 

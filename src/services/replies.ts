@@ -204,9 +204,9 @@ export class ReplyService {
       parentId = user._id;
       after = { session: { updatedAt: user.createdAt }, lastTurn: { createdAt: user.createdAt, _id: user._id } };
     } else {
-      const p = req.parentId ?? cur.session.headTurnId;
-      if (typeof p === 'string' && cur.turn(p) === undefined) throw new ValidationError('parentId must be a turn of this session');
-      parentId = p ?? null;
+      // the head is one of the session's turns; a parent the request names must be (it was read ahead)
+      if (typeof req.parentId === 'string' && cur.turn(req.parentId) === undefined) throw new ValidationError('parentId must be a turn of this session');
+      parentId = req.parentId ?? cur.session.headTurnId;
     }
     const { createdAt, _id } = turnStamp(after);
     out.push({ _id, session: cur.session._id, parentId, user: who, role: 'assistant', content: '', model, status: 'streaming', createdAt });

@@ -1,0 +1,370 @@
+// Replies from the model (docs/TEAM-DECISIONS.md, "Replies from the model"), on the real server
+// and the local provider of test/provider/, which speaks each protocol as its documentation
+// shows it. Each test names the provider's behaviour by the model it asks for (see SCENARIOS in
+// test/provider/server.mjs). Run on every engine.
+import assert from 'node:assert/strict';
+import { after, before, describe, test } from 'node:test';
+import { waitFor } from './api-kit.mjs';
+import { newSession, removeDir, runCli, startServer, STORE, tempDir } from './helpers.mjs';
+import { startProvider } from './provider/server.mjs';
+import { openEvents } from './sse.mjs';
+
+const B = '/api/v1/chat-sessions';
+const KEY = 'sk-test-secret-key-0123456789abcdef';
+const ids = { openai: '6f0000000000000000000001', anthropic: '6f0000000000000000000002', ollama: '6f0000000000000000000003', listing: '6f0000000000000000000004', picky: '6f0000000000000000000005' };
+
+let provider;
+let server;
+let alice;
+
+function providersFor(url) {
+  return [
+    { _id: ids.openai, name: 'Local OpenAI', type: 'openai', baseUrl: `${url}/v1`, apiKey: KEY },
+    { _id: ids.anthropic, name: 'Local Claude', type: 'anthropic', baseUrl: url, apiKey: KEY },
+    { _id: ids.ollama, name: 'Local Ollama', type: 'ollama', baseUrl: url },
+    { _id: ids.listing, name: 'A listing only', type: 'azure-something', baseUrl: url },
+    { _id: ids.picky, name: 'Picky', type: 'openai', baseUrl: `${url}/v1`, models: ['echo'] },
+  ];
+}
+
+before(async () => {
+  provider = await startProvider();
+  server = await startServer({ providers: providersFor(provider.url), env: { PROVIDER_IDLE_TIMEOUT: '1s' } });
+  alice = server.as('alice');
+});
+after(async () => {
+  await server?.stop();
+  await provider?.close();
+});
+
+/** A session of alice's on `type`'s provider, asking `model` by default. */
+async function session(type, model = 'echo', over = {}) {
+  const r = await alice.post(B, newSession({ providerId: ids[type], selectedModel: model, ...over }));
+  assert.equal(r.status, 201, r.text);
+  return r.body.data;
+}
+
+const turn = async (sid, tid, who = alice) => (await who.get(`${B}/${sid}/turns/${tid}`)).body.data;
+const textOf = (content) => (typeof content === 'string' ? content : content.filter((p) => p.type === 'text').map((p) => p.text).join(''));
+
+describe('Replies from the model', () => {
+  for (const type of ['openai', 'anthropic', 'ollama']) {
+    test(`"POST /api/v1/chat-sessions/:id/messages ... records the user turn ..., then asks the session's provider for a reply ... and records the reply as an assistant turn under it (model = the model used ...)": ${type}, answered 201 once recorded ("Otherwise the request waits")`, async () => {
+      const s = await session(type, 'say:Hello%20there%2C%20friend.');
+      const r = await alice.post(`${B}/${s._id}/messages`, { content: 'Say hello.' });
+      assert.equal(r.status, 201, r.text);
+      const { turn: user, reply } = r.body.data;
+      assert.deepEqual([user.role, user.content, user.parentId, user.status], ['user', 'Say hello.', null, 'complete']);
+      assert.deepEqual([reply.role, reply.content, reply.parentId, reply.model, reply.status], ['assistant', 'Hello there, friend.', user._id, 'say:Hello%20there%2C%20friend.', 'complete']);
+      assert.equal(typeof reply.usage.inputTokens, 'number');
+      assert.equal(typeof reply.usage.outputTokens, 'number');
+      const listed = (await alice.get(`${B}/${s._id}/turns`)).body.data;
+      assert.deepEqual(listed, [user, reply], 'the turns as recorded');
+      assert.equal((await alice.get(`${B}/${s._id}`)).body.data.headTurnId, reply._id, 'the reply is the head');
+      const asked = provider.requests.filter((q) => q.protocol === type).at(-1);
+      assert.equal(asked.model, 'say:Hello%20there%2C%20friend.');
+    });
+  }
+
+  test('"The system message is the session\'s `instructions` ... none when absent. Turns with status `error` and `reasoning` parts are not sent back to the model", and "`options`: `temperature`, `maxTokens`, `topP`, `stop`, passed on"', async () => {
+    const s = await session('openai', 'echo', { instructions: 'Answer in French.' });
+    await alice.post(`${B}/${s._id}/turns`, { role: 'user', content: 'an old question' });
+    await alice.post(`${B}/${s._id}/turns`, { role: 'assistant', content: [{ type: 'reasoning', text: 'secret thoughts' }, { type: 'text', text: 'an old answer' }] });
+    await alice.post(`${B}/${s._id}/turns`, { role: 'assistant', content: 'a failed try', status: 'error' });
+    const r = await alice.post(`${B}/${s._id}/messages`, { content: 'a new question', options: { temperature: 0.2, maxTokens: 50, topP: 0.9, stop: 'END' } });
+    assert.equal(r.status, 201, r.text);
+    const q = provider.requests.filter((x) => x.protocol === 'openai').at(-1);
+    assert.equal(q.system, 'Answer in French.');
+    const sent = JSON.stringify(q.body.messages);
+    assert.ok(!sent.includes('secret thoughts') && !sent.includes('a failed try'), sent);
+    assert.ok(sent.includes('an old question') && sent.includes('an old answer') && sent.includes('a new question'), sent);
+    assert.equal(q.body.temperature, 0.2);
+    assert.equal(q.body.top_p, 0.9);
+    assert.deepEqual(q.body.stop, ['END']);
+    const none = await session('openai');
+    await alice.post(`${B}/${none._id}/messages`, { content: 'no instructions' });
+    assert.equal(provider.requests.filter((x) => x.protocol === 'openai').at(-1).system, undefined, 'no system message without instructions');
+  });
+
+  test('"`Accept: text/event-stream`: 200 and a stream of the session\'s own event kinds: `turn.created` (the user turn ...), `turn.created` (the reply, `status:"streaming"`, `content:""`), `turn.delta` for each piece of text, then `turn.updated` with the reply as recorded at the end, after which the stream closes. Event ids are those of `GET /api/v1/chat-sessions/:id/events`"', async () => {
+    const s = await session('ollama', 'tokens:6');
+    const follow = await openEvents(server.url, `${B}/${s._id}/events`, { token: alice.token });
+    await follow.waitFor((e) => e.event === 'ready');
+    const stream = await openEvents(server.url, `${B}/${s._id}/messages`, { token: alice.token, method: 'POST', json: { content: 'stream it' } });
+    assert.equal(stream.status, 200, stream.text);
+    await stream.finished;
+    const kinds = stream.events.map((e) => e.event);
+    assert.deepEqual(kinds, ['turn.created', 'turn.created', 'turn.delta', 'turn.delta', 'turn.delta', 'turn.delta', 'turn.delta', 'turn.delta', 'turn.updated']);
+    const [user, begun] = [stream.events[0].data, stream.events[1].data];
+    assert.deepEqual([user.role, user.content], ['user', 'stream it']);
+    assert.deepEqual([begun.role, begun.status, begun.content], ['assistant', 'streaming', '']);
+    const deltas = stream.events.filter((e) => e.event === 'turn.delta').map((e) => e.data);
+    assert.equal(deltas.map((d) => d.text).join(''), stream.events.at(-1).data.content, 'the deltas make the recorded text');
+    assert.deepEqual(deltas.map((d) => d.at), deltas.map((_, i) => deltas.slice(0, i).reduce((n, d) => n + d.text.length, 0)), 'each delta says where it goes');
+    assert.equal(stream.events.at(-1).data.status, 'complete');
+    // the same events, with the same ids, on the session's own stream
+    await follow.waitFor((e) => e.event === 'turn.updated' && e.data._id === begun._id && e.data.status === 'complete');
+    const theirs = new Map(follow.events.map((e) => [e.id, e.event]));
+    for (const e of stream.events) assert.equal(theirs.get(e.id), e.event, `event ${e.id} is the session stream's ${e.event}`);
+    await follow.close();
+  });
+
+  test('"`background: true`: 202 `{success:true, data:{turn, reply}}` at once (`reply` still `streaming`); follow it on the session\'s events or by `GET` of the turn"', async () => {
+    const s = await session('openai', 'tokens:20@100');
+    const r = await alice.post(`${B}/${s._id}/messages`, { content: 'in the background', background: true });
+    assert.equal(r.status, 202, r.text);
+    assert.equal(r.body.data.reply.status, 'streaming');
+    assert.equal(r.body.data.reply.content, '');
+    const done = await waitFor(async () => {
+      const t = await turn(s._id, r.body.data.reply._id);
+      return t.status === 'complete' ? t : undefined;
+    }, 'the reply to end');
+    assert.equal(textOf(done.content).split(' ').length, 20);
+  });
+
+  test('"A client that goes away never stops a reply: the server finishes and records it"', async () => {
+    const s = await session('anthropic', 'tokens:30@60');
+    const stream = await openEvents(server.url, `${B}/${s._id}/messages`, { token: alice.token, method: 'POST', json: { content: 'then I leave' } });
+    await stream.waitFor((e) => e.event === 'turn.delta');
+    const replyId = stream.events[1].data._id;
+    await stream.close();
+    const done = await waitFor(async () => {
+      const t = await turn(s._id, replyId);
+      return t.status !== 'streaming' ? t : undefined;
+    }, 'the reply to end without its client');
+    assert.equal(done.status, 'complete');
+    assert.equal(textOf(done.content).split(' ').length, 30);
+    const asked = provider.requests.find((q) => q.model === 'tokens:30@60');
+    assert.equal(asked.clientClosed, false, "the provider's request was not closed");
+  });
+
+  test('"`POST /api/v1/chat-sessions/:id/turns/:turnId/cancel` stops it (the provider\'s request is closed), records the text so far with status `interrupted` and then answers 200 with the turn; a turn that is not streaming -> 409 `Turn is not streaming`"', async () => {
+    const s = await session('ollama', 'stall-after:3');
+    const r = await alice.post(`${B}/${s._id}/messages`, { content: 'go on and stall', background: true });
+    const replyId = r.body.data.reply._id;
+    // what the store has trails the text by a quarter of a second at most
+    await waitFor(async () => textOf((await turn(s._id, replyId)).content).split(' ').length === 3, 'the three words before the stall to be recorded');
+    const c = await alice.post(`${B}/${s._id}/turns/${replyId}/cancel`, {});
+    assert.equal(c.status, 200, c.text);
+    assert.equal(c.body.data.status, 'interrupted');
+    assert.equal(textOf(c.body.data.content).split(' ').length, 3);
+    assert.deepEqual(await turn(s._id, replyId), c.body.data, 'recorded before the answer');
+    const asked = provider.requests.find((q) => q.model === 'stall-after:3' && q.body.messages.some((m) => m.content === 'go on and stall'));
+    await asked.closed;
+    assert.equal(asked.clientClosed, true, "the provider's request was closed");
+    const again = await alice.post(`${B}/${s._id}/turns/${replyId}/cancel`, {});
+    assert.deepEqual([again.status, again.body], [409, { success: false, message: 'Turn is not streaming' }]);
+    const user = r.body.data.turn._id;
+    assert.deepEqual([(await alice.post(`${B}/${s._id}/turns/${user}/cancel`, {})).status], [409]);
+    assert.equal((await alice.post(`${B}/${s._id}/turns/0123456789abcdef01234567/cancel`, {})).status, 404);
+  });
+
+  test('"One reply at a time per session: a message or reply while one is streaming -> 409 `A reply is already in progress`, and nothing is recorded"', async () => {
+    const s = await session('openai', 'stall-after:1');
+    const first = await alice.post(`${B}/${s._id}/messages`, { content: 'first', background: true });
+    assert.equal(first.status, 202);
+    const before = (await alice.get(`${B}/${s._id}/turns`)).body.data;
+    for (const [path, body] of [['messages', { content: 'second' }], ['replies', {}]]) {
+      const r = await alice.post(`${B}/${s._id}/${path}`, body);
+      assert.deepEqual([r.status, r.body], [409, { success: false, message: 'A reply is already in progress' }], path);
+    }
+    assert.deepEqual((await alice.get(`${B}/${s._id}/turns`)).body.data, before, 'nothing recorded');
+    await alice.post(`${B}/${s._id}/turns/${first.body.data.reply._id}/cancel`, {});
+    // another session replies meanwhile: the rule is per session
+    assert.equal((await alice.post(`${B}/${(await session('openai'))._id}/messages`, { content: 'elsewhere' })).status, 201);
+  });
+
+  test('"Refused before anything is recorded: the session\'s provider not configured, of a type that cannot reply, or the model outside its `models` -> 409 naming the provider or model"', async () => {
+    const cases = [
+      [{ providerId: '6f00000000000000000000ff', selectedModel: 'echo' }, /^Provider "6f00000000000000000000ff" is not configured/],
+      [{ providerId: ids.listing, selectedModel: 'echo' }, /^Provider "A listing only" is of type "azure-something", which cannot reply/],
+      [{ providerId: ids.picky, selectedModel: 'gpt-4o' }, /^Model "gpt-4o" is not one of provider "Picky"'s models/],
+    ];
+    for (const [over, message] of cases) {
+      const s = (await alice.post(B, newSession(over))).body.data;
+      const r = await alice.post(`${B}/${s._id}/messages`, { content: 'hello' });
+      assert.equal(r.status, 409, r.text);
+      assert.match(r.body.message, message);
+      assert.deepEqual((await alice.get(`${B}/${s._id}/turns`)).body.data, [], 'nothing recorded');
+    }
+    const picky = (await alice.post(B, newSession({ providerId: ids.picky, selectedModel: 'gpt-4o' }))).body.data;
+    assert.equal((await alice.post(`${B}/${picky._id}/messages`, { content: 'hello', model: 'echo' })).status, 201, 'a model the provider lists, asked by the message');
+  });
+
+  test('"`POST /api/v1/chat-sessions/:id/replies` ... a reply to an existing turn (default the head) without a new user turn: regenerating an answer is a reply to its user turn, and the new reply becomes a sibling of the old one"', async () => {
+    const s = await session('ollama', 'say:first');
+    const m = (await alice.post(`${B}/${s._id}/messages`, { content: 'question' })).body.data;
+    const again = await alice.post(`${B}/${s._id}/replies`, { parentId: m.turn._id, model: 'say:second' });
+    assert.equal(again.status, 201, again.text);
+    assert.equal(again.body.data.turn, null);
+    const reply = again.body.data.reply;
+    assert.deepEqual([reply.parentId, reply.content, reply.model], [m.turn._id, 'second', 'say:second']);
+    const tree = (await alice.get(`${B}/${s._id}/turns`)).body.data;
+    assert.deepEqual(tree.filter((t) => t.parentId === m.turn._id).map((t) => t.content), ['first', 'second'], 'siblings');
+    const head = (await alice.post(`${B}/${s._id}/replies`, { model: 'say:third' })).body.data.reply;
+    assert.equal(head.parentId, reply._id, 'default: a reply to the head');
+    assert.equal((await alice.post(`${B}/${s._id}/replies`, { parentId: '0123456789abcdef01234567' })).body.message, 'parentId must be a turn of this session');
+  });
+
+  test('"The provider\'s transient failures before the first piece of text (connection refused, 429, 500, 502, 503, 529) are tried again, at most twice, honouring `Retry-After`"; a failure that lasts ends the reply with `error`, naming the provider, never its key', async () => {
+    const s = await session('openai');
+    const once = await alice.post(`${B}/${s._id}/messages`, { content: 'retry me', model: 'status:503+retry-after:0+times:1+n:a' });
+    assert.equal(once.body.data.reply.status, 'complete', once.text);
+    assert.equal(provider.requests.filter((q) => q.model === 'status:503+retry-after:0+times:1+n:a').length, 2);
+    const always = await alice.post(`${B}/${s._id}/messages`, { content: 'never', model: 'status:500+retry-after:0+n:b' });
+    const failed = always.body.data.reply;
+    assert.equal(failed.status, 'error');
+    assert.match(failed.error.message, /Local OpenAI/);
+    assert.equal(provider.requests.filter((q) => q.model === 'status:500+retry-after:0+n:b').length, 3, 'tried three times in all');
+  });
+
+  test('"A reply ends ... `error` (with `error: {message}`: the provider\'s refusal or failure, in words that name the provider, never its key)": the key is in no answer, event, log line or export, even when the provider quotes it', async () => {
+    const s = await session('openai');
+    const follow = await openEvents(server.url, `${B}/${s._id}/events`, { token: alice.token });
+    await follow.waitFor((e) => e.event === 'ready');
+    const r = await alice.post(`${B}/${s._id}/messages`, { content: 'leak it', model: 'status:401+echo-key' });
+    const reply = r.body.data.reply;
+    assert.equal(reply.status, 'error');
+    assert.match(reply.error.message, /Local OpenAI/);
+    await follow.waitFor((e) => e.event === 'turn.updated' && e.data._id === reply._id);
+    await follow.close();
+    const exported = runCli(['export'], { env: { DATA_DIR: server.dataDir } });
+    for (const [what, text] of [['answer', r.text], ['turn', JSON.stringify(await turn(s._id, reply._id))], ['events', follow.text], ['log', server.stdout + server.stderr], ['export', exported.stdout]]) {
+      assert.ok(!text.includes(KEY), `${what} holds the key`);
+    }
+    assert.ok(provider.requests.some((q) => q.headers.authorization === `Bearer ${KEY}`), 'the key was sent to the provider');
+  });
+
+  test('"A provider that sends nothing for `PROVIDER_IDLE_TIMEOUT` (default `60s`) ends the reply with `error`"', async () => {
+    const s = await session('anthropic', 'tokens:5+stall-after:2');
+    const r = await alice.post(`${B}/${s._id}/messages`, { content: 'stall' });
+    const reply = r.body.data.reply;
+    assert.equal(reply.status, 'error', r.text);
+    assert.match(reply.error.message, /Local Claude/);
+    assert.equal(textOf(reply.content).split(' ').length, 2, 'what came before the stall is kept');
+  });
+
+  test('reasoning text (`reasoning_content`, Anthropic `thinking`, Ollama `thinking`) is "recorded as a `reasoning` part, not as the answer", and told as `turn.delta` with `type: "reasoning"`', async () => {
+    for (const type of ['openai', 'anthropic', 'ollama']) {
+      const s = await session(type, 'reasoning:3+tokens:2');
+      const stream = await openEvents(server.url, `${B}/${s._id}/messages`, { token: alice.token, method: 'POST', json: { content: 'think first' } });
+      await stream.finished;
+      const final = stream.events.at(-1).data;
+      assert.deepEqual(final.content.map((p) => p.type), ['reasoning', 'text'], type);
+      assert.equal(final.content[1].text.split(' ').length, 2);
+      const kinds = stream.events.filter((e) => e.event === 'turn.delta').map((e) => e.data.type ?? 'text');
+      assert.ok(kinds.indexOf('text') > kinds.lastIndexOf('reasoning'), `${type}: reasoning first, then the answer`);
+      const reasoning = stream.events.filter((e) => e.event === 'turn.delta' && e.data.type === 'reasoning').map((e) => e.data.text).join('');
+      assert.equal(reasoning, final.content[0].text);
+    }
+  });
+
+  test('"Scopes: sending needs `sessions:write`"; a session the caller may not see is 404 under `ACCESS=owner`; the cancel needs `sessions:write` too', async () => {
+    const s = await session('openai');
+    const reader = server.as('alice', { scope: 'sessions:read' });
+    assert.deepEqual([(await reader.post(`${B}/${s._id}/messages`, { content: 'hi' })).status, (await reader.post(`${B}/${s._id}/replies`, {})).status], [403, 403]);
+    const owner = await startServer({ providers: providersFor(provider.url), env: { ACCESS: 'owner' } });
+    try {
+      const mine = (await owner.as('alice').post(B, newSession({ providerId: ids.openai, selectedModel: 'echo' }))).body.data;
+      const bob = owner.as('bob');
+      for (const r of [await bob.post(`${B}/${mine._id}/messages`, { content: 'not yours' }), await bob.post(`${B}/${mine._id}/replies`, {})]) {
+        assert.deepEqual([r.status, r.body.message], [404, 'Chat session not found']);
+      }
+      assert.deepEqual((await owner.as('alice').get(`${B}/${mine._id}/turns`)).body.data, []);
+    } finally {
+      await owner.stop();
+      removeDir(owner.dataDir);
+    }
+  });
+
+  test('"`GET /api/v1/chat-sessions/:id/turns/:turnId` -> 200 `{success:true, data:<turn>}`; an unknown turn -> 404 `Turn not found`"', async () => {
+    const s = await session('openai');
+    const t = (await alice.post(`${B}/${s._id}/turns`, { role: 'user', content: 'one turn' })).body.data;
+    const r = await alice.get(`${B}/${s._id}/turns/${t._id}`);
+    assert.deepEqual([r.status, r.body], [200, { success: true, data: t }]);
+    const missing = await alice.get(`${B}/${s._id}/turns/0123456789abcdef01234567`);
+    assert.deepEqual([missing.status, missing.body], [404, { success: false, message: 'Turn not found' }]);
+    assert.equal((await alice.get(`${B}/0123456789abcdef01234567/turns/${t._id}`)).status, 404);
+  });
+
+  test('"Streaming turns: create with `status:"streaming"` (its `content` may be `""`: a reply that has produced nothing yet)"; `""` for any other status is still "content is required"', async () => {
+    const s = await session('openai');
+    const r = await alice.post(`${B}/${s._id}/turns`, { role: 'assistant', content: '', status: 'streaming' });
+    assert.equal(r.status, 201, r.text);
+    assert.equal(r.body.data.content, '');
+    const d = await alice.post(`${B}/${s._id}/turns/${r.body.data._id}/deltas`, { text: 'now words' });
+    assert.equal(d.status, 200);
+    assert.equal((await turn(s._id, r.body.data._id)).content, 'now words');
+    for (const content of ['', '   ']) assert.deepEqual((await alice.post(`${B}/${s._id}/turns`, { role: 'user', content })).body, { success: false, message: 'content is required' });
+  });
+
+  test('"The system message is the session\'s `instructions` (optional string, at most 32 KiB, set at create or update)": kept and answered; "" or null on update removes them; larger is a 400', async () => {
+    const s = await session('openai', 'echo', { instructions: 'Be terse.' });
+    assert.equal(s.instructions, 'Be terse.');
+    assert.equal((await alice.put(`${B}/${s._id}`, { instructions: 'Be kind.' })).body.data.instructions, 'Be kind.');
+    assert.equal((await alice.put(`${B}/${s._id}`, { instructions: null })).body.data.instructions, undefined);
+    const big = await alice.post(B, newSession({ instructions: 'é'.repeat(16 * 1024 + 1) }));
+    assert.deepEqual([big.status, big.body.message], [400, 'instructions must be at most 32768 bytes of UTF-8']);
+  });
+});
+
+describe('Bounds of replies', () => {
+  test('"`REPLIES_MAX` (replies in progress per instance; over it 503 `Too many replies in progress` with `Retry-After`)": nothing is recorded for the one refused', async () => {
+    const s = await startServer({ providers: providersFor(provider.url), env: { REPLIES_MAX: '1' } });
+    try {
+      const u = s.as('alice');
+      const a = (await u.post(B, newSession({ providerId: ids.ollama, selectedModel: 'stall-after:1' }))).body.data;
+      const b = (await u.post(B, newSession({ providerId: ids.ollama, selectedModel: 'echo' }))).body.data;
+      const first = await u.post(`${B}/${a._id}/messages`, { content: 'hold the slot', background: true });
+      assert.equal(first.status, 202);
+      const r = await u.post(`${B}/${b._id}/messages`, { content: 'no room' });
+      assert.deepEqual([r.status, r.body, r.headers['retry-after']], [503, { success: false, message: 'Too many replies in progress' }, '5']);
+      assert.deepEqual((await u.get(`${B}/${b._id}/turns`)).body.data, []);
+      await u.post(`${B}/${a._id}/turns/${first.body.data.reply._id}/cancel`, {});
+      assert.equal((await u.post(`${B}/${b._id}/messages`, { content: 'room now' })).status, 201);
+    } finally {
+      await s.stop();
+      removeDir(s.dataDir);
+    }
+  });
+
+  test('with `EVENTS=off` an event-stream answer cannot be given: 406, and nothing is recorded', async () => {
+    const s = await startServer({ providers: providersFor(provider.url), env: { EVENTS: 'off' } });
+    try {
+      const u = s.as('alice');
+      const a = (await u.post(B, newSession({ providerId: ids.ollama, selectedModel: 'echo' }))).body.data;
+      const r = await s.request('POST', `${B}/${a._id}/messages`, { token: u.token, json: { content: 'stream?' }, headers: { accept: 'text/event-stream' } });
+      assert.deepEqual([r.status, r.body.message], [406, 'Event streams are off (EVENTS=off): ask without Accept: text/event-stream']);
+      assert.deepEqual((await u.get(`${B}/${a._id}/turns`)).body.data, []);
+    } finally {
+      await s.stop();
+      removeDir(s.dataDir);
+    }
+  });
+
+  test('"A crash marks the reply `interrupted` with what was committed": a SIGKILL in the middle of a reply leaves the text recorded until then, and the next start interrupts it', { skip: STORE === 'postgres' && 'on PostgreSQL a reply whose instance died is interrupted after STREAMING_IDLE (multi-instance.test.mjs)' }, async () => {
+    const dir = tempDir('csa-reply-crash-');
+    const s = await startServer({ dataDir: dir, providers: providersFor(provider.url) });
+    try {
+      const u = s.as('alice');
+      const a = (await u.post(B, newSession({ providerId: ids.openai, selectedModel: 'stall-after:4' }))).body.data;
+      const r = await u.post(`${B}/${a._id}/messages`, { content: 'then the power goes', background: true });
+      const replyId = r.body.data.reply._id;
+      await waitFor(async () => textOf((await u.get(`${B}/${a._id}/turns/${replyId}`)).body.data.content).split(' ').length === 4, 'the words before the stall to be recorded');
+      await s.kill();
+      const again = await startServer({ dataDir: dir, providers: providersFor(provider.url) });
+      try {
+        const t = (await again.as('alice').get(`${B}/${a._id}/turns/${replyId}`)).body.data;
+        assert.equal(t.status, 'interrupted');
+        assert.equal(textOf(t.content).split(' ').length, 4, 'what was committed is there');
+        assert.equal((await again.as('alice').post(`${B}/${a._id}/messages`, { content: 'a new start', model: 'echo' })).status, 201, 'the session takes replies again');
+      } finally {
+        await again.stop();
+      }
+    } finally {
+      await s.stop();
+      removeDir(dir);
+    }
+  });
+});
+
