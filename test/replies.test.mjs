@@ -244,7 +244,7 @@ describe('Replies from the model', () => {
     assert.equal(textOf(reply.content).split(' ').length, 2, 'what came before the stall is kept');
   });
 
-  test('reasoning text (`reasoning_content`, Anthropic `thinking`, Ollama `thinking`) is "recorded as a `reasoning` part, not as the answer", and told as `turn.delta` with `type: "reasoning"`', async () => {
+  test('reasoning text (`reasoning_content`, Anthropic `thinking`, Ollama `thinking`) is "recorded as a `reasoning` part before the answer\'s `text` part, never as the answer", and told as `turn.delta` with `type: "reasoning"`', async () => {
     for (const type of ['openai', 'anthropic', 'ollama']) {
       const s = await session(type, 'reasoning:3+tokens:2');
       const stream = await openEvents(server.url, `${B}/${s._id}/messages`, { token: alice.token, method: 'POST', json: { content: 'think first' } });
@@ -309,7 +309,7 @@ describe('Replies from the model', () => {
 });
 
 describe('Bounds of replies', () => {
-  test('"`REPLIES_MAX` (replies in progress per instance; over it 503 `Too many replies in progress` with `Retry-After`)": nothing is recorded for the one refused', async () => {
+  test('"`REPLIES_MAX` replies in progress per instance; one more gets `503 Too many replies in progress` with `Retry-After: 5`": nothing is recorded for the one refused', async () => {
     const s = await startServer({ providers: providersFor(provider.url), env: { REPLIES_MAX: '1' } });
     try {
       const u = s.as('alice');
@@ -342,7 +342,7 @@ describe('Bounds of replies', () => {
     }
   });
 
-  test('"A crash marks the reply `interrupted` with what was committed": a SIGKILL in the middle of a reply leaves the text recorded until then, and the next start interrupts it', { skip: STORE === 'postgres' && 'on PostgreSQL a reply whose instance died is interrupted after STREAMING_IDLE (multi-instance.test.mjs)' }, async () => {
+  test('"a crash loses at most that much, and the next start marks the reply `interrupted` with what was recorded": a SIGKILL in the middle of a reply leaves the text recorded until then, and the next start interrupts it', { skip: STORE === 'postgres' && 'on PostgreSQL a reply whose instance died is interrupted after STREAMING_IDLE (multi-instance.test.mjs)' }, async () => {
     const dir = tempDir('csa-reply-crash-');
     const s = await startServer({ dataDir: dir, providers: providersFor(provider.url) });
     try {

@@ -12,6 +12,9 @@
 // and `...` in a printed output stands for any text within the line. `localhost:3000` is this
 // run's server. A comment `<!-- walkthrough: restart NAME=value ... -->` right before a block
 // restarts the server on the same data with those settings, as the document tells the reader to.
+// A document holding `<!-- walkthrough: local provider -->` is walked with the tests' local
+// provider (test/provider/server.mjs) in place of the example's Ollama at 127.0.0.1:11434: it
+// answers every model the way a real one streams, with the question's own words.
 //
 //   node_modules/.bin/node test/walkthrough.mjs --write [FILE...]
 //     rewrites the outputs that no longer match with this run's (ids mapped back to the
@@ -21,6 +24,7 @@ import { readdirSync, readFileSync, statSync, symlinkSync, writeFileSync } from 
 import { dirname, join, relative, resolve } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { ROOT, STORE, removeDir, startServer, storeEnv, tempDir } from './helpers.mjs';
+import { startProvider } from './provider/server.mjs';
 
 /**
  * The documents that hold console blocks, as paths relative to the root: README.md first, then
@@ -163,6 +167,11 @@ export async function runWalkthrough(text, { write = false, name = 'README.md' }
   // what `npm start` does before it serves: the example providers into ./data
   const seeded = spawnSync(process.execPath, [join(ROOT, 'scripts', 'example-providers.mjs')], { cwd: dir, env: { PATH: process.env.PATH }, encoding: 'utf8' });
   if (seeded.status !== 0) throw new Error(`example-providers.mjs: ${seeded.stderr}`);
+  const provider = text.includes('<!-- walkthrough: local provider -->') ? await startProvider({ log: false }) : undefined;
+  if (provider !== undefined) {
+    const file = join(dir, 'data', 'providers.json');
+    writeFileSync(file, readFileSync(file, 'utf8').replace('http://127.0.0.1:11434', provider.url));
+  }
   const startOpts = (env) => ({ dataDir: join(dir, 'data'), cwd: dir, providers: null, env: { AUTH_SECRET: undefined, DATA_DIR: undefined, ...env } });
   let server = await startServer(startOpts({}));
   // the reader's shell has the server's engine in its environment, as the documents' commands need (export reads the store)
@@ -204,6 +213,7 @@ export async function runWalkthrough(text, { write = false, name = 'README.md' }
   } finally {
     await sh.close();
     await server.stop();
+    await provider?.close();
     removeDir(dir);
   }
   return { steps, failures, bindings };
