@@ -406,8 +406,12 @@ describe('The OpenAPI document', () => {
     const update = schemaOf('/api/v1/chat-sessions/{id}', 'put');
     for (const f of ['provider', 'selectedModel']) assert.equal(update.properties[f].minLength, 1, f);
     assert.equal(update.properties.name.minLength, undefined);
+    // a turn created streaming may start blank (a reply that has said nothing yet): the description says so
     const turn = schemaOf('/api/v1/chat-sessions/{id}/turns', 'post');
-    assert.equal(turn.properties.content.oneOf[0].minLength, 1, 'content: a string (not blank) or parts');
+    assert.equal(turn.properties.content.oneOf[0].minLength, undefined, 'content: a string, blank only when created streaming');
+    assert.match(turn.properties.content.oneOf[0].description, /"" only for a turn created streaming/);
+    const message = schemaOf('/api/v1/chat-sessions/{id}/messages', 'post');
+    assert.ok(message.required.includes('content'));
     const id = doc.paths['/api/v1/chat-sessions/{id}'].get.parameters.find((p) => p.name === 'id');
     assert.deepEqual(id.schema, { type: 'string', minLength: 1, pattern: '\\S' });
     // and the server does refuse what the pattern refuses

@@ -66,7 +66,7 @@ describe('HTTP behaviour decisions', () => {
       ['/api/v1/provider', 404, 'Not found'],
       ['/api/v1/providers//', 400, 'Invalid provider ID'], // one trailing slash is dropped, the other leaves an empty provider id
       [`/api/v1/chat-sessions/${s._id}/turnsX`, 404, 'Not found'],
-      [`/api/v1/chat-sessions/${s._id}/turns//`, 405, 'Method not allowed'], // one slash dropped, the other leaves an empty :turnId, a path that takes PUT and DELETE
+      [`/api/v1/chat-sessions/${s._id}/turns//`, 400, 'Turn ID is required'], // one slash dropped, the other leaves an empty :turnId (GET of one turn)
       [`/api/v1/chat-sessions/${s._id}//`, 404, 'Not found'],
       ['/api/v1/chat-sessions//', 400, 'Session ID is required'], // an empty :id is a blank id
       [`/api/v1/chat-sessions/${s._id}`, 200, undefined],

@@ -295,7 +295,10 @@ describe('Replies from the model', () => {
     const d = await alice.post(`${B}/${s._id}/turns/${r.body.data._id}/deltas`, { text: 'now words' });
     assert.equal(d.status, 200);
     assert.equal((await turn(s._id, r.body.data._id)).content, 'now words');
-    for (const content of ['', '   ']) assert.deepEqual((await alice.post(`${B}/${s._id}/turns`, { role: 'user', content })).body, { success: false, message: 'content is required' });
+    for (const content of ['', '   ']) {
+      assert.deepEqual((await alice.post(`${B}/${s._id}/turns`, { role: 'user', content })).body, { success: false, message: 'content is required' });
+      assert.deepEqual((await alice.post(`${B}/${s._id}/messages`, { content })).body, { success: false, message: 'content is required' }, 'a message says something');
+    }
   });
 
   test('"The system message is the session\'s `instructions` (optional string, at most 32 KiB, set at create or update)": kept and answered; "" or null on update removes them; larger is a 400', async () => {

@@ -248,7 +248,7 @@ export const messageBody = {
 export const replyBody = {
   name: 'AskReply',
   nullIsAbsent: true,
-  example: {},
+  example: { background: true },
   fields: {
     parentId: { kind: 'string', notBlank: true, maxLength: ID_MAX, description: "The turn to reply to: a turn of this session. Absent: the session's head." },
     ...replyFields,

@@ -7,6 +7,7 @@
 // event and before a waiting answer.
 import { appendPiece, DELTA_MAX, type Piece } from '../domain/deltas.js';
 import { DomainError, ServerBusy } from '../domain/errors.js';
+import { checkNewContent } from '../domain/inputs.js';
 import { ValidationError } from '../domain/schema.js';
 import { ERROR_MESSAGE_MAX } from '../domain/limits.js';
 import type { Part, Turn, TurnContent, TurnStatus, TurnUsage } from '../domain/records.js';
@@ -155,6 +156,8 @@ export class ReplyService {
    * instance has REPLIES_MAX replies in progress.
    */
   async begin(caller: Caller, sessionId: string, req: ReplyRequest, ifMatch: string | undefined): Promise<StartedReply> {
+    // a message is a turn that says something (only a turn created streaming may start blank)
+    if (req.content !== undefined) checkNewContent(req.content, undefined);
     if (this.stopping || this.running.size + this.starting >= this.settings.maxReplies) throw new ServerBusy('Too many replies in progress', 5);
     this.starting++;
     let call: Call | undefined;
