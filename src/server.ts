@@ -31,6 +31,10 @@ export async function serve(config: Config, log: Logger, version: string): Promi
   if (unguarded !== undefined) log.warn('cannot hold the data directory by a socket name; the lock file alone keeps other servers out', { code: unguarded });
   const secrets = loadSecrets(config);
   for (const w of secrets.warnings) log.warn(w);
+  // a reply whose provider is silent is written to by no one; the sweep of another instance must not take it for a crash's
+  if (config.store === 'postgres' && config.streamingIdleMs <= config.providerIdleTimeoutMs) {
+    log.warn('STREAMING_IDLE is not longer than PROVIDER_IDLE_TIMEOUT: a reply waiting on a slow provider may be marked interrupted as if its instance had died', { streamingIdleMs: config.streamingIdleMs, providerIdleTimeoutMs: config.providerIdleTimeoutMs });
+  }
 
   let catalog: ProviderCatalog = loadProviders(config.providersFile, config.providersFileSet);
   if (catalog.fromFile) log.info('providers loaded', { count: catalog.count, file: config.providersFile });
