@@ -4,7 +4,8 @@
 // test/provider/server.mjs). Run on every engine.
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
-import { waitFor } from './api-kit.mjs';
+import { connect } from 'node:net';
+import { metric, waitFor } from './api-kit.mjs';
 import { newSession, removeDir, runCli, startServer, STORE, tempDir } from './helpers.mjs';
 import { startProvider } from './provider/server.mjs';
 import { openEvents } from './sse.mjs';
@@ -326,6 +327,39 @@ describe('Bounds of replies', () => {
       await u.post(`${B}/${a._id}/turns/${first.body.data.reply._id}/cancel`, {});
       assert.equal((await u.post(`${B}/${b._id}/messages`, { content: 'room now' })).status, 201);
     } finally {
+      await s.stop();
+      removeDir(s.dataDir);
+    }
+  });
+
+  test('a reply streamed to a client that stops reading holds at most EVENTS_BUFFER for it: the stream is cut off as `slow`, the reply goes on to its end and is recorded whole ("A client that goes away never stops a reply")', async () => {
+    const s = await startServer({ providers: providersFor(provider.url), env: { EVENTS_BUFFER: '64kb' } });
+    const u = s.as('alice');
+    // some 100,000 events of a hundred bytes and more: past what the kernel's buffers hold
+    const a = (await u.post(B, newSession({ providerId: ids.ollama, selectedModel: 'tokens:100000' }))).body.data;
+    const sock = connect(s.port, '127.0.0.1');
+    sock.on('error', () => undefined);
+    try {
+      await new Promise((r) => sock.once('connect', r));
+      let got = '';
+      sock.setEncoding('utf8');
+      sock.on('data', (d) => (got += d));
+      const body = JSON.stringify({ content: 'a long one' });
+      sock.write(`POST ${B}/${a._id}/messages HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${u.token}\r\nAccept: text/event-stream\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\n\r\n${body}`);
+      await waitFor(() => got.includes('event: turn.created'), 'the stream to begin');
+      sock.pause();
+      const reply = await waitFor(async () => {
+        const turns = (await u.get(`${B}/${a._id}/turns`)).body.data;
+        return turns.length === 2 && turns[1].status !== 'streaming' ? turns[1] : undefined;
+      }, 'the reply to end');
+      assert.equal(reply.status, 'complete');
+      assert.equal(textOf(reply.content).split(' ').length, 100000, 'recorded whole');
+      assert.equal(await metric(s, 'chat_session_api_event_streams_ended_total{reason="slow"}'), 1, 'the stream was cut off as slow');
+      sock.resume();
+      await waitFor(() => got.endsWith('0\r\n\r\n'), 'the answer to end');
+      assert.match(got, /event: end\ndata: \{"reason":"slow"\}\n\n\r\n0\r\n\r\n$/, 'the final event, then the end of the answer');
+    } finally {
+      sock.destroy();
       await s.stop();
       removeDir(s.dataDir);
     }

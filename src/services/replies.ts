@@ -380,7 +380,9 @@ class Recorder {
       this.pending.push(p);
       if (this.live !== undefined) {
         const events = deltaEvents(this.session, this.turn._id, [p], [place]);
-        this.told = this.told.then(() => this.live?.publish(events)).catch((e: unknown) => this.log.warn('a reply\'s text could not be told to the live feed', { turn: this.turn._id, err: e }));
+        // told at once, not after the last was logged: a shared log takes what comes within a few
+        // milliseconds in one append, and appends in the order told (so the last settles last)
+        this.told = this.live.publish(events).catch((e: unknown) => this.log.warn('a reply\'s text could not be told to the live feed', { turn: this.turn._id, err: e }));
       }
     }
     this.timer ??= setTimeout(() => this.write(), RECORD_EVERY_MS);

@@ -165,7 +165,7 @@ export function searchContract(engine) {
           try {
             const s = (await store.createSession(session({ ms: 1, name: 'chat' }))).session;
             const t = await store.appendTurn(s._id, (cur) => ({ ...turn(10, 'alpha')(cur), role: 'assistant', status: 'streaming' }));
-            await store.appendDelta(s._id, t._id, () => undefined, ' omega', 1 << 20);
+            await store.appendDelta(s._id, t._id, () => undefined, [{ kind: 'text', text: ' omega' }], 1 << 20);
             const found = async (q) => (await store.search({ user: 'alice', archived: 'false', live: FAR, words: wordsOf(q) }, undefined, 10)).items.map((h) => h.turn?._id ?? 'name');
             const what = `hold ${hold}, SEARCH_WALK_FROM ${walkFrom}`;
             assert.deepEqual(await found('alpha'), [t._id], `${what}: the text it was created with`);
