@@ -146,7 +146,7 @@ describe('Backup while running: export', () => {
       ]);
       assert.equal(toFile.code, 0, toFile.stderr);
       assert.equal(toFile.stdout, '');
-      assert.match(toFile.stderr, /exported \d+ sessions and \d+ turns to .*backup\.ndjson/);
+      assert.match(toFile.stderr, /exported \d+ sessions and \d+ turns from (sqlite \/.*\.db|postgres schema \w+) to .*backup\.ndjson/, 'the last line says what was read: a forgotten STORE shows there');
       const text = readFileSync(file, 'utf8');
       checkExport(text);
       const strip = (t) => t.replace(/"exportedAt":"[^"]+"/, '');

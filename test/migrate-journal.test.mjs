@@ -205,11 +205,13 @@ describe('The journal retires behind a migration', () => {
       const files = readdirSync(dir).sort();
       const fromJournal = runCli(['export'], { env: { DATA_DIR: dir } });
       assert.equal(fromJournal.code, 0, fromJournal.stderr);
+      assert.match(fromJournal.stderr, /^exported \d+ sessions and \d+ turns from the journal of .*, not migrated yet$/m, 'the last line says it read the journal (issue 31, item 8: a forgotten STORE shows)');
       assert.deepEqual(readdirSync(dir).sort(), files, 'nothing migrated or made by an export');
       const server = await startServer({ dataDir: dir, env: ENV });
       await server.stop();
       const fromStore = runCli(['export'], { env: { DATA_DIR: dir } });
       assert.equal(fromStore.code, 0, fromStore.stderr);
+      assert.match(fromStore.stderr, /^exported \d+ sessions and \d+ turns from sqlite .*\.db$/m);
       const body = (text) => text.split('\n').slice(1);
       assert.deepEqual(body(fromJournal.stdout), body(fromStore.stdout));
     } finally {
