@@ -136,6 +136,8 @@ export class PostgresStore extends SerialWrites implements Store, GroupSource {
   /** How writes make the words they store (none with SEARCH=off). */
   private readonly index: Indexing;
   private eventLog: PgEventLog | undefined;
+  /** A group reads its owners' usage only when a quota needs it (the writer asks for none otherwise). */
+  private readonly readUsage: boolean;
 
   private constructor(
     private readonly pool: Pool,
@@ -144,6 +146,8 @@ export class PostgresStore extends SerialWrites implements Store, GroupSource {
   ) {
     super();
     this.S = quotedSchema(opts.schema);
+    const q = opts.quotas;
+    this.readUsage = q !== undefined && (q.sessions !== undefined || q.turns !== undefined || q.bytes !== undefined);
     this.writer = new SerialWriter(this, opts.log, opts.quotas, opts.groupCommit ? Infinity : 1);
     // whole lists hold a connection while the client reads: leave the rest to pages and writes
     this.scanMax = Math.max(1, Math.floor(opts.poolSize / 2));
@@ -500,7 +504,7 @@ export class PostgresStore extends SerialWrites implements Store, GroupSource {
     if (this.opts.readOnly === true) throw new StorageWriteFailed(new Error('this store was opened read-only'));
     const started = process.hrtime.bigint();
     const { q, done } = await lease(this.pool);
-    const group = await PgGroup.open(this.S, q, done, ids, owners, needs, this.index, this.events);
+    const group = await PgGroup.open(this.S, q, done, ids, owners, needs, this.index, this.readUsage, this.events);
     const observer = this.opts.observer;
     if (observer === undefined) return group;
     // the commit's duration as the metrics see it: from taking the connection to COMMIT answered
