@@ -375,6 +375,12 @@ export class SerialWriter {
     private readonly quotas?: Quotas,
     /** Writes in one group at most: 1 only to measure what group commit buys (GROUP_COMMIT=off). */
     private readonly maxGroup = Infinity,
+    /**
+     * Begin the next group before answering the writes of the one that committed, for an engine
+     * whose begin is a round trip (PostgreSQL): its locks are taken while the answers are written.
+     * The next group holds the same writes either way (those queued while the last committed).
+     */
+    private readonly beginBeforeAnswering = false,
   ) {}
 
   createSession(session: ChatSession): Promise<SessionRecord> {
@@ -690,6 +696,9 @@ export class SerialWriter {
     }
     group.commit(changes).then(
       () => {
+        // the writes queued while this group committed: the same group whether it begins now or after the answers
+        const early = this.beginBeforeAnswering && this.queue.length > 0 && !this.paused;
+        if (early) this.nextGroup();
         if (this.committed !== undefined) {
           try {
             this.committed(changes);
@@ -701,7 +710,7 @@ export class SerialWriter {
           const w = accepted[i] as PendingWrite;
           w.resolve(w.result(changes[i] as Change));
         }
-        this.nextGroup();
+        if (!early) this.nextGroup();
       },
       (e: unknown) => {
         if (e instanceof GroupConflict && n < ATTEMPTS) this.attempt(accepted, n + 1);

@@ -148,7 +148,7 @@ export class PostgresStore extends SerialWrites implements Store, GroupSource {
     this.S = quotedSchema(opts.schema);
     const q = opts.quotas;
     this.readUsage = q !== undefined && (q.sessions !== undefined || q.turns !== undefined || q.bytes !== undefined);
-    this.writer = new SerialWriter(this, opts.log, opts.quotas, opts.groupCommit ? Infinity : 1);
+    this.writer = new SerialWriter(this, opts.log, opts.quotas, opts.groupCommit ? Infinity : 1, true);
     // whole lists hold a connection while the client reads: leave the rest to pages and writes
     this.scanMax = Math.max(1, Math.floor(opts.poolSize / 2));
     this.events = opts.announce === undefined ? undefined : { announce: opts.announce, channel: channelOf(opts.schema) };
