@@ -500,11 +500,13 @@ export class PostgresStore extends SerialWrites implements Store, GroupSource {
   }
 
   /** GroupSource: a transaction that has locked the group's sessions and read what its writes need of their turns (see ./group.ts). */
-  async begin(ids: readonly string[], owners: readonly string[], needs: readonly TreeNeeds[]): Promise<Group> {
+  async begin(ids: readonly string[], owners: readonly string[], needs: readonly TreeNeeds[], fresh: ReadonlySet<string>): Promise<Group> {
     if (this.opts.readOnly === true) throw new StorageWriteFailed(new Error('this store was opened read-only'));
     const started = process.hrtime.bigint();
     const { q, done } = await lease(this.pool);
-    const group = await PgGroup.open(this.S, q, done, ids, owners, needs, this.index, this.readUsage, this.events);
+    // creates alone (with no quota to check) read nothing: their sessions are new
+    const unread = !this.readUsage && needs.length === 0 && ids.every((id) => fresh.has(id));
+    const group = unread ? PgGroup.unread(this.S, q, done, this.index, this.events) : await PgGroup.open(this.S, q, done, ids, owners, needs, this.index, this.readUsage, this.events);
     const observer = this.opts.observer;
     if (observer === undefined) return group;
     // the commit's duration as the metrics see it: from taking the connection to COMMIT answered

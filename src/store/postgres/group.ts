@@ -12,7 +12,8 @@ import { foldForSearch } from '../../domain/search.js';
 import type { QueryResult, Row } from '../../pg/connection.js';
 import type { Queryable } from '../../pg/pool.js';
 import type { Announce, SessionState, TreeTurn, TurnNode, Usage } from '../store.js';
-import { NotReadAhead, type Change, type Group, type TreeNeeds } from '../writer.js';
+import { GroupConflict, NotReadAhead, type Change, type Group, type TreeNeeds } from '../writer.js';
+import { PgServerError } from '../../pg/errors.js';
 import { injectedFault } from '../faults.js';
 import { JUMP, placesOfChain } from '../tree-index.js';
 import { STREAMING_MARK, STREAMING_MARK_FROM_END } from '../../domain/deltas.js';
@@ -100,7 +101,20 @@ export class PgGroup implements Group {
     private readonly ahead: ReadonlyMap<string, ReadAhead>,
     private readonly events: GroupEvents | undefined,
     private readonly index: Indexing,
+    /** Nothing was read or locked (every session new): BEGIN goes out with the statements, and an id found present is a GroupConflict. */
+    private readonly unread = false,
   ) {}
+
+  /**
+   * A group of creates alone, whose ids are new (the writer's `fresh`): nothing to lock or read,
+   * so no round trip before its decisions; its transaction is begun with its statements, in one
+   * write with its COMMIT. Should one of the ids be present after all, the INSERT fails on the
+   * primary key and the commit answers GroupConflict: the writer decides the writes again in a
+   * group that locks and reads as usual (which refuses that write alone).
+   */
+  static unread(S: string, q: Queryable, done: () => void, index: Indexing, events?: GroupEvents): PgGroup {
+    return new PgGroup(S, q, done, new Map(), new Map(), new Map(), events, index, true);
+  }
 
   /**
    * Opens the transaction, locks the sessions and reads what `needs` name of their turns. With
@@ -235,6 +249,10 @@ export class PgGroup implements Group {
   release(): void {
     if (this.ended) return;
     this.ended = true;
+    if (this.unread) {
+      this.done(); // no transaction was begun
+      return;
+    }
     void this.q
       .query('ROLLBACK')
       .catch(() => undefined)
@@ -242,6 +260,17 @@ export class PgGroup implements Group {
   }
 
   async commit(changes: readonly Change[]): Promise<void> {
+    try {
+      await this.write(changes);
+    } catch (e) {
+      if (this.unread && e instanceof PgServerError && e.kind === 'unique_violation' && e.constraint === 'sessions_pkey') {
+        throw new GroupConflict('a new session id is taken: the group is decided again with its sessions locked', { cause: e });
+      }
+      throw e;
+    }
+  }
+
+  private async write(changes: readonly Change[]): Promise<void> {
     const { S, q } = this;
     const staged = new Map<string, SessionRow | null>();
     const rowNow = (id: string): SessionRow => {
@@ -259,7 +288,7 @@ export class PgGroup implements Group {
         u.bytes += bytes;
       }
     };
-    const sent: Promise<QueryResult>[] = [];
+    const sent: Promise<QueryResult>[] = this.unread ? [q.query('BEGIN')] : [];
     /** The session row as a change of its turns leaves it: its JSON, version, head, newest turn and counts. */
     const setSession = (id: string, before: SessionRow, s: ChatSession, json: string, version: string, lastTurn: TurnKey | undefined, turns: number, turnBytes: number): void => {
       const bytes = Buffer.byteLength(json);
