@@ -1,5 +1,6 @@
 // A pool of connections. One-off queries (`pool.query`) share connections, pipelined: each
-// goes to an idle connection, else a new one, else the least busy one up to a depth. A
+// joins the connection whose next write is being gathered, else goes to an idle connection,
+// else a new one, else the least busy one, each up to a depth. A
 // session (`withConnection`, `transaction`) has a connection to itself until it ends. Past
 // all that, callers wait in a bounded queue, for a bounded time. A connection that breaks
 // leaves the pool at once; the next demand opens its replacement.
@@ -200,15 +201,25 @@ export class Pool implements Queryable {
 
   // --- handing out connections ---
 
-  /** Room for one more one-off query: an idle connection, a new one, or the least busy one below the depth. */
+  /**
+   * Room for one more one-off query: a connection whose next write is being gathered (one
+   * write and one answer for many queries), an idle one, a new one, or the least busy one below
+   * the depth.
+   */
   private pickShared(): Slot | undefined {
     let best: Slot | undefined;
+    let idle: Slot | undefined;
     for (const s of this.slots.values()) {
       if (s.reserved || s.connection.closed) continue;
       const n = s.connection.inFlight;
-      if (n === 0) return s;
+      if (s.connection.gathering && n < this.pipelineDepth) return s;
+      if (n === 0) {
+        idle ??= s;
+        continue;
+      }
       if (best === undefined || n < best.connection.inFlight) best = s;
     }
+    if (idle !== undefined) return idle;
     if (this.slots.size < this.max) return this.open();
     return best !== undefined && best.connection.inFlight < this.pipelineDepth ? best : undefined;
   }

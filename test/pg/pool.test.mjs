@@ -83,6 +83,19 @@ describe('PostgreSQL client: pool', { skip: missing }, () => {
     assert.equal(p.stats().inFlight, 0);
   });
 
+  test('one-off queries made together join the connection whose next write is being gathered (one write, one backend), up to pipelineDepth, rather than one idle connection each', async () => {
+    const p = pool({ max: 4, pipelineDepth: 8 });
+    // four connections open and idle
+    await Promise.all(Array.from({ length: 4 }, () => p.query('SELECT pg_sleep(0.05)')));
+    assert.equal(p.stats().connections, 4);
+    const together = await Promise.all(Array.from({ length: 8 }, (_, i) => p.query('SELECT $1::int AS n, pg_backend_pid() AS pid', [String(i)])));
+    assert.deepEqual(together.map((r) => r.rows[0][0]), Array.from({ length: 8 }, (_, i) => String(i)));
+    assert.equal(new Set(together.map((r) => r.rows[0][1])).size, 1, 'eight queries made together went to one backend');
+    // past the depth, the next one goes to another connection
+    const more = await Promise.all(Array.from({ length: 9 }, () => p.query('SELECT pg_backend_pid()')));
+    assert.equal(new Set(more.map((r) => r.rows[0][0])).size, 2, 'nine made together: eight on one backend, the ninth on another');
+  });
+
   test('pipelineDepth bounds the queries in flight per connection; the rest wait in the queue', async () => {
     const p = pool({ max: 1, pipelineDepth: 4 });
     const calls = Array.from({ length: 10 }, (_, i) => p.query('SELECT $1::int AS n', [String(i)]));
