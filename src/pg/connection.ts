@@ -214,6 +214,14 @@ export class Connection {
     return this.enqueue(undefined, false).then(() => undefined);
   }
 
+  /**
+   * Writes the queries queued so far now, rather than once the event loop has run the callbacks
+   * of what it read: for a caller that has queued all it will and waits for the answers.
+   */
+  send(): void {
+    if (this.state === 'ready') this.flush();
+  }
+
   /** Sends Terminate after the queries in flight and resolves once the socket has closed. */
   close(): Promise<void> {
     if (this.closedPromise === undefined) {

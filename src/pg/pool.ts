@@ -27,6 +27,8 @@ export interface PoolOptions {
 export interface Queryable {
   query(text: string, params?: readonly Param[]): Promise<QueryResult>;
   exec(sql: string): Promise<void>;
+  /** Writes the statements queued so far now (Connection.send); absent where there is nothing to hurry. */
+  send?(): void;
 }
 
 export type Isolation = 'read committed' | 'repeatable read' | 'serializable';
@@ -73,6 +75,10 @@ class Session implements Queryable {
 
   exec(sql: string): Promise<void> {
     return this.connection === undefined ? Promise.reject(released()) : this.connection.exec(sql);
+  }
+
+  send(): void {
+    this.connection?.send();
   }
 
   end(): void {
@@ -147,6 +153,30 @@ export class Pool implements Queryable {
       session.end();
       this.release(slot);
     }
+  }
+
+  /**
+   * A connection of its own right now, without waiting: an idle one, or a new one (its queries
+   * then wait for it to be ready); undefined when the caller would have to wait for one
+   * (withConnection waits). `done` gives it back as withConnection does when its `fn` settles.
+   */
+  reserveNow(): { readonly session: Queryable; readonly done: () => void } | undefined {
+    if (this.ended || this.waiters.length > 0) return undefined;
+    const slot = this.reserve();
+    if (slot === undefined) return undefined;
+    if (slot.connection.inFlight > 0) {
+      slot.reserved = false; // busy with one-off queries: withConnection would wait for them
+      return undefined;
+    }
+    const session = new Session(slot.connection);
+    let given = false;
+    const done = (): void => {
+      if (given) return;
+      given = true;
+      session.end();
+      this.release(slot);
+    };
+    return { session, done };
   }
 
   /**

@@ -96,6 +96,28 @@ describe('PostgreSQL client: pool', { skip: missing }, () => {
     assert.equal(new Set(more.map((r) => r.rows[0][0])).size, 2, 'nine made together: eight on one backend, the ninth on another');
   });
 
+  test('reserveNow: a connection of its own at once (idle or new), undefined when the caller would have to wait; done gives it back, once', async () => {
+    const p = pool({ max: 2 });
+    const a = p.reserveNow();
+    const b = p.reserveNow();
+    assert.ok(a !== undefined && b !== undefined);
+    assert.equal(p.reserveNow(), undefined, 'both connections are held');
+    const [x, y] = await Promise.all([a.session.query('SELECT pg_backend_pid()'), b.session.query('SELECT pg_backend_pid()')]);
+    assert.notEqual(x.rows[0][0], y.rows[0][0], 'a connection each');
+    a.done();
+    a.done();
+    assert.deepEqual({ ...p.stats(), inFlight: undefined }, { connections: 2, reserved: 1, inFlight: undefined, waiting: 0 });
+    // a connection with one-off queries in flight is not handed out at once
+    const busy = p.query('SELECT pg_sleep(0.1)');
+    assert.equal(p.reserveNow(), undefined);
+    await busy;
+    const c = p.reserveNow();
+    assert.ok(c !== undefined);
+    await assert.rejects(a.session.query('SELECT 1'), /session has ended/);
+    c.done();
+    b.done();
+  });
+
   test('pipelineDepth bounds the queries in flight per connection; the rest wait in the queue', async () => {
     const p = pool({ max: 1, pipelineDepth: 4 });
     const calls = Array.from({ length: 10 }, (_, i) => p.query('SELECT $1::int AS n', [String(i)]));

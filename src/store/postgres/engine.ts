@@ -499,17 +499,29 @@ export class PostgresStore extends SerialWrites implements Store, GroupSource {
     return this.eventLog;
   }
 
-  /** GroupSource: a transaction that has locked the group's sessions and read what its writes need of their turns (see ./group.ts). */
-  async begin(ids: readonly string[], owners: readonly string[], needs: readonly TreeNeeds[], fresh: ReadonlySet<string>): Promise<Group> {
+  /**
+   * GroupSource: a transaction that has locked the group's sessions and read what its writes
+   * need of their turns (see ./group.ts). A group of creates alone reads nothing: its sessions
+   * are new (`fresh`), and with a connection free it is begun at once, so the writer decides and
+   * sends it before answering the group committed just before it.
+   */
+  begin(ids: readonly string[], owners: readonly string[], needs: readonly TreeNeeds[], fresh: ReadonlySet<string>): Group | Promise<Group> {
     if (this.opts.readOnly === true) throw new StorageWriteFailed(new Error('this store was opened read-only'));
     const started = process.hrtime.bigint();
-    const { q, done } = await lease(this.pool);
-    // creates alone (with no quota to check) read nothing: their sessions are new
+    // with no quota to check, creates alone need nothing read
     const unread = !this.readUsage && needs.length === 0 && ids.every((id) => fresh.has(id));
-    const group = unread ? PgGroup.unread(this.S, q, done, this.index, this.events) : await PgGroup.open(this.S, q, done, ids, owners, needs, this.index, this.readUsage, this.events);
+    const now = unread ? this.pool.reserveNow() : undefined;
+    if (now !== undefined) return this.observed(PgGroup.unread(this.S, now.session, now.done, this.index, this.events), started);
+    return lease(this.pool).then(async ({ q, done }) => {
+      const group = unread ? PgGroup.unread(this.S, q, done, this.index, this.events) : await PgGroup.open(this.S, q, done, ids, owners, needs, this.index, this.readUsage, this.events);
+      return this.observed(group, started);
+    });
+  }
+
+  /** The group with its commit's duration given to the metrics: from taking the connection to COMMIT answered. */
+  private observed(group: PgGroup, started: bigint): Group {
     const observer = this.opts.observer;
     if (observer === undefined) return group;
-    // the commit's duration as the metrics see it: from taking the connection to COMMIT answered
     return {
       current: (id) => group.current(id),
       turn: (session, id) => group.turn(session, id),

@@ -500,6 +500,7 @@ export function nullableTextArray(values: readonly (string | null)[]): string {
  */
 export async function finish(q: Queryable, sent: readonly Promise<QueryResult>[], done: () => void, ended: () => void): Promise<void> {
   const commit = q.query('COMMIT');
+  q.send?.(); // all of the transaction is queued: out now, not after whatever the event loop runs next
   const results = await Promise.allSettled([...sent, commit]);
   ended();
   const failed = results.find((r): r is PromiseRejectedResult => r.status === 'rejected');
