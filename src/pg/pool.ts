@@ -209,6 +209,12 @@ export class Pool implements Queryable {
     await this.query('SELECT 1');
   }
 
+  /** True when `pid` is the backend of one of this pool's connections (a notification it sent came from here). */
+  servedBy(pid: number): boolean {
+    for (const c of this.slots.keys()) if (c.backendPid === pid) return true;
+    return false;
+  }
+
   stats(): PoolStats {
     let reserved = 0;
     let inFlight = 0;

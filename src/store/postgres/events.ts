@@ -75,7 +75,10 @@ export class PgEventLog implements SharedEventLog {
 
   async watch(onChange: () => void): Promise<void> {
     const listener = new Listener(this.url, {
-      onNotification: onChange,
+      // a notification of this instance's own commit: its events are read once that commit is answered (onCommitted)
+      onNotification: (n) => {
+        if (!this.pool.servedBy(n.pid)) onChange();
+      },
       onReconnect: () => {
         this.log.info('listening for other instances\' events again; catching up');
         onChange();
