@@ -83,7 +83,7 @@ describe('PostgreSQL client: pool', { skip: missing }, () => {
     assert.equal(p.stats().inFlight, 0);
   });
 
-  test('one-off queries made together join the connection whose next write is being gathered (one write, one backend), up to pipelineDepth, rather than one idle connection each', async () => {
+  test('"The PostgreSQL client gathers one-off queries": queries made together join the connection whose write is being gathered (one write, one backend), up to pipelineDepth, rather than one idle connection each', async () => {
     const p = pool({ max: 4, pipelineDepth: 8 });
     // four connections open and idle
     await Promise.all(Array.from({ length: 4 }, () => p.query('SELECT pg_sleep(0.05)')));
@@ -116,6 +116,16 @@ describe('PostgreSQL client: pool', { skip: missing }, () => {
     await assert.rejects(a.session.query('SELECT 1'), /session has ended/);
     c.done();
     b.done();
+  });
+
+  test('servedBy tells the backends of the pool\'s own connections (whose notifications are its own) from any other', async () => {
+    const p = pool({ max: 2 });
+    const other = pool({ max: 1 });
+    const [a, b] = await Promise.all([p.query('SELECT pg_backend_pid(), pg_sleep(0.05)'), p.query('SELECT pg_backend_pid(), pg_sleep(0.05)')]);
+    const theirs = Number((await other.query('SELECT pg_backend_pid()')).rows[0][0]);
+    assert.ok(p.servedBy(Number(a.rows[0][0])) && p.servedBy(Number(b.rows[0][0])));
+    assert.equal(p.servedBy(theirs), false);
+    assert.equal(other.servedBy(theirs), true);
   });
 
   test('pipelineDepth bounds the queries in flight per connection; the rest wait in the queue', async () => {
