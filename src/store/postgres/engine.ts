@@ -501,17 +501,21 @@ export class PostgresStore extends SerialWrites implements Store, GroupSource {
 
   /**
    * GroupSource: a transaction that has locked the group's sessions and read what its writes
-   * need of their turns (see ./group.ts). A group of creates alone reads nothing: its sessions
-   * are new (`fresh`), and with a connection free it is begun at once, so the writer decides and
-   * sends it before answering the group committed just before it.
+   * need of their turns (see ./group.ts). With a connection free it is begun at once: its locks
+   * are asked for, or a group of creates alone, which reads nothing (its sessions are new:
+   * `fresh`), is decided and sent, before the writer answers the group committed just before it.
    */
   begin(ids: readonly string[], owners: readonly string[], needs: readonly TreeNeeds[], fresh: ReadonlySet<string>): Group | Promise<Group> {
     if (this.opts.readOnly === true) throw new StorageWriteFailed(new Error('this store was opened read-only'));
     const started = process.hrtime.bigint();
     // with no quota to check, creates alone need nothing read
     const unread = !this.readUsage && needs.length === 0 && ids.every((id) => fresh.has(id));
-    const now = unread ? this.pool.reserveNow() : undefined;
-    if (now !== undefined) return this.observed(PgGroup.unread(this.S, now.session, now.done, this.index, this.events), started);
+    const now = this.pool.reserveNow();
+    if (now !== undefined) {
+      if (unread) return this.observed(PgGroup.unread(this.S, now.session, now.done, this.index, this.events), started);
+      // its locks are asked for now, before the writer answers the group committed just before it
+      return PgGroup.open(this.S, now.session, now.done, ids, owners, needs, this.index, this.readUsage, this.events).then((g) => this.observed(g, started));
+    }
     return lease(this.pool).then(async ({ q, done }) => {
       const group = unread ? PgGroup.unread(this.S, q, done, this.index, this.events) : await PgGroup.open(this.S, q, done, ids, owners, needs, this.index, this.readUsage, this.events);
       return this.observed(group, started);

@@ -124,13 +124,14 @@ export class PgGroup implements Group {
   static async open(S: string, q: Queryable, done: () => void, ids: readonly string[], owners: readonly string[], needs: readonly TreeNeeds[], index: Indexing, readUsage: boolean, events?: GroupEvents): Promise<PgGroup> {
     try {
       const locking = textArray([...new Set(ids)].map(sqlText));
-      // sent at once (one round trip); all awaited, so a failure of any is handled
-      const [, locked, used] = await Promise.all([
+      const opening = [
         q.query('BEGIN'),
         q.query(`SELECT ${SESSION_ROW} FROM ${S}.sessions WHERE id = ANY($1::text[]) ORDER BY id FOR UPDATE`, [locking]),
         // owners as stored (see sqlText): the keys of the usage table
         readUsage ? q.query(`SELECT owner, sessions, turns, bytes FROM ${S}.usage WHERE owner = ANY($1::text[]) OR owner IN (SELECT owner FROM ${S}.sessions WHERE id = ANY($2::text[]))`, [textArray([...new Set(owners.map(sqlText))]), locking]) : undefined,
-      ]);
+      ] as const;
+      q.send?.(); // one round trip, begun now; all awaited, so a failure of any is handled
+      const [, locked, used] = await Promise.all(opening);
       const rows = new Map<string, SessionRow>();
       for (const r of locked.rows) rows.set(r[0] as string, rowOf(r));
       const usage = new Map<string, Usage>();
