@@ -118,7 +118,7 @@ describe('PostgreSQL client: pool', { skip: missing }, () => {
     b.done();
   });
 
-  test('servedBy tells the backends of the pool\'s own connections (whose notifications are its own) from any other', async () => {
+  test('"An instance does not read the shared event log again for its own notification": servedBy tells the backends of the pool\'s own connections from any other', async () => {
     const p = pool({ max: 2 });
     const other = pool({ max: 1 });
     const [a, b] = await Promise.all([p.query('SELECT pg_backend_pid(), pg_sleep(0.05)'), p.query('SELECT pg_backend_pid(), pg_sleep(0.05)')]);

@@ -311,7 +311,7 @@ export function contract(engine) {
       });
     });
 
-    test('a create whose id a stored session holds is refused alone, the creates beside it in the same group go through, and the stored session is as it was (PostgreSQL takes a group of creates for new ids, then decides it again with locks)', async () => {
+    test('"A group of creates alone reads nothing before its decisions" (PostgreSQL), yet a create whose id a stored session holds is refused alone on every engine: the creates beside it go through, and the stored session is as it was', async () => {
       await withStore(async (store) => {
         const stored = await store.createSession(session({ name: 'first' }));
         const before = await everything(store);
