@@ -91,6 +91,8 @@ const aheadOf = (): ReadAhead => ({ turns: new Map(), absent: new Set(), paths: 
 
 export class PgGroup implements Group {
   private ended = false;
+  /** BEGIN has been sent (at once, or by an unread group with its statements). */
+  private begun: boolean;
 
   constructor(
     private readonly S: string,
@@ -103,7 +105,9 @@ export class PgGroup implements Group {
     private readonly index: Indexing,
     /** Nothing was read or locked (every session new): BEGIN goes out with the statements, and an id found present is a GroupConflict. */
     private readonly unread = false,
-  ) {}
+  ) {
+    this.begun = !unread;
+  }
 
   /**
    * A group of creates alone, whose ids are new (the writer's `fresh`): nothing to lock or read,
@@ -250,7 +254,7 @@ export class PgGroup implements Group {
   release(): void {
     if (this.ended) return;
     this.ended = true;
-    if (this.unread) {
+    if (!this.begun) {
       this.done(); // no transaction was begun
       return;
     }
@@ -289,7 +293,8 @@ export class PgGroup implements Group {
         u.bytes += bytes;
       }
     };
-    const sent: Promise<QueryResult>[] = this.unread ? [q.query('BEGIN')] : [];
+    const sent: Promise<QueryResult>[] = this.begun ? [] : [q.query('BEGIN')];
+    this.begun = true;
     /** The session row as a change of its turns leaves it: its JSON, version, head, newest turn and counts. */
     const setSession = (id: string, before: SessionRow, s: ChatSession, json: string, version: string, lastTurn: TurnKey | undefined, turns: number, turnBytes: number): void => {
       const bytes = Buffer.byteLength(json);
