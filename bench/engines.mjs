@@ -37,8 +37,8 @@ const PG_TWO = () => `two instances on one database, Node ${v(NODE_OLDEST)}`;
 
 export const ENGINE_GROUPS = {
   engines: ['engine-get', 'engine-list-user', 'engine-list-project', 'engine-list-page', 'engine-create-64', 'sqlite-scale', 'pg-group-commit', 'pg-instances'],
-  sqlite: ['engine-get', 'engine-list-user', 'engine-list-project', 'engine-list-page', 'engine-create-64', 'sqlite-scale'],
-  postgres: ['engine-get', 'engine-list-user', 'engine-list-project', 'engine-list-page', 'engine-create-64', 'pg-group-commit', 'pg-instances'],
+  sqlite: ['engine-get', 'engine-list-user', 'engine-list-project', 'engine-list-page', 'engine-create-64', 'sqlite-scale', 'peer-sqlite'],
+  postgres: ['engine-get', 'engine-list-user', 'engine-list-project', 'engine-list-page', 'engine-create-64', 'pg-group-commit', 'pg-instances', 'peer-pg'],
 };
 
 /**
@@ -187,8 +187,8 @@ function postgresInstalled() {
   return false;
 }
 
-/** The private cluster, started on first need; undefined when PostgreSQL is not installed. */
-async function postgres() {
+/** The private cluster, started on first need; undefined when PostgreSQL is not installed (bench/peers.mjs shares it). */
+export async function postgres() {
   if (!postgresInstalled()) return undefined;
   if (pg === undefined) {
     ctx.progress('starting a private PostgreSQL cluster (fsync, synchronous_commit and full_page_writes on)...');
@@ -220,7 +220,7 @@ export async function stopEngines() {
 }
 
 /** CPU seconds of the postmaster and its children (the backends serving the pools). */
-function clusterCpu(cluster) {
+export function clusterCpu(cluster) {
   const root = cluster.pid;
   let children = [];
   try {
@@ -232,7 +232,7 @@ function clusterCpu(cluster) {
 }
 
 /** A target of `instances` servers with STORE=postgres on one fresh schema, sharing the load. */
-function pgTarget(label, { instances = 1, env = {} } = {}) {
+export function pgTarget(label, { instances = 1, env = {} } = {}) {
   return {
     label,
     start: async () => {

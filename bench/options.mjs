@@ -26,7 +26,9 @@ Options (each also an environment variable):
                        search-scale and index-cost run these only (default: all three)
   --seam-base=REF      journal-seam: the build to compare with (default: the parent of the
                        commit "Store seam: ..."), built once in $TMPDIR    BENCH_SEAM_BASE
-The server runs with LOG_LEVEL from the environment (default info), its stdout to a log file.`;
+The server runs with LOG_LEVEL from the environment (default info), its stdout to a log file.
+The peer scenarios (peer-pg, peer-sqlite) need Fastify and pg installed outside this repository:
+  npm install --prefix /work/peers fastify pg; BENCH_PEERS=/work/peers npm run bench -- peers`;
 
 export const argv = process.argv.slice(2);
 export const flag = (name) => argv.find((a) => a.startsWith(`--${name}=`))?.slice(name.length + 3);

@@ -3,6 +3,7 @@ import { availableParallelism, cpus, loadavg, totalmem } from 'node:os';
 import { NODE_OLDEST, nodeVersion } from './common.mjs';
 import { renderConversations } from './conversations.mjs';
 import { engineTargets, renderEngines } from './engines.mjs';
+import { peerTargets, renderPeers } from './peers.mjs';
 import { report, sections } from './measure.mjs';
 import { loadAtStart, opts } from './options.mjs';
 import { READ_CONNS } from './scenarios.mjs';
@@ -120,8 +121,9 @@ export function render(wallSeconds) {
     L.push('');
   }
   L.push(...renderEngines());
+  L.push(...renderPeers());
   L.push(...renderConversations(report));
-  const t = [...targets(), ...engineTargets()];
+  const t = [...targets(), ...engineTargets(), ...peerTargets()];
   if (t.length > 0) L.push('## Targets', '', '| target | measured | met |', '|---|---|---|', ...t, '');
   for (const section of sections) L.push(section, '');
   for (const p of report.profiles) L.push(`## CPU profile: ${p.name}`, '', p.table, '');

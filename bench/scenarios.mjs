@@ -10,6 +10,7 @@ import { searchScaleScenarios } from './search-scale.mjs';
 import { indexCostScenarios } from './index-cost.mjs';
 import { generateDataDir, PER_LIST } from './datagen.mjs';
 import { ENGINE_GROUPS, engineScenarios } from './engines.mjs';
+import { PEER_GROUPS, peerScenarios } from './peers.mjs';
 import { buildRequest, percentile } from './loadgen.mjs';
 import { engineAvailable, seedDataDir, soakEngine } from './soak.mjs';
 import { live, report, runDir, runLoadScenario, sections, start, startApi, startBaseline } from './measure.mjs';
@@ -341,6 +342,8 @@ export const scenarios = [
   { name: 'soak', run: soak },
   // the engines against each other (bench/engines.mjs)
   ...engineScenarios({ opts, progress, report, runDir: () => runDir, start, startApi, runLoadScenario, dataSet, scenario: (name) => loadScenarios.find((sc) => sc.name === name), seedLists, createRequest }),
+  // our engines against a Fastify app on the same database (bench/peers.mjs)
+  ...peerScenarios({ opts, progress, report, runDir: () => runDir, start, runLoadScenario, scenario: (name) => loadScenarios.find((sc) => sc.name === name), createRequest }),
   ...conversationScenarios({ opts, report, progress, runDir: () => runDir, track: (p) => live.add(p) }),
   // the background purge beside a read load (bench/purge.mjs), reported in a section of its own
   ...purgeScenarios({ opts, progress, runDir: () => runDir, track: (p) => live.add(p), sections }),
@@ -361,5 +364,6 @@ export const groups = {
   hostile: ['soak'],
   retention: ['purge-load'],
   ...ENGINE_GROUPS,
+  ...PEER_GROUPS,
   ...conversationGroups,
 };

@@ -44,6 +44,20 @@ describe('Several instances on one database (STORE=postgres)', PG, () => {
     assert.equal(racers.filter((r) => r.status < 300).length, 1, racers.map((r) => r.status).join(','));
   });
 
+  test('"GET on PostgreSQL is not cached": a write answered by one instance is what every other reads right after, its ETag too, again and again', async () => {
+    const made = (await as(0).post(BASE, newSession({ name: 'read after write' }))).body.data;
+    for (let i = 0; i < 3; i++) assert.equal((await as(i).get(`${BASE}/${made._id}`)).status, 200); // each instance has read it
+    for (let k = 0; k < 12; k++) {
+      const w = await as(k).put(`${BASE}/${made._id}`, { name: `name ${k}` });
+      assert.equal(w.status, 200);
+      for (const i of [k + 1, k + 2]) {
+        const r = await as(i).get(`${BASE}/${made._id}`);
+        assert.equal(r.body.data.name, `name ${k}`, `instance ${i % 3} after a write through instance ${k % 3}`);
+        assert.equal(r.headers.etag, w.headers.etag);
+      }
+    }
+  });
+
   test('lists and cursors are the same from any instance: the whole list from each, and a list paged with each page read through another instance', async () => {
     const user = `lister-${process.pid}`;
     await Promise.all(Array.from({ length: 45 }, (_, i) => as(i, user).post(BASE, newSession({ name: `s${i}`, projectId: 'shared-project' }))));

@@ -78,9 +78,12 @@ export interface GroupSource {
   /**
    * Opens a group touching these sessions (an engine that serializes across processes locks
    * them here); `owners` are the users of the sessions the group creates; `needs` what its
-   * writes will ask about the sessions' turns.
+   * writes will ask about the sessions' turns. `fresh`: the ids among `ids` that the group's
+   * creates make, new ids no committed session should hold; given on a group's first attempt
+   * only, so an engine may take them for absent without asking, provided a commit that finds
+   * one present fails with GroupConflict (the writes are then decided again, with nothing fresh).
    */
-  begin(ids: readonly string[], owners: readonly string[], needs: readonly TreeNeeds[]): Group | Promise<Group>;
+  begin(ids: readonly string[], owners: readonly string[], needs: readonly TreeNeeds[], fresh: ReadonlySet<string>): Group | Promise<Group>;
 }
 
 /**
@@ -102,10 +105,13 @@ export class NotReadAhead extends Error {
 
 /** Times a group is tried before its writes are refused. */
 const ATTEMPTS = 3;
+const NOTHING_FRESH: ReadonlySet<string> = new Set();
 
 interface PendingWrite {
   /** The sessions it touches. */
   readonly ids: readonly string[];
+  /** The new session a create makes (among `ids`). */
+  readonly creates: string | undefined;
   /** Times it was put off to the next group (NotReadAhead). */
   deferrals: number;
   /** The owner of the session a create or a fork makes. */
@@ -308,6 +314,12 @@ export class SerialWriter {
     private readonly quotas?: Quotas,
     /** Writes in one group at most: 1 only to measure what group commit buys (GROUP_COMMIT=off). */
     private readonly maxGroup = Infinity,
+    /**
+     * Begin the next group before answering the writes of the one that committed, for an engine
+     * whose begin is a round trip (PostgreSQL): its locks are taken while the answers are written.
+     * The next group holds the same writes either way (those queued while the last committed).
+     */
+    private readonly beginBeforeAnswering = false,
   ) {}
 
   createSession(session: ChatSession): Promise<SessionRecord> {
@@ -319,7 +331,7 @@ export class SerialWriter {
       view.stage(s._id, { session: s, lastTurn: undefined, json });
       view.tree(s._id, true);
       return { kind: 'create', session: s, json, version: versionOfSession(json, undefined) };
-    }, sessionResult);
+    }, sessionResult, session._id);
   }
 
   updateSession(id: string, change: (current: SessionAtWrite) => ChatSession, hint?: WriteHint): Promise<SessionRecord> {
@@ -569,6 +581,7 @@ export class SerialWriter {
     needs: TreeNeeds | undefined,
     decide: (view: GroupView) => Change | readonly Change[],
     result: (change: Change) => T,
+    creates?: string,
   ): Promise<T>;
   private submit<T>(
     ids: readonly string[],
@@ -576,6 +589,7 @@ export class SerialWriter {
     needs: TreeNeeds | undefined,
     decide: (view: GroupView) => Change | readonly Change[],
     result: (change: Change | readonly Change[]) => T,
+    creates?: string,
   ): Promise<T>;
   private submit<T>(
     ids: readonly string[],
@@ -583,10 +597,11 @@ export class SerialWriter {
     needs: TreeNeeds | undefined,
     decide: (view: GroupView) => Change | readonly Change[],
     result: ((change: Change) => T) | ((change: Change | readonly Change[]) => T),
+    creates?: string,
   ): Promise<T> {
     if (this.closed) return Promise.reject(new StorageWriteFailed(new Error('store is closed')));
     return new Promise<T>((resolve, reject) => {
-      const w: PendingWrite = { ids, owner, needs, decide, result, resolve: resolve as (v: unknown) => void, reject, deferrals: 0 };
+      const w: PendingWrite = { ids, creates, owner, needs, decide, result, resolve: resolve as (v: unknown) => void, reject, deferrals: 0 };
       this.queue.push(w);
       if (!this.writing) this.nextGroup();
     });
@@ -617,6 +632,7 @@ export class SerialWriter {
         writes.flatMap((w) => w.ids),
         writes.flatMap((w) => (w.owner === undefined ? [] : [w.owner])),
         writes.flatMap((w) => (w.needs === undefined ? [] : [w.needs])),
+        n === 1 ? new Set(writes.flatMap((w) => (w.creates === undefined ? [] : [w.creates]))) : NOTHING_FRESH,
       );
     } catch (e) {
       this.refuseAll(writes, e);
@@ -670,6 +686,9 @@ export class SerialWriter {
     }
     group.commit(changes).then(
       () => {
+        // the writes queued while this group committed: the same group whether it begins now or after the answers
+        const early = this.beginBeforeAnswering && this.queue.length > 0 && !this.paused;
+        if (early) this.nextGroup();
         if (this.committed !== undefined) {
           try {
             this.committed(changes);
@@ -681,7 +700,7 @@ export class SerialWriter {
           const w = accepted[i] as PendingWrite;
           w.resolve(w.result(decided[i] as Change | readonly Change[]));
         }
-        this.nextGroup();
+        if (!early) this.nextGroup();
       },
       (e: unknown) => {
         if (e instanceof GroupConflict && n < ATTEMPTS) this.attempt(accepted, n + 1);

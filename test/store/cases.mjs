@@ -311,6 +311,24 @@ export function contract(engine) {
       });
     });
 
+    test('"A group of creates alone reads nothing before its decisions" (PostgreSQL), yet a create whose id a stored session holds is refused alone on every engine: the creates beside it go through, and the stored session is as it was', async () => {
+      await withStore(async (store) => {
+        const stored = await store.createSession(session({ name: 'first' }));
+        const before = await everything(store);
+        const results = await Promise.allSettled([
+          store.createSession(session({ ms: 5, name: 'beside 1' })),
+          store.createSession(session({ _id: stored.session._id, ms: 10, name: 'taken id' })),
+          store.createSession(session({ ms: 15, name: 'beside 2' })),
+        ]);
+        assert.deepEqual(results.map((r) => r.status), ['fulfilled', 'rejected', 'fulfilled']);
+        assert.match(results[1].reason.message, /duplicate session id/);
+        const after = await everything(store);
+        assert.equal(after.sessions, before.sessions + 2);
+        assert.deepEqual(after.items.find((i) => JSON.parse(i.session)._id === stored.session._id), before.items[0], 'the stored session is as it was, version included');
+        assert.deepEqual((await store.usage('alice')).sessions, 3);
+      });
+    });
+
     test("a turn becomes its session's head and raises its updatedAt to the turn's createdAt, moves its version, and moves it to the front of its lists; a turn older than its session or its newest turn is refused and changes nothing", async () => {
       await withStore(async (store) => {
         const a = await store.createSession(session({ ms: 0 }));

@@ -138,6 +138,8 @@ export class PostgresStore extends SerialWrites implements Store, GroupSource {
   /** How writes make the words they store (none with SEARCH=off). */
   private readonly index: Indexing;
   private eventLog: PgEventLog | undefined;
+  /** A group reads its owners' usage only when a quota needs it (the writer asks for none otherwise). */
+  private readonly readUsage: boolean;
 
   private constructor(
     private readonly pool: Pool,
@@ -146,7 +148,9 @@ export class PostgresStore extends SerialWrites implements Store, GroupSource {
   ) {
     super();
     this.S = quotedSchema(opts.schema);
-    this.writer = new SerialWriter(this, opts.log, opts.quotas, opts.groupCommit ? Infinity : 1);
+    const q = opts.quotas;
+    this.readUsage = q !== undefined && (q.sessions !== undefined || q.turns !== undefined || q.bytes !== undefined);
+    this.writer = new SerialWriter(this, opts.log, opts.quotas, opts.groupCommit ? Infinity : 1, true);
     // whole lists hold a connection while the client reads: leave the rest to pages and writes
     this.scanMax = Math.max(1, Math.floor(opts.poolSize / 2));
     this.events = opts.announce === undefined ? undefined : { announce: opts.announce, channel: channelOf(opts.schema) };
@@ -503,15 +507,33 @@ export class PostgresStore extends SerialWrites implements Store, GroupSource {
     return this.eventLog;
   }
 
-  /** GroupSource: a transaction that has locked the group's sessions and read what its writes need of their turns (see ./group.ts). */
-  async begin(ids: readonly string[], owners: readonly string[], needs: readonly TreeNeeds[]): Promise<Group> {
+  /**
+   * GroupSource: a transaction that has locked the group's sessions and read what its writes
+   * need of their turns (see ./group.ts). With a connection free it is begun at once: its locks
+   * are asked for, or a group of creates alone, which reads nothing (its sessions are new:
+   * `fresh`), is decided and sent, before the writer answers the group committed just before it.
+   */
+  begin(ids: readonly string[], owners: readonly string[], needs: readonly TreeNeeds[], fresh: ReadonlySet<string>): Group | Promise<Group> {
     if (this.opts.readOnly === true) throw new StorageWriteFailed(new Error('this store was opened read-only'));
     const started = process.hrtime.bigint();
-    const { q, done } = await lease(this.pool);
-    const group = await PgGroup.open(this.S, q, done, ids, owners, needs, this.index, this.events);
+    // with no quota to check, creates alone need nothing read
+    const unread = !this.readUsage && needs.length === 0 && ids.every((id) => fresh.has(id));
+    const now = this.pool.reserveNow();
+    if (now !== undefined) {
+      if (unread) return this.observed(PgGroup.unread(this.S, now.session, now.done, this.index, this.events), started);
+      // its locks are asked for now, before the writer answers the group committed just before it
+      return PgGroup.open(this.S, now.session, now.done, ids, owners, needs, this.index, this.readUsage, this.events).then((g) => this.observed(g, started));
+    }
+    return lease(this.pool).then(async ({ q, done }) => {
+      const group = unread ? PgGroup.unread(this.S, q, done, this.index, this.events) : await PgGroup.open(this.S, q, done, ids, owners, needs, this.index, this.readUsage, this.events);
+      return this.observed(group, started);
+    });
+  }
+
+  /** The group with its commit's duration given to the metrics: from taking the connection to COMMIT answered. */
+  private observed(group: PgGroup, started: bigint): Group {
     const observer = this.opts.observer;
     if (observer === undefined) return group;
-    // the commit's duration as the metrics see it: from taking the connection to COMMIT answered
     return {
       current: (id) => group.current(id),
       turn: (session, id) => group.turn(session, id),

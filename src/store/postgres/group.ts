@@ -13,7 +13,8 @@ import type { QueryResult, Row } from '../../pg/connection.js';
 import type { Queryable } from '../../pg/pool.js';
 import type { Announce, SessionState, TreeTurn, TurnNode, Usage } from '../store.js';
 import type { Change } from '../changes.js';
-import { NotReadAhead, type Group, type TreeNeeds } from '../writer.js';
+import { GroupConflict, NotReadAhead, type Group, type TreeNeeds } from '../writer.js';
+import { PgServerError } from '../../pg/errors.js';
 import { injectedFault } from '../faults.js';
 import { JUMP, placesOfChain } from '../tree-index.js';
 import { STREAMING_MARK, STREAMING_MARK_FROM_END } from '../../domain/deltas.js';
@@ -93,6 +94,8 @@ const aheadOf = (): ReadAhead => ({ turns: new Map(), absent: new Set(), paths: 
 
 export class PgGroup implements Group {
   private ended = false;
+  /** BEGIN has been sent (at once, or by an unread group with its statements). */
+  private begun: boolean;
 
   constructor(
     private readonly S: string,
@@ -103,33 +106,44 @@ export class PgGroup implements Group {
     private readonly ahead: ReadonlyMap<string, ReadAhead>,
     private readonly events: GroupEvents | undefined,
     private readonly index: Indexing,
-  ) {}
+    /** Nothing was read or locked (every session new): BEGIN goes out with the statements, and an id found present is a GroupConflict. */
+    private readonly unread = false,
+  ) {
+    this.begun = !unread;
+  }
 
   /**
-   * Opens the transaction, locks the sessions and reads what `needs` name of their turns;
-   * `owners` (with the sessions' own) get their usage read.
+   * A group of creates alone, whose ids are new (the writer's `fresh`): nothing to lock or read,
+   * so no round trip before its decisions; its transaction is begun with its statements, in one
+   * write with its COMMIT. Should one of the ids be present after all, the INSERT fails on the
+   * primary key and the commit answers GroupConflict: the writer decides the writes again in a
+   * group that locks and reads as usual (which refuses that write alone).
    */
-  static async open(S: string, q: Queryable, done: () => void, ids: readonly string[], owners: readonly string[], needs: readonly TreeNeeds[], index: Indexing, events?: GroupEvents): Promise<PgGroup> {
+  static unread(S: string, q: Queryable, done: () => void, index: Indexing, events?: GroupEvents): PgGroup {
+    return new PgGroup(S, q, done, new Map(), new Map(), new Map(), events, index, true);
+  }
+
+  /**
+   * Opens the transaction, locks the sessions and reads what `needs` name of their turns. With
+   * `readUsage` (quotas are checked), `owners` and the locked sessions' owners get their usage
+   * read, by a statement that runs after the locks are taken, sent with them.
+   */
+  static async open(S: string, q: Queryable, done: () => void, ids: readonly string[], owners: readonly string[], needs: readonly TreeNeeds[], index: Indexing, readUsage: boolean, events?: GroupEvents): Promise<PgGroup> {
     try {
-      // both sent at once; both awaited, so a failure of either is handled
-      const [, locked] = await Promise.all([
+      const locking = textArray([...new Set(ids)].map(sqlText));
+      const opening = [
         q.query('BEGIN'),
-        q.query(`SELECT ${SESSION_ROW} FROM ${S}.sessions WHERE id = ANY($1::text[]) ORDER BY id FOR UPDATE`, [textArray([...new Set(ids)].map(sqlText))]),
-      ]);
+        q.query(`SELECT ${SESSION_ROW} FROM ${S}.sessions WHERE id = ANY($1::text[]) ORDER BY id FOR UPDATE`, [locking]),
+        // owners as stored (see sqlText): the keys of the usage table
+        readUsage ? q.query(`SELECT owner, sessions, turns, bytes FROM ${S}.usage WHERE owner = ANY($1::text[]) OR owner IN (SELECT owner FROM ${S}.sessions WHERE id = ANY($2::text[]))`, [textArray([...new Set(owners.map(sqlText))]), locking]) : undefined,
+      ] as const;
+      q.send?.(); // one round trip, begun now; all awaited, so a failure of any is handled
+      const [, locked, used] = await Promise.all(opening);
       const rows = new Map<string, SessionRow>();
       for (const r of locked.rows) rows.set(r[0] as string, rowOf(r));
-      // owners as stored (see sqlText): the keys of the usage table
-      const who = new Set(owners.map(sqlText));
-      for (const r of rows.values()) who.add(r.owner);
       const usage = new Map<string, Usage>();
+      for (const row of used?.rows ?? []) usage.set(row[0] as string, { sessions: Number(row[1]), turns: Number(row[2]), bytes: Number(row[3]) });
       const reads: Promise<void>[] = [];
-      if (who.size > 0) {
-        reads.push(
-          q.query(`SELECT owner, sessions, turns, bytes FROM ${S}.usage WHERE owner = ANY($1::text[])`, [textArray([...who])]).then((r) => {
-            for (const row of r.rows) usage.set(row[0] as string, { sessions: Number(row[1]), turns: Number(row[2]), bytes: Number(row[3]) });
-          }),
-        );
-      }
       const ahead = new Map<string, ReadAhead>();
       for (const need of needs) {
         const row = rows.get(sqlText(need.session));
@@ -257,6 +271,10 @@ export class PgGroup implements Group {
   release(): void {
     if (this.ended) return;
     this.ended = true;
+    if (!this.begun) {
+      this.done(); // no transaction was begun
+      return;
+    }
     void this.q
       .query('ROLLBACK')
       .catch(() => undefined)
@@ -264,6 +282,17 @@ export class PgGroup implements Group {
   }
 
   async commit(changes: readonly Change[]): Promise<void> {
+    try {
+      await this.write(changes);
+    } catch (e) {
+      if (this.unread && e instanceof PgServerError && e.kind === 'unique_violation' && e.constraint === 'sessions_pkey') {
+        throw new GroupConflict('a new session id is taken: the group is decided again with its sessions locked', { cause: e });
+      }
+      throw e;
+    }
+  }
+
+  private async write(changes: readonly Change[]): Promise<void> {
     const { S, q } = this;
     const staged = new Map<string, SessionRow | null>();
     const rowNow = (id: string): SessionRow => {
@@ -281,7 +310,8 @@ export class PgGroup implements Group {
         u.bytes += bytes;
       }
     };
-    const sent: Promise<QueryResult>[] = [];
+    const sent: Promise<QueryResult>[] = this.begun ? [] : [q.query('BEGIN')];
+    this.begun = true;
     /** The session row as a change of its turns leaves it: its JSON, version, head, newest turn and counts. */
     const setSession = (id: string, before: SessionRow, s: ChatSession, json: string, version: string, lastTurn: TurnKey | undefined, turns: number, turnBytes: number): void => {
       const bytes = Buffer.byteLength(json);
@@ -295,23 +325,32 @@ export class PgGroup implements Group {
       charge(before.owner, 0, turns, turnBytes + bytes - before.jsonBytes);
       staged.set(id, { ...before, json, jsonBytes: bytes, version, lastTurn, head: s.headTurnId, turnCount: before.turnCount + turns, turnBytes: before.turnBytes + turnBytes });
     };
+    /** Consecutive creates, inserted by one statement: a group of creates is one INSERT, not one per session. */
+    let creates: SessionColumns[] = [];
+    const insertCreates = (): void => {
+      if (creates.length > 0) sent.push(q.query(insertSessionsSql(S), sessionsParams(creates)));
+      creates = [];
+    };
     try {
       for (const c of changes) {
+        if (c.kind !== 'create') insertCreates();
         switch (c.kind) {
           case 'create':
           case 'update': {
             const s = c.session;
             const bytes = Buffer.byteLength(c.json);
             const before = c.kind === 'update' ? rowNow(s._id) : undefined;
-            sent.push(
-              q.query(
-                c.kind === 'create'
-                  ? `INSERT INTO ${S}.sessions (owner, project, archived, updated_at, name_folded, json, json_bytes, version, head_turn_id, id, tags, expires_at, keep, name_words) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11::text[], $12, $13, ${wordsSql('$14')})`
-                  : `UPDATE ${S}.sessions SET owner = $1, project = $2, archived = $3, updated_at = $4, name_folded = $5, json = $6, json_bytes = $7, version = $8, head_turn_id = $9,
-                       tags = $11::text[], expires_at = $12, keep = $13, name_words = ${wordsSql('$14')} WHERE id = $10`,
-                [sqlText(s.user), sqlText(s.project), String(s.archived), s.updatedAt, sqlText(foldForSearch(s.name)), c.json, String(bytes), c.version, s.headTurnId, s._id, ...keptColumns(s), this.index.name(s.name)],
-              ),
-            );
+            const columns: SessionColumns = [sqlText(s.user), sqlText(s.project), String(s.archived), s.updatedAt, sqlText(foldForSearch(s.name)), c.json, String(bytes), c.version, s.headTurnId, s._id, ...keptColumns(s), this.index.name(s.name)];
+            if (c.kind === 'create') creates.push(columns);
+            else {
+              sent.push(
+                q.query(
+                  `UPDATE ${S}.sessions SET owner = $1, project = $2, archived = $3, updated_at = $4, name_folded = $5, json = $6, json_bytes = $7, version = $8, head_turn_id = $9,
+                     tags = $11::text[], expires_at = $12, keep = $13, name_words = ${wordsSql('$14')} WHERE id = $10`,
+                  columns,
+                ),
+              );
+            }
             const turnCount = before?.turnCount ?? 0;
             const turnBytes = before?.turnBytes ?? 0;
             if (before !== undefined) charge(before.owner, -1, -turnCount, -(before.jsonBytes + turnBytes));
@@ -408,17 +447,21 @@ export class PgGroup implements Group {
           }
         }
       }
-      // in owner order, so two groups touching the same owners cannot deadlock on their rows
-      for (const owner of [...usage.keys()].sort()) {
-        const u = usage.get(owner) as { sessions: number; turns: number; bytes: number };
+      insertCreates();
+      // every owner's usage in one statement, its rows in owner order, so two groups touching the
+      // same owners cannot deadlock on their rows
+      const owners = [...usage.keys()].sort();
+      if (owners.length > 0) {
+        const figures = owners.map((o) => usage.get(o) as { sessions: number; turns: number; bytes: number });
         sent.push(
           q.query(
-            `INSERT INTO ${S}.usage (owner, sessions, turns, bytes) VALUES ($1, $2, $3, $4)
+            `INSERT INTO ${S}.usage (owner, sessions, turns, bytes) SELECT * FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::bigint[])
              ON CONFLICT (owner) DO UPDATE SET sessions = usage.sessions + excluded.sessions, turns = usage.turns + excluded.turns, bytes = usage.bytes + excluded.bytes`,
-            [owner, String(u.sessions), String(u.turns), String(u.bytes)],
+            [textArray(owners), `{${figures.map((u) => u.sessions).join(',')}}`, `{${figures.map((u) => u.turns).join(',')}}`, `{${figures.map((u) => u.bytes).join(',')}}`],
           ),
         );
-        if (u.sessions < 0) sent.push(q.query(`DELETE FROM ${S}.usage WHERE owner = $1 AND sessions = 0`, [owner]));
+        const shrunk = owners.filter((_, i) => (figures[i] as { sessions: number }).sessions < 0);
+        if (shrunk.length > 0) sent.push(q.query(`DELETE FROM ${S}.usage WHERE owner = ANY($1::text[]) AND sessions = 0`, [textArray(shrunk)]));
       }
       // last before COMMIT: the events' ids are taken under a lock held until COMMIT (./events.ts)
       if (this.events !== undefined) sent.push(...eventStatements(q, S, this.events.channel, this.events.announce(changes)));
@@ -431,6 +474,21 @@ export class PgGroup implements Group {
     }
     await finish(q, sent, this.done, () => (this.ended = true));
   }
+}
+
+/** A session's columns as a create or an update writes them, in the order of their parameters ($1...$14). */
+type SessionColumns = [owner: string, project: string, archived: string, updatedAt: string, nameFolded: string, json: string, jsonBytes: string, version: string, head: string | null, id: string, tags: string, expiresAt: string | null, keep: string, words: string];
+
+/** New sessions, one row per element of the arrays sessionsParams makes. */
+const insertSessionsSql = (S: string): string => `INSERT INTO ${S}.sessions (owner, project, archived, updated_at, name_folded, json, json_bytes, version, head_turn_id, id, tags, expires_at, keep, name_words)
+  SELECT owner, project, archived, updated_at, name_folded, json, json_bytes, version, head_turn_id, id, tags::text[], expires_at, keep, ${wordsSql('words')}
+  FROM unnest($1::text[], $2::text[], $3::boolean[], $4::text[], $5::text[], $6::text[], $7::integer[], $8::text[], $9::text[], $10::text[], $11::text[], $12::text[], $13::boolean[], $14::text[])
+    AS c(owner, project, archived, updated_at, name_folded, json, json_bytes, version, head_turn_id, id, tags, expires_at, keep, words)`;
+
+/** The parameters of insertSessionsSql: each column's values as one array (a session's tags, an array literal, are one text). */
+function sessionsParams(rows: readonly SessionColumns[]): string[] {
+  const column = (i: number): string => nullableTextArray(rows.map((r) => r[i] as string | null));
+  return Array.from({ length: 14 }, (_, i) => column(i));
 }
 
 /** A turn's row, its depth and jump pointer made from its parent's (inserted before it, in this transaction or earlier). */
@@ -465,6 +523,7 @@ export function nullableTextArray(values: readonly (string | null)[]): string {
  */
 export async function finish(q: Queryable, sent: readonly Promise<QueryResult>[], done: () => void, ended: () => void): Promise<void> {
   const commit = q.query('COMMIT');
+  q.send?.(); // all of the transaction is queued: out now, not after whatever the event loop runs next
   const results = await Promise.allSettled([...sent, commit]);
   ended();
   const failed = results.find((r): r is PromiseRejectedResult => r.status === 'rejected');
