@@ -335,7 +335,7 @@ describe('Bounds of replies', () => {
   test('a reply streamed to a client that stops reading holds at most EVENTS_BUFFER for it: the stream is cut off as `slow`, the reply goes on to its end and is recorded whole ("A client that goes away never stops a reply")', async () => {
     const s = await startServer({ providers: providersFor(provider.url), env: { EVENTS_BUFFER: '64kb' } });
     const u = s.as('alice');
-    // some 100,000 events of a hundred bytes and more: past what the kernel's buffers hold
+    // some 100,000 events of 150 bytes: well past what the kernel's buffers may hold (several MiB on loopback)
     const a = (await u.post(B, newSession({ providerId: ids.ollama, selectedModel: 'tokens:100000' }))).body.data;
     const sock = connect(s.port, '127.0.0.1');
     sock.on('error', () => undefined);
@@ -351,7 +351,7 @@ describe('Bounds of replies', () => {
       const reply = await waitFor(async () => {
         const turns = (await u.get(`${B}/${a._id}/turns`)).body.data;
         return turns.length === 2 && turns[1].status !== 'streaming' ? turns[1] : undefined;
-      }, 'the reply to end');
+      }, 'the reply to end', 180_000);
       assert.equal(reply.status, 'complete');
       assert.equal(textOf(reply.content).split(' ').length, 100000, 'recorded whole');
       assert.equal(await metric(s, 'chat_session_api_event_streams_ended_total{reason="slow"}'), 1, 'the stream was cut off as slow');
@@ -362,6 +362,43 @@ describe('Bounds of replies', () => {
       sock.destroy();
       await s.stop();
       removeDir(s.dataDir);
+    }
+  });
+
+  test('"the per-user rate limit and quotas apply to replies": a message past QUOTA_TURNS is 403 `Quota exceeded` before anything is recorded; a reply that grows past QUOTA_BYTES ends `error` with the quota\'s words, keeping what fitted; past RATE_LIMIT a message is 429', async () => {
+    const s = await startServer({ providers: providersFor(provider.url), env: { QUOTA_TURNS: '3', QUOTA_BYTES: '6kb' } });
+    try {
+      const u = s.as('alice');
+      const a = (await u.post(B, newSession({ providerId: ids.ollama, selectedModel: 'echo' }))).body.data;
+      assert.equal((await u.post(`${B}/${a._id}/messages`, { content: 'one' })).status, 201, 'two turns of three');
+      const over = await u.post(`${B}/${a._id}/messages`, { content: 'two' });
+      assert.deepEqual([over.status, over.body], [403, { success: false, message: 'Quota exceeded: turns (at most 3 per user)' }]);
+      assert.equal((await u.get(`${B}/${a._id}/turns`)).body.data.length, 2, 'nothing recorded');
+      // bytes: bob's reply of 3,000 words (some 16 KiB) passes 6 KiB on its way (slowly enough for its text
+      // to be written as it comes: the end, a quarter of a second's text at most, is never refused)
+      const bob = s.as('bob');
+      const b = (await bob.post(B, newSession({ providerId: ids.ollama, selectedModel: 'tokens:3000@1500' }))).body.data;
+      const r = await bob.post(`${B}/${b._id}/messages`, { content: 'a long one' });
+      assert.equal(r.status, 201, r.text);
+      assert.equal(r.body.data.reply.status, 'error');
+      assert.match(r.body.data.reply.error.message, /^Quota exceeded: bytes/);
+      assert.ok(textOf(r.body.data.reply.content).length > 0, 'what fitted is kept');
+      assert.deepEqual(await turn(b._id, r.body.data.reply._id, bob), r.body.data.reply, 'recorded so');
+    } finally {
+      await s.stop();
+      removeDir(s.dataDir);
+    }
+    // the rate: one request a minute (a burst of one), spent on the session's create
+    const limited = await startServer({ providers: providersFor(provider.url), env: { RATE_LIMIT: '1/m' } });
+    try {
+      const u = limited.as('alice');
+      const a = (await u.post(B, newSession({ providerId: ids.ollama, selectedModel: 'echo' }))).body.data;
+      const r = await u.post(`${B}/${a._id}/messages`, { content: 'too soon' });
+      assert.deepEqual([r.status, r.body.message], [429, 'Too many requests']);
+      assert.ok(Number(r.headers['retry-after']) > 0);
+    } finally {
+      await limited.stop();
+      removeDir(limited.dataDir);
     }
   });
 
