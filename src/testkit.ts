@@ -50,3 +50,4 @@ export { scrubCredentials } from './providers/scrub.js';
 export { LineDecoder, SseDecoder, NdjsonDecoder, StreamDecodeError, MAX_LINE_BYTES } from './providers/stream-decoder.js';
 export { ANTHROPIC_DEFAULT_MAX_TOKENS } from './providers/anthropic.js';
 export { parseProviders } from './providers/catalog.js';
+export { Router } from './http/router.js';
