@@ -162,7 +162,7 @@ describe('Running it', () => {
     }
   });
 
-  test('dist/server.js runs with node even when copied ALONE into an empty folder', async () => {
+  test('"One CommonJS file." ... "the file runs alone in any folder": dist/server.js runs with node even when copied ALONE into an empty folder', async () => {
     const dir = tempDir('csa-alone-');
     const copy = join(dir, 'server.js');
     copyFileSync(SERVER, copy);

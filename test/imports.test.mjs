@@ -6,7 +6,7 @@ import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { check, FLOORS } from '../scripts/check-imports.mjs';
 
-test('"A reader can follow one request from main.ts to the store and back without a step going up a floor": no import of src/ goes up a floor or breaks a floor\'s rule, and no module imports itself back', () => {
+test('"A reader can follow one request from main.ts to the store and back without a step going up a floor": no import of src/ goes up a floor or breaks a floor\'s rule (so "Use cases take plain inputs": services/ import no node:http, nor the routes above them), and no module imports itself back', () => {
   const r = check();
   assert.deepEqual(r.problems, []);
   assert.ok(r.files > 50 && r.imports > 200, `${r.files} modules, ${r.imports} imports read`);
