@@ -212,7 +212,7 @@ describe('Running it', () => {
     }
   });
 
-  test('One server per data directory: a second one refuses to start and says which process holds it', async () => {
+  test('"One server per data directory, on both engines": a second one refuses to start and says which process holds it', async () => {
     const s = await startServer();
     try {
       await assert.rejects(startServer({ dataDir: s.dataDir }), new RegExp(`in use by process ${s.child.pid}`));
