@@ -545,7 +545,7 @@ describe('Live events: limits, slow consumers, shutdown', () => {
     removeDir(server.dataDir);
   });
 
-  test('"`EVENTS=off`" removes the three routes (404, absent from the OpenAPI document); --help lists the live feed\'s settings', async () => {
+  test('"EVENTS=off removes the three routes" (404, absent from the OpenAPI document); --help lists the live feed\'s settings', async () => {
     const server = await startServer({ env: { EVENTS: 'off' } });
     try {
       const a = server.as('alice');

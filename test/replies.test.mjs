@@ -67,7 +67,7 @@ describe('Replies from the model', () => {
     });
   }
 
-  test('"The system message is the session\'s `instructions` ... none when absent. Turns with status `error` and `reasoning` parts are not sent back to the model", and "`options`: `temperature`, `maxTokens`, `topP`, `stop`, passed on"', async () => {
+  test('"The system message is the session\'s `instructions` ... none when absent. Turns with status `error` and `reasoning` parts are not sent back to the model", and "`options`: `temperature`, `maxTokens`, `topP`, `stop`, passed on" ("What the model is sent: the path to the turn answered, without error turns")', async () => {
     const s = await session('openai', 'echo', { instructions: 'Answer in French.' });
     await alice.post(`${B}/${s._id}/turns`, { role: 'user', content: 'an old question' });
     await alice.post(`${B}/${s._id}/turns`, { role: 'assistant', content: [{ type: 'reasoning', text: 'secret thoughts' }, { type: 'text', text: 'an old answer' }] });
@@ -87,7 +87,7 @@ describe('Replies from the model', () => {
     assert.equal(provider.requests.filter((x) => x.protocol === 'openai').at(-1).system, undefined, 'no system message without instructions');
   });
 
-  test('"`Accept: text/event-stream`: 200 and a stream of the session\'s own event kinds: `turn.created` (the user turn ...), `turn.created` (the reply, `status:"streaming"`, `content:""`), `turn.delta` for each piece of text, then `turn.updated` with the reply as recorded at the end, after which the stream closes. Event ids are those of `GET /api/v1/chat-sessions/:id/events`"', async () => {
+  test('"`Accept: text/event-stream`: 200 and a stream of the session\'s own event kinds: `turn.created` (the user turn ...), `turn.created` (the reply, `status:"streaming"`, `content:""`), `turn.delta` for each piece of text, then `turn.updated` with the reply as recorded at the end, after which the stream closes. Event ids are those of `GET /api/v1/chat-sessions/:id/events`" ("its turn.updated is the last event"; "closing after the reply\'s last turn.updated with no end event")', async () => {
     const s = await session('ollama', 'tokens:6');
     const follow = await openEvents(server.url, `${B}/${s._id}/events`, { token: alice.token });
     await follow.waitFor((e) => e.event === 'ready');
@@ -139,7 +139,7 @@ describe('Replies from the model', () => {
     assert.equal(asked.clientClosed, false, "the provider's request was not closed");
   });
 
-  test('"`POST /api/v1/chat-sessions/:id/turns/:turnId/cancel` stops it (the provider\'s request is closed), records the text so far with status `interrupted` and then answers 200 with the turn; a turn that is not streaming -> 409 `Turn is not streaming`"', async () => {
+  test('"`POST /api/v1/chat-sessions/:id/turns/:turnId/cancel` stops it (the provider\'s request is closed), records the text so far with status `interrupted` and then answers 200 with the turn; a turn that is not streaming -> 409 `Turn is not streaming`" ("Cancel: a reply this instance generates is aborted and its end recorded interrupted, then answered")', async () => {
     const s = await session('ollama', 'stall-after:3');
     const r = await alice.post(`${B}/${s._id}/messages`, { content: 'go on and stall', background: true });
     const replyId = r.body.data.reply._id;
@@ -175,7 +175,7 @@ describe('Replies from the model', () => {
     assert.equal((await alice.post(`${B}/${(await session('openai'))._id}/messages`, { content: 'elsewhere' })).status, 201);
   });
 
-  test('"Refused before anything is recorded: the session\'s provider not configured, of a type that cannot reply, or the model outside its `models` -> 409 naming the provider or model"', async () => {
+  test('"Refused before anything is recorded: the session\'s provider not configured, of a type that cannot reply, or the model outside its `models` -> 409 naming the provider or model" ("not configured, a type that cannot reply, a model outside models are 409 naming them")', async () => {
     const cases = [
       [{ providerId: '6f00000000000000000000ff', selectedModel: 'echo' }, /^Provider "6f00000000000000000000ff" is not configured/],
       [{ providerId: ids.listing, selectedModel: 'echo' }, /^Provider "A listing only" is of type "azure-something", which cannot reply/],
@@ -365,7 +365,7 @@ describe('Bounds of replies', () => {
     }
   });
 
-  test('"the per-user rate limit and quotas apply to replies": a message past QUOTA_TURNS is 403 `Quota exceeded` before anything is recorded; a reply that grows past QUOTA_BYTES ends `error` with the quota\'s words, keeping what fitted; past RATE_LIMIT a message is 429', async () => {
+  test('"RATE_LIMIT counts these requests, and the quotas count the turns" ("The end is never refused for a quota"): a message past QUOTA_TURNS is 403 `Quota exceeded` before anything is recorded; a reply that grows past QUOTA_BYTES ends `error` with the quota\'s words, keeping what fitted; past RATE_LIMIT a message is 429', async () => {
     const s = await startServer({ providers: providersFor(provider.url), env: { QUOTA_TURNS: '3', QUOTA_BYTES: '6kb' } });
     try {
       const u = s.as('alice');
@@ -402,7 +402,7 @@ describe('Bounds of replies', () => {
     }
   });
 
-  test('with `EVENTS=off` an event-stream answer cannot be given: 406, and nothing is recorded', async () => {
+  test('"With EVENTS=off it cannot be given: 406", and nothing is recorded', async () => {
     const s = await startServer({ providers: providersFor(provider.url), env: { EVENTS: 'off' } });
     try {
       const u = s.as('alice');

@@ -36,7 +36,7 @@ function upgraded(turn, parentId) {
 }
 
 describe('Upgrading from the first release', () => {
-  test('"Journals ... written before these fields load; their turns get parents in order": every session and turn the first release answered, with the ETag it answered, each turn\'s parent the one before it, each head the newest turn; after a restart too', async () => {
+  test('"Journals ... written before these fields load; their turns get parents in order" ("The first release\'s data is upgraded at the first start on either engine" ... "versions (ETags) do not change"): every session and turn the first release answered, with the ETag it answered, each turn\'s parent the one before it, each head the newest turn; after a restart too', async () => {
     const dir = await firstReleaseStore();
     const answers = JSON.parse(readFileSync(join(FIXTURES, 'answers.json'), 'utf8'))[STORE];
     try {
@@ -124,7 +124,7 @@ describe('Upgrading from the first release', () => {
     }
   });
 
-  test('"... and exports written before these fields load; their turns get parents in order": a backup of the first release imports with each turn under the one before it (turns sharing a millisecond by _id) and each head its newest turn', async () => {
+  test('"... and exports written before these fields load; their turns get parents in order" ("Export files are version 2 since conversations; version 1 still imports"): a backup of the first release imports with each turn under the one before it (turns sharing a millisecond by _id) and each head its newest turn', async () => {
     const dir = tempDir('csa-upgrade-import-');
     try {
       const r = runCli(['import', join(FIXTURES, 'export.ndjson')], { env: { DATA_DIR: dir } });
@@ -158,7 +158,7 @@ describe('Upgrading from the first release', () => {
     }
   });
 
-  test('a backup of this release is held to the tree: a parent must be an older turn of its session listed above it, a head one of its turns in the file; a turn stored under another session is refused; nothing is written', async () => {
+  test('"Backups hold their trees: in a version-2 export a turn\'s parent must be an older turn of its session listed above it", a head one of its turns in the file; a turn stored under another session is refused; nothing is written', async () => {
     const dir = tempDir('csa-upgrade-refuse-');
     const file = join(dir, 'b.ndjson');
     const header = (n, m) => JSON.stringify({ format: 'chat-session-api/export', version: 2, exportedAt: '2026-01-01T00:00:00.000Z', sessions: n, turns: m });

@@ -163,7 +163,7 @@ export function contract(engine) {
       });
     });
 
-    test('a page ends (no resume key) exactly when its list has nothing after it: active and archived sessions are two lists on every engine, so pages break the same everywhere', async () => {
+    test('"Pages break the same on both engines": a page ends (no resume key) exactly when its list has nothing after it: active and archived sessions are two lists on every engine, so pages break the same everywhere', async () => {
       await withStore(async (store) => {
         // an archived session older than active ones, and one newer
         await store.createSession(session({ ms: 0, archived: true }));
@@ -397,7 +397,7 @@ export function contract(engine) {
       });
     });
 
-    test('stats: sessions, turns and bytes (the UTF-8 bytes of every stored session and turn JSON) follow every write', async () => {
+    test('stats: sessions, turns and bytes follow every write ("Byte figures (chat_session_api_store_bytes, usage) count the UTF-8 bytes of the JSON of every session and turn")', async () => {
       await withStore(async (store) => {
         const a = await store.createSession(session({ name: 'ünïcødé' }));
         const b = await store.createSession(session({ ms: 1 }));
@@ -546,7 +546,7 @@ export function contract(engine) {
       }
     });
 
-    test('committed changes are announced once, in commit order, before any of their writes is answered; a refused write and a failed commit are never announced', async () => {
+    test('"The serial writer announces each group\'s changes after the group is committed and before any of its writes is answered; a group that fails to commit is never announced": once, in commit order, and a refused write is never announced either', async () => {
       const dir = fresh();
       setFaultPlan(`${caps.fault}:3`);
       let store;

@@ -46,7 +46,7 @@ export function findingContract(engine) {
   };
 
   describe(`Store contract, finding and keeping: ${engine}`, () => {
-    test('tag lists: a tag reads the list of its sessions in list order (user, project, owner-only, archived false|true|all), more tags must all match, page by page and whole, after a reopen too', async () => {
+    test('"`tag` lists are read from the tag\'s own index": a tag reads the list of its sessions in list order (user, project, owner-only, archived false|true|all), more tags must all match, page by page and whole, after a reopen too', async () => {
       await withStore(async (store, reopen) => {
         const tagsOf = (i) => [i % 2 === 0 ? 'Even' : 'odd', ...(i % 3 === 0 ? ['three'] : [])];
         const made = [];

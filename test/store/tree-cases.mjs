@@ -154,7 +154,7 @@ export function treeContract(engine) {
       });
     });
 
-    test('a branch deeper than the jump index\'s stride (32) pages the same with every page size, and a cursor that left the path (the head moved, its turn deleted) resumes strictly after its key', async () => {
+    test('"each turn also keeps its depth and a jump pointer to an ancestor at a multiple of 32": a branch deeper than the jump index\'s stride (32) pages the same with every page size, and a cursor that left the path (the head moved, its turn deleted) resumes strictly after its key', async () => {
       await withStore(async (store) => {
         const s = await store.createSession(session());
         const id = s.session._id;
@@ -310,7 +310,7 @@ export function treeContract(engine) {
       });
     });
 
-    test('writes of one group that build on each other (appends under the head and under a named parent, an edit of a turn made in the same group, a deletion, a switch of head, a fork) decide as they would one after the other', async () => {
+    test('"Decisions need the tree at the serial point" ... "the caller\'s check or change runs against the committed state plus the group\'s earlier changes": writes of one group that build on each other (appends under the head and under a named parent, an edit of a turn made in the same group, a deletion, a switch of head, a fork) decide as they would one after the other', async () => {
       const run = async (store, together) => {
         const { id, t } = await tree(store);
         const a = newObjectId(BASE + 100);
