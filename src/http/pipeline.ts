@@ -14,6 +14,7 @@ import { requestLineMiddle, type Logger } from '../log.js';
 import type { Metrics, RouteStats } from '../metrics.js';
 import { readJsonObject, releaseBody, type BodyHold, type BodyRules } from './body.js';
 import type { Connection, ConnectionGuard } from './connections.js';
+import { OverShare, type InFlight } from './in-flight.js';
 import type { Cors } from './cors.js';
 import { errorBody } from '../api/envelope.js';
 import type { MemoryGuard } from './memory-guard.js';
@@ -41,6 +42,8 @@ export interface PipelineOptions {
   /** An answer the client takes no byte of for this long is cut off. */
   readonly writeTimeoutMs: number;
   readonly connections: ConnectionGuard | undefined;
+  /** Each user's (or address's) requests in flight, bounded by MAX_REQUESTS_PER_USER; undefined: unbounded. */
+  readonly inFlight: InFlight | undefined;
   readonly cors: Cors | undefined;
   readonly limiter: RateLimiter | undefined;
   readonly trustProxy: boolean;
@@ -86,6 +89,8 @@ class Call implements BodyHold {
   /** The pattern of a known path answered without a route (405, preflight). */
   pattern: string | undefined;
   user: string | undefined;
+  /** Whose share of the server the request counts against (`user:<sub>` or `addr:<ip>`), once counted (hold). */
+  owner: string | undefined;
   /** CORS headers for this request's origin, as name/value pairs. */
   corsHeaders: string[] | undefined;
   /** Bytes of the body budget this request holds until its answer is sent. */
@@ -105,6 +110,8 @@ class Call implements BodyHold {
 }
 
 export class Pipeline {
+  private overShareWarnedAt = -Infinity;
+
   constructor(private readonly options: PipelineOptions) {}
 
   /** The node:http request listener. */
@@ -136,6 +143,7 @@ export class Pipeline {
     const def = found.route.def;
     const principal = def.auth ? this.authenticate(call, def, search) : undefined;
     if (!def.auth && def.unlimited !== true) this.limit(this.addressOf(req));
+    this.hold(call, principal);
     // writes that add data wait for memory; reads and deletes (which free it) go on
     if ((def.method === 'POST' || def.method === 'PUT') && this.options.memory?.low() === true) {
       this.options.memory.refuse();
@@ -236,16 +244,33 @@ export class Pipeline {
       call.res.destroy();
       return false;
     }
-    conn.requests++;
+    guard.busy(conn);
     call.conn = conn;
     return true;
+  }
+
+  /**
+   * Counts the request against its owner's share until it settles: its user's, or its client
+   * address's when it has none (the rate limiter's keys). From its headers to its answer being
+   * with the kernel, whatever it waits on (its body, the store, a model, a client that does not
+   * read), so one owner holds at most MAX_REQUESTS_PER_USER connections busy. Past the share:
+   * 429 with its connection closed. The connection is counted as the owner's from now on.
+   */
+  private hold(call: Call, principal: Principal | undefined): void {
+    const owner = principal !== undefined ? `user:${principal.user}` : this.addressOf(call.req);
+    if (call.conn !== undefined) this.options.connections?.claim(call.conn, owner);
+    const inFlight = this.options.inFlight;
+    if (inFlight === undefined) return;
+    if (!inFlight.take(owner)) throw new OverShare();
+    call.owner = owner;
   }
 
   /** The answer is with the kernel, or the connection is gone: the connection may be idle again. */
   private settle(call: Call): void {
     if (call.settled) return;
     call.settled = true;
-    if (call.conn !== undefined) call.conn.requests--;
+    if (call.conn !== undefined) this.options.connections?.idle(call.conn);
+    if (call.owner !== undefined) this.options.inFlight?.give(call.owner);
   }
 
   /**
@@ -411,6 +436,7 @@ export class Pipeline {
   }
 
   private fail(call: Call, e: unknown): void {
+    if (e instanceof OverShare) this.overShare(call);
     const h = httpErrorOf(e);
     // a 503 the server chose (busy, low on memory) is counted and in the request line, not a failure to report;
     // nor is damage, which the store logged once when it found it
@@ -476,6 +502,19 @@ export class Pipeline {
     res.on('finish', done);
     res.on('close', done);
     return progress;
+  }
+
+  /** A request refused past its owner's share: counted, and a warning at most once a minute. */
+  private overShare(call: Call): void {
+    const metrics = this.options.metrics;
+    if (metrics !== undefined) metrics.overShare++;
+    const now = performance.now();
+    if (now - this.overShareWarnedAt < 60_000) return;
+    this.overShareWarnedAt = now;
+    this.options.log.warn(
+      "a user's requests in flight reached its share (MAX_REQUESTS_PER_USER, or a quarter of BODY_MEMORY): its further requests get 429 until some end (logged once a minute)",
+      { reqId: call.id, user: call.user ?? null, max: this.options.inFlight?.max ?? null },
+    );
   }
 
   /** The headers every answer carries, and CORS's when it applies. */
