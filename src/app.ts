@@ -27,7 +27,7 @@ import { TicketCodec } from './auth/tickets.js';
 import type { Config } from './config.js';
 import { BodyBudget } from './http/body.js';
 import { ConnectionGuard } from './http/connections.js';
-import { InFlight } from './http/in-flight.js';
+import { InFlight, WHOLE_LISTS_PER_USER } from './http/in-flight.js';
 import { MemoryGuard } from './http/memory-guard.js';
 import { ceilingsOf } from './memory.js';
 import { Cors } from './http/cors.js';
@@ -138,6 +138,7 @@ export function createApp(p: AppParts): App {
     writeTimeoutMs: limits.writeTimeoutMs,
     connections,
     inFlight,
+    wholeLists: new InFlight(WHOLE_LISTS_PER_USER),
     cors: config.corsOrigin === undefined ? undefined : new Cors(config.corsOrigin),
     limiter,
     trustProxy: config.trustProxy,

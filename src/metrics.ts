@@ -83,7 +83,7 @@ export class Metrics {
   connectionsRefused = 0;
   /** Answers cut off because the client did not take them (WRITE_TIMEOUT). */
   writeTimeouts = 0;
-  /** Requests answered 429 past their user's share: MAX_REQUESTS_PER_USER, or a quarter of BODY_MEMORY. */
+  /** Requests answered 429 past their user's share: MAX_REQUESTS_PER_USER, a quarter of BODY_MEMORY, or 2 whole lists being sent. */
   overShare = 0;
   /** How late a timer due every 10 ms fired: how long a request arriving then waited for the event loop. */
   readonly eventLoopDelay = new Histogram(EVENT_LOOP_BUCKETS);
@@ -172,7 +172,7 @@ export class Metrics {
     lines.push(`${p}_connections_refused_total ${this.connectionsRefused}`);
     meta(`${p}_write_timeouts_total`, 'counter', 'Answers cut off because the client did not read them.');
     lines.push(`${p}_write_timeouts_total ${this.writeTimeouts}`);
-    meta(`${p}_requests_over_share_total`, 'counter', "Requests answered 429 Too many requests in flight: past their user's share (MAX_REQUESTS_PER_USER, or a quarter of BODY_MEMORY).");
+    meta(`${p}_requests_over_share_total`, 'counter', "Requests answered 429 Too many requests in flight: past their user's share (MAX_REQUESTS_PER_USER, a quarter of BODY_MEMORY, or 2 whole lists being sent).");
     lines.push(`${p}_requests_over_share_total ${this.overShare}`);
     if (this.live !== undefined) {
       meta(`${p}_event_streams`, 'gauge', 'Event streams open (MAX_STREAMS bounds them).');

@@ -73,7 +73,7 @@ function assertRefused(r, what) {
 }
 
 describe('Fair share per user (MAX_REQUESTS_PER_USER)', () => {
-  test('"One valid token must not be enough to lock everyone else out": with a user holding every request it may (bodies that never finish, answers it never reads, event streams, a reply\'s event stream) and idle connections up to the cap, "another user\'s request is answered at once": its GET, create and event stream; the hoarder\'s further requests get 429 `Too many requests in flight` with Retry-After and their connection closed, /metrics counts them, memory stays bounded and the server keeps serving', async () => {
+  test('"One valid token must not be enough to lock everyone else out": with a user holding every request it may (bodies that never finish, answers it never reads, event streams, a reply\'s event stream) and idle connections up to the cap, "another user\'s request is answered at once": its GET, create, event stream and a whole list; the hoarder\'s further requests (a third whole list among them: "one user is sent at most 2 whole lists at once") get 429 `Too many requests in flight` with Retry-After and their connection closed, /metrics counts them, memory stays bounded and the server keeps serving', async () => {
     const provider = await startProvider({ log: false });
     // MAX_CONNECTIONS 40: the share is a quarter, 10; the waits the hoarder's requests could end by are out of reach
     const s = await startServer({
@@ -93,14 +93,20 @@ describe('Fair share per user (MAX_REQUESTS_PER_USER)', () => {
       const before = await metrics(s);
       assert.equal(before.chat_session_api_requests_over_share_total, 0);
 
-      // two whole lists it never reads
-      for (let i = 0; i < 2; i++) {
+      // whole lists it never reads: two are sent (each holds one of the store's few snapshot readers), the third is refused
+      const unread = async () => {
         const c = await raw(s.port);
-        c.socket.pause();
+        c.socket.once('data', () => c.socket.pause()); // the head, then nothing
         c.socket.write(`GET ${B}/${big}/turns HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${mallory.token}\r\n\r\n`);
-        held.push(c);
-        await waitFor(async () => (await busiest(s)) === held.length, `${held.length} requests of mallory in flight`);
-      }
+        await waitFor(() => c.chunks.length > 0, 'the head of its answer');
+        return c;
+      };
+      for (let i = 0; i < 2; i++) held.push(await unread());
+      assert.ok(held.every((c) => c.text().startsWith('HTTP/1.1 200')));
+      assert.equal(await busiest(s), 2);
+      const third = await unread();
+      await third.done;
+      assertRefused(parseAnswer(third.text()), 'a third whole list');
       // two event streams and a reply's event stream
       for (let i = 0; i < 2; i++) {
         const e = await openEvents(s.url, '/api/v1/events', { token: mallory.token });
@@ -146,12 +152,16 @@ describe('Fair share per user (MAX_REQUESTS_PER_USER)', () => {
       await feed.waitFor((x) => x.event === 'ready');
       assert.equal((await bob.put(`${B}/${made.body.data._id}`, { name: 'renamed' }, { keepAlive: false })).status, 200);
       await feed.waitFor((x) => x.event === 'session.updated');
+      // a whole list too (the hoarder holds two of the store's snapshot readers, not all)
+      const whole = await bob.get(`${B}/${big}/turns`, { keepAlive: false });
+      assert.equal(whole.status, 200);
+      assert.equal(whole.body.data.length, 16);
 
       // the hoarder's held requests were left alone; its refusals are counted
       assert.ok(held.every((c) => !c.closed), 'no request in flight was closed to make room');
       const after = await metrics(s);
       assert.equal(after.chat_session_api_requests_in_flight_busiest, 10);
-      assert.equal(after.chat_session_api_requests_over_share_total, 4);
+      assert.equal(after.chat_session_api_requests_over_share_total, 5);
       assert.ok(after.chat_session_api_connections <= 40 + 8);
       assert.equal(after.chat_session_api_connections_refused_total, 0, 'a newcomer always found an idle connection to close');
       // what it holds: a few bytes of each body, a piece of each list; nothing grows with what it asks

@@ -94,7 +94,9 @@ export async function wholeListReply<T>(chunks: AsyncIterable<readonly T[]>, jso
   const firstItems = first.done === true ? [] : first.value.map(jsonOf);
   const second = first.done === true ? first : await it.next();
   if (second.done === true && totalOf(firstItems) <= WHOLE_MAX) return { status: 200, body: whole(LIST_OPEN, firstItems, LIST_CLOSE) };
+  let started = false;
   async function* pieces(): AsyncIterable<Json> {
+    started = true;
     try {
       yield LIST_OPEN;
       yield* piecesOf(firstItems, false);
@@ -112,5 +114,9 @@ export async function wholeListReply<T>(chunks: AsyncIterable<readonly T[]>, jso
       await it.return?.();
     }
   }
-  return { status: 200, stream: pieces() };
+  // a generator never started runs no `finally`: what the store holds is given back here instead
+  const cancel = async (): Promise<void> => {
+    if (!started) await it.return?.();
+  };
+  return { status: 200, stream: pieces(), wholeList: true, cancel };
 }

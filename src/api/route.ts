@@ -24,6 +24,13 @@ export interface Reply {
 export interface StreamReply {
   readonly status: number;
   readonly stream: AsyncIterable<string | Buffer>;
+  /**
+   * A whole list read from the store as the client takes it, which holds one of the store's few
+   * snapshot readers until it ends: one user may stream only a few at once (MAX_WHOLE_LISTS).
+   */
+  readonly wholeList?: true;
+  /** Called instead of reading `stream` when the answer is not sent: gives back what it holds. */
+  readonly cancel?: () => Promise<void>;
 }
 
 /**

@@ -1,6 +1,6 @@
 // Request bodies: JSON objects only, in UTF-8, no larger than the configured limit, read
-// within a deadline and out of a memory budget shared by every request (BODY_MEMORY), so slow
-// or many bodies cannot make the server hold more than that.
+// within a deadline and out of a memory budget shared by every request (BODY_MEMORY), of which
+// one user may hold a quarter, so slow or many bodies cannot make the server hold more than that.
 import type { IncomingMessage } from 'node:http';
 import { HttpError } from '../api/errors.js';
 import { OverShare } from './in-flight.js';
@@ -86,8 +86,9 @@ export function releaseBody(budget: BodyBudget, hold: BodyHold): void {
 /**
  * Reads and parses a JSON object body. An absent or empty body is `{}`. Errors:
  * 415 when a body is not declared as JSON, 413 past `limit` bytes, 503 when the budget is spent,
- * 429 when the owner's share of it is (MAX_REQUESTS_PER_USER's message: its requests in flight hold too much), 408 when the body has not arrived within the timeout (for these the connection is then
- * closed rather than read to its end), 400 for bad UTF-8 or JSON, or a non-object.
+ * 429 when the owner's share of it is (OverShare), 408 when the body has not arrived within the
+ * timeout (for these the connection is then closed rather than read to its end), 400 for bad
+ * UTF-8 or JSON, or a non-object.
  * What the body takes of the budget is added to `hold`; the caller gives it back (releaseBody).
  */
 export function readJsonObject(req: IncomingMessage, rules: BodyRules, hold: BodyHold): Promise<Record<string, unknown>> {

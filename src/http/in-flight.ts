@@ -4,6 +4,13 @@
 import { HttpError } from '../api/errors.js';
 
 /**
+ * Whole lists one owner may be sent at once. Each holds one of the store's few snapshot readers
+ * (half the PostgreSQL pool, 16 on sqlite) for as long as its client takes to read it, and other
+ * users' whole lists wait for one: a client that never reads must not hold them all.
+ */
+export const WHOLE_LISTS_PER_USER = 2;
+
+/**
  * The refusal of a request past its owner's share (MAX_REQUESTS_PER_USER, or its part of
  * BODY_MEMORY). The connection is closed after it, so a hoarder's refused requests free their
  * slots rather than wait on them for the next try.

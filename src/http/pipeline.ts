@@ -44,6 +44,8 @@ export interface PipelineOptions {
   readonly connections: ConnectionGuard | undefined;
   /** Each user's (or address's) requests in flight, bounded by MAX_REQUESTS_PER_USER; undefined: unbounded. */
   readonly inFlight: InFlight | undefined;
+  /** Each user's whole lists being sent (WHOLE_LISTS_PER_USER); undefined: unbounded. */
+  readonly wholeLists: InFlight | undefined;
   readonly cors: Cors | undefined;
   readonly limiter: RateLimiter | undefined;
   readonly trustProxy: boolean;
@@ -91,6 +93,8 @@ class Call implements BodyHold {
   user: string | undefined;
   /** Whose share of the server the request counts against (`user:<sub>` or `addr:<ip>`), once counted (hold). */
   owner: string | undefined;
+  /** The owner a whole list being sent counts against, once counted (stream). */
+  listOwner: string | undefined;
   /** CORS headers for this request's origin, as name/value pairs. */
   corsHeaders: string[] | undefined;
   /** Bytes of the body budget this request holds until its answer is sent. */
@@ -271,6 +275,7 @@ export class Pipeline {
     call.settled = true;
     if (call.conn !== undefined) this.options.connections?.idle(call.conn);
     if (call.owner !== undefined) this.options.inFlight?.give(call.owner);
+    if (call.listOwner !== undefined) this.options.wholeLists?.give(call.listOwner);
   }
 
   /**
@@ -368,9 +373,20 @@ export class Pipeline {
     const { res } = call;
     if (call.heldBytes > 0) releaseBody(this.options.body.budget, call);
     if (res.headersSent || res.destroyed) {
+      this.cancel(call, r);
       this.logRequest(call, r.status);
       this.settle(call);
       return;
+    }
+    // a whole list holds a snapshot reader of the store until it is sent: one user holds a few
+    const lists = this.options.wholeLists;
+    if (r.wholeList === true && call.owner !== undefined && lists !== undefined) {
+      if (!lists.take(call.owner)) {
+        this.cancel(call, r);
+        this.fail(call, new OverShare());
+        return;
+      }
+      call.listOwner = call.owner;
     }
     const headers = this.headers(call, JSON_TYPE);
     res.writeHead(r.status, headers);
@@ -401,6 +417,11 @@ export class Pipeline {
       }
     };
     void pump();
+  }
+
+  /** A streamed answer that will not be sent gives back what it holds (a whole list: its snapshot reader). */
+  private cancel(call: Call, r: StreamReply): void {
+    r.cancel?.().catch((e: unknown) => this.options.log.error('an answer not sent failed to give back what it held', { reqId: call.id, route: call.route?.def.path ?? null, err: e }));
   }
 
   /**
@@ -512,7 +533,7 @@ export class Pipeline {
     if (now - this.overShareWarnedAt < 60_000) return;
     this.overShareWarnedAt = now;
     this.options.log.warn(
-      "a user's requests in flight reached its share (MAX_REQUESTS_PER_USER, or a quarter of BODY_MEMORY): its further requests get 429 until some end (logged once a minute)",
+      "a user's requests in flight reached its share (MAX_REQUESTS_PER_USER, a quarter of BODY_MEMORY, or 2 whole lists being sent): its further requests get 429 until some end (logged once a minute)",
       { reqId: call.id, user: call.user ?? null, max: this.options.inFlight?.max ?? null },
     );
   }
