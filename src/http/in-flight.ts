@@ -40,6 +40,11 @@ export class InFlight {
     return true;
   }
 
+  /** Whether `owner` has `max` in flight: its next `take` would be refused. */
+  full(owner: string): boolean {
+    return (this.byOwner.get(owner) ?? 0) >= this.max;
+  }
+
   /** The request `take` counted has ended. */
   give(owner: string): void {
     const mine = (this.byOwner.get(owner) ?? 1) - 1;

@@ -155,6 +155,9 @@ export class Pipeline {
     }
     const params = pathParams(found.route, found.values);
     const query = def.query === undefined ? NO_VALUES : validateQuery(def.query, parseQuery(search ?? ''));
+    // a whole list past the owner's few is refused before the store is asked (and again, should
+    // the owner's others have started meanwhile, when it turns out to be sent in pieces: stream)
+    if (def.wholeList?.(query) === true && call.owner !== undefined && this.options.wholeLists?.full(call.owner) === true) throw new OverShare();
     if (def.body === undefined) {
       this.run(call, def, principal, params, query, NO_VALUES);
       return;
