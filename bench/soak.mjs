@@ -156,13 +156,13 @@ async function loops(width, stop, step) {
 const MAX_CONNECTIONS = 1000;
 const HEADROOM = 8;
 const SHARE = 64;
-/** How long the hoarder waits before opening a connection the server closed again (see the README). */
-const REOPEN_MS = 100;
+/** The hoarder opens a connection the server closed again once this has passed: a refusal's Retry-After. */
+const REOPEN_MS = 1000;
 
 /**
  * One of the hoarder's connections, kept open for as long as the server lets it and opened again
- * REOPEN_MS after it closes: `kind` 'body' (a create whose body never finishes), 'list' (a 64 MiB
- * turn list it reads the head of, then nothing) or 'silent' (nothing sent). Counts how each ended.
+ * REOPEN_MS after it closes: `kind` 'body' (a create whose body never finishes) or 'list' (a
+ * 64 MiB turn list it reads the head of, then nothing). Counts how each ended.
  */
 async function hoard(port, kind, bigSession, stop, ended, live) {
   const auth = `Authorization: Bearer ${token('hog')}\r\n`;
@@ -177,7 +177,7 @@ async function hoard(port, kind, bigSession, stop, ended, live) {
     });
     s.once('connect', () => {
       if (kind === 'body') s.write(`POST /api/v1/chat-sessions HTTP/1.1\r\nHost: x\r\n${auth}Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n{"projectId":`);
-      else if (kind === 'list') s.write(`GET /api/v1/chat-sessions/${bigSession}/turns HTTP/1.1\r\nHost: x\r\n${auth}\r\n`);
+      else s.write(`GET /api/v1/chat-sessions/${bigSession}/turns HTTP/1.1\r\nHost: x\r\n${auth}\r\n`);
     });
     await new Promise((resolve) => s.once('close', resolve));
     live.delete(s);
@@ -292,16 +292,16 @@ export const HOSTILE = [
   {
     name: 'hoard-connections',
     item: '31.1',
-    what: `one user holding every connection it can: ${2 * SHARE} connections each with a body that never finishes or a 64 MiB turn list it never reads, and silent ones up to MAX_CONNECTIONS and its headroom, each opened again ${REOPEN_MS} ms after the server closes it; beside it a newcomer every 100 ms (a new user on a new connection)`,
+    what: `one user holding every connection it can: ${MAX_CONNECTIONS + HEADROOM} connections (MAX_CONNECTIONS and its headroom), each with a body that never finishes or a 64 MiB turn list it never reads, each opened again ${REOPEN_MS / 1000} s (a refusal's Retry-After) after the server closes it; beside it a newcomer every 100 ms (a new user on a new connection)`,
     signalsReady: true,
     async run(port, stop, ids, ready) {
       const ended = new Map();
       const live = new Set();
       const loops = [];
-      for (let i = 0; i < 2 * SHARE; i++) loops.push(hoard(port, i % 2 === 0 ? 'body' : 'list', ids.big, stop, ended, live));
-      for (let i = 0; i < MAX_CONNECTIONS + HEADROOM; i++) loops.push(hoard(port, 'silent', ids.big, stop, ended, live));
-      // the newcomers start once the hoarder holds its share, and the server's figures are read as they end
-      while ((await serverMetrics(port)).chat_session_api_requests_in_flight_busiest < SHARE && !stop.now) await sleep(20);
+      for (let i = 0; i < MAX_CONNECTIONS + HEADROOM; i++) loops.push(hoard(port, i % 2 === 0 ? 'body' : 'list', ids.big, stop, ended, live));
+      // the newcomers start once the hoarder holds its share (on a server without one: every connection), and the server's figures are read as they end
+      const holding = (m) => m.chat_session_api_requests_in_flight_busiest >= SHARE || (m.chat_session_api_requests_in_flight_busiest === undefined && m.chat_session_api_connections >= MAX_CONNECTIONS);
+      while (!holding(await serverMetrics(port)) && !stop.now) await sleep(20);
       ready();
       const probe = newcomers(port, stop);
       while (!stop.now) await sleep(20);
