@@ -218,12 +218,21 @@ async function newcomers(port, stop) {
   return { latencies, connects, statuses };
 }
 
-/** What /metrics says now, by series name. */
+/**
+ * What /metrics says now, by series name: asked again while it does not answer (a keep-alive
+ * connection may close as it is reused), for 5 s at most ({} then).
+ */
 async function serverMetrics(port) {
-  const r = await call(port, 'GET', '/metrics', { user: 'probe' });
-  const out = {};
-  for (const m of r.text.matchAll(/^(chat_session_api_[a-z_]+) (\d+)$/gm)) out[m[1]] = Number(m[2]);
-  return out;
+  for (let i = 0; i < 250; i++) {
+    const r = await call(port, 'GET', '/metrics', { user: 'probe' });
+    if (r.status === 200 && r.text !== undefined) {
+      const out = {};
+      for (const m of r.text.matchAll(/^(chat_session_api_[a-z_]+) (\d+)$/gm)) out[m[1]] = Number(m[2]);
+      return out;
+    }
+    await sleep(20);
+  }
+  return {};
 }
 
 /** The hostile clients, one per kind of the issues (#16's item numbers; the hoarder is #31's item 1). */
