@@ -188,6 +188,10 @@ function postgresInstalled() {
 }
 
 /** The private cluster, started on first need; undefined when PostgreSQL is not installed (bench/peers.mjs shares it). */
+export async function postgresCluster() {
+  return postgres();
+}
+
 export async function postgres() {
   if (!postgresInstalled()) return undefined;
   if (pg === undefined) {

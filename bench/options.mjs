@@ -21,9 +21,11 @@ Options (each also an environment variable):
   --profile            run the API servers of load scenarios under node --cpu-prof and add the
                        top self-time functions to the report (profiles in bench/results/profiles)
   --keep               keep the temporary directory (data, server logs)
-  --engines=a,b        engines the soak runs (default: journal, and sqlite  BENCH_ENGINES
-                       when this Node.js has node:sqlite; npm run bench runs on Node 24);
-                       search-scale and index-cost run these only (default: all three)
+  --engines=a,b        engines the soak runs (default: sqlite,postgres;    BENCH_ENGINES
+                       every server on the Node.js 24 of node_modules, PostgreSQL on the
+                       run's private cluster); search-scale and index-cost run these only
+                       (default: all three)
+  --soak-kinds=a,b     the soak's hostile clients to run (default: all)     BENCH_SOAK_KINDS
   --seam-base=REF      journal-seam: the build to compare with (default: the parent of the
                        commit "Store seam: ..."), built once in $TMPDIR    BENCH_SEAM_BASE
 The server runs with LOG_LEVEL from the environment (default info), its stdout to a log file.
@@ -52,7 +54,9 @@ export const opts = {
   profile: has('profile'),
   keep: has('keep'),
   logLevel: process.env.LOG_LEVEL ?? 'info',
-  engines: (flag('engines') ?? process.env.BENCH_ENGINES ?? 'journal,sqlite').split(',').filter((e) => e !== ''),
+  engines: (flag('engines') ?? process.env.BENCH_ENGINES ?? 'sqlite,postgres').split(',').filter((e) => e !== ''),
+  /** The soak's hostile clients by name (bench/soak.mjs HOSTILE); undefined: all. */
+  soakKinds: (flag('soak-kinds') ?? process.env.BENCH_SOAK_KINDS)?.split(',').filter((e) => e !== ''),
   /** The engines named with --engines / BENCH_ENGINES; undefined when none were. */
   enginesNamed: (flag('engines') ?? process.env.BENCH_ENGINES)?.split(',').filter((e) => e !== ''),
   seamBase: flag('seam-base') ?? process.env.BENCH_SEAM_BASE,

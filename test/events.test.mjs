@@ -458,7 +458,7 @@ describe('Live events: limits, slow consumers, shutdown', () => {
   });
 
   test('"A stream holds its connection as a request in flight, so `MAX_CONNECTIONS` never closes it as idle"', async () => {
-    const server = await startServer({ env: { MAX_CONNECTIONS: '6', MAX_STREAMS: '2' } });
+    const server = await startServer({ env: { MAX_CONNECTIONS: '6', MAX_STREAMS: '2', MAX_REQUESTS_PER_USER: '4' } });
     const sockets = [];
     const streams = [];
     try {

@@ -52,11 +52,11 @@ async function bigTurns(s) {
   return { id, token: u.token };
 }
 
-/** Asks for the big turn list on a raw connection and does not read the answer. */
-async function unreadTurns(s, big, reqId) {
+/** Asks for the big turn list on a raw connection (as its owner, or with `token`) and does not read the answer. */
+async function unreadTurns(s, big, reqId, token = big.token) {
   const c = await raw(s.port);
   c.socket.pause();
-  c.socket.write(`GET /api/v1/chat-sessions/${big.id}/turns HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${big.token}\r\nX-Request-Id: ${reqId}\r\n\r\n`);
+  c.socket.write(`GET /api/v1/chat-sessions/${big.id}/turns HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${token}\r\nX-Request-Id: ${reqId}\r\n\r\n`);
   return c;
 }
 
@@ -121,11 +121,12 @@ describe('Connections (MAX_CONNECTIONS)', () => {
     const s = await startServer({ env: { MAX_CONNECTIONS: '4', BODY_LIMIT: '2mb', FSYNC: 'off' } });
     const clients = [];
     try {
-      // four answers too large for the socket buffers, which their clients do not read: four requests in flight
+      // four answers too large for the socket buffers, which their clients (four users: one may
+      // hold only its share) do not read: four requests in flight
       const big = await bigTurns(s);
       for (let i = 0; i < 4; i++) {
         // each takes the head of its answer (so it is under way), then stops reading
-        const c = await unreadTurns(s, big, `busy-${i}`);
+        const c = await unreadTurns(s, big, `busy-${i}`, tokenFor(`reader-${i}`));
         c.socket.once('data', () => c.socket.pause());
         c.socket.resume();
         await waitFor(() => c.text().startsWith('HTTP/1.1 200'), 'an answer under way');
@@ -156,7 +157,7 @@ describe('Connections (MAX_CONNECTIONS)', () => {
     for (let i = 0; i < 2 + HEADROOM; i++) {
       const sock = socket();
       guard.onConnection(sock);
-      guard.of(sock).requests++; // a request in flight on each
+      guard.busy(guard.of(sock)); // a request in flight on each
       all.push(sock);
     }
     assert.equal(guard.count, 2 + HEADROOM);
@@ -168,7 +169,7 @@ describe('Connections (MAX_CONNECTIONS)', () => {
     assert.equal(evicted, 0);
     assert.ok(all.every((s) => !s.destroyed));
     // once one is idle again, the next newcomer closes it and takes its place
-    guard.of(all[0]).requests--;
+    guard.idle(guard.of(all[0]));
     const next = socket();
     guard.onConnection(next);
     assert.ok(all[0].destroyed);
@@ -185,9 +186,10 @@ describe('Request bodies (BODY_MEMORY, BODY_TIMEOUT)', () => {
     const head = JSON.stringify(newSession({ pad: 'x'.repeat(39_000) }));
     const stalled = [];
     try {
+      // two users, since one may hold only its share (a quarter of BODY_MEMORY, at least BODY_LIMIT)
       for (let i = 0; i < 2; i++) {
         const c = await raw(s.port);
-        c.socket.write(CREATE(token, head.length) + head.slice(0, 35_000));
+        c.socket.write(CREATE(tokenFor(`uploader-${i}`), head.length) + head.slice(0, 35_000));
         stalled.push(c);
       }
       await waitFor(async () => (await metric(s, 'chat_session_api_request_body_bytes')) === 70_000, '70000 body bytes held');

@@ -45,6 +45,7 @@ export function turnRoutes({ turns, cursors, maxTurnBytes }: SessionDeps): Route
       scope: 'sessions:read',
       params: idParam,
       query: turnsQuery,
+      wholeList: (q) => q.limit === undefined && q.cursor === undefined,
       responses: [{ status: 200, description: 'The turns', schema: 'TurnList' }],
       errors: [turnNotFound],
       async handle(ctx) {
