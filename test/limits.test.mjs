@@ -86,7 +86,7 @@ const CREATE = (token, length) =>
   `POST /api/v1/chat-sessions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${token}\r\nContent-Type: application/json\r\nContent-Length: ${length}\r\n\r\n`;
 
 describe('Connections (MAX_CONNECTIONS)', () => {
-  test('"At the cap a new connection closes the oldest idle one, so a flood of idle sockets cannot lock anyone out": /healthz keeps answering under a flood of idle connections', async () => {
+  test('"At the cap a new connection closes an idle one (no request in flight), so a flood of idle sockets cannot lock anyone out": /healthz keeps answering under a flood of idle connections', async () => {
     const s = await startServer({ env: { MAX_CONNECTIONS: '20' } });
     const clients = [];
     try {
