@@ -31,7 +31,7 @@ const STARTS = [
   [{ type: 'text', text: 'x' }, { type: 'file', name: 'a.png', mediaType: 'image/png', url: 'https://x/a.png' }],
 ];
 
-test('"the cost of a delta must not grow with the turn\'s length": its place, its bytes and where the content then ends follow from where the content ended, to the byte of the whole turn\'s JSON, whatever it holds (escapes, multi-byte text, a surrogate pair cut between two deltas, reasoning after text)', () => {
+test('"A delta costs what it adds, whatever the length of its turn": its place, its bytes and where the content then ends follow from where the content ended, to the byte of the whole turn\'s JSON, whatever it holds (escapes, multi-byte text, a surrogate pair cut between two deltas, reasoning after text)', () => {
   const random = rng(20_260_101);
   for (let round = 0; round < 400; round++) {
     let turn = turnRecord({ _id: '6b0000000000000000000001', session: '6b0000000000000000000002', parentId: null, user: 'u', role: 'assistant', content: STARTS[round % STARTS.length], status: 'streaming', createdAt: '2026-01-01T00:00:00.000Z' });
