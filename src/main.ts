@@ -315,7 +315,9 @@ async function eraseUserCommand(argv: string[]): Promise<void> {
   if (user === undefined || user.trim() === '') throw new ConfigError('erase-user needs --user <user id>');
   const config = loadCheckedConfig(argv);
   const erased = await withWritableStore(config, (store) => eraseUser(store, user, (id) => process.stdout.write(`${id}\n`)));
-  process.stdout.write(`erased ${erased.sessions} sessions and ${erased.turns} turns of user ${user}\n`);
+  process.stdout.write(
+    `erased ${erased.sessions} sessions and ${erased.turns} turns of user ${user} (${erased.bytes} bytes; tokens: ${erased.inputTokens} input, ${erased.outputTokens} output, ${erased.cachedTokens} cached)\n`,
+  );
 }
 
 /** The oldest Node.js this release runs on: the first 22.x with node:sqlite without a flag. */

@@ -22,7 +22,8 @@ describe('Usage', () => {
   test('"GET /api/v1/usage -> {success:true, data:{sessions, turns, bytes}} for the caller" ("Usage is by owner"): "the sessions they own (archived ones included), every turn in them whoever wrote it"', async () => {
     const carol = server.as('carol');
     const dave = server.as('dave');
-    assert.deepEqual((await carol.get('/api/v1/usage')).body, { success: true, data: { sessions: 0, turns: 0, bytes: 0 } });
+    const none = { inputTokens: 0, outputTokens: 0, cachedTokens: 0 };
+    assert.deepEqual((await carol.get('/api/v1/usage')).body, { success: true, data: { sessions: 0, turns: 0, bytes: 0, ...none } });
     const a = await create(carol, { name: 'one' });
     const b = await create(carol, { name: 'two' });
     await say(carol, a._id, 'hello');
@@ -38,7 +39,7 @@ describe('Usage', () => {
       bytes += Buffer.byteLength(JSON.stringify((await carol.get(`${BASE}/${id}`)).body.data));
       for (const t of (await carol.get(`${BASE}/${id}/turns`)).body.data) bytes += Buffer.byteLength(JSON.stringify(t));
     }
-    assert.deepEqual(r.body, { success: true, data: { sessions: 2, turns: 3, bytes } });
+    assert.deepEqual(r.body, { success: true, data: { sessions: 2, turns: 3, bytes, ...none } });
     assert.deepEqual((await dave.get('/api/v1/usage')).body.data.sessions, 1);
   });
 

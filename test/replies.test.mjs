@@ -278,6 +278,37 @@ describe('Replies from the model', () => {
     }
   });
 
+  test('"It carries `usage` `{inputTokens, outputTokens, cachedTokens?}` as the provider reported it (absent when it reported none), counted in `GET /api/v1/usage`": a reply\'s tokens are in its owner\'s usage; "a client\'s as it sent it (`POST` or `PUT` of a turn): the same count"; "A deleted turn or session takes its tokens with it"', async () => {
+    const tina = server.as('tina');
+    const tokens = async () => {
+      const u = (await tina.get('/api/v1/usage')).body.data;
+      return [u.inputTokens, u.outputTokens, u.cachedTokens];
+    };
+    assert.deepEqual(await tokens(), [0, 0, 0]);
+    const s = (await tina.post(B, newSession({ providerId: ids.openai, selectedModel: 'cached:3' }))).body.data;
+    const r = await tina.post(`${B}/${s._id}/messages`, { content: 'count my tokens please' });
+    assert.equal(r.status, 201, r.text);
+    const usage = r.body.data.reply.usage;
+    assert.ok(usage.inputTokens > 0 && usage.outputTokens > 0 && usage.cachedTokens === 3, JSON.stringify(usage));
+    assert.deepEqual(await tokens(), [usage.inputTokens, usage.outputTokens, 3]);
+    // a reply that reported none adds none
+    const none = (await tina.post(B, newSession({ providerId: ids.openai, selectedModel: 'no-usage' }))).body.data;
+    assert.equal((await tina.post(`${B}/${none._id}/messages`, { content: 'quiet' })).body.data.reply.usage, undefined);
+    assert.deepEqual(await tokens(), [usage.inputTokens, usage.outputTokens, 3]);
+    // the same usage recorded by a client: with the turn, then by an edit of another
+    const mine = (await tina.post(B, newSession())).body.data;
+    const posted = await tina.post(`${B}/${mine._id}/turns`, { role: 'assistant', content: 'by hand', usage });
+    assert.equal(posted.status, 201, posted.text);
+    assert.deepEqual(await tokens(), [2 * usage.inputTokens, 2 * usage.outputTokens, 6]);
+    const plain = (await tina.post(`${B}/${mine._id}/turns`, { role: 'assistant', content: 'edited later', parentId: null })).body.data;
+    assert.equal((await tina.put(`${B}/${mine._id}/turns/${plain._id}`, { usage: { inputTokens: 10, outputTokens: 1 } })).status, 200);
+    assert.deepEqual(await tokens(), [2 * usage.inputTokens + 10, 2 * usage.outputTokens + 1, 6]);
+    assert.equal((await tina.del(`${B}/${mine._id}/turns/${posted.body.data._id}`)).status, 200);
+    assert.deepEqual(await tokens(), [usage.inputTokens + 10, usage.outputTokens + 1, 3]);
+    assert.equal((await tina.del(`${B}/${s._id}`)).status, 200);
+    assert.deepEqual(await tokens(), [10, 1, 0]);
+  });
+
   test('"`GET /api/v1/chat-sessions/:id/turns/:turnId` -> 200 `{success:true, data:<turn>}`; an unknown turn -> 404 `Turn not found`"', async () => {
     const s = await session('openai');
     const t = (await alice.post(`${B}/${s._id}/turns`, { role: 'user', content: 'one turn' })).body.data;

@@ -188,3 +188,70 @@ describe('Upgrading from the first release', () => {
     }
   });
 });
+
+const BEFORE_TOKENS = fileURLToPath(new URL('./fixtures/tokens/', import.meta.url));
+
+/** A store of the release before tokens were counted (sqlite schema 8, PostgreSQL schema 6: test/fixtures/tokens), in a fresh data directory. */
+async function storeBeforeTokens() {
+  const dir = tempDir('csa-upgrade-tokens-');
+  if (STORE === 'sqlite') copyFileSync(join(BEFORE_TOKENS, 'chat-sessions.db'), join(dir, 'chat-sessions.db'));
+  else {
+    const { Pool } = createRequire(import.meta.url)('../dist/testkit.cjs');
+    const { DATABASE_URL, DATABASE_SCHEMA } = storeEnv(dir);
+    const pool = new Pool(DATABASE_URL, { max: 1 });
+    try {
+      await pool.exec(readFileSync(join(BEFORE_TOKENS, 'postgres.sql'), 'utf8').replaceAll('__SCHEMA__', `"${DATABASE_SCHEMA}"`));
+    } finally {
+      await pool.end();
+    }
+  }
+  return dir;
+}
+
+describe('Upgrading to deltas of their own and usage with tokens', () => {
+  test('"The migration makes the sums from the turns": the usage of each user counts the tokens of the turns its sessions held (a deleted session\'s not), the rest of usage and every turn as the release before answered them; a turn left streaming keeps its text and takes deltas after it; after a restart too', async () => {
+    const dir = await storeBeforeTokens();
+    const answers = JSON.parse(readFileSync(join(BEFORE_TOKENS, 'answers.json'), 'utf8'))[STORE];
+    let server = await startServer({ dataDir: dir });
+    try {
+      for (let round = 0; round < 2; round++) {
+        // sqlite's start interrupts the turn left streaming (an edit: "interrupted" is 2 bytes longer than "streaming")
+        const interrupted = (t) => (STORE === 'sqlite' && t._id === answers.streaming.turn ? { ...t, status: 'interrupted' } : t);
+        for (const [who, was] of Object.entries(answers.usage)) {
+          const u = server.as(who);
+          const expected = { ...was, bytes: was.bytes + (STORE === 'sqlite' && who === 'alice' ? 2 : 0), inputTokens: 0, outputTokens: 0, cachedTokens: 0 };
+          for (const s of (await u.get(`${BASE}?archived=all`)).body.data) {
+            const turns = (await u.get(`${BASE}/${s._id}/turns`)).body.data;
+            assert.deepEqual(turns, answers.turns[s._id].map(interrupted), `round ${round}: the turns of ${s._id}`);
+            for (const t of turns) {
+              expected.inputTokens += t.usage?.inputTokens ?? 0;
+              expected.outputTokens += t.usage?.outputTokens ?? 0;
+              expected.cachedTokens += t.usage?.cachedTokens ?? 0;
+            }
+          }
+          assert.deepEqual((await u.get('/api/v1/usage')).body.data, expected, `round ${round}: usage of ${who}`);
+        }
+        const aliceNow = (await server.as('alice').get('/api/v1/usage')).body.data;
+        assert.deepEqual([aliceNow.inputTokens, aliceNow.outputTokens, aliceNow.cachedTokens], [1253, 404, 1032], 'the tokens of the fixture, summed by hand');
+        if (round === 0) {
+          await server.stop();
+          server = await startServer({ dataDir: dir });
+        }
+      }
+      // sqlite interrupts a turn left streaming at its start: the text it held stays
+      const { session: sid, turn: tid } = answers.streaming;
+      const alice = server.as('alice');
+      const t = (await alice.get(`${BASE}/${sid}/turns/${tid}`)).body.data;
+      assert.equal(t.content, 'so far and on and «on»');
+      if (STORE === 'postgres') {
+        const d = await alice.post(`${BASE}/${sid}/turns/${tid}/deltas`, { text: '!' });
+        assert.equal(d.status, 200, d.text);
+        assert.equal(d.body.data.at, t.content.length);
+        assert.equal((await alice.put(`${BASE}/${sid}/turns/${tid}`, { status: 'complete' })).body.data.content, `${t.content}!`);
+      } else assert.equal(t.status, 'interrupted');
+    } finally {
+      await server.stop();
+      removeDir(dir);
+    }
+  });
+});

@@ -157,7 +157,7 @@ export function turnRoutes({ turns, cursors, maxTurnBytes }: SessionDeps): Route
         const { text } = ctx.body;
         const d = await turns.delta(caller(ctx), ctx.params['id'] as string, ctx.params['turnId'] as string, text, maxTurnBytes, ifMatchOf(ctx));
         const p = d.places[0] as DeltaPlace;
-        const data = { _id: d.turn._id, session: ctx.params['id'] as string, at: p.at, ...(p.part !== undefined ? { part: p.part } : {}) };
+        const data = { _id: d._id, session: ctx.params['id'] as string, at: p.at, ...(p.part !== undefined ? { part: p.part } : {}) };
         return { status: 200, body: dataBody(JSON.stringify(data)) };
       },
     }),

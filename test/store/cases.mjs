@@ -10,7 +10,7 @@ import { join } from 'node:path';
 import { describe, test } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import { ENGINES, kit, openOn, openSnapshotOn } from './engines.mjs';
-import { at, session } from './fixtures.mjs';
+import { at, NO_USAGE, session, usageOfItems } from './fixtures.mjs';
 
 const { chatSession, newObjectId, versionOfSession, PreconditionFailed, SessionNotFound, StorageWriteFailed, PAGE_BYTE_BUDGET, PAGE_SCAN_BUDGET, SCAN_CHUNK, setFaultPlan, wholeListReply } = kit;
 const CHILD = fileURLToPath(new URL('./child-writer.mjs', import.meta.url));
@@ -418,8 +418,7 @@ export function contract(engine) {
       await withStore(async (store) => {
         const usageNow = async (user) => {
           const all = await everything(store);
-          const mine = all.items.filter((i) => JSON.parse(i.session).user === user);
-          return { sessions: mine.length, turns: mine.reduce((n, i) => n + i.turns.length, 0), bytes: mine.reduce((n, i) => n + Buffer.byteLength(i.session) + i.turns.reduce((m, t) => m + Buffer.byteLength(t), 0), 0) };
+          return usageOfItems(all.items.filter((i) => JSON.parse(i.session).user === user));
         };
         const check = async (label) => {
           for (const user of ['alice', 'bob', 'nobody']) assert.deepEqual(await store.usage(user), await usageNow(user), `${label}: ${user}`);
@@ -435,7 +434,7 @@ export function contract(engine) {
         await check('updated');
         await store.deleteSession(b.session._id, () => {});
         await check('deleted');
-        assert.deepEqual(await store.usage('bob'), { sessions: 0, turns: 0, bytes: 0 });
+        assert.deepEqual(await store.usage('bob'), NO_USAGE);
         // an import that hands a session to another owner moves it, turns and all
         const moved = { ...(await store.getSession(a.session._id)).session, user: 'bob' };
         await store.importAll([moved], []);
