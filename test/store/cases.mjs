@@ -414,7 +414,7 @@ export function contract(engine) {
       });
     });
 
-    test("usage: what a user's sessions hold (sessions, their turns whoever wrote them, the bytes of all their JSON) follows every write and every import", async () => {
+    test("\"What a change adds to usage is decided once, in the writer\" and each engine applies it: usage, what a user's sessions hold (sessions, their turns whoever wrote them, the bytes of all their JSON) follows every write and every import", async () => {
       await withStore(async (store) => {
         const usageNow = async (user) => {
           const all = await everything(store);
