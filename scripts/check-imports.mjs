@@ -2,7 +2,7 @@
 // to its own floor or one below (a request's path: server -> http -> api -> auth -> services ->
 // live, providers -> store -> pg -> domain -> the leaves), and no module imports itself back
 // through others (no cycle, `import type` included). Run alone (`node scripts/check-imports.mjs`:
-// one line per problem, exit 1 when there is one) or through test/imports.test.mjs.
+// one line per problem, exit 1 when there is one) or through test/once/imports.test.mjs.
 import { readdirSync, readFileSync, statSync } from 'node:fs';
 import { dirname, join, normalize, relative } from 'node:path';
 import { fileURLToPath } from 'node:url';

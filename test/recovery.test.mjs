@@ -1,5 +1,5 @@
 // Recovery, proven on the real binary: a failed commit is never acknowledged and changes
-// nothing; one server per data directory. (The journal's own checks: journal-reader.test.mjs.)
+// nothing; one server per data directory. (The journal's own checks: sqlite/journal-reader.test.mjs.)
 import assert from 'node:assert/strict';
 import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';

@@ -447,7 +447,7 @@ describe('Bounds of replies', () => {
     }
   });
 
-  test('"a crash loses at most that much, and the next start marks the reply `interrupted` with what was recorded": a SIGKILL in the middle of a reply leaves the text recorded until then, and the next start interrupts it', { skip: STORE === 'postgres' && 'on PostgreSQL a reply whose instance died is interrupted after STREAMING_IDLE (multi-instance.test.mjs)' }, async () => {
+  test('"a crash loses at most that much, and the next start marks the reply `interrupted` with what was recorded": a SIGKILL in the middle of a reply leaves the text recorded until then, and the next start interrupts it', { skip: STORE === 'postgres' && 'on PostgreSQL a reply whose instance died is interrupted after STREAMING_IDLE (postgres/multi-instance.test.mjs)' }, async () => {
     const dir = tempDir('csa-reply-crash-');
     const s = await startServer({ dataDir: dir, providers: providersFor(provider.url) });
     try {

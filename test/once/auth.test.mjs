@@ -3,7 +3,7 @@ import assert from 'node:assert/strict';
 import { createHmac } from 'node:crypto';
 import { connect } from 'node:net';
 import { after, before, describe, test } from 'node:test';
-import { newSession, removeDir, sign, SECRET, startServer, tokenFor } from './helpers.mjs';
+import { newSession, removeDir, sign, SECRET, startServer, tokenFor } from '../helpers.mjs';
 
 const PREVIOUS = 'previous-secret-0123456789abcdef0123456789';
 let server;

@@ -3,8 +3,8 @@
 // docs', are what the test names quote). Against the real server over HTTP.
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
-import { alice, PROVIDERS, server, sharedServer, URL_SECRETS } from './api-kit.mjs';
-import { removeDir, rng, startServer } from './helpers.mjs';
+import { alice, PROVIDERS, server, sharedServer, URL_SECRETS } from '../api-kit.mjs';
+import { removeDir, rng, startServer } from '../helpers.mjs';
 
 sharedServer({ providers: PROVIDERS });
 

@@ -6,8 +6,8 @@
 import assert from 'node:assert/strict';
 import { createServer } from 'node:http';
 import { after, before, describe, test } from 'node:test';
-import { Browser, chromiumOrSkip } from './chromium.mjs';
-import { newSession, removeDir, runCli, SECRET, startServer } from './helpers.mjs';
+import { Browser, chromiumOrSkip } from '../chromium.mjs';
+import { newSession, removeDir, runCli, SECRET, startServer } from '../helpers.mjs';
 
 const PAGE = `<!doctype html><meta charset="utf-8"><title>live feed</title>
 <script>

@@ -7,7 +7,7 @@ import { createRequire } from 'node:module';
 import { test } from 'node:test';
 import * as zlib from 'node:zlib';
 
-const { crc32, crc32Portable } = createRequire(import.meta.url)('../dist/testkit.cjs');
+const { crc32, crc32Portable } = createRequire(import.meta.url)('../../dist/testkit.cjs');
 
 test('crc32Portable equals zlib.crc32 (the journal checksum) on the standard check value and on random data', async (t) => {
   if (typeof zlib.crc32 !== 'function') return t.skip('this runtime has no zlib.crc32 to compare with');

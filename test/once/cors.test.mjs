@@ -2,8 +2,8 @@
 // headers of an allowed origin's answers.
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
-import { dispose } from './api-kit.mjs';
-import { newSession, request, startServer } from './helpers.mjs';
+import { dispose } from '../api-kit.mjs';
+import { newSession, request, startServer } from '../helpers.mjs';
 
 describe('CORS: CORS_ORIGIN', () => {
   const ORIGIN = 'https://chat.example.com';

@@ -9,9 +9,9 @@ import { readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, test } from 'node:test';
 import { fileURLToPath } from 'node:url';
-import { removeDir, runCli, SECRET, STORE, tempDir } from './helpers.mjs';
+import { removeDir, runCli, SECRET, STORE, tempDir } from '../helpers.mjs';
 
-const CLEAN = readFileSync(fileURLToPath(new URL('./fixtures/journal/clean/sessions.journal', import.meta.url)));
+const CLEAN = readFileSync(fileURLToPath(new URL('../fixtures/journal/clean/sessions.journal', import.meta.url)));
 const sqliteOnly = { skip: STORE !== 'sqlite' && 'a journal is read on sqlite (with STORE=postgres the directory is refused)' };
 
 /** A data directory holding `bytes` as its journal. */

@@ -6,9 +6,9 @@ import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import { request as httpRequest } from 'node:http';
 import { createRequire } from 'node:module';
-import { startServer } from './helpers.mjs';
+import { startServer } from '../helpers.mjs';
 
-const { Router } = createRequire(import.meta.url)('../dist/testkit.cjs');
+const { Router } = createRequire(import.meta.url)('../../dist/testkit.cjs');
 
 /** The status and (for JSON) the body of a request, read from its head alone when it is an event stream. */
 function ask(base, method, path, token, json) {

@@ -6,10 +6,10 @@ import assert from 'node:assert/strict';
 import { connect } from 'node:net';
 import { createRequire } from 'node:module';
 import { EventEmitter } from 'node:events';
-import { metric, waitFor } from './api-kit.mjs';
-import { newSession, removeDir, runCli, startServer, tempDir, tokenFor } from './helpers.mjs';
+import { metric, waitFor } from '../api-kit.mjs';
+import { newSession, removeDir, runCli, startServer, tempDir, tokenFor } from '../helpers.mjs';
 
-const { ConnectionGuard, HEADROOM } = createRequire(import.meta.url)('../dist/testkit.cjs');
+const { ConnectionGuard, HEADROOM } = createRequire(import.meta.url)('../../dist/testkit.cjs');
 
 /** A raw TCP client: what it received, and whether and when the server closed it. */
 async function raw(port) {

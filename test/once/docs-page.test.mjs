@@ -5,8 +5,8 @@ import assert from 'node:assert/strict';
 import { createHash } from 'node:crypto';
 import { Script } from 'node:vm';
 import { after, before, describe, test } from 'node:test';
-import { Browser, chromiumOrSkip } from './chromium.mjs';
-import { removeDir, runCli, SECRET, startServer } from './helpers.mjs';
+import { Browser, chromiumOrSkip } from '../chromium.mjs';
+import { removeDir, runCli, SECRET, startServer } from '../helpers.mjs';
 
 /** The text of every inline <script> (without a type) and <style> of a page. */
 function inlineBlocks(html) {

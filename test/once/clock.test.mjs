@@ -6,7 +6,7 @@ import { test, describe } from 'node:test';
 import assert from 'node:assert/strict';
 import { existsSync, readdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { newSession, removeDir, startServer, tempDir, tokenFor } from './helpers.mjs';
+import { newSession, removeDir, startServer, tempDir, tokenFor } from '../helpers.mjs';
 
 function findLibfaketime() {
   const dirs = ['/usr/lib', '/usr/local/lib'];

@@ -4,8 +4,8 @@ import assert from 'node:assert/strict';
 import http from 'node:http';
 import { connect } from 'node:net';
 import { after, before, describe, test } from 'node:test';
-import { waitFor } from './api-kit.mjs';
-import { newSession, removeDir, startServer } from './helpers.mjs';
+import { waitFor } from '../api-kit.mjs';
+import { newSession, removeDir, startServer } from '../helpers.mjs';
 
 let server;
 let alice;

@@ -8,8 +8,8 @@ import { createHash } from 'node:crypto';
 import { cpSync, existsSync, readFileSync, rmSync, statSync, truncateSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, test } from 'node:test';
-import { dump, waitFor } from './api-kit.mjs';
-import { newSession, removeDir, runCli, SECRET, startServer, STORE, tempDir } from './helpers.mjs';
+import { dump, waitFor } from '../api-kit.mjs';
+import { newSession, removeDir, runCli, SECRET, startServer, STORE, tempDir } from '../helpers.mjs';
 
 const SQLITE = STORE === 'sqlite' ? {} : { skip: `about the sqlite engine's files; this run tests STORE=${STORE}` };
 const DB = 'chat-sessions.db';

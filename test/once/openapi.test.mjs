@@ -3,10 +3,10 @@
 // docs', are what the test names quote). Against the real server over HTTP.
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
-import { addTurn, alice, ALL_SCOPES, assert403, assertError, create, EMOJI, get, ids, MISSING, PROVIDERS, server, sharedServer, unique, withParams } from './api-kit.mjs';
-import { tokenFor } from './helpers.mjs';
-import { startProvider } from './provider/server.mjs';
-import { openEvents } from './sse.mjs';
+import { addTurn, alice, ALL_SCOPES, assert403, assertError, create, EMOJI, get, ids, MISSING, PROVIDERS, server, sharedServer, unique, withParams } from '../api-kit.mjs';
+import { tokenFor } from '../helpers.mjs';
+import { startProvider } from '../provider/server.mjs';
+import { openEvents } from '../sse.mjs';
 
 // the sessions these tests make name the example OpenAI provider: here it is the local provider, so a message's reply is answered
 const provider = await startProvider({ log: false });

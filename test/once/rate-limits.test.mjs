@@ -2,9 +2,9 @@
 // TRUST_PROXY deciding which address a request comes from.
 import assert from 'node:assert/strict';
 import { after, describe, test } from 'node:test';
-import { sleep, waitFor, dispose } from './api-kit.mjs';
-import { SECRET, newSession, removeDir, request, runCli, startServer, tempDir } from './helpers.mjs';
-import { scrape, value } from './prometheus.mjs';
+import { sleep, waitFor, dispose } from '../api-kit.mjs';
+import { SECRET, newSession, removeDir, request, runCli, startServer, tempDir } from '../helpers.mjs';
+import { scrape, value } from '../prometheus.mjs';
 
 describe('Rate limits: RATE_LIMIT and TRUST_PROXY', () => {
   /**

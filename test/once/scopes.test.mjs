@@ -3,8 +3,8 @@
 // docs', are what the test names quote). Against the real server over HTTP.
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
-import { addTurn, alice, ALL_SCOPES, assert403, assertError, BASE, create, get, MISSING, PROVIDERS, server, sharedServer, turnsOf } from './api-kit.mjs';
-import { newSession, runCli, SECRET, sign, tokenFor } from './helpers.mjs';
+import { addTurn, alice, ALL_SCOPES, assert403, assertError, BASE, create, get, MISSING, PROVIDERS, server, sharedServer, turnsOf } from '../api-kit.mjs';
+import { newSession, runCli, SECRET, sign, tokenFor } from '../helpers.mjs';
 
 sharedServer({ providers: PROVIDERS });
 

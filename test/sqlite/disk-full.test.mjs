@@ -5,8 +5,8 @@ import assert from 'node:assert/strict';
 import { existsSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, test } from 'node:test';
-import { dump } from './api-kit.mjs';
-import { newSession, ROOT, runCli, SECRET, SERVER, smallDisk, startServer, STORE } from './helpers.mjs';
+import { dump } from '../api-kit.mjs';
+import { newSession, ROOT, runCli, SECRET, SERVER, smallDisk, startServer, STORE } from '../helpers.mjs';
 import { spawnSync } from 'node:child_process';
 
 const NAME = 'chat-session-api';
@@ -35,7 +35,7 @@ async function keptSession(s) {
 }
 
 // with STORE=postgres the data is the database's, on its own disk: a full disk there fails the
-// commit, a 500 for that write like any database failure (test/postgres-faults.test.mjs)
+// commit, a 500 for that write like any database failure (test/postgres/postgres-faults.test.mjs)
 describe('A full disk', { skip: STORE === 'postgres' ? "the data of STORE=postgres is on the database's disk, not DATA_DIR's" : false }, () => {
   test('"A full disk never stops the server: every write-path error becomes a 500 for that write; the server keeps serving reads": writes get 500 Storage write failed on a full disk, reads and /healthz go on, the server never dies, and writes succeed again once space is freed', async (t) => {
     const disk = smallDisk(t, '4m');

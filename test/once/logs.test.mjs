@@ -7,8 +7,8 @@ import { writeFileSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
-import { sleep, waitFor, dispose } from './api-kit.mjs';
-import { SECRET, SERVER, STORE, ServerProcess, failingWrite, newSession, removeDir, request, runCli, sign, startServer, storeEnv, tempDir } from './helpers.mjs';
+import { sleep, waitFor, dispose } from '../api-kit.mjs';
+import { SECRET, SERVER, STORE, ServerProcess, failingWrite, newSession, removeDir, request, runCli, sign, startServer, storeEnv, tempDir } from '../helpers.mjs';
 
 /** A port that was free a moment ago. */
 function freePort() {

@@ -5,8 +5,8 @@ import assert from 'node:assert/strict';
 import { chmodSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
-import { waitFor } from './api-kit.mjs';
-import { newSession, removeDir, runCli, SECRET, sign, startServer, tempDir, tokenFor } from './helpers.mjs';
+import { waitFor } from '../api-kit.mjs';
+import { newSession, removeDir, runCli, SECRET, sign, startServer, tempDir, tokenFor } from '../helpers.mjs';
 
 const now = () => Math.floor(Date.now() / 1000);
 

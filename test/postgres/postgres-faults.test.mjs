@@ -5,8 +5,8 @@
 // postgres run of the suite and skip on the others.
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
-import { postgresMissing, startCluster, USERS, waitFor } from './pg/cluster.mjs';
-import { newSession, removeDir, runCli, startServer, STORE } from './helpers.mjs';
+import { postgresMissing, startCluster, USERS, waitFor } from '../pg/cluster.mjs';
+import { newSession, removeDir, runCli, startServer, STORE } from '../helpers.mjs';
 
 const skip = STORE !== 'postgres' ? `about the postgres engine; this run tests STORE=${STORE}` : postgresMissing();
 const BASE = '/api/v1/chat-sessions';

@@ -3,9 +3,9 @@
 // schema. Runs on the postgres run of the suite (the others skip it with a line).
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
-import { waitFor } from './api-kit.mjs';
-import { newSession, removeDir, startServer, STORE, tempDir } from './helpers.mjs';
-import { startProvider } from './provider/server.mjs';
+import { waitFor } from '../api-kit.mjs';
+import { newSession, removeDir, startServer, STORE, tempDir } from '../helpers.mjs';
+import { startProvider } from '../provider/server.mjs';
 
 const PG = STORE === 'postgres' ? {} : { skip: `several instances need STORE=postgres; this run tests STORE=${STORE}` };
 const BASE = '/api/v1/chat-sessions';
@@ -172,7 +172,7 @@ describe('Replies across instances (STORE=postgres)', PG, () => {
 describe('Moving between engines (export from one, import into another)', PG, () => {
   // on the postgres run both engines are at hand: sqlite, and postgres on the run's database
   test('"export / import work for every engine and between engines (sqlite -> postgres and back give identical API answers)"', async () => {
-    const { movesBetweenEngines } = await import('./engine-moves.mjs');
+    const { movesBetweenEngines } = await import('../engine-moves.mjs');
     await movesBetweenEngines(tempDir);
   });
 });

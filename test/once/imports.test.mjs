@@ -7,7 +7,7 @@ import { readdirSync, readFileSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { test } from 'node:test';
-import { check, FLOORS } from '../scripts/check-imports.mjs';
+import { check, FLOORS } from '../../scripts/check-imports.mjs';
 
 test('"A reader can follow one request from main.ts to the store and back without a step going up a floor": no import of src/ goes up a floor or breaks a floor\'s rule (so "Use cases take plain inputs": services/ import no node:http, nor the routes above them), and no module imports itself back', () => {
   const r = check();
@@ -17,7 +17,7 @@ test('"A reader can follow one request from main.ts to the store and back withou
 });
 
 test('"Domain errors carry a code (src/domain/errors.ts); src/api/errors.ts is the one table from codes to statuses" ... "used by the pipeline\'s error edge": every code has its status in that table, the pipeline alone turns what is thrown into an answer, and only the API and HTTP floors make an HttpError', () => {
-  const ROOT = fileURLToPath(new URL('..', import.meta.url));
+  const ROOT = fileURLToPath(new URL('../..', import.meta.url));
   const read = (f) => readFileSync(join(ROOT, f), 'utf8');
   const codes = [...read('src/domain/errors.ts').matchAll(/^\s*\|\s*'([a-z_]+)'/gm)].map((m) => m[1]);
   const table = read('src/api/errors.ts');

@@ -4,8 +4,8 @@ import assert from 'node:assert/strict';
 import { unlinkSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
-import { sleep, waitFor, dispose } from './api-kit.mjs';
-import { startServer } from './helpers.mjs';
+import { sleep, waitFor, dispose } from '../api-kit.mjs';
+import { startServer } from '../helpers.mjs';
 
 describe('Reload: SIGHUP re-reads providers.json', () => {
   const P1 = { _id: 'cccccccccccccccccccccc01', name: 'One', apiKey: 'sk-reload-one-7f3a9c' };

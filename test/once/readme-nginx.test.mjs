@@ -6,7 +6,7 @@ import { spawnSync } from 'node:child_process';
 import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { test } from 'node:test';
-import { findExecutable, removeDir, ROOT, tempDir } from './helpers.mjs';
+import { findExecutable, removeDir, ROOT, tempDir } from '../helpers.mjs';
 
 test('"The nginx block of docs/operating.md passes nginx -t on Debian 12\'s nginx 1.22 (so no http2 on;, which needs 1.25.1)"', (t) => {
   const nginx = findExecutable('nginx', ['/usr/sbin', '/sbin']);

@@ -3,7 +3,7 @@ import assert from 'node:assert/strict';
 import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
-import { EXAMPLE_PROVIDERS, removeDir, startServer } from './helpers.mjs';
+import { EXAMPLE_PROVIDERS, removeDir, startServer } from '../helpers.mjs';
 
 const PROVIDERS = [
   { _id: 'aaaaaaaaaaaaaaaaaaaaaaa1', name: 'Zeta', apiKey: 'sk-zeta-secret-1', baseUrl: 'https://api.zeta.example/v1', extra: { nested: true } },

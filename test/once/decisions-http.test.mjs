@@ -5,8 +5,8 @@ import { cpSync, readFileSync, writeFileSync } from 'node:fs';
 import { connect, createServer } from 'node:net';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
-import { waitFor } from './api-kit.mjs';
-import { ROOT, damageStore, newSession, removeDir, runCli, SECRET, startServer, tempDir, tokenFor } from './helpers.mjs';
+import { waitFor } from '../api-kit.mjs';
+import { ROOT, damageStore, newSession, removeDir, runCli, SECRET, startServer, tempDir, tokenFor } from '../helpers.mjs';
 
 let server;
 let token;

@@ -4,7 +4,7 @@ import { spawnSync } from 'node:child_process';
 import { existsSync, readdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, test } from 'node:test';
-import { EXAMPLE_PROVIDERS, removeDir, ROOT, tempDir, TEST_PROVIDERS } from './helpers.mjs';
+import { EXAMPLE_PROVIDERS, removeDir, ROOT, tempDir, TEST_PROVIDERS } from '../helpers.mjs';
 
 const SEED = join(ROOT, 'scripts', 'example-providers.mjs');
 
