@@ -43,7 +43,8 @@ import { budgetedTurnPage } from '../turn-page.js';
 import { keysetFrom, walkBudget, walkSearch, type TurnsFrom, type WalkSource } from '../search-walk.js';
 import { SerialWrites } from '../serial-writes.js';
 import { SerialWriter, type Group, type GroupSource, type TreeNeeds } from '../writer.js';
-import { INDEXING, keptColumns, NO_INDEXING, sqlText, storeError, textArray, wordsSql, type Indexing } from './values.js';
+import { INDEXING, keptColumns, NO_INDEXING, postgresDialect, sqlText, storeError, textArray, wordsSql, type Indexing } from './values.js';
+import { expiredSql, liveSql, pathSql } from '../sql.js';
 import { channelOf, eventStatements, PgBroadcast, PgEventLog } from './events.js';
 import { deltasSql, finish, insertTurnSql, PgGroup, rowOf, SESSION_ROW, turnBytesSql, type GroupEvents } from './group.js';
 import { withDeltas } from '../pieces.js';
@@ -246,8 +247,7 @@ export class PostgresStore extends SerialWrites implements Store, GroupSource {
       if (filter.project !== undefined) where.push(`s.project = ${p(sqlText(filter.project))}`);
     } else where.push(`s.project = ${p(sqlText(filter.project ?? ''))}`);
     if (filter.archived !== 'all') where.push(`s.archived = ${filter.archived === 'true'}`);
-    const cutoff = filter.live.cutoff === undefined ? 'true' : `s.updated_at > ${p(filter.live.cutoff)}`;
-    where.push(`(CASE WHEN s.expires_at IS NOT NULL THEN s.expires_at > ${p(filter.live.now)} WHEN s.keep THEN true ELSE ${cutoff} END)`);
+    where.push(liveSql(postgresDialect(this.S, params), filter.live));
     const keyset = (at: string, doc: string): string => (after === undefined ? '' : ` AND (${at}, ${doc}) < (${p(after.at)}, ${p(after.doc)})`);
     const names = `SELECT s.updated_at AS at, s.id AS doc, s.json, s.version, NULL::text AS turn_json, NULL::text AS turn_deltas FROM ${this.S}.sessions s
       WHERE s.name_words @@ ${query}::tsquery AND ${where.join(' AND ')}${keyset('s.updated_at', 's.id')}`;
@@ -471,11 +471,11 @@ export class PostgresStore extends SerialWrites implements Store, GroupSource {
 
   /** From the two expiry indexes: own expiries passed, then (RETENTION_DAYS) activity before the cutoff, each oldest first. */
   async expiredSessions(live: Liveness, limit: number): Promise<readonly ExpiredSession[]> {
-    const own = `SELECT json, turn_count FROM ${this.S}.sessions WHERE expires_at IS NOT NULL AND expires_at <= $1 ORDER BY expires_at LIMIT $2`;
-    const rows = (await this.pool.query(own, [live.now, String(limit)]).catch(rethrow)).rows;
+    const own: string[] = [];
+    const rows = (await this.pool.query(expiredSql(postgresDialect(this.S, own), 'own', live.now, limit, 'json, turn_count'), own).catch(rethrow)).rows;
     if (live.cutoff !== undefined && rows.length < limit) {
-      const idle = `SELECT json, turn_count FROM ${this.S}.sessions WHERE expires_at IS NULL AND NOT keep AND updated_at <= $1 ORDER BY updated_at LIMIT $2`;
-      rows.push(...(await this.pool.query(idle, [live.cutoff, String(limit - rows.length)]).catch(rethrow)).rows);
+      const idle: string[] = [];
+      rows.push(...(await this.pool.query(expiredSql(postgresDialect(this.S, idle), 'idle', live.cutoff, limit - rows.length, 'json, turn_count'), idle).catch(rethrow)).rows);
     }
     return rows.map((r) => ({ session: JSON.parse(r[0] as string) as ChatSession, turns: Number(r[1]) }));
   }
@@ -693,10 +693,7 @@ function branchQuery(S: string, sessionId: string, branch: Branch, after: TurnKe
   const at = (v: string): string => `$${params.push(v)}`;
   const start = branch === 'head' ? `id = (SELECT head_turn_id FROM ${S}.sessions WHERE id = $1)` : `id = ${at(sqlText(branch.turnId))}`;
   const key = after === undefined ? undefined : `(${at(sqlText(after.createdAt))}, ${at(sqlText(after._id))})`;
-  // after a cursor the walk stops at it: keys fall along the path toward the root
-  const text = `WITH RECURSIVE path(id, parent_id, created_at) AS (
-      SELECT id, parent_id, created_at FROM ${S}.turns WHERE ${start} AND session = $1
-      UNION ALL SELECT t.id, t.parent_id, t.created_at FROM ${S}.turns t JOIN path p ON t.id = p.parent_id ${key === undefined ? '' : `WHERE (t.created_at, t.id) > ${key}`}),
+  const text = `WITH RECURSIVE ${pathSql(postgresDialect(S, params), start, '$1', key)},
     page AS MATERIALIZED (SELECT id, created_at FROM path ${key === undefined ? '' : `WHERE (created_at, id) > ${key}`} ORDER BY created_at, id LIMIT ${at(String(limit))})
     SELECT t.id, t.created_at, t.json, ${deltasSql(S, 't')} FROM page JOIN ${S}.turns t ON t.id = page.id ORDER BY page.created_at, page.id`;
   return { text, params };

@@ -21,7 +21,8 @@ import { injectedFault } from '../faults.js';
 import { JUMP, placesOfChain } from '../tree-index.js';
 import { STREAMING_MARK, STREAMING_MARK_FROM_END } from '../../domain/deltas.js';
 import { eventStatements } from './events.js';
-import { keptColumns, sqlText, storeError, textArray, wordsSql, type Indexing } from './values.js';
+import { keptColumns, postgresDialect, sqlText, storeError, textArray, wordsSql, type Indexing } from './values.js';
+import { pathSql } from '../sql.js';
 
 /** How a group logs the live feed's events of its changes (absent with EVENTS=off). */
 export interface GroupEvents {
@@ -68,9 +69,7 @@ export function turnBytesSql(S: string, t: string): string {
 const tokensParams = (t: Tokens): [string, string, string] => [String(t.inputTokens), String(t.outputTokens), String(t.cachedTokens)];
 
 /** The ids from a turn up to its root, along the parents (each a primary-key lookup). */
-const pathCte = (S: string): string => `WITH RECURSIVE path(id, parent_id) AS (
-  SELECT id, parent_id FROM ${S}.turns WHERE id = $1 AND session = $2
-  UNION ALL SELECT t.id, t.parent_id FROM ${S}.turns t JOIN path p ON t.id = p.parent_id)`;
+const pathCte = (S: string): string => `WITH RECURSIVE ${pathSql(postgresDialect(S, []), 'id = $1', '$2')}`;
 
 /** A turn and its descendants (children found by the parent_id index), and the newest turn of the session outside them. */
 const subtreeSql = (S: string): string => `WITH RECURSIVE sub(id) AS (

@@ -5,7 +5,8 @@
 // budget, so a filter that matches little cannot make a page scan the whole list).
 import type { SessionKey } from '../../domain/order.js';
 import type { SessionFilter } from '../store.js';
-import { sqlText } from './values.js';
+import { liveSql } from '../sql.js';
+import { postgresDialect, sqlText } from './values.js';
 
 export interface Sql {
   readonly text: string;
@@ -23,11 +24,7 @@ function residual(S: string, filter: SessionFilter, params: string[]): string | 
   const parts: string[] = [];
   if (filter.user !== undefined && filter.project !== undefined) parts.push(`s.project = ${param(params, filter.project)}`);
   if (filter.nameContains !== undefined) parts.push(`strpos(s.name_folded, ${param(params, filter.nameContains)}) > 0`);
-  if (filter.live !== undefined) {
-    // live: an own expiry later than now, kept for good, or (no own expiry) activity after the cutoff
-    const cutoff = filter.live.cutoff === undefined ? 'true' : `s.updated_at > ${param(params, filter.live.cutoff)}`;
-    parts.push(`(CASE WHEN s.expires_at IS NOT NULL THEN s.expires_at > ${param(params, filter.live.now)} WHEN s.keep THEN true ELSE ${cutoff} END)`);
-  }
+  if (filter.live !== undefined) parts.push(liveSql(postgresDialect(S, params), filter.live));
   for (const tag of filter.tags?.slice(1) ?? []) parts.push(`EXISTS (SELECT 1 FROM ${S}.session_tags o WHERE o.session = s.id AND o.tag = ${param(params, tag)})`);
   return parts.length === 0 ? undefined : parts.join(' AND ');
 }

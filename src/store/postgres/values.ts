@@ -7,6 +7,7 @@ import { foldedTags } from '../../domain/search.js';
 import { indexedTurnWords, indexedWords } from '../../domain/search.js';
 import { PgError } from '../../pg/errors.js';
 import { StorageUnavailable } from '../store.js';
+import type { Dialect } from '../sql.js';
 import { GroupConflict } from '../writer.js';
 
 export function storeError(e: unknown): unknown {
@@ -35,6 +36,11 @@ export function textArray(values: readonly string[]): string {
  */
 export function sqlText(s: string): string {
   return s.includes('\0') || s.includes('\\') ? s.replace(/[\\\0]/g, (c) => (c === '\\' ? '\\\\' : '\\0')) : s;
+}
+
+/** A statement's dialect for PostgreSQL: its values (as text the database holds, see sqlText) pushed to `params`, its tables in schema `S`. */
+export function postgresDialect(S: string, params: string[]): Dialect {
+  return { param: (v) => `$${params.push(sqlText(String(v)))}`, isSet: (c) => c, yes: 'true', table: (n) => `${S}.${n}` };
 }
 
 /** The columns of a session that lists by tag and the purge read: its folded tags, its own expiry and whether it is kept for good. */

@@ -1,6 +1,7 @@
 // The part of `node:sqlite` this engine uses, typed here (the project type-checks against
 // Node 20's types, which have no node:sqlite), and loaded only when STORE=sqlite asks for it,
 // so the same file still runs on a Node without it.
+import type { Dialect } from '../sql.js';
 import { StoreOpenFailed } from '../store.js';
 
 export type SqlValue = null | number | bigint | string | Uint8Array;
@@ -68,4 +69,9 @@ export function int(v: SqlValue | undefined): number {
   if (typeof v === 'number') return v;
   if (typeof v === 'bigint') return Number(v);
   throw new Error('expected an INTEGER column');
+}
+
+/** A statement's dialect (../sql.ts) for sqlite, its values pushed to `params` in text order (`?` is positional). */
+export function sqliteDialect(params: SqlValue[]): Dialect {
+  return { param: (v) => (params.push(v), '?'), isSet: (c) => `${c} = 1`, yes: '1', table: (n) => n };
 }

@@ -51,12 +51,13 @@ import { keysetFrom, walkBudget, walkSearchNow, type WalkSource } from '../searc
 import { SerialWrites } from '../serial-writes.js';
 import type { Change } from '../changes.js';
 import { SerialWriter, type Group, type GroupSource } from '../writer.js';
-import { bytesOf, int, sqliteCode, sqliteDatabase, text, textOrUndefined, type Database, type Row, type SqlValue, type Statement } from './binding.js';
+import { bytesOf, int, sqliteCode, sqliteDatabase, sqliteDialect, text, textOrUndefined, type Database, type Row, type SqlValue, type Statement } from './binding.js';
 import { checkFiles } from './file-check.js';
 import { FullCheck } from './full-check.js';
 import { checkSchema, prepareSchema, queuedTurnWords, registerHoldsFunctions, registerSearchFunctions, REINDEX_SQL, STREAMING_WHERE, streamingSql, unreadable } from './schema.js';
 import { endText, piecesText, tailOfJson, tailOfRow, withDeltas, type Tail } from '../pieces.js';
 import { pageByDepthSql } from '../tree-index.js';
+import { expiredSql, liveSql, pathSql, type Dialect } from '../sql.js';
 import { holdName } from '../../data-dir-lock.js';
 import { WRITER_ROLE, type FromWriter, type Op, type PutSession, type SessionAfter, type ToWriter, type TurnRow, type WriterData } from './worker.js';
 
@@ -124,6 +125,9 @@ const treeTurnOf = (row: Row): TreeTurn => {
   return { _id: text(row['id']), createdAt: text(row['created_at']), parentId: textOrUndefined(row['parent_id']) ?? null, bytes: json.length, json, tokens: tokensOfRow(row) };
 };
 
+/** For statements whose numbered parameters (?1, ?2...) are written by hand: pathSql needs only the table's name. */
+const NUMBERED: Dialect = sqliteDialect([]);
+
 /**
  * The keys of a branch's path, oldest first: from its turn (`?1`, in session `?2`; the head's
  * read from the session row) up to the root along the parents, each step a primary-key lookup
@@ -133,11 +137,7 @@ const treeTurnOf = (row: Row): TreeTurn => {
  */
 function branchKeysSql(branch: Branch, after: boolean, limit: boolean): string {
   const start = branch === 'head' ? 'id = (SELECT head_turn_id FROM sessions WHERE id = ?2)' : 'id = ?1';
-  // after a cursor the walk stops at it: keys fall along the path toward the root
-  const keyset = after ? 'WHERE (t.created_at, t.id) > (?3, ?4)' : '';
-  return `WITH RECURSIVE path(id, parent_id, created_at) AS (
-      SELECT id, parent_id, created_at FROM turns WHERE ${start} AND session = ?2
-      UNION ALL SELECT t.id, t.parent_id, t.created_at FROM turns t JOIN path p ON t.id = p.parent_id ${keyset})
+  return `WITH RECURSIVE ${pathSql(NUMBERED, start, '?2', after ? '(?3, ?4)' : undefined)}
     SELECT id, created_at FROM path ${after ? 'WHERE (created_at, id) > (?3, ?4)' : ''} ORDER BY created_at, id ${limit ? 'LIMIT ?5' : ''}`;
 }
 
@@ -278,7 +278,7 @@ function sessionRows(c: Connection, filter: SessionFilter, archived: 0 | 1, afte
     residual.push('instr(s.name_folded, ?) > 0');
     params.push(filter.nameContains);
   }
-  if (filter.live !== undefined) residual.push(liveSql(filter.live, params));
+  if (filter.live !== undefined) residual.push(liveSql(sqliteDialect(params), filter.live));
   const [tag, ...otherTags] = filter.tags ?? [];
   for (const t of otherTags) {
     residual.push('EXISTS (SELECT 1 FROM session_tags o WHERE o.session = s.id AND o.tag = ?)');
@@ -333,13 +333,6 @@ function pageOfRows(rows: Iterable<Row>, limit: number): { page: Page<SessionRec
   return { page: { items, next }, leftOut };
 }
 
-/** live: an own expiry later than now, kept for good, or (no own expiry) activity after the cutoff. */
-function liveSql(live: Liveness, params: SqlValue[]): string {
-  params.push(live.now);
-  if (live.cutoff !== undefined) params.push(live.cutoff);
-  return `(CASE WHEN s.expires_at IS NOT NULL THEN s.expires_at > ? WHEN s.keep = 1 THEN 1 ELSE ${live.cutoff === undefined ? '1' : 's.updated_at > ?'} END)`;
-}
-
 /** The query's words as an FTS5 query: each a prefix (or with `prefixes` false, a whole word), all required (the words are letters and digits only). */
 function filterWords(words: readonly string[], prefixes = true): string {
   return words.map((w) => (prefixes ? `"${w}"*` : `"${w}"`)).join(' ');
@@ -372,7 +365,7 @@ function searchPart(filter: SearchFilter, after: SearchKey | undefined, part: Se
     params.push(filter.project ?? '');
   }
   if (filter.archived !== 'all') where.push(`s.archived = ${filter.archived === 'true' ? 1 : 0}`);
-  where.push(liveSql(filter.live, params));
+  where.push(liveSql(sqliteDialect(params), filter.live));
   const turns = part === 'turns' || part === 'queuedTurns';
   const [at, doc] = turns ? ['t.created_at', 't.id'] : ['s.updated_at', 's.id'];
   if (after !== undefined) {
@@ -835,9 +828,11 @@ export class SqliteStore extends SerialWrites implements Store, GroupSource, Gro
 
   /** From the two expiry indexes: own expiries passed, then (RETENTION_DAYS) activity before the cutoff, each oldest first. */
   expiredSessions(live: Liveness, limit: number): Promise<readonly ExpiredSession[]> {
-    const rows = this.reader.prepare('SELECT json, turn_count FROM sessions WHERE expires_at IS NOT NULL AND expires_at <= ? ORDER BY expires_at LIMIT ?').all(live.now, limit);
+    const own: SqlValue[] = [];
+    const rows = this.reader.prepare(expiredSql(sqliteDialect(own), 'own', live.now, limit, 'json, turn_count')).all(...own);
     if (live.cutoff !== undefined && rows.length < limit) {
-      rows.push(...this.reader.prepare('SELECT json, turn_count FROM sessions WHERE expires_at IS NULL AND keep = 0 AND updated_at <= ? ORDER BY updated_at LIMIT ?').all(live.cutoff, limit - rows.length));
+      const idle: SqlValue[] = [];
+      rows.push(...this.reader.prepare(expiredSql(sqliteDialect(idle), 'idle', live.cutoff, limit - rows.length, 'json, turn_count')).all(...idle));
     }
     return Promise.resolve(rows.map((r) => ({ session: JSON.parse(text(r['json'])) as ChatSession, turns: int(r['turn_count']) })));
   }
