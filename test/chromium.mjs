@@ -31,6 +31,9 @@ export function chromiumOrSkip(t, untried = 'the /docs page was not tried in a b
   return false;
 }
 
+/** How long a wait for an event may last before it fails (a browser that went silent, not a slow one). */
+const WAIT_BOUND_MS = 180_000;
+
 /** A headless browser with one page; `close()` ends it and removes its profile. */
 export class Browser {
   static async launch() {
@@ -80,9 +83,12 @@ export class Browser {
         buf = buf.slice(i + 1);
       }
     });
+    this.waiting = new Set();
     child.on('exit', () => {
-      for (const { reject } of this.pending.values()) reject(new Error(`Chromium exited: ${this.stderr.slice(-2000)}`));
+      for (const { reject } of this.pending.values()) reject(this.gone());
+      for (const reject of this.waiting) reject(this.gone());
       this.pending.clear();
+      this.waiting.clear();
     });
   }
 
@@ -104,6 +110,7 @@ export class Browser {
     const msg = { id, method, params };
     if (!browserLevel && this.sessionId !== undefined) msg.sessionId = this.sessionId;
     return new Promise((resolve, reject) => {
+      if (this.gone()) return reject(this.gone());
       this.pending.set(id, { resolve, reject, method });
       this.child.stdio[3].write(JSON.stringify(msg) + '\0');
     });
@@ -116,15 +123,33 @@ export class Browser {
 
   /** Resolves the first event named `name` for which `test(params)` holds. */
   waitFor(name, test = () => true) {
-    return new Promise((resolve) => {
+    return new Promise((resolve, reject) => {
+      if (this.gone()) return reject(this.gone());
+      // not a timing assertion: a bound that turns a browser that went silent into a failure
+      // naming what it waited for, where the test would otherwise hang until CI's limit
+      const silent = setTimeout(() => fail(new Error(`Chromium sent no ${name} in ${WAIT_BOUND_MS / 1000} s`)), WAIT_BOUND_MS);
+      const fail = (e) => {
+        clearTimeout(silent);
+        this.listeners.splice(this.listeners.indexOf(l), 1);
+        this.waiting.delete(fail);
+        reject(e);
+      };
       const l = (method, params) => {
         if (method === name && test(params)) {
+          clearTimeout(silent);
           this.listeners.splice(this.listeners.indexOf(l), 1);
+          this.waiting.delete(fail);
           resolve(params);
         }
       };
       this.listeners.push(l);
+      this.waiting.add(fail);
     });
+  }
+
+  /** The error of a browser that exited (every wait on it fails with it instead of hanging), else undefined. */
+  gone() {
+    return this.child.exitCode !== null || this.child.signalCode !== null ? new Error(`Chromium exited (${this.child.signalCode ?? this.child.exitCode}): ${this.stderr.slice(-2000)}`) : undefined;
   }
 
   /** Evaluates an expression in the page (awaiting a promise it gives) and returns its value. */
