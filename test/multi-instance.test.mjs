@@ -132,7 +132,7 @@ describe('Quotas across instances (STORE=postgres)', PG, () => {
     return answers.filter((r) => r.status === 201).length;
   };
 
-  test('"A quota holds across instances": QUOTA_SESSIONS=3, 8 creates at once spread over two instances, round after round: exactly 3 sessions each round, every other create 403 naming the quota, nothing of it written', async () => {
+  test('"A quota holds across instances: on PostgreSQL each owner\'s writes are checked one at a time, whichever instance takes them": QUOTA_SESSIONS=3, 8 creates at once spread over two instances, round after round, give exactly 3 sessions each round; "A write over a quota is refused alone, with the same 403 as on one instance, and the rest of its group commits"', async () => {
     for (let round = 0; round < ROUNDS; round++) {
       const user = `creator-${round}`;
       const made = await race(8, (i) => as(i, user).post(BASE, newSession({ name: `s${i}` })), 'sessions', 3);
@@ -141,7 +141,7 @@ describe('Quotas across instances (STORE=postgres)', PG, () => {
     }
   });
 
-  test('"A quota holds across instances": QUOTA_TURNS=4 and QUOTA_BYTES=8kb, 8 turns at once to two sessions of one owner, each through an instance of its own: exactly 4 turns (or as many as the bytes allow, 3), every other one 403 naming the quota', async () => {
+  test('"A quota holds across instances" for turns and bytes too, where the writes share no session ("a quota on turns or bytes held only while the writes shared a session"): QUOTA_TURNS=4 and QUOTA_BYTES=8kb, 8 turns at once to two sessions of one owner, each through an instance of its own, give exactly 4 turns (or as many as the bytes allow, 3), every other one 403 naming the quota', async () => {
     for (const [quota, limit, content, expected] of [['turns', 4, 'short', 4], ['bytes', 8192, 'y'.repeat(2000), 3]]) {
       for (let round = 0; round < ROUNDS; round++) {
         const user = `${quota}-writer-${round}`;
