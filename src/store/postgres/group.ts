@@ -70,8 +70,8 @@ export function turnBytesSql(S: string, t: string): string {
  * cannot be locked instead, since a user's first writes have none yet. $1: the schema (the
  * locks of two schemas in one database are apart); $2: the owners of the group's creates;
  * $3: the sessions it locked, whose owners it charges. The keys are taken in order, each once,
- * so two groups never wait for each other's (two owners whose names hash alike share a key:
- * their groups wait for each other, nothing worse).
+ * so two groups cannot deadlock on them (two owners whose names hash alike share a key: their
+ * groups wait for each other, nothing worse).
  */
 const ownerLocksSql = (S: string): string => `SELECT pg_advisory_xact_lock(hashtext($1), k) FROM (
     SELECT DISTINCT hashtext(o.owner) AS k FROM (SELECT unnest($2::text[]) AS owner UNION SELECT owner FROM ${S}.sessions WHERE id = ANY($3::text[])) o ORDER BY k) keys`;
@@ -161,14 +161,15 @@ export class PgGroup implements Group {
   static async open(S: string, q: Queryable, done: () => void, ids: readonly string[], owners: readonly string[], needs: readonly TreeNeeds[], index: Indexing, readUsage: boolean, events?: GroupEvents): Promise<PgGroup> {
     try {
       const locking = textArray([...new Set(ids)].map(sqlText));
+      const charged = textArray([...new Set(owners.map(sqlText))]);
       const opening = [
         q.query('BEGIN'),
         q.query(`SELECT ${SESSION_ROW} FROM ${S}.sessions WHERE id = ANY($1::text[]) ORDER BY id FOR UPDATE`, [locking]),
         // owners as stored (see sqlText): the keys of the usage table
         ...(readUsage
           ? ([
-              q.query(ownerLocksSql(S), [S, textArray([...new Set(owners.map(sqlText))]), locking]),
-              q.query(`SELECT owner, sessions, turns, bytes FROM ${S}.usage WHERE owner = ANY($1::text[]) OR owner IN (SELECT owner FROM ${S}.sessions WHERE id = ANY($2::text[]))`, [textArray([...new Set(owners.map(sqlText))]), locking]),
+              q.query(ownerLocksSql(S), [S, charged, locking]),
+              q.query(`SELECT owner, sessions, turns, bytes FROM ${S}.usage WHERE owner = ANY($1::text[]) OR owner IN (SELECT owner FROM ${S}.sessions WHERE id = ANY($2::text[]))`, [charged, locking]),
             ] as const)
           : []),
       ] as const;
