@@ -100,12 +100,22 @@ export function engineScenarios(context) {
     },
     {
       // what a quota costs a create on PostgreSQL (issue 31): the group locks its owners and reads
-      // their usage; over 5,000 users, then every create by one user (whose groups on two
-      // instances wait for each other)
+      // their usage; one client, 64 over 5,000 users, then 64 all one user (whose groups on two
+      // instances wait for each other); with --quota-base, the quota set on that build too
       name: 'pg-quota',
       run: async () => {
         if (!(await postgres())) return;
-        const targets = () => [pgTarget(PG_ONE()), pgTarget(PG_ONE_QUOTA(), { env: QUOTA_ON }), pgTarget(PG_TWO(), { instances: 2 }), pgTarget(PG_TWO_QUOTA(), { instances: 2, env: QUOTA_ON })];
+        const base = ctx.opts.quotaBase === undefined ? undefined : git('rev-parse', '--verify', `${ctx.opts.quotaBase}^{commit}`);
+        const server = base === undefined ? undefined : oldBuild(base);
+        const at = (label) => (base === undefined ? label : `${label.replace(/, Node .*$/, '')}, build ${base.slice(0, 7)}`);
+        const one = () => [pgTarget(PG_ONE()), pgTarget(PG_ONE_QUOTA(), { env: QUOTA_ON }), ...(server === undefined ? [] : [pgTarget(at(PG_ONE_QUOTA()), { env: QUOTA_ON, server })])];
+        const targets = () => [
+          ...one(),
+          pgTarget(PG_TWO(), { instances: 2 }),
+          pgTarget(PG_TWO_QUOTA(), { instances: 2, env: QUOTA_ON }),
+          ...(server === undefined ? [] : [pgTarget(at(PG_TWO_QUOTA()), { instances: 2, env: QUOTA_ON, server })]),
+        ];
+        await withDisk('pg-quota-create-1', () => load(like('create-1', { name: 'pg-quota-create-1', targets: one() }), PG_ONE()))();
         await withDisk('pg-quota-create-64', () => load(like('create-64', { name: 'pg-quota-create-64', targets: targets() }), PG_ONE()))();
         const oneUser = () => {
           const headers = { authorization: `Bearer ${token('quota-user')}` };
@@ -258,7 +268,7 @@ export function clusterCpu(cluster) {
 }
 
 /** A target of `instances` servers with STORE=postgres on one fresh schema, sharing the load. */
-export function pgTarget(label, { instances = 1, env = {} } = {}) {
+export function pgTarget(label, { instances = 1, env = {}, server } = {}) {
   return {
     label,
     start: async () => {
@@ -272,6 +282,7 @@ export function pgTarget(label, { instances = 1, env = {} } = {}) {
             await ctx.startApi({
               name: `postgres-${schema}-${i + 1}`,
               node: NODE_OLDEST,
+              ...(server === undefined ? {} : { server }),
               env: { STORE: 'postgres', DATABASE_URL: cluster.url('postgres'), DATABASE_SCHEMA: schema, DATABASE_POOL_SIZE: '10', ...env },
             }),
           );
@@ -330,10 +341,10 @@ function oldBuild(commit) {
   const dir = join(tmpdir(), `csa-bench-build-${commit.slice(0, 12)}`);
   const server = join(dir, 'dist', 'server.js');
   if (existsSync(server)) {
-    ctx.progress(`journal-seam: reusing the build of ${commit.slice(0, 7)} in ${dir}`);
+    ctx.progress(`reusing the build of ${commit.slice(0, 7)} in ${dir}`);
     return server;
   }
-  ctx.progress(`journal-seam: building ${commit.slice(0, 7)} in ${dir} (git archive, npm ci, node build.mjs)...`);
+  ctx.progress(`building ${commit.slice(0, 7)} in ${dir} (git archive, npm ci, node build.mjs)...`);
   rmSync(dir, { recursive: true, force: true });
   mkdirSync(dir, { recursive: true });
   try {
@@ -343,7 +354,7 @@ function oldBuild(commit) {
     execFileSync(NODE_OLDEST, ['build.mjs'], { cwd: dir, stdio: ['ignore', 2, 2] });
   } catch (e) {
     rmSync(dir, { recursive: true, force: true });
-    throw new Error(`journal-seam: building ${commit.slice(0, 7)} failed: ${e.message.split('\n')[0]}`);
+    throw new Error(`building ${commit.slice(0, 7)} failed: ${e.message.split('\n')[0]}`);
   }
   return server;
 }
