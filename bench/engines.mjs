@@ -14,7 +14,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { findPostgresBin, startCluster } from '../test/pg/cluster.mjs';
 import { api, cpuSecondsOf, logLines, median, memoryOf, NODE_24, NODE_OLDEST, nodeVersion, ROOT, token } from './common.mjs';
-import { PER_LIST, sessionOf, usersOf } from './datagen.mjs';
+import { PER_LIST, PROVIDER, sessionOf, usersOf } from './datagen.mjs';
 import { buildRequest, runLoad } from './loadgen.mjs';
 
 const READ_CONNS = 50;
@@ -34,11 +34,15 @@ const POSTGRES = () => `postgres, Node ${v(NODE_OLDEST)}`;
 const PG_NO_GROUP = () => `postgres, GROUP_COMMIT=off (one INSERT and COMMIT per request), Node ${v(NODE_OLDEST)}`;
 const PG_ONE = () => `one instance, Node ${v(NODE_OLDEST)}`;
 const PG_TWO = () => `two instances on one database, Node ${v(NODE_OLDEST)}`;
+// a quota set far above what a run makes: every write checks it, none is refused
+const QUOTA_ON = { QUOTA_SESSIONS: '1000000000' };
+const PG_ONE_QUOTA = () => `one instance, QUOTA_SESSIONS set (never reached), Node ${v(NODE_OLDEST)}`;
+const PG_TWO_QUOTA = () => `two instances on one database, QUOTA_SESSIONS set (never reached), Node ${v(NODE_OLDEST)}`;
 
 export const ENGINE_GROUPS = {
-  engines: ['engine-get', 'engine-list-user', 'engine-list-project', 'engine-list-page', 'engine-create-64', 'sqlite-scale', 'pg-group-commit', 'pg-instances'],
+  engines: ['engine-get', 'engine-list-user', 'engine-list-project', 'engine-list-page', 'engine-create-64', 'sqlite-scale', 'pg-group-commit', 'pg-instances', 'pg-quota'],
   sqlite: ['engine-get', 'engine-list-user', 'engine-list-project', 'engine-list-page', 'engine-create-64', 'sqlite-scale', 'peer-sqlite'],
-  postgres: ['engine-get', 'engine-list-user', 'engine-list-project', 'engine-list-page', 'engine-create-64', 'pg-group-commit', 'pg-instances', 'peer-pg'],
+  postgres: ['engine-get', 'engine-list-user', 'engine-list-project', 'engine-list-page', 'engine-create-64', 'pg-group-commit', 'pg-instances', 'pg-quota', 'peer-pg'],
 };
 
 /**
@@ -92,6 +96,34 @@ export function engineScenarios(context) {
         const targets = () => [pgTarget(PG_ONE()), pgTarget(PG_TWO(), { instances: 2 })];
         await load(like('get', { name: 'pg-instances-get', targets: targets() }), PG_ONE());
         await load(like('create-64', { name: 'pg-instances-create-64', targets: targets() }), PG_ONE());
+      },
+    },
+    {
+      // what a quota costs a create on PostgreSQL (issue 31): the group locks its owners and reads
+      // their usage; one client, 64 over 5,000 users, then 64 all one user (whose groups on two
+      // instances wait for each other); with --quota-base, the quota set on that build too
+      name: 'pg-quota',
+      run: async () => {
+        if (!(await postgres())) return;
+        const base = ctx.opts.quotaBase === undefined ? undefined : git('rev-parse', '--verify', `${ctx.opts.quotaBase}^{commit}`);
+        const server = base === undefined ? undefined : oldBuild(base);
+        const at = (label) => (base === undefined ? label : `${label.replace(/, Node .*$/, '')}, build ${base.slice(0, 7)}`);
+        const one = () => [pgTarget(PG_ONE()), pgTarget(PG_ONE_QUOTA(), { env: QUOTA_ON }), ...(server === undefined ? [] : [pgTarget(at(PG_ONE_QUOTA()), { env: QUOTA_ON, server })])];
+        const targets = () => [
+          ...one(),
+          pgTarget(PG_TWO(), { instances: 2 }),
+          pgTarget(PG_TWO_QUOTA(), { instances: 2, env: QUOTA_ON }),
+          ...(server === undefined ? [] : [pgTarget(at(PG_TWO_QUOTA()), { instances: 2, env: QUOTA_ON, server })]),
+        ];
+        await withDisk('pg-quota-create-1', () => load(like('create-1', { name: 'pg-quota-create-1', targets: one() }), PG_ONE()))();
+        await withDisk('pg-quota-create-64', () => load(like('create-64', { name: 'pg-quota-create-64', targets: targets() }), PG_ONE()))();
+        const oneUser = () => {
+          const headers = { authorization: `Bearer ${token('quota-user')}` };
+          return (c, seq) => buildRequest('POST', '/api/v1/chat-sessions', { headers, body: { projectId: 'project-q', providerId: PROVIDER, selectedModel: 'gpt-4o', name: `Session ${c}-${seq}` } });
+        };
+        await withDisk('pg-quota-create-64-one-user', () =>
+          load(like('create-64', { name: 'pg-quota-create-64-one-user', title: 'POST /chat-sessions, 64 clients, all one user', targets: targets(), request: oneUser }), PG_ONE()),
+        )();
       },
     },
     {
@@ -236,7 +268,7 @@ export function clusterCpu(cluster) {
 }
 
 /** A target of `instances` servers with STORE=postgres on one fresh schema, sharing the load. */
-export function pgTarget(label, { instances = 1, env = {} } = {}) {
+export function pgTarget(label, { instances = 1, env = {}, server } = {}) {
   return {
     label,
     start: async () => {
@@ -250,6 +282,7 @@ export function pgTarget(label, { instances = 1, env = {} } = {}) {
             await ctx.startApi({
               name: `postgres-${schema}-${i + 1}`,
               node: NODE_OLDEST,
+              ...(server === undefined ? {} : { server }),
               env: { STORE: 'postgres', DATABASE_URL: cluster.url('postgres'), DATABASE_SCHEMA: schema, DATABASE_POOL_SIZE: '10', ...env },
             }),
           );
@@ -308,10 +341,10 @@ function oldBuild(commit) {
   const dir = join(tmpdir(), `csa-bench-build-${commit.slice(0, 12)}`);
   const server = join(dir, 'dist', 'server.js');
   if (existsSync(server)) {
-    ctx.progress(`journal-seam: reusing the build of ${commit.slice(0, 7)} in ${dir}`);
+    ctx.progress(`reusing the build of ${commit.slice(0, 7)} in ${dir}`);
     return server;
   }
-  ctx.progress(`journal-seam: building ${commit.slice(0, 7)} in ${dir} (git archive, npm ci, node build.mjs)...`);
+  ctx.progress(`building ${commit.slice(0, 7)} in ${dir} (git archive, npm ci, node build.mjs)...`);
   rmSync(dir, { recursive: true, force: true });
   mkdirSync(dir, { recursive: true });
   try {
@@ -321,7 +354,7 @@ function oldBuild(commit) {
     execFileSync(NODE_OLDEST, ['build.mjs'], { cwd: dir, stdio: ['ignore', 2, 2] });
   } catch (e) {
     rmSync(dir, { recursive: true, force: true });
-    throw new Error(`journal-seam: building ${commit.slice(0, 7)} failed: ${e.message.split('\n')[0]}`);
+    throw new Error(`building ${commit.slice(0, 7)} failed: ${e.message.split('\n')[0]}`);
   }
   return server;
 }

@@ -28,6 +28,8 @@ Options (each also an environment variable):
   --soak-kinds=a,b     the soak's hostile clients to run (default: all)     BENCH_SOAK_KINDS
   --seam-base=REF      journal-seam: the build to compare with (default: the parent of the
                        commit "Store seam: ..."), built once in $TMPDIR    BENCH_SEAM_BASE
+  --quota-base=REF     pg-quota: also run the build of REF with the quota  BENCH_QUOTA_BASE
+                       set (what a change to the quota's check costs), built once in $TMPDIR
 The server runs with LOG_LEVEL from the environment (default info), its stdout to a log file.
 The peer scenarios (peer-pg, peer-sqlite) need Fastify and pg installed outside this repository:
   npm install --prefix /work/peers fastify pg; BENCH_PEERS=/work/peers npm run bench -- peers`;
@@ -60,6 +62,7 @@ export const opts = {
   /** The engines named with --engines / BENCH_ENGINES; undefined when none were. */
   enginesNamed: (flag('engines') ?? process.env.BENCH_ENGINES)?.split(',').filter((e) => e !== ''),
   seamBase: flag('seam-base') ?? process.env.BENCH_SEAM_BASE,
+  quotaBase: flag('quota-base') ?? process.env.BENCH_QUOTA_BASE,
   quick,
 };
 

@@ -108,6 +108,55 @@ describe('Several instances on one database (STORE=postgres)', PG, () => {
   });
 });
 
+describe('Quotas across instances (STORE=postgres)', PG, () => {
+  // every quota at once: each round's own user, and a quota the round's load passes only by racing
+  const servers = [];
+  const schema = `multi_quotas_${process.pid}`;
+  before(async () => {
+    const env = { DATABASE_SCHEMA: schema, DATABASE_POOL_SIZE: '4', QUOTA_SESSIONS: '3', QUOTA_TURNS: '4', QUOTA_BYTES: '8kb' };
+    for (let i = 0; i < 2; i++) servers.push(await startServer({ env }));
+  });
+  after(async () => {
+    for (const s of servers) {
+      await s.stop();
+      removeDir(s.dataDir);
+    }
+  });
+  const as = (i, user) => servers[i % servers.length].as(user);
+  const refusal = (quota, limit) => ({ status: 403, body: { success: false, message: `Quota exceeded: ${quota} (at most ${limit} per user)` } });
+  const ROUNDS = 12;
+  /** Sends `count` writes at once, alternating between the two instances; the answers, the refusals checked against `quota`. */
+  const race = async (count, write, quota, limit) => {
+    const answers = await Promise.all(Array.from({ length: count }, (_, i) => write(i)));
+    for (const r of answers) if (r.status !== 201) assert.deepEqual({ status: r.status, body: r.body }, refusal(quota, limit));
+    return answers.filter((r) => r.status === 201).length;
+  };
+
+  test('"A quota holds across instances: on PostgreSQL each owner\'s writes are checked one at a time, whichever instance takes them": QUOTA_SESSIONS=3, 8 creates at once spread over two instances, round after round, give exactly 3 sessions each round; "A write over a quota is refused alone, with the same 403 as on one instance, and the rest of its group commits"', async () => {
+    for (let round = 0; round < ROUNDS; round++) {
+      const user = `creator-${round}`;
+      const made = await race(8, (i) => as(i, user).post(BASE, newSession({ name: `s${i}` })), 'sessions', 3);
+      assert.equal(made, 3, `round ${round}`);
+      for (let i = 0; i < 2; i++) assert.equal((await as(i, user).get(BASE)).body.data.length, 3, `round ${round}, instance ${i}`);
+    }
+  });
+
+  test('"A quota holds across instances" for turns and bytes too, where the writes share no session ("a quota on turns or bytes held only while the writes shared a session"): QUOTA_TURNS=4 and QUOTA_BYTES=8kb, 8 turns at once to two sessions of one owner, each through an instance of its own, give exactly 4 turns (or as many as the bytes allow, 3), every other one 403 naming the quota', async () => {
+    for (const [quota, limit, content, expected] of [['turns', 4, 'short', 4], ['bytes', 8192, 'y'.repeat(2000), 3]]) {
+      for (let round = 0; round < ROUNDS; round++) {
+        const user = `${quota}-writer-${round}`;
+        const sessions = [];
+        for (let i = 0; i < 2; i++) sessions.push((await as(i, user).post(BASE, newSession({ name: `s${i}` }))).body.data._id);
+        // each instance writes to a session of its own: their groups lock no session in common
+        const made = await race(8, (i) => as(i, user).post(`${BASE}/${sessions[i % 2]}/turns`, { role: 'user', content: `${i} ${content}` }), quota, limit);
+        assert.equal(made, expected, `${quota}, round ${round}`);
+        const stored = await Promise.all(sessions.map(async (id) => (await as(1, user).get(`${BASE}/${id}/turns`)).body.data.length));
+        assert.equal(stored[0] + stored[1], expected, `${quota}, round ${round}: what is stored`);
+      }
+    }
+  });
+});
+
 describe('Replies across instances (STORE=postgres)', PG, () => {
   const schema = `multi_replies_${process.pid}`;
   const providerId = '6f00000000000000000000a1';

@@ -65,6 +65,18 @@ export function turnBytesSql(S: string, t: string): string {
   return `coalesce(CASE WHEN ${t}.streamed_at IS NOT NULL THEN (SELECT p.bytes FROM ${S}.turn_pieces p WHERE p.turn = ${t}.id ORDER BY p.seq DESC LIMIT 1) END, octet_length(${t}.json))`;
 }
 
+/**
+ * Locks the owners a group charges, one transaction-scoped advisory lock each, so that the
+ * groups of several instances charging one owner are decided one at a time: the usage row
+ * cannot be locked instead, since a user's first writes have none yet. $1: the schema (the
+ * locks of two schemas in one database are apart); $2: the owners of the group's creates;
+ * $3: the sessions it locked, whose owners it charges. The keys are taken in order, each once,
+ * so two groups cannot deadlock on them (two owners whose names hash alike share a key: their
+ * groups wait for each other, nothing worse).
+ */
+const ownerLocksSql = (S: string): string => `SELECT pg_advisory_xact_lock(hashtext($1), k) FROM (
+    SELECT DISTINCT hashtext(o.owner) AS k FROM (SELECT unnest($2::text[]) AS owner UNION SELECT owner FROM ${S}.sessions WHERE id = ANY($3::text[])) o ORDER BY k) keys`;
+
 /** The tokens of a turn's usage, as the turns table keeps them ($ columns of a turn's row). */
 const tokensParams = (t: Tokens): [string, string, string] => [String(t.inputTokens), String(t.outputTokens), String(t.cachedTokens)];
 
@@ -140,20 +152,28 @@ export class PgGroup implements Group {
 
   /**
    * Opens the transaction, locks the sessions and reads what `needs` name of their turns. With
-   * `readUsage` (quotas are checked), `owners` and the locked sessions' owners get their usage
-   * read, by a statement that runs after the locks are taken, sent with them.
+   * `readUsage` (quotas are checked), `owners` and the locked sessions' owners are locked too
+   * (ownerLocksSql), then their usage is read: each statement sees what was committed before it
+   * began, so the usage read is what the owners' last group on any instance left. All of it
+   * goes out in one write.
    */
   static async open(S: string, q: Queryable, done: () => void, ids: readonly string[], owners: readonly string[], needs: readonly TreeNeeds[], index: Indexing, readUsage: boolean, events?: GroupEvents): Promise<PgGroup> {
     try {
       const locking = textArray([...new Set(ids)].map(sqlText));
+      const charged = textArray([...new Set(owners.map(sqlText))]);
       const opening = [
         q.query('BEGIN'),
         q.query(`SELECT ${SESSION_ROW} FROM ${S}.sessions WHERE id = ANY($1::text[]) ORDER BY id FOR UPDATE`, [locking]),
         // owners as stored (see sqlText): the keys of the usage table
-        readUsage ? q.query(`SELECT owner, sessions, turns, bytes FROM ${S}.usage WHERE owner = ANY($1::text[]) OR owner IN (SELECT owner FROM ${S}.sessions WHERE id = ANY($2::text[]))`, [textArray([...new Set(owners.map(sqlText))]), locking]) : undefined,
+        ...(readUsage
+          ? ([
+              q.query(ownerLocksSql(S), [S, charged, locking]),
+              q.query(`SELECT owner, sessions, turns, bytes FROM ${S}.usage WHERE owner = ANY($1::text[]) OR owner IN (SELECT owner FROM ${S}.sessions WHERE id = ANY($2::text[]))`, [charged, locking]),
+            ] as const)
+          : []),
       ] as const;
       q.send?.(); // one round trip, begun now; all awaited, so a failure of any is handled
-      const [, locked, used] = await Promise.all(opening);
+      const [, locked, , used] = await Promise.all(opening);
       const rows = new Map<string, SessionRow>();
       for (const r of locked.rows) rows.set(r[0] as string, rowOf(r));
       const usage = new Map<string, Usage>();
