@@ -50,7 +50,7 @@ import { budgetedTurnPage } from '../turn-page.js';
 import { keysetFrom, walkBudget, walkSearchNow, type WalkSource } from '../search-walk.js';
 import { SerialWrites } from '../serial-writes.js';
 import type { Change } from '../changes.js';
-import { SerialWriter, type Group, type GroupSource } from '../writer.js';
+import { RoomOnlyForDeletes, SerialWriter, type Group, type GroupSource } from '../writer.js';
 import { bytesOf, int, sqliteCode, sqliteDatabase, text, textOrUndefined, type Database, type Row, type SqlValue, type Statement } from './binding.js';
 import { checkFiles } from './file-check.js';
 import { FullCheck } from './full-check.js';
@@ -578,7 +578,8 @@ export class SqliteStore extends SerialWrites implements Store, GroupSource, Gro
             } else if (m.damaged) {
               this.damaged(`a commit: ${m.message}`);
               p.reject(new StorageDamaged(new Error(m.message)));
-            } else p.reject(new Error(m.message));
+            } else if (m.roomForDeletes) p.reject(new RoomOnlyForDeletes(m.message));
+            else p.reject(new Error(m.message));
             return;
           }
           case 'indexFailed':
