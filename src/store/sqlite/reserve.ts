@@ -2,7 +2,7 @@
 // the writer thread while the store is open. A delete that meets a full disk gives it back, so
 // the delete's log frames have room; it is taken again, first in line, as soon as there is room.
 import { randomFillSync } from 'node:crypto';
-import { closeSync, ftruncateSync, fstatSync, openSync, statfsSync, unlinkSync, writeSync } from 'node:fs';
+import { closeSync, constants, ftruncateSync, fstatSync, openSync, statfsSync, unlinkSync, writeSync } from 'node:fs';
 import { dirname } from 'node:path';
 
 /**
@@ -13,8 +13,12 @@ import { dirname } from 'node:path';
  */
 export const RESERVE_BYTES = 16 * 1024 * 1024;
 
-/** Written a chunk at a time, of random bytes: a compressing file system keeps zeros for free. */
+/**
+ * Written a chunk at a time, the same chunk of random bytes each time: a compressing file system
+ * (ZFS's default lz4) keeps zeros for free, and compresses a record of 128 KiB on its own.
+ */
 const CHUNK = 256 * 1024;
+let randomChunk: Buffer | undefined;
 
 /** The reserve's file name for a SQLite file. */
 export function reserveFileOf(file: string): string {
@@ -57,20 +61,19 @@ export class SpaceReserve {
   take(): void {
     try {
       if (this.fd === undefined) {
-        this.fd = openSync(this.path, 'a+', 0o600);
+        // not O_APPEND, under which Linux writes at the end whatever position is given
+        this.fd = openSync(this.path, constants.O_RDWR | constants.O_CREAT, 0o600);
         this.size = fstatSync(this.fd).size;
       }
       if (this.size > this.bytes) {
         ftruncateSync(this.fd, this.bytes);
         this.size = this.bytes;
       }
-      // a disk still full costs a statfs, not a chunk of random bytes, at each commit
-      if (this.size < this.bytes && freeBytes(this.path) === 0) return;
-      const chunk = Buffer.allocUnsafe(Math.min(CHUNK, this.bytes));
+      // a disk still full costs a statfs at each commit, not a failing write
+      if (this.size < this.bytes && freeBlocks(this.path) === 0) return;
+      const chunk = (randomChunk ??= randomFillSync(Buffer.allocUnsafe(CHUNK)));
       while (this.size < this.bytes) {
-        const n = Math.min(chunk.length, this.bytes - this.size);
-        randomFillSync(chunk, 0, n);
-        this.size += writeSync(this.fd, chunk, 0, n, this.size);
+        this.size += writeSync(this.fd, chunk, 0, Math.min(chunk.length, this.bytes - this.size), this.size);
       }
     } catch {
       // ENOSPC (what was written stays held) or a file that cannot be made: the store works without it
@@ -103,8 +106,7 @@ export class SpaceReserve {
   }
 }
 
-/** Bytes an unprivileged writer may still take on the file system of `path` (0 when it is full). */
-function freeBytes(path: string): number {
-  const s = statfsSync(dirname(path));
-  return s.bavail * s.bsize;
+/** Free blocks of the file system of `path`, root's own included (root may write where others cannot). */
+function freeBlocks(path: string): number {
+  return statfsSync(dirname(path)).bfree;
 }
