@@ -5,7 +5,7 @@ import assert from 'node:assert/strict';
 import { existsSync, statfsSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, test } from 'node:test';
-import { BASE, dump } from './api-kit.mjs';
+import { BASE, dump, metric } from './api-kit.mjs';
 import { newSession, removeDir, runCli, smallDisk, startServer, STORE, STORE_FILE } from './helpers.mjs';
 
 /** A small file system: its reserve is an eighth of it (3 MiB; src/store/sqlite/reserve.ts), beside a few MiB of data. */
@@ -56,6 +56,7 @@ describe('Deletes on a full disk', { skip: STORE !== 'sqlite' ? "the reserve is 
     try {
       s = await startServer({ dataDir: disk.dir, env: { PURGE_INTERVAL: 'off' } });
       assert.equal(statSync(join(disk.dir, `${STORE_FILE}.reserve`)).size, 3 * 1024 ** 2, 'the reserve is taken at the start: an eighth of a 24 MiB file system');
+      assert.equal(await metric(s, 'chat_session_api_sqlite_reserve_bytes'), 3 * 1024 ** 2);
       const alice = s.as('alice');
       const gone = await sessionWithTurns(s, 'alice', 20, { name: 'gone' });
       const trimmed = await sessionWithTurns(s, 'alice', 6, { name: 'trimmed' });

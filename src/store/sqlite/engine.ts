@@ -58,6 +58,7 @@ import { checkSchema, prepareSchema, queuedTurnWords, registerHoldsFunctions, re
 import { endText, piecesText, tailOfJson, tailOfRow, withDeltas, type Tail } from '../pieces.js';
 import { pageByDepthSql } from '../tree-index.js';
 import { holdName } from '../../data-dir-lock.js';
+import { reserveFileOf } from './reserve.js';
 import { WRITER_ROLE, type FromWriter, type Op, type PutSession, type SessionAfter, type ToWriter, type TurnRow, type WriterData } from './worker.js';
 
 export interface SqliteOptions {
@@ -900,6 +901,12 @@ export class SqliteStore extends SerialWrites implements Store, GroupSource, Gro
           type: 'counter',
           help: "Steps in which the writer thread, idle, merged the search index's segments since start.",
           value: this.mergeSteps,
+        },
+        {
+          name: 'sqlite_reserve_bytes',
+          type: 'gauge',
+          help: 'Room held beside the sqlite file for deletes on a full disk (16 MiB, or an eighth of a smaller file system, when whole; less: the disk is full).',
+          value: size(reserveFileOf(this.opts.file)),
         },
         { name: 'sqlite_damaged', type: 'gauge', help: 'Whether the file was found damaged (1: writes are refused, /healthz is not ok; the error log line says where).', value: this.damage === undefined ? 0 : 1 },
         {
