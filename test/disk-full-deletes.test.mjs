@@ -67,6 +67,7 @@ describe('Deletes on a full disk', { skip: STORE !== 'sqlite' ? "the reserve is 
       assert.equal((await s.as('carol').put(`${BASE}/${expired.id}`, { expiresAt: '2020-01-01T00:00:00Z' })).status, 200);
       const carolLive = await sessionWithTurns(s, 'carol', 1);
       await sessionWithTurns(s, 'dave', 5);
+      const first = await sessionWithTurns(s, 'alice', 40, { name: 'deleted first' });
       const together = await sessionWithTurns(s, 'alice', 5, { name: 'deleted beside appends' });
 
       disk.fill();
@@ -79,18 +80,22 @@ describe('Deletes on a full disk', { skip: STORE !== 'sqlite' ? "the reserve is 
       assert.deepEqual({ status: delTurn.status, success: delTurn.body.success }, { status: 200, success: true }, delTurn.text);
 
       // the room a delete frees in the file may take new data (and the log it cut, new frames): the disk is filled again.
-      // Then a delete sent together with writes that add (the serial writer may group them) goes through whatever its group
+      // Then a delete sent together with writes that add goes through whatever its group: sent while
+      // the writer commits another delete, they are most likely one group (the serial writer groups
+      // what arrives meanwhile), whose deletes are then committed alone; sent apart, they are not
       disk.fill();
       await fillThroughApi(alice, kept.id);
       const content = 'x'.repeat(16 * 1024);
+      const delFirst = alice.del(`${BASE}/${first.id}`);
       const appends = [];
-      for (let i = 0; i < 8; i++) appends.push(alice.post(`${BASE}/${kept.id}/turns`, { role: 'user', content }));
+      for (let i = 0; i < 4; i++) appends.push(alice.post(`${BASE}/${kept.id}/turns`, { role: 'user', content }));
       const delTogether = alice.del(`${BASE}/${together.id}`);
       for (let i = 0; i < 4; i++) appends.push(alice.post(`${BASE}/${kept.id}/turns`, { role: 'user', content }));
+      assert.equal((await delFirst).status, 200, (await delFirst).text);
       assert.equal((await delTogether).status, 200, (await delTogether).text);
       for (const r of await Promise.all(appends)) assert.ok(r.status === 201 || (r.status === 500 && r.body.message === 'Storage write failed'), `an append beside it: ${r.status} ${r.text}`);
       const acknowledged = await dump(s);
-      assert.deepEqual([gone.id, together.id].filter((id) => id in acknowledged), [], 'the deleted sessions are gone');
+      assert.deepEqual([gone.id, first.id, together.id].filter((id) => id in acknowledged), [], 'the deleted sessions are gone');
       assert.deepEqual(acknowledged[trimmed.id].turns.map((x) => x._id), trimmed.turns.slice(0, 3), 'the deleted turn and its descendants are gone');
 
       // acknowledged, so durable: a SIGKILL, and a restart on the disk still full
