@@ -116,6 +116,21 @@ export class NotReadAhead extends Error {
   override readonly name = 'NotReadAhead';
 }
 
+/**
+ * A commit refused for want of room that the group's deletes alone would have had (the sqlite
+ * engine keeps a reserve for groups that only take data away): nothing was written; the writes
+ * that only take data away are decided and committed again by themselves, the others refused.
+ */
+export class RoomOnlyForDeletes extends Error {
+  override readonly name = 'RoomOnlyForDeletes';
+}
+
+/** Whether a write's change (or changes) only takes data away: a delete of a session or of turns. */
+function takesAway(d: Change | readonly Change[]): boolean {
+  const all: readonly Change[] = Array.isArray(d) ? (d as readonly Change[]) : [d as Change];
+  return all.every((c) => c.kind === 'delete' || c.kind === 'deleteTurns');
+}
+
 /** Times a group is tried before its writes are refused. */
 const ATTEMPTS = 3;
 const NOTHING_FRESH: ReadonlySet<string> = new Set();
@@ -746,6 +761,20 @@ export class SerialWriter {
     this.nextGroup();
   }
 
+  /** After RoomOnlyForDeletes: the writes that add are refused, those that only take away go again by themselves. */
+  private deletesAlone(accepted: readonly PendingWrite[], decided: readonly (Change | readonly Change[])[], err: RoomOnlyForDeletes): void {
+    const alone = accepted.filter((_, i) => takesAway(decided[i] as Change | readonly Change[]));
+    if (alone.length === 0 || alone.length === accepted.length) {
+      this.refuseAll(accepted, err);
+      return;
+    }
+    const refused = accepted.filter((w) => !alone.includes(w));
+    this.log.error('store write failed; the writes of this group that add data were refused and nothing changed, its deletes are committed alone', { err, writes: refused.length });
+    const refusal = new StorageWriteFailed(err);
+    for (const w of refused) w.reject(refusal);
+    this.attempt(alone, 1);
+  }
+
   private decideAndCommit(writes: readonly PendingWrite[], group: Group, n: number): void {
     const view = new GroupView(group, this.quotas);
     const accepted: PendingWrite[] = [];
@@ -800,6 +829,7 @@ export class SerialWriter {
       },
       (e: unknown) => {
         if (e instanceof GroupConflict && n < ATTEMPTS) this.attempt(accepted, n + 1);
+        else if (e instanceof RoomOnlyForDeletes) this.deletesAlone(accepted, decided, e);
         else this.refuseAll(accepted, e);
       },
     );

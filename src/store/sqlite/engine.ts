@@ -50,7 +50,7 @@ import { budgetedTurnPage } from '../turn-page.js';
 import { keysetFrom, walkBudget, walkSearchNow, type WalkSource } from '../search-walk.js';
 import { SerialWrites } from '../serial-writes.js';
 import type { Change } from '../changes.js';
-import { SerialWriter, type Group, type GroupSource } from '../writer.js';
+import { RoomOnlyForDeletes, SerialWriter, type Group, type GroupSource } from '../writer.js';
 import { bytesOf, int, sqliteCode, sqliteDatabase, sqliteDialect, text, textOrUndefined, type Database, type Row, type SqlValue, type Statement } from './binding.js';
 import { checkFiles } from './file-check.js';
 import { FullCheck } from './full-check.js';
@@ -59,6 +59,7 @@ import { endText, piecesText, tailOfJson, tailOfRow, withDeltas, type Tail } fro
 import { pageByDepthSql } from '../tree-index.js';
 import { expiredSql, liveSql, pathSql, type Dialect } from '../sql.js';
 import { holdName } from '../../data-dir-lock.js';
+import { reserveFileOf } from './reserve.js';
 import { WRITER_ROLE, type FromWriter, type Op, type PutSession, type SessionAfter, type ToWriter, type TurnRow, type WriterData } from './worker.js';
 
 export interface SqliteOptions {
@@ -571,7 +572,8 @@ export class SqliteStore extends SerialWrites implements Store, GroupSource, Gro
             } else if (m.damaged) {
               this.damaged(`a commit: ${m.message}`);
               p.reject(new StorageDamaged(new Error(m.message)));
-            } else p.reject(new Error(m.message));
+            } else if (m.roomForDeletes) p.reject(new RoomOnlyForDeletes(m.message));
+            else p.reject(new Error(m.message));
             return;
           }
           case 'indexFailed':
@@ -894,6 +896,12 @@ export class SqliteStore extends SerialWrites implements Store, GroupSource, Gro
           type: 'counter',
           help: "Steps in which the writer thread, idle, merged the search index's segments since start.",
           value: this.mergeSteps,
+        },
+        {
+          name: 'sqlite_reserve_bytes',
+          type: 'gauge',
+          help: 'Room held beside the sqlite file for deletes on a full disk (16 MiB, or an eighth of a smaller file system, when whole; less: the disk is full).',
+          value: size(reserveFileOf(this.opts.file)),
         },
         { name: 'sqlite_damaged', type: 'gauge', help: 'Whether the file was found damaged (1: writes are refused, /healthz is not ok; the error log line says where).', value: this.damage === undefined ? 0 : 1 },
         {

@@ -14,6 +14,7 @@ import { int, sqliteCode, sqliteDatabase, text, textOrUndefined, type Database, 
 import { runFullCheckIfAsked } from './full-check.js';
 import { placesOfChain, placesSql, placeUnder, type TreePlace } from '../tree-index.js';
 import { QUEUED_WORDS_SQL, registerSearchFunctions } from './schema.js';
+import { reserveFileOf, SpaceReserve } from './reserve.js';
 
 export const WRITER_ROLE = 'chat-session-api:sqlite-writer';
 
@@ -101,8 +102,11 @@ export type ToWriter =
 export type FromWriter =
   | { readonly kind: 'ready' }
   | { readonly kind: 'done'; readonly seq: number; readonly seconds: number }
-  /** `damaged`: SQLite reported the file malformed (SQLITE_CORRUPT, SQLITE_NOTADB). */
-  | { readonly kind: 'failed'; readonly seq: number; readonly message: string; readonly damaged: boolean }
+  /**
+   * `damaged`: SQLite reported the file malformed (SQLITE_CORRUPT, SQLITE_NOTADB). `roomForDeletes`:
+   * a full disk refused a group that mixes deletes with writes that add; its deletes alone would have the reserve.
+   */
+  | { readonly kind: 'failed'; readonly seq: number; readonly message: string; readonly damaged: boolean; readonly roomForDeletes: boolean }
   | { readonly kind: 'fatal'; readonly message: string }
   /** The background indexer's transaction failed (rolled back; tried again after the next commit). */
   | { readonly kind: 'indexFailed'; readonly message: string }
@@ -148,6 +152,7 @@ function runWriter(data: WriterData, port: MessagePort): void {
   let db: Database;
   let w: Writes;
   let indexer: Indexer | undefined;
+  const reserve = new SpaceReserve(reserveFileOf(data.file));
   try {
     const DatabaseSync = sqliteDatabase();
     db = new DatabaseSync(data.file, { timeout: 10_000 });
@@ -157,6 +162,7 @@ function runWriter(data: WriterData, port: MessagePort): void {
     db.exec('PRAGMA journal_size_limit = 67108864');
     registerSearchFunctions(db);
     w = new Writes(db);
+    reserve.take();
     if (data.index) {
       indexer = new Indexer(
         db,
@@ -187,18 +193,25 @@ function runWriter(data: WriterData, port: MessagePort): void {
         // a reader still holds the WAL: it is checkpointed at the next start
       }
       db.close();
+      reserve.remove();
       post({ kind: 'closed' });
       port.close();
       return;
     }
     const started = process.hrtime.bigint();
+    // the reserve is taken again before anything else may use the room (a no-op while it is whole)
+    if (reserve.short) reserve.take();
+    let roomMade = false;
     try {
-      w.commit(m.ops);
+      roomMade = commitMakingRoom(w, m.ops, reserve);
       post({ kind: 'done', seq: m.seq, seconds: Number(process.hrtime.bigint() - started) / 1e9 });
     } catch (e) {
       const code = sqliteCode(e);
-      post({ kind: 'failed', seq: m.seq, message: e instanceof Error ? e.message : String(e), damaged: code === 11 || code === 26 });
+      // deletes grouped with writes that add: the reserve is theirs once they go alone (../writer.ts RoomOnlyForDeletes)
+      const roomForDeletes = code === SQLITE_FULL && reserve.held > 0 && m.ops.some(takesAway);
+      post({ kind: 'failed', seq: m.seq, message: e instanceof Error ? e.message : String(e), damaged: code === 11 || code === 26, roomForDeletes });
     }
+    if (roomMade) afterRoomMade(db, reserve);
     // a delta queues nothing: the index keeps a streaming turn's text as it was before its deltas
     indexer?.queued(m.ops.reduce((n, op) => n + (op.op === 'fork' ? 1 + op.turns.length : op.op === 'delta' || op.op === 'recount' ? 0 : 1), 0));
     committed();
@@ -206,6 +219,62 @@ function runWriter(data: WriterData, port: MessagePort): void {
   post({ kind: 'ready' });
   // what an earlier run (or one with SEARCH=off) left queued
   indexer?.schedule();
+}
+
+/** SQLITE_FULL: a write found the disk (or the file's size limit) full. */
+const SQLITE_FULL = 13;
+
+/** Whether an op only takes data away (a delete of a session or of turns). */
+function takesAway(op: Op): boolean {
+  return op.op === 'delete' || op.op === 'dropTurns';
+}
+
+/** Whether a group only takes data away: the only groups the reserve is given back for. */
+function onlyTakesAway(ops: readonly Op[]): boolean {
+  return ops.every(takesAway);
+}
+
+/**
+ * Commits a group; one that only takes data away and meets a full disk is tried once more with
+ * the reserve given back (./reserve.ts). Answers whether that happened: the caller then makes the
+ * room lasting (afterRoomMade). A group that adds data never gets the reserve: on a full disk it
+ * fails as before.
+ */
+function commitMakingRoom(w: Writes, ops: readonly Op[], reserve: SpaceReserve): boolean {
+  try {
+    w.commit(ops);
+    return false;
+  } catch (e) {
+    if (sqliteCode(e) !== SQLITE_FULL || !onlyTakesAway(ops) || reserve.held === 0) throw e;
+  }
+  reserve.giveBack();
+  try {
+    w.commit(ops);
+  } catch (e) {
+    // still no room (a delete larger than the reserve): try to hold the reserve again
+    reserve.take();
+    throw e;
+  }
+  return true;
+}
+
+/**
+ * After a delete that used the reserve: its frames and the log's older ones are checkpointed
+ * into the file (where the delete's pages are free for new rows) and the log is cut to nothing,
+ * which gives its room back; then the reserve is taken again, as much of it as there is room for
+ * (the rest before a later commit). Not waiting for readers: what a reader still needs stays in
+ * the log, and the writer's next passive checkpoint takes it.
+ */
+function afterRoomMade(db: Database, reserve: SpaceReserve): void {
+  try {
+    db.exec('PRAGMA busy_timeout = 0');
+    db.exec('PRAGMA wal_checkpoint(TRUNCATE)');
+  } catch {
+    // a full disk may stop the checkpoint short (the file must grow for pages the log added): the log keeps them
+  } finally {
+    db.exec('PRAGMA busy_timeout = 10000');
+  }
+  reserve.take();
 }
 
 /**
