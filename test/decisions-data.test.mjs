@@ -86,11 +86,11 @@ describe('Finding and keeping (docs/DECISIONS.md)', () => {
       await s.stop();
       const r = runCli(['erase-user', '--user', 'alice'], { env: { DATA_DIR: s.dataDir } });
       assert.equal(r.code, 0, r.stderr);
-      assert.match(r.stdout, /erased 3 sessions and 2 turns of user alice\n$/);
+      assert.match(r.stdout, /erased 3 sessions and 2 turns of user alice \(\d+ bytes; tokens: 0 input, 0 output, 0 cached\)\n$/);
       const again = await startServer({ dataDir: s.dataDir, env: { PURGE_INTERVAL: 'off' } });
       try {
         const a = again.as('alice');
-        assert.deepEqual((await a.get('/api/v1/usage')).body.data, { sessions: 0, turns: 0, bytes: 0 });
+        assert.deepEqual((await a.get('/api/v1/usage')).body.data, { sessions: 0, turns: 0, bytes: 0, inputTokens: 0, outputTokens: 0, cachedTokens: 0 });
         assert.equal((await a.get(`${BASE}/${mine._id}`)).status, 404);
         const left = (await again.as('bob').get(`${BASE}/${theirs._id}/turns`)).body.data;
         assert.deepEqual(left, [kept], 'her turn in bob\'s session stays');
