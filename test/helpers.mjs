@@ -294,8 +294,11 @@ export function runCli(args, { env = {}, cwd, input, script = SERVER, node = pro
     env: { PATH: process.env.PATH, HOME: process.env.HOME, ...storeEnv(env.DATA_DIR ?? (cwd === undefined ? undefined : join(cwd, 'data'))), ...env },
     input,
     encoding: 'utf8',
-    timeout: 60_000,
+    // a bound on a command that hangs, not a timing assertion: under a load average of 17 an
+    // import of 22,000 sessions took more than a minute
+    timeout: 600_000,
   });
+  if (r.error !== undefined) return { code: null, stdout: r.stdout, stderr: `${r.stderr ?? ''}\n(runCli: ${r.error.message})` };
   return { code: r.status, stdout: r.stdout, stderr: r.stderr };
 }
 

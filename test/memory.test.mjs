@@ -187,7 +187,7 @@ describe('Under V8\'s heap limit', () => {
 });
 
 describe('Clients that stop reading', () => {
-  test('"Whole-list answers (the spec\'s lists without limit) are streamed with backpressure, never built in memory whole; a client that stops reading is cut off after a timeout": ten clients that never read a 64 MiB turn list hold no copy of it (in a 256 MiB memory cgroup), /healthz answers meanwhile, and WRITE_TIMEOUT cuts them off', async (t) => {
+  test('"Whole-list answers (the spec\'s lists without limit) are streamed with backpressure, never built in memory whole; a client that stops reading is cut off after a timeout": ten clients (ten users) that never read a 64 MiB turn list hold no copy of it (in a 256 MiB memory cgroup), /healthz answers meanwhile, and WRITE_TIMEOUT cuts them off', async (t) => {
     const cgroup = memoryCgroup(t, 256 * 1024 * 1024);
     if (cgroup === undefined) return;
     // the live feed's window would keep up to EVENTS_WINDOW_MEMORY of these 1 MiB turns' events,
@@ -199,8 +199,9 @@ describe('Clients that stop reading', () => {
       const id = (await u.post('/api/v1/chat-sessions', newSession())).body.data._id;
       const content = 'y'.repeat(1000 * 1024);
       for (let i = 0; i < 64; i++) assert.equal((await u.post(`/api/v1/chat-sessions/${id}/turns`, { role: 'user', content })).status, 201);
-      const token = tokenFor('alice');
+      // ten readers, not one: a user is sent at most two whole lists at once (fair share)
       for (let i = 0; i < 10; i++) {
+        const token = tokenFor(`reader-${i}`);
         const socket = connect(s.port, '127.0.0.1');
         await new Promise((resolve, reject) => socket.once('connect', resolve).once('error', reject));
         socket.on('error', () => {});
