@@ -14,6 +14,7 @@ import { findPostgresBin, startCluster } from '../test/pg/cluster.mjs';
 import { api, cpuSecondsOf, logLines, median, memoryOf, NODE_OLDEST, nodeVersion, token } from './common.mjs';
 import { PER_LIST, sessionOf, usersOf } from './datagen.mjs';
 import { buildRequest, runLoad } from './loadgen.mjs';
+import { buildOf, commitOf } from './builds.mjs';
 
 const READ_CONNS = 50;
 const WRITE_CONNS = 64;
@@ -93,11 +94,21 @@ export function engineScenarios(context) {
   ];
 }
 
-/** The engines side by side: sqlite (the reference), and postgres when installed. */
+/**
+ * The engines side by side: sqlite (the reference), sqlite as --before built it, and postgres
+ * when installed (unless --engines names only others).
+ */
 function lineup() {
   const t = [{ label: SQLITE(), node: NODE_OLDEST, env: { STORE: 'sqlite' } }];
-  if (postgresInstalled()) t.push(pgTarget(POSTGRES()));
+  const before = beforeLabel();
+  if (before !== undefined) t.push({ label: before, node: NODE_OLDEST, env: { STORE: 'sqlite' }, server: buildOf(commitOf(ctx.opts.before), ctx.progress) });
+  if ((ctx.opts.enginesNamed?.includes('postgres') ?? true) && postgresInstalled()) t.push(pgTarget(POSTGRES()));
   return t;
+}
+
+/** The label of the --before row, or undefined without one. */
+function beforeLabel() {
+  return ctx.opts.before === undefined ? undefined : `sqlite as ${commitOf(ctx.opts.before).slice(0, 7)} built it, Node ${v(NODE_OLDEST)}`;
 }
 
 // ---- the disk ----
@@ -433,6 +444,20 @@ export function engineTargets() {
   ]) {
     const r = row(scenario, SQLITE());
     if (r !== undefined) add(`#11 sqlite, ${what}: × the baseline (no target since the journal, its reference, was retired)`, `${r.ratio.toFixed(2)}: ${num(r.rps)} req/s, main thread ${r.mainUs.toFixed(1)} µs/req`);
+  }
+  // #28: sqlite carries the headline
+  const before = beforeLabel();
+  const get = row('engine-get', SQLITE());
+  if (get !== undefined) {
+    const x = paired(get, get.base);
+    add('#28 sqlite, GET by id ≥ 0.85 × bare node:http (the baseline; the rounds\' paired ratios)', `${x2(x)}: ${num(get.rps)} against ${num(get.base.rps)} req/s; main thread ${get.mainUs.toFixed(1)} µs/req`, x.median >= 0.85);
+    const old = before === undefined ? undefined : row('engine-get', before);
+    if (old !== undefined) add(`#28 sqlite, GET by id: ${before}`, `${x2(paired(old, old.base))} × the baseline; main thread ${old.mainUs.toFixed(1)} µs/req`);
+  }
+  const page = before === undefined ? undefined : versus('engine-list-page', SQLITE(), before);
+  if (page !== undefined) {
+    const mainUs = (label) => row('engine-list-page', label).mainUs.toFixed(1);
+    add(`#28 sqlite, a user's page of 50 ≥ 2 × ${before}`, `${x2(page)}; main thread ${mainUs(before)} → ${mainUs(SQLITE())} µs/req`, page.median >= 2);
   }
   const creates = row('engine-create-64', SQLITE());
   if (creates !== undefined) {

@@ -26,6 +26,9 @@ Options (each also an environment variable):
                        run's private cluster); search-scale and index-cost run these only
                        (default: sqlite and postgres)
   --soak-kinds=a,b     the soak's hostile clients to run (default: all)     BENCH_SOAK_KINDS
+  --before=REF         the engine-* scenarios also run sqlite as REF built it   BENCH_BEFORE
+                       (built once in $TMPDIR), in the same rounds; a run naming
+                       --engines=sqlite leaves PostgreSQL out of them
 The server runs with LOG_LEVEL from the environment (default info), its stdout to a log file.
 The peer scenarios (peer-pg, peer-sqlite) need Fastify and pg installed outside this repository:
   npm install --prefix /work/peers fastify pg; BENCH_PEERS=/work/peers npm run bench -- peers`;
@@ -57,6 +60,8 @@ export const opts = {
   soakKinds: (flag('soak-kinds') ?? process.env.BENCH_SOAK_KINDS)?.split(',').filter((e) => e !== ''),
   /** The engines named with --engines / BENCH_ENGINES; undefined when none were. */
   enginesNamed: (flag('engines') ?? process.env.BENCH_ENGINES)?.split(',').filter((e) => e !== ''),
+  /** A commit whose sqlite server the engine scenarios also run (bench/builds.mjs); undefined: none. */
+  before: flag('before') ?? process.env.BENCH_BEFORE,
   quick,
 };
 
