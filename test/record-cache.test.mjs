@@ -3,16 +3,31 @@
 // connection; deleted and expired sessions are gone at once; the cache stays within its share
 // of the heap. On postgres (no cache) the same answers hold, and the sqlite-only gauges are skipped.
 import assert from 'node:assert/strict';
+import { existsSync, readdirSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
 import { describe, test } from 'node:test';
 import { assert404, BASE, create, freshUser, metric, server, sharedServer } from './api-kit.mjs';
-import { newSession, removeDir, request, startServer, STORE } from './helpers.mjs';
+import { newSession, removeDir, request, startServer, STORE, tempDir } from './helpers.mjs';
 
-sharedServer({ env: { FSYNC: 'off' } });
+// one user reads and writes from many connections at once here: more than its default share of requests in flight
+sharedServer({ env: { FSYNC: 'off', MAX_REQUESTS_PER_USER: '128' } });
+
+/** libfaketime, to step a server's wall clock (as test/clock.test.mjs does), or undefined. */
+const FAKETIME = (() => {
+  for (const base of ['/usr/lib', '/usr/local/lib']) {
+    if (!existsSync(base)) continue;
+    for (const sub of ['', ...readdirSync(base)]) {
+      const lib = join(base, sub, 'faketime', 'libfaketimeMT.so.1');
+      if (existsSync(lib)) return lib;
+    }
+  }
+  return undefined;
+})();
 
 /** GET of a session on a connection of its own (no keep-alive): another client than the writer's. */
 const getAlone = (who, id) => request(server.url, 'GET', `${BASE}/${id}`, { token: who.token, keepAlive: false });
 
-describe('The cache of hot sessions (sqlite)', () => {
+describe('The cache of hot sessions and pages (sqlite; on postgres, which has none, the same answers)', () => {
   test('"a cached record is never older than an acknowledged write": renames and turn appends, each followed at once by reads from many connections, while other clients read the same sessions all along', async () => {
     const u = freshUser('cache-fresh');
     const sessions = [];
@@ -20,7 +35,7 @@ describe('The cache of hot sessions (sqlite)', () => {
     // readers on the side keep the sessions in the cache (and read them while groups commit)
     let reading = true;
     let sideReads = 0;
-    const side = Array.from({ length: 6 }, (_, k) =>
+    const side = Array.from({ length: 4 }, (_, k) =>
       (async () => {
         for (let n = k; reading; n++) {
           const r = await u.get(`${BASE}/${sessions[n % sessions.length]}`);
@@ -126,6 +141,28 @@ describe('The cache of hot sessions (sqlite)', () => {
     for (let i = 0; i < 3; i++) assert.deepEqual((await u.get(`${BASE}?limit=10`)).body.data.map((x) => x._id), [going._id, kept._id], 'live');
     while (Date.now() <= Date.parse(expiresAt) + 5) await new Promise((r) => setTimeout(r, 50));
     assert.deepEqual((await u.get(`${BASE}?limit=10`)).body.data.map((x) => x._id), [kept._id], 'expired: out of the page');
+  });
+
+  test('"never serving a deleted or expired record": with RETENTION_DAYS=1, a page read (and kept) is empty and its session 404 once the clock has passed its last activity + 1 day (the server under libfaketime, its clock stepped 2 days on)', { skip: FAKETIME === undefined && 'libfaketime not found (apt-get install faketime)' }, async () => {
+    const clockDir = tempDir('csa-clock-');
+    const offset = join(clockDir, 'offset');
+    writeFileSync(offset, '+0\n');
+    const s = await startServer({ env: { RETENTION_DAYS: '1', FSYNC: 'off', LD_PRELOAD: FAKETIME, FAKETIME_TIMESTAMP_FILE: offset, FAKETIME_NO_CACHE: '1', FAKETIME_DONT_FAKE_MONOTONIC: '1' } });
+    try {
+      const u = s.as('alice', { exp: undefined }); // no exp: valid whatever the server's clock says
+      const made = (await u.post(BASE, newSession())).body.data;
+      for (let i = 0; i < 3; i++) assert.deepEqual((await u.get(`${BASE}?limit=10`)).body.data.map((x) => x._id), [made._id], 'live');
+      assert.equal((await u.get(`${BASE}/${made._id}`)).status, 200);
+      writeFileSync(offset, `+${2 * 86_400}\n`);
+      // the step is seen once the server's Date header shows it
+      while (Date.parse((await s.request('GET', '/healthz')).headers.date) < Date.now() + 86_400_000) await new Promise((r) => setTimeout(r, 50));
+      assert.deepEqual((await u.get(`${BASE}?limit=10`)).body.data, [], 'gone from the page');
+      assert404(await u.get(`${BASE}/${made._id}`), 'gone by id');
+    } finally {
+      await s.stop();
+      removeDir(s.dataDir);
+      removeDir(clockDir);
+    }
   });
 
   test('"The record cache follows the heap": under --max-old-space-size=64 (a budget of 1 MiB) reading 600 sessions of about 3.5 KiB each keeps the cache within its budget, and the last ones read are answered from it', { skip: STORE !== 'sqlite' && 'the cache is sqlite\'s' }, async () => {

@@ -74,13 +74,30 @@ function liveUntil(page: Page<SessionRecord, SessionKey>, live: Liveness | undef
   if (live === undefined) return Infinity;
   const retention = live.cutoff === undefined ? undefined : Date.parse(live.now) - Date.parse(live.cutoff);
   let until = Infinity;
+  let oldest: string | undefined;
   for (const r of page.items) {
-    // parsed apart from the record, so the page does not keep the parsed session
-    const s = JSON.parse(r.json) as ChatSession;
-    const end = typeof s.expiresAt === 'string' ? Date.parse(s.expiresAt) : s.expiresAt === null || retention === undefined ? Infinity : Date.parse(s.updatedAt) + retention;
-    if (end < until) until = end;
+    // only a session that may have an own expiry (or be kept for good) is parsed, apart from the
+    // record (the page does not keep the parsed session): the text can be in its metadata too
+    if (r.json.includes('"expiresAt":')) {
+      const s = JSON.parse(r.json) as ChatSession;
+      const end = typeof s.expiresAt === 'string' ? Date.parse(s.expiresAt) : s.expiresAt === null || retention === undefined ? Infinity : Date.parse(s.updatedAt) + retention;
+      if (end < until) until = end;
+    } else if (retention !== undefined) {
+      const at = updatedAtOf(r.json);
+      if (oldest === undefined || at < oldest) oldest = at;
+    }
   }
+  if (oldest !== undefined && retention !== undefined) until = Math.min(until, Date.parse(oldest) + retention);
   return until;
+}
+
+/**
+ * A session's updatedAt read from its JSON without parsing it: the first `"updatedAt":"` is its
+ * own (only string fields come before it, in which a quote is escaped).
+ */
+function updatedAtOf(json: string): string {
+  const at = json.indexOf('"updatedAt":"') + 13;
+  return json.slice(at, json.indexOf('"', at));
 }
 
 /**
