@@ -15,7 +15,7 @@ Options (each also an environment variable):
   --duration=S         measured seconds per round (default 3)          BENCH_DURATION
   --warmup=S           unmeasured seconds before each (default 1)      BENCH_WARMUP
   --scale=N            sessions (and 1 KiB turns) of the big data set  BENCH_SCALE (default 1000000)
-  --replay-runs=N      start-ups of the big data set (default 1)       BENCH_REPLAY_RUNS
+  --migrate-runs=N     migrate: first starts on the big journal (default 1) BENCH_MIGRATE_RUNS
   --cold-runs=N        cold starts (default 10)                        BENCH_COLD_RUNS
   --out                also write bench/results/latest.md              BENCH_OUT=1
   --profile            run the API servers of load scenarios under node --cpu-prof and add the
@@ -24,12 +24,13 @@ Options (each also an environment variable):
   --engines=a,b        engines the soak runs (default: sqlite,postgres;    BENCH_ENGINES
                        every server on the Node.js 24 of node_modules, PostgreSQL on the
                        run's private cluster); search-scale and index-cost run these only
-                       (default: all three)
+                       (default: sqlite and postgres)
   --soak-kinds=a,b     the soak's hostile clients to run (default: all)     BENCH_SOAK_KINDS
-  --seam-base=REF      journal-seam: the build to compare with (default: the parent of the
-                       commit "Store seam: ..."), built once in $TMPDIR    BENCH_SEAM_BASE
   --quota-base=REF     pg-quota: also run the build of REF with the quota  BENCH_QUOTA_BASE
                        set (what a change to the quota's check costs), built once in $TMPDIR
+  --before=REF         the engine-* scenarios also run sqlite as REF built it   BENCH_BEFORE
+                       (built once in $TMPDIR), in the same rounds; a run naming
+                       --engines=sqlite leaves PostgreSQL out of them
 The server runs with LOG_LEVEL from the environment (default info), its stdout to a log file.
 The peer scenarios (peer-pg, peer-sqlite) need Fastify and pg installed outside this repository:
   npm install --prefix /work/peers fastify pg; BENCH_PEERS=/work/peers npm run bench -- peers`;
@@ -50,7 +51,7 @@ export const opts = {
   durationMs: num('duration', 'BENCH_DURATION', quick ? 1 : 3) * 1000,
   warmupMs: num('warmup', 'BENCH_WARMUP', quick ? 0.5 : 1) * 1000,
   scale: Math.round(num('scale', 'BENCH_SCALE', quick ? 100_000 : 1_000_000)),
-  replayRuns: Math.round(num('replay-runs', 'BENCH_REPLAY_RUNS', 1)),
+  migrateRuns: Math.round(num('migrate-runs', 'BENCH_MIGRATE_RUNS', 1)),
   coldRuns: Math.round(num('cold-runs', 'BENCH_COLD_RUNS', quick ? 3 : 10)),
   out: has('out') || process.env.BENCH_OUT === '1',
   profile: has('profile'),
@@ -61,8 +62,9 @@ export const opts = {
   soakKinds: (flag('soak-kinds') ?? process.env.BENCH_SOAK_KINDS)?.split(',').filter((e) => e !== ''),
   /** The engines named with --engines / BENCH_ENGINES; undefined when none were. */
   enginesNamed: (flag('engines') ?? process.env.BENCH_ENGINES)?.split(',').filter((e) => e !== ''),
-  seamBase: flag('seam-base') ?? process.env.BENCH_SEAM_BASE,
   quotaBase: flag('quota-base') ?? process.env.BENCH_QUOTA_BASE,
+  /** A commit whose sqlite server the engine scenarios also run (bench/builds.mjs); undefined: none. */
+  before: flag('before') ?? process.env.BENCH_BEFORE,
   quick,
 };
 

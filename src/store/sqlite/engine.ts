@@ -49,6 +49,8 @@ import type { UsageDelta } from '../changes.js';
 import { budgetedTurnPage } from '../turn-page.js';
 import { keysetFrom, walkBudget, walkSearchNow, type WalkSource } from '../search-walk.js';
 import { SerialWrites } from '../serial-writes.js';
+import { RecordCache } from '../record-cache.js';
+import { recordCacheBudget } from '../../memory.js';
 import type { Change } from '../changes.js';
 import { RoomOnlyForDeletes, SerialWriter, type Group, type GroupSource } from '../writer.js';
 import { bytesOf, int, sqliteCode, sqliteDatabase, sqliteDialect, text, textOrUndefined, type Database, type Row, type SqlValue, type Statement } from './binding.js';
@@ -450,6 +452,8 @@ export class SqliteStore extends SerialWrites implements Store, GroupSource, Gro
   /** What found the file damaged, once something did: writes are refused from then on. */
   private damage: string | undefined;
   private fullCheck: FullCheck | undefined;
+  /** Hot sessions for GET by id and hot pages of lists; only where this store commits every write (a read-only store beside a server has none). */
+  private cache: RecordCache | undefined;
   /** What a connection's errors pass through: damage marks the store and becomes StorageDamaged. */
   private readonly watch = (e: unknown): unknown => {
     if (e instanceof StorageDamaged || !isDamage(e)) return e;
@@ -492,6 +496,7 @@ export class SqliteStore extends SerialWrites implements Store, GroupSource, Gro
     try {
       const store = await SqliteStore.openGuarded(opts);
       store.guard = guard;
+      store.cache = new RecordCache(recordCacheBudget());
       return store;
     } catch (e) {
       guard?.close();
@@ -608,8 +613,15 @@ export class SqliteStore extends SerialWrites implements Store, GroupSource, Gro
   // ---- reads ----
 
   getSession(id: string): Promise<SessionRecord | undefined> {
+    const cache = this.cache;
+    const hit = cache?.get(id);
+    if (hit !== undefined) return Promise.resolve(hit);
     const row = this.reader.prepare('SELECT json, version FROM sessions WHERE id = ?').get(id);
-    return Promise.resolve(row === undefined ? undefined : recordOf(row));
+    if (row === undefined) return Promise.resolve(undefined);
+    const record = recordOf(row);
+    // read and kept in one go on this thread: a commit's changes reach the cache only between reads
+    cache?.put(id, record);
+    return Promise.resolve(record);
   }
 
   /**
@@ -698,7 +710,13 @@ export class SqliteStore extends SerialWrites implements Store, GroupSource, Gro
   }
 
   listSessions(filter: SessionFilter, after: SessionKey | undefined, limit: number): Promise<Page<SessionRecord, SessionKey>> {
-    return Promise.resolve(this.sessionPage(filter, after, limit));
+    const cache = this.cache;
+    const kept = cache?.getPage(filter, after, limit);
+    if (kept !== undefined) return Promise.resolve(kept);
+    const page = this.sessionPage(filter, after, limit);
+    // read and kept in one go on this thread, as getSession's records
+    cache?.putPage(filter, after, limit, page);
+    return Promise.resolve(page);
   }
 
   private sessionPage(filter: SessionFilter, after: SessionKey | undefined, limit: number): Page<SessionRecord, SessionKey> {
@@ -879,6 +897,7 @@ export class SqliteStore extends SerialWrites implements Store, GroupSource, Gro
       engine: [
         { name: 'sqlite_file_bytes', type: 'gauge', help: 'Size of the SQLite database file.', value: size(this.opts.file) },
         { name: 'sqlite_wal_bytes', type: 'gauge', help: 'Size of its write-ahead log (checkpointed back into the file by the writer thread).', value: size(`${this.opts.file}-wal`) },
+        ...(this.cache?.gauges('sqlite') ?? []),
         {
           name: 'sqlite_search_unindexed',
           type: 'gauge',
@@ -1039,7 +1058,18 @@ export class SqliteStore extends SerialWrites implements Store, GroupSource, Gro
   }
 
   commit(changes: readonly Change[]): Promise<void> {
-    return this.send(changes.map((c) => opOf(c, this.turnWords)), changes.length);
+    const sent = this.send(changes.map((c) => opOf(c, this.turnWords)), changes.length);
+    const cache = this.cache;
+    if (cache === undefined) return sent;
+    // at the serial point: the cache takes the group's sessions before the writer answers any of its writes
+    return sent.then(
+      () => cache.committed(changes),
+      (e: unknown) => {
+        // refused, or lost with the writer thread: what the file holds of these sessions is read again
+        cache.forget(changes.map((c) => c.session));
+        throw e;
+      },
+    );
   }
 
   private send(ops: readonly Op[], writes: number): Promise<void> {
@@ -1097,6 +1127,9 @@ export class SqliteStore extends SerialWrites implements Store, GroupSource, Gro
           await this.send(ops, ops.length);
         } catch (e) {
           throw new StorageWriteFailed(e);
+        } finally {
+          // an import writes past the serial writer's changes
+          this.cache?.clear();
         }
       }
       return plan.summary;
