@@ -3,7 +3,7 @@
 // a process's CPU time and memory from /proc.
 import { spawn, spawnSync } from 'node:child_process';
 import { createHmac } from 'node:crypto';
-import { closeSync, openSync, readFileSync } from 'node:fs';
+import { closeSync, existsSync, openSync, readFileSync } from 'node:fs';
 import { Agent, request } from 'node:http';
 import { createServer } from 'node:net';
 import { dirname, join } from 'node:path';
@@ -14,11 +14,7 @@ export const SERVER = join(ROOT, 'dist', 'server.js');
 export const BASELINE = join(ROOT, 'bench', 'baseline.mjs');
 export const EXAMPLE_PROVIDERS = join(ROOT, 'examples', 'providers.json');
 export const SECRET = 'bench-secret-0123456789abcdef0123456789abcdef';
-/**
- * The Node.js each engine runs on: the journal on the oldest supported one (the one running npm,
- * or this script: inside npm scripts `node` is the pinned Node 24), sqlite on the pinned Node 24.
- */
-export const NODE_OLDEST = process.env.npm_node_execpath ?? process.execPath;
+/** The pinned Node.js 24 of node_modules (the `node` dev dependency). */
 export const NODE_24 = join(ROOT, 'node_modules', 'node', 'bin', 'node');
 
 const versions = new Map();
@@ -31,6 +27,22 @@ export function nodeVersion(bin) {
   }
   return v;
 }
+
+/** The first Node.js this release runs on (src/main.ts, NODE_MIN): node:sqlite without a flag. */
+const NODE_MIN = [22, 13];
+
+/**
+ * The Node.js the servers run on unless a scenario names another: the oldest supported one at
+ * hand. That is the one running npm (or this script) when it is new enough; else the pinned
+ * Node 24, since npm may run on a system Node older than this release accepts (inside npm
+ * scripts `node` is the pinned one, while npm_node_execpath is npm's own).
+ */
+export const NODE_OLDEST = (() => {
+  const candidate = process.env.npm_node_execpath ?? process.execPath;
+  const [major = 0, minor = 0] = nodeVersion(candidate).replace(/^v/, '').split('.').map(Number);
+  const supported = major > NODE_MIN[0] || (major === NODE_MIN[0] && minor >= NODE_MIN[1]);
+  return supported || !existsSync(NODE_24) ? candidate : NODE_24;
+})();
 
 export const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 

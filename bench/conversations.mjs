@@ -10,14 +10,13 @@
 //   the appends running beside them (64 clients, each on a session of its own), against the
 //   same appends alone.
 //
-// Engines: journal; sqlite (on the Node.js 24 of node_modules); postgres on BENCH_DATABASE_URL,
-// or on a private cluster started here when PostgreSQL is installed (test/pg/cluster.mjs).
-import { copyFileSync, existsSync, mkdtempSync } from 'node:fs';
+// Engines: sqlite; postgres on BENCH_DATABASE_URL, or on a private cluster started here when
+// PostgreSQL is installed (test/pg/cluster.mjs); both on the oldest supported Node.js at hand.
+import { copyFileSync, mkdtempSync } from 'node:fs';
 import { join } from 'node:path';
-import { api, EXAMPLE_PROVIDERS, median, ROOT, SECRET, SERVER, sleep, startProcess, token } from './common.mjs';
+import { api, EXAMPLE_PROVIDERS, median, NODE_OLDEST, SECRET, SERVER, sleep, startProcess, token } from './common.mjs';
 import { buildRequest, percentile, runLoad } from './loadgen.mjs';
 
-const NODE24 = join(ROOT, 'node_modules', 'node', 'bin', 'node');
 const PROVIDER = '665f1c2a9b1e8a0012ab34c1';
 const TURN_TEXT = 'x'.repeat(400);
 const BIG_TURNS = 10_000;
@@ -49,7 +48,7 @@ async function server(ctx, engine, pg) {
   copyFileSync(EXAMPLE_PROVIDERS, join(dir, 'providers.json'));
   const env = { DATA_DIR: dir, AUTH_SECRET: SECRET, LOG_LEVEL: ctx.opts.logLevel, HOST: '127.0.0.1', STORE: engine };
   if (engine === 'postgres') Object.assign(env, { DATABASE_URL: pg, DATABASE_SCHEMA: `bench_conv_${process.pid}_${++seq}` });
-  const p = await startProcess({ script: SERVER, cwd: dir, env, node: engine === 'sqlite' ? NODE24 : process.execPath, logFile: join(ctx.runDir(), `conv-${engine}-${seq}.log`) });
+  const p = await startProcess({ script: SERVER, cwd: dir, env, node: NODE_OLDEST, logFile: join(ctx.runDir(), `conv-${engine}-${seq}.log`) });
   ctx.track(p);
   return p;
 }
@@ -58,12 +57,8 @@ async function server(ctx, engine, pg) {
 async function eachEngine(ctx, measure) {
   let cluster;
   try {
-    for (const engine of ['journal', 'sqlite', 'postgres']) {
+    for (const engine of ['sqlite', 'postgres']) {
       let pg;
-      if (engine === 'sqlite' && !existsSync(NODE24)) {
-        ctx.report.conversations.notes.push('sqlite skipped: no Node.js 24 in node_modules (npm ci)');
-        continue;
-      }
       if (engine === 'postgres') {
         pg = process.env.BENCH_DATABASE_URL;
         if (pg === undefined) {

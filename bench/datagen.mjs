@@ -1,7 +1,8 @@
-// Writes a data directory for the scale scenarios straight in the journal format of
-// src/store/journal/format.ts (`<crc32 hex> <JSON>\n` lines after a header line), streaming,
-// so a million sessions take seconds instead of a million API calls. The layout (sessionOf) is
-// shared with bench/datagen-sqlite.mjs, which writes the same data as a sqlite file.
+// Writes a data directory as an earlier release would have, straight in the journal format of
+// src/store/journal/format.ts (`<crc32 hex> <JSON>\n` lines after a header line), streaming, so
+// a million sessions take seconds instead of a million API calls: what `migrate` starts this
+// release on. The layout (sessionOf) is shared with bench/datagen-sqlite.mjs, which writes the
+// same data as a sqlite file for the scale scenarios.
 // Layout: session i belongs to user `user-(i % users)` and project `project-(floor(i / 50))`,
 // with users = sessions / 50, so every user and every project holds exactly 50 sessions
 // (user-0's are spread over the whole file). Turn j belongs to session j % sessions and is

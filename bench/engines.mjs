@@ -1,19 +1,17 @@
 // The storage engines against each other (issues #11 and #12), registered by scenarios.mjs;
-// measure.mjs owns the load runner and the report: the same requests against the journal, sqlite and
-// PostgreSQL servers, interleaved round by round with the baseline in one run; sqlite and the
-// journal holding a million sessions; the journal before and after the store seam (opt-in: it
-// builds an old commit); PostgreSQL with group commit switched off, and two instances on one
-// database. Each engine runs on the Node.js it needs: the journal and postgres on the oldest
-// supported (NODE_OLDEST), sqlite on the pinned Node 24; the journal also runs on Node 24 as a
-// reference row, so what belongs to the runtime and what to the engine can be told apart.
-// PostgreSQL is a private cluster (test/pg/cluster.mjs) with durable settings, started on the
-// first scenario that needs it; without PostgreSQL those scenarios are skipped with one loud line.
-import { execFileSync, spawnSync } from 'node:child_process';
-import { closeSync, existsSync, fdatasyncSync, mkdirSync, openSync, readFileSync, rmSync, writeSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+// measure.mjs owns the load runner and the report: the same requests against the sqlite and
+// PostgreSQL servers, interleaved round by round with the baseline in one run, sqlite the
+// reference row; sqlite holding a million sessions; PostgreSQL with group commit switched off,
+// and two instances on one database. Both engines run on the oldest supported Node.js at hand
+// (NODE_OLDEST). PostgreSQL is a private cluster (test/pg/cluster.mjs) with durable settings,
+// started on the first scenario that needs it; without PostgreSQL those scenarios are skipped
+// with one loud line. (The journal's rows and `journal-seam` went with the journal: see the
+// note at the top of bench/README.md.)
+import { spawnSync } from 'node:child_process';
+import { closeSync, fdatasyncSync, openSync, readFileSync, rmSync, writeSync } from 'node:fs';
 import { join } from 'node:path';
 import { findPostgresBin, startCluster } from '../test/pg/cluster.mjs';
-import { api, cpuSecondsOf, logLines, median, memoryOf, NODE_24, NODE_OLDEST, nodeVersion, ROOT, token } from './common.mjs';
+import { api, cpuSecondsOf, logLines, median, memoryOf, NODE_OLDEST, nodeVersion, token } from './common.mjs';
 import { PER_LIST, sessionOf, usersOf } from './datagen.mjs';
 import { buildRequest, runLoad } from './loadgen.mjs';
 
@@ -27,9 +25,7 @@ const references = new Map(); // scenario -> the label its other rows are compar
 let ctx; // the runner, report and options of measure.mjs and options.mjs (engineScenarios)
 
 const v = (bin) => nodeVersion(bin).replace(/^v/, '');
-const JOURNAL = () => `journal, Node ${v(NODE_OLDEST)}`;
-const JOURNAL_24 = () => `journal, Node ${v(NODE_24)}`;
-const SQLITE = () => `sqlite, Node ${v(NODE_24)}`;
+const SQLITE = () => `sqlite, Node ${v(NODE_OLDEST)}`;
 const POSTGRES = () => `postgres, Node ${v(NODE_OLDEST)}`;
 const PG_NO_GROUP = () => `postgres, GROUP_COMMIT=off (one INSERT and COMMIT per request), Node ${v(NODE_OLDEST)}`;
 const PG_ONE = () => `one instance, Node ${v(NODE_OLDEST)}`;
@@ -55,7 +51,7 @@ export function engineScenarios(context) {
     const base = ctx.scenario(name);
     return { ...base, request: base.request ?? (() => ctx.createRequest(base.conns)), ...extra };
   };
-  const engines = (name) => () => load(like(name, { name: `engine-${name}`, targets: lineup() }), JOURNAL());
+  const engines = (name) => () => load(like(name, { name: `engine-${name}`, targets: lineup() }), SQLITE());
   return [
     { name: 'engine-get', run: engines('get') },
     { name: 'engine-list-user', run: engines('list-user') },
@@ -71,7 +67,7 @@ export function engineScenarios(context) {
             targets: lineup(),
             request: () => buildRequest('GET', '/api/v1/chat-sessions?limit=50', { headers: { authorization: `Bearer ${token('bench-user-0')}` } }),
           }),
-          JOURNAL(),
+          SQLITE(),
         ),
     },
     { name: 'engine-create-64', run: withDisk('engine-create-64', engines('create-64')) },
@@ -94,36 +90,12 @@ export function engineScenarios(context) {
         await load(like('create-64', { name: 'pg-instances-create-64', targets: targets() }), PG_ONE());
       },
     },
-    {
-      name: 'journal-seam',
-      optIn: true,
-      run: async () => {
-        const { before, seam } = seamCommits();
-        const now = `${git('rev-parse', '--short=7', 'HEAD')}${git('status', '--porcelain', '--untracked-files=no') === '' ? '' : ' + local changes'}`;
-        const builds = [
-          { label: `before the seam (${before.slice(0, 7)}), Node ${v(NODE_OLDEST)}`, server: oldBuild(before) },
-          ...(seam === undefined ? [] : [{ label: `the seam itself (${seam.slice(0, 7)}), Node ${v(NODE_OLDEST)}`, server: oldBuild(seam) }]),
-          { label: `now (${now}), Node ${v(NODE_OLDEST)}` },
-        ];
-        seamLabels = { before: builds[0].label, seam: builds.length === 3 ? builds[1].label : undefined, now: builds.at(-1).label };
-        const targets = () => builds.map((b) => ({ ...b, node: NODE_OLDEST }));
-        // a 5% threshold needs more rounds than the default 3 to stand out of the noise; bothOrders
-        // rounds them up to a multiple of the number of builds, each build first in as many
-        const rounds = ctx.opts.quick ? undefined : Math.max(ctx.opts.rounds, 8);
-        for (const name of ['get', 'create-64']) {
-          const t = targets();
-          await load(like(name, { name: `seam-${name}`, targets: t, rounds, alternate: true, bothOrders: true }), t[0].label);
-        }
-      },
-    },
   ];
 }
 
-/** The engines side by side: the journal on its Node (the reference), on Node 24, sqlite, and postgres when installed. */
+/** The engines side by side: sqlite (the reference), and postgres when installed. */
 function lineup() {
-  const t = [{ label: JOURNAL(), node: NODE_OLDEST }];
-  if (v(NODE_24) !== v(NODE_OLDEST)) t.push({ label: JOURNAL_24(), node: NODE_24 });
-  t.push({ label: SQLITE(), node: NODE_24, env: { STORE: 'sqlite' } });
+  const t = [{ label: SQLITE(), node: NODE_OLDEST, env: { STORE: 'sqlite' } }];
   if (postgresInstalled()) t.push(pgTarget(POSTGRES()));
   return t;
 }
@@ -187,8 +159,8 @@ function postgresInstalled() {
   return false;
 }
 
-/** The private cluster, started on first need; undefined when PostgreSQL is not installed. */
-async function postgres() {
+/** The private cluster, started on first need; undefined when PostgreSQL is not installed (bench/peers.mjs shares it). */
+export async function postgres() {
   if (!postgresInstalled()) return undefined;
   if (pg === undefined) {
     ctx.progress('starting a private PostgreSQL cluster (fsync, synchronous_commit and full_page_writes on)...');
@@ -220,7 +192,7 @@ export async function stopEngines() {
 }
 
 /** CPU seconds of the postmaster and its children (the backends serving the pools). */
-function clusterCpu(cluster) {
+export function clusterCpu(cluster) {
   const root = cluster.pid;
   let children = [];
   try {
@@ -274,72 +246,7 @@ function pgTarget(label, { instances = 1, env = {} } = {}) {
   };
 }
 
-// ---- the journal before the store seam ----
-
-const git = (...args) => execFileSync('git', ['-C', ROOT, ...args], { encoding: 'utf8' }).trim();
-let seamLabels; // the three builds' labels, once journal-seam has run
-
-/**
- * The builds to compare with now: `before`, the parent of the commit "Store seam: ..." (the last
- * journal-only build), and `seam`, that commit itself, which tells what the interface cost from
- * what came after it; with --seam-base, that build alone.
- */
-function seamCommits() {
-  try {
-    if (ctx.opts.seamBase !== undefined) return { before: git('rev-parse', '--verify', `${ctx.opts.seamBase}^{commit}`) };
-    const seam = git('log', '--format=%H', '-1', '--grep=^Store seam: ', 'HEAD');
-    if (seam === '') throw new Error('no commit "Store seam: ..." in this history; name the build to compare with --seam-base=REF');
-    return { before: git('rev-parse', `${seam}^`), seam };
-  } catch (e) {
-    throw new Error(`journal-seam needs git and this repository's history: ${e.message.split('\n')[0]}`);
-  }
-}
-
-/**
- * dist/server.js of an older commit, built once into $TMPDIR from `git archive` (no worktree is
- * registered in the repository) with its own `npm ci`, and kept there for the next run
- * (rm -rf $TMPDIR/csa-bench-build-* to drop it).
- */
-function oldBuild(commit) {
-  const dir = join(tmpdir(), `csa-bench-build-${commit.slice(0, 12)}`);
-  const server = join(dir, 'dist', 'server.js');
-  if (existsSync(server)) {
-    ctx.progress(`journal-seam: reusing the build of ${commit.slice(0, 7)} in ${dir}`);
-    return server;
-  }
-  ctx.progress(`journal-seam: building ${commit.slice(0, 7)} in ${dir} (git archive, npm ci, node build.mjs)...`);
-  rmSync(dir, { recursive: true, force: true });
-  mkdirSync(dir, { recursive: true });
-  try {
-    const tar = execFileSync('git', ['-C', ROOT, 'archive', '--format=tar', commit], { maxBuffer: 1 << 30 });
-    execFileSync('tar', ['-x', '-C', dir], { input: tar });
-    execFileSync('npm', ['ci', '--no-audit', '--no-fund', '--loglevel=error'], { cwd: dir, stdio: ['ignore', 2, 2] });
-    execFileSync(NODE_OLDEST, ['build.mjs'], { cwd: dir, stdio: ['ignore', 2, 2] });
-  } catch (e) {
-    rmSync(dir, { recursive: true, force: true });
-    throw new Error(`journal-seam: building ${commit.slice(0, 7)} failed: ${e.message.split('\n')[0]}`);
-  }
-  return server;
-}
-
-// ---- sqlite and the journal at scale ----
-
-/** The scale data set as a sqlite data directory, made once per run by bench/datagen-sqlite.mjs on Node 24. */
-const sqliteSets = new Map();
-function sqliteDataSet(sessions, turns) {
-  const key = `${sessions}-${turns}`;
-  let d = sqliteSets.get(key);
-  if (d === undefined) {
-    const dir = join(ctx.runDir(), `sqlite-${key}`);
-    ctx.progress(`generating the same data set as a sqlite file (bench/datagen-sqlite.mjs, Node ${v(NODE_24)})...`);
-    const r = spawnSync(NODE_24, [join(ROOT, 'bench', 'datagen-sqlite.mjs'), dir, String(sessions), String(turns)], { encoding: 'utf8', maxBuffer: 1 << 24 });
-    if (r.status !== 0) throw new Error(`bench/datagen-sqlite.mjs failed (${r.status ?? r.signal}): ${r.stderr.trim().split('\n').slice(-5).join(' | ')}`);
-    d = { dir, ...JSON.parse(r.stdout.trim().split('\n').at(-1)) };
-    sqliteSets.set(key, d);
-    ctx.progress(`generated ${sessions} sessions + ${turns} turns as sqlite: ${(d.fileBytes / 2 ** 20).toFixed(0)} MiB in ${(d.ms / 1000).toFixed(1)} s (checked through the engine)`);
-  }
-  return d;
-}
+// ---- sqlite at scale ----
 
 /**
  * What a server answers about the data set, to compare engines: counts from /metrics, a few
@@ -437,19 +344,13 @@ const fmt = (n) => (n >= 1e6 && n % 1e6 === 0 ? `${n / 1e6}M` : n >= 1e3 && n % 
 async function sqliteScale() {
   const sessions = ctx.opts.scale;
   const turns = 2 * sessions;
-  const journal = ctx.dataSet(sessions, turns);
-  const sqlite = sqliteDataSet(sessions, turns);
-  const j = await startAndServe({ engine: 'journal', label: JOURNAL(), node: NODE_OLDEST, dir: journal.dir, sessions, turns, runs: ctx.opts.replayRuns, openLine: 'journal replayed', fileBytes: journal.bytes, genMs: journal.genMs });
-  const s = await startAndServe({ engine: 'sqlite', label: SQLITE(), node: NODE_24, env: { STORE: 'sqlite' }, dir: sqlite.dir, sessions, turns, runs: 3, openLine: 'sqlite store opened', fileBytes: sqlite.fileBytes, genMs: sqlite.ms });
-  // the same data through both servers: same counts, the same answers byte for byte (ETags included)
+  const sqlite = ctx.dataSet(sessions, turns);
+  const s = await startAndServe({ engine: 'sqlite', label: SQLITE(), node: NODE_OLDEST, env: { STORE: 'sqlite' }, dir: sqlite.dir, sessions, turns, runs: 3, openLine: 'sqlite store opened', fileBytes: sqlite.bytes, genMs: sqlite.genMs });
+  // the server reports what was generated
   const want = { sessions, turns, storeBytes: sqlite.storeBytes };
-  for (const [name, got] of [['journal', j], ['sqlite', s]]) {
-    for (const k of Object.keys(want)) if (got[k] !== want[k]) throw new Error(`the ${name} server reports ${k} = ${got[k]}, the data set has ${want[k]}`);
-  }
-  const differ = j.answers.findIndex((a, i) => a !== s.answers[i]);
-  if (differ !== -1) throw new Error(`the journal and sqlite servers answer differently:\n  journal: ${j.answers[differ].slice(0, 300)}\n  sqlite:  ${s.answers[differ]?.slice(0, 300)}`);
+  for (const k of Object.keys(want)) if (s[k] !== want[k]) throw new Error(`the sqlite server reports ${k} = ${s[k]}, the data set has ${want[k]}`);
   ctx.report.notes.push(
-    `sqlite-scale: the sqlite file was checked through the engine (counters, usage rows, versions) and then through both servers: /metrics counts ${sessions} sessions, ${turns} turns and ${want.storeBytes} JSON bytes on each, and ${j.answers.length} answers (sessions by id with their ETags, a user's and a project's list, a session's turns) are the same bytes from the journal and from sqlite.`,
+    `sqlite-scale: the sqlite file was checked through the engine (counters, usage rows, versions) and then through the server: /metrics counts ${sessions} sessions, ${turns} turns and ${want.storeBytes} JSON bytes, and ${s.answers.length} answers (sessions by id, a user's and a project's list, a session's turns) were read.`,
   );
 }
 
@@ -478,7 +379,7 @@ export function renderEngines() {
   if (rows.length > 0) {
     L.push('## Engines', '');
     L.push(
-      "Same requests, same rounds: the baseline, then each target, round after round. **× first row**: req/s over the req/s of the scenario's first row (the journal on its Node, one PostgreSQL instance, group commit on, or the build before the seam), round by round: the median of the rounds' ratios, and in brackets the lowest and highest. CPU: share of one core of the server(s) / the PostgreSQL cluster / the load generator. Writes per commit: from the servers' commit counters. Event-loop delay: p99 over the measured windows of the servers' `nodejs_eventloop_delay_seconds` (a 10 ms timer's lateness; interpolated within its bucket, as Prometheus does).",
+      "Same requests, same rounds: the baseline, then each target, round after round. **× first row**: req/s over the req/s of the scenario's first row (sqlite, one PostgreSQL instance, or group commit on), round by round: the median of the rounds' ratios, and in brackets the lowest and highest. CPU: share of one core of the server(s) / the PostgreSQL cluster / the load generator. Writes per commit: from the servers' commit counters. Event-loop delay: p99 over the measured windows of the servers' `nodejs_eventloop_delay_seconds` (a 10 ms timer's lateness; interpolated within its bucket, as Prometheus does).",
       '',
     );
     L.push('| scenario | target | conns | req/s | × first row | × baseline | p50 ms | p99 ms | errors | CPU % server/db/gen | main thread µs/req (busy %) | writes per commit | event-loop delay p99 ms |');
@@ -495,9 +396,9 @@ export function renderEngines() {
     L.push('');
   }
   if (scale.length > 0) {
-    L.push('## sqlite and the journal at scale', '');
+    L.push('## sqlite at scale', '');
     L.push(
-      'The same data set in each engine\'s format (bench/datagen.mjs, bench/datagen-sqlite.mjs), page cache warm. Start: spawn to the first /healthz 200 (median of the runs); open: the engine\'s own log line (journal replayed / sqlite store opened). RSS after reads: once the last start has served a read load (50 connections: sessions by id, users\' lists and sessions\' turns, at random over the whole set); peak = VmHWM.',
+      'A data set written as a sqlite file (bench/datagen-sqlite.mjs), page cache warm. Start: spawn to the first /healthz 200 (median of the runs); open: the engine\'s own log line (sqlite store opened). RSS after reads: once the last start has served a read load (50 connections: sessions by id, users\' lists and sessions\' turns, at random over the whole set); peak = VmHWM.',
       '',
     );
     L.push('| engine | data set | file MiB | generated in s | runs | start → /healthz s | open s | RSS at start MiB | read load req/s (errors) | RSS after reads MiB | peak RSS MiB |');
@@ -518,48 +419,27 @@ export function engineTargets() {
   const add = (what, measured, met) => out.push(`| ${what} | ${measured} | ${met === undefined ? '–' : met ? 'yes' : '**no**'} |`);
   const versus = (scenario, label, refLabel) => paired(row(scenario, label), row(scenario, refLabel));
   const x2 = (p) => `${p.median.toFixed(2)}${spread(p)}`;
-  const sq = [
-    ['engine-get', 'GET by id', 0.7],
-    ['engine-list-user', "list of 50 (a user's)", 0.5],
-    ['engine-list-project', "list of 50 (a project's)", 0.5],
-    ['engine-list-page', "list of 50 (a user's) as a page, `limit=50` (for reference)", 0.5],
-    ['engine-create-64', 'durable create, 64 clients', 0.25],
-  ];
-  for (const [scenario, what, min] of sq) {
-    const x = versus(scenario, SQLITE(), JOURNAL());
-    const x24 = versus(scenario, SQLITE(), JOURNAL_24());
-    if (x !== undefined) add(`#11 sqlite ÷ journal, ${what} ≥ ${min}`, `${x2(x)}; ÷ the journal on Node 24: ${x24 === undefined ? '–' : x2(x24)}`, x.median >= min);
+  // #11's ratios were to the journal, retired: sqlite's rows are the reference now, their ratio to the baseline the figure to follow
+  for (const [scenario, what] of [
+    ['engine-get', 'GET by id'],
+    ['engine-list-user', "list of 50 (a user's)"],
+    ['engine-list-project', "list of 50 (a project's)"],
+    ['engine-list-page', "list of 50 (a user's) as a page, `limit=50`"],
+    ['engine-create-64', 'durable create, 64 clients'],
+  ]) {
+    const r = row(scenario, SQLITE());
+    if (r !== undefined) add(`#11 sqlite, ${what}: × the baseline (no target since the journal, its reference, was retired)`, `${r.ratio.toFixed(2)}: ${num(r.rps)} req/s, main thread ${r.mainUs.toFixed(1)} µs/req`);
   }
   const creates = row('engine-create-64', SQLITE());
   if (creates !== undefined) {
     add('#11 sqlite: event-loop delay p99 < 10 ms while creates run (64 clients)', creates.eldSamples > 0 ? `${ms(creates.eldP99 * 1000)} ms over ${creates.eldSamples} samples` : 'not measured', creates.eldSamples > 0 ? creates.eldP99 < 0.01 : undefined);
   }
   const sqs = scale.find((s) => s.engine === 'sqlite');
-  const js = scale.find((s) => s.engine === 'journal');
   if (sqs !== undefined) {
     const exact = sqs.sessions === 1_000_000;
     const note = exact ? '' : ' (target is for 1M + 2M; a smaller set measured)';
-    add(`#11 sqlite with ${sqs.dataLabel}: start < 1 s${note}`, `${(sqs.startMs / 1000).toFixed(2)} s to /healthz (journal: ${js === undefined ? '–' : `${(js.startMs / 1000).toFixed(1)} s`})`, exact ? sqs.startMs < 1000 : undefined);
-    add(`#11 sqlite with ${sqs.dataLabel}: RSS < 300 MiB serving reads${note}`, `${num(sqs.rssMiB)} MiB after ${sqs.seconds} s of reads, peak ${num(sqs.peakMiB)} (journal: ${js === undefined ? '–' : `${num(js.rssMiB)} MiB`})`, exact ? sqs.rssMiB < 300 : undefined);
-  }
-  for (const name of seamLabels === undefined ? [] : ['get', 'create-64']) {
-    const scenario = `seam-${name}`;
-    const what = name === 'get' ? 'GET by id' : 'durable create, 64 clients';
-    const { before, seam, now } = seamLabels;
-    // each build's median over all its rounds (each build was first in as many of them, bothOrders), not
-    // the rounds' paired ratios: which server is first moves a round's ratio more than the 5% asked about
-    const measured = (label) => {
-      const a = row(scenario, label);
-      const b = row(scenario, before);
-      if (a === undefined || b === undefined) return undefined;
-      const x = a.rps / b.rps;
-      const p = versus(scenario, label, before);
-      return { x, text: `req/s ${x.toFixed(2)} (${num(b.rps)} → ${num(a.rps)}; the rounds' paired ratios ${x2(p)}); main thread µs/req ${b.mainUs.toFixed(1)} → ${a.mainUs.toFixed(1)}, × ${(a.mainUs / b.mainUs).toFixed(2)}` };
-    };
-    const s = seam === undefined ? undefined : measured(seam);
-    if (s !== undefined) add(`#11 the journal with the new interface (the seam commit) ÷ before it, ${what} ≥ 0.95`, s.text, s.x >= 0.95);
-    const n = measured(now);
-    if (n !== undefined) add(`#11 the journal now ÷ before the store seam, ${what} ≥ 0.95`, n.text, n.x >= 0.95);
+    add(`#11 sqlite with ${sqs.dataLabel}: start < 1 s${note}`, `${(sqs.startMs / 1000).toFixed(2)} s to /healthz`, exact ? sqs.startMs < 1000 : undefined);
+    add(`#11 sqlite with ${sqs.dataLabel}: RSS < 300 MiB serving reads${note}`, `${num(sqs.rssMiB)} MiB after ${sqs.seconds} s of reads, peak ${num(sqs.peakMiB)}`, exact ? sqs.rssMiB < 300 : undefined);
   }
   for (const [scenario, what] of [
     ['engine-create-64', 'durable create, 64 clients'],
@@ -568,8 +448,8 @@ export function engineTargets() {
     ['engine-list-project', "list of 50 (a project's)"],
     ['engine-list-page', "list of 50 (a user's) as a page"],
   ]) {
-    const x = versus(scenario, POSTGRES(), JOURNAL());
-    if (x !== undefined) add(`#12 postgres ÷ journal, ${what} (no target)`, `${x2(x)}: ${num(row(scenario, POSTGRES()).rps)} against ${num(row(scenario, JOURNAL()).rps)} req/s`);
+    const x = versus(scenario, POSTGRES(), SQLITE());
+    if (x !== undefined) add(`#12 postgres ÷ sqlite, ${what} (no target)`, `${x2(x)}: ${num(row(scenario, POSTGRES()).rps)} against ${num(row(scenario, SQLITE()).rps)} req/s`);
   }
   const gc = versus('pg-group-commit', POSTGRES(), PG_NO_GROUP());
   if (gc !== undefined) add('#12 postgres group commit ÷ GROUP_COMMIT=off, durable create at 64 clients ≥ 3', `${x2(gc)}: ${num(row('pg-group-commit', POSTGRES()).rps)} against ${num(row('pg-group-commit', PG_NO_GROUP()).rps)} creates/s`, gc.median >= 3);

@@ -4,10 +4,9 @@
 // connections create sessions for a window, then append turns of about 1 KiB of Zipf-drawn words
 // (search-scale's texts) to 1,024 sessions for a window, and again by 4 connections (a light
 // load: what one write waits for). Durable (FSYNC on) on every engine.
-// sqlite indexes after the commit, the journal on its index thread: a window ends with names and
-// turns not indexed yet, so after it the server is left until they are, and that time is counted
-// in its rate (`chat_session_api_sqlite_search_unindexed`, `..._journal_search_unindexed`), so
-// work moved after the window is not work saved.
+// sqlite indexes after the commit: a window ends with names and turns not indexed yet, so after
+// it the server is left until they are, and that time is counted in its rate
+// (`chat_session_api_sqlite_search_unindexed`), so work moved after the window is not work saved.
 import { copyFileSync, mkdtempSync, readdirSync, renameSync } from 'node:fs';
 import { join } from 'node:path';
 import { api, cpuSecondsOf, EXAMPLE_PROVIDERS, median, SECRET, SERVER, sleep, startProcess, token } from './common.mjs';
@@ -102,7 +101,7 @@ async function window(ctx, p, engine, request, connections = CONNS) {
   return { rate: r.requests / (r.seconds + drainMs / 1000), p50: percentile(sorted, 0.5), p99: percentile(sorted, 0.99), drainMs, cpuMs: (cpu * 1000) / r.requests };
 }
 
-/** Waits until what sqlite queued for the index, or what the journal handed its index thread, is taken (PostgreSQL indexes in the commit; with SEARCH=off there is nothing to take). */
+/** Waits until what sqlite queued for the index is taken (PostgreSQL indexes in the commit; with SEARCH=off there is nothing to take). */
 async function drained(port, engine) {
   if (engine === 'postgres') return;
   for (;;) {
@@ -121,7 +120,7 @@ function summary(runs) {
 function render(rows, notes, rounds) {
   const L = ['## What the search index costs the writes (`index-cost`)', ''];
   L.push(
-    `Durable writes by ${CONNS} connections with \`SEARCH=on\` against \`SEARCH=off\`, fresh stores, medians of ${rounds} round(s) in alternating order: creates (a name of five words), then appends of about 1 KiB of Zipf-drawn words to ${SESSIONS.toLocaleString('en')} sessions by ${CONNS} connections (the server saturated: what it can take) and by ${LIGHT_CONNS} (what one write waits for when it is not). A rate counts the time sqlite's queue, or what the journal handed its index thread, took to empty after its window. Target: on at most 20% slower than off.`,
+    `Durable writes by ${CONNS} connections with \`SEARCH=on\` against \`SEARCH=off\`, fresh stores, medians of ${rounds} round(s) in alternating order: creates (a name of five words), then appends of about 1 KiB of Zipf-drawn words to ${SESSIONS.toLocaleString('en')} sessions by ${CONNS} connections (the server saturated: what it can take) and by ${LIGHT_CONNS} (what one write waits for when it is not). A rate counts the time sqlite's queue took to empty after its window. Target: on at most 20% slower than off.`,
     '',
     '| engine | write | off /s | on /s | on ÷ off | p50 off ms | p50 on ms | p99 off ms | p99 on ms | CPU µs/write off | CPU µs/write on | met? |',
     '|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|',

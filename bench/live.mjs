@@ -11,12 +11,12 @@
 // progress to stderr. The subscribers of the throughput rounds live in a child process of
 // their own (this file with --sink), so the load generator's process does not read them.
 import { spawn } from 'node:child_process';
-import { copyFileSync, existsSync, mkdirSync, mkdtempSync, rmSync, statSync } from 'node:fs';
+import { copyFileSync, mkdirSync, mkdtempSync, rmSync } from 'node:fs';
 import { connect } from 'node:net';
 import { tmpdir } from 'node:os';
-import { dirname, join } from 'node:path';
+import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { api, cpuSecondsOf, EXAMPLE_PROVIDERS, median, memoryOf, SECRET, SERVER, sleep, startProcess, token } from './common.mjs';
+import { api, cpuSecondsOf, EXAMPLE_PROVIDERS, median, memoryOf, NODE_OLDEST, SECRET, SERVER, sleep, startProcess, token } from './common.mjs';
 import { buildRequest, percentile, runLoad } from './loadgen.mjs';
 
 const HERE = fileURLToPath(import.meta.url);
@@ -124,8 +124,9 @@ async function startServer(dir, env, name) {
   return startProcess({
     script: SERVER,
     cwd: dir,
+    node: NODE_OLDEST,
     logFile: join(dir, `${name}.log`),
-    env: { DATA_DIR: dir, AUTH_SECRET: SECRET, LOG_LEVEL: 'warn', HOST: '127.0.0.1', EVENTS_HEARTBEAT: '10m', ...env },
+    env: { DATA_DIR: dir, AUTH_SECRET: SECRET, LOG_LEVEL: 'warn', HOST: '127.0.0.1', EVENTS_HEARTBEAT: '10m', STORE: 'sqlite', ...env },
   });
 }
 
@@ -336,50 +337,50 @@ const ms = (v) => (Math.abs(v) < 10 ? v.toFixed(2) : v.toFixed(1));
 /**
  * Deltas of 20 characters to streaming turns, 8 clients each on a turn of its own, one delta
  * after another: to small turns, then to turns of 400 KB (what a delta costs an engine that
- * rewrites the whole turn), journal and sqlite. Also the journal's growth per delta.
+ * rewrites the whole turn), on sqlite and on PostgreSQL (when installed, fsync on).
  */
 async function deltas(dir, { durationMs }, progress) {
-  const node24 = join(dirname(SERVER), '..', 'node_modules', 'node', 'bin', 'node');
   const out = [];
-  for (const engine of ['journal', 'sqlite']) {
-    const at = join(dir, `deltas-${engine}`);
-    mkdirSync(at, { recursive: true });
-    copyFileSync(EXAMPLE_PROVIDERS, join(at, 'providers.json'));
-    const server = await startProcess({
-      script: SERVER,
-      cwd: at,
-      logFile: join(at, 'server.log'),
-      node: engine === 'sqlite' && existsSync(node24) ? node24 : process.execPath,
-      env: { DATA_DIR: at, AUTH_SECRET: SECRET, LOG_LEVEL: 'warn', HOST: '127.0.0.1', STORE: engine, BODY_LIMIT: '2mb', COMPACT_MIN_SIZE: '1gb' },
-    });
-    try {
-      const row = { engine };
-      for (const [size, start] of [['small', 'x'.repeat(100)], ['400 KB', 'x'.repeat(400_000)]]) {
-        const auth = token('delta-writer');
-        const s = await api(server.port, 'POST', '/api/v1/chat-sessions', { auth, body: { projectId: 'p', providerId: PROVIDER, selectedModel: 'm' } });
-        const turns = [];
-        for (let i = 0; i < 8; i++) turns.push((await api(server.port, 'POST', `/api/v1/chat-sessions/${s.body.data._id}/turns`, { auth, body: { role: 'assistant', content: start, status: 'streaming' } })).body.data._id);
-        const file = engine === 'journal' ? join(at, 'sessions.journal') : undefined;
-        const bytesBefore = file === undefined ? 0 : statSync(file).size;
-        let done = 0;
-        const until = Date.now() + durationMs;
-        await Promise.all(
-          turns.map(async (id) => {
-            while (Date.now() < until) {
-              const r = await api(server.port, 'POST', `/api/v1/chat-sessions/${s.body.data._id}/turns/${id}/deltas`, { auth, body: { text: 'twenty characters!!!' } });
-              if (r.status !== 200) throw new Error(`delta: ${r.status} ${r.text}`);
-              done++;
-            }
-          }),
-        );
-        row[size] = done / (durationMs / 1000);
-        if (file !== undefined) row[`${size} bytes`] = (statSync(file).size - bytesBefore) / done;
-        progress(`deltas ${engine} ${size}: ${Math.round(row[size])}/s`);
+  const { postgresMissing, startCluster } = await import('../test/pg/cluster.mjs');
+  const missing = postgresMissing();
+  const cluster = missing === undefined ? await startCluster({ settings: { fsync: 'on', synchronous_commit: 'on', full_page_writes: 'on' } }) : undefined;
+  try {
+    for (const engine of ['sqlite', 'postgres']) {
+      if (engine === 'postgres' && cluster === undefined) {
+        out.push({ engine, skipped: missing });
+        continue;
       }
-      out.push(row);
-    } finally {
-      await server.stop();
+      const at = join(dir, `deltas-${engine}`);
+      const env = { STORE: engine, BODY_LIMIT: '2mb', ...(engine === 'postgres' ? { DATABASE_URL: cluster.url('postgres'), DATABASE_SCHEMA: 'bench_deltas' } : {}) };
+      const server = await startServer(at, env, 'deltas');
+      try {
+        const row = { engine };
+        for (const [size, start] of [['small', 'x'.repeat(100)], ['400 KB', 'x'.repeat(400_000)]]) {
+          const auth = token('delta-writer');
+          const s = await api(server.port, 'POST', '/api/v1/chat-sessions', { auth, body: { projectId: 'p', providerId: PROVIDER, selectedModel: 'm' } });
+          const turns = [];
+          for (let i = 0; i < 8; i++) turns.push((await api(server.port, 'POST', `/api/v1/chat-sessions/${s.body.data._id}/turns`, { auth, body: { role: 'assistant', content: start, status: 'streaming' } })).body.data._id);
+          let done = 0;
+          const until = Date.now() + durationMs;
+          await Promise.all(
+            turns.map(async (id) => {
+              while (Date.now() < until) {
+                const r = await api(server.port, 'POST', `/api/v1/chat-sessions/${s.body.data._id}/turns/${id}/deltas`, { auth, body: { text: 'twenty characters!!!' } });
+                if (r.status !== 200) throw new Error(`delta: ${r.status} ${r.text}`);
+                done++;
+              }
+            }),
+          );
+          row[size] = done / (durationMs / 1000);
+          progress(`deltas ${engine} ${size}: ${Math.round(row[size])}/s`);
+        }
+        out.push(row);
+      } finally {
+        await server.stop();
+      }
     }
+  } finally {
+    await cluster?.destroy();
   }
   return out;
 }
@@ -388,7 +389,7 @@ function render({ fan, thr, pg, dl }) {
   const L = ['## Live feed', ''];
   if (fan !== undefined) {
     L.push(
-      `Fan-out: ${int(fan.subscribers)} event streams of one user on one instance (journal), opened in ${fan.openSeconds.toFixed(1)} s; ${fan.writes} renames one after another, each event awaited at every stream. Time from the write's acknowledgement (its 200 at the client) to its event at the last stream. The server writes an event to the streams before it answers the write (p50 of the first stream's event: ${ms(Math.abs(fan.first.p50))} ms ${fan.first.p50 < 0 ? 'before' : 'after'} the acknowledgement); what follows is mostly the client reading ${int(fan.subscribers)} sockets.`,
+      `Fan-out: ${int(fan.subscribers)} event streams of one user on one instance (sqlite), opened in ${fan.openSeconds.toFixed(1)} s; ${fan.writes} renames one after another, each event awaited at every stream. Time from the write's acknowledgement (its 200 at the client) to its event at the last stream. The server writes an event to the streams before it answers the write (p50 of the first stream's event: ${ms(Math.abs(fan.first.p50))} ms ${fan.first.p50 < 0 ? 'before' : 'after'} the acknowledgement); what follows is mostly the client reading ${int(fan.subscribers)} sockets.`,
       '',
       '| measure | value |',
       '|---|---:|',
@@ -403,7 +404,7 @@ function render({ fan, thr, pg, dl }) {
     const change = (x) => `${((x / thr.rps.none - 1) * 100).toFixed(1)}%`;
     const rounds = (k) => thr.rows[k].map(int).join(', ');
     L.push(
-      `Throughput: 64 clients renaming the sessions of ${int(thr.subscribers)} users (journal), without event streams; with ${int(thr.subscribers)} streams of other users (open, but no event is for them); and with each writing user's own feed open (every write's event is written to one of ${int(thr.subscribers)} streams). Rounds interleaved, median of each; the main thread's CPU time per rename is the server's own cost, steadier than req/s on a shared machine.`,
+      `Throughput: 64 clients renaming the sessions of ${int(thr.subscribers)} users (sqlite), without event streams; with ${int(thr.subscribers)} streams of other users (open, but no event is for them); and with each writing user's own feed open (every write's event is written to one of ${int(thr.subscribers)} streams). Rounds interleaved, median of each; the main thread's CPU time per rename is the server's own cost, steadier than req/s on a shared machine.`,
       '',
       '| streams | renames/s | change | main thread µs per rename | rounds (renames/s) |',
       '|---|---:|---:|---:|---|',
@@ -430,9 +431,9 @@ function render({ fan, thr, pg, dl }) {
     L.push(
       'Deltas of streaming turns: 8 clients, each appending 20 characters at a time to a streaming turn of its own, one delta after another (each committed before the next); to small turns, then to turns of 400 KB, which an engine that rewrites the turn writes whole each time.',
       '',
-      '| engine | deltas/s, small turns | deltas/s, 400 KB turns | journal bytes per delta |',
-      '|---|---:|---:|---:|',
-      ...dl.map((r) => `| ${r.engine} | ${int(r.small)} | ${int(r['400 KB'])} | ${r['small bytes'] === undefined ? '' : `${Math.round(r['small bytes'])} (small), ${Math.round(r['400 KB bytes'])} (400 KB)`} |`),
+      '| engine | deltas/s, small turns | deltas/s, 400 KB turns |',
+      '|---|---:|---:|',
+      ...dl.map((r) => (r.skipped !== undefined ? `| ${r.engine} | not measured: ${r.skipped} | |` : `| ${r.engine} | ${int(r.small)} | ${int(r['400 KB'])} |`)),
       '',
     );
   }

@@ -24,7 +24,7 @@ export function makeRunDir() {
 
 /** Starts a process (on the oldest supported Node unless `spec.node`) and remembers it so an interrupted run still stops it. */
 export async function start(spec) {
-  const p = await startProcess({ node: NODE_OLDEST, ...spec, logFile: join(runDir, `${String(++logSeq).padStart(2, '0')}-${spec.name}.log`) });
+  const p = await startProcess({ ...spec, node: spec.node ?? NODE_OLDEST, logFile: join(runDir, `${String(++logSeq).padStart(2, '0')}-${spec.name}.log`) });
   live.add(p);
   const stop = p.stop;
   p.stop = async () => {
@@ -40,7 +40,7 @@ export function startBaseline(args = []) {
 }
 
 /** `server` (dist/server.js) on `node` and `dataDir` (a fresh one with the example providers when not given). */
-export async function startApi({ name, env = {}, dataDir, profileName, node, server = SERVER }) {
+export async function startApi({ name, env = {}, dataDir, profileName, node, server = SERVER, timeoutMs }) {
   let dir = dataDir;
   if (dir === undefined) {
     dir = mkdtempSync(join(runDir, 'data-'));
@@ -48,7 +48,7 @@ export async function startApi({ name, env = {}, dataDir, profileName, node, ser
   }
   const nodeArgs =
     opts.profile && profileName !== undefined ? ['--cpu-prof', `--cpu-prof-dir=${profileDir}`, `--cpu-prof-name=${profileName}.cpuprofile`] : [];
-  const p = await start({ name, script: server, node, cwd: dir, nodeArgs, env: { DATA_DIR: dir, AUTH_SECRET: SECRET, LOG_LEVEL: opts.logLevel, HOST: '127.0.0.1', ...env } });
+  const p = await start({ name, script: server, node, cwd: dir, nodeArgs, timeoutMs, env: { DATA_DIR: dir, AUTH_SECRET: SECRET, LOG_LEVEL: opts.logLevel, HOST: '127.0.0.1', ...env } });
   p.api = true; // has /metrics
   return p;
 }

@@ -15,17 +15,15 @@ Options (each also an environment variable):
   --duration=S         measured seconds per round (default 3)          BENCH_DURATION
   --warmup=S           unmeasured seconds before each (default 1)      BENCH_WARMUP
   --scale=N            sessions (and 1 KiB turns) of the big data set  BENCH_SCALE (default 1000000)
-  --replay-runs=N      start-ups of the big data set (default 1)       BENCH_REPLAY_RUNS
+  --migrate-runs=N     migrate: first starts on the big journal (default 1) BENCH_MIGRATE_RUNS
   --cold-runs=N        cold starts (default 10)                        BENCH_COLD_RUNS
   --out                also write bench/results/latest.md              BENCH_OUT=1
   --profile            run the API servers of load scenarios under node --cpu-prof and add the
                        top self-time functions to the report (profiles in bench/results/profiles)
   --keep               keep the temporary directory (data, server logs)
-  --engines=a,b        engines the soak runs (default: journal, and sqlite  BENCH_ENGINES
-                       when this Node.js has node:sqlite; npm run bench runs on Node 24);
-                       search-scale and index-cost run these only (default: all three)
-  --seam-base=REF      journal-seam: the build to compare with (default: the parent of the
-                       commit "Store seam: ..."), built once in $TMPDIR    BENCH_SEAM_BASE
+  --engines=a,b        engines the soak runs (default: sqlite)            BENCH_ENGINES
+                       search-scale, index-cost and replies run these only
+                       (default: sqlite and postgres)
 The server runs with LOG_LEVEL from the environment (default info), its stdout to a log file.`;
 
 export const argv = process.argv.slice(2);
@@ -44,16 +42,15 @@ export const opts = {
   durationMs: num('duration', 'BENCH_DURATION', quick ? 1 : 3) * 1000,
   warmupMs: num('warmup', 'BENCH_WARMUP', quick ? 0.5 : 1) * 1000,
   scale: Math.round(num('scale', 'BENCH_SCALE', quick ? 100_000 : 1_000_000)),
-  replayRuns: Math.round(num('replay-runs', 'BENCH_REPLAY_RUNS', 1)),
+  migrateRuns: Math.round(num('migrate-runs', 'BENCH_MIGRATE_RUNS', 1)),
   coldRuns: Math.round(num('cold-runs', 'BENCH_COLD_RUNS', quick ? 3 : 10)),
   out: has('out') || process.env.BENCH_OUT === '1',
   profile: has('profile'),
   keep: has('keep'),
   logLevel: process.env.LOG_LEVEL ?? 'info',
-  engines: (flag('engines') ?? process.env.BENCH_ENGINES ?? 'journal,sqlite').split(',').filter((e) => e !== ''),
+  engines: (flag('engines') ?? process.env.BENCH_ENGINES ?? 'sqlite').split(',').filter((e) => e !== ''),
   /** The engines named with --engines / BENCH_ENGINES; undefined when none were. */
   enginesNamed: (flag('engines') ?? process.env.BENCH_ENGINES)?.split(',').filter((e) => e !== ''),
-  seamBase: flag('seam-base') ?? process.env.BENCH_SEAM_BASE,
   quick,
 };
 

@@ -1,19 +1,19 @@
 // The background purge under a read load (issue #14, "Measured"): a store holding 100,000
 // expired sessions, each with two turns of 1 KiB (bench/datagen.mjs's layout, dated 2024, so
 // RETENTION_DAYS=30 has them all gone), beside 50 live sessions that 32 connections read (GET by
-// id on half of them, the owner's list on the other half). Each engine runs twice from copies of
+// id on half of them, the owner's list on the other half). The server runs twice from copies of
 // the same data: with PURGE_INTERVAL=off (the reads alone), and with the purge on, which starts
 // with the server and deletes the expired sessions in batches of 100 while the reads run. The
 // reads are measured in windows of one second until the purge is done (the same number of
 // windows without it); the target is a read p99 under twice its value without the purge.
 //
-// Engines: journal (Node.js 20) and sqlite (the Node.js 24 of node_modules). PostgreSQL is not
-// run here (its purge deletes through the same batches; see bench/README.md).
+// Engine: sqlite, its store written by bench/datagen-sqlite.mjs (on the Node.js 24 of
+// node_modules, for node:sqlite). PostgreSQL is not run here (its purge deletes through the
+// same batches; see bench/README.md). The journal's row went with the journal.
 import { cpSync, copyFileSync, existsSync, mkdtempSync } from 'node:fs';
 import { execFileSync } from 'node:child_process';
 import { join } from 'node:path';
 import { api, EXAMPLE_PROVIDERS, NODE_24, NODE_OLDEST, ROOT, SECRET, SERVER, startProcess, token } from './common.mjs';
-import { generateDataDir } from './datagen.mjs';
 import { buildRequest, percentile, runLoad } from './loadgen.mjs';
 
 const CONNS = 32;
@@ -30,16 +30,15 @@ async function purgeLoad(ctx) {
   const expired = ctx.opts.quick ? 10_000 : 100_000;
   const rows = [];
   const notes = [];
-  for (const engine of ['journal', 'sqlite']) {
-    const node = engine === 'sqlite' ? NODE_24 : NODE_OLDEST;
-    if (engine === 'sqlite' && !existsSync(NODE_24)) {
-      notes.push('sqlite: skipped, node_modules has no Node.js 24 (npm ci)');
+  for (const engine of ['sqlite']) {
+    const node = NODE_OLDEST;
+    if (!existsSync(NODE_24)) {
+      notes.push('sqlite: skipped, node_modules has no Node.js 24 to write its store with (npm ci)');
       continue;
     }
     const seed = join(ctx.runDir(), `purge-seed-${engine}`);
     ctx.progress(`purge-load ${engine}: writing ${expired} expired sessions with ${2 * expired} turns...`);
-    if (engine === 'journal') generateDataDir(seed, { sessions: expired, turns: 2 * expired });
-    else execFileSync(NODE_24, [join(ROOT, 'bench', 'datagen-sqlite.mjs'), seed, String(expired), String(2 * expired)], { stdio: ['ignore', 'ignore', 2] });
+    execFileSync(NODE_24, [join(ROOT, 'bench', 'datagen-sqlite.mjs'), seed, String(expired), String(2 * expired)], { stdio: ['ignore', 'ignore', 2] });
     copyFileSync(EXAMPLE_PROVIDERS, join(seed, 'providers.json'));
     // the live sessions, written once by a server that does not purge, so both runs start from the same files
     const ids = await withServer(ctx, engine, node, seed, 'off', async (p) => {
@@ -108,7 +107,7 @@ async function withServer(ctx, engine, node, dir, purgeInterval, fn) {
 function render(rows, notes) {
   const L = ['## The purge under a read load (`purge-load`)', ''];
   L.push(
-    `Each engine's store holds ${rows[0]?.expired.toLocaleString('en') ?? '?'} sessions gone by RETENTION_DAYS=30 (two 1 KiB turns each) and ${LIVE} live ones that ${CONNS} connections read (GET by id, and the owner's list). Purge on: the background purge starts with the server and deletes in batches of 100 while the reads run, measured in ${WINDOW_MS / 1000} s windows until it is done; off: the same number of windows on a copy of the same files with PURGE_INTERVAL=off. Target: read p99 with the purge < 2 × without.`,
+    `The store holds ${rows[0]?.expired.toLocaleString('en') ?? '?'} sessions gone by RETENTION_DAYS=30 (two 1 KiB turns each) and ${LIVE} live ones that ${CONNS} connections read (GET by id, and the owner's list). Purge on: the background purge starts with the server and deletes in batches of 100 while the reads run, measured in ${WINDOW_MS / 1000} s windows until it is done; off: the same number of windows on a copy of the same files with PURGE_INTERVAL=off. Target: read p99 with the purge < 2 × without.`,
     '',
     '| engine | purge | windows (s) | reads | read p50 ms | read p99 ms | max ms | purged | p99 on ÷ off (< 2) |',
     '|---|---|---:|---:|---:|---:|---:|---:|---|',

@@ -15,7 +15,7 @@ import { render } from './report.mjs';
 import { groups, scenarios } from './scenarios.mjs';
 
 if (has('help') || has('h')) {
-  process.stdout.write(`${HELP.replace('%SCENARIOS%', scenarios.map((s) => s.name).join(' ')).replace('%OPTIN%', scenarios.filter((s) => s.optIn).map((s) => s.name).join(' ')).replace('%GROUPS%', Object.entries(groups).map(([g, l]) => `${g} (${l.join(' ')})`).join(', '))}\n`);
+  process.stdout.write(`${HELP.replace('%SCENARIOS%', scenarios.map((s) => s.name).join(' ')).replace('%OPTIN%', scenarios.filter((s) => s.optIn).map((s) => s.name).join(' ') || 'none now').replace('%GROUPS%', Object.entries(groups).map(([g, l]) => `${g} (${l.join(' ')})`).join(', '))}\n`);
   process.exit(0);
 }
 const named = [...argv.filter((a) => !a.startsWith('--')), ...(flag('only')?.split(',').filter((s) => s !== '') ?? [])];

@@ -4,11 +4,11 @@
 // 1/k as frequent as the first, as words are in real text). Then GET /api/v1/search by that user,
 // a page of 20, for a rare word (in one turn), a common one (in nearly every turn) and two in
 // between, each for a few seconds on a few connections; p50 and p99 per word. Every engine
-// (journal on Node 20, sqlite on Node 24, PostgreSQL on a private cluster when installed), each
-// on a fresh store, the same turns in the same order.
+// (sqlite, and PostgreSQL on a private cluster when installed, both on the oldest supported
+// Node.js at hand), each on a fresh store, the same turns in the same order.
 import { join } from 'node:path';
-import { copyFileSync, existsSync, mkdtempSync } from 'node:fs';
-import { api, EXAMPLE_PROVIDERS, memoryOf, NODE_24, NODE_OLDEST, SECRET, SERVER, startProcess, token } from './common.mjs';
+import { copyFileSync, mkdtempSync } from 'node:fs';
+import { api, EXAMPLE_PROVIDERS, memoryOf, NODE_OLDEST, SECRET, SERVER, startProcess, token } from './common.mjs';
 import { buildRequest, percentile, runLoad } from './loadgen.mjs';
 import { findPostgresBin, startCluster } from '../test/pg/cluster.mjs';
 
@@ -35,8 +35,7 @@ export function searchScaleScenarios(ctx) {
  */
 export function lineup(ctx) {
   const all = [
-    { engine: 'journal', node: NODE_OLDEST },
-    { engine: 'sqlite', node: NODE_24, missing: existsSync(NODE_24) ? undefined : 'node_modules has no Node.js 24 (npm ci)' },
+    { engine: 'sqlite', node: NODE_OLDEST },
     { engine: 'postgres', node: NODE_OLDEST, missing: findPostgresBin() === undefined ? 'PostgreSQL is not installed' : undefined },
   ].filter((e) => ctx.opts.enginesNamed === undefined || ctx.opts.enginesNamed.includes(e.engine));
   return { engines: all.filter((e) => e.missing === undefined), notes: all.filter((e) => e.missing !== undefined).map((e) => `${e.engine}: skipped, ${e.missing}`) };
@@ -87,8 +86,7 @@ async function searchScale(ctx) {
         cluster ??= await startCluster({ settings: { shared_buffers: '512MB', max_connections: 100 } });
         Object.assign(env, { DATABASE_URL: cluster.url('postgres'), DATABASE_SCHEMA: 'search_scale' });
       }
-      // the journal holds every turn and its words in memory: a million turns need more heap than Node's default
-      const p = await startProcess({ script: SERVER, cwd: dir, env, node: e.node, nodeArgs: e.engine === 'journal' ? ['--max-old-space-size=16384'] : [], logFile: join(ctx.runDir(), `search-scale-${e.engine}.log`), timeoutMs: 600_000 });
+      const p = await startProcess({ script: SERVER, cwd: dir, env, node: e.node, logFile: join(ctx.runDir(), `search-scale-${e.engine}.log`), timeoutMs: 600_000 });
       ctx.track(p);
       try {
         ctx.progress(`search-scale ${e.engine}: writing ${SESSIONS} sessions and ${turns} turns through the API...`);
