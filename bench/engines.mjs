@@ -33,8 +33,8 @@ const PG_TWO = () => `two instances on one database, Node ${v(NODE_OLDEST)}`;
 
 export const ENGINE_GROUPS = {
   engines: ['engine-get', 'engine-list-user', 'engine-list-project', 'engine-list-page', 'engine-create-64', 'sqlite-scale', 'pg-group-commit', 'pg-instances'],
-  sqlite: ['engine-get', 'engine-list-user', 'engine-list-project', 'engine-list-page', 'engine-create-64', 'sqlite-scale'],
-  postgres: ['engine-get', 'engine-list-user', 'engine-list-project', 'engine-list-page', 'engine-create-64', 'pg-group-commit', 'pg-instances'],
+  sqlite: ['engine-get', 'engine-list-user', 'engine-list-project', 'engine-list-page', 'engine-create-64', 'sqlite-scale', 'peer-sqlite'],
+  postgres: ['engine-get', 'engine-list-user', 'engine-list-project', 'engine-list-page', 'engine-create-64', 'pg-group-commit', 'pg-instances', 'peer-pg'],
 };
 
 /**
@@ -160,6 +160,10 @@ function postgresInstalled() {
 }
 
 /** The private cluster, started on first need; undefined when PostgreSQL is not installed (bench/peers.mjs shares it). */
+export async function postgresCluster() {
+  return postgres();
+}
+
 export async function postgres() {
   if (!postgresInstalled()) return undefined;
   if (pg === undefined) {
@@ -204,7 +208,7 @@ export function clusterCpu(cluster) {
 }
 
 /** A target of `instances` servers with STORE=postgres on one fresh schema, sharing the load. */
-function pgTarget(label, { instances = 1, env = {} } = {}) {
+export function pgTarget(label, { instances = 1, env = {} } = {}) {
   return {
     label,
     start: async () => {

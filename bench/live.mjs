@@ -163,6 +163,8 @@ async function fanOut(dir, { subscribers, writes }, progress) {
     MAX_CONNECTIONS: String(subscribers + 1000),
     MAX_STREAMS: String(subscribers + 500),
     MAX_STREAMS_PER_USER: String(subscribers + 500),
+    // one user holds every stream: its share of requests in flight must hold them too
+    MAX_REQUESTS_PER_USER: String(subscribers + 600),
   }, 'fanout');
   const streams = new Streams();
   try {

@@ -21,10 +21,13 @@ Options (each also an environment variable):
   --profile            run the API servers of load scenarios under node --cpu-prof and add the
                        top self-time functions to the report (profiles in bench/results/profiles)
   --keep               keep the temporary directory (data, server logs)
-  --engines=a,b        engines the soak runs (default: sqlite)            BENCH_ENGINES
-                       search-scale, index-cost and replies run these only
-                       (default: sqlite and postgres)
-The server runs with LOG_LEVEL from the environment (default info), its stdout to a log file.`;
+  --engines=a,b        engines the soak runs (default: sqlite,postgres;    BENCH_ENGINES
+                       PostgreSQL on the run's private cluster); search-scale,
+                       index-cost and replies run these only (default: both)
+  --soak-kinds=a,b     the soak's hostile clients to run (default: all)     BENCH_SOAK_KINDS
+The server runs with LOG_LEVEL from the environment (default info), its stdout to a log file.
+The peer scenarios (peer-pg, peer-sqlite) need Fastify and pg installed outside this repository:
+  npm install --prefix /work/peers fastify pg; BENCH_PEERS=/work/peers npm run bench -- peers`;
 
 export const argv = process.argv.slice(2);
 export const flag = (name) => argv.find((a) => a.startsWith(`--${name}=`))?.slice(name.length + 3);
@@ -48,7 +51,9 @@ export const opts = {
   profile: has('profile'),
   keep: has('keep'),
   logLevel: process.env.LOG_LEVEL ?? 'info',
-  engines: (flag('engines') ?? process.env.BENCH_ENGINES ?? 'sqlite').split(',').filter((e) => e !== ''),
+  engines: (flag('engines') ?? process.env.BENCH_ENGINES ?? 'sqlite,postgres').split(',').filter((e) => e !== ''),
+  /** The soak's hostile clients by name (bench/soak.mjs HOSTILE); undefined: all. */
+  soakKinds: (flag('soak-kinds') ?? process.env.BENCH_SOAK_KINDS)?.split(',').filter((e) => e !== ''),
   /** The engines named with --engines / BENCH_ENGINES; undefined when none were. */
   enginesNamed: (flag('engines') ?? process.env.BENCH_ENGINES)?.split(',').filter((e) => e !== ''),
   quick,

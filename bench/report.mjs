@@ -3,6 +3,7 @@ import { availableParallelism, cpus, loadavg, totalmem } from 'node:os';
 import { NODE_OLDEST, nodeVersion } from './common.mjs';
 import { renderConversations } from './conversations.mjs';
 import { engineTargets, renderEngines } from './engines.mjs';
+import { peerTargets, renderPeers } from './peers.mjs';
 import { report, sections } from './measure.mjs';
 import { loadAtStart, opts } from './options.mjs';
 import { READ_CONNS } from './scenarios.mjs';
@@ -108,16 +109,17 @@ export function render(wallSeconds) {
   }
   if (report.soak.length > 0) {
     L.push('## Soak: hostile clients beside a normal load', '');
-    L.push(`Each row: a fresh server on a copy of one seeded data set (64 users with 10 sessions of 5 turns, a user with 30,000 sessions, a project of 30,000 sessions, a session of 64 turns of 1000 KiB), the normal load alone (32 connections: each a user reading its sessions, its list and a page of turns of each, and writing a 1 KiB turn every fourth request), then the same load beside the hostile client. p99 of the normal load; peak RSS = the server's VmHWM over both runs. Servers run with \`MEMORY_LIMIT=1gb\`, as in a 1 GiB container. Ratios are the figures to compare across runs; the machine is shared.`, '');
-    L.push('| engine | hostile client (#16 item) | normal p99 alone ms | normal p99 beside it ms | ratio | normal req/s alone → beside | normal errors | the hostile client got | server peak RSS MiB |', '|---|---|---:|---:|---:|---|---:|---|---:|');
+    L.push(`Each row: a fresh server on a copy of one seeded data set (64 users with 10 sessions of 5 turns, a user with 30,000 sessions, a project of 30,000 sessions, a session of 64 turns of 1000 KiB), the normal load alone (32 connections: each a user reading its sessions, its list and a page of turns of each, and writing a 1 KiB turn every fourth request), then the same load beside the hostile client. p99 of the normal load; peak RSS = the server's VmHWM over both runs. Servers run with \`MEMORY_LIMIT=1gb\`, as in a 1 GiB container, and otherwise the defaults (\`MAX_CONNECTIONS\` 1000, \`MAX_REQUESTS_PER_USER\` 64). Ratios are the figures to compare across runs; the machine is shared.`, '');
+    L.push('| engine | hostile client (issue.item) | normal p99 alone ms | normal p99 beside it ms | ratio | normal req/s alone → beside | normal errors | the hostile client got | server peak RSS MiB |', '|---|---|---:|---:|---:|---|---:|---|---:|');
     for (const r of report.soak) {
       L.push(`| ${r.store} | ${r.kind} (${r.item}): ${r.what} | ${ms(r.p99Alone)} | ${ms(r.p99Under)} | ${(r.p99Under / r.p99Alone).toFixed(1)} | ${int(r.rpsAlone)} → ${int(r.rpsUnder)} | ${r.errorsUnder} | ${r.hostile} | ${int(r.peakMiB)} |`);
     }
     L.push('');
   }
   L.push(...renderEngines());
+  L.push(...renderPeers());
   L.push(...renderConversations(report));
-  const t = [...targets(), ...engineTargets()];
+  const t = [...targets(), ...engineTargets(), ...peerTargets()];
   if (t.length > 0) L.push('## Targets', '', '| target | measured | met |', '|---|---|---|', ...t, '');
   for (const section of sections) L.push(section, '');
   for (const p of report.profiles) L.push(`## CPU profile: ${p.name}`, '', p.table, '');

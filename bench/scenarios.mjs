@@ -11,9 +11,10 @@ import { replyScenarios } from './replies.mjs';
 import { searchScaleScenarios } from './search-scale.mjs';
 import { indexCostScenarios } from './index-cost.mjs';
 import { generateDataDir, PER_LIST } from './datagen.mjs';
-import { ENGINE_GROUPS, engineScenarios } from './engines.mjs';
+import { ENGINE_GROUPS, engineScenarios, postgresCluster } from './engines.mjs';
+import { PEER_GROUPS, peerScenarios } from './peers.mjs';
 import { buildRequest, percentile } from './loadgen.mjs';
-import { engineAvailable, seedDataDir, soakEngine } from './soak.mjs';
+import { engineMissing, seededStore, soakEngine } from './soak.mjs';
 import { live, report, runDir, runLoadScenario, sections, start, startApi, startBaseline } from './measure.mjs';
 import { opts, progress } from './options.mjs';
 
@@ -345,16 +346,19 @@ async function coldStart() {
 async function soak() {
   const conns = 32;
   for (const store of opts.engines) {
-    if (!engineAvailable(store)) {
-      report.notes.push(`soak: STORE=${store} skipped: Node.js ${process.version} cannot run it (npm run bench runs the pinned Node 24)`);
+    const missing = engineMissing(store);
+    if (missing !== undefined) {
+      report.notes.push(`soak: STORE=${store} skipped: ${missing}`);
       continue;
     }
-    const seedDir = join(runDir, `soak-seed-${store}`);
+    // PostgreSQL: the run's private cluster (bench/engines.mjs), durable as a production one
+    const cluster = store === 'postgres' ? await postgresCluster() : undefined;
+    if (store === 'postgres' && cluster === undefined) continue;
     progress(`soak ${store}: seeding...`);
-    const ids = seedDataDir(seedDir, store);
-    // as in a 1 GiB container, where the issue saw the process killed
-    const start = (name, dir, env) => startApi({ name, dataDir: dir, env: { MEMORY_LIMIT: '1gb', ...env } });
-    report.soak.push(...(await soakEngine({ store, seedDir, ids, start, conns, warmupMs: opts.warmupMs, durationMs: opts.durationMs * 2, progress, workDir: runDir })));
+    const seeded = await seededStore(store, { workDir: runDir, cluster });
+    // as in a 1 GiB container, where the issue saw the process killed; every engine on the Node.js 24 of node_modules
+    const start = (name, target, env) => startApi({ name, dataDir: target.dir, node: NODE_24, env: { MEMORY_LIMIT: '1gb', ...target.env, ...env } });
+    report.soak.push(...(await soakEngine({ store, seeded, start, conns, warmupMs: opts.warmupMs, durationMs: opts.durationMs * 2, progress, kinds: opts.soakKinds })));
   }
 }
 
@@ -369,6 +373,8 @@ export const scenarios = [
   { name: 'soak', run: soak },
   // the engines against each other (bench/engines.mjs)
   ...engineScenarios({ opts, progress, report, runDir: () => runDir, start, startApi, runLoadScenario, dataSet, scenario: (name) => loadScenarios.find((sc) => sc.name === name), seedLists, createRequest }),
+  // our engines against a Fastify app on the same database (bench/peers.mjs)
+  ...peerScenarios({ opts, progress, report, runDir: () => runDir, start, runLoadScenario, scenario: (name) => loadScenarios.find((sc) => sc.name === name), createRequest }),
   ...conversationScenarios({ opts, report, progress, runDir: () => runDir, track: (p) => live.add(p) }),
   // the background purge beside a read load (bench/purge.mjs), reported in a section of its own
   ...purgeScenarios({ opts, progress, runDir: () => runDir, track: (p) => live.add(p), sections }),
@@ -391,5 +397,6 @@ export const groups = {
   hostile: ['soak'],
   retention: ['purge-load'],
   ...ENGINE_GROUPS,
+  ...PEER_GROUPS,
   ...conversationGroups,
 };

@@ -1,14 +1,15 @@
-// The soak of `npm run bench -- soak` (#16): one hostile client of each kind the issue names,
-// each against a normal load on a fresh server, per engine. For each, the normal load runs
-// alone, then beside the hostile client; reported: the normal load's p99 both times (and their
-// ratio: the figure to read on a shared machine), its throughput, what the hostile client got
-// done or was refused, and the server's peak resident memory (VmHWM) over both runs.
+// The soak of `npm run bench -- soak` (#16, and #31's connection hoarder): one hostile client of
+// each kind the issues name, each against a normal load on a fresh server, per engine (sqlite
+// and PostgreSQL). For each, the normal load runs alone, then beside the hostile client;
+// reported: the normal load's p99 both times (and their ratio: the figure to read on a shared
+// machine), its throughput, what the hostile client got done or was refused, and the server's
+// peak resident memory (VmHWM) over both runs.
 import { spawnSync } from 'node:child_process';
-import { cpSync, mkdirSync, writeFileSync } from 'node:fs';
+import { cpSync, existsSync, mkdirSync, writeFileSync } from 'node:fs';
 import { Agent, request } from 'node:http';
 import { connect } from 'node:net';
 import { join } from 'node:path';
-import { EXAMPLE_PROVIDERS, SECRET, SERVER, memoryOf, sleep, token } from './common.mjs';
+import { EXAMPLE_PROVIDERS, NODE_24, SECRET, SERVER, memoryOf, sleep, token } from './common.mjs';
 import { buildRequest, percentile, runLoad } from './loadgen.mjs';
 
 const PROVIDER = '665f1c2a9b1e8a0012ab34c1';
@@ -23,15 +24,21 @@ const VICTIM = 30_000;
 const BIG_TURNS = 64;
 const BIG_TURN_BYTES = 1000 * 1024;
 
-/** What `store` needs to run here: sqlite wants node:sqlite. */
-export function engineAvailable(store) {
-  return store !== 'sqlite' || typeof process.getBuiltinModule?.('node:sqlite')?.DatabaseSync === 'function';
+/** The engines the soak knows; the journal is retired (a server refuses STORE=journal). */
+export const SOAK_ENGINES = ['sqlite', 'postgres'];
+
+/** Why `store` cannot run here, or undefined: every server runs on the Node.js 24 of node_modules. */
+export function engineMissing(store) {
+  if (!SOAK_ENGINES.includes(store)) return `STORE=${store} is not served by this release (engines: ${SOAK_ENGINES.join(', ')})`;
+  if (!existsSync(NODE_24)) return 'no Node.js 24 in node_modules (npm ci)';
+  return undefined;
 }
 
 const oid = (seconds, tag, n) => seconds.toString(16).padStart(8, '0') + tag + n.toString(16).padStart(12, '0');
 
-/** The soak's data set as an export file, imported into a data directory of `store` (once per engine). */
-export function seedDataDir(dir, store) {
+/** The soak's data set as an export file, imported into a data directory with `storeEnv` (STORE and its settings; once per engine). */
+export function seedDataDir(dir, storeEnv) {
+  const store = storeEnv.STORE;
   mkdirSync(dir, { recursive: true });
   cpSync(EXAMPLE_PROVIDERS, join(dir, 'providers.json'));
   const base = Math.floor(Date.UTC(2025, 0, 1) / 1000);
@@ -68,9 +75,43 @@ export function seedDataDir(dir, store) {
   const file = join(dir, '..', `soak-seed-${store}.ndjson`);
   const header = JSON.stringify({ format: 'chat-session-api/export', version: 1, exportedAt: new Date().toISOString(), sessions: n, turns });
   writeFileSync(file, `${header}\n${lines.join('\n')}\n`);
-  const r = spawnSync(process.execPath, [SERVER, 'import', file], { env: { PATH: process.env.PATH, DATA_DIR: dir, STORE: store }, encoding: 'utf8', maxBuffer: 1 << 20 });
+  const r = spawnSync(NODE_24, [SERVER, 'import', file], { env: { PATH: process.env.PATH, DATA_DIR: dir, ...storeEnv }, encoding: 'utf8', maxBuffer: 1 << 20 });
   if (r.status !== 0) throw new Error(`soak: import into ${store} failed: ${r.stderr}`);
   return ids;
+}
+
+/**
+ * The soak's data set for `store`, seeded once (into `workDir`), and `fresh(name)`, which resolves
+ * a data directory and the settings of a server on a copy of it: sqlite copies the directory,
+ * PostgreSQL makes a database of `cluster` from the seeded one as a template.
+ */
+export async function seededStore(store, { workDir, cluster }) {
+  const seedDir = join(workDir, `soak-seed-${store}`);
+  if (store === 'sqlite') {
+    const ids = seedDataDir(seedDir, { STORE: 'sqlite' });
+    return {
+      ids,
+      fresh: async (name) => {
+        const dir = join(workDir, name);
+        cpSync(seedDir, dir, { recursive: true });
+        return { dir, env: { STORE: 'sqlite' } };
+      },
+    };
+  }
+  const url = (database) => cluster.url(undefined, { database });
+  await cluster.psql('CREATE DATABASE soak_seed OWNER trust_user');
+  const ids = seedDataDir(seedDir, { STORE: 'postgres', DATABASE_URL: url('soak_seed') });
+  let n = 0;
+  return {
+    ids,
+    fresh: async (name) => {
+      const database = `soak_${++n}`;
+      await cluster.psql(`CREATE DATABASE ${database} TEMPLATE soak_seed OWNER trust_user STRATEGY FILE_COPY`);
+      const dir = join(workDir, name);
+      cpSync(seedDir, dir, { recursive: true });
+      return { dir, env: { STORE: 'postgres', DATABASE_URL: url(database) } };
+    },
+  };
 }
 
 const agent = new Agent({ keepAlive: true, maxSockets: 64 });
@@ -111,11 +152,94 @@ async function loops(width, stop, step) {
   return statuses;
 }
 
-/** The hostile clients, one per kind of the issue (its item numbers). */
+/** The server's defaults the hoarder runs into: MAX_CONNECTIONS and its headroom, and the share. */
+const MAX_CONNECTIONS = 1000;
+const HEADROOM = 8;
+const SHARE = 64;
+/** The hoarder opens a connection the server closed again once this has passed: a refusal's Retry-After. */
+const REOPEN_MS = 1000;
+
+/**
+ * One of the hoarder's connections, kept open for as long as the server lets it and opened again
+ * REOPEN_MS after it closes: `kind` 'body' (a create whose body never finishes) or 'list' (a
+ * 64 MiB turn list it reads the head of, then nothing). Counts how each ended.
+ */
+async function hoard(port, kind, bigSession, stop, ended, live) {
+  const auth = `Authorization: Bearer ${token('hog')}\r\n`;
+  while (!stop.now) {
+    const s = connect(port, '127.0.0.1');
+    live.add(s);
+    s.on('error', () => {});
+    let status;
+    s.once('data', (d) => {
+      status = d.toString('latin1', 9, 12);
+      s.pause(); // the rest of the answer is never read
+    });
+    s.once('connect', () => {
+      if (kind === 'body') s.write(`POST /api/v1/chat-sessions HTTP/1.1\r\nHost: x\r\n${auth}Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n{"projectId":`);
+      else s.write(`GET /api/v1/chat-sessions/${bigSession}/turns HTTP/1.1\r\nHost: x\r\n${auth}\r\n`);
+    });
+    await new Promise((resolve) => s.once('close', resolve));
+    live.delete(s);
+    if (stop.now) break;
+    const why = status === undefined ? `${kind} closed` : status === '200' ? `${kind} 200, then cut` : `${kind} ${status}`;
+    ended.set(why, (ended.get(why) ?? 0) + 1);
+    await sleep(REOPEN_MS);
+  }
+}
+
+/**
+ * A new user on a new connection every 100 ms, asking for its session list: what a newcomer
+ * meets. Its time to connect is kept apart: a SYN the kernel drops from a full accept queue is
+ * sent again only after a second.
+ */
+async function newcomers(port, stop) {
+  const latencies = [];
+  const connects = [];
+  const statuses = new Map();
+  for (let i = 0; !stop.now; i++) {
+    const started = performance.now();
+    const r = await new Promise((resolve) => {
+      const req = request({ host: '127.0.0.1', port, path: '/api/v1/chat-sessions?limit=10', headers: { authorization: `Bearer ${token(`newcomer-${i}`)}` }, agent: false }, (res) => {
+        res.resume();
+        res.on('end', () => resolve(res.statusCode));
+        res.on('error', () => resolve(0));
+      });
+      req.on('socket', (s) => s.once('connect', () => connects.push(performance.now() - started)));
+      req.on('error', () => resolve(0));
+      req.end();
+    });
+    latencies.push(performance.now() - started);
+    statuses.set(r, (statuses.get(r) ?? 0) + 1);
+    await sleep(100);
+  }
+  latencies.sort((a, b) => a - b);
+  connects.sort((a, b) => a - b);
+  return { latencies, connects, statuses };
+}
+
+/**
+ * What /metrics says now, by series name: asked again while it does not answer (a keep-alive
+ * connection may close as it is reused), for 5 s at most ({} then).
+ */
+async function serverMetrics(port) {
+  for (let i = 0; i < 250; i++) {
+    const r = await call(port, 'GET', '/metrics', { user: 'probe' });
+    if (r.status === 200 && r.text !== undefined) {
+      const out = {};
+      for (const m of r.text.matchAll(/^(chat_session_api_[a-z_]+) (\d+)$/gm)) out[m[1]] = Number(m[2]);
+      return out;
+    }
+    await sleep(20);
+  }
+  return {};
+}
+
+/** The hostile clients, one per kind of the issues (#16's item numbers; the hoarder is #31's item 1). */
 export const HOSTILE = [
   {
     name: 'big-turns',
-    item: 1,
+    item: '16.1',
     what: 'one client appending 1000 KiB turns to its own session, back to back',
     async run(port, stop) {
       const id = JSON.parse((await call(port, 'POST', '/api/v1/chat-sessions', { user: 'flooder', body: { projectId: 'p', providerId: PROVIDER, selectedModel: 'm' } })).text).data._id;
@@ -125,50 +249,56 @@ export const HOSTILE = [
   },
   {
     name: 'unread-lists',
-    item: 2,
-    what: 'ten clients asking for the whole turn list of a 64 MiB session and never reading it',
+    item: '16.2',
+    what: 'ten clients of one user asking for the whole turn list of a 64 MiB session and never reading it',
     async run(port, stop, ids) {
       const sockets = [];
+      const answered = new Map();
       for (let i = 0; i < 10; i++) {
         const s = connect(port, '127.0.0.1');
         s.on('error', () => {});
-        s.pause();
+        // the head of the answer, then nothing: one user is sent two whole lists at once, the rest are refused
+        s.once('data', (d) => {
+          s.pause();
+          const status = d.toString('latin1', 9, 12);
+          answered.set(status, (answered.get(status) ?? 0) + 1);
+        });
         s.write(`GET /api/v1/chat-sessions/${ids.big}/turns HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${token('bigreader')}\r\n\r\n`);
         sockets.push(s);
       }
       while (!stop.now) await sleep(50);
       for (const s of sockets) s.destroy();
-      return new Map([['held open', 10]]);
+      return new Map([...answered].map(([k, v]) => [k === '200' ? '200, held unread' : k, v]));
     },
   },
   {
     name: 'big-session-list',
-    item: 3,
+    item: '16.3',
     what: 'one client reading the unpaginated list of its 30,000 sessions, again and again',
     run: (port, stop) => loops(1, stop, () => call(port, 'GET', '/api/v1/chat-sessions', { user: 'hoarder' })),
   },
   {
     name: 'reader',
-    item: 5,
+    item: '16.5',
     what: 'four clients reading each of 30,000 sessions by id in turn',
     run: (port, stop, ids) => loops(4, stop, (i) => call(port, 'GET', `/api/v1/chat-sessions/${ids.hoarded[(i * 7919) % ids.hoarded.length]}`, { user: 'hoarder' })),
   },
   {
     name: 'search',
-    item: 7,
+    item: '16.7',
     what: 'eight clients searching 30,000 sessions for a name none has (pages and whole lists)',
     run: (port, stop) => loops(8, stop, (i) => call(port, 'GET', `/api/v1/chat-sessions?q=zzz-nothing${i % 2 === 0 ? '&limit=50' : ''}`, { user: 'hoarder' })),
   },
   {
     name: 'owner-probe',
-    item: 8,
+    item: '16.8',
     what: "four clients listing another user's project of 30,000 sessions (ACCESS=owner)",
     env: { ACCESS: 'owner' },
     run: (port, stop) => loops(4, stop, () => call(port, 'GET', '/api/v1/chat-sessions?projectId=victim-project&limit=1000', { user: 'prober' })),
   },
   {
     name: 'churn',
-    item: 13,
+    item: '16.13',
     what: 'one client creating sessions of twenty 16 KiB turns and deleting them',
     async run(port, stop) {
       const content = 'c'.repeat(16 * 1024);
@@ -179,6 +309,35 @@ export const HOSTILE = [
         for (let k = 0; k < 20; k++) await call(port, 'POST', `/api/v1/chat-sessions/${id}/turns`, { user: 'churner', body: { role: 'user', content } });
         return call(port, 'DELETE', `/api/v1/chat-sessions/${id}`, { user: 'churner' });
       });
+    },
+  },
+  {
+    name: 'hoard-connections',
+    item: '31.1',
+    what: `one user holding every connection it can: ${MAX_CONNECTIONS + HEADROOM} connections (MAX_CONNECTIONS and its headroom), each with a body that never finishes or a 64 MiB turn list it never reads, each opened again ${REOPEN_MS / 1000} s (a refusal's Retry-After) after the server closes it; beside it a newcomer every 100 ms (a new user on a new connection)`,
+    signalsReady: true,
+    async run(port, stop, ids, ready) {
+      const ended = new Map();
+      const live = new Set();
+      const loops = [];
+      for (let i = 0; i < MAX_CONNECTIONS + HEADROOM; i++) loops.push(hoard(port, i % 2 === 0 ? 'body' : 'list', ids.big, stop, ended, live));
+      // the newcomers start once the hoarder holds its share (on a server without one: every connection), and the server's figures are read as they end
+      const holding = (m) => m.chat_session_api_requests_in_flight_busiest >= SHARE || (m.chat_session_api_requests_in_flight_busiest === undefined && m.chat_session_api_connections >= MAX_CONNECTIONS);
+      while (!holding(await serverMetrics(port)) && !stop.now) await sleep(20);
+      ready();
+      const probe = newcomers(port, stop);
+      while (!stop.now) await sleep(20);
+      const seen = await serverMetrics(port);
+      const met = await probe;
+      for (const s of live) s.destroy();
+      await Promise.all(loops);
+      const out = new Map([...ended].sort());
+      out.set('share held at the end', seen.chat_session_api_requests_in_flight_busiest);
+      out.set('refused 429 (requests_over_share_total)', seen.chat_session_api_requests_over_share_total);
+      out.set('evicted idle', seen.chat_session_api_connections_evicted_total);
+      out.set('refused 503 at the cap', seen.chat_session_api_connections_refused_total);
+      out.set('newcomers', `${[...met.statuses].map(([k, v]) => `${v} × ${k}`).join(', ')}, median ${percentile(met.latencies, 0.5).toFixed(1)} ms, max ${(met.latencies.at(-1) ?? NaN).toFixed(1)} ms (of which connecting: median ${percentile(met.connects, 0.5).toFixed(1)}, max ${(met.connects.at(-1) ?? NaN).toFixed(1)})`);
+      return out;
     },
   },
 ];
@@ -205,23 +364,27 @@ export function normalRequests(ids, conns) {
 }
 
 /**
- * Runs the soak for one engine: for each hostile kind a fresh copy of the seeded data
- * directory, a server on it, the normal load alone, then beside the hostile client.
- * `start(name, dir, env)` starts a server and resolves {port, pid, stop}.
+ * Runs the soak for one engine: for each hostile kind a fresh copy of the seeded store
+ * (`seeded`, from seededStore), a server on it, the normal load alone, then beside the hostile
+ * client. `start(name, target, env)` starts a server on `target` ({dir, env}) and resolves
+ * {port, pid, stop}.
  */
-export async function soakEngine({ store, seedDir, ids, start, conns, warmupMs, durationMs, progress, workDir }) {
+export async function soakEngine({ store, seeded, start, conns, warmupMs, durationMs, progress, kinds }) {
   const rows = [];
+  const { ids } = seeded;
   const request = normalRequests(ids, conns);
-  for (const h of HOSTILE) {
-    const dir = join(workDir, `soak-${store}-${h.name}`);
-    cpSync(seedDir, dir, { recursive: true });
-    const p = await start(`soak-${store}-${h.name}`, dir, { STORE: store, ...(h.env ?? {}) });
+  for (const h of HOSTILE.filter((k) => kinds === undefined || kinds.includes(k.name))) {
+    const name = `soak-${store}-${h.name}`;
+    const p = await start(name, await seeded.fresh(name), h.env ?? {});
     try {
       const alone = await runLoad({ port: p.port, connections: conns, warmupMs, durationMs, request });
       const stop = { now: false };
       let hostile;
-      const attack = h.run(p.port, stop, ids).then((s) => (hostile = s));
-      await sleep(500); // the hostile client gets going first
+      let ready;
+      const isReady = new Promise((resolve) => (ready = resolve));
+      const attack = h.run(p.port, stop, ids, ready).then((s) => (hostile = s));
+      // the hostile client gets going first (the hoarder: until it holds its share)
+      await (h.signalsReady === true ? Promise.race([isReady, sleep(60_000)]) : sleep(500));
       const under = await runLoad({ port: p.port, connections: conns, warmupMs: 0, durationMs, request });
       stop.now = true;
       await attack;

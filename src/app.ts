@@ -27,6 +27,7 @@ import { TicketCodec } from './auth/tickets.js';
 import type { Config } from './config.js';
 import { BodyBudget } from './http/body.js';
 import { ConnectionGuard } from './http/connections.js';
+import { InFlight, WHOLE_LISTS_PER_USER } from './http/in-flight.js';
 import { MemoryGuard } from './http/memory-guard.js';
 import { ceilingsOf } from './memory.js';
 import { Cors } from './http/cors.js';
@@ -101,7 +102,8 @@ export function createApp(p: AppParts): App {
     router.add(def.method, def.path, { def, paramNames, stats: p.metrics?.forRoute(def.method, def.path), routeJson, logMiddle: requestLineMiddle(def.method, routeJson) });
   }
   const limiter = config.rateLimit === undefined ? undefined : new RateLimiter(config.rateLimit.rate, config.rateLimit.burst);
-  const budget = new BodyBudget(limits.bodyMemory);
+  const budget = new BodyBudget(limits.bodyMemory, config.bodyLimit);
+  const inFlight = new InFlight(limits.maxRequestsPerUser);
   let pipeline: Pipeline | undefined;
   let warnedAt = -Infinity;
   const connections = new ConnectionGuard(limits.maxConnections, {
@@ -114,11 +116,13 @@ export function createApp(p: AppParts): App {
       const now = performance.now();
       if (now - warnedAt >= 60_000) {
         warnedAt = now;
-        p.log.warn('MAX_CONNECTIONS reached: closing the oldest idle connections to let new ones in (logged once a minute)', { max: limits.maxConnections });
+        p.log.warn('MAX_CONNECTIONS reached: closing idle connections, of whoever holds the most first, to let new ones in (logged once a minute)', { max: limits.maxConnections });
       }
     },
   });
-  if (p.metrics !== undefined) p.metrics.load = { connections: () => connections.count, bodyBytes: () => budget.used };
+  if (p.metrics !== undefined) {
+    p.metrics.load = { connections: () => connections.count, bodyBytes: () => budget.used, requestsInFlight: () => inFlight.total, busiestInFlight: () => inFlight.busiest() };
+  }
   const memory = new MemoryGuard(ceilingsOf(limits.memoryLimit), (low, measure) => {
     const mib = (n: number | undefined): number | null => (n === undefined ? null : Math.round(n / 2 ** 20));
     const fields = { heapUsedMiB: mib(measure.heapUsed), heapLimitMiB: mib(memory.ceilings.heapBytes), residentMiB: mib(measure.resident), memoryLimitMiB: mib(memory.ceilings.residentBytes) };
@@ -133,6 +137,8 @@ export function createApp(p: AppParts): App {
     body: { limit: config.bodyLimit, budget, timeoutMs: limits.bodyTimeoutMs },
     writeTimeoutMs: limits.writeTimeoutMs,
     connections,
+    inFlight,
+    wholeLists: new InFlight(WHOLE_LISTS_PER_USER),
     cors: config.corsOrigin === undefined ? undefined : new Cors(config.corsOrigin),
     limiter,
     trustProxy: config.trustProxy,

@@ -93,6 +93,8 @@ export interface EventSettings {
 export interface ConnectionLimits {
   /** Open connections at most (a few more are let in for /healthz and /metrics). */
   readonly maxConnections: number;
+  /** Requests in flight one user (or one address, for requests without a user) may have at once. */
+  readonly maxRequestsPerUser: number;
   /** Request body bytes held at once, over all requests. */
   readonly bodyMemory: number;
   /** A request body must arrive within this many milliseconds of its headers. */
@@ -155,7 +157,8 @@ export const SETTINGS: readonly Setting[] = [
   { env: 'PURGE_INTERVAL', flag: '--purge-interval', def: '1m', help: 'how often the storage of expired sessions is deleted, in batches of 100 (ms, s, m); off: never (the purge command still can)' },
   { env: 'STREAMING_IDLE', flag: '--streaming-idle', def: '5m', help: 'STORE=postgres: a streaming turn that takes no delta for this long is marked interrupted (ms, s, m)' },
   { env: 'GROUP_COMMIT', flag: '--group-commit', def: 'on', help: 'off only to measure what sharing commits buys: one write per commit' },
-  { env: 'MAX_CONNECTIONS', flag: '--max-connections', def: '1000', help: 'open connections at most; past it the oldest idle one is closed (keep below the descriptor limit)' },
+  { env: 'MAX_CONNECTIONS', flag: '--max-connections', def: '1000', help: 'open connections at most; past it an idle one is closed, the oldest of whoever holds the most (keep below the descriptor limit)' },
+  { env: 'MAX_REQUESTS_PER_USER', flag: '--max-requests-per-user', def: 'MAX_CONNECTIONS / 4, from 2 to 64', help: 'requests one user (or one address without a token) may have in flight at once, event streams included; past it 429 and the connection closed' },
   { env: 'BODY_MEMORY', flag: '--body-memory', def: '64mb', help: 'request body bytes held at once over all requests; past it 503 (at least BODY_LIMIT)' },
   { env: 'BODY_TIMEOUT', flag: '--body-timeout', def: '15s', help: 'a request body must arrive within this time of its headers, else 408 (ms, s, m)' },
   { env: 'WRITE_TIMEOUT', flag: '--write-timeout', def: '30s', help: 'a client that takes no byte of its answer for this long is cut off (ms, s, m)' },
@@ -169,7 +172,7 @@ export const SETTINGS: readonly Setting[] = [
   { env: 'EVENTS_HEARTBEAT', flag: '--events-heartbeat', def: '15s', help: 'a heartbeat comment on every event stream this often, so proxies keep it open (ms, s, m)' },
   { env: 'EVENTS_BUFFER', flag: '--events-buffer', def: '1mb', help: 'unsent bytes an event stream may hold; past it the stream ends with a final event saying so' },
   { env: 'MAX_STREAMS', flag: '--max-streams', def: 'MAX_CONNECTIONS / 2', help: 'event streams open at once; past it 503 (below MAX_CONNECTIONS: streams are never idle)' },
-  { env: 'MAX_STREAMS_PER_USER', flag: '--max-streams-per-user', def: '16', help: 'event streams one user may have open at once; past it 429' },
+  { env: 'MAX_STREAMS_PER_USER', flag: '--max-streams-per-user', def: '16 (below MAX_REQUESTS_PER_USER)', help: 'event streams one user may have open at once; past it 429 (below MAX_REQUESTS_PER_USER: a stream is a request in flight)' },
 ];
 
 type Raw = Map<string, string>;
@@ -306,6 +309,21 @@ export function loadConfig(env: NodeJS.ProcessEnv, flags: Raw = new Map(), cwd: 
   const rateText = get('RATE_LIMIT');
   const maxConnections = parseCount('MAX_CONNECTIONS', get('MAX_CONNECTIONS') ?? '1000', 1_000_000);
   const eventsOn = parseSwitch('EVENTS', get('EVENTS') ?? 'on');
+  const maxRequestsText = get('MAX_REQUESTS_PER_USER');
+  // a quarter of the connections, so that one user cannot hold them all, and never fewer than a
+  // client with a few requests in parallel needs nor more than one plausibly makes
+  const maxRequestsPerUser = maxRequestsText === undefined ? Math.min(64, Math.max(2, Math.floor(maxConnections / 4))) : parseCount('MAX_REQUESTS_PER_USER', maxRequestsText, 1_000_000);
+  if (maxRequestsText !== undefined && maxRequestsPerUser >= maxConnections) {
+    throw new ConfigError(`MAX_REQUESTS_PER_USER must be below MAX_CONNECTIONS (${maxConnections}): one user could otherwise hold every connection (got ${maxRequestsPerUser})`);
+  }
+  const maxStreamsPerUserText = get('MAX_STREAMS_PER_USER');
+  const maxStreamsPerUser =
+    maxStreamsPerUserText === undefined ? Math.max(1, Math.min(16, maxRequestsPerUser - 1)) : parseCount('MAX_STREAMS_PER_USER', maxStreamsPerUserText, 1_000_000);
+  if (eventsOn && maxStreamsPerUser >= maxRequestsPerUser) {
+    throw new ConfigError(
+      `MAX_STREAMS_PER_USER must be below MAX_REQUESTS_PER_USER (${maxRequestsPerUser}): an event stream is a request in flight, and the user's other requests need some (got ${maxStreamsPerUser})`,
+    );
+  }
   const maxStreamsText = get('MAX_STREAMS');
   const maxStreams = maxStreamsText === undefined ? Math.max(1, Math.floor(maxConnections / 2)) : parseCount('MAX_STREAMS', maxStreamsText, 1_000_000);
   if (eventsOn && maxStreams >= maxConnections) {
@@ -318,7 +336,7 @@ export function loadConfig(env: NodeJS.ProcessEnv, flags: Raw = new Map(), cwd: 
         heartbeatMs: parseDuration('EVENTS_HEARTBEAT', get('EVENTS_HEARTBEAT') ?? '15s'),
         bufferBytes: parseSize('EVENTS_BUFFER', get('EVENTS_BUFFER') ?? '1mb'),
         maxStreams,
-        maxStreamsPerUser: parseCount('MAX_STREAMS_PER_USER', get('MAX_STREAMS_PER_USER') ?? '16', 1_000_000),
+        maxStreamsPerUser,
       }
     : undefined;
   return {
@@ -356,6 +374,7 @@ export function loadConfig(env: NodeJS.ProcessEnv, flags: Raw = new Map(), cwd: 
     search: parseSwitch('SEARCH', get('SEARCH') ?? 'on'),
     limits: {
       maxConnections,
+      maxRequestsPerUser,
       bodyMemory,
       bodyTimeoutMs: parseDuration('BODY_TIMEOUT', get('BODY_TIMEOUT') ?? '15s'),
       writeTimeoutMs: parseDuration('WRITE_TIMEOUT', get('WRITE_TIMEOUT') ?? '30s'),

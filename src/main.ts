@@ -17,7 +17,7 @@ import { writeFileAtomically } from './files.js';
 import { COMMITTED_FILE, JOURNAL_FILE, JournalDamaged, JournalHasCrlf, NEXT_FILE } from './store/journal/reader.js';
 import { MIGRATING_SUFFIX } from './store/migrate.js';
 import { announce } from './live/changes.js';
-import { migrateJournal, openStore, openStoreSnapshot } from './store/open.js';
+import { migrateJournal, openStore, openStoreSnapshot, snapshotSource } from './store/open.js';
 import { runSqliteWriterIfWorker } from './store/sqlite/worker.js';
 import { ImportConflict } from './store/import-plan.js';
 import { StoreOpenFailed, type Store, type StoreSnapshot } from './store/store.js';
@@ -199,7 +199,7 @@ async function exportCommand(argv: string[]): Promise<void> {
   if (out === undefined) {
     // a store that cannot be read fails here, before anything is written
     const summary = await withStore(await openStoreSnapshot(config, log), (store) => exportFrom(store, (chunk) => writeAllSync(1, chunk)));
-    process.stderr.write(`exported ${summary.sessions} sessions and ${summary.turns} turns\n`);
+    process.stderr.write(`exported ${summary.sessions} sessions and ${summary.turns} turns from ${snapshotSource(config)}\n`);
     return;
   }
   const target = resolve(out);
@@ -225,7 +225,7 @@ async function exportCommand(argv: string[]): Promise<void> {
     }
     return result;
   });
-  process.stderr.write(`exported ${summary.sessions} sessions and ${summary.turns} turns to ${out}\n`);
+  process.stderr.write(`exported ${summary.sessions} sessions and ${summary.turns} turns from ${snapshotSource(config)} to ${out}\n`);
 }
 
 async function importCommand(argv: string[]): Promise<void> {
@@ -315,7 +315,9 @@ async function eraseUserCommand(argv: string[]): Promise<void> {
   if (user === undefined || user.trim() === '') throw new ConfigError('erase-user needs --user <user id>');
   const config = loadCheckedConfig(argv);
   const erased = await withWritableStore(config, (store) => eraseUser(store, user, (id) => process.stdout.write(`${id}\n`)));
-  process.stdout.write(`erased ${erased.sessions} sessions and ${erased.turns} turns of user ${user}\n`);
+  process.stdout.write(
+    `erased ${erased.sessions} sessions and ${erased.turns} turns of user ${user} (${erased.bytes} bytes; tokens: ${erased.inputTokens} input, ${erased.outputTokens} output, ${erased.cachedTokens} cached)\n`,
+  );
 }
 
 /** The oldest Node.js this release runs on: the first 22.x with node:sqlite without a flag. */

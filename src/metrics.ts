@@ -83,10 +83,12 @@ export class Metrics {
   connectionsRefused = 0;
   /** Answers cut off because the client did not take them (WRITE_TIMEOUT). */
   writeTimeouts = 0;
+  /** Requests answered 429 past their user's share: MAX_REQUESTS_PER_USER, a quarter of BODY_MEMORY, or 2 whole lists being sent. */
+  overShare = 0;
   /** How late a timer due every 10 ms fired: how long a request arriving then waited for the event loop. */
   readonly eventLoopDelay = new Histogram(EVENT_LOOP_BUCKETS);
   /** What the connection and body limits hold now (set by the app). */
-  load: { connections(): number; bodyBytes(): number } | undefined;
+  load: { connections(): number; bodyBytes(): number; requestsInFlight(): number; busiestInFlight(): number } | undefined;
   /** The low-memory guard (set by the app). */
   memory: { low(): boolean; readonly refused: number } | undefined;
   /** The live feed's streams and events (set by it; undefined with EVENTS=off). */
@@ -153,6 +155,10 @@ export class Metrics {
       lines.push(`${p}_connections ${this.load.connections()}`);
       meta(`${p}_request_body_bytes`, 'gauge', 'Request body bytes held now (BODY_MEMORY bounds them).');
       lines.push(`${p}_request_body_bytes ${this.load.bodyBytes()}`);
+      meta(`${p}_requests_in_flight`, 'gauge', 'Requests from their headers to their answer being sent, event streams included.');
+      lines.push(`${p}_requests_in_flight ${this.load.requestsInFlight()}`);
+      meta(`${p}_requests_in_flight_busiest`, 'gauge', 'The most requests in flight of one user (or one address without a token): MAX_REQUESTS_PER_USER bounds it.');
+      lines.push(`${p}_requests_in_flight_busiest ${this.load.busiestInFlight()}`);
     }
     if (this.memory !== undefined) {
       meta(`${p}_memory_low`, 'gauge', 'Whether writes are refused for want of memory now (1) or not (0).');
@@ -166,6 +172,8 @@ export class Metrics {
     lines.push(`${p}_connections_refused_total ${this.connectionsRefused}`);
     meta(`${p}_write_timeouts_total`, 'counter', 'Answers cut off because the client did not read them.');
     lines.push(`${p}_write_timeouts_total ${this.writeTimeouts}`);
+    meta(`${p}_requests_over_share_total`, 'counter', "Requests answered 429 Too many requests in flight: past their user's share (MAX_REQUESTS_PER_USER, a quarter of BODY_MEMORY, or 2 whole lists being sent).");
+    lines.push(`${p}_requests_over_share_total ${this.overShare}`);
     if (this.live !== undefined) {
       meta(`${p}_event_streams`, 'gauge', 'Event streams open (MAX_STREAMS bounds them).');
       lines.push(`${p}_event_streams ${this.live.streams()}`);
@@ -187,6 +195,8 @@ export class Metrics {
     lines.push(`${p}_turns ${g.store.turns}`);
     meta(`${p}_store_bytes`, 'gauge', 'UTF-8 bytes of the JSON of every stored session and turn (the same on every engine).');
     lines.push(`${p}_store_bytes ${g.store.bytes}`);
+    meta(`${p}_store_tokens`, 'gauge', "Tokens of the usage of every stored turn, by kind: input, output, cached (what GET /api/v1/usage counts, over every user).");
+    lines.push(`${p}_store_tokens{kind="input"} ${g.store.inputTokens}`, `${p}_store_tokens{kind="output"} ${g.store.outputTokens}`, `${p}_store_tokens{kind="cached"} ${g.store.cachedTokens}`);
     if (this.purged !== undefined) {
       meta(`${p}_purged_sessions_total`, 'counter', 'Expired sessions whose storage the background purge deleted (by this instance).');
       lines.push(`${p}_purged_sessions_total ${this.purged.sessions}`);

@@ -22,7 +22,7 @@ export function openStore(config: Config, log: Logger, opts: OpenOptions = {}): 
   return openStoreWith(config, log, { announce, ...opts });
 }
 export { setFaultPlan } from './store/faults.js';
-export { PreconditionFailed, SessionNotFound, StorageWriteFailed, StoreOpenFailed, TurnNotFound } from './store/store.js';
+export { PreconditionFailed, QuotaExceeded, SessionNotFound, StorageWriteFailed, StoreOpenFailed, TurnNotFound, TurnNotStreaming, TurnTooLarge } from './store/store.js';
 export { PAGE_BYTE_BUDGET, PAGE_SCAN_BUDGET, SCAN_CHUNK } from './domain/order.js';
 export { wholeListReply } from './api/lists.js';
 export { versionOf, versionOfSession } from './domain/version.js';
@@ -31,6 +31,8 @@ export { prepareSchema, QUEUED_WORDS_SQL, queuedTurnWords, registerSearchFunctio
 export { checkFiles } from './store/sqlite/file-check.js';
 export { placesOfChain } from './store/tree-index.js';
 export { chatSession, turnRecord } from './domain/records.js';
+export { appendPiece, appendToEnd, contentEnd } from './domain/deltas.js';
+export { withDeltas, piecesText } from './store/pieces.js';
 export { newObjectId } from './domain/ids.js';
 export { ConnectionGuard, HEADROOM } from './http/connections.js';
 export { ScramClient, md5Password, saslprep } from './pg/auth.js';
@@ -50,3 +52,4 @@ export { scrubCredentials } from './providers/scrub.js';
 export { LineDecoder, SseDecoder, NdjsonDecoder, StreamDecodeError, MAX_LINE_BYTES } from './providers/stream-decoder.js';
 export { ANTHROPIC_DEFAULT_MAX_TOKENS } from './providers/anthropic.js';
 export { parseProviders } from './providers/catalog.js';
+export { Router } from './http/router.js';

@@ -81,7 +81,7 @@ describe('d. Archive', () => {
     assert.equal((await get(u, s._id)).headers.etag, un.headers.etag);
   });
 
-  test('"archiving twice is idempotent" (same record, same updatedAt, same ETag; unarchiving twice too)', async () => {
+  test('"archiving twice is idempotent" (same record, same updatedAt, same ETag; unarchiving twice too: "archiving an archived session, unarchiving an active one")', async () => {
     const u = freshUser('arch-twice');
     const s = await create(u);
     const first = await u.post(`${BASE}/${s._id}/archive`);
@@ -129,7 +129,7 @@ describe('d. Archive', () => {
     assert.ok(!ids((await alice.get(BASE)).body.data).includes(s._id), "and from the owner's own list");
   });
 
-  test('an archived session still takes turns and updates (archive only hides it from default lists)', async () => {
+  test('"Archived sessions still take updates and turns; archiving only hides them from lists"', async () => {
     const u = freshUser('arch-use');
     const s = await create(u);
     await u.post(`${BASE}/${s._id}/archive`);

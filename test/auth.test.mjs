@@ -160,7 +160,7 @@ describe('Authentication decisions', () => {
     }
   });
 
-  test('one keep-alive connection remembers only its last header: another token on it is verified as itself, a bad one is refused, and an expired one stops working when it expires', async () => {
+  test('"each connection also remembers the last Authorization header it passed": one keep-alive connection remembers only its last header: another token on it is verified as itself, a bad one is refused, and an expired one stops working when it expires', async () => {
     const port = new URL(server.url).port;
     const socket = connect(Number(port), '127.0.0.1');
     await new Promise((resolve, reject) => socket.once('connect', resolve).once('error', reject));

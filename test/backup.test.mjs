@@ -146,7 +146,7 @@ describe('Backup while running: export', () => {
       ]);
       assert.equal(toFile.code, 0, toFile.stderr);
       assert.equal(toFile.stdout, '');
-      assert.match(toFile.stderr, /exported \d+ sessions and \d+ turns to .*backup\.ndjson/);
+      assert.match(toFile.stderr, /exported \d+ sessions and \d+ turns from (sqlite \/.*\.db|postgres schema \w+) to .*backup\.ndjson/, 'the last line says what was read: a forgotten STORE shows there');
       const text = readFileSync(file, 'utf8');
       checkExport(text);
       const strip = (t) => t.replace(/"exportedAt":"[^"]+"/, '');
@@ -189,7 +189,7 @@ describe('Backup while running: export', () => {
     }
   });
 
-  test('a failed export never replaces an existing backup under the final name, nor leaves a partial file beside it (damaged store: non-zero exit, old file intact; 20 tries, 10 at a time)', async () => {
+  test('"writes --out FILE through FILE.partial + fsync + rename, so a failed export never looks complete": a failed export never replaces an existing backup under the final name, nor leaves a partial file beside it (damaged store: non-zero exit, old file intact; 20 tries, 10 at a time)', async () => {
     const dirs = Array.from({ length: 20 }, () => {
       const dir = tempDir('csa-out-');
       writeFileSync(join(dir, 'backup.ndjson'), 'yesterday\n');
@@ -216,7 +216,7 @@ describe('Backup while running: export', () => {
     }
   });
 
-  test('export --out never replaces a file of the data directory it reads: --out $DATA_DIR/chat-sessions.db (or providers.json) is refused and the live store stays intact', async () => {
+  test('"It refuses to write over files of the data directory": export --out never replaces a file of the data directory it reads: --out $DATA_DIR/chat-sessions.db (or providers.json) is refused and the live store stays intact', async () => {
     const s = await startServer();
     try {
       const u = s.as('alice');
@@ -260,7 +260,7 @@ describe('Backup while running: export', () => {
 });
 
 describe('Backup while running: export under concurrent writes', () => {
-  test('export while a writer hammers the server: every export is consistent as of one moment, imports cleanly, every session complete; the server answered every request with 2xx', async () => {
+  test('"Export reads one snapshot through the store, beside running servers": export while a writer hammers the server: every export is consistent as of one moment, imports cleanly, every session complete; the server answered every request with 2xx', async () => {
     const server = await startServer();
     const work = tempDir('csa-hammer-');
     try {

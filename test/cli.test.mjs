@@ -162,7 +162,7 @@ describe('Running it', () => {
     }
   });
 
-  test('dist/server.js runs with node even when copied ALONE into an empty folder', async () => {
+  test('"One CommonJS file." ... "the file runs alone in any folder": dist/server.js runs with node even when copied ALONE into an empty folder', async () => {
     const dir = tempDir('csa-alone-');
     const copy = join(dir, 'server.js');
     copyFileSync(SERVER, copy);
@@ -212,7 +212,7 @@ describe('Running it', () => {
     }
   });
 
-  test('One server per data directory: a second one refuses to start and says which process holds it', async () => {
+  test('"One server per data directory, on both engines": a second one refuses to start and says which process holds it', async () => {
     const s = await startServer();
     try {
       await assert.rejects(startServer({ dataDir: s.dataDir }), new RegExp(`in use by process ${s.child.pid}`));

@@ -91,7 +91,7 @@ describe('Conversations (docs/TEAM-DECISIONS.md)', () => {
     assert.deepEqual(await turns(alice, MISSING, `?branch=${a1._id}`), []);
   });
 
-  test('"PUT /api/v1/chat-sessions/:id also takes headTurnId (a turn of this session) to switch branch."', async () => {
+  test('"PUT /api/v1/chat-sessions/:id also takes headTurnId (a turn of this session) to switch branch." ("The head moves with the writes" ... "PUT with headTurnId switches it. headTurnId: null is refused")', async () => {
     const { s, a1 } = await conversation();
     const r = await alice.put(`${BASE}/${s._id}`, { headTurnId: a1._id });
     assert.equal(r.status, 200, r.text);
@@ -136,7 +136,7 @@ describe('Conversations (docs/TEAM-DECISIONS.md)', () => {
     assertError(await alice.get(`${BASE}/${s._id}/turns?branch=${a3._id}`), 404, 'Turn not found', 'a deleted descendant');
   });
 
-  test('"Both honour If-Match on the session\'s ETag, move the session\'s updatedAt and ETag, and answer 404 Turn not found for an unknown turn."', async () => {
+  test('"Both honour If-Match on the session\'s ETag, move the session\'s updatedAt and ETag, and answer 404 Turn not found for an unknown turn." ("The answers of turn writes carry the session\'s ETag" ... "A missing turn is 404 Turn not found after the session\'s own checks; an empty :turnId is 400 Turn ID is required")', async () => {
     const { s, a1, a3 } = await conversation();
     let etag = (await alice.get(`${BASE}/${s._id}`)).headers.etag;
     for (const [method, path, json] of [
@@ -205,7 +205,7 @@ describe('Conversations (docs/TEAM-DECISIONS.md)', () => {
     assert.equal((await turns(alice, s._id)).length, 5);
   });
 
-  test('"content is a non-empty string or a non-empty array of parts" with "Unknown part types -> 400 naming the index"; "usage ... non-negative numbers"; "status is complete (default), streaming, interrupted or error"', async () => {
+  test('"content is a non-empty string or a non-empty array of parts" with "Unknown part types -> 400 naming the index"; "usage ... non-negative numbers"; "status is complete (default), streaming, interrupted or error"; "Parts are kept with their declared fields only, in a fixed order" ... "A message names the field and the part"; "Usage: inputTokens and outputTokens required, cachedTokens optional"', async () => {
     const s = await create();
     const parts = [
       { type: 'text', text: 'Here is the fix.' },
@@ -310,7 +310,7 @@ describe('Conversations (docs/DECISIONS.md)', () => {
     assertError(await alice.put(`${BASE}/${s._id}/turns/${MISSING}`, {}), 404, 'Turn not found');
   });
 
-  test('"Status": any value may follow any other', async () => {
+  test('"Status: any value may follow any other."', async () => {
     const { s, a3 } = await conversation();
     for (const status of ['streaming', 'complete', 'error', 'streaming', 'interrupted', 'complete']) {
       const r = await alice.put(`${BASE}/${s._id}/turns/${a3._id}`, { status });
@@ -318,7 +318,7 @@ describe('Conversations (docs/DECISIONS.md)', () => {
     }
   });
 
-  test('"A fork" honours If-Match on the source, may be made from an archived session (the fork is active) and from one without turns (forkedFrom.turn null)', async () => {
+  test('"A fork honours If-Match on the source (it forks exactly the version seen); it may be made from an archived session (the fork is active) and from one without turns" (forkedFrom.turn null)', async () => {
     const { s } = await conversation();
     const etag = (await alice.get(`${BASE}/${s._id}`)).headers.etag;
     assertError(await alice.post(`${BASE}/${s._id}/fork`, {}, { headers: { 'if-match': '"old"' } }), 412, 'Chat session was modified');
@@ -333,7 +333,7 @@ describe('Conversations (docs/DECISIONS.md)', () => {
     assert.equal(e.body.data.headTurnId, null);
   });
 
-  test('"Branch lists" page like the whole list, with cursors bound to their branch', async () => {
+  test('"Branch lists page like the whole list" ... "with cursors bound to their branch"', async () => {
     const { s, a1 } = await conversation();
     for (let i = 0; i < 5; i++) await say(alice, s._id, `more ${i}`);
     const walk = async (query) => {
@@ -372,7 +372,7 @@ describe('Conversations (docs/DECISIONS.md)', () => {
     assertError(await b.get(`${BASE}/${f.body.data._id}`), 404, 'Chat session not found');
   });
 
-  test('scopes: the branch list needs sessions:read; editing and deleting a turn, switching branch and forking need sessions:write', async () => {
+  test('scopes: the branch list needs sessions:read ("sessions:write does not imply sessions:read"); editing and deleting a turn, switching branch and forking need sessions:write', async () => {
     const { s, a1, a2 } = await conversation();
     const read = server.as('alice', { scope: 'sessions:read' });
     const write = server.as('alice', { scope: 'sessions:write' });

@@ -19,7 +19,7 @@ describe('CORS: CORS_ORIGIN', () => {
   const preflight = (srv, path, origin, method = 'PUT') =>
     srv.request('OPTIONS', path, { headers: { origin, 'access-control-request-method': method, 'access-control-request-headers': 'authorization, content-type, if-match' } });
 
-  test('preflight OPTIONS with Origin and Access-Control-Request-Method answers 204 with Allow-Origin, Allow-Methods (the route\'s methods), Allow-Headers (Authorization, Content-Type, If-Match), Max-Age; no token needed', async () => {
+  test('preflight OPTIONS with Origin and Access-Control-Request-Method answers 204 ("then a preflight is 204") with Allow-Origin, Allow-Methods (the route\'s methods), Allow-Headers (Authorization, Content-Type, If-Match), Max-Age; no token needed', async () => {
     const cases = [
       ['/api/v1/chat-sessions/665f1c2a9b1e8a0012ab34c1', 'PUT', ['GET', 'PUT', 'DELETE'], ['POST']],
       ['/api/v1/chat-sessions', 'POST', ['GET', 'POST'], ['PUT', 'DELETE']],
@@ -128,7 +128,7 @@ describe('CORS: CORS_ORIGIN', () => {
     }
   });
 
-  test('without CORS_ORIGIN: no CORS headers at all, and OPTIONS -> 405 Method not allowed', async () => {
+  test('without CORS_ORIGIN: no CORS headers at all, and "OPTIONS is 405 unless CORS_ORIGIN is set" (405 Method not allowed)', async () => {
     const none = await startServer();
     try {
       const p = await preflight(none, '/api/v1/chat-sessions', ORIGIN, 'POST');

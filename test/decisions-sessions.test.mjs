@@ -176,7 +176,7 @@ describe("Sessions, beyond the spec's rows", () => {
     assert400(await alice.post(BASE, { projectId: 'p', providerId: 5 }), 'providerId must be a string');
   });
 
-  test('"Limits: ids and selectedModel at most 200 characters, name at most 500 -> 400 X must be at most N characters" (counted in code points)', async () => {
+  test('"Limits: ids and selectedModel at most 200 characters, name at most 500 -> 400 X must be at most N characters" ("Lengths are counted in Unicode code points (an emoji is one character)")', async () => {
     const u = freshUser('limits');
     for (const [field, max] of [
       ['projectId', 200],
@@ -208,7 +208,7 @@ describe("Sessions, beyond the spec's rows", () => {
     }
   });
 
-  test('"Update: each present field must be a string" (null included: update bodies take any present value)', async () => {
+  test('"Update: each present field must be a string" (on update "null is present and gets X must be a string")', async () => {
     const s = await create(alice, { name: 'keep' });
     for (const field of ['name', 'provider', 'selectedModel', 'mode']) {
       for (const v of [null, 0, false, true, [], {}, ['x']]) {
@@ -261,7 +261,7 @@ describe("Sessions, beyond the spec's rows", () => {
     assert.equal((await alice.get(`${BASE}/${MISSING}`)).status, 404, 'no session appeared under the _id of the body');
   });
 
-  test('"An update with no recognized field returns the session unchanged" (same updatedAt, same ETag)', async () => {
+  test('"An update with no recognized field returns the session unchanged" ("A write that changes nothing" ... "writes nothing and returns the session unchanged, with the same updatedAt and ETag")', async () => {
     const created = await alice.post(BASE, newSession({ name: 'still' }));
     const s = created.body.data;
     const tag = created.headers.etag;

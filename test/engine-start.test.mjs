@@ -31,7 +31,7 @@ function refusedStart(dir, env) {
 }
 
 describe('Starting an engine', () => {
-  test('"Node.js 22.13 or newer (... Node.js 20 ... gets one line saying which Node is needed)": a start on an older Node stops with one line, and makes nothing', (t) => {
+  test('"Node.js 22.13 or newer (... Node.js 20 ... gets one line saying which Node is needed)": a start on an older Node stops with one line, and makes nothing: "every command but --help and --version checks the version first and stops with one line naming the Node.js it found"', (t) => {
     if (OLD_NODE === undefined) return t.skip('no Node.js older than 22.13 on this machine to start it with');
     const dir = join(tempDir(), 'data');
     try {

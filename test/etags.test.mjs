@@ -36,7 +36,7 @@ describe('e. Safe concurrent edits (ETag / If-Match)', () => {
     assert.equal(answers[6][1].headers.etag, answers[5][1].headers.etag, 'no change, same tag');
   });
 
-  test('the ETag is a digest of the state, the same in every release: SHA-256 of the session\'s JSON (and of its newest turn\'s createdAt and _id), base64url, first 22 characters (the JSON of the first release\'s ten fields: those added since follow them)', async () => {
+  test('"ETag is a digest of the session\'s first ten fields (those of the first release, which come first in its JSON) plus its newest turn: tags clients kept across the upgrade to conversations still match": SHA-256 of the session\'s JSON (and of its newest turn\'s createdAt and _id), base64url, first 22 characters (the JSON of the first release\'s ten fields: those added since follow them)', async () => {
     // clients keep tags across upgrades of the server: a new way of computing them would turn
     // every kept tag into a 412
     const u = freshUser('etag-digest');

@@ -279,6 +279,17 @@ describe('Live events', () => {
     assert.ok(!s.events.some((e) => e.data?.name === 'not for alice'));
   });
 
+  test('"A heartbeat goes only to a stream written nothing for a whole interval": a stream just opened has its `ready` and gets its first heartbeat a whole EVENTS_HEARTBEAT (300 ms here) after it asked, never at once', async () => {
+    for (let i = 0; i < 5; i++) {
+      const asked = performance.now();
+      const s = await follow('/api/v1/events', alice);
+      await s.until(() => s.comments.includes('heartbeat'), 20_000, 'a heartbeat');
+      // a lower bound only: a slow machine makes it later, never sooner
+      assert.ok(performance.now() - asked >= 300, `the first heartbeat came ${Math.round(performance.now() - asked)} ms after the stream was asked for`);
+      await s.close();
+    }
+  });
+
   test('"A session\'s stream ends when the session is deleted": after `session.deleted` comes `end` with `{"reason":"deleted"}`, and the connection closes', async () => {
     const made = (await alice.post(BASE, newSession({ name: 'to delete' }))).body.data;
     const s = await follow(`${BASE}/${made._id}/events`, alice);
@@ -447,7 +458,7 @@ describe('Live events: limits, slow consumers, shutdown', () => {
   });
 
   test('"A stream holds its connection as a request in flight, so `MAX_CONNECTIONS` never closes it as idle"', async () => {
-    const server = await startServer({ env: { MAX_CONNECTIONS: '6', MAX_STREAMS: '2' } });
+    const server = await startServer({ env: { MAX_CONNECTIONS: '6', MAX_STREAMS: '2', MAX_REQUESTS_PER_USER: '4' } });
     const sockets = [];
     const streams = [];
     try {
@@ -534,7 +545,7 @@ describe('Live events: limits, slow consumers, shutdown', () => {
     removeDir(server.dataDir);
   });
 
-  test('"`EVENTS=off`" removes the three routes (404, absent from the OpenAPI document); --help lists the live feed\'s settings', async () => {
+  test('"EVENTS=off removes the three routes" (404, absent from the OpenAPI document); --help lists the live feed\'s settings', async () => {
     const server = await startServer({ env: { EVENTS: 'off' } });
     try {
       const a = server.as('alice');

@@ -19,10 +19,11 @@ async function say(who, id, content) {
 const names = (r) => r.body.data.map((s) => s.name);
 
 describe('Usage', () => {
-  test('"GET /api/v1/usage -> {success:true, data:{sessions, turns, bytes}} for the caller": "the sessions they own (archived ones included), every turn in them whoever wrote it"', async () => {
+  test('"GET /api/v1/usage -> {success:true, data:{sessions, turns, bytes}} for the caller" ("Usage is by owner"): "the sessions they own (archived ones included), every turn in them whoever wrote it"', async () => {
     const carol = server.as('carol');
     const dave = server.as('dave');
-    assert.deepEqual((await carol.get('/api/v1/usage')).body, { success: true, data: { sessions: 0, turns: 0, bytes: 0 } });
+    const none = { inputTokens: 0, outputTokens: 0, cachedTokens: 0 };
+    assert.deepEqual((await carol.get('/api/v1/usage')).body, { success: true, data: { sessions: 0, turns: 0, bytes: 0, ...none } });
     const a = await create(carol, { name: 'one' });
     const b = await create(carol, { name: 'two' });
     await say(carol, a._id, 'hello');
@@ -38,7 +39,7 @@ describe('Usage', () => {
       bytes += Buffer.byteLength(JSON.stringify((await carol.get(`${BASE}/${id}`)).body.data));
       for (const t of (await carol.get(`${BASE}/${id}/turns`)).body.data) bytes += Buffer.byteLength(JSON.stringify(t));
     }
-    assert.deepEqual(r.body, { success: true, data: { sessions: 2, turns: 3, bytes } });
+    assert.deepEqual(r.body, { success: true, data: { sessions: 2, turns: 3, bytes, ...none } });
     assert.deepEqual((await dave.get('/api/v1/usage')).body.data.sessions, 1);
   });
 
@@ -67,7 +68,7 @@ describe('Tags and metadata', () => {
     assertError(await erin.get(`${BASE}?tag=ui&limit=1&cursor=${page.body.nextCursor}`), 400, 'cursor belongs to another list or query');
   });
 
-  test('"A tag given twice (ignoring case) is kept once", as first spelled; tags and metadata are in a session\'s JSON only when it has some', async () => {
+  test('"A tag given twice (ignoring case) is kept once", as first spelled; "tags, metadata and expiresAt are in a session\'s JSON only when it has them"', async () => {
     const s = await create(alice, { name: 'twice', tags: ['Deploy', 'deploy', 'ops'] });
     assert.deepEqual(s.tags, ['Deploy', 'ops']);
     const plain = await create(alice, { name: 'plain', tags: [], metadata: {} });
@@ -89,7 +90,7 @@ describe('Tags and metadata', () => {
     assert.deepEqual(names(await alice.get(`${BASE}?tag=x`)).includes('meta'), false);
   });
 
-  test('tags and metadata out of bounds are 400 envelopes with messages naming the field', async () => {
+  test('tags and metadata out of bounds are 400 envelopes with messages naming the field ("tag may be given up to 20 times")', async () => {
     const cases = [
       [{ tags: 'x' }, 'tags must be an array'],
       [{ tags: Array.from({ length: 21 }, (_, i) => `t${i}`) }, 'tags must have at most 20 items'],
@@ -123,7 +124,7 @@ describe('Tags and metadata', () => {
 });
 
 describe('Retention', () => {
-  test('"An expired session is gone for the API at once (404, absent from lists...)": an own expiresAt in the past hides it from get, update, delete, turns, fork and every list', async () => {
+  test('"An expired session is gone for the API at once (404, absent from lists...)": an own expiresAt in the past hides it from get, update, delete, turns, fork and every list ("An expired session is 404 for everything, out of every list")', async () => {
     const gina = server.as('gina');
     const soon = new Date(Date.now() + 1500).toISOString();
     const s = await create(gina, { name: 'short-lived', expiresAt: soon, tags: ['gone'] });
@@ -144,7 +145,7 @@ describe('Retention', () => {
     assertError(await gina.del(`${BASE}/${s._id}`), 404, 'Chat session not found');
   });
 
-  test('"expiresAt (ISO time or null = never)": given with any time zone it is kept in UTC with milliseconds; a time that is not ISO 8601 with a zone is a 400', async () => {
+  test('"expiresAt (ISO time or null = never)" ("expiresAt is given with a time zone, kept in UTC"): given with any time zone it is kept in UTC with milliseconds; a time that is not ISO 8601 with a zone is a 400', async () => {
     const s = await create(alice, { name: 'tz', expiresAt: '2999-01-31T01:00:00+01:00' });
     assert.equal(s.expiresAt, '2999-01-31T00:00:00.000Z');
     for (const bad of ['tomorrow', '2999-01-31', '2999-01-31T00:00:00', '2999-13-40T00:00:00Z', 5]) {

@@ -371,7 +371,7 @@ describe('Malformed requests: a 4xx envelope, and the server stays up', () => {
     await stillServing();
   });
 
-  test('an absolute-form request target (GET http://host/path) is served like its path (RFC 9112)', async () => {
+  test('"Absolute-form request targets (GET http://host/path) are served like their path" (RFC 9112)', async () => {
     const a = await raw(`GET http://127.0.0.1:${server.port}/healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n`);
     assert.match(a, /^HTTP\/1\.1 200 /);
     const b = await raw(`GET http://127.0.0.1:${server.port}/api/v1/providers?x=1 HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer ${alice.token}\r\nConnection: close\r\n\r\n`);

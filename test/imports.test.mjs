@@ -3,12 +3,38 @@
 // scripts/check-imports.mjs, with what each floor may not know (http/ no store, live/ no HTTP,
 // providers/ no envelope, services/ no node:http, one place naming the engines).
 import assert from 'node:assert/strict';
+import { readdirSync, readFileSync, statSync } from 'node:fs';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
 import { test } from 'node:test';
 import { check, FLOORS } from '../scripts/check-imports.mjs';
 
-test('"A reader can follow one request from main.ts to the store and back without a step going up a floor": no import of src/ goes up a floor or breaks a floor\'s rule, and no module imports itself back', () => {
+test('"A reader can follow one request from main.ts to the store and back without a step going up a floor": no import of src/ goes up a floor or breaks a floor\'s rule (so "Use cases take plain inputs": services/ import no node:http, nor the routes above them), and no module imports itself back', () => {
   const r = check();
   assert.deepEqual(r.problems, []);
   assert.ok(r.files > 50 && r.imports > 200, `${r.files} modules, ${r.imports} imports read`);
   assert.equal(new Set(FLOORS.map((f) => f.floor)).size, FLOORS.length, 'each floor once');
+});
+
+test('"Domain errors carry a code (src/domain/errors.ts); src/api/errors.ts is the one table from codes to statuses" ... "used by the pipeline\'s error edge": every code has its status in that table, the pipeline alone turns what is thrown into an answer, and only the API and HTTP floors make an HttpError', () => {
+  const ROOT = fileURLToPath(new URL('..', import.meta.url));
+  const read = (f) => readFileSync(join(ROOT, f), 'utf8');
+  const codes = [...read('src/domain/errors.ts').matchAll(/^\s*\|\s*'([a-z_]+)'/gm)].map((m) => m[1]);
+  const table = read('src/api/errors.ts');
+  const block = table.slice(table.indexOf('const STATUS'), table.indexOf('};', table.indexOf('const STATUS')));
+  const statuses = Object.fromEntries([...block.matchAll(/^\s*([a-z_]+): (\d{3}),$/gm)].map((m) => [m[1], Number(m[2])]));
+  assert.ok(codes.length > 10, `${codes.length} codes read`);
+  assert.deepEqual(Object.keys(statuses).sort(), [...codes].sort(), 'each code once in the table');
+  const sources = [];
+  const walk = (dir) => {
+    for (const name of readdirSync(join(ROOT, dir))) {
+      const rel = `${dir}/${name}`;
+      if (statSync(join(ROOT, rel)).isDirectory()) walk(rel);
+      else if (name.endsWith('.ts')) sources.push(rel);
+    }
+  };
+  walk('src');
+  const using = (re) => sources.filter((f) => re.test(read(f)));
+  assert.deepEqual(using(/\bhttpErrorOf\(/).sort(), ['src/api/errors.ts', 'src/http/pipeline.ts'], 'the error edge is the pipeline');
+  assert.deepEqual(using(/\bnew HttpError\(/).filter((f) => !f.startsWith('src/api/') && !f.startsWith('src/http/')), [], 'below the API, errors are domain errors');
 });

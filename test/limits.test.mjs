@@ -52,11 +52,11 @@ async function bigTurns(s) {
   return { id, token: u.token };
 }
 
-/** Asks for the big turn list on a raw connection and does not read the answer. */
-async function unreadTurns(s, big, reqId) {
+/** Asks for the big turn list on a raw connection (as its owner, or with `token`) and does not read the answer. */
+async function unreadTurns(s, big, reqId, token = big.token) {
   const c = await raw(s.port);
   c.socket.pause();
-  c.socket.write(`GET /api/v1/chat-sessions/${big.id}/turns HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${big.token}\r\nX-Request-Id: ${reqId}\r\n\r\n`);
+  c.socket.write(`GET /api/v1/chat-sessions/${big.id}/turns HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${token}\r\nX-Request-Id: ${reqId}\r\n\r\n`);
   return c;
 }
 
@@ -86,7 +86,7 @@ const CREATE = (token, length) =>
   `POST /api/v1/chat-sessions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${token}\r\nContent-Type: application/json\r\nContent-Length: ${length}\r\n\r\n`;
 
 describe('Connections (MAX_CONNECTIONS)', () => {
-  test('at the cap a new connection closes the oldest idle one, so /healthz keeps answering under a flood of idle connections', async () => {
+  test('"At the cap a new connection closes an idle one (no request in flight), so a flood of idle sockets cannot lock anyone out": /healthz keeps answering under a flood of idle connections', async () => {
     const s = await startServer({ env: { MAX_CONNECTIONS: '20' } });
     const clients = [];
     try {
@@ -117,15 +117,16 @@ describe('Connections (MAX_CONNECTIONS)', () => {
     }
   });
 
-  test('when every connection has a request in flight, /healthz and /metrics still answer on a few extra connections, other routes get 503 Server is busy', async () => {
+  test('"when none is idle, 8 more are let in for /healthz and /metrics only": when every connection has a request in flight, /healthz and /metrics still answer on a few extra connections, other routes get 503 Server is busy', async () => {
     const s = await startServer({ env: { MAX_CONNECTIONS: '4', BODY_LIMIT: '2mb', FSYNC: 'off' } });
     const clients = [];
     try {
-      // four answers too large for the socket buffers, which their clients do not read: four requests in flight
+      // four answers too large for the socket buffers, which their clients (four users: one may
+      // hold only its share) do not read: four requests in flight
       const big = await bigTurns(s);
       for (let i = 0; i < 4; i++) {
         // each takes the head of its answer (so it is under way), then stops reading
-        const c = await unreadTurns(s, big, `busy-${i}`);
+        const c = await unreadTurns(s, big, `busy-${i}`, tokenFor(`reader-${i}`));
         c.socket.once('data', () => c.socket.pause());
         c.socket.resume();
         await waitFor(() => c.text().startsWith('HTTP/1.1 200'), 'an answer under way');
@@ -147,7 +148,7 @@ describe('Connections (MAX_CONNECTIONS)', () => {
     }
   });
 
-  test('past the cap and its headroom, with nothing idle, a newcomer is refused and nothing is closed for it (ConnectionGuard)', () => {
+  test('"past those a newcomer is answered 503 Server is busy and closed": past the cap and its headroom, with nothing idle, a newcomer is refused and nothing is closed for it (ConnectionGuard)', () => {
     const refused = [];
     let evicted = 0;
     const guard = new ConnectionGuard(2, { refuse: (sock) => refused.push(sock), evicted: () => evicted++ });
@@ -156,7 +157,7 @@ describe('Connections (MAX_CONNECTIONS)', () => {
     for (let i = 0; i < 2 + HEADROOM; i++) {
       const sock = socket();
       guard.onConnection(sock);
-      guard.of(sock).requests++; // a request in flight on each
+      guard.busy(guard.of(sock)); // a request in flight on each
       all.push(sock);
     }
     assert.equal(guard.count, 2 + HEADROOM);
@@ -168,7 +169,7 @@ describe('Connections (MAX_CONNECTIONS)', () => {
     assert.equal(evicted, 0);
     assert.ok(all.every((s) => !s.destroyed));
     // once one is idle again, the next newcomer closes it and takes its place
-    guard.of(all[0]).requests--;
+    guard.idle(guard.of(all[0]));
     const next = socket();
     guard.onConnection(next);
     assert.ok(all[0].destroyed);
@@ -179,15 +180,16 @@ describe('Connections (MAX_CONNECTIONS)', () => {
 });
 
 describe('Request bodies (BODY_MEMORY, BODY_TIMEOUT)', () => {
-  test('request bodies in flight hold at most BODY_MEMORY bytes: a body that would pass it gets 503 Server is busy and its connection closes', async () => {
+  test('request bodies in flight hold at most BODY_MEMORY bytes, "counted as bytes arrive" and "given back when the answer is sent": "A chunk that would pass it gets 503 Server is busy with Retry-After: 1 and the connection closed"', async () => {
     const s = await startServer({ env: { BODY_MEMORY: '75000', BODY_LIMIT: '48kb' } });
     const token = tokenFor('alice');
     const head = JSON.stringify(newSession({ pad: 'x'.repeat(39_000) }));
     const stalled = [];
     try {
+      // two users, since one may hold only its share (a quarter of BODY_MEMORY, at least BODY_LIMIT)
       for (let i = 0; i < 2; i++) {
         const c = await raw(s.port);
-        c.socket.write(CREATE(token, head.length) + head.slice(0, 35_000));
+        c.socket.write(CREATE(tokenFor(`uploader-${i}`), head.length) + head.slice(0, 35_000));
         stalled.push(c);
       }
       await waitFor(async () => (await metric(s, 'chat_session_api_request_body_bytes')) === 70_000, '70000 body bytes held');
@@ -216,7 +218,7 @@ describe('Request bodies (BODY_MEMORY, BODY_TIMEOUT)', () => {
     }
   });
 
-  test('a body that has not arrived within BODY_TIMEOUT gets 408 Request timeout in the envelope, logged with its route, and the connection closes', async () => {
+  test('a body that has not arrived within BODY_TIMEOUT ("from the headers to the end of the body: 408 Request timeout, connection closed") gets 408 Request timeout in the envelope, logged with its route, and the connection closes', async () => {
     const s = await startServer({ env: { BODY_TIMEOUT: '300ms' } });
     try {
       const c = await raw(s.port);
@@ -241,7 +243,7 @@ describe('Request bodies (BODY_MEMORY, BODY_TIMEOUT)', () => {
 });
 
 describe('Slow readers (WRITE_TIMEOUT)', () => {
-  test('an answer the client takes no byte of for WRITE_TIMEOUT is cut off: the connection is destroyed and a warning logged with the request id', async () => {
+  test('"An answer of which the client takes no byte for that long is cut off and a warning logged": the connection is destroyed and the warning names the request id', async () => {
     const s = await startServer({ env: { WRITE_TIMEOUT: '1s', BODY_LIMIT: '2mb', FSYNC: 'off' } });
     try {
       const c = await unreadTurns(s, await bigTurns(s), 'slow-reader-1');
@@ -261,7 +263,7 @@ describe('Slow readers (WRITE_TIMEOUT)', () => {
     }
   });
 
-  test('a slow but steady reader is not cut off: the timeout counts from the last byte the client took, not from the start', async () => {
+  test('"the time counts from the last byte the kernel took, so a slow but steady reader is never cut"', async () => {
     const s = await startServer({ env: { WRITE_TIMEOUT: '3s', BODY_LIMIT: '2mb', FSYNC: 'off' } });
     try {
       const { id, token } = await bigTurns(s);
@@ -293,7 +295,7 @@ describe('Slow readers (WRITE_TIMEOUT)', () => {
 });
 
 describe('HTTP node:http would answer bare', () => {
-  test('an Expect other than 100-continue gets 417 Expectation failed in the envelope, with a request id, logged and counted', async () => {
+  test('"Expect other than 100-continue gets 417 Expectation failed in the envelope and the connection closes", with a request id, logged and counted', async () => {
     const s = await startServer();
     try {
       const c = await raw(s.port);
@@ -316,7 +318,7 @@ describe('HTTP node:http would answer bare', () => {
     }
   });
 
-  test('CONNECT gets 405 Method not allowed in the envelope (an empty Allow: this server makes no tunnels), logged and counted, then the connection closes', async () => {
+  test('"CONNECT gets 405 with an empty Allow (RFC 9110: the target allows no method; this server makes no tunnels), and the connection closes": 405 Method not allowed in the envelope, logged and counted', async () => {
     const s = await startServer();
     try {
       const c = await raw(s.port);

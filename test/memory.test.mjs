@@ -39,7 +39,7 @@ function countItems(s, path, user) {
 }
 
 describe('Writes wait for memory; reads go on', () => {
-  test('"The server refuses writes with 503 Server is low on memory before the process runs out of memory": past MEMORY_LIMIT, creates, updates and turns get 503 with Retry-After; reads and deletes go on, and /metrics says so', async () => {
+  test('"The server refuses writes with 503 Server is low on memory before the process runs out of memory": past MEMORY_LIMIT, creates, updates and turns get 503 with Retry-After ("Every POST and PUT gets 503 Server is low on memory with Retry-After: 5"); "Reads and deletes go on", and /metrics says so', async () => {
     const first = await startServer();
     const u = first.as('alice');
     const ids = [];
@@ -76,10 +76,11 @@ describe('Writes wait for memory; reads go on', () => {
     }
   });
 
-  test('"always starts on a data set it wrote": in a memory cgroup (the kernel\'s OOM killer as the ceiling), one client appending 1 MiB turns is refused before the ceiling, never killed; the whole turn list is streamed; killed and started again under the same ceiling, it serves every turn it accepted', async (t) => {
+  test('"always starts on a data set it wrote" ("Proven under a real ceiling: fill until refused, read everything, kill, start again"): in a memory cgroup (the kernel\'s OOM killer as the ceiling), one client appending 1 MiB turns is refused before the ceiling, never killed; the whole turn list is streamed; killed and started again under the same ceiling, it serves every turn it accepted', async (t) => {
     const cgroup = memoryCgroup(t, 256 * 1024 * 1024);
     if (cgroup === undefined) return;
-    const env = { WRITE_TIMEOUT: '5s', FSYNC: 'off' };
+    // the feed is not what is measured: on PostgreSQL it would log every 1 MiB turn once more
+    const env = { WRITE_TIMEOUT: '5s', FSYNC: 'off', EVENTS: 'off' };
     let s = await startServer({ cgroup, env });
     const dataDir = s.dataDir;
     try {

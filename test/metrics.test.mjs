@@ -54,6 +54,7 @@ describe('Metrics: GET /metrics', () => {
       chat_session_api_sessions: 'gauge',
       chat_session_api_turns: 'gauge',
       chat_session_api_store_bytes: 'gauge',
+      chat_session_api_store_tokens: 'gauge',
       chat_session_api_commit_duration_seconds: 'histogram',
       chat_session_api_committed_writes_total: 'counter',
       ...{

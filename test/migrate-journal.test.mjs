@@ -91,7 +91,7 @@ async function assertAnswersAsBefore(dir, name) {
 
 describe('The journal retires behind a migration', () => {
   for (const name of ['clean', 'torn', 'killed', 'two-files']) {
-    test(`"A data directory that holds a journal and no database is migrated ... every acknowledged record carried over": a journal the last release left ${name === 'clean' ? 'after a clean stop' : name === 'torn' ? 'with a torn final write' : name === 'killed' ? 'killed with a turn streaming' : 'in two files, a compaction cut short'} answers exactly as that release answered, ETags, lists, usage and search included; the journal is kept, renamed, and after a restart nothing changes`, async () => {
+    test(`"A data directory that holds a journal and no database is migrated ... every acknowledged record carried over": a journal the last release left ${name === 'clean' ? 'after a clean stop' : name === 'torn' ? 'with a torn final write' : name === 'killed' ? 'killed with a turn streaming' : 'in two files, a compaction cut short'} answers exactly as that release answered, ETags, lists, usage and search included; "The journal is kept, renamed, never deleted" and "Streaming turns are carried over as streaming and interrupted by the start that follows"; after a restart nothing changes`, async () => {
       const dir = fixtureDir(name);
       try {
         const before = journalFiles(dir);
@@ -139,7 +139,7 @@ describe('The journal retires behind a migration', () => {
     }
   });
 
-  test('"A data directory holding both never silently serves either: the start stops with one line saying what it found and what to do"; nothing is changed', async () => {
+  test('"A data directory holding both never silently serves either: the start stops with one line saying what it found and what to do"; nothing is changed ("A data directory holding both a journal and a sqlite database is never served" ... "With STORE=postgres a directory holding a journal is refused too")', async () => {
     const dir = tempDir('csa-migrate-both-');
     try {
       const first = await startServer({ dataDir: dir });
@@ -199,17 +199,19 @@ describe('The journal retires behind a migration', () => {
     }
   });
 
-  test('"`export` reads the engine the data directory holds, never a stale one": a journal never migrated is exported as it is (the same records the migrated store exports), and the directory is left as it was', { skip: STORE !== 'sqlite' && 'a directory with a journal and STORE=postgres is refused' }, async () => {
+  test('"`export` reads the engine the data directory holds, never a stale one": "a journal never migrated is read as it is" (exported, the same records the migrated store exports), and the directory is left as it was', { skip: STORE !== 'sqlite' && 'a directory with a journal and STORE=postgres is refused' }, async () => {
     const dir = fixtureDir('clean');
     try {
       const files = readdirSync(dir).sort();
       const fromJournal = runCli(['export'], { env: { DATA_DIR: dir } });
       assert.equal(fromJournal.code, 0, fromJournal.stderr);
+      assert.match(fromJournal.stderr, /^exported \d+ sessions and \d+ turns from the journal of .*, not migrated yet$/m, 'the last line says it read the journal (issue 31, item 8: a forgotten STORE shows)');
       assert.deepEqual(readdirSync(dir).sort(), files, 'nothing migrated or made by an export');
       const server = await startServer({ dataDir: dir, env: ENV });
       await server.stop();
       const fromStore = runCli(['export'], { env: { DATA_DIR: dir } });
       assert.equal(fromStore.code, 0, fromStore.stderr);
+      assert.match(fromStore.stderr, /^exported \d+ sessions and \d+ turns from sqlite .*\.db$/m);
       const body = (text) => text.split('\n').slice(1);
       assert.deepEqual(body(fromJournal.stdout), body(fromStore.stdout));
     } finally {
@@ -217,7 +219,7 @@ describe('The journal retires behind a migration', () => {
     }
   });
 
-  test('"The journal engine of earlier releases is retired": STORE=journal stops the start with one line saying the engine is retired and what to set', () => {
+  test('"The journal engine of earlier releases is retired" ("STORE is sqlite (the default) or postgres; STORE=journal stops the start with one line"): STORE=journal stops the start with one line saying the engine is retired and what to set', () => {
     const r = runCli([], { env: { DATA_DIR: tempDir('csa-migrate-store-'), STORE: 'journal' } });
     assert.equal(r.code, 2);
     assert.match(r.stderr, /^chat-session-api: STORE=journal: the journal engine is retired; leave STORE unset \(sqlite: the first start migrates the journal of DATA_DIR\) or set it to postgres\n$/);

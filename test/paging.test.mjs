@@ -284,7 +284,7 @@ describe('b. Paging on the session list and the turns list', () => {
     assert.deepEqual((await u.get(withParams(`${BASE}/${s._id}/turns`, { limit: 1, cursor: tc }))).body, { success: true, data: [], nextCursor: null });
   });
 
-  test('"without limit the spec\'s whole list" (a cursor without limit gives the rest of the list, still without nextCursor)', async () => {
+  test('"without limit the spec\'s whole list" ("A cursor given without limit returns the rest of the list", still without nextCursor)', async () => {
     const u = freshUser('whole');
     const s = await create(u);
     for (let i = 0; i < 29; i++) await create(u);

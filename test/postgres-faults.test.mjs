@@ -25,7 +25,7 @@ describe('PostgreSQL engine: the database fails', skip === undefined ? {} : { sk
   /** A server on the cluster, in a schema of its own. */
   const serve = (env = {}) => startServer({ env: { DATABASE_URL: cluster.url(USERS.scram.user), DATABASE_SCHEMA: `f_${Math.random().toString(16).slice(2, 10)}`, ...env } });
 
-  test('the database restarted under load: every write answered 2xx is there afterwards, the others got 503 Storage unavailable (never a 500, a hang or a crash), /healthz said so, and service resumed by itself', async () => {
+  test('"While running: an unreachable database answers 503 Storage unavailable (and /healthz), and recovers by itself": the database restarted under load: every write answered 2xx is there afterwards, the others got 503 Storage unavailable (never a 500, a hang or a crash), /healthz said so, and service resumed by itself', async () => {
     const s = await serve();
     try {
       const u = s.as('alice');

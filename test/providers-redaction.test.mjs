@@ -71,7 +71,7 @@ describe('h. Providers', () => {
   });
 });
 
-describe('h. Providers: redaction by rule, not by list (issue 31, item 2)', () => {
+describe('h. Providers: redaction by rule, not by list (issue 31, item 2): "credentials are masked by a rule on their names, not a list of names"', () => {
   /** Starts a server on `providers` and answers the list's text, each entry's text, the entries and the log. */
   async function answersFor(providers) {
     const s = await startServer({ providers });

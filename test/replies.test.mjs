@@ -67,7 +67,7 @@ describe('Replies from the model', () => {
     });
   }
 
-  test('"The system message is the session\'s `instructions` ... none when absent. Turns with status `error` and `reasoning` parts are not sent back to the model", and "`options`: `temperature`, `maxTokens`, `topP`, `stop`, passed on"', async () => {
+  test('"The system message is the session\'s `instructions` ... none when absent. Turns with status `error` and `reasoning` parts are not sent back to the model", and "`options`: `temperature`, `maxTokens`, `topP`, `stop`, passed on" ("What the model is sent: the path to the turn answered, without error turns")', async () => {
     const s = await session('openai', 'echo', { instructions: 'Answer in French.' });
     await alice.post(`${B}/${s._id}/turns`, { role: 'user', content: 'an old question' });
     await alice.post(`${B}/${s._id}/turns`, { role: 'assistant', content: [{ type: 'reasoning', text: 'secret thoughts' }, { type: 'text', text: 'an old answer' }] });
@@ -87,7 +87,7 @@ describe('Replies from the model', () => {
     assert.equal(provider.requests.filter((x) => x.protocol === 'openai').at(-1).system, undefined, 'no system message without instructions');
   });
 
-  test('"`Accept: text/event-stream`: 200 and a stream of the session\'s own event kinds: `turn.created` (the user turn ...), `turn.created` (the reply, `status:"streaming"`, `content:""`), `turn.delta` for each piece of text, then `turn.updated` with the reply as recorded at the end, after which the stream closes. Event ids are those of `GET /api/v1/chat-sessions/:id/events`"', async () => {
+  test('"`Accept: text/event-stream`: 200 and a stream of the session\'s own event kinds: `turn.created` (the user turn ...), `turn.created` (the reply, `status:"streaming"`, `content:""`), `turn.delta` for each piece of text, then `turn.updated` with the reply as recorded at the end, after which the stream closes. Event ids are those of `GET /api/v1/chat-sessions/:id/events`" ("its turn.updated is the last event"; "closing after the reply\'s last turn.updated with no end event")', async () => {
     const s = await session('ollama', 'tokens:6');
     const follow = await openEvents(server.url, `${B}/${s._id}/events`, { token: alice.token });
     await follow.waitFor((e) => e.event === 'ready');
@@ -139,7 +139,7 @@ describe('Replies from the model', () => {
     assert.equal(asked.clientClosed, false, "the provider's request was not closed");
   });
 
-  test('"`POST /api/v1/chat-sessions/:id/turns/:turnId/cancel` stops it (the provider\'s request is closed), records the text so far with status `interrupted` and then answers 200 with the turn; a turn that is not streaming -> 409 `Turn is not streaming`"', async () => {
+  test('"`POST /api/v1/chat-sessions/:id/turns/:turnId/cancel` stops it (the provider\'s request is closed), records the text so far with status `interrupted` and then answers 200 with the turn; a turn that is not streaming -> 409 `Turn is not streaming`" ("Cancel: a reply this instance generates is aborted and its end recorded interrupted, then answered")', async () => {
     const s = await session('ollama', 'stall-after:3');
     const r = await alice.post(`${B}/${s._id}/messages`, { content: 'go on and stall', background: true });
     const replyId = r.body.data.reply._id;
@@ -175,7 +175,7 @@ describe('Replies from the model', () => {
     assert.equal((await alice.post(`${B}/${(await session('openai'))._id}/messages`, { content: 'elsewhere' })).status, 201);
   });
 
-  test('"Refused before anything is recorded: the session\'s provider not configured, of a type that cannot reply, or the model outside its `models` -> 409 naming the provider or model"', async () => {
+  test('"Refused before anything is recorded: the session\'s provider not configured, of a type that cannot reply, or the model outside its `models` -> 409 naming the provider or model" ("not configured, a type that cannot reply, a model outside models are 409 naming them")', async () => {
     const cases = [
       [{ providerId: '6f00000000000000000000ff', selectedModel: 'echo' }, /^Provider "6f00000000000000000000ff" is not configured/],
       [{ providerId: ids.listing, selectedModel: 'echo' }, /^Provider "A listing only" is of type "azure-something", which cannot reply/],
@@ -278,6 +278,37 @@ describe('Replies from the model', () => {
     }
   });
 
+  test('"It carries `usage` `{inputTokens, outputTokens, cachedTokens?}` as the provider reported it (absent when it reported none), counted in `GET /api/v1/usage`": a reply\'s tokens are in its owner\'s usage; "a client\'s as it sent it (`POST` or `PUT` of a turn): the same count"; "A deleted turn or session takes its tokens with it"', async () => {
+    const tina = server.as('tina');
+    const tokens = async () => {
+      const u = (await tina.get('/api/v1/usage')).body.data;
+      return [u.inputTokens, u.outputTokens, u.cachedTokens];
+    };
+    assert.deepEqual(await tokens(), [0, 0, 0]);
+    const s = (await tina.post(B, newSession({ providerId: ids.openai, selectedModel: 'cached:3' }))).body.data;
+    const r = await tina.post(`${B}/${s._id}/messages`, { content: 'count my tokens please' });
+    assert.equal(r.status, 201, r.text);
+    const usage = r.body.data.reply.usage;
+    assert.ok(usage.inputTokens > 0 && usage.outputTokens > 0 && usage.cachedTokens === 3, JSON.stringify(usage));
+    assert.deepEqual(await tokens(), [usage.inputTokens, usage.outputTokens, 3]);
+    // a reply that reported none adds none
+    const none = (await tina.post(B, newSession({ providerId: ids.openai, selectedModel: 'no-usage' }))).body.data;
+    assert.equal((await tina.post(`${B}/${none._id}/messages`, { content: 'quiet' })).body.data.reply.usage, undefined);
+    assert.deepEqual(await tokens(), [usage.inputTokens, usage.outputTokens, 3]);
+    // the same usage recorded by a client: with the turn, then by an edit of another
+    const mine = (await tina.post(B, newSession())).body.data;
+    const posted = await tina.post(`${B}/${mine._id}/turns`, { role: 'assistant', content: 'by hand', usage });
+    assert.equal(posted.status, 201, posted.text);
+    assert.deepEqual(await tokens(), [2 * usage.inputTokens, 2 * usage.outputTokens, 6]);
+    const plain = (await tina.post(`${B}/${mine._id}/turns`, { role: 'assistant', content: 'edited later', parentId: null })).body.data;
+    assert.equal((await tina.put(`${B}/${mine._id}/turns/${plain._id}`, { usage: { inputTokens: 10, outputTokens: 1 } })).status, 200);
+    assert.deepEqual(await tokens(), [2 * usage.inputTokens + 10, 2 * usage.outputTokens + 1, 6]);
+    assert.equal((await tina.del(`${B}/${mine._id}/turns/${posted.body.data._id}`)).status, 200);
+    assert.deepEqual(await tokens(), [usage.inputTokens + 10, usage.outputTokens + 1, 3]);
+    assert.equal((await tina.del(`${B}/${s._id}`)).status, 200);
+    assert.deepEqual(await tokens(), [10, 1, 0]);
+  });
+
   test('"`GET /api/v1/chat-sessions/:id/turns/:turnId` -> 200 `{success:true, data:<turn>}`; an unknown turn -> 404 `Turn not found`"', async () => {
     const s = await session('openai');
     const t = (await alice.post(`${B}/${s._id}/turns`, { role: 'user', content: 'one turn' })).body.data;
@@ -335,7 +366,7 @@ describe('Bounds of replies', () => {
   test('a reply streamed to a client that stops reading holds at most EVENTS_BUFFER for it: the stream is cut off as `slow`, the reply goes on to its end and is recorded whole ("A client that goes away never stops a reply")', async () => {
     const s = await startServer({ providers: providersFor(provider.url), env: { EVENTS_BUFFER: '64kb' } });
     const u = s.as('alice');
-    // some 100,000 events of a hundred bytes and more: past what the kernel's buffers hold
+    // some 100,000 events of 150 bytes: well past what the kernel's buffers may hold (several MiB on loopback)
     const a = (await u.post(B, newSession({ providerId: ids.ollama, selectedModel: 'tokens:100000' }))).body.data;
     const sock = connect(s.port, '127.0.0.1');
     sock.on('error', () => undefined);
@@ -351,7 +382,7 @@ describe('Bounds of replies', () => {
       const reply = await waitFor(async () => {
         const turns = (await u.get(`${B}/${a._id}/turns`)).body.data;
         return turns.length === 2 && turns[1].status !== 'streaming' ? turns[1] : undefined;
-      }, 'the reply to end');
+      }, 'the reply to end', 180_000);
       assert.equal(reply.status, 'complete');
       assert.equal(textOf(reply.content).split(' ').length, 100000, 'recorded whole');
       assert.equal(await metric(s, 'chat_session_api_event_streams_ended_total{reason="slow"}'), 1, 'the stream was cut off as slow');
@@ -365,7 +396,44 @@ describe('Bounds of replies', () => {
     }
   });
 
-  test('with `EVENTS=off` an event-stream answer cannot be given: 406, and nothing is recorded', async () => {
+  test('"RATE_LIMIT counts these requests, and the quotas count the turns" ("The end is never refused for a quota"): a message past QUOTA_TURNS is 403 `Quota exceeded` before anything is recorded; a reply that grows past QUOTA_BYTES ends `error` with the quota\'s words, keeping what fitted; past RATE_LIMIT a message is 429', async () => {
+    const s = await startServer({ providers: providersFor(provider.url), env: { QUOTA_TURNS: '3', QUOTA_BYTES: '6kb' } });
+    try {
+      const u = s.as('alice');
+      const a = (await u.post(B, newSession({ providerId: ids.ollama, selectedModel: 'echo' }))).body.data;
+      assert.equal((await u.post(`${B}/${a._id}/messages`, { content: 'one' })).status, 201, 'two turns of three');
+      const over = await u.post(`${B}/${a._id}/messages`, { content: 'two' });
+      assert.deepEqual([over.status, over.body], [403, { success: false, message: 'Quota exceeded: turns (at most 3 per user)' }]);
+      assert.equal((await u.get(`${B}/${a._id}/turns`)).body.data.length, 2, 'nothing recorded');
+      // bytes: bob's reply of 3,000 words (some 16 KiB) passes 6 KiB on its way (slowly enough for its text
+      // to be written as it comes: the end, a quarter of a second's text at most, is never refused)
+      const bob = s.as('bob');
+      const b = (await bob.post(B, newSession({ providerId: ids.ollama, selectedModel: 'tokens:3000@1500' }))).body.data;
+      const r = await bob.post(`${B}/${b._id}/messages`, { content: 'a long one' });
+      assert.equal(r.status, 201, r.text);
+      assert.equal(r.body.data.reply.status, 'error');
+      assert.match(r.body.data.reply.error.message, /^Quota exceeded: bytes/);
+      assert.ok(textOf(r.body.data.reply.content).length > 0, 'what fitted is kept');
+      assert.deepEqual(await turn(b._id, r.body.data.reply._id, bob), r.body.data.reply, 'recorded so');
+    } finally {
+      await s.stop();
+      removeDir(s.dataDir);
+    }
+    // the rate: one request a minute (a burst of one), spent on the session's create
+    const limited = await startServer({ providers: providersFor(provider.url), env: { RATE_LIMIT: '1/m' } });
+    try {
+      const u = limited.as('alice');
+      const a = (await u.post(B, newSession({ providerId: ids.ollama, selectedModel: 'echo' }))).body.data;
+      const r = await u.post(`${B}/${a._id}/messages`, { content: 'too soon' });
+      assert.deepEqual([r.status, r.body.message], [429, 'Too many requests']);
+      assert.ok(Number(r.headers['retry-after']) > 0);
+    } finally {
+      await limited.stop();
+      removeDir(limited.dataDir);
+    }
+  });
+
+  test('"With EVENTS=off it cannot be given: 406", and nothing is recorded', async () => {
     const s = await startServer({ providers: providersFor(provider.url), env: { EVENTS: 'off' } });
     try {
       const u = s.as('alice');

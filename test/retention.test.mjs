@@ -81,7 +81,7 @@ describe('Retention: the background purge', () => {
 });
 
 describe('Retention: an expired session\'s event stream', () => {
-  test('opening the stream of an expired session is 404; a stream open when its session expires ends with `end` {"reason":"deleted"} once the purge takes it', async () => {
+  test('"An expired session\'s event stream is 404 at open; a stream already open stays open until the purge deletes the session": opening the stream of an expired session is 404; a stream open when its session expires ends with `end` {"reason":"deleted"} once the purge takes it', async () => {
     const s = await start({ PURGE_INTERVAL: '100ms' });
     const jo = s.as('jo');
     const past = await create(jo, { name: 'past', expiresAt: PAST });
@@ -99,7 +99,7 @@ describe('Retention: an expired session\'s event stream', () => {
 });
 
 describe('Retention: the purge and erase-user commands', () => {
-  test('purge --dry-run lists each expired session with its expiry and a count, beside a running server; purge and erase-user refuse while a server holds the data directory, then do their work once it is stopped', async () => {
+  test('"purge --dry-run reads a snapshot, like export, so it is safe beside a running server; purge and erase-user write, so they take the data directory as import does": purge --dry-run lists each expired session with its expiry and a count, beside a running server; purge and erase-user refuse while a server holds the data directory, then do their work once it is stopped', async () => {
     const s = await start({ PURGE_INTERVAL: 'off' });
     const kai = s.as('kai');
     const lea = s.as('lea');
@@ -111,6 +111,7 @@ describe('Retention: the purge and erase-user commands', () => {
     const mine = await create(kai, { name: 'mine' });
     await say(kai, mine._id, 'a');
     await say(kai, mine._id, 'b');
+    assert.equal((await kai.post(`${BASE}/${mine._id}/turns`, { role: 'assistant', content: 'c', usage: { inputTokens: 12, outputTokens: 7, cachedTokens: 3 } })).status, 201);
     const archived = await create(kai, { name: 'archived' });
     assert.equal((await kai.put(`${BASE}/${archived._id}`, { archived: true })).status, 200);
     const other = await create(lea, { name: 'lea' });
@@ -139,10 +140,11 @@ describe('Retention: the purge and erase-user commands', () => {
     assert.equal(erased.code, 0, erased.stderr);
     const lines = erased.stdout.trim().split('\n');
     assert.deepEqual(lines.slice(0, -1).sort(), [mine._id, archived._id].sort());
-    assert.equal(lines.at(-1), 'erased 2 sessions and 2 turns of user kai');
+    // what went: the sessions, turns, bytes and tokens the usage of kai held
+    assert.match(lines.at(-1), /^erased 2 sessions and 3 turns of user kai \(\d+ bytes; tokens: 12 input, 7 output, 3 cached\)$/);
 
     const t = await start({ PURGE_INTERVAL: 'off' }, s.dataDir);
-    assert.deepEqual((await t.as('kai').get('/api/v1/usage')).body.data, { sessions: 0, turns: 0, bytes: 0 });
+    assert.deepEqual((await t.as('kai').get('/api/v1/usage')).body.data, { sessions: 0, turns: 0, bytes: 0, inputTokens: 0, outputTokens: 0, cachedTokens: 0 });
     assert.equal((await t.as('kai').get(`${BASE}/${mine._id}`)).status, 404);
     assert.equal((await t.as('lea').get(`${BASE}/${other._id}`)).status, 200, "another user's session stays");
   });

@@ -72,7 +72,7 @@ describe('g. Scoped tokens', () => {
     assert403(await server.request('GET', '/api/v1/providers/not-an-id', { token: tokenFor('alice', { scope: 'sessions:read' }) }), 'bad provider id');
   });
 
-  test('"a scope string with unknown words (they are ignored; \\"sessions:read bogus\\" can read)"', async () => {
+  test('"a scope string with unknown words (they are ignored; \\"sessions:read bogus\\" can read)" ("Unknown words are ignored")', async () => {
     const id = (await create(alice))._id;
     const t = tokenFor('alice', { scope: 'sessions:read bogus admin *' });
     assert.equal((await server.request('GET', BASE, { token: t })).status, 200);
@@ -147,7 +147,7 @@ describe('g. Scoped tokens', () => {
     }
   });
 
-  test('"Decide what happens when both are present (the intersection is the safe answer)": with `scope` and `scp`, only the words in both are granted', async () => {
+  test('"Decide what happens when both are present (the intersection is the safe answer)": with `scope` and `scp`, only the words in both are granted ("a token with both gets only the words found in both, so neither can widen the other")', async () => {
     const id = (await create(alice))._id;
     const cases = [
       [{ scope: 'sessions:read sessions:write', scp: ['sessions:read', 'providers:read'] }, ['sessions:read']],

@@ -295,7 +295,7 @@ function middleTurnsPage(dir) {
 }
 
 describe('Damage inside the sqlite file', SQLITE, () => {
-  test('"damage that only a full check can find is looked for in the background after the start, and once found, writes get 503 `Storage damaged`, `/healthz` is not ok, and the log names the file": reads go on; a check of a sound file changes nothing', async () => {
+  test('"damage that only a full check can find is looked for in the background after the start, and once found, writes get 503 `Storage damaged`, `/healthz` is not ok, and the log names the file" ("The full check is PRAGMA quick_check in a process of its own at low priority, on a read-only connection"): reads go on; a check of a sound file changes nothing', async () => {
     const { dir, kept } = await stoppedWithTurns();
     const env = { CHAT_SESSION_API_FAULTS: 'hurry:sqlite-check' };
     try {

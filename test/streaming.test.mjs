@@ -41,7 +41,7 @@ describe('Streaming turns', () => {
     return s;
   };
 
-  test('"Streaming turns: create with status:\"streaming\"" ... "append text with POST /api/v1/chat-sessions/:id/turns/:turnId/deltas {text}" ... "finish with PUT status:\"complete\"": the text grows in order, each delta a `turn.delta` of the session\'s stream with where it went; the lists\' feed has none of them', async () => {
+  test('"Streaming turns: create with status:\"streaming\"" ... "append text with POST /api/v1/chat-sessions/:id/turns/:turnId/deltas {text}" ... "finish with PUT status:\"complete\"": the text grows in order, each delta a `turn.delta` of the session\'s stream with where it went; the lists\' feed has none of them ("A delta goes through the serial writer like any write" ... "A delta moves neither updatedAt nor the ETag")', async () => {
     const s = (await alice.post(BASE, newSession({ name: 'a story' }))).body.data;
     const own = await follow(`${BASE}/${s._id}/events`);
     const list = await follow('/api/v1/events');

@@ -36,7 +36,7 @@ function upgraded(turn, parentId) {
 }
 
 describe('Upgrading from the first release', () => {
-  test('"Journals ... written before these fields load; their turns get parents in order": every session and turn the first release answered, with the ETag it answered, each turn\'s parent the one before it, each head the newest turn; after a restart too', async () => {
+  test('"Journals ... written before these fields load; their turns get parents in order" ("The first release\'s data is upgraded at the first start on either engine" ... "versions (ETags) do not change"): every session and turn the first release answered, with the ETag it answered, each turn\'s parent the one before it, each head the newest turn; after a restart too', async () => {
     const dir = await firstReleaseStore();
     const answers = JSON.parse(readFileSync(join(FIXTURES, 'answers.json'), 'utf8'))[STORE];
     try {
@@ -124,7 +124,7 @@ describe('Upgrading from the first release', () => {
     }
   });
 
-  test('"... and exports written before these fields load; their turns get parents in order": a backup of the first release imports with each turn under the one before it (turns sharing a millisecond by _id) and each head its newest turn', async () => {
+  test('"... and exports written before these fields load; their turns get parents in order" ("Export files are version 2 since conversations; version 1 still imports"): a backup of the first release imports with each turn under the one before it (turns sharing a millisecond by _id) and each head its newest turn', async () => {
     const dir = tempDir('csa-upgrade-import-');
     try {
       const r = runCli(['import', join(FIXTURES, 'export.ndjson')], { env: { DATA_DIR: dir } });
@@ -158,7 +158,7 @@ describe('Upgrading from the first release', () => {
     }
   });
 
-  test('a backup of this release is held to the tree: a parent must be an older turn of its session listed above it, a head one of its turns in the file; a turn stored under another session is refused; nothing is written', async () => {
+  test('"Backups hold their trees: in a version-2 export a turn\'s parent must be an older turn of its session listed above it", a head one of its turns in the file; a turn stored under another session is refused; nothing is written', async () => {
     const dir = tempDir('csa-upgrade-refuse-');
     const file = join(dir, 'b.ndjson');
     const header = (n, m) => JSON.stringify({ format: 'chat-session-api/export', version: 2, exportedAt: '2026-01-01T00:00:00.000Z', sessions: n, turns: m });
@@ -184,6 +184,73 @@ describe('Upgrading from the first release', () => {
       assert.equal(runCli(['import', file], { env: { DATA_DIR: dir } }).code, 0);
       refused([header(1, 1), session(S2, T(1)), turn(T(1), S2, null, '2026-01-01T00:00:01.000Z')], /turn 6d00000000000000000000a1 is stored in session 6d0000000000000000000001, the backup puts it in session 6d0000000000000000000002; nothing was imported/);
     } finally {
+      removeDir(dir);
+    }
+  });
+});
+
+const BEFORE_TOKENS = fileURLToPath(new URL('./fixtures/tokens/', import.meta.url));
+
+/** A store of the release before tokens were counted (sqlite schema 8, PostgreSQL schema 6: test/fixtures/tokens), in a fresh data directory. */
+async function storeBeforeTokens() {
+  const dir = tempDir('csa-upgrade-tokens-');
+  if (STORE === 'sqlite') copyFileSync(join(BEFORE_TOKENS, 'chat-sessions.db'), join(dir, 'chat-sessions.db'));
+  else {
+    const { Pool } = createRequire(import.meta.url)('../dist/testkit.cjs');
+    const { DATABASE_URL, DATABASE_SCHEMA } = storeEnv(dir);
+    const pool = new Pool(DATABASE_URL, { max: 1 });
+    try {
+      await pool.exec(readFileSync(join(BEFORE_TOKENS, 'postgres.sql'), 'utf8').replaceAll('__SCHEMA__', `"${DATABASE_SCHEMA}"`));
+    } finally {
+      await pool.end();
+    }
+  }
+  return dir;
+}
+
+describe('Upgrading to deltas of their own and usage with tokens', () => {
+  test('"The migration makes the sums from the turns": the usage of each user counts the tokens of the turns its sessions held (a deleted session\'s not), the rest of usage and every turn as the release before answered them; a turn left streaming keeps its text and takes deltas after it; after a restart too', async () => {
+    const dir = await storeBeforeTokens();
+    const answers = JSON.parse(readFileSync(join(BEFORE_TOKENS, 'answers.json'), 'utf8'))[STORE];
+    let server = await startServer({ dataDir: dir });
+    try {
+      for (let round = 0; round < 2; round++) {
+        // sqlite's start interrupts the turn left streaming (an edit: "interrupted" is 2 bytes longer than "streaming")
+        const interrupted = (t) => (STORE === 'sqlite' && t._id === answers.streaming.turn ? { ...t, status: 'interrupted' } : t);
+        for (const [who, was] of Object.entries(answers.usage)) {
+          const u = server.as(who);
+          const expected = { ...was, bytes: was.bytes + (STORE === 'sqlite' && who === 'alice' ? 2 : 0), inputTokens: 0, outputTokens: 0, cachedTokens: 0 };
+          for (const s of (await u.get(`${BASE}?archived=all`)).body.data) {
+            const turns = (await u.get(`${BASE}/${s._id}/turns`)).body.data;
+            assert.deepEqual(turns, answers.turns[s._id].map(interrupted), `round ${round}: the turns of ${s._id}`);
+            for (const t of turns) {
+              expected.inputTokens += t.usage?.inputTokens ?? 0;
+              expected.outputTokens += t.usage?.outputTokens ?? 0;
+              expected.cachedTokens += t.usage?.cachedTokens ?? 0;
+            }
+          }
+          assert.deepEqual((await u.get('/api/v1/usage')).body.data, expected, `round ${round}: usage of ${who}`);
+        }
+        const aliceNow = (await server.as('alice').get('/api/v1/usage')).body.data;
+        assert.deepEqual([aliceNow.inputTokens, aliceNow.outputTokens, aliceNow.cachedTokens], [1253, 404, 1032], 'the tokens of the fixture, summed by hand');
+        if (round === 0) {
+          await server.stop();
+          server = await startServer({ dataDir: dir });
+        }
+      }
+      // sqlite interrupts a turn left streaming at its start: the text it held stays
+      const { session: sid, turn: tid } = answers.streaming;
+      const alice = server.as('alice');
+      const t = (await alice.get(`${BASE}/${sid}/turns/${tid}`)).body.data;
+      assert.equal(t.content, 'so far and on and «on»');
+      if (STORE === 'postgres') {
+        const d = await alice.post(`${BASE}/${sid}/turns/${tid}/deltas`, { text: '!' });
+        assert.equal(d.status, 200, d.text);
+        assert.equal(d.body.data.at, t.content.length);
+        assert.equal((await alice.put(`${BASE}/${sid}/turns/${tid}`, { status: 'complete' })).body.data.content, `${t.content}!`);
+      } else assert.equal(t.status, 'interrupted');
+    } finally {
+      await server.stop();
       removeDir(dir);
     }
   });

@@ -190,6 +190,8 @@ export async function runWalkthrough(text, { write = false, name = 'README.md' }
       // a document's block cannot show trailing blank lines (an event stream's output ends with one)
       actual = actual.replace(/\n+$/, '');
       actual = actual.split(`localhost:${server.port}`).join('localhost:3000');
+      // the reader's providers.json names Ollama's address, not the local provider's
+      if (provider !== undefined) actual = actual.split(provider.url).join('http://127.0.0.1:11434');
       const found = matchOutput(step.expected.text, actual, bindings);
       if (found !== undefined) {
         for (const [k, v] of found) bindings.set(k, v);

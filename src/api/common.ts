@@ -78,5 +78,5 @@ export async function pages<T, K>(
       from = page.next;
     } while (from !== undefined);
   }
-  return wholeListReply(rest(), jsonOf);
+  return wholeListReply(rest(), jsonOf, false);
 }

@@ -87,14 +87,18 @@ export function pageReply(items: readonly Json[], nextCursor: string | undefined
  * The whole list: `{"success":true,"data":[...]}`. A short list is answered whole; a longer one
  * is streamed, each chunk read from the store only once the client has taken the one before,
  * and the event loop free between chunks, however many items a filter leaves out of them.
+ * `fromSnapshot`: the chunks hold a snapshot of the store until they end (not so for pages read
+ * one after another).
  */
-export async function wholeListReply<T>(chunks: AsyncIterable<readonly T[]>, jsonOf: (item: T) => Json): Promise<Answer> {
+export async function wholeListReply<T>(chunks: AsyncIterable<readonly T[]>, jsonOf: (item: T) => Json, fromSnapshot = true): Promise<Answer> {
   const it = chunks[Symbol.asyncIterator]();
   const first = await it.next();
   const firstItems = first.done === true ? [] : first.value.map(jsonOf);
   const second = first.done === true ? first : await it.next();
   if (second.done === true && totalOf(firstItems) <= WHOLE_MAX) return { status: 200, body: whole(LIST_OPEN, firstItems, LIST_CLOSE) };
+  let started = false;
   async function* pieces(): AsyncIterable<Json> {
+    started = true;
     try {
       yield LIST_OPEN;
       yield* piecesOf(firstItems, false);
@@ -112,5 +116,9 @@ export async function wholeListReply<T>(chunks: AsyncIterable<readonly T[]>, jso
       await it.return?.();
     }
   }
-  return { status: 200, stream: pieces() };
+  // a generator never started runs no `finally`: what the store holds is given back here instead
+  const cancel = async (): Promise<void> => {
+    if (!started) await it.return?.();
+  };
+  return fromSnapshot ? { status: 200, stream: pieces(), wholeList: true, cancel } : { status: 200, stream: pieces(), cancel };
 }

@@ -132,11 +132,14 @@ const RESPONSES: Record<SchemaName, Json> = {
   }),
   Usage: envelope({
     type: 'object',
-    required: ['sessions', 'turns', 'bytes'],
+    required: ['sessions', 'turns', 'bytes', 'inputTokens', 'outputTokens', 'cachedTokens'],
     properties: {
       sessions: { type: 'integer', minimum: 0, description: 'Sessions the caller owns, archived ones included.' },
       turns: { type: 'integer', minimum: 0, description: 'The turns of those sessions, whoever wrote them.' },
       bytes: { type: 'integer', minimum: 0, description: 'UTF-8 bytes of the JSON of those sessions and turns (the same figure on every engine).' },
+      inputTokens: { type: 'integer', minimum: 0, description: "The `inputTokens` of those turns' usage, summed (a reply's as the provider reported it, a client's as given)." },
+      outputTokens: { type: 'integer', minimum: 0, description: "The `outputTokens` of those turns' usage, summed." },
+      cachedTokens: { type: 'integer', minimum: 0, description: "The `cachedTokens` of those turns' usage, summed (0 where a turn gives none)." },
     },
   }),
   OpenApi: { type: 'object', description: 'This document.' },
@@ -204,7 +207,7 @@ function commonErrors(r: RouteDef): [number, string][] {
     out.push([413, 'Request body too large']);
     out.push([415, 'Content-Type must be application/json']);
   }
-  if (r.unlimited !== true) out.push([429, 'Too many requests (when RATE_LIMIT is set)']);
+  out.push([429, `${r.unlimited === true ? '' : 'Too many requests (when RATE_LIMIT is set), or '}Too many requests in flight (the caller's share: MAX_REQUESTS_PER_USER; the connection is closed)`]);
   out.push([500, 'A failure inside, e.g. Storage write failed']);
   return out;
 }

@@ -24,6 +24,14 @@ export interface Reply {
 export interface StreamReply {
   readonly status: number;
   readonly stream: AsyncIterable<string | Buffer>;
+  /**
+   * A whole list read from a snapshot of the store as the client takes it, which holds one of
+   * the store's few snapshot readers until it ends: one user is sent only a few at once
+   * (WHOLE_LISTS_PER_USER).
+   */
+  readonly wholeList?: true;
+  /** Called instead of reading `stream` when the answer is not sent: gives back what it holds. */
+  readonly cancel?: () => Promise<void>;
 }
 
 /**
@@ -113,6 +121,12 @@ export interface RouteDef<Q extends Record<string, QueryField> = Record<string, 
    * `?ticket=` in place of the Authorization header, which no other route accepts.
    */
   readonly eventStream?: boolean;
+  /**
+   * Whether a request with this query answers a whole list read from a snapshot of the store (a
+   * list without `limit` or `cursor`): one user is sent only a few at once (WHOLE_LISTS_PER_USER),
+   * and one past them is refused before the store is asked.
+   */
+  readonly wholeList?: (query: Values<Q>) => boolean;
   /** Success answers (errors are derived from the rest of the declaration). */
   readonly responses: readonly ResponseDoc[];
   /** Further error answers this route can give beyond the common ones. */

@@ -57,6 +57,7 @@ export function sessionRoutes({ sessions, cursors }: SessionDeps): RouteDef[] {
       auth: true,
       scope: 'sessions:read',
       query: listQuery,
+      wholeList: (q) => q.limit === undefined && q.cursor === undefined,
       responses: [{ status: 200, description: 'The sessions', schema: 'ChatSessionList' }],
       handle(ctx) {
         const who = caller(ctx);

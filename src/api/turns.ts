@@ -45,6 +45,7 @@ export function turnRoutes({ turns, cursors, maxTurnBytes }: SessionDeps): Route
       scope: 'sessions:read',
       params: idParam,
       query: turnsQuery,
+      wholeList: (q) => q.limit === undefined && q.cursor === undefined,
       responses: [{ status: 200, description: 'The turns', schema: 'TurnList' }],
       errors: [turnNotFound],
       async handle(ctx) {
@@ -156,7 +157,7 @@ export function turnRoutes({ turns, cursors, maxTurnBytes }: SessionDeps): Route
         const { text } = ctx.body;
         const d = await turns.delta(caller(ctx), ctx.params['id'] as string, ctx.params['turnId'] as string, text, maxTurnBytes, ifMatchOf(ctx));
         const p = d.places[0] as DeltaPlace;
-        const data = { _id: d.turn._id, session: ctx.params['id'] as string, at: p.at, ...(p.part !== undefined ? { part: p.part } : {}) };
+        const data = { _id: d._id, session: ctx.params['id'] as string, at: p.at, ...(p.part !== undefined ? { part: p.part } : {}) };
         return { status: 200, body: dataBody(JSON.stringify(data)) };
       },
     }),

@@ -10,14 +10,14 @@ export function usageRoutes(usage: UsageService): RouteDef[] {
       method: 'GET',
       path: '/api/v1/usage',
       operationId: 'getUsage',
-      summary: "What the caller's own sessions hold: sessions, their turns (whoever wrote them) and the bytes of their JSON",
+      summary: "What the caller's own sessions hold: sessions, their turns (whoever wrote them), the bytes of their JSON and the tokens of their turns' usage",
       tag: 'Chat sessions',
       auth: true,
       scope: 'sessions:read',
       responses: [{ status: 200, description: "The caller's usage", schema: 'Usage' }],
       async handle(ctx) {
         const u = await usage.of(caller(ctx));
-        return { status: 200, body: dataBody(JSON.stringify({ sessions: u.sessions, turns: u.turns, bytes: u.bytes })) };
+        return { status: 200, body: dataBody(JSON.stringify({ sessions: u.sessions, turns: u.turns, bytes: u.bytes, inputTokens: u.inputTokens, outputTokens: u.outputTokens, cachedTokens: u.cachedTokens })) };
       },
     }),
   ];

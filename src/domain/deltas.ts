@@ -64,3 +64,77 @@ export function isStreamingJson(json: Buffer): boolean {
   const n = json.length;
   return n > STREAMING_MARK_FROM_END && json.toString('latin1', n - STREAMING_MARK_FROM_END, n - STREAMING_MARK_FROM_END + STREAMING_MARK.length) === STREAMING_MARK;
 }
+
+/**
+ * Where a streaming turn's content ends: all a delta needs to place its pieces and to count
+ * what they add to the turn's JSON, without the text before them.
+ */
+export interface ContentEnd {
+  /** null: the content is a string; else how many parts it has. */
+  readonly parts: number | null;
+  /** The type of the last part (null for a string content, or no parts). */
+  readonly last: string | null;
+  /** UTF-16 length of the text a piece would continue: the string content, or the last part's text when it is a `text` or `reasoning` part (else 0). */
+  readonly length: number;
+  /**
+   * That text ends with a high surrogate. JSON.stringify escapes a lone surrogate (6 bytes
+   * each), so a piece that starts with the low half completes one character of 4 UTF-8 bytes
+   * where the two apart took 12.
+   */
+  readonly high: boolean;
+}
+
+const isHigh = (unit: number): boolean => unit >= 0xd800 && unit <= 0xdbff;
+const isLow = (unit: number): boolean => unit >= 0xdc00 && unit <= 0xdfff;
+
+/** UTF-8 bytes of `text` inside a JSON string (JSON.stringify's escapes), without the quotes. */
+function escapedBytes(text: string): number {
+  return Buffer.byteLength(JSON.stringify(text)) - 2;
+}
+
+/** UTF-8 bytes of a new part `{"type":kind,"text":text}` in a turn's JSON. */
+function partBytes(kind: PieceKind, text: string): number {
+  return Buffer.byteLength(JSON.stringify({ type: kind, text }));
+}
+
+/** Where `content` ends (read once, from the whole content: a turn created or edited streaming). */
+export function contentEnd(content: TurnContent): ContentEnd {
+  if (typeof content === 'string') return { parts: null, last: null, length: content.length, high: content.length > 0 && isHigh(content.charCodeAt(content.length - 1)) };
+  const last = content[content.length - 1];
+  if (last === undefined) return { parts: 0, last: null, length: 0, high: false };
+  const text = last.type === 'text' || last.type === 'reasoning' ? last.text : '';
+  return { parts: content.length, last: last.type, length: text.length, high: text.length > 0 && isHigh(text.charCodeAt(text.length - 1)) };
+}
+
+/**
+ * A piece appended where a content ends, as appendPiece appends it: where it goes, where the
+ * content then ends, and how many bytes it adds to the turn's JSON (JSON.stringify's, to the
+ * byte). Its cost is the piece's, whatever the length of the text before it.
+ */
+export function appendToEnd(end: ContentEnd, piece: Piece): { readonly end: ContentEnd; readonly place: DeltaPlace; readonly bytes: number } {
+  const { kind, text } = piece;
+  /** Whether the text then ends with a high surrogate: the piece's last unit, or (an empty piece) what it continues. */
+  const endsHigh = (before: boolean): boolean => (text.length > 0 ? isHigh(text.charCodeAt(text.length - 1)) : before);
+  /** The piece continues the text that ends the content: its escaped bytes, less what joining a surrogate pair saves. */
+  const continued = (): number => escapedBytes(text) - (end.high && text.length > 0 && isLow(text.charCodeAt(0)) ? 8 : 0);
+  if (end.parts === null) {
+    if (kind === 'text') {
+      return { end: { parts: null, last: null, length: end.length + text.length, high: endsHigh(end.high) }, place: { at: end.length }, bytes: continued() };
+    }
+    // a string becomes parts: `"s"` -> `[{"type":"text","text":"s"},{"type":"reasoning","text":...}]`, or `""` -> `[{...}]`
+    const before = end.length === 0 ? 0 : 1;
+    const wrapped = before === 0 ? 0 : '{"type":"text","text":'.length + '},'.length;
+    return { end: { parts: before + 1, last: kind, length: text.length, high: endsHigh(false) }, place: { at: 0, part: before }, bytes: '[]'.length + wrapped + partBytes(kind, text) - (before === 0 ? '""'.length : 0) };
+  }
+  if (end.last === kind) {
+    return { end: { parts: end.parts, last: kind, length: end.length + text.length, high: endsHigh(end.high) }, place: { at: end.length, part: end.parts - 1 }, bytes: continued() };
+  }
+  return { end: { parts: end.parts + 1, last: kind, length: text.length, high: endsHigh(false) }, place: { at: 0, part: end.parts }, bytes: (end.parts > 0 ? 1 : 0) + partBytes(kind, text) };
+}
+
+/** The content with `pieces` appended in order (appendPiece's rules). */
+export function appendPieces(content: TurnContent, pieces: readonly Piece[]): TurnContent {
+  let c = content;
+  for (const p of pieces) c = appendPiece(c, p).content;
+  return c;
+}

@@ -83,6 +83,21 @@ export interface TurnUsage {
   readonly costUsd?: number;
 }
 
+/** The tokens a turn's usage reports, each 0 when it reports none: what usage counts of a turn (its cost is not counted). */
+export interface Tokens {
+  readonly inputTokens: number;
+  readonly outputTokens: number;
+  readonly cachedTokens: number;
+}
+
+export const NO_TOKENS: Tokens = { inputTokens: 0, outputTokens: 0, cachedTokens: 0 };
+
+/** The tokens of a turn's `usage` (absent: none). */
+export function tokensOf(usage: TurnUsage | undefined): Tokens {
+  if (usage === undefined) return NO_TOKENS;
+  return { inputTokens: usage.inputTokens, outputTokens: usage.outputTokens, cachedTokens: usage.cachedTokens ?? 0 };
+}
+
 /**
  * One turn of a session. Turns form a tree: `parentId` is a turn of the same session, or null
  * for a root. `model`, `metadata` and `usage` are present only when given.

@@ -1,8 +1,9 @@
 // Request bodies: JSON objects only, in UTF-8, no larger than the configured limit, read
-// within a deadline and out of a memory budget shared by every request (BODY_MEMORY), so slow
-// or many bodies cannot make the server hold more than that.
+// within a deadline and out of a memory budget shared by every request (BODY_MEMORY), of which
+// one user may hold a quarter, so slow or many bodies cannot make the server hold more than that.
 import type { IncomingMessage } from 'node:http';
 import { HttpError } from '../api/errors.js';
+import { OverShare } from './in-flight.js';
 
 const utf8 = new TextDecoder('utf-8', { fatal: true });
 
@@ -25,17 +26,49 @@ function isJsonContentType(value: string | undefined): boolean {
 }
 
 /**
- * The request body bytes the server holds, over all requests. Bytes are taken as they arrive
- * and given back when the request's answer is sent (its parsed body lives until then).
+ * The request body bytes the server holds, over all requests and by owner (a user, or an address
+ * for requests without one). Bytes are taken as they arrive and given back when the request's
+ * answer is sent (its parsed body lives until then). One owner may hold at most `perOwner` of
+ * them, so that one user's slow uploads cannot take the budget every other user's writes need.
  */
 export class BodyBudget {
   used = 0;
-  constructor(readonly limit: number) {}
+  private readonly byOwner = new Map<string, number>();
+  /** A quarter of the budget, but never less than one body of the largest size. */
+  readonly perOwner: number;
+
+  constructor(
+    readonly limit: number,
+    bodyLimit: number,
+  ) {
+    this.perOwner = Math.max(bodyLimit, Math.floor(limit / 4));
+  }
+
+  /** Takes `n` bytes for `owner`: 'ok', or what refuses them ('busy': the budget; 'share': the owner's part of it). */
+  take(owner: string | undefined, n: number): 'ok' | 'busy' | 'share' {
+    if (this.used + n > this.limit) return 'busy';
+    if (owner !== undefined) {
+      const mine = (this.byOwner.get(owner) ?? 0) + n;
+      if (mine > this.perOwner) return 'share';
+      this.byOwner.set(owner, mine);
+    }
+    this.used += n;
+    return 'ok';
+  }
+
+  give(owner: string | undefined, n: number): void {
+    this.used -= n;
+    if (owner === undefined) return;
+    const mine = (this.byOwner.get(owner) ?? n) - n;
+    if (mine <= 0) this.byOwner.delete(owner);
+    else this.byOwner.set(owner, mine);
+  }
 }
 
-/** What one request holds of the budget. */
+/** What one request holds of the budget, and whose it is. */
 export interface BodyHold {
   heldBytes: number;
+  readonly owner: string | undefined;
 }
 
 export interface BodyRules {
@@ -46,15 +79,16 @@ export interface BodyRules {
 
 /** Gives back what `hold` took of the budget. */
 export function releaseBody(budget: BodyBudget, hold: BodyHold): void {
-  budget.used -= hold.heldBytes;
+  budget.give(hold.owner, hold.heldBytes);
   hold.heldBytes = 0;
 }
 
 /**
  * Reads and parses a JSON object body. An absent or empty body is `{}`. Errors:
  * 415 when a body is not declared as JSON, 413 past `limit` bytes, 503 when the budget is spent,
- * 408 when the body has not arrived within the timeout (for these the connection is then
- * closed rather than read to its end), 400 for bad UTF-8 or JSON, or a non-object.
+ * 429 when the owner's share of it is (OverShare), 408 when the body has not arrived within the
+ * timeout (for these the connection is then closed rather than read to its end), 400 for bad
+ * UTF-8 or JSON, or a non-object.
  * What the body takes of the budget is added to `hold`; the caller gives it back (releaseBody).
  */
 export function readJsonObject(req: IncomingMessage, rules: BodyRules, hold: BodyHold): Promise<Record<string, unknown>> {
@@ -91,12 +125,12 @@ export function readJsonObject(req: IncomingMessage, rules: BodyRules, hold: Bod
         finish(new HttpError(413, 'Request body too large', [], true));
         return;
       }
-      if (budget.used + chunk.length > budget.limit) {
+      const taken = budget.take(hold.owner, chunk.length);
+      if (taken !== 'ok') {
         req.pause();
-        finish(new HttpError(503, 'Server is busy', [['retry-after', '1']], true));
+        finish(taken === 'busy' ? new HttpError(503, 'Server is busy', [['retry-after', '1']], true) : new OverShare());
         return;
       }
-      budget.used += chunk.length;
       hold.heldBytes += chunk.length;
       chunks.push(chunk);
     };

@@ -14,6 +14,7 @@ import { requestLineMiddle, type Logger } from '../log.js';
 import type { Metrics, RouteStats } from '../metrics.js';
 import { readJsonObject, releaseBody, type BodyHold, type BodyRules } from './body.js';
 import type { Connection, ConnectionGuard } from './connections.js';
+import { OverShare, type InFlight } from './in-flight.js';
 import type { Cors } from './cors.js';
 import { errorBody } from '../api/envelope.js';
 import type { MemoryGuard } from './memory-guard.js';
@@ -41,6 +42,10 @@ export interface PipelineOptions {
   /** An answer the client takes no byte of for this long is cut off. */
   readonly writeTimeoutMs: number;
   readonly connections: ConnectionGuard | undefined;
+  /** Each user's (or address's) requests in flight, bounded by MAX_REQUESTS_PER_USER; undefined: unbounded. */
+  readonly inFlight: InFlight | undefined;
+  /** Each user's whole lists being sent (WHOLE_LISTS_PER_USER); undefined: unbounded. */
+  readonly wholeLists: InFlight | undefined;
   readonly cors: Cors | undefined;
   readonly limiter: RateLimiter | undefined;
   readonly trustProxy: boolean;
@@ -86,6 +91,10 @@ class Call implements BodyHold {
   /** The pattern of a known path answered without a route (405, preflight). */
   pattern: string | undefined;
   user: string | undefined;
+  /** Whose share of the server the request counts against (`user:<sub>` or `addr:<ip>`), once counted (hold). */
+  owner: string | undefined;
+  /** The owner a whole list being sent counts against, once counted (stream). */
+  listOwner: string | undefined;
   /** CORS headers for this request's origin, as name/value pairs. */
   corsHeaders: string[] | undefined;
   /** Bytes of the body budget this request holds until its answer is sent. */
@@ -105,6 +114,8 @@ class Call implements BodyHold {
 }
 
 export class Pipeline {
+  private overShareWarnedAt = -Infinity;
+
   constructor(private readonly options: PipelineOptions) {}
 
   /** The node:http request listener. */
@@ -136,6 +147,7 @@ export class Pipeline {
     const def = found.route.def;
     const principal = def.auth ? this.authenticate(call, def, search) : undefined;
     if (!def.auth && def.unlimited !== true) this.limit(this.addressOf(req));
+    this.hold(call, principal);
     // writes that add data wait for memory; reads and deletes (which free it) go on
     if ((def.method === 'POST' || def.method === 'PUT') && this.options.memory?.low() === true) {
       this.options.memory.refuse();
@@ -143,6 +155,9 @@ export class Pipeline {
     }
     const params = pathParams(found.route, found.values);
     const query = def.query === undefined ? NO_VALUES : validateQuery(def.query, parseQuery(search ?? ''));
+    // a whole list past the owner's few is refused before the store is asked (and again, should
+    // the owner's others have started meanwhile, when it turns out to be sent in pieces: stream)
+    if (def.wholeList?.(query) === true && call.owner !== undefined && this.options.wholeLists?.full(call.owner) === true) throw new OverShare();
     if (def.body === undefined) {
       this.run(call, def, principal, params, query, NO_VALUES);
       return;
@@ -236,16 +251,34 @@ export class Pipeline {
       call.res.destroy();
       return false;
     }
-    conn.requests++;
+    guard.busy(conn);
     call.conn = conn;
     return true;
+  }
+
+  /**
+   * Counts the request against its owner's share until it settles: its user's, or its client
+   * address's when it has none (the rate limiter's keys). From its headers to its answer being
+   * with the kernel, whatever it waits on (its body, the store, a model, a client that does not
+   * read), so one owner holds at most MAX_REQUESTS_PER_USER connections busy. Past the share:
+   * 429 with its connection closed. The connection is counted as the owner's from now on.
+   */
+  private hold(call: Call, principal: Principal | undefined): void {
+    const owner = principal !== undefined ? `user:${principal.user}` : this.addressOf(call.req);
+    if (call.conn !== undefined) this.options.connections?.claim(call.conn, owner);
+    const inFlight = this.options.inFlight;
+    if (inFlight === undefined) return;
+    if (!inFlight.take(owner)) throw new OverShare();
+    call.owner = owner;
   }
 
   /** The answer is with the kernel, or the connection is gone: the connection may be idle again. */
   private settle(call: Call): void {
     if (call.settled) return;
     call.settled = true;
-    if (call.conn !== undefined) call.conn.requests--;
+    if (call.conn !== undefined) this.options.connections?.idle(call.conn);
+    if (call.owner !== undefined) this.options.inFlight?.give(call.owner);
+    if (call.listOwner !== undefined) this.options.wholeLists?.give(call.listOwner);
   }
 
   /**
@@ -343,9 +376,20 @@ export class Pipeline {
     const { res } = call;
     if (call.heldBytes > 0) releaseBody(this.options.body.budget, call);
     if (res.headersSent || res.destroyed) {
+      this.cancel(call, r);
       this.logRequest(call, r.status);
       this.settle(call);
       return;
+    }
+    // a whole list holds a snapshot reader of the store until it is sent: one user holds a few
+    const lists = this.options.wholeLists;
+    if (r.wholeList === true && call.owner !== undefined && lists !== undefined) {
+      if (!lists.take(call.owner)) {
+        this.cancel(call, r);
+        this.fail(call, new OverShare());
+        return;
+      }
+      call.listOwner = call.owner;
     }
     const headers = this.headers(call, JSON_TYPE);
     res.writeHead(r.status, headers);
@@ -376,6 +420,11 @@ export class Pipeline {
       }
     };
     void pump();
+  }
+
+  /** A streamed answer that will not be sent gives back what it holds (a whole list: its snapshot reader). */
+  private cancel(call: Call, r: StreamReply): void {
+    r.cancel?.().catch((e: unknown) => this.options.log.error('an answer not sent failed to give back what it held', { reqId: call.id, route: call.route?.def.path ?? null, err: e }));
   }
 
   /**
@@ -411,6 +460,7 @@ export class Pipeline {
   }
 
   private fail(call: Call, e: unknown): void {
+    if (e instanceof OverShare) this.overShare(call);
     const h = httpErrorOf(e);
     // a 503 the server chose (busy, low on memory) is counted and in the request line, not a failure to report;
     // nor is damage, which the store logged once when it found it
@@ -476,6 +526,19 @@ export class Pipeline {
     res.on('finish', done);
     res.on('close', done);
     return progress;
+  }
+
+  /** A request refused past its owner's share: counted, and a warning at most once a minute. */
+  private overShare(call: Call): void {
+    const metrics = this.options.metrics;
+    if (metrics !== undefined) metrics.overShare++;
+    const now = performance.now();
+    if (now - this.overShareWarnedAt < 60_000) return;
+    this.overShareWarnedAt = now;
+    this.options.log.warn(
+      "a user's requests in flight reached its share (MAX_REQUESTS_PER_USER, a quarter of BODY_MEMORY, or 2 whole lists being sent): its further requests get 429 until some end (logged once a minute)",
+      { reqId: call.id, user: call.user ?? null, max: this.options.inFlight?.max ?? null },
+    );
   }
 
   /** The headers every answer carries, and CORS's when it applies. */

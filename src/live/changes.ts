@@ -42,7 +42,7 @@ export function eventsOf(c: Change): ChangeEvent[] {
       ];
     case 'delta':
       // a reply's pieces were told as they came (deltaEvents): its commit only makes them durable
-      return c.quiet ? [] : deltaEvents(c.session, c.turn._id, c.pieces, c.places);
+      return c.quiet ? [] : deltaEvents(c.session, c.turnId, c.pieces, c.places);
     case 'delete':
       return [event('session.deleted', c.session, JSON.stringify({ _id: c.id }))];
   }

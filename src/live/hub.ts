@@ -114,6 +114,8 @@ class Stream {
   readonly chunked: boolean;
   /** Frames taken during one delivery, written together when it ends (see Hub.deliver). */
   queue: Frame[] | undefined;
+  /** Something was written since the last tick: the stream is not idle, no heartbeat is due. */
+  wrote = false;
 
   constructor(
     readonly res: ServerResponse,
@@ -126,6 +128,7 @@ class Stream {
   }
 
   send(f: Frame): void {
+    this.wrote = true;
     this.socket.write(f.bytes(this.chunked));
   }
 
@@ -465,8 +468,10 @@ export class Hub {
         }
       } else s.stalled = 0;
       s.lastPending = pending;
-      // the newest id goes with it: a reconnect does not replay what this stream passed over
-      if (s.live) s.send(heartbeat);
+      // only to a stream that was written nothing for a whole interval (one just opened has its
+      // `ready`); the newest id goes with it: a reconnect does not replay what it passed over
+      if (s.live && !s.wrote) s.send(heartbeat);
+      s.wrote = false;
     }
   }
 }

@@ -146,6 +146,11 @@ export class Connection {
     return this.inFlightQueue.length;
   }
 
+  /** Queries are waiting to go out in the next write: one more joins that write. */
+  get gathering(): boolean {
+    return this.flushQueued;
+  }
+
   /** True once closing or closed: no more queries are accepted. */
   get closed(): boolean {
     return this.state === 'closing' || this.state === 'closed';
@@ -207,6 +212,14 @@ export class Connection {
     if (sql.includes('\0')) return Promise.reject(new PgError('usage', 'SQL text contains a NUL character'));
     this.writer.query(sql);
     return this.enqueue(undefined, false).then(() => undefined);
+  }
+
+  /**
+   * Writes the queries queued so far now, rather than once the event loop has run the callbacks
+   * of what it read: for a caller that has queued all it will and waits for the answers.
+   */
+  send(): void {
+    if (this.state === 'ready') this.flush();
   }
 
   /** Sends Terminate after the queries in flight and resolves once the socket has closed. */
@@ -271,8 +284,8 @@ export class Connection {
   private scheduleFlush(): void {
     if (this.flushQueued || this.state !== 'ready') return;
     this.flushQueued = true;
-    // the calls made in this turn of the event loop (and its promise callbacks) go out in one write
-    process.nextTick(this.flushNow);
+    // the calls made until the event loop has run the callbacks of everything it read go out in one write
+    setImmediate(this.flushNow);
   }
 
   private readonly flushNow = (): void => {

@@ -1,5 +1,6 @@
 // A pool of connections. One-off queries (`pool.query`) share connections, pipelined: each
-// goes to an idle connection, else a new one, else the least busy one up to a depth. A
+// joins the connection whose next write is being gathered, else goes to an idle connection,
+// else a new one, else the least busy one, each up to a depth. A
 // session (`withConnection`, `transaction`) has a connection to itself until it ends. Past
 // all that, callers wait in a bounded queue, for a bounded time. A connection that breaks
 // leaves the pool at once; the next demand opens its replacement.
@@ -26,6 +27,8 @@ export interface PoolOptions {
 export interface Queryable {
   query(text: string, params?: readonly Param[]): Promise<QueryResult>;
   exec(sql: string): Promise<void>;
+  /** Writes the statements queued so far now (Connection.send); absent where there is nothing to hurry. */
+  send?(): void;
 }
 
 export type Isolation = 'read committed' | 'repeatable read' | 'serializable';
@@ -72,6 +75,10 @@ class Session implements Queryable {
 
   exec(sql: string): Promise<void> {
     return this.connection === undefined ? Promise.reject(released()) : this.connection.exec(sql);
+  }
+
+  send(): void {
+    this.connection?.send();
   }
 
   end(): void {
@@ -149,6 +156,30 @@ export class Pool implements Queryable {
   }
 
   /**
+   * A connection of its own right now, without waiting: an idle one, or a new one (its queries
+   * then wait for it to be ready); undefined when the caller would have to wait for one
+   * (withConnection waits). `done` gives it back as withConnection does when its `fn` settles.
+   */
+  reserveNow(): { readonly session: Queryable; readonly done: () => void } | undefined {
+    if (this.ended || this.waiters.length > 0) return undefined;
+    const slot = this.reserve();
+    if (slot === undefined) return undefined;
+    if (slot.connection.inFlight > 0) {
+      slot.reserved = false; // busy with one-off queries: withConnection would wait for them
+      return undefined;
+    }
+    const session = new Session(slot.connection);
+    let given = false;
+    const done = (): void => {
+      if (given) return;
+      given = true;
+      session.end();
+      this.release(slot);
+    };
+    return { session, done };
+  }
+
+  /**
    * BEGIN, `fn`, COMMIT on one connection; ROLLBACK if `fn` throws. Serialization failures
    * and deadlocks are not retried here: they reject with their kind, for the caller to retry.
    */
@@ -178,6 +209,12 @@ export class Pool implements Queryable {
     await this.query('SELECT 1');
   }
 
+  /** True when `pid` is the backend of one of this pool's connections (a notification it sent came from here). */
+  servedBy(pid: number): boolean {
+    for (const c of this.slots.keys()) if (c.backendPid === pid) return true;
+    return false;
+  }
+
   stats(): PoolStats {
     let reserved = 0;
     let inFlight = 0;
@@ -200,15 +237,25 @@ export class Pool implements Queryable {
 
   // --- handing out connections ---
 
-  /** Room for one more one-off query: an idle connection, a new one, or the least busy one below the depth. */
+  /**
+   * Room for one more one-off query: a connection whose next write is being gathered (one
+   * write and one answer for many queries), an idle one, a new one, or the least busy one below
+   * the depth.
+   */
   private pickShared(): Slot | undefined {
     let best: Slot | undefined;
+    let idle: Slot | undefined;
     for (const s of this.slots.values()) {
       if (s.reserved || s.connection.closed) continue;
       const n = s.connection.inFlight;
-      if (n === 0) return s;
+      if (s.connection.gathering && n < this.pipelineDepth) return s;
+      if (n === 0) {
+        idle ??= s;
+        continue;
+      }
       if (best === undefined || n < best.connection.inFlight) best = s;
     }
+    if (idle !== undefined) return idle;
     if (this.slots.size < this.max) return this.open();
     return best !== undefined && best.connection.inFlight < this.pipelineDepth ? best : undefined;
   }

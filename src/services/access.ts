@@ -15,8 +15,11 @@ export function etagOf(version: string): string {
   return `"${version}"`;
 }
 
+/** What the checks of a write read of a session: its record and its version. */
+export type CheckedSession = Pick<SessionState, 'session' | 'version'>;
+
 /** RFC 9110 If-Match with strong comparison (`ifMatch`: the header's value): `*` matches any current session. */
-export function checkIfMatch(ifMatch: string | undefined, current: SessionState): void {
+export function checkIfMatch(ifMatch: string | undefined, current: CheckedSession): void {
   if (ifMatch === undefined) return;
   if (ifMatch.trim() === '*') return;
   const tag = etagOf(current.version());
@@ -25,7 +28,7 @@ export function checkIfMatch(ifMatch: string | undefined, current: SessionState)
 }
 
 /** A session's state for a record read outside the writer (answers that change nothing). */
-export const stateOf = (r: SessionRecord): SessionState => ({ session: r.session, lastTurn: undefined, version: () => r.version });
+export const stateOf = (r: SessionRecord): CheckedSession => ({ session: r.session, version: () => r.version });
 
 /** Who may see what under the configured ACCESS: under `owner` another user's session does not exist. */
 export class Access {
@@ -66,7 +69,7 @@ export class Access {
   }
 
   /** The check of a write at the serial point: the session is the caller's to see, and If-Match holds. */
-  mine(who: string, ifMatch: string | undefined): (current: SessionState) => void {
+  mine(who: string, ifMatch: string | undefined): (current: CheckedSession) => void {
     return (current) => {
       if (!this.visible(current.session, who)) throw new SessionNotFound();
       checkIfMatch(ifMatch, current);

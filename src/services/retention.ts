@@ -4,7 +4,7 @@
 // requests' writes queued meanwhile go between two batches.
 import { isLive, livenessAt } from '../domain/retention.js';
 import type { Logger } from '../log.js';
-import { SessionNotFound, type ExpiredSession, type Store } from '../store/store.js';
+import { SessionNotFound, type ExpiredSession, type Store, type Usage } from '../store/store.js';
 
 /** Sessions deleted per group commit: small, so a request's write never waits behind many. */
 export const PURGE_BATCH = 100;
@@ -123,8 +123,11 @@ export class BackgroundPurge {
   }
 }
 
-/** Deletes every session `user` owns, with all their turns (whoever wrote them), a batch at a time; `each` hears of each id. */
-export async function eraseUser(store: Store, user: string, each: (id: string) => void): Promise<Purged> {
+/**
+ * Deletes every session `user` owns, with all their turns (whoever wrote them), a batch at a time;
+ * `each` hears of each id. Answers what went: the user's usage before less after.
+ */
+export async function eraseUser(store: Store, user: string, each: (id: string) => void): Promise<Usage> {
   const before = await store.usage(user);
   const ids: string[] = [];
   // archived ones and expired ones too: no `live` filter
@@ -139,5 +142,12 @@ export async function eraseUser(store: Store, user: string, each: (id: string) =
     await yieldToRequests();
   }
   const after = await store.usage(user);
-  return { sessions: before.sessions - after.sessions, turns: before.turns - after.turns };
+  return {
+    sessions: before.sessions - after.sessions,
+    turns: before.turns - after.turns,
+    bytes: before.bytes - after.bytes,
+    inputTokens: before.inputTokens - after.inputTokens,
+    outputTokens: before.outputTokens - after.outputTokens,
+    cachedTokens: before.cachedTokens - after.cachedTokens,
+  };
 }

@@ -64,6 +64,12 @@ function openPostgres(config: Config, log: Logger, opts: OpenOptions, readOnly =
   });
 }
 
+/** What openStoreSnapshot reads for `config`, in words for a command's last line (the trap of a forgotten STORE shows there). */
+export function snapshotSource(config: Config): string {
+  if (journalFiles(config.dataDir) !== undefined) return `the journal of ${config.dataDir}, not migrated yet`;
+  return config.store === 'sqlite' ? `sqlite ${config.sqliteFile}` : `postgres schema ${config.databaseSchema}`;
+}
+
 /**
  * Opens the configured store read-only, as of one moment, beside a server that may be running
  * on it (what `export` reads). A data directory whose journal was never migrated is read from

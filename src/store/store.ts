@@ -7,9 +7,11 @@ import type { EngineName } from '../config.js';
 import { DomainError } from '../domain/errors.js';
 import type { SessionKey, TurnKey } from '../domain/order.js';
 import type { Liveness } from '../domain/retention.js';
-import type { ChatSession, JsonObject, Turn, TurnContent, TurnError, TurnStatus, TurnUsage } from '../domain/records.js';
+import type { ChatSession, JsonObject, Tokens, Turn, TurnContent, TurnError, TurnStatus, TurnUsage } from '../domain/records.js';
 import type { DeltaPlace, Piece } from '../domain/deltas.js';
-import type { Change, CommitListener } from './changes.js';
+import type { Change, CommitListener, Held, Usage } from './changes.js';
+
+export { NO_USAGE, NOTHING_HELD, type Held, type Usage } from './changes.js';
 
 export type { SessionKey, TurnKey } from '../domain/order.js';
 
@@ -33,16 +35,19 @@ export interface SessionState {
   readonly session: ChatSession;
   /** Its newest turn, if any. */
   readonly lastTurn: TurnKey | undefined;
+  /** What its turns hold. */
+  readonly held: Held;
   /** Its version tag (computed on demand: only conditional writes need it). */
   version(): string;
 }
 
-/** A turn's place in its session's tree, and the UTF-8 bytes of its JSON. */
+/** A turn's place in its session's tree, the UTF-8 bytes of its JSON (a streaming turn's with its text so far) and its usage's tokens. */
 export interface TurnNode {
   readonly _id: string;
   readonly createdAt: string;
   readonly parentId: string | null;
   readonly bytes: number;
+  readonly tokens: Tokens;
 }
 
 /** A turn as the serial point reads it: its place in the tree and its JSON. */
@@ -175,18 +180,8 @@ export interface EngineGauge {
   readonly value: number;
 }
 
-/** What one user's sessions hold: the sessions, their turns (whoever wrote them), and the UTF-8 bytes of all their JSON. */
-export interface Usage {
-  readonly sessions: number;
-  readonly turns: number;
-  readonly bytes: number;
-}
-
-export interface StoreStats {
-  readonly sessions: number;
-  readonly turns: number;
-  /** UTF-8 bytes of the JSON of every live session and turn: the same figure on every engine. */
-  readonly bytes: number;
+/** What every live session holds (Usage over all users): the same figures on every engine. */
+export interface StoreStats extends Usage {
   readonly engine: readonly EngineGauge[];
 }
 
@@ -327,6 +322,8 @@ export interface Store {
    * version). Refused with TurnNotStreaming when the turn's status is not `streaming`,
    * TurnTooLarge when its JSON would pass `maxBytes`. SessionNotFound, TurnNotFound. `quiet`:
    * the live feed was told of the pieces as they came (a reply's), so the commit tells it nothing.
+   * A delta costs what its pieces hold, whatever the turn's length: it is stored apart
+   * (./pieces.ts) until the turn's next edit folds it in, and every read shows the turn with it.
    */
   appendDelta(sessionId: string, turnId: string, check: (current: SessionAtWrite) => void, pieces: readonly Piece[], maxBytes: number, quiet?: boolean): Promise<TurnDelta>;
   /**
@@ -415,9 +412,9 @@ export class TurnTooLarge extends DomainError {
   }
 }
 
-/** A delta as committed: the turn's new JSON, and where each piece went. */
+/** A delta as committed: the turn it went to, and where each piece went. */
 export interface TurnDelta {
-  readonly turn: TurnRecord;
+  readonly _id: string;
   readonly places: readonly DeltaPlace[];
 }
 

@@ -4,16 +4,20 @@
 // state plus the group's earlier changes, then the engine commits the whole group at once:
 // all of it durable, or none of it and every write of the group refused. Engines supply only
 // the committed state and the commit; the rules of what a write does live here, once: every
-// resulting session state, its version and its newest turn are decided here.
-import { appendPiece, isStreamingJson, type DeltaPlace, type Piece } from '../domain/deltas.js';
-import type { Change, CommitListener, TurnWithJson } from './changes.js';
+// resulting session state, its version and its newest turn are decided here, and so is what
+// each change adds to its owner's usage (the Change carries it; engines add it as it is).
+import { appendPieces, appendToEnd, isStreamingJson, type DeltaPlace, type Piece } from '../domain/deltas.js';
+import type { Change, CommitListener, TurnWithJson, UsageDelta } from './changes.js';
 import { newObjectId } from '../domain/ids.js';
 import { turnBefore, type TurnKey } from '../domain/order.js';
-import { chatSession, nextTimestamp, raisedByTurn, turnRecord, type ChatSession, type Turn } from '../domain/records.js';
+import { chatSession, nextTimestamp, NO_TOKENS, raisedByTurn, tokensOf, turnRecord, type ChatSession, type Tokens, type Turn } from '../domain/records.js';
 import { versionOfSession } from '../domain/version.js';
 import type { Quotas } from '../config.js';
 import type { Logger } from '../log.js';
+import { tailOfJson, type Tail } from './pieces.js';
 import {
+  NOTHING_HELD,
+  NO_USAGE,
   QuotaExceeded,
   SessionNotFound,
   StorageDamaged,
@@ -22,6 +26,7 @@ import {
   TurnNotFound,
   TurnNotStreaming,
   TurnTooLarge,
+  type Held,
   type SessionAtWrite,
   type SessionRecord,
   type SessionState,
@@ -50,14 +55,22 @@ export interface TreeNeeds {
   readonly subtrees: readonly string[];
   /** Which of its turns are streaming (a reply asks before it starts). */
   readonly streaming?: boolean;
+  /** Streaming turns a delta appends to: their tails, not their text. */
+  readonly tails?: readonly string[];
 }
 
 /** What one group sees of the committed state, and how it becomes durable. */
 export interface Group {
   /** A session as committed before this group, or undefined when there is none. */
   current(id: string): SessionState | undefined;
-  /** A committed turn of a session; undefined when the session has none by that id. */
+  /** A committed turn of a session (a streaming one with its text so far); undefined when the session has none by that id. */
   turn(session: string, id: string): TreeTurn | undefined;
+  /**
+   * What a delta needs of a committed turn: its tail when it is streaming, `'not streaming'`
+   * when it is not, undefined when the session has no turn by that id. Never its text: a
+   * delta's cost must not grow with the turn.
+   */
+  tail(session: string, id: string): Tail | 'not streaming' | undefined;
   /** The committed path from the root to a turn, oldest first; undefined when it is not a turn of the session. */
   path(session: string, id: string): readonly TreeTurn[] | undefined;
   /** A committed turn and its committed descendants; undefined when it is not a turn of the session. */
@@ -78,9 +91,12 @@ export interface GroupSource {
   /**
    * Opens a group touching these sessions (an engine that serializes across processes locks
    * them here); `owners` are the users of the sessions the group creates; `needs` what its
-   * writes will ask about the sessions' turns.
+   * writes will ask about the sessions' turns. `fresh`: the ids among `ids` that the group's
+   * creates make, new ids no committed session should hold; given on a group's first attempt
+   * only, so an engine may take them for absent without asking, provided a commit that finds
+   * one present fails with GroupConflict (the writes are then decided again, with nothing fresh).
    */
-  begin(ids: readonly string[], owners: readonly string[], needs: readonly TreeNeeds[]): Group | Promise<Group>;
+  begin(ids: readonly string[], owners: readonly string[], needs: readonly TreeNeeds[], fresh: ReadonlySet<string>): Group | Promise<Group>;
 }
 
 /**
@@ -102,10 +118,13 @@ export class NotReadAhead extends Error {
 
 /** Times a group is tried before its writes are refused. */
 const ATTEMPTS = 3;
+const NOTHING_FRESH: ReadonlySet<string> = new Set();
 
 interface PendingWrite {
   /** The sessions it touches. */
   readonly ids: readonly string[];
+  /** The new session a create makes (among `ids`). */
+  readonly creates: string | undefined;
   /** Times it was put off to the next group (NotReadAhead). */
   deferrals: number;
   /** The owner of the session a create or a fork makes. */
@@ -123,8 +142,15 @@ interface PendingWrite {
 interface Staged {
   readonly session: ChatSession;
   readonly lastTurn: TurnKey | undefined;
+  readonly held: Held;
   /** Its JSON, once made. */
   readonly json?: string;
+}
+
+/** A streaming turn's deltas decided by earlier writes of the group: its tail after them, and their pieces (not yet in any JSON the view holds). */
+interface StagedTail {
+  readonly tail: Tail;
+  readonly pieces: readonly Piece[];
 }
 
 /** What the earlier writes of a group did to one session's turns. */
@@ -135,11 +161,13 @@ class StagedTree {
   readonly edited = new Map<string, TreeTurn>();
   /** Committed turns deleted. */
   readonly removed = new Set<string>();
+  /** Streaming turns appended to, by their id. */
+  readonly tails = new Map<string, StagedTail>();
   /** A session made in this group: nothing of it is committed. */
   constructor(readonly fresh: boolean) {}
 }
 
-const treeTurnOf = (turn: Turn, json: Buffer): TreeTurn => ({ _id: turn._id, createdAt: turn.createdAt, parentId: turn.parentId, bytes: json.length, json });
+const treeTurnOf = (turn: Turn, json: Buffer): TreeTurn => ({ _id: turn._id, createdAt: turn.createdAt, parentId: turn.parentId, bytes: json.length, json, tokens: tokensOf(turn.usage) });
 const keyOf = (t: TurnKey): TurnKey => ({ createdAt: t.createdAt, _id: t._id });
 
 /** The committed state seen through the changes the group has decided so far. */
@@ -154,40 +182,42 @@ class GroupView {
   ) {}
 
   /**
-   * Charges a write to `user`'s usage, or throws QuotaExceeded when it would take a quota past
-   * its limit (only what grows is checked: a user over a quota lowered since may still shrink;
-   * nothing with `uncharged`, the end of a reply).
-   * The usage is the committed one plus what the group's earlier writes added or gave back, so
-   * writes that arrive together cannot pass a quota between them.
+   * Charges a change's usage to its owner, or throws QuotaExceeded when it would take a quota
+   * past its limit (only what grows is checked: a user over a quota lowered since may still
+   * shrink; nothing with `uncharged`, the end of a reply). The usage is the committed one plus
+   * what the group's earlier writes added or gave back, so writes that arrive together cannot
+   * pass a quota between them. Tokens have no quota.
    */
-  charge(user: string, sessions: number, turns: number, bytes: () => number, uncharged = false): void {
+  charge(u: UsageDelta, uncharged = false): UsageDelta {
     const q = this.quotas;
-    if (q === undefined || (q.sessions === undefined && q.turns === undefined && q.bytes === undefined)) return;
-    let a = this.added.get(user);
-    const b = q.bytes === undefined ? 0 : bytes();
-    const committed = this.group.usageOf(user);
-    const over = (name: keyof Usage, limit: number | undefined, delta: number): void => {
+    if (q === undefined || (q.sessions === undefined && q.turns === undefined && q.bytes === undefined)) return u;
+    let a = this.added.get(u.owner);
+    const committed = this.group.usageOf(u.owner);
+    const over = (name: 'sessions' | 'turns' | 'bytes', limit: number | undefined): void => {
+      const delta = u[name];
       if (!uncharged && limit !== undefined && delta > 0 && committed[name] + (a?.[name] ?? 0) + delta > limit) throw new QuotaExceeded(name, limit);
     };
-    over('sessions', q.sessions, sessions);
-    over('turns', q.turns, turns);
-    over('bytes', q.bytes, b);
-    if (a === undefined) this.added.set(user, (a = { sessions: 0, turns: 0, bytes: 0 }));
-    a.sessions += sessions;
-    a.turns += turns;
-    a.bytes += b;
+    over('sessions', q.sessions);
+    over('turns', q.turns);
+    over('bytes', q.bytes);
+    if (a === undefined) this.added.set(u.owner, (a = { sessions: 0, turns: 0, bytes: 0 }));
+    a.sessions += u.sessions;
+    a.turns += u.turns;
+    a.bytes += u.bytes;
+    return u;
   }
 
   current(id: string): SessionAtWrite | undefined {
     const staged = this.staged.get(id);
     let state: SessionState | undefined;
     if (staged === undefined) state = this.group.current(id);
-    else if (staged !== null) state = { session: staged.session, lastTurn: staged.lastTurn, version: () => versionOfSession(staged.json ?? JSON.stringify(staged.session), staged.lastTurn) };
+    else if (staged !== null) state = { session: staged.session, lastTurn: staged.lastTurn, held: staged.held, version: () => versionOfSession(staged.json ?? JSON.stringify(staged.session), staged.lastTurn) };
     if (state === undefined) return undefined;
-    const { session, lastTurn, version } = state;
+    const { session, lastTurn, held, version } = state;
     return {
       session,
       lastTurn,
+      held,
       version,
       turn: (t) => this.turn(id, t),
       path: (t) => this.path(id, t),
@@ -223,13 +253,49 @@ class GroupView {
     return t;
   }
 
+  /** Records a turn as a write of the group leaves it (made, or edited: its staged deltas are in it now). */
+  put(t: StagedTree, turn: TreeTurn): void {
+    if (t.added.has(turn._id)) t.added.set(turn._id, turn);
+    else t.edited.set(turn._id, turn);
+    t.tails.delete(turn._id);
+  }
+
+  /**
+   * A turn with the pieces the group's deltas staged for it folded in (what a write that needs
+   * its text sees: the end of a reply, a fork). Folded once: the view keeps the result, and the
+   * tail stays for the deltas that follow.
+   */
+  private folded(t: StagedTree, turn: TreeTurn): TreeTurn {
+    const staged = t.tails.get(turn._id);
+    if (staged === undefined || staged.pieces.length === 0) return turn;
+    const was = JSON.parse(turn.json.toString('utf8')) as Turn;
+    const json = ownBytes(JSON.stringify(turnRecord({ ...was, content: appendPieces(was.content, staged.pieces) })));
+    const whole = { ...turn, bytes: json.length, json };
+    if (t.added.has(turn._id)) t.added.set(turn._id, whole);
+    else t.edited.set(turn._id, whole);
+    t.tails.set(turn._id, { tail: staged.tail, pieces: [] });
+    return whole;
+  }
+
   turn(session: string, id: string): TreeTurn | undefined {
     const t = this.trees.get(session);
     if (t === undefined) return this.group.turn(session, id);
     if (t.removed.has(id)) return undefined;
-    const staged = t.added.get(id) ?? t.edited.get(id);
-    if (staged !== undefined) return staged;
-    return t.fresh ? undefined : this.group.turn(session, id);
+    const found = t.added.get(id) ?? t.edited.get(id) ?? (t.fresh ? undefined : this.group.turn(session, id));
+    return found === undefined ? undefined : this.folded(t, found);
+  }
+
+  /** What a delta needs of a turn as the group's earlier writes leave it (Group.tail), without its text. */
+  tail(session: string, id: string): Tail | 'not streaming' | undefined {
+    const t = this.trees.get(session);
+    if (t === undefined) return this.group.tail(session, id);
+    if (t.removed.has(id)) return undefined;
+    const staged = t.tails.get(id);
+    if (staged !== undefined) return staged.tail;
+    // made or edited by this group: its JSON is at hand, read once (the edit's commit removes its delta rows: numbering starts again)
+    const whole = t.added.get(id) ?? t.edited.get(id);
+    if (whole !== undefined) return isStreamingJson(whole.json) ? tailOfJson(whole.json) : 'not streaming';
+    return t.fresh ? undefined : this.group.tail(session, id);
   }
 
   path(session: string, id: string): readonly TreeTurn[] | undefined {
@@ -241,7 +307,7 @@ class GroupView {
       if (t.removed.has(at)) return undefined;
       const added = t.added.get(at);
       if (added === undefined) break;
-      tail.push(added);
+      tail.push(this.folded(t, added));
       at = added.parentId;
     }
     tail.reverse();
@@ -249,7 +315,7 @@ class GroupView {
     if (t.fresh) return undefined;
     const base = this.group.path(session, at);
     if (base === undefined) return undefined;
-    return [...base.map((b) => t.edited.get(b._id) ?? b), ...tail];
+    return [...base.map((b) => this.folded(t, t.edited.get(b._id) ?? b)), ...tail];
   }
 
   subtree(session: string, id: string): readonly TurnNode[] | undefined {
@@ -272,7 +338,11 @@ class GroupView {
         inside.add(a._id);
       }
     }
-    return nodes;
+    // a turn the group's deltas grew counts its bytes with them
+    return nodes.map((n) => {
+      const staged = t.tails.get(n._id);
+      return staged === undefined ? n : { ...n, bytes: staged.tail.bytes };
+    });
   }
 
   lastTurnExcept(session: string, excluded: ReadonlySet<string>): TurnKey | undefined {
@@ -290,7 +360,7 @@ class GroupView {
 
 /** An empty TreeNeeds for a session, to fill in. */
 function needsOf(session: string, over: Partial<Omit<TreeNeeds, 'session'>>): TreeNeeds {
-  return { session, turns: over.turns ?? [], paths: over.paths ?? [], subtrees: over.subtrees ?? [], ...(over.streaming === true ? { streaming: true } : {}) };
+  return { session, turns: over.turns ?? [], paths: over.paths ?? [], subtrees: over.subtrees ?? [], ...(over.streaming === true ? { streaming: true } : {}), ...(over.tails !== undefined ? { tails: over.tails } : {}) };
 }
 
 export class SerialWriter {
@@ -308,6 +378,12 @@ export class SerialWriter {
     private readonly quotas?: Quotas,
     /** Writes in one group at most: 1 only to measure what group commit buys (GROUP_COMMIT=off). */
     private readonly maxGroup = Infinity,
+    /**
+     * Begin the next group before answering the writes of the one that committed, for an engine
+     * whose begin is a round trip (PostgreSQL): its locks are taken while the answers are written.
+     * The next group holds the same writes either way (those queued while the last committed).
+     */
+    private readonly beginBeforeAnswering = false,
   ) {}
 
   createSession(session: ChatSession): Promise<SessionRecord> {
@@ -315,11 +391,11 @@ export class SerialWriter {
       if (view.current(session._id) !== undefined) throw new Error('duplicate session id');
       const s = chatSession({ ...session, headTurnId: null });
       const json = JSON.stringify(s);
-      view.charge(s.user, 1, 0, () => Buffer.byteLength(json));
-      view.stage(s._id, { session: s, lastTurn: undefined, json });
+      const usage = view.charge(usageDelta(s.user, { sessions: 1, bytes: Buffer.byteLength(json) }));
+      view.stage(s._id, { session: s, lastTurn: undefined, held: NOTHING_HELD, json });
       view.tree(s._id, true);
-      return { kind: 'create', session: s, json, version: versionOfSession(json, undefined) };
-    }, sessionResult);
+      return { kind: 'create', session: s, json, version: versionOfSession(json, undefined), usage };
+    }, sessionResult, session._id);
   }
 
   updateSession(id: string, change: (current: SessionAtWrite) => ChatSession, hint?: WriteHint): Promise<SessionRecord> {
@@ -331,11 +407,12 @@ export class SerialWriter {
       if (next.headTurnId !== current.session.headTurnId && next.headTurnId !== null && current.turn(next.headTurnId) === undefined) {
         throw new Error('a session head must be one of its turns');
       }
-      if (next._id !== id || next.forkedFrom?.session !== current.session.forkedFrom?.session) throw new Error('an update cannot change what a session is');
+      // its owner too: what a session holds is its owner's (only an import moves a session to another)
+      if (next._id !== id || next.user !== current.session.user || next.forkedFrom?.session !== current.session.forkedFrom?.session) throw new Error('an update cannot change what a session is');
       const json = JSON.stringify(next);
-      view.charge(next.user, 0, 0, () => Buffer.byteLength(json) - sessionBytes(current));
-      view.stage(id, { session: next, lastTurn: current.lastTurn, json });
-      return { kind: 'update', session: next, json, version: versionOfSession(json, current.lastTurn) };
+      const usage = view.charge(usageDelta(next.user, { bytes: Buffer.byteLength(json) - sessionBytes(current) }));
+      view.stage(id, { session: next, lastTurn: current.lastTurn, held: current.held, json });
+      return { kind: 'update', session: next, json, version: versionOfSession(json, current.lastTurn), usage };
     }, sessionResult);
   }
 
@@ -344,9 +421,13 @@ export class SerialWriter {
       const current = view.current(id);
       if (current === undefined) throw new SessionNotFound();
       check(current);
-      // what the session held is given back at commit
+      // never refused: what it gives back counts for the group's later writes
+      const h = current.held;
+      const usage = view.charge(
+        usageDelta(current.session.user, { sessions: -1, turns: -h.turns, bytes: -(sessionBytes(current) + h.turnBytes), inputTokens: -h.inputTokens, outputTokens: -h.outputTokens, cachedTokens: -h.cachedTokens }),
+      );
       view.stage(id, null);
-      return { kind: 'delete', id, session: current.session };
+      return { kind: 'delete', id, session: current.session, usage };
     }, () => undefined);
   }
 
@@ -370,7 +451,9 @@ export class SerialWriter {
       let head = current.session.headTurnId;
       let newest = current.lastTurn;
       let session = current.session;
-      const made: { turn: Turn; json: Buffer; session: ChatSession; sessionJson: string; lastTurn: TurnKey; raised: boolean }[] = [];
+      let sessionJsonBytes = sessionBytes(current);
+      let held = current.held;
+      const made: { turn: Turn; json: Buffer; session: ChatSession; sessionJson: string; lastTurn: TurnKey; raised: boolean; held: Held; usage: UsageDelta }[] = [];
       const mine = new Set<string>();
       for (const b of built) {
         // a builder that leaves the parent out (as the first release's callers did) continues the head
@@ -380,20 +463,27 @@ export class SerialWriter {
         if (parentId !== null && parentId !== head && !mine.has(parentId) && current.turn(parentId) === undefined) throw new Error('a turn parent must be a turn of its session');
         if (turn.createdAt < session.updatedAt || (newest !== undefined && !turnBefore(newest, turn))) throw new Error("a new turn must be newer than its session's turns and not older than its updatedAt");
         const next = chatSession({ ...raisedByTurn(session, turn.createdAt), headTurnId: turn._id });
-        made.push({ turn, json: ownBytes(JSON.stringify(turn)), session: next, sessionJson: JSON.stringify(next), lastTurn: keyOf(turn), raised: next.updatedAt !== session.updatedAt });
+        const json = ownBytes(JSON.stringify(turn));
+        const sessionJson = JSON.stringify(next);
+        const nextBytes = Buffer.byteLength(sessionJson);
+        const tokens = tokensOf(turn.usage);
+        // the session's owner is charged, whoever writes the turn
+        const usage = usageDelta(session.user, { turns: 1, bytes: json.length + nextBytes - sessionJsonBytes, ...tokens });
+        held = heldPlus(held, 1, json.length, tokens);
+        made.push({ turn, json, session: next, sessionJson, lastTurn: keyOf(turn), raised: next.updatedAt !== session.updatedAt, held, usage });
         mine.add(turn._id);
         head = turn._id;
         newest = keyOf(turn);
         session = next;
+        sessionJsonBytes = nextBytes;
       }
       const last = made[made.length - 1];
       if (last === undefined) throw new Error('no turn to append');
-      // the session's owner is charged, whoever writes the turns
-      view.charge(current.session.user, 0, made.length, () => made.reduce((n, m) => n + m.json.length, 0) + Buffer.byteLength(last.sessionJson) - sessionBytes(current));
-      view.stage(sessionId, { session: last.session, lastTurn: last.lastTurn, json: last.sessionJson });
+      view.charge(made.reduce((sum, m) => sumOf(sum, m.usage), usageDelta(current.session.user, {})));
+      view.stage(sessionId, { session: last.session, lastTurn: last.lastTurn, held: last.held, json: last.sessionJson });
       const tree = view.tree(sessionId);
       for (const m of made) tree.added.set(m.turn._id, treeTurnOf(m.turn, m.json));
-      return made.map((m): Change => ({ kind: 'turn', turn: m.turn, json: m.json, session: m.session, sessionJson: m.sessionJson, version: versionOfSession(m.sessionJson, m.lastTurn), raised: m.raised }));
+      return made.map((m): Change => ({ kind: 'turn', turn: m.turn, json: m.json, session: m.session, sessionJson: m.sessionJson, version: versionOfSession(m.sessionJson, m.lastTurn), raised: m.raised, held: m.held, usage: m.usage }));
     }, (changes) => (Array.isArray(changes) ? changes : [changes]).map(turnResult));
   }
 
@@ -402,6 +492,7 @@ export class SerialWriter {
       const current = view.current(sessionId);
       if (current === undefined) throw new SessionNotFound();
       check(current);
+      // a streaming turn's text so far is in it: the edit folds its deltas into the turn for good
       const found = current.turn(turnId);
       if (found === undefined) throw new TurnNotFound();
       const was = turnRecord(JSON.parse(found.json.toString('utf8')) as Turn);
@@ -417,12 +508,12 @@ export class SerialWriter {
       const session = chatSession({ ...current.session, updatedAt: nextTimestamp(current.session.updatedAt) });
       const json = ownBytes(JSON.stringify(turn));
       const sessionJson = JSON.stringify(session);
-      view.charge(session.user, 0, 0, () => json.length - found.bytes + Buffer.byteLength(sessionJson) - sessionBytes(current), opts?.uncharged === true);
-      view.stage(sessionId, { session, lastTurn: current.lastTurn, json: sessionJson });
-      const tree = view.tree(sessionId);
-      if (tree.added.has(turnId)) tree.added.set(turnId, treeTurnOf(turn, json));
-      else tree.edited.set(turnId, treeTurnOf(turn, json));
-      return { kind: 'editTurn', turn, json, previousBytes: found.bytes, session, sessionJson, version: versionOfSession(sessionJson, current.lastTurn), lastTurn: current.lastTurn };
+      const tokens = minus(tokensOf(turn.usage), found.tokens);
+      const usage = view.charge(usageDelta(session.user, { bytes: json.length - found.bytes + Buffer.byteLength(sessionJson) - sessionBytes(current), ...tokens }), opts?.uncharged === true);
+      const held = heldPlus(current.held, 0, json.length - found.bytes, tokens);
+      view.stage(sessionId, { session, lastTurn: current.lastTurn, held, json: sessionJson });
+      view.put(view.tree(sessionId), treeTurnOf(turn, json));
+      return { kind: 'editTurn', turn, json, session, sessionJson, version: versionOfSession(sessionJson, current.lastTurn), lastTurn: current.lastTurn, held, usage };
     }, (c) => {
       if (c.kind !== 'editTurn') throw new Error(`a ${c.kind} change has no turn update answer`);
       return { turn: { _id: c.turn._id, createdAt: c.turn.createdAt, json: c.json }, session: { session: c.session, json: c.sessionJson, version: c.version } };
@@ -443,17 +534,24 @@ export class SerialWriter {
       const session = chatSession({ ...current.session, headTurnId: head !== null && ids.has(head) ? target.parentId : head, updatedAt: nextTimestamp(current.session.updatedAt) });
       const sessionJson = JSON.stringify(session);
       let bytes = 0;
-      for (const n of removed) bytes += n.bytes;
+      let tokens: Tokens = NO_TOKENS;
+      for (const n of removed) {
+        bytes += n.bytes;
+        tokens = plus(tokens, n.tokens);
+      }
+      const gone = minus(NO_TOKENS, tokens);
       // never refused: what it gives back counts for the group's later writes
-      view.charge(session.user, 0, -ids.size, () => Buffer.byteLength(sessionJson) - sessionBytes(current) - bytes);
-      view.stage(sessionId, { session, lastTurn, json: sessionJson });
+      const usage = view.charge(usageDelta(session.user, { turns: -ids.size, bytes: Buffer.byteLength(sessionJson) - sessionBytes(current) - bytes, ...gone }));
+      const held = heldPlus(current.held, -ids.size, -bytes, gone);
+      view.stage(sessionId, { session, lastTurn, held, json: sessionJson });
       const tree = view.tree(sessionId);
       for (const id of ids) {
+        tree.tails.delete(id);
         if (tree.added.delete(id)) continue;
         tree.edited.delete(id);
         tree.removed.add(id);
       }
-      return { kind: 'deleteTurns', sessionId, turnId, ids: [...ids], bytes, session, sessionJson, version: versionOfSession(sessionJson, lastTurn), lastTurn };
+      return { kind: 'deleteTurns', sessionId, turnId, ids: [...ids], session, sessionJson, version: versionOfSession(sessionJson, lastTurn), lastTurn, held, usage };
     }, (c) => {
       if (c.kind !== 'deleteTurns') throw new Error(`a ${c.kind} change has no session answer`);
       return { session: c.session, json: c.sessionJson, version: c.version };
@@ -473,11 +571,14 @@ export class SerialWriter {
       const turns: TurnWithJson[] = [];
       const copyOf = new Map<string, string>();
       let previous: Turn | undefined;
+      let held = NOTHING_HELD;
       for (const t of path) {
         const was = turnRecord(JSON.parse(t.json.toString('utf8')) as Turn);
         const turn = turnRecord({ ...was, _id: copyId(was, previous), session: given._id, parentId: was.parentId === null ? null : (copyOf.get(was.parentId) ?? null) });
         copyOf.set(was._id, turn._id);
-        turns.push({ turn, json: ownBytes(JSON.stringify(turn)) });
+        const json = ownBytes(JSON.stringify(turn));
+        turns.push({ turn, json });
+        held = heldPlus(held, 1, json.length, tokensOf(turn.usage));
         previous = turn;
       }
       const last = previous === undefined ? undefined : keyOf(previous);
@@ -488,43 +589,50 @@ export class SerialWriter {
       });
       const json = JSON.stringify(session);
       // the copies are the fork's owner's, like turns they wrote
-      view.charge(owner, 1, turns.length, () => turns.reduce((n, c) => n + c.json.length, Buffer.byteLength(json)));
-      view.stage(session._id, { session, lastTurn: last, json });
+      const usage = view.charge(usageDelta(owner, { sessions: 1, turns: held.turns, bytes: Buffer.byteLength(json) + held.turnBytes, inputTokens: held.inputTokens, outputTokens: held.outputTokens, cachedTokens: held.cachedTokens }));
+      view.stage(session._id, { session, lastTurn: last, held, json });
       const tree = view.tree(session._id, true);
       for (const c of turns) tree.added.set(c.turn._id, treeTurnOf(c.turn, c.json));
-      return { kind: 'fork', session, json, version: versionOfSession(json, last), turns };
+      return { kind: 'fork', session, json, version: versionOfSession(json, last), turns, held, usage };
     }, sessionResult);
   }
 
+  /**
+   * Appends pieces to a streaming turn from its tail alone (its bytes, where its content ends,
+   * its last delta's number): the places, the size check and the bytes charged cost what the
+   * pieces hold, whatever the turn's length; the engine stores the delta as a row of its own.
+   */
   appendDelta(sessionId: string, turnId: string, check: (current: SessionAtWrite) => void, pieces: readonly Piece[], maxBytes: number, quiet = false): Promise<TurnDelta> {
-    return this.submit<TurnDelta>([sessionId], undefined, needsOf(sessionId, { turns: [turnId] }), (view) => {
+    return this.submit<TurnDelta>([sessionId], undefined, needsOf(sessionId, { tails: [turnId] }), (view) => {
       const current = view.current(sessionId);
       if (current === undefined) throw new SessionNotFound();
       check(current);
-      const found = current.turn(turnId);
-      if (found === undefined) throw new TurnNotFound();
-      if (!isStreamingJson(found.json)) throw new TurnNotStreaming();
-      const was = turnRecord(JSON.parse(found.json.toString('utf8')) as Turn);
-      let content = was.content;
+      const tail = view.tail(sessionId, turnId);
+      if (tail === undefined) throw new TurnNotFound();
+      if (tail === 'not streaming') throw new TurnNotStreaming();
+      let end = tail.end;
+      let grown = 0;
       const places: DeltaPlace[] = [];
       for (const p of pieces) {
-        const r = appendPiece(content, p);
-        content = r.content;
+        const r = appendToEnd(end, p);
+        end = r.end;
+        grown += r.bytes;
         places.push(r.place);
       }
-      const turn = turnRecord({ ...was, content });
-      const json = ownBytes(JSON.stringify(turn));
-      if (json.length > maxBytes) throw new TurnTooLarge();
+      const bytes = tail.bytes + grown;
+      if (bytes > maxBytes) throw new TurnTooLarge();
       // a streaming turn grows its session's owner's bytes, delta by delta
-      view.charge(current.session.user, 0, 0, () => json.length - found.bytes);
-      // the session is not staged: a delta leaves it as it is
+      const usage = view.charge(usageDelta(current.session.user, { bytes: grown }));
+      const held = heldPlus(current.held, 0, grown, NO_TOKENS);
+      const next: Tail = { bytes, end, seq: tail.seq + 1 };
+      // the session's own fields stay: its JSON, version and newest turn are as they were
+      view.stage(sessionId, { session: current.session, lastTurn: current.lastTurn, held });
       const tree = view.tree(sessionId);
-      if (tree.added.has(turnId)) tree.added.set(turnId, treeTurnOf(turn, json));
-      else tree.edited.set(turnId, treeTurnOf(turn, json));
-      return { kind: 'delta', turn, json, previousBytes: found.bytes, pieces, places, quiet, session: current.session };
+      tree.tails.set(turnId, { tail: next, pieces: [...(tree.tails.get(turnId)?.pieces ?? []), ...pieces] });
+      return { kind: 'delta', turnId, seq: next.seq, pieces, places, bytes, end, quiet, session: current.session, held, usage };
     }, (c) => {
       if (c.kind !== 'delta') throw new Error(`a ${c.kind} change has no delta answer`);
-      return { turn: { _id: c.turn._id, createdAt: c.turn.createdAt, json: c.json }, places: c.places };
+      return { _id: c.turnId, places: c.places };
     });
   }
 
@@ -569,6 +677,7 @@ export class SerialWriter {
     needs: TreeNeeds | undefined,
     decide: (view: GroupView) => Change | readonly Change[],
     result: (change: Change) => T,
+    creates?: string,
   ): Promise<T>;
   private submit<T>(
     ids: readonly string[],
@@ -576,6 +685,7 @@ export class SerialWriter {
     needs: TreeNeeds | undefined,
     decide: (view: GroupView) => Change | readonly Change[],
     result: (change: Change | readonly Change[]) => T,
+    creates?: string,
   ): Promise<T>;
   private submit<T>(
     ids: readonly string[],
@@ -583,10 +693,11 @@ export class SerialWriter {
     needs: TreeNeeds | undefined,
     decide: (view: GroupView) => Change | readonly Change[],
     result: ((change: Change) => T) | ((change: Change | readonly Change[]) => T),
+    creates?: string,
   ): Promise<T> {
     if (this.closed) return Promise.reject(new StorageWriteFailed(new Error('store is closed')));
     return new Promise<T>((resolve, reject) => {
-      const w: PendingWrite = { ids, owner, needs, decide, result, resolve: resolve as (v: unknown) => void, reject, deferrals: 0 };
+      const w: PendingWrite = { ids, creates, owner, needs, decide, result, resolve: resolve as (v: unknown) => void, reject, deferrals: 0 };
       this.queue.push(w);
       if (!this.writing) this.nextGroup();
     });
@@ -617,6 +728,7 @@ export class SerialWriter {
         writes.flatMap((w) => w.ids),
         writes.flatMap((w) => (w.owner === undefined ? [] : [w.owner])),
         writes.flatMap((w) => (w.needs === undefined ? [] : [w.needs])),
+        n === 1 ? new Set(writes.flatMap((w) => (w.creates === undefined ? [] : [w.creates]))) : NOTHING_FRESH,
       );
     } catch (e) {
       this.refuseAll(writes, e);
@@ -670,6 +782,9 @@ export class SerialWriter {
     }
     group.commit(changes).then(
       () => {
+        // the writes queued while this group committed: the same group whether it begins now or after the answers
+        const early = this.beginBeforeAnswering && this.queue.length > 0 && !this.paused;
+        if (early) this.nextGroup();
         if (this.committed !== undefined) {
           try {
             this.committed(changes);
@@ -681,7 +796,7 @@ export class SerialWriter {
           const w = accepted[i] as PendingWrite;
           w.resolve(w.result(decided[i] as Change | readonly Change[]));
         }
-        this.nextGroup();
+        if (!early) this.nextGroup();
       },
       (e: unknown) => {
         if (e instanceof GroupConflict && n < ATTEMPTS) this.attempt(accepted, n + 1);
@@ -700,6 +815,37 @@ function copyId(original: Turn, previous: Turn | undefined): string {
   const id = newObjectId(Date.parse(original.createdAt));
   if (previous === undefined || previous.createdAt !== original.createdAt || id > previous._id) return id;
   return (BigInt(`0x${previous._id}`) + 1n).toString(16).padStart(24, '0');
+}
+
+/** A usage delta of `owner`: the figures given, 0 for the others. */
+function usageDelta(owner: string, figures: Partial<Usage>): UsageDelta {
+  return { ...NO_USAGE, ...figures, owner };
+}
+
+/** Two usage deltas of one owner added up. */
+function sumOf(a: UsageDelta, b: UsageDelta): UsageDelta {
+  return {
+    owner: a.owner,
+    sessions: a.sessions + b.sessions,
+    turns: a.turns + b.turns,
+    bytes: a.bytes + b.bytes,
+    inputTokens: a.inputTokens + b.inputTokens,
+    outputTokens: a.outputTokens + b.outputTokens,
+    cachedTokens: a.cachedTokens + b.cachedTokens,
+  };
+}
+
+function plus(a: Tokens, b: Tokens): Tokens {
+  return { inputTokens: a.inputTokens + b.inputTokens, outputTokens: a.outputTokens + b.outputTokens, cachedTokens: a.cachedTokens + b.cachedTokens };
+}
+
+function minus(a: Tokens, b: Tokens): Tokens {
+  return { inputTokens: a.inputTokens - b.inputTokens, outputTokens: a.outputTokens - b.outputTokens, cachedTokens: a.cachedTokens - b.cachedTokens };
+}
+
+/** What a session's turns hold once `turns` turns, `bytes` bytes and `tokens` are added (negative: taken away). */
+function heldPlus(h: Held, turns: number, bytes: number, tokens: Tokens): Held {
+  return { turns: h.turns + turns, turnBytes: h.turnBytes + bytes, ...plus(h, tokens) };
 }
 
 /** UTF-8 bytes of a session's JSON as it stands before a write. */

@@ -83,6 +83,51 @@ describe('PostgreSQL client: pool', { skip: missing }, () => {
     assert.equal(p.stats().inFlight, 0);
   });
 
+  test('"The PostgreSQL client gathers one-off queries": queries made together join the connection whose write is being gathered (one write, one backend), up to pipelineDepth, rather than one idle connection each', async () => {
+    const p = pool({ max: 4, pipelineDepth: 8 });
+    // four connections open and idle
+    await Promise.all(Array.from({ length: 4 }, () => p.query('SELECT pg_sleep(0.05)')));
+    assert.equal(p.stats().connections, 4);
+    const together = await Promise.all(Array.from({ length: 8 }, (_, i) => p.query('SELECT $1::int AS n, pg_backend_pid() AS pid', [String(i)])));
+    assert.deepEqual(together.map((r) => r.rows[0][0]), Array.from({ length: 8 }, (_, i) => String(i)));
+    assert.equal(new Set(together.map((r) => r.rows[0][1])).size, 1, 'eight queries made together went to one backend');
+    // past the depth, the next one goes to another connection
+    const more = await Promise.all(Array.from({ length: 9 }, () => p.query('SELECT pg_backend_pid()')));
+    assert.equal(new Set(more.map((r) => r.rows[0][0])).size, 2, 'nine made together: eight on one backend, the ninth on another');
+  });
+
+  test('reserveNow: a connection of its own at once (idle or new), undefined when the caller would have to wait; done gives it back, once', async () => {
+    const p = pool({ max: 2 });
+    const a = p.reserveNow();
+    const b = p.reserveNow();
+    assert.ok(a !== undefined && b !== undefined);
+    assert.equal(p.reserveNow(), undefined, 'both connections are held');
+    const [x, y] = await Promise.all([a.session.query('SELECT pg_backend_pid()'), b.session.query('SELECT pg_backend_pid()')]);
+    assert.notEqual(x.rows[0][0], y.rows[0][0], 'a connection each');
+    a.done();
+    a.done();
+    assert.deepEqual({ ...p.stats(), inFlight: undefined }, { connections: 2, reserved: 1, inFlight: undefined, waiting: 0 });
+    // a connection with one-off queries in flight is not handed out at once
+    const busy = p.query('SELECT pg_sleep(0.1)');
+    assert.equal(p.reserveNow(), undefined);
+    await busy;
+    const c = p.reserveNow();
+    assert.ok(c !== undefined);
+    await assert.rejects(a.session.query('SELECT 1'), /session has ended/);
+    c.done();
+    b.done();
+  });
+
+  test('"An instance does not read the shared event log again for its own notification": servedBy tells the backends of the pool\'s own connections from any other', async () => {
+    const p = pool({ max: 2 });
+    const other = pool({ max: 1 });
+    const [a, b] = await Promise.all([p.query('SELECT pg_backend_pid(), pg_sleep(0.05)'), p.query('SELECT pg_backend_pid(), pg_sleep(0.05)')]);
+    const theirs = Number((await other.query('SELECT pg_backend_pid()')).rows[0][0]);
+    assert.ok(p.servedBy(Number(a.rows[0][0])) && p.servedBy(Number(b.rows[0][0])));
+    assert.equal(p.servedBy(theirs), false);
+    assert.equal(other.servedBy(theirs), true);
+  });
+
   test('pipelineDepth bounds the queries in flight per connection; the rest wait in the queue', async () => {
     const p = pool({ max: 1, pipelineDepth: 4 });
     const calls = Array.from({ length: 10 }, (_, i) => p.query('SELECT $1::int AS n', [String(i)]));

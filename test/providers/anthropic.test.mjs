@@ -33,7 +33,7 @@ describe('Anthropic Messages', () => {
     assert.deepEqual(req.body, { model, max_tokens: 50, messages: [{ role: 'user', content: [{ type: 'text', text: 'Hi' }] }], stream: true, system: 'You are terse.', temperature: 0.2, top_p: 0.9, stop_sequences: ['END'] });
   });
 
-  test('"Anthropic\'s max_tokens defaults to 4096."', async () => {
+  test('"Anthropic\'s max_tokens defaults to 4096"', async () => {
     assert.equal(kit.ANTHROPIC_DEFAULT_MAX_TOKENS, 4096);
     const model = fresh('echo');
     await reply(model);

@@ -46,7 +46,7 @@ describe('the rules streamReply owns, against the local provider', () => {
     assert.equal(requestsFor(p, model).length, 3, 'never a fourth try');
   });
 
-  test('a refusal (400, 401, 403, 404, 422) is not tried again', async () => {
+  test('a refusal (400, 401, 403, 404, 422) is not tried again ("Failures are one error, ProviderFailed, worded to be shown" ... "with transient and status for the caller")', async () => {
     for (const status of [400, 401, 403, 404, 422]) {
       const model = fresh(`status:${status}`);
       const r = await collect(call(openai, model));
@@ -133,7 +133,7 @@ describe('the rules streamReply owns, against the local provider', () => {
     assert.ok(c.at - b.at >= 190, `second wait ${c.at - b.at} ms`);
   });
 
-  test('"An idle provider ends the call. The idle limit counts from the request to the response\'s head" (a stall before any answer); not retried; the provider sees its connection closed', async () => {
+  test('"An idle provider ends the call: the idle limit counts from the request to the response\'s head" (a stall before any answer); "running out is not retried"; the provider sees its connection closed', async () => {
     assert.equal(DEFAULT_IDLE_TIMEOUT_MS, 60_000);
     const model = fresh('stall-headers:forever');
     const r = await collect(call(openai, model, { idleTimeoutMs: 150 }));
@@ -173,7 +173,7 @@ describe('the rules streamReply owns, against the local provider', () => {
     assert.equal(r.text.split(' ').length, 20000);
   });
 
-  test('"An abort ends the iteration quietly. The caller\'s AbortSignal ... destroys the request\'s socket (the provider sees its connection closed, it never goes back to the pool)"', async () => {
+  test('"An abort ends the iteration quietly" ... "The caller\'s AbortSignal ... destroys the request\'s socket (the provider sees its connection closed, it never goes back to the pool)"', async () => {
     const model = fresh('tokens:1000@50');
     const ac = new AbortController();
     const r = await collect(call(openai, model, { signal: ac.signal }), {
@@ -258,7 +258,7 @@ describe('the rules streamReply owns, against the local provider', () => {
     assert.ok(!r.error.message.includes('pa@ss-w0rd'), r.error.message);
   });
 
-  test('"Written on node:http, with keep-alive pools." Sequential calls to one provider reuse one connection', async () => {
+  test('"Written on node:http, with keep-alive pools": sequential calls to one provider reuse one connection', async () => {
     const ports = new Set();
     for (let i = 0; i < 5; i++) {
       const model = fresh('tokens:3');

@@ -59,7 +59,7 @@ const EXPECTED = [
   { event: 'message', data: '世界', id: '7' },
 ];
 
-test('SSE: the same events whatever the cut between two reads (every offset, inside CRLF pairs and UTF-8 characters)', () => {
+test('SSE: the same events whatever the cut between two reads (every offset, inside CRLF pairs and UTF-8 characters): "lines end at CR, LF or CRLF (even cut between reads)"', () => {
   assert.deepEqual(sse([STREAM]), EXPECTED);
   for (let i = 0; i <= STREAM.length; i++) assert.deepEqual(sse(cutAt(STREAM, i)), EXPECTED, `cut at ${i}`);
 });
@@ -116,7 +116,7 @@ test('SSE (WHATWG): a byte order mark opening the stream is ignored, comments an
   assert.deepEqual(sse(cutAt(bom, 1)), [{ event: 'message', data: 'a', id: undefined }]);
 });
 
-test('a line longer than the limit (8 MiB) is a failure of the provider, not unbounded memory', () => {
+test('"Streams are read by the WHATWG rules, bounded" ... "a line or an event over 8 MiB is the provider\'s failure", not unbounded memory', () => {
   assert.equal(MAX_LINE_BYTES, 8 * 1024 * 1024);
   const d = new LineDecoder();
   const piece = Buffer.alloc(1024 * 1024, 0x61);

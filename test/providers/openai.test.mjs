@@ -99,7 +99,7 @@ describe('OpenAI Chat Completions', () => {
     ]);
   });
 
-  test('the answer as it comes; "OpenAI\'s reasoning_content (DeepSeek, vLLM)" deltas are reasoning; "Usage comes once, at the end"; the finish reason', async () => {
+  test('"What a reply stream yields: text and reasoning pieces as they come (each protocol\'s reasoning deltas are never answer text)": the answer as it comes; "OpenAI\'s reasoning_content (DeepSeek, vLLM)" deltas are reasoning; "Usage comes once, at the end"; the finish reason', async () => {
     const r = await reply(fresh('reasoning:3+tokens:5+cached:1'));
     assert.equal(r.error, undefined);
     assert.equal(r.reasoning, 'Let me think');
@@ -115,7 +115,7 @@ describe('OpenAI Chat Completions', () => {
     assert.equal(r.text, 'the quick');
   });
 
-  test('"A 400 (or 422) whose message names stream_options is tried again at once without it": no usage then', async () => {
+  test('"A 400 (or 422) whose message names stream_options is tried again at once without it" ("Servers that refuse a parameter are asked again without it"): no usage then', async () => {
     const model = fresh('reject-stream-options+tokens:3');
     const r = await reply(model);
     assert.equal(r.error, undefined);

@@ -10,7 +10,7 @@ import { join } from 'node:path';
 import { describe, test } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import { ENGINES, kit, openOn, openSnapshotOn } from './engines.mjs';
-import { at, session } from './fixtures.mjs';
+import { at, NO_USAGE, session, usageOfItems } from './fixtures.mjs';
 
 const { chatSession, newObjectId, versionOfSession, PreconditionFailed, SessionNotFound, StorageWriteFailed, PAGE_BYTE_BUDGET, PAGE_SCAN_BUDGET, SCAN_CHUNK, setFaultPlan, wholeListReply } = kit;
 const CHILD = fileURLToPath(new URL('./child-writer.mjs', import.meta.url));
@@ -163,7 +163,7 @@ export function contract(engine) {
       });
     });
 
-    test('a page ends (no resume key) exactly when its list has nothing after it: active and archived sessions are two lists on every engine, so pages break the same everywhere', async () => {
+    test('"Pages break the same on both engines": a page ends (no resume key) exactly when its list has nothing after it: active and archived sessions are two lists on every engine, so pages break the same everywhere', async () => {
       await withStore(async (store) => {
         // an archived session older than active ones, and one newer
         await store.createSession(session({ ms: 0, archived: true }));
@@ -311,6 +311,24 @@ export function contract(engine) {
       });
     });
 
+    test('"A group of creates alone reads nothing before its decisions" (PostgreSQL), yet a create whose id a stored session holds is refused alone on every engine: the creates beside it go through, and the stored session is as it was', async () => {
+      await withStore(async (store) => {
+        const stored = await store.createSession(session({ name: 'first' }));
+        const before = await everything(store);
+        const results = await Promise.allSettled([
+          store.createSession(session({ ms: 5, name: 'beside 1' })),
+          store.createSession(session({ _id: stored.session._id, ms: 10, name: 'taken id' })),
+          store.createSession(session({ ms: 15, name: 'beside 2' })),
+        ]);
+        assert.deepEqual(results.map((r) => r.status), ['fulfilled', 'rejected', 'fulfilled']);
+        assert.match(results[1].reason.message, /duplicate session id/);
+        const after = await everything(store);
+        assert.equal(after.sessions, before.sessions + 2);
+        assert.deepEqual(after.items.find((i) => JSON.parse(i.session)._id === stored.session._id), before.items[0], 'the stored session is as it was, version included');
+        assert.deepEqual((await store.usage('alice')).sessions, 3);
+      });
+    });
+
     test("a turn becomes its session's head and raises its updatedAt to the turn's createdAt, moves its version, and moves it to the front of its lists; a turn older than its session or its newest turn is refused and changes nothing", async () => {
       await withStore(async (store) => {
         const a = await store.createSession(session({ ms: 0 }));
@@ -379,7 +397,7 @@ export function contract(engine) {
       });
     });
 
-    test('stats: sessions, turns and bytes (the UTF-8 bytes of every stored session and turn JSON) follow every write', async () => {
+    test('stats: sessions, turns and bytes follow every write ("Byte figures (chat_session_api_store_bytes, usage) count the UTF-8 bytes of the JSON of every session and turn")', async () => {
       await withStore(async (store) => {
         const a = await store.createSession(session({ name: 'ünïcødé' }));
         const b = await store.createSession(session({ ms: 1 }));
@@ -396,12 +414,11 @@ export function contract(engine) {
       });
     });
 
-    test("usage: what a user's sessions hold (sessions, their turns whoever wrote them, the bytes of all their JSON) follows every write and every import", async () => {
+    test("\"What a change adds to usage is decided once, in the writer\" and each engine applies it: usage, what a user's sessions hold (sessions, their turns whoever wrote them, the bytes of all their JSON) follows every write and every import", async () => {
       await withStore(async (store) => {
         const usageNow = async (user) => {
           const all = await everything(store);
-          const mine = all.items.filter((i) => JSON.parse(i.session).user === user);
-          return { sessions: mine.length, turns: mine.reduce((n, i) => n + i.turns.length, 0), bytes: mine.reduce((n, i) => n + Buffer.byteLength(i.session) + i.turns.reduce((m, t) => m + Buffer.byteLength(t), 0), 0) };
+          return usageOfItems(all.items.filter((i) => JSON.parse(i.session).user === user));
         };
         const check = async (label) => {
           for (const user of ['alice', 'bob', 'nobody']) assert.deepEqual(await store.usage(user), await usageNow(user), `${label}: ${user}`);
@@ -417,7 +434,7 @@ export function contract(engine) {
         await check('updated');
         await store.deleteSession(b.session._id, () => {});
         await check('deleted');
-        assert.deepEqual(await store.usage('bob'), { sessions: 0, turns: 0, bytes: 0 });
+        assert.deepEqual(await store.usage('bob'), NO_USAGE);
         // an import that hands a session to another owner moves it, turns and all
         const moved = { ...(await store.getSession(a.session._id)).session, user: 'bob' };
         await store.importAll([moved], []);
@@ -528,7 +545,7 @@ export function contract(engine) {
       }
     });
 
-    test('committed changes are announced once, in commit order, before any of their writes is answered; a refused write and a failed commit are never announced', async () => {
+    test('"The serial writer announces each group\'s changes after the group is committed and before any of its writes is answered; a group that fails to commit is never announced": once, in commit order, and a refused write is never announced either', async () => {
       const dir = fresh();
       setFaultPlan(`${caps.fault}:3`);
       let store;

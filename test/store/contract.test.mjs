@@ -6,8 +6,10 @@ import { contract } from './cases.mjs';
 import { treeContract } from './tree-cases.mjs';
 import { findingContract } from './finding-cases.mjs';
 import { searchContract } from './search-cases.mjs';
+import { deltaContract } from './delta-cases.mjs';
 
 after(contract(STORE));
 after(treeContract(STORE));
 after(findingContract(STORE));
 after(searchContract(STORE));
+after(deltaContract(STORE));

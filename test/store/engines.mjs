@@ -13,6 +13,8 @@ export const ENGINES = {
   },
   postgres: {
     fault: 'commit',
+    /** Several stores (instances) may share one store's data. */
+    instances: true,
   },
 };
 

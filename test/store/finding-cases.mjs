@@ -6,7 +6,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, test } from 'node:test';
 import { kit, openOn } from './engines.mjs';
-import { at, session } from './fixtures.mjs';
+import { at, NO_USAGE, session } from './fixtures.mjs';
 
 const { chatSession, newObjectId, livenessAt, purgeExpired, pausedLike, eraseUser, PURGE_BATCH } = kit;
 
@@ -46,7 +46,7 @@ export function findingContract(engine) {
   };
 
   describe(`Store contract, finding and keeping: ${engine}`, () => {
-    test('tag lists: a tag reads the list of its sessions in list order (user, project, owner-only, archived false|true|all), more tags must all match, page by page and whole, after a reopen too', async () => {
+    test('"`tag` lists are read from the tag\'s own index": a tag reads the list of its sessions in list order (user, project, owner-only, archived false|true|all), more tags must all match, page by page and whole, after a reopen too', async () => {
       await withStore(async (store, reopen) => {
         const tagsOf = (i) => [i % 2 === 0 ? 'Even' : 'odd', ...(i % 3 === 0 ? ['three'] : [])];
         const made = [];
@@ -219,11 +219,13 @@ export function findingContract(engine) {
         const bob = await store.createSession(session({ ms: 4, user: 'bob' }));
         await store.appendTurn(bob.session._id, turnAt(5));
         const erased = [];
-        assert.deepEqual(await eraseUser(store, 'alice', (id) => erased.push(id)), { sessions: 3, turns: 1 });
+        const held = await store.usage('alice');
+        assert.deepEqual(await eraseUser(store, 'alice', (id) => erased.push(id)), held, 'what went: all the user held');
+        assert.deepEqual([held.sessions, held.turns], [3, 1]);
         assert.equal(erased.length, 3);
-        assert.deepEqual(await store.usage('alice'), { sessions: 0, turns: 0, bytes: 0 });
+        assert.deepEqual(await store.usage('alice'), NO_USAGE);
         assert.equal((await store.usage('bob')).turns, 1);
-        assert.deepEqual(await eraseUser(store, 'alice', () => assert.fail('nothing is left')), { sessions: 0, turns: 0 });
+        assert.deepEqual(await eraseUser(store, 'alice', () => assert.fail('nothing is left')), NO_USAGE);
       });
     });
   });

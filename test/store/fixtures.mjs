@@ -26,3 +26,29 @@ export function session(over = {}) {
     ...over,
   });
 }
+
+/** A user's usage when they hold nothing. */
+export const NO_USAGE = Object.freeze({ sessions: 0, turns: 0, bytes: 0, inputTokens: 0, outputTokens: 0, cachedTokens: 0 });
+
+/**
+ * Usage worked out from what an export holds (`items`: each `{session, turns}` as JSON texts): the
+ * sessions, their turns, the UTF-8 bytes of all their JSON and the tokens of the turns' usage.
+ */
+export function usageOfItems(items) {
+  const u = { ...NO_USAGE };
+  for (const i of items) {
+    u.sessions++;
+    u.bytes += Buffer.byteLength(i.session);
+    for (const t of i.turns) {
+      u.turns++;
+      u.bytes += Buffer.byteLength(t);
+      const usage = JSON.parse(t).usage;
+      if (usage !== undefined) {
+        u.inputTokens += usage.inputTokens;
+        u.outputTokens += usage.outputTokens;
+        u.cachedTokens += usage.cachedTokens ?? 0;
+      }
+    }
+  }
+  return u;
+}

@@ -3,7 +3,7 @@
 // that locks what it changes (./group.ts), so every instance sees one history. Whole lists and
 // exports read a REPEATABLE READ snapshot on a connection of their own.
 import { PAGE_BYTE_BUDGET, PAGE_SCAN_BUDGET, SCAN_CHUNK, SCAN_CHUNK_BYTES, type SessionKey, type TurnKey } from '../../domain/order.js';
-import type { ChatSession, Turn } from '../../domain/records.js';
+import { tokensOf, type ChatSession, type Turn } from '../../domain/records.js';
 import type { Liveness } from '../../domain/retention.js';
 import { foldForSearch, textHolds } from '../../domain/search.js';
 import { versionOfSession } from '../../domain/version.js';
@@ -15,6 +15,7 @@ import { Pool, type Queryable } from '../../pg/pool.js';
 import { describeTarget, parseDatabaseUrl } from '../../pg/url.js';
 import { planImport } from '../import-plan.js';
 import {
+  NO_USAGE,
   StorageWriteFailed,
   StoreOpenFailed,
   TurnNotFound,
@@ -44,7 +45,8 @@ import { SerialWrites } from '../serial-writes.js';
 import { SerialWriter, type Group, type GroupSource, type TreeNeeds } from '../writer.js';
 import { INDEXING, keptColumns, NO_INDEXING, sqlText, storeError, textArray, wordsSql, type Indexing } from './values.js';
 import { channelOf, eventStatements, PgBroadcast, PgEventLog } from './events.js';
-import { finish, insertTurnSql, PgGroup, rowOf, SESSION_ROW, type GroupEvents } from './group.js';
+import { deltasSql, finish, insertTurnSql, PgGroup, rowOf, SESSION_ROW, turnBytesSql, type GroupEvents } from './group.js';
+import { withDeltas } from '../pieces.js';
 import { pageSql, scanSql } from './lists.js';
 import { prepareSchema, quotedSchema, reindexRows } from './schema.js';
 import { pageByDepthSql, placesSql } from '../tree-index.js';
@@ -99,9 +101,18 @@ class Record implements SessionRecord {
   }
 }
 
-const turnOf = (r: Row): TurnRecord => ({ _id: r[0] as string, createdAt: r[1] as string, json: Buffer.from(r[2] as string) });
+/** A turn from a row of its id, createdAt, JSON and deltas (./group.ts deltasSql), in that order. */
+const turnOf = (r: Row): TurnRecord => ({ _id: r[0] as string, createdAt: r[1] as string, json: withDeltas(Buffer.from(r[2] as string), r[3]) });
 /** A row of a budgeted page: past the budget its JSON is left out (null), saying only that there is more. */
 const pagedTurnOf = (r: Row): TurnRecord | undefined => (r[2] === null ? undefined : turnOf(r));
+
+/** Every owner's usage summed, in Usage's order. */
+const USAGE_SUMS = ['sessions', 'turns', 'bytes', 'input_tokens', 'output_tokens', 'cached_tokens'].map((c) => `coalesce(sum(${c}), 0)`).join(', ');
+
+/** A Usage from a row of its six figures, in Usage's order. */
+function usageOfRow(r: Row): Usage {
+  return { sessions: Number(r[0]), turns: Number(r[1]), bytes: Number(r[2]), inputTokens: Number(r[3]), outputTokens: Number(r[4]), cachedTokens: Number(r[5]) };
+}
 
 /** A connection of its own until `done` is called. */
 function lease(pool: Pool): Promise<{ q: Queryable; done: () => void }> {
@@ -138,6 +149,8 @@ export class PostgresStore extends SerialWrites implements Store, GroupSource {
   /** How writes make the words they store (none with SEARCH=off). */
   private readonly index: Indexing;
   private eventLog: PgEventLog | undefined;
+  /** A group reads its owners' usage only when a quota needs it (the writer asks for none otherwise). */
+  private readonly readUsage: boolean;
 
   private constructor(
     private readonly pool: Pool,
@@ -146,7 +159,9 @@ export class PostgresStore extends SerialWrites implements Store, GroupSource {
   ) {
     super();
     this.S = quotedSchema(opts.schema);
-    this.writer = new SerialWriter(this, opts.log, opts.quotas, opts.groupCommit ? Infinity : 1);
+    const q = opts.quotas;
+    this.readUsage = q !== undefined && (q.sessions !== undefined || q.turns !== undefined || q.bytes !== undefined);
+    this.writer = new SerialWriter(this, opts.log, opts.quotas, opts.groupCommit ? Infinity : 1, true);
     // whole lists hold a connection while the client reads: leave the rest to pages and writes
     this.scanMax = Math.max(1, Math.floor(opts.poolSize / 2));
     this.events = opts.announce === undefined ? undefined : { announce: opts.announce, channel: channelOf(opts.schema) };
@@ -234,21 +249,21 @@ export class PostgresStore extends SerialWrites implements Store, GroupSource {
     const cutoff = filter.live.cutoff === undefined ? 'true' : `s.updated_at > ${p(filter.live.cutoff)}`;
     where.push(`(CASE WHEN s.expires_at IS NOT NULL THEN s.expires_at > ${p(filter.live.now)} WHEN s.keep THEN true ELSE ${cutoff} END)`);
     const keyset = (at: string, doc: string): string => (after === undefined ? '' : ` AND (${at}, ${doc}) < (${p(after.at)}, ${p(after.doc)})`);
-    const names = `SELECT s.updated_at AS at, s.id AS doc, s.json, s.version, NULL::text AS turn_json FROM ${this.S}.sessions s
+    const names = `SELECT s.updated_at AS at, s.id AS doc, s.json, s.version, NULL::text AS turn_json, NULL::text AS turn_deltas FROM ${this.S}.sessions s
       WHERE s.name_words @@ ${query}::tsquery AND ${where.join(' AND ')}${keyset('s.updated_at', 's.id')}`;
     // few, each match's session is looked up by its key (OFFSET 0 keeps the planner from
     // flattening it): planned for the estimate of thousands of matches, the join read every
     // session of the table into a hash first (19 of 26 ms for a word in one turn of 1M)
     const turns = few
-      ? `SELECT t.created_at, t.id, s.json, s.version, t.json FROM ${this.S}.turns t
+      ? `SELECT t.created_at, t.id, s.json, s.version, t.json, ${deltasSql(this.S, 't')} FROM ${this.S}.turns t
           CROSS JOIN LATERAL (SELECT s.json, s.version FROM ${this.S}.sessions s WHERE s.id = t.session AND ${where.join(' AND ')} OFFSET 0) s
           WHERE t.words @@ ${query}::tsquery${keyset('t.created_at', 't.id')}`
-      : `SELECT t.created_at, t.id, s.json, s.version, t.json FROM ${this.S}.turns t JOIN ${this.S}.sessions s ON s.id = t.session
+      : `SELECT t.created_at, t.id, s.json, s.version, t.json, ${deltasSql(this.S, 't')} FROM ${this.S}.turns t JOIN ${this.S}.sessions s ON s.id = t.session
           WHERE t.words @@ ${query}::tsquery AND ${where.join(' AND ')}${keyset('t.created_at', 't.id')}`;
     const rows = (await this.pool.query(`${names} UNION ALL ${turns} ORDER BY at DESC, doc DESC LIMIT ${p(String(limit + 1))}`, params).catch(rethrow)).rows;
     const items: SearchHit[] = rows.slice(0, limit).map((r) => {
       const key = { at: r[0] as string, doc: r[1] as string };
-      const turn = r[4] === null ? undefined : { _id: key.doc, createdAt: key.at, json: Buffer.from(r[4] as string) };
+      const turn = r[4] === null ? undefined : { _id: key.doc, createdAt: key.at, json: withDeltas(Buffer.from(r[4] as string), r[5]) };
       return { key, session: new Record(r[2] as string, r[3] as string), turn };
     });
     return { items, next: rows.length > limit ? items[items.length - 1]?.key : undefined };
@@ -261,8 +276,8 @@ export class PostgresStore extends SerialWrites implements Store, GroupSource {
    */
   private walkSource(filter: SearchFilter): WalkSource<SessionRecord, SessionKey, TurnRecord> {
     const query = tsQuery(filter.words);
-    const sql = `SELECT x.i, t.id, t.created_at, t.json FROM unnest($1::text[], $2::text[], $3::text[], $5::int[]) WITH ORDINALITY AS x(sid, at, doc, want, i)
-      CROSS JOIN LATERAL (SELECT id, created_at, json FROM ${this.S}.turns t WHERE t.session = x.sid AND (t.created_at, t.id) < (x.at COLLATE "C", x.doc COLLATE "C") AND t.words @@ $4::tsquery
+    const sql = `SELECT x.i, t.id, t.created_at, t.json, t.deltas FROM unnest($1::text[], $2::text[], $3::text[], $5::int[]) WITH ORDINALITY AS x(sid, at, doc, want, i)
+      CROSS JOIN LATERAL (SELECT id, created_at, json, ${deltasSql(this.S, 't')} AS deltas FROM ${this.S}.turns t WHERE t.session = x.sid AND (t.created_at, t.id) < (x.at COLLATE "C", x.doc COLLATE "C") AND t.words @@ $4::tsquery
         ORDER BY t.created_at DESC, t.id DESC LIMIT x.want) t`;
     const words = filter.words;
     return {
@@ -273,7 +288,7 @@ export class PostgresStore extends SerialWrites implements Store, GroupSource {
       turns: async (from) => {
         const rows = (await this.pool.query(sql, [textArray(from.map((f) => f.s.session._id)), textArray(from.map((f) => keysetFrom(f.before)[0])), textArray(from.map((f) => keysetFrom(f.before)[1])), query, `{${from.map((f) => f.want).join(',')}}`])).rows;
         const hits = from.map((): { key: SearchKey; turn: TurnRecord }[] => []);
-        for (const r of rows) hits[Number(r[0]) - 1]?.push({ key: { at: r[2] as string, doc: r[1] as string }, turn: { _id: r[1] as string, createdAt: r[2] as string, json: Buffer.from(r[3] as string) } });
+        for (const r of rows) hits[Number(r[0]) - 1]?.push({ key: { at: r[2] as string, doc: r[1] as string }, turn: { _id: r[1] as string, createdAt: r[2] as string, json: withDeltas(Buffer.from(r[3] as string), r[4]) } });
         return hits.map((h, k) => {
           const last = h[h.length - 1];
           const want = (from[k] as TurnsFrom<SessionRecord>).want;
@@ -338,7 +353,7 @@ export class PostgresStore extends SerialWrites implements Store, GroupSource {
   }
 
   async getTurn(sessionId: string, turnId: string): Promise<TurnRecord | undefined> {
-    const row = (await this.pool.query(`SELECT id, created_at, json FROM ${this.S}.turns WHERE id = $1 AND session = $2`, [sqlText(turnId), sqlText(sessionId)]).catch(rethrow)).rows[0];
+    const row = (await this.pool.query(`SELECT t.id, t.created_at, t.json, ${deltasSql(this.S, 't')} FROM ${this.S}.turns t WHERE t.id = $1 AND t.session = $2`, [sqlText(turnId), sqlText(sessionId)]).catch(rethrow)).rows[0];
     return row === undefined ? undefined : turnOf(row);
   }
 
@@ -372,7 +387,7 @@ export class PostgresStore extends SerialWrites implements Store, GroupSource {
       const sql = branchPageQuery(this.S, sessionId, branch, lo, limit);
       const rows = (await this.pool.query(sql.text, sql.params).catch(rethrow)).rows;
       // the page's first turn follows the cursor, or the cursor is not on this path
-      if (after !== undefined && rows[0]?.[3] !== sqlText(after._id)) return undefined;
+      if (after !== undefined && rows[0]?.[4] !== sqlText(after._id)) return undefined;
       return rows;
     };
     const page = await byDepth(after === undefined ? undefined : sqlText(after._id));
@@ -415,7 +430,7 @@ export class PostgresStore extends SerialWrites implements Store, GroupSource {
     // the counts and the items from one snapshot: the generator holds it from its first step
     const it = this.inSnapshot(async function* (q: Queryable, S: string): AsyncIterable<{ counts: Usage } | ExportItem> {
       const totals = (await q.query(`SELECT coalesce(sum(sessions), 0), coalesce(sum(turns), 0) FROM ${S}.usage`)).rows[0] ?? ['0', '0'];
-      yield { counts: { sessions: Number(totals[0]), turns: Number(totals[1]), bytes: 0 } };
+      yield { counts: { ...NO_USAGE, sessions: Number(totals[0]), turns: Number(totals[1]) } };
       let after = '';
       for (;;) {
         const rows = (await q.query(`SELECT id, json, version FROM ${S}.sessions WHERE id > $1 ORDER BY id LIMIT $2`, [after, String(CHUNK)])).rows;
@@ -442,12 +457,10 @@ export class PostgresStore extends SerialWrites implements Store, GroupSource {
   }
 
   async stats(): Promise<StoreStats> {
-    const r = (await this.pool.query(`SELECT coalesce(sum(sessions), 0), coalesce(sum(turns), 0), coalesce(sum(bytes), 0) FROM ${this.S}.usage`).catch(rethrow)).rows[0] ?? ['0', '0', '0'];
+    const r = (await this.pool.query(`SELECT ${USAGE_SUMS} FROM ${this.S}.usage`).catch(rethrow)).rows[0];
     const p = this.pool.stats();
     return {
-      sessions: Number(r[0]),
-      turns: Number(r[1]),
-      bytes: Number(r[2]),
+      ...(r === undefined ? NO_USAGE : usageOfRow(r)),
       engine: [
         { name: 'postgres_connections', type: 'gauge', help: 'Connections open to the database (DATABASE_POOL_SIZE bounds them).', value: p.connections },
         { name: 'postgres_connections_busy', type: 'gauge', help: 'Connections held by a transaction or a whole-list read.', value: p.reserved },
@@ -468,8 +481,8 @@ export class PostgresStore extends SerialWrites implements Store, GroupSource {
   }
 
   async usage(user: string): Promise<Usage> {
-    const row = (await this.pool.query(`SELECT sessions, turns, bytes FROM ${this.S}.usage WHERE owner = $1`, [sqlText(user)]).catch(rethrow)).rows[0];
-    return row === undefined ? { sessions: 0, turns: 0, bytes: 0 } : { sessions: Number(row[0]), turns: Number(row[1]), bytes: Number(row[2]) };
+    const row = (await this.pool.query(`SELECT sessions, turns, bytes, input_tokens, output_tokens, cached_tokens FROM ${this.S}.usage WHERE owner = $1`, [sqlText(user)]).catch(rethrow)).rows[0];
+    return row === undefined ? NO_USAGE : usageOfRow(row);
   }
 
   /** Resolves when the database answers; StorageUnavailable when it does not. */
@@ -486,7 +499,13 @@ export class PostgresStore extends SerialWrites implements Store, GroupSource {
    */
   async leftStreaming(): Promise<readonly { session: string; turnId: string }[]> {
     const idle = this.opts.streamingIdleMs ?? 5 * 60_000;
-    const r = await this.pool.query(`SELECT session, id FROM ${this.S}.turns WHERE streamed_at < clock_timestamp() - $1::bigint * interval '1 millisecond'`, [String(idle)]);
+    // its last write: its last delta's row (a delta leaves the turn's row as it is), else its creation or edit
+    const r = await this.pool.query(
+      `SELECT t.session, t.id FROM ${this.S}.turns t
+       WHERE t.streamed_at < clock_timestamp() - $1::bigint * interval '1 millisecond'
+         AND coalesce((SELECT p.at FROM ${this.S}.turn_pieces p WHERE p.turn = t.id ORDER BY p.seq DESC LIMIT 1), t.streamed_at) < clock_timestamp() - $1::bigint * interval '1 millisecond'`,
+      [String(idle)],
+    );
     return r.rows.map((row) => ({ session: row[0] as string, turnId: row[1] as string }));
   }
 
@@ -503,15 +522,33 @@ export class PostgresStore extends SerialWrites implements Store, GroupSource {
     return this.eventLog;
   }
 
-  /** GroupSource: a transaction that has locked the group's sessions and read what its writes need of their turns (see ./group.ts). */
-  async begin(ids: readonly string[], owners: readonly string[], needs: readonly TreeNeeds[]): Promise<Group> {
+  /**
+   * GroupSource: a transaction that has locked the group's sessions and read what its writes
+   * need of their turns (see ./group.ts). With a connection free it is begun at once: its locks
+   * are asked for, or a group of creates alone, which reads nothing (its sessions are new:
+   * `fresh`), is decided and sent, before the writer answers the group committed just before it.
+   */
+  begin(ids: readonly string[], owners: readonly string[], needs: readonly TreeNeeds[], fresh: ReadonlySet<string>): Group | Promise<Group> {
     if (this.opts.readOnly === true) throw new StorageWriteFailed(new Error('this store was opened read-only'));
     const started = process.hrtime.bigint();
-    const { q, done } = await lease(this.pool);
-    const group = await PgGroup.open(this.S, q, done, ids, owners, needs, this.index, this.events);
+    // with no quota to check, creates alone need nothing read
+    const unread = !this.readUsage && needs.length === 0 && ids.every((id) => fresh.has(id));
+    const now = this.pool.reserveNow();
+    if (now !== undefined) {
+      if (unread) return this.observed(PgGroup.unread(this.S, now.session, now.done, this.index, this.events), started);
+      // its locks are asked for now, before the writer answers the group committed just before it
+      return PgGroup.open(this.S, now.session, now.done, ids, owners, needs, this.index, this.readUsage, this.events).then((g) => this.observed(g, started));
+    }
+    return lease(this.pool).then(async ({ q, done }) => {
+      const group = unread ? PgGroup.unread(this.S, q, done, this.index, this.events) : await PgGroup.open(this.S, q, done, ids, owners, needs, this.index, this.readUsage, this.events);
+      return this.observed(group, started);
+    });
+  }
+
+  /** The group with its commit's duration given to the metrics: from taking the connection to COMMIT answered. */
+  private observed(group: PgGroup, started: bigint): Group {
     const observer = this.opts.observer;
     if (observer === undefined) return group;
-    // the commit's duration as the metrics see it: from taking the connection to COMMIT answered
     return {
       current: (id) => group.current(id),
       turn: (session, id) => group.turn(session, id),
@@ -519,6 +556,7 @@ export class PostgresStore extends SerialWrites implements Store, GroupSource {
       subtree: (session, id) => group.subtree(session, id),
       lastTurnExcept: (session, excluded) => group.lastTurnExcept(session, excluded),
       usageOf: (user) => group.usageOf(user),
+      tail: (session, id) => group.tail(session, id),
       streamingTurns: (session) => group.streamingTurns(session),
       release: () => group.release(),
       commit: async (changes) => {
@@ -549,8 +587,8 @@ export class PostgresStore extends SerialWrites implements Store, GroupSource {
         }
         const turnIds = turns.map((t) => t._id);
         for (let i = 0; i < turnIds.length; i += 5000) {
-          for (const r of (await q.query(`SELECT id, session, json FROM ${S}.turns WHERE id = ANY($1::text[])`, [textArray(turnIds.slice(i, i + 5000))])).rows) {
-            storedTurns.set(r[0] as string, { session: r[1] as string, json: Buffer.from(r[2] as string) });
+          for (const r of (await q.query(`SELECT t.id, t.session, t.json, ${deltasSql(S, 't')} FROM ${S}.turns t WHERE t.id = ANY($1::text[])`, [textArray(turnIds.slice(i, i + 5000))])).rows) {
+            storedTurns.set(r[0] as string, { session: r[1] as string, json: withDeltas(Buffer.from(r[2] as string), r[3]) });
           }
         }
         const plan = planImport(sessions, turns, {
@@ -574,8 +612,12 @@ export class PostgresStore extends SerialWrites implements Store, GroupSource {
           );
         }
         for (const t of plan.turns) {
-          if (t.replaces !== undefined) sent.push(q.query(`DELETE FROM ${S}.turns WHERE id = $1`, [t.turn._id]));
-          sent.push(q.query(insertTurnSql(S), [t.turn._id, t.turn.session, t.turn.parentId, t.turn.createdAt, t.json.toString('utf8'), this.index.turn(t.json)]));
+          if (t.replaces !== undefined) {
+            sent.push(q.query(`DELETE FROM ${S}.turn_pieces WHERE turn = $1`, [t.turn._id]));
+            sent.push(q.query(`DELETE FROM ${S}.turns WHERE id = $1`, [t.turn._id]));
+          }
+          const tokens = tokensOf(t.turn.usage);
+          sent.push(q.query(insertTurnSql(S), [t.turn._id, t.turn.session, t.turn.parentId, t.turn.createdAt, t.json.toString('utf8'), this.index.turn(t.json), String(tokens.inputTokens), String(tokens.outputTokens), String(tokens.cachedTokens)]));
         }
         // the sessions whose turns changed (here or by a replaced turn elsewhere) get their newest turn and counts again
         const touched = new Set<string>([...plan.sessions.map((s) => s._id), ...plan.turns.flatMap((t) => [t.turn.session, ...(t.replaces !== undefined ? [t.replaces] : [])])]);
@@ -587,11 +629,12 @@ export class PostgresStore extends SerialWrites implements Store, GroupSource {
         for (let i = 0; i < touchedIds.length; i += 5000) {
           const some = textArray(touchedIds.slice(i, i + 5000));
           await q.query(
-            `UPDATE ${S}.sessions s SET turn_count = coalesce(t.n, 0), turn_bytes = coalesce(t.bytes, 0), last_turn_at = t.last_at, last_turn_id = t.last_id
+            `UPDATE ${S}.sessions s SET turn_count = coalesce(t.n, 0), turn_bytes = coalesce(t.bytes, 0), last_turn_at = t.last_at, last_turn_id = t.last_id,
+               input_tokens = coalesce(t.i, 0), output_tokens = coalesce(t.o, 0), cached_tokens = coalesce(t.c, 0)
              FROM (SELECT id FROM unnest($1::text[]) AS id) ids
-             LEFT JOIN (SELECT session, count(*) AS n, sum(octet_length(json)) AS bytes,
+             LEFT JOIN (SELECT session, count(*) AS n, sum(${turnBytesSql(S, 'x')}) AS bytes, sum(input_tokens) AS i, sum(output_tokens) AS o, sum(cached_tokens) AS c,
                           (array_agg(created_at ORDER BY created_at DESC, id DESC))[1] AS last_at, (array_agg(id ORDER BY created_at DESC, id DESC))[1] AS last_id
-                        FROM ${S}.turns WHERE session = ANY($1::text[]) GROUP BY session) t ON t.session = ids.id
+                        FROM ${S}.turns x WHERE session = ANY($1::text[]) GROUP BY session) t ON t.session = ids.id
              WHERE s.id = ids.id`,
             [some],
           );
@@ -603,7 +646,10 @@ export class PostgresStore extends SerialWrites implements Store, GroupSource {
           await Promise.all(versions);
         }
         await q.query(`DELETE FROM ${S}.usage`);
-        await q.query(`INSERT INTO ${S}.usage (owner, sessions, turns, bytes) SELECT owner, count(*), sum(turn_count), sum(json_bytes + turn_bytes) FROM ${S}.sessions GROUP BY owner`);
+        await q.query(
+          `INSERT INTO ${S}.usage (owner, sessions, turns, bytes, input_tokens, output_tokens, cached_tokens)
+           SELECT owner, count(*), sum(turn_count), sum(json_bytes + turn_bytes), sum(input_tokens), sum(output_tokens), sum(cached_tokens) FROM ${S}.sessions GROUP BY owner`,
+        );
         // instances serving beside the import tell their subscribers to read everything again
         const events = this.events;
         const changed = plan.sessions.length + plan.turns.length > 0;
@@ -652,7 +698,7 @@ function branchQuery(S: string, sessionId: string, branch: Branch, after: TurnKe
       SELECT id, parent_id, created_at FROM ${S}.turns WHERE ${start} AND session = $1
       UNION ALL SELECT t.id, t.parent_id, t.created_at FROM ${S}.turns t JOIN path p ON t.id = p.parent_id ${key === undefined ? '' : `WHERE (t.created_at, t.id) > ${key}`}),
     page AS MATERIALIZED (SELECT id, created_at FROM path ${key === undefined ? '' : `WHERE (created_at, id) > ${key}`} ORDER BY created_at, id LIMIT ${at(String(limit))})
-    SELECT t.id, t.created_at, t.json FROM page JOIN ${S}.turns t ON t.id = page.id ORDER BY page.created_at, page.id`;
+    SELECT t.id, t.created_at, t.json, ${deltasSql(S, 't')} FROM page JOIN ${S}.turns t ON t.id = page.id ORDER BY page.created_at, page.id`;
   return { text, params };
 }
 
@@ -671,14 +717,15 @@ function branchPageQuery(S: string, sessionId: string, branch: Branch, after: st
       target(id, depth) AS (SELECT id, depth FROM ${S}.turns WHERE ${start} AND session = $1),
       bounds(lo, hi) AS (SELECT b.lo, least(target.depth, b.lo + ${at(String(limit))} - 1) FROM target CROSS JOIN (SELECT ${lo} AS lo) b WHERE b.lo IS NOT NULL),
       ${pageByDepthSql(`${S}.turns`)}
-    SELECT t.id, t.created_at, t.json, w.parent_id FROM walk w JOIN ${S}.turns t ON t.id = w.id WHERE w.depth >= (SELECT lo FROM bounds) ORDER BY w.depth`;
+    SELECT t.id, t.created_at, t.json, ${deltasSql(S, 't')}, w.parent_id FROM walk w JOIN ${S}.turns t ON t.id = w.id WHERE w.depth >= (SELECT lo FROM bounds) ORDER BY w.depth`;
   return { text, params };
 }
 
 /**
  * A session's turns, oldest first, from `after` on: at most `limit` rows, the JSON of those whose
  * turns before them hold less than `budget` bytes (so the first always) and null for the rest,
- * which only say there is more. The sizes are the stored ones (octet_length reads no JSON).
+ * which only say there is more. The sizes are the stored ones (octet_length reads no JSON; a
+ * streaming turn's is its last delta's).
  */
 function turnsSql(S: string, sessionId: string, after: TurnKey | undefined, limit: number, budget: number): { text: string; params: string[] } {
   const params = [sqlText(sessionId), String(limit), String(budget)];
@@ -688,10 +735,10 @@ function turnsSql(S: string, sessionId: string, after: TurnKey | undefined, limi
     keyset = ' AND (created_at, id) > ($4, $5)';
   }
   const text =
-    `SELECT id, created_at, CASE WHEN before < $3 THEN json END AS json FROM (` +
-    `SELECT id, created_at, json, coalesce(sum(octet_length(json)) OVER (ORDER BY created_at, id ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0) AS before, ` +
-    `coalesce(sum(octet_length(json)) OVER (ORDER BY created_at, id ROWS BETWEEN UNBOUNDED PRECEDING AND 2 PRECEDING), 0) AS before_previous ` +
-    `FROM (SELECT id, created_at, json FROM ${S}.turns WHERE session = $1${keyset} ORDER BY created_at, id LIMIT $2) page` +
+    `SELECT id, created_at, CASE WHEN before < $3 THEN json END AS json, CASE WHEN before < $3 THEN deltas END AS deltas FROM (` +
+    `SELECT id, created_at, json, deltas, coalesce(sum(bytes) OVER (ORDER BY created_at, id ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0) AS before, ` +
+    `coalesce(sum(bytes) OVER (ORDER BY created_at, id ROWS BETWEEN UNBOUNDED PRECEDING AND 2 PRECEDING), 0) AS before_previous ` +
+    `FROM (SELECT t.id, t.created_at, t.json, ${deltasSql(S, 't')} AS deltas, ${turnBytesSql(S, 't')} AS bytes FROM ${S}.turns t WHERE t.session = $1${keyset.replaceAll('(created_at, id)', '(t.created_at, t.id)')} ORDER BY t.created_at, t.id LIMIT $2) page` +
     `) sized WHERE before_previous < $3 ORDER BY created_at, id`;
   return { text, params };
 }

@@ -10,7 +10,7 @@ import { Listener } from '../../pg/listen.js';
 import type { Pool, Queryable } from '../../pg/pool.js';
 import type { Logger } from '../../log.js';
 import type { Broadcast, ChangeEvent, LoggedEvent, SharedEventLog } from '../store.js';
-import { storeError } from './values.js';
+import { storeError, textArray } from './values.js';
 
 /** The NOTIFY channel of a schema's feed: short (channel names are at most 63 bytes) and one per schema. */
 export function channelOf(schema: string): string {
@@ -19,26 +19,29 @@ export function channelOf(schema: string): string {
 
 /**
  * The statements that log `events` in the group's transaction, to be sent last before COMMIT:
- * the lock on event_head is then held for the shortest time (the inserts and the COMMIT).
+ * the lock on event_head is then held for the shortest time (the inserts and the COMMIT). One
+ * statement takes the ids and inserts every event (the i-th of n gets the id last - n + i).
  */
 export function eventStatements(q: Queryable, S: string, channel: string, events: readonly ChangeEvent[]): Promise<QueryResult>[] {
   const n = events.length;
   if (n === 0) return [];
-  const sent = [q.query(`UPDATE ${S}.event_head SET last = last + $1`, [String(n)])];
-  for (let i = 0; i < n; i++) {
-    const e = events[i] as ChangeEvent;
+  const types: string[] = [];
+  const about: string[] = [];
+  const data: string[] = [];
+  for (const e of events) {
+    types.push(e.type);
     // owner and project as JSON, which PostgreSQL's text holds whatever they contain (NUL included)
-    sent.push(
-      q.query(`INSERT INTO ${S}.events (id, type, about, data) SELECT last - $1, $2, $3, $4 FROM ${S}.event_head`, [
-        String(n - 1 - i),
-        e.type,
-        JSON.stringify([e.session, e.owner, e.project]),
-        typeof e.data === 'string' ? e.data : e.data.toString('utf8'),
-      ]),
-    );
+    about.push(JSON.stringify([e.session, e.owner, e.project]));
+    data.push(typeof e.data === 'string' ? e.data : e.data.toString('utf8'));
   }
-  sent.push(q.query(`SELECT pg_notify($1, '')`, [channel]));
-  return sent;
+  return [
+    q.query(
+      `WITH head AS (UPDATE ${S}.event_head SET last = last + $1 RETURNING last)
+       INSERT INTO ${S}.events (id, type, about, data) SELECT head.last - $1 + e.i, e.type, e.about, e.data FROM head, unnest($2::text[], $3::text[], $4::text[]) WITH ORDINALITY AS e(type, about, data, i)`,
+      [String(n), textArray(types), textArray(about), textArray(data)],
+    ),
+    q.query(`SELECT pg_notify($1, '')`, [channel]),
+  ];
 }
 
 function eventOf(r: readonly (string | null)[]): LoggedEvent {
@@ -72,7 +75,10 @@ export class PgEventLog implements SharedEventLog {
 
   async watch(onChange: () => void): Promise<void> {
     const listener = new Listener(this.url, {
-      onNotification: onChange,
+      // a notification of this instance's own commit: its events are read once that commit is answered (onCommitted)
+      onNotification: (n) => {
+        if (!this.pool.servedBy(n.pid)) onChange();
+      },
       onReconnect: () => {
         this.log.info('listening for other instances\' events again; catching up');
         onChange();

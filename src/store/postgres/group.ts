@@ -6,14 +6,17 @@
 // to copy, a subtree to delete), since a write is decided synchronously at the serial point.
 // Then every statement of the group goes out at once (pipelined) and one COMMIT makes them
 // durable together.
-import { turnBefore, type TurnKey } from '../../domain/order.js';
-import type { ChatSession } from '../../domain/records.js';
+import type { TurnKey } from '../../domain/order.js';
+import { isStreamingJson } from '../../domain/deltas.js';
+import { tokensOf, type ChatSession, type Tokens } from '../../domain/records.js';
 import { foldForSearch } from '../../domain/search.js';
 import type { QueryResult, Row } from '../../pg/connection.js';
 import type { Queryable } from '../../pg/pool.js';
-import type { Announce, SessionState, TreeTurn, TurnNode, Usage } from '../store.js';
-import type { Change } from '../changes.js';
-import { NotReadAhead, type Group, type TreeNeeds } from '../writer.js';
+import { NO_USAGE, type Announce, type Held, type SessionState, type TreeTurn, type TurnNode, type Usage } from '../store.js';
+import type { Change, UsageDelta } from '../changes.js';
+import { endText, piecesText, tailOfJson, tailOfRow, withDeltas, type Tail } from '../pieces.js';
+import { GroupConflict, NotReadAhead, type Group, type TreeNeeds } from '../writer.js';
+import { PgServerError } from '../../pg/errors.js';
 import { injectedFault } from '../faults.js';
 import { JUMP, placesOfChain } from '../tree-index.js';
 import { STREAMING_MARK, STREAMING_MARK_FROM_END } from '../../domain/deltas.js';
@@ -26,36 +29,43 @@ export interface GroupEvents {
   readonly channel: string;
 }
 
-/** A session's row as the group locked it, and as its changes leave it. */
+/** A session's row as the group locked it. */
 export interface SessionRow {
-  /** As stored (see sqlText). */
-  readonly owner: string;
   readonly json: string;
-  readonly jsonBytes: number;
   readonly version: string;
   readonly lastTurn: TurnKey | undefined;
-  readonly turnCount: number;
-  readonly turnBytes: number;
+  readonly held: Held;
   readonly head: string | null;
 }
 
-const NO_USAGE: Usage = { sessions: 0, turns: 0, bytes: 0 };
-
 export function rowOf(r: readonly (string | null)[]): SessionRow {
-  const [, owner, json, jsonBytes, version, lastAt, lastId, turnCount, turnBytes, head] = r;
+  const [, json, version, lastAt, lastId, turnCount, turnBytes, input, output, cached, head] = r;
   return {
-    owner: owner as string,
+    head: head ?? null,
     json: json as string,
-    jsonBytes: Number(jsonBytes),
     version: version as string,
     lastTurn: lastAt === null || lastId === null || lastAt === undefined || lastId === undefined ? undefined : { createdAt: lastAt, _id: lastId },
-    turnCount: Number(turnCount),
-    turnBytes: Number(turnBytes),
-    head: head ?? null,
+    held: { turns: Number(turnCount), turnBytes: Number(turnBytes), inputTokens: Number(input), outputTokens: Number(output), cachedTokens: Number(cached) },
   };
 }
 
-export const SESSION_ROW = 'id, owner, json, json_bytes, version, last_turn_at, last_turn_id, turn_count, turn_bytes, head_turn_id';
+export const SESSION_ROW = 'id, json, version, last_turn_at, last_turn_id, turn_count, turn_bytes, input_tokens, output_tokens, cached_tokens, head_turn_id';
+
+/**
+ * A turn's deltas (../pieces.ts), read beside its row by the same statement (one snapshot): the
+ * `pieces` of its delta rows joined in order, for a streaming turn only. `t` names the turns table.
+ */
+export function deltasSql(S: string, t: string): string {
+  return `CASE WHEN ${t}.streamed_at IS NOT NULL THEN (SELECT string_agg(p.pieces, ',' ORDER BY p.seq) FROM ${S}.turn_pieces p WHERE p.turn = ${t}.id) END`;
+}
+
+/** The UTF-8 bytes of a turn's JSON with its deltas: its last delta's count, else its row's. */
+export function turnBytesSql(S: string, t: string): string {
+  return `coalesce(CASE WHEN ${t}.streamed_at IS NOT NULL THEN (SELECT p.bytes FROM ${S}.turn_pieces p WHERE p.turn = ${t}.id ORDER BY p.seq DESC LIMIT 1) END, octet_length(${t}.json))`;
+}
+
+/** The tokens of a turn's usage, as the turns table keeps them ($ columns of a turn's row). */
+const tokensParams = (t: Tokens): [string, string, string] => [String(t.inputTokens), String(t.outputTokens), String(t.cachedTokens)];
 
 /** The ids from a turn up to its root, along the parents (each a primary-key lookup). */
 const pathCte = (S: string): string => `WITH RECURSIVE path(id, parent_id) AS (
@@ -66,13 +76,18 @@ const pathCte = (S: string): string => `WITH RECURSIVE path(id, parent_id) AS (
 const subtreeSql = (S: string): string => `WITH RECURSIVE sub(id) AS (
     SELECT id FROM ${S}.turns WHERE id = $1 AND session = $2
     UNION ALL SELECT t.id FROM ${S}.turns t JOIN sub s ON t.parent_id = s.id)
-  SELECT t.id, t.created_at, t.parent_id, octet_length(t.json), false FROM sub JOIN ${S}.turns t ON t.id = sub.id
+  SELECT t.id, t.created_at, t.parent_id, ${turnBytesSql(S, 't')}, false, t.input_tokens, t.output_tokens, t.cached_tokens FROM sub JOIN ${S}.turns t ON t.id = sub.id
   UNION ALL
-  (SELECT o.id, o.created_at, o.parent_id, 0, true FROM ${S}.turns o WHERE o.session = $2 AND o.id NOT IN (SELECT id FROM sub) ORDER BY o.created_at DESC, o.id DESC LIMIT 1)`;
+  (SELECT o.id, o.created_at, o.parent_id, 0, true, 0, 0, 0 FROM ${S}.turns o WHERE o.session = $2 AND o.id NOT IN (SELECT id FROM sub) ORDER BY o.created_at DESC, o.id DESC LIMIT 1)`;
+
+/** The columns treeTurnOf reads, of the turns table `t`. */
+const treeTurnColumns = (S: string, t: string): string => `${t}.id, ${t}.session, ${t}.created_at, ${t}.parent_id, ${t}.json, ${deltasSql(S, t)}, ${t}.input_tokens, ${t}.output_tokens, ${t}.cached_tokens`;
+
+const tokensOfRow = (r: Row, from: number): Tokens => ({ inputTokens: Number(r[from]), outputTokens: Number(r[from + 1]), cachedTokens: Number(r[from + 2]) });
 
 const treeTurnOf = (r: Row): TreeTurn => {
-  const json = Buffer.from(r[4] as string);
-  return { _id: r[0] as string, createdAt: r[2] as string, parentId: r[3] ?? null, bytes: json.length, json };
+  const json = withDeltas(Buffer.from(r[4] as string), r[5]);
+  return { _id: r[0] as string, createdAt: r[2] as string, parentId: r[3] ?? null, bytes: json.length, json, tokens: tokensOfRow(r, 6) };
 };
 
 /** What the group read ahead about one session's turns. */
@@ -87,12 +102,16 @@ interface ReadAhead {
   readonly subtrees: Map<string, { readonly nodes: readonly TurnNode[]; readonly newestOutside: TurnKey | undefined }>;
   /** Its streaming turns, when a write asked. */
   streaming: readonly string[] | undefined;
+  /** What deltas need of turns they append to, by id. */
+  readonly tails: Map<string, Tail | 'not streaming'>;
 }
 
-const aheadOf = (): ReadAhead => ({ turns: new Map(), absent: new Set(), paths: new Map(), subtrees: new Map(), streaming: undefined });
+const aheadOf = (): ReadAhead => ({ turns: new Map(), absent: new Set(), paths: new Map(), subtrees: new Map(), streaming: undefined, tails: new Map() });
 
 export class PgGroup implements Group {
   private ended = false;
+  /** BEGIN has been sent (at once, or by an unread group with its statements). */
+  private begun: boolean;
 
   constructor(
     private readonly S: string,
@@ -103,33 +122,45 @@ export class PgGroup implements Group {
     private readonly ahead: ReadonlyMap<string, ReadAhead>,
     private readonly events: GroupEvents | undefined,
     private readonly index: Indexing,
-  ) {}
+    /** Nothing was read or locked (every session new): BEGIN goes out with the statements, and an id found present is a GroupConflict. */
+    private readonly unread = false,
+  ) {
+    this.begun = !unread;
+  }
 
   /**
-   * Opens the transaction, locks the sessions and reads what `needs` name of their turns;
-   * `owners` (with the sessions' own) get their usage read.
+   * A group of creates alone, whose ids are new (the writer's `fresh`): nothing to lock or read,
+   * so no round trip before its decisions; its transaction is begun with its statements, in one
+   * write with its COMMIT. Should one of the ids be present after all, the INSERT fails on the
+   * primary key and the commit answers GroupConflict: the writer decides the writes again in a
+   * group that locks and reads as usual (which refuses that write alone).
    */
-  static async open(S: string, q: Queryable, done: () => void, ids: readonly string[], owners: readonly string[], needs: readonly TreeNeeds[], index: Indexing, events?: GroupEvents): Promise<PgGroup> {
+  static unread(S: string, q: Queryable, done: () => void, index: Indexing, events?: GroupEvents): PgGroup {
+    return new PgGroup(S, q, done, new Map(), new Map(), new Map(), events, index, true);
+  }
+
+  /**
+   * Opens the transaction, locks the sessions and reads what `needs` name of their turns. With
+   * `readUsage` (quotas are checked), `owners` and the locked sessions' owners get their usage
+   * read, by a statement that runs after the locks are taken, sent with them.
+   */
+  static async open(S: string, q: Queryable, done: () => void, ids: readonly string[], owners: readonly string[], needs: readonly TreeNeeds[], index: Indexing, readUsage: boolean, events?: GroupEvents): Promise<PgGroup> {
     try {
-      // both sent at once; both awaited, so a failure of either is handled
-      const [, locked] = await Promise.all([
+      const locking = textArray([...new Set(ids)].map(sqlText));
+      const opening = [
         q.query('BEGIN'),
-        q.query(`SELECT ${SESSION_ROW} FROM ${S}.sessions WHERE id = ANY($1::text[]) ORDER BY id FOR UPDATE`, [textArray([...new Set(ids)].map(sqlText))]),
-      ]);
+        q.query(`SELECT ${SESSION_ROW} FROM ${S}.sessions WHERE id = ANY($1::text[]) ORDER BY id FOR UPDATE`, [locking]),
+        // owners as stored (see sqlText): the keys of the usage table
+        readUsage ? q.query(`SELECT owner, sessions, turns, bytes FROM ${S}.usage WHERE owner = ANY($1::text[]) OR owner IN (SELECT owner FROM ${S}.sessions WHERE id = ANY($2::text[]))`, [textArray([...new Set(owners.map(sqlText))]), locking]) : undefined,
+      ] as const;
+      q.send?.(); // one round trip, begun now; all awaited, so a failure of any is handled
+      const [, locked, used] = await Promise.all(opening);
       const rows = new Map<string, SessionRow>();
       for (const r of locked.rows) rows.set(r[0] as string, rowOf(r));
-      // owners as stored (see sqlText): the keys of the usage table
-      const who = new Set(owners.map(sqlText));
-      for (const r of rows.values()) who.add(r.owner);
       const usage = new Map<string, Usage>();
+      // what quotas hold: tokens have none
+      for (const row of used?.rows ?? []) usage.set(row[0] as string, { ...NO_USAGE, sessions: Number(row[1]), turns: Number(row[2]), bytes: Number(row[3]) });
       const reads: Promise<void>[] = [];
-      if (who.size > 0) {
-        reads.push(
-          q.query(`SELECT owner, sessions, turns, bytes FROM ${S}.usage WHERE owner = ANY($1::text[])`, [textArray([...who])]).then((r) => {
-            for (const row of r.rows) usage.set(row[0] as string, { sessions: Number(row[1]), turns: Number(row[2]), bytes: Number(row[3]) });
-          }),
-        );
-      }
       const ahead = new Map<string, ReadAhead>();
       for (const need of needs) {
         const row = rows.get(sqlText(need.session));
@@ -139,7 +170,7 @@ export class PgGroup implements Group {
         const read = a;
         if (need.turns.length > 0) {
           reads.push(
-            q.query(`SELECT id, session, created_at, parent_id, json FROM ${S}.turns WHERE id = ANY($1::text[]) AND session = $2`, [textArray(need.turns.map(sqlText)), sqlText(need.session)]).then((r) => {
+            q.query(`SELECT ${treeTurnColumns(S, 't')} FROM ${S}.turns t WHERE t.id = ANY($1::text[]) AND t.session = $2`, [textArray(need.turns.map(sqlText)), sqlText(need.session)]).then((r) => {
               for (const t of r.rows) read.turns.set(t[0] as string, treeTurnOf(t));
               for (const id of need.turns) if (!read.turns.has(id)) read.absent.add(id);
             }),
@@ -149,7 +180,7 @@ export class PgGroup implements Group {
           const to = end ?? row.head;
           if (to === null) continue;
           reads.push(
-            q.query(`${pathCte(S)} SELECT t.id, t.session, t.created_at, t.parent_id, t.json FROM path JOIN ${S}.turns t ON t.id = path.id ORDER BY t.created_at, t.id`, [sqlText(to), sqlText(need.session)]).then((r) => {
+            q.query(`${pathCte(S)} SELECT ${treeTurnColumns(S, 't')} FROM path JOIN ${S}.turns t ON t.id = path.id ORDER BY t.created_at, t.id`, [sqlText(to), sqlText(need.session)]).then((r) => {
               if (r.rows.length === 0) {
                 read.absent.add(to);
                 return;
@@ -157,6 +188,29 @@ export class PgGroup implements Group {
               const path = r.rows.map(treeTurnOf);
               read.paths.set(to, path);
               for (const t of path) read.turns.set(t._id, t);
+            }),
+          );
+        }
+        const tails = need.tails ?? [];
+        if (tails.length > 0) {
+          // the last delta's row, else (none since the turn was made or edited) its JSON: never its text and its deltas
+          reads.push(
+            q.query(
+              `SELECT t.id, t.streamed_at IS NOT NULL, p.seq, p.bytes, p.tail, CASE WHEN p.seq IS NULL AND t.streamed_at IS NOT NULL THEN t.json END
+               FROM ${S}.turns t LEFT JOIN LATERAL (SELECT seq, bytes, tail FROM ${S}.turn_pieces WHERE turn = t.id ORDER BY seq DESC LIMIT 1) p ON true
+               WHERE t.id = ANY($1::text[]) AND t.session = $2`,
+              [textArray(tails.map(sqlText)), sqlText(need.session)],
+            ).then((r) => {
+              for (const t of r.rows) {
+                const id = t[0] as string;
+                if (t[1] !== 't') read.tails.set(id, 'not streaming');
+                else if (t[2] !== null) read.tails.set(id, tailOfRow(Number(t[2]), Number(t[3]), t[4] as string));
+                else {
+                  const json = Buffer.from(t[5] as string);
+                  read.tails.set(id, isStreamingJson(json) ? tailOfJson(json) : 'not streaming');
+                }
+              }
+              for (const id of tails) if (!read.tails.has(id)) read.absent.add(id);
             }),
           );
         }
@@ -175,7 +229,7 @@ export class PgGroup implements Group {
               let newestOutside: TurnKey | undefined;
               for (const t of r.rows) {
                 if (t[4] === 't') newestOutside = { createdAt: t[1] as string, _id: t[0] as string };
-                else nodes.push({ _id: t[0] as string, createdAt: t[1] as string, parentId: t[2] ?? null, bytes: Number(t[3]) });
+                else nodes.push({ _id: t[0] as string, createdAt: t[1] as string, parentId: t[2] ?? null, bytes: Number(t[3]), tokens: tokensOfRow(t, 5) });
               }
               if (nodes.length === 0) read.absent.add(root);
               else read.subtrees.set(root, { nodes, newestOutside });
@@ -195,7 +249,15 @@ export class PgGroup implements Group {
   current(id: string): SessionState | undefined {
     const row = this.rows.get(sqlText(id));
     if (row === undefined) return undefined;
-    return { session: JSON.parse(row.json) as ChatSession, lastTurn: row.lastTurn, version: () => row.version };
+    return { session: JSON.parse(row.json) as ChatSession, lastTurn: row.lastTurn, held: row.held, version: () => row.version };
+  }
+
+  tail(session: string, id: string): Tail | 'not streaming' | undefined {
+    const a = this.aheadFor(session);
+    const t = a.tails.get(id);
+    if (t !== undefined) return t;
+    if (a.absent.has(id)) return undefined;
+    throw new NotReadAhead(`the tail of turn ${id} was not read ahead`);
   }
 
   /** What was read ahead of a session; a session not locked by this group has no committed turns to ask about. */
@@ -257,6 +319,10 @@ export class PgGroup implements Group {
   release(): void {
     if (this.ended) return;
     this.ended = true;
+    if (!this.begun) {
+      this.done(); // no transaction was begun
+      return;
+    }
     void this.q
       .query('ROLLBACK')
       .catch(() => undefined)
@@ -264,115 +330,116 @@ export class PgGroup implements Group {
   }
 
   async commit(changes: readonly Change[]): Promise<void> {
-    const { S, q } = this;
-    const staged = new Map<string, SessionRow | null>();
-    const rowNow = (id: string): SessionRow => {
-      const r = staged.has(id) ? staged.get(id) : this.rows.get(sqlText(id));
-      if (r === undefined || r === null) throw new Error(`session ${id} is not in the group`);
-      return r;
-    };
-    const usage = new Map<string, { sessions: number; turns: number; bytes: number }>();
-    const charge = (owner: string, sessions: number, turns: number, bytes: number): void => {
-      const u = usage.get(owner);
-      if (u === undefined) usage.set(owner, { sessions, turns, bytes });
-      else {
-        u.sessions += sessions;
-        u.turns += turns;
-        u.bytes += bytes;
+    try {
+      await this.write(changes);
+    } catch (e) {
+      if (this.unread && e instanceof PgServerError && e.kind === 'unique_violation' && e.constraint === 'sessions_pkey') {
+        throw new GroupConflict('a new session id is taken: the group is decided again with its sessions locked', { cause: e });
       }
+      throw e;
+    }
+  }
+
+  private async write(changes: readonly Change[]): Promise<void> {
+    const { S, q } = this;
+    // what the writer decided each change adds to its owner, added up per owner (owners as stored: see sqlText)
+    const usage = new Map<string, Usage>();
+    const charge = (u: UsageDelta): void => {
+      const owner = sqlText(u.owner);
+      usage.set(owner, plus(usage.get(owner) ?? NO_USAGE, u));
     };
-    const sent: Promise<QueryResult>[] = [];
-    /** The session row as a change of its turns leaves it: its JSON, version, head, newest turn and counts. */
-    const setSession = (id: string, before: SessionRow, s: ChatSession, json: string, version: string, lastTurn: TurnKey | undefined, turns: number, turnBytes: number): void => {
-      const bytes = Buffer.byteLength(json);
+    const sent: Promise<QueryResult>[] = this.begun ? [] : [q.query('BEGIN')];
+    this.begun = true;
+    /** The session row as a change of its turns leaves it: its JSON, version, head, newest turn and what its turns hold. */
+    const setSession = (s: ChatSession, json: string, version: string, lastTurn: TurnKey | undefined, held: Held): void => {
       sent.push(
         q.query(
           `UPDATE ${S}.sessions SET updated_at = $1, json = $2, json_bytes = $3, version = $4, head_turn_id = $5, last_turn_at = $6, last_turn_id = $7,
-             turn_count = turn_count + $8, turn_bytes = turn_bytes + $9 WHERE id = $10`,
-          [s.updatedAt, json, String(bytes), version, s.headTurnId, lastTurn?.createdAt ?? null, lastTurn?._id ?? null, String(turns), String(turnBytes), id],
+             turn_count = $8, turn_bytes = $9, input_tokens = $10, output_tokens = $11, cached_tokens = $12 WHERE id = $13`,
+          [s.updatedAt, json, String(Buffer.byteLength(json)), version, s.headTurnId, lastTurn?.createdAt ?? null, lastTurn?._id ?? null, ...heldParams(held), s._id],
         ),
       );
-      charge(before.owner, 0, turns, turnBytes + bytes - before.jsonBytes);
-      staged.set(id, { ...before, json, jsonBytes: bytes, version, lastTurn, head: s.headTurnId, turnCount: before.turnCount + turns, turnBytes: before.turnBytes + turnBytes });
+    };
+    /** Consecutive creates, inserted by one statement: a group of creates is one INSERT, not one per session. */
+    let creates: SessionColumns[] = [];
+    const insertCreates = (): void => {
+      if (creates.length > 0) sent.push(q.query(insertSessionsSql(S), sessionsParams(creates)));
+      creates = [];
     };
     try {
       for (const c of changes) {
+        if (c.kind !== 'create') insertCreates();
+        charge(c.usage);
         switch (c.kind) {
           case 'create':
           case 'update': {
             const s = c.session;
-            const bytes = Buffer.byteLength(c.json);
-            const before = c.kind === 'update' ? rowNow(s._id) : undefined;
-            sent.push(
-              q.query(
-                c.kind === 'create'
-                  ? `INSERT INTO ${S}.sessions (owner, project, archived, updated_at, name_folded, json, json_bytes, version, head_turn_id, id, tags, expires_at, keep, name_words) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11::text[], $12, $13, ${wordsSql('$14')})`
-                  : `UPDATE ${S}.sessions SET owner = $1, project = $2, archived = $3, updated_at = $4, name_folded = $5, json = $6, json_bytes = $7, version = $8, head_turn_id = $9,
-                       tags = $11::text[], expires_at = $12, keep = $13, name_words = ${wordsSql('$14')} WHERE id = $10`,
-                [sqlText(s.user), sqlText(s.project), String(s.archived), s.updatedAt, sqlText(foldForSearch(s.name)), c.json, String(bytes), c.version, s.headTurnId, s._id, ...keptColumns(s), this.index.name(s.name)],
-              ),
-            );
-            const turnCount = before?.turnCount ?? 0;
-            const turnBytes = before?.turnBytes ?? 0;
-            if (before !== undefined) charge(before.owner, -1, -turnCount, -(before.jsonBytes + turnBytes));
-            charge(sqlText(s.user), 1, turnCount, bytes + turnBytes);
-            staged.set(s._id, { owner: sqlText(s.user), json: c.json, jsonBytes: bytes, version: c.version, lastTurn: before?.lastTurn, turnCount, turnBytes, head: s.headTurnId });
+            const columns: SessionColumns = [sqlText(s.user), sqlText(s.project), String(s.archived), s.updatedAt, sqlText(foldForSearch(s.name)), c.json, String(Buffer.byteLength(c.json)), c.version, s.headTurnId, s._id, ...keptColumns(s), this.index.name(s.name)];
+            if (c.kind === 'create') creates.push(columns);
+            else {
+              sent.push(
+                q.query(
+                  `UPDATE ${S}.sessions SET owner = $1, project = $2, archived = $3, updated_at = $4, name_folded = $5, json = $6, json_bytes = $7, version = $8, head_turn_id = $9,
+                     tags = $11::text[], expires_at = $12, keep = $13, name_words = ${wordsSql('$14')} WHERE id = $10`,
+                  columns,
+                ),
+              );
+            }
             break;
           }
           case 'turn': {
-            const id = c.session._id;
-            const before = rowNow(id);
-            sent.push(q.query(insertTurnSql(S), [c.turn._id, id, c.turn.parentId, c.turn.createdAt, c.json.toString('utf8'), this.index.turn(c.json)]));
-            const key = { createdAt: c.turn.createdAt, _id: c.turn._id };
-            const last = before.lastTurn === undefined || turnBefore(before.lastTurn, key) ? key : before.lastTurn;
-            setSession(id, before, c.session, c.sessionJson, c.version, last, 1, c.json.length);
+            sent.push(q.query(insertTurnSql(S), [c.turn._id, c.session._id, c.turn.parentId, c.turn.createdAt, c.json.toString('utf8'), this.index.turn(c.json), ...tokensParams(tokensOf(c.turn.usage))]));
+            // the writer made it the session's newest turn
+            setSession(c.session, c.sessionJson, c.version, { createdAt: c.turn.createdAt, _id: c.turn._id }, c.held);
             break;
           }
           case 'editTurn': {
-            const id = c.session._id;
-            const before = rowNow(id);
-            // an edit's text is found at once; a delta's waits for the turn's next edit (docs/DECISIONS.md)
-            sent.push(q.query(`UPDATE ${S}.turns SET json = $1, streamed_at = ${streamedAtSql('$1::text')}, words = ${wordsSql('$3')} WHERE id = $2`, [c.json.toString('utf8'), c.turn._id, this.index.turn(c.json)]));
-            setSession(id, before, c.session, c.sessionJson, c.version, c.lastTurn, 0, c.json.length - c.previousBytes);
+            // an edit's text is found at once; a delta's waits for the turn's next edit (docs/DECISIONS.md). The edit holds its deltas' text (the writer folded it in): their rows go
+            sent.push(
+              q.query(`UPDATE ${S}.turns SET json = $1, streamed_at = ${streamedAtSql('$1::text')}, words = ${wordsSql('$3')}, input_tokens = $4, output_tokens = $5, cached_tokens = $6 WHERE id = $2`, [
+                c.json.toString('utf8'),
+                c.turn._id,
+                this.index.turn(c.json),
+                ...tokensParams(tokensOf(c.turn.usage)),
+              ]),
+            );
+            sent.push(q.query(`DELETE FROM ${S}.turn_pieces WHERE turn = $1`, [c.turn._id]));
+            setSession(c.session, c.sessionJson, c.version, c.lastTurn, c.held);
             break;
           }
           case 'delta': {
-            const id = c.session._id;
-            const before = rowNow(id);
-            const change = c.json.length - c.previousBytes;
-            sent.push(q.query(`UPDATE ${S}.turns SET json = $1, streamed_at = clock_timestamp() WHERE id = $2`, [c.json.toString('utf8'), c.turn._id]));
-            sent.push(q.query(`UPDATE ${S}.sessions SET turn_bytes = turn_bytes + $1 WHERE id = $2`, [String(change), id]));
-            charge(before.owner, 0, 0, change);
-            staged.set(id, { ...before, turnBytes: before.turnBytes + change });
+            // a row of its own: the turn's row (its JSON, its indexes) is not touched
+            sent.push(q.query(`INSERT INTO ${S}.turn_pieces (turn, seq, pieces, bytes, tail) VALUES ($1, $2, $3, $4, $5)`, [c.turnId, String(c.seq), piecesText(c.pieces), String(c.bytes), endText(c.end)]));
+            sent.push(q.query(`UPDATE ${S}.sessions SET turn_count = $1, turn_bytes = $2, input_tokens = $3, output_tokens = $4, cached_tokens = $5 WHERE id = $6`, [...heldParams(c.held), c.session._id]));
             break;
           }
           case 'deleteTurns': {
-            const before = rowNow(c.sessionId);
+            sent.push(q.query(`DELETE FROM ${S}.turn_pieces WHERE turn = ANY($1::text[])`, [textArray(c.ids)]));
             sent.push(q.query(`DELETE FROM ${S}.turns WHERE id = ANY($1::text[]) AND session = $2`, [textArray(c.ids), c.sessionId]));
-            setSession(c.sessionId, before, c.session, c.sessionJson, c.version, c.lastTurn, -c.ids.length, -c.bytes);
+            setSession(c.session, c.sessionJson, c.version, c.lastTurn, c.held);
             break;
           }
           case 'fork': {
             const s = c.session;
-            const bytes = Buffer.byteLength(c.json);
             const last = c.turns[c.turns.length - 1]?.turn;
-            let turnBytes = 0;
-            for (const t of c.turns) turnBytes += t.json.length;
             sent.push(
               q.query(
-                `INSERT INTO ${S}.sessions (owner, project, archived, updated_at, name_folded, json, json_bytes, version, head_turn_id, id, last_turn_at, last_turn_id, turn_count, turn_bytes, tags, expires_at, keep, name_words)
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15::text[], $16, $17, ${wordsSql('$18')})`,
-                [sqlText(s.user), sqlText(s.project), String(s.archived), s.updatedAt, sqlText(foldForSearch(s.name)), c.json, String(bytes), c.version, s.headTurnId, s._id, last?.createdAt ?? null, last?._id ?? null, String(c.turns.length), String(turnBytes), ...keptColumns(s), this.index.name(s.name)],
+                `INSERT INTO ${S}.sessions (owner, project, archived, updated_at, name_folded, json, json_bytes, version, head_turn_id, id, last_turn_at, last_turn_id,
+                   turn_count, turn_bytes, input_tokens, output_tokens, cached_tokens, tags, expires_at, keep, name_words)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18::text[], $19, $20, ${wordsSql('$21')})`,
+                [sqlText(s.user), sqlText(s.project), String(s.archived), s.updatedAt, sqlText(foldForSearch(s.name)), c.json, String(Buffer.byteLength(c.json)), c.version, s.headTurnId, s._id, last?.createdAt ?? null, last?._id ?? null, ...heldParams(c.held), ...keptColumns(s), this.index.name(s.name)],
               ),
             );
             const places = placesOfChain(c.turns.map((t) => t.turn._id));
             if (c.turns.length > 0) {
+              const tokens = c.turns.map((t) => tokensOf(t.turn.usage));
               // all the copies in one statement: a long path is one round of parsing, not one per turn
               sent.push(
                 q.query(
-                  `INSERT INTO ${S}.turns (id, session, parent_id, created_at, json, depth, skip_id, streamed_at, words)
-                   SELECT id, $1, parent_id, created_at, json, depth, skip_id, ${streamedAtSql('json')}, ${wordsSql('words')}
-                   FROM unnest($2::text[], $3::text[], $4::text[], $5::text[], $6::int[], $7::text[], $8::text[]) AS c(id, parent_id, created_at, json, depth, skip_id, words)`,
+                  `INSERT INTO ${S}.turns (id, session, parent_id, created_at, json, depth, skip_id, streamed_at, words, input_tokens, output_tokens, cached_tokens)
+                   SELECT id, $1, parent_id, created_at, json, depth, skip_id, ${streamedAtSql('json')}, ${wordsSql('words')}, input_tokens, output_tokens, cached_tokens
+                   FROM unnest($2::text[], $3::text[], $4::text[], $5::text[], $6::int[], $7::text[], $8::text[], $9::bigint[], $10::bigint[], $11::bigint[])
+                     AS c(id, parent_id, created_at, json, depth, skip_id, words, input_tokens, output_tokens, cached_tokens)`,
                   [
                     s._id,
                     textArray(c.turns.map((t) => t.turn._id)),
@@ -382,43 +449,40 @@ export class PgGroup implements Group {
                     `{${places.map((p) => p.depth).join(',')}}`,
                     nullableTextArray(places.map((p) => p.skipId)),
                     textArray(c.turns.map((t) => this.index.turn(t.json))),
+                    `{${tokens.map((t) => t.inputTokens).join(',')}}`,
+                    `{${tokens.map((t) => t.outputTokens).join(',')}}`,
+                    `{${tokens.map((t) => t.cachedTokens).join(',')}}`,
                   ],
                 ),
               );
             }
-            charge(sqlText(s.user), 1, c.turns.length, bytes + turnBytes);
-            staged.set(s._id, {
-              owner: sqlText(s.user),
-              json: c.json,
-              jsonBytes: bytes,
-              version: c.version,
-              lastTurn: last === undefined ? undefined : { createdAt: last.createdAt, _id: last._id },
-              turnCount: c.turns.length,
-              turnBytes,
-              head: s.headTurnId,
-            });
             break;
           }
           case 'delete': {
-            const before = rowNow(c.id);
+            sent.push(q.query(`DELETE FROM ${S}.turn_pieces p USING ${S}.turns t WHERE t.session = $1 AND p.turn = t.id`, [c.id]));
             sent.push(q.query(`DELETE FROM ${S}.turns WHERE session = $1`, [c.id]));
             sent.push(q.query(`DELETE FROM ${S}.sessions WHERE id = $1`, [c.id]));
-            charge(before.owner, -1, -before.turnCount, -(before.jsonBytes + before.turnBytes));
-            staged.set(c.id, null);
           }
         }
       }
-      // in owner order, so two groups touching the same owners cannot deadlock on their rows
-      for (const owner of [...usage.keys()].sort()) {
-        const u = usage.get(owner) as { sessions: number; turns: number; bytes: number };
+      insertCreates();
+      // every owner's usage in one statement, its rows in owner order, so two groups touching the
+      // same owners cannot deadlock on their rows
+      const owners = [...usage.keys()].sort();
+      if (owners.length > 0) {
+        const figures = owners.map((o) => usage.get(o) as Usage);
+        const column = (k: keyof Usage): string => `{${figures.map((u) => u[k]).join(',')}}`;
         sent.push(
           q.query(
-            `INSERT INTO ${S}.usage (owner, sessions, turns, bytes) VALUES ($1, $2, $3, $4)
-             ON CONFLICT (owner) DO UPDATE SET sessions = usage.sessions + excluded.sessions, turns = usage.turns + excluded.turns, bytes = usage.bytes + excluded.bytes`,
-            [owner, String(u.sessions), String(u.turns), String(u.bytes)],
+            `INSERT INTO ${S}.usage (owner, sessions, turns, bytes, input_tokens, output_tokens, cached_tokens)
+             SELECT * FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::bigint[], $5::numeric[], $6::numeric[], $7::numeric[])
+             ON CONFLICT (owner) DO UPDATE SET sessions = usage.sessions + excluded.sessions, turns = usage.turns + excluded.turns, bytes = usage.bytes + excluded.bytes,
+               input_tokens = usage.input_tokens + excluded.input_tokens, output_tokens = usage.output_tokens + excluded.output_tokens, cached_tokens = usage.cached_tokens + excluded.cached_tokens`,
+            [textArray(owners), column('sessions'), column('turns'), column('bytes'), column('inputTokens'), column('outputTokens'), column('cachedTokens')],
           ),
         );
-        if (u.sessions < 0) sent.push(q.query(`DELETE FROM ${S}.usage WHERE owner = $1 AND sessions = 0`, [owner]));
+        const shrunk = owners.filter((_, i) => (figures[i] as Usage).sessions < 0);
+        if (shrunk.length > 0) sent.push(q.query(`DELETE FROM ${S}.usage WHERE owner = ANY($1::text[]) AND sessions = 0`, [textArray(shrunk)]));
       }
       // last before COMMIT: the events' ids are taken under a lock held until COMMIT (./events.ts)
       if (this.events !== undefined) sent.push(...eventStatements(q, S, this.events.channel, this.events.announce(changes)));
@@ -431,6 +495,38 @@ export class PgGroup implements Group {
     }
     await finish(q, sent, this.done, () => (this.ended = true));
   }
+}
+
+/** Two usages added up. */
+function plus(a: Usage, b: Usage): Usage {
+  return {
+    sessions: a.sessions + b.sessions,
+    turns: a.turns + b.turns,
+    bytes: a.bytes + b.bytes,
+    inputTokens: a.inputTokens + b.inputTokens,
+    outputTokens: a.outputTokens + b.outputTokens,
+    cachedTokens: a.cachedTokens + b.cachedTokens,
+  };
+}
+
+/** What a session's turns hold, as the columns turn_count, turn_bytes and the three tokens take it. */
+function heldParams(h: Held): [string, string, string, string, string] {
+  return [String(h.turns), String(h.turnBytes), ...tokensParams(h)];
+}
+
+/** A session's columns as a create or an update writes them, in the order of their parameters ($1...$14). */
+type SessionColumns = [owner: string, project: string, archived: string, updatedAt: string, nameFolded: string, json: string, jsonBytes: string, version: string, head: string | null, id: string, tags: string, expiresAt: string | null, keep: string, words: string];
+
+/** New sessions, one row per element of the arrays sessionsParams makes. */
+const insertSessionsSql = (S: string): string => `INSERT INTO ${S}.sessions (owner, project, archived, updated_at, name_folded, json, json_bytes, version, head_turn_id, id, tags, expires_at, keep, name_words)
+  SELECT owner, project, archived, updated_at, name_folded, json, json_bytes, version, head_turn_id, id, tags::text[], expires_at, keep, ${wordsSql('words')}
+  FROM unnest($1::text[], $2::text[], $3::boolean[], $4::text[], $5::text[], $6::text[], $7::integer[], $8::text[], $9::text[], $10::text[], $11::text[], $12::text[], $13::boolean[], $14::text[])
+    AS c(owner, project, archived, updated_at, name_folded, json, json_bytes, version, head_turn_id, id, tags, expires_at, keep, words)`;
+
+/** The parameters of insertSessionsSql: each column's values as one array (a session's tags, an array literal, are one text). */
+function sessionsParams(rows: readonly SessionColumns[]): string[] {
+  const column = (i: number): string => nullableTextArray(rows.map((r) => r[i] as string | null));
+  return Array.from({ length: 14 }, (_, i) => column(i));
 }
 
 /** A turn's row, its depth and jump pointer made from its parent's (inserted before it, in this transaction or earlier). */
@@ -447,9 +543,10 @@ export function isStreamingSql(json: string): string {
   return `substr(${json}, length(${json}) - ${STREAMING_MARK_FROM_END - 1}, ${STREAMING_MARK.length}) = '${STREAMING_MARK}'`;
 }
 
+/** A turn's row ($1-$6: id, session, parent, createdAt, JSON, words; $7-$9: its usage's tokens), its depth and jump pointer made from its parent's. */
 export function insertTurnSql(S: string): string {
-  return `INSERT INTO ${S}.turns (id, session, parent_id, created_at, json, depth, skip_id, streamed_at, words)
-    SELECT $1, $2, $3, $4, $5, coalesce(p.depth + 1, 0), CASE WHEN p.id IS NULL THEN NULL WHEN p.depth % ${JUMP} = 0 THEN p.id ELSE p.skip_id END, ${streamedAtSql('$5::text')}, ${wordsSql('$6::text')}
+  return `INSERT INTO ${S}.turns (id, session, parent_id, created_at, json, depth, skip_id, streamed_at, words, input_tokens, output_tokens, cached_tokens)
+    SELECT $1, $2, $3, $4, $5, coalesce(p.depth + 1, 0), CASE WHEN p.id IS NULL THEN NULL WHEN p.depth % ${JUMP} = 0 THEN p.id ELSE p.skip_id END, ${streamedAtSql('$5::text')}, ${wordsSql('$6::text')}, $7, $8, $9
     FROM (SELECT 1) one LEFT JOIN ${S}.turns p ON p.id = $3`;
 }
 
@@ -465,6 +562,7 @@ export function nullableTextArray(values: readonly (string | null)[]): string {
  */
 export async function finish(q: Queryable, sent: readonly Promise<QueryResult>[], done: () => void, ended: () => void): Promise<void> {
   const commit = q.query('COMMIT');
+  q.send?.(); // all of the transaction is queued: out now, not after whatever the event loop runs next
   const results = await Promise.allSettled([...sent, commit]);
   ended();
   const failed = results.find((r): r is PromiseRejectedResult => r.status === 'rejected');

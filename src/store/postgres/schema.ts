@@ -9,7 +9,7 @@ import { isStreamingSql } from './group.js';
 import { indexedTurnWords, indexedWords } from '../../domain/search.js';
 import { textArray, wordsSql } from './values.js';
 
-export const SCHEMA_VERSION = 6;
+export const SCHEMA_VERSION = 7;
 
 /** Each step takes the schema from version i to i + 1; `S` stands for the quoted schema name. */
 const MIGRATIONS: readonly ((S: string) => string)[] = [
@@ -143,6 +143,38 @@ const MIGRATIONS: readonly ((S: string) => string)[] = [
   (S) => `
   ALTER TABLE ${S}.sessions ADD COLUMN name_words tsvector NOT NULL DEFAULT ''::tsvector;
   ALTER TABLE ${S}.turns ADD COLUMN words tsvector NOT NULL DEFAULT ''::tsvector;
+  `,
+  // 7: a streaming turn's deltas are rows of their own (turn_pieces, ../pieces.ts) until an edit
+  // folds them into the turn, so a delta writes what it adds whatever the turn's length (the
+  // turn's row, its TOASTed JSON and its indexes are not touched); each row's time tells a
+  // turn that is still streamed (leftStreaming). The group that deletes turns deletes their
+  // rows: a foreign key would lock the turn's row for every delta. Usage counts the tokens of
+  // the turns' usage: each turn keeps its own, each session and owner their sums (numeric:
+  // sums of a client's numbers cannot overflow), made here from the turns' JSON.
+  (S) => `
+  CREATE TABLE ${S}.turn_pieces (
+    turn text COLLATE "C" NOT NULL,
+    seq integer NOT NULL,
+    pieces text NOT NULL,
+    bytes bigint NOT NULL,
+    tail text NOT NULL,
+    at timestamptz NOT NULL DEFAULT clock_timestamp(),
+    PRIMARY KEY (turn, seq)
+  );
+  ALTER TABLE ${S}.turns ADD COLUMN input_tokens bigint NOT NULL DEFAULT 0, ADD COLUMN output_tokens bigint NOT NULL DEFAULT 0, ADD COLUMN cached_tokens bigint NOT NULL DEFAULT 0;
+  ALTER TABLE ${S}.sessions ADD COLUMN input_tokens numeric NOT NULL DEFAULT 0, ADD COLUMN output_tokens numeric NOT NULL DEFAULT 0, ADD COLUMN cached_tokens numeric NOT NULL DEFAULT 0;
+  ALTER TABLE ${S}.usage ADD COLUMN input_tokens numeric NOT NULL DEFAULT 0, ADD COLUMN output_tokens numeric NOT NULL DEFAULT 0, ADD COLUMN cached_tokens numeric NOT NULL DEFAULT 0;
+  UPDATE ${S}.turns SET
+    input_tokens = coalesce((json::json -> 'usage' ->> 'inputTokens')::bigint, 0),
+    output_tokens = coalesce((json::json -> 'usage' ->> 'outputTokens')::bigint, 0),
+    cached_tokens = coalesce((json::json -> 'usage' ->> 'cachedTokens')::bigint, 0)
+    WHERE strpos(json, '"usage":') > 0;
+  UPDATE ${S}.sessions s SET input_tokens = t.i, output_tokens = t.o, cached_tokens = t.c
+    FROM (SELECT session, sum(input_tokens) AS i, sum(output_tokens) AS o, sum(cached_tokens) AS c FROM ${S}.turns GROUP BY session) t
+    WHERE s.id = t.session;
+  UPDATE ${S}.usage u SET input_tokens = x.i, output_tokens = x.o, cached_tokens = x.c
+    FROM (SELECT owner, sum(input_tokens) AS i, sum(output_tokens) AS o, sum(cached_tokens) AS c FROM ${S}.sessions GROUP BY owner) x
+    WHERE u.owner = x.owner;
   `,
 ];
 

@@ -23,7 +23,7 @@ export function textArray(values: readonly string[]): string {
   let out = '{';
   for (let i = 0; i < values.length; i++) {
     if (i > 0) out += ',';
-    out += `"${(values[i] as string).replace(/[\\"]/g, (c) => `\\${c}`)}"`;
+    out += `"${(values[i] as string).replace(/[\\"]/g, '\\$&')}"`;
   }
   return `${out}}`;
 }

@@ -10,7 +10,8 @@ import { dirname } from 'node:path';
 import type { Server } from 'node:net';
 import { Worker } from 'node:worker_threads';
 import { PAGE_BYTE_BUDGET, PAGE_SCAN_BUDGET, SCAN_CHUNK, SCAN_CHUNK_BYTES, sessionBefore, type SessionKey, type TurnKey } from '../../domain/order.js';
-import type { ChatSession, Turn } from '../../domain/records.js';
+import { isStreamingJson } from '../../domain/deltas.js';
+import { tokensOf, type ChatSession, type Tokens, type Turn } from '../../domain/records.js';
 import type { Liveness } from '../../domain/retention.js';
 import { foldedTags, foldForSearch, textHolds, turnTextOfJson } from '../../domain/search.js';
 import { versionOfSession } from '../../domain/version.js';
@@ -18,6 +19,7 @@ import type { Quotas } from '../../config.js';
 import type { Logger } from '../../log.js';
 import { planImport } from '../import-plan.js';
 import {
+  NO_USAGE,
   StorageDamaged,
   StorageWriteFailed,
   StoreOpenFailed,
@@ -41,7 +43,9 @@ import {
   type StoreStats,
   type TurnRecord,
   type Usage,
+  type Held,
 } from '../store.js';
+import type { UsageDelta } from '../changes.js';
 import { budgetedTurnPage } from '../turn-page.js';
 import { keysetFrom, walkBudget, walkSearchNow, type WalkSource } from '../search-walk.js';
 import { SerialWrites } from '../serial-writes.js';
@@ -50,10 +54,11 @@ import { SerialWriter, type Group, type GroupSource } from '../writer.js';
 import { bytesOf, int, sqliteCode, sqliteDatabase, text, textOrUndefined, type Database, type Row, type SqlValue, type Statement } from './binding.js';
 import { checkFiles } from './file-check.js';
 import { FullCheck } from './full-check.js';
-import { checkSchema, prepareSchema, queuedTurnWords, registerHoldsFunctions, registerSearchFunctions, REINDEX_SQL, STREAMING_WHERE, unreadable } from './schema.js';
+import { checkSchema, prepareSchema, queuedTurnWords, registerHoldsFunctions, registerSearchFunctions, REINDEX_SQL, STREAMING_WHERE, streamingSql, unreadable } from './schema.js';
+import { endText, piecesText, tailOfJson, tailOfRow, withDeltas, type Tail } from '../pieces.js';
 import { pageByDepthSql } from '../tree-index.js';
 import { holdName } from '../../data-dir-lock.js';
-import { WRITER_ROLE, type FromWriter, type Op, type PutSession, type SessionAfter, type ToWriter, type WriterData } from './worker.js';
+import { WRITER_ROLE, type FromWriter, type Op, type PutSession, type SessionAfter, type ToWriter, type TurnRow, type WriterData } from './worker.js';
 
 export interface SqliteOptions {
   readonly file: string;
@@ -92,11 +97,31 @@ class Record implements SessionRecord {
   }
 }
 
+/**
+ * A turn's deltas (../pieces.ts), read beside its row by the same statement (one moment: the
+ * edit that folds them in could otherwise fall between two reads): the `pieces` of its delta
+ * rows joined in order, for a streaming turn only. `t` names the turns table in the statement.
+ */
+function deltasSql(t: string): string {
+  return `CASE WHEN ${streamingSql(`${t}.json`)} THEN (SELECT group_concat(p.pieces, ',' ORDER BY p.seq) FROM turn_pieces p WHERE p.turn = ${t}.id) END`;
+}
+
+/** The UTF-8 bytes of a turn's JSON with its deltas: its last delta's count, else its row's. */
+function turnBytesSql(t: string): string {
+  return `coalesce(CASE WHEN ${streamingSql(`${t}.json`)} THEN (SELECT p.bytes FROM turn_pieces p WHERE p.turn = ${t}.id ORDER BY p.seq DESC LIMIT 1) END, length(${t}.json))`;
+}
+
+/** The columns turnOf reads, from the turns table unaliased. */
+const TURN_COLUMNS = `id, created_at, json, ${deltasSql('turns')} AS deltas`;
+/** The columns treeTurnOf reads. */
+const TREE_TURN_COLUMNS = `${TURN_COLUMNS}, parent_id, input_tokens, output_tokens, cached_tokens`;
+
 const recordOf = (row: Row): Record => new Record(text(row['json']), text(row['version']));
-const turnOf = (row: Row): TurnRecord => ({ _id: text(row['id']), createdAt: text(row['created_at']), json: bytesOf(row['json']) });
+const turnOf = (row: Row): TurnRecord => ({ _id: text(row['id']), createdAt: text(row['created_at']), json: withDeltas(bytesOf(row['json']), textOrUndefined(row['deltas'])) });
+const tokensOfRow = (row: Row): Tokens => ({ inputTokens: int(row['input_tokens']), outputTokens: int(row['output_tokens']), cachedTokens: int(row['cached_tokens']) });
 const treeTurnOf = (row: Row): TreeTurn => {
-  const json = bytesOf(row['json']);
-  return { _id: text(row['id']), createdAt: text(row['created_at']), parentId: textOrUndefined(row['parent_id']) ?? null, bytes: json.length, json };
+  const json = withDeltas(bytesOf(row['json']), textOrUndefined(row['deltas']));
+  return { _id: text(row['id']), createdAt: text(row['created_at']), parentId: textOrUndefined(row['parent_id']) ?? null, bytes: json.length, json, tokens: tokensOfRow(row) };
 };
 
 /**
@@ -141,7 +166,7 @@ function branchPageSql(branch: Branch): string {
 
 /** The turns of a branch's keys, in their order, their JSON read one by one. */
 function* branchTurns(c: Connection, keys: Iterable<Row>): IterableIterator<Row> {
-  const one = c.prepare('SELECT id, created_at, json FROM turns WHERE id = ?');
+  const one = c.prepare(`SELECT ${TURN_COLUMNS} FROM turns WHERE id = ?`);
   for (const k of keys) {
     const row = one.get(k['id'] as string);
     if (row !== undefined) yield row;
@@ -361,7 +386,7 @@ function searchPart(filter: SearchFilter, after: SearchKey | undefined, part: Se
     condition = `CASE WHEN ${condition} THEN ${turns ? 'csa_turn_holds(t.json, ?)' : 'csa_name_holds(s.json, ?)'} ELSE 0 END`;
     params.push(filter.words.join(' '));
   }
-  const columns = turns ? 't.created_at AS at, t.id AS doc, s.json, s.version, t.json AS turn_json' : 's.updated_at AS at, s.id AS doc, s.json, s.version, NULL AS turn_json';
+  const columns = turns ? `t.created_at AS at, t.id AS doc, s.json, s.version, t.json AS turn_json, ${deltasSql('t')} AS turn_deltas` : 's.updated_at AS at, s.id AS doc, s.json, s.version, NULL AS turn_json, NULL AS turn_deltas';
   switch (part) {
     case 'names':
       return `SELECT ${columns} FROM name_words f JOIN sessions s ON s.rowid = f.rowid WHERE name_words MATCH ? AND ${condition}`;
@@ -621,7 +646,7 @@ export class SqliteStore extends SerialWrites implements Store, GroupSource, Gro
     const rows = this.reader.prepare(sql).all(...params);
     const items: SearchHit[] = rows.slice(0, limit).map((row) => {
       const key = { at: text(row['at']), doc: text(row['doc']) };
-      const turn = row['turn_json'] === null ? undefined : { _id: key.doc, createdAt: key.at, json: bytesOf(row['turn_json']) };
+      const turn = row['turn_json'] === null ? undefined : { _id: key.doc, createdAt: key.at, json: withDeltas(bytesOf(row['turn_json']), textOrUndefined(row['turn_deltas'])) };
       return { key, session: recordOf(row), turn };
     });
     return Promise.resolve({ items, next: rows.length > limit ? items[items.length - 1]?.key : undefined });
@@ -629,15 +654,12 @@ export class SqliteStore extends SerialWrites implements Store, GroupSource, Gro
 
   /**
    * The caller's sessions as its lists read them, and their turns newest first, a few at a time,
-   * each checked against the query's words as the index would: the words of its text (a streaming
-   * turn's, whose index waits for its next edit, by the index itself once it is indexed).
+   * each checked against the query's words as the index would: the words of its row's text (a
+   * streaming turn's row holds its text before its deltas, as the index does until its next edit).
    */
   private walkSource(filter: SearchFilter): WalkSource<SessionRecord, SessionKey, TurnRecord> {
     const query = filter.words;
-    const match = filterWords(query);
-    const turns = this.reader.prepare(`SELECT rowid, id, created_at, json, ${STREAMING_WHERE} AS streaming FROM turns WHERE session = ? AND (created_at, id) < (?, ?) ORDER BY created_at DESC, id DESC LIMIT ?`);
-    const indexed = this.reader.prepare('SELECT 1 AS x FROM turn_words WHERE turn_words MATCH ? AND rowid = ?');
-    const queued = this.reader.prepare('SELECT 1 AS x FROM turns_unindexed WHERE rowid = ?');
+    const turns = this.reader.prepare(`SELECT ${TURN_COLUMNS} FROM turns WHERE session = ? AND (created_at, id) < (?, ?) ORDER BY created_at DESC, id DESC LIMIT ?`);
     return {
       sessions: (after) => this.sessionPage(filter, after, WALK_SESSIONS),
       updatedAt: (r) => r.session.updatedAt,
@@ -648,10 +670,7 @@ export class SqliteStore extends SerialWrites implements Store, GroupSource, Gro
           const rows = turns.all(s.session._id, ...keysetFrom(before), want);
           const hits: { key: SearchKey; turn: TurnRecord }[] = [];
           for (const row of rows) {
-            const json = bytesOf(row['json']);
-            // a streaming turn still queued has no deltas yet (its first delta indexes it first)
-            const found = row['streaming'] === 1 && queued.get(row['rowid'] as number) === undefined ? indexed.get(match, row['rowid'] as number) !== undefined : textHolds(turnTextOfJson(json), query);
-            if (found) hits.push({ key: { at: text(row['created_at']), doc: text(row['id']) }, turn: { _id: text(row['id']), createdAt: text(row['created_at']), json } });
+            if (textHolds(turnTextOfJson(bytesOf(row['json'])), query)) hits.push({ key: { at: text(row['created_at']), doc: text(row['id']) }, turn: turnOf(row) });
           }
           const last = rows[rows.length - 1];
           return { hits, next: rows.length === want && last !== undefined ? { at: text(last['created_at']), doc: text(last['id']) } : undefined, examined: rows.length };
@@ -744,13 +763,13 @@ export class SqliteStore extends SerialWrites implements Store, GroupSource, Gro
     }
     const rows =
       after === undefined
-        ? this.reader.prepare('SELECT id, created_at, json FROM turns WHERE session = ? ORDER BY created_at, id LIMIT ?').iterate(sessionId, limit + 1)
-        : this.reader.prepare('SELECT id, created_at, json FROM turns WHERE session = ? AND (created_at, id) > (?, ?) ORDER BY created_at, id LIMIT ?').iterate(sessionId, after.createdAt, after._id, limit + 1);
+        ? this.reader.prepare(`SELECT ${TURN_COLUMNS} FROM turns WHERE session = ? ORDER BY created_at, id LIMIT ?`).iterate(sessionId, limit + 1)
+        : this.reader.prepare(`SELECT ${TURN_COLUMNS} FROM turns WHERE session = ? AND (created_at, id) > (?, ?) ORDER BY created_at, id LIMIT ?`).iterate(sessionId, after.createdAt, after._id, limit + 1);
     return Promise.resolve(budgetedTurnPage(rows, limit, PAGE_BYTE_BUDGET, turnOf));
   }
 
   getTurn(sessionId: string, turnId: string): Promise<TurnRecord | undefined> {
-    const row = this.reader.prepare('SELECT id, created_at, json FROM turns WHERE id = ? AND session = ?').get(turnId, sessionId);
+    const row = this.reader.prepare(`SELECT ${TURN_COLUMNS} FROM turns WHERE id = ? AND session = ?`).get(turnId, sessionId);
     return Promise.resolve(row === undefined ? undefined : turnOf(row));
   }
 
@@ -823,7 +842,7 @@ export class SqliteStore extends SerialWrites implements Store, GroupSource, Gro
     return Promise.resolve(rows.map((r) => ({ session: JSON.parse(text(r['json'])) as ChatSession, turns: int(r['turn_count']) })));
   }
 
-  private counters(): { sessions: number; turns: number; bytes: number } {
+  private counters(): Usage {
     return countersOf(this.reader);
   }
 
@@ -837,8 +856,8 @@ export class SqliteStore extends SerialWrites implements Store, GroupSource, Gro
 
   /** Group (and reads): a user's usage as committed. */
   usageOf(user: string): Usage {
-    const row = this.reader.prepare('SELECT sessions, turns, bytes FROM users WHERE user = ?').get(user);
-    return row === undefined ? { sessions: 0, turns: 0, bytes: 0 } : { sessions: int(row['sessions']), turns: int(row['turns']), bytes: int(row['bytes']) };
+    const row = this.reader.prepare('SELECT sessions, turns, bytes, input_tokens, output_tokens, cached_tokens FROM users WHERE user = ?').get(user);
+    return row === undefined ? NO_USAGE : { sessions: int(row['sessions']), turns: int(row['turns']), bytes: int(row['bytes']), ...tokensOfRow(row) };
   }
 
   /** Group: the session's streaming turns, from the index that holds them (turns_streaming). */
@@ -850,7 +869,7 @@ export class SqliteStore extends SerialWrites implements Store, GroupSource, Gro
   }
 
   async stats(): Promise<StoreStats> {
-    const { sessions, turns, bytes } = this.counters();
+    const counts = this.counters();
     const size = (f: string): number => {
       try {
         return statSync(f).size;
@@ -859,9 +878,7 @@ export class SqliteStore extends SerialWrites implements Store, GroupSource, Gro
       }
     };
     return {
-      sessions,
-      turns,
-      bytes,
+      ...counts,
       engine: [
         { name: 'sqlite_file_bytes', type: 'gauge', help: 'Size of the SQLite database file.', value: size(this.opts.file) },
         { name: 'sqlite_wal_bytes', type: 'gauge', help: 'Size of its write-ahead log (checkpointed back into the file by the writer thread).', value: size(`${this.opts.file}-wal`) },
@@ -960,14 +977,14 @@ export class SqliteStore extends SerialWrites implements Store, GroupSource, Gro
   }
 
   turn(session: string, id: string): TreeTurn | undefined {
-    const row = this.reader.prepare('SELECT id, created_at, parent_id, json FROM turns WHERE id = ? AND session = ?').get(id, session);
+    const row = this.reader.prepare(`SELECT ${TREE_TURN_COLUMNS} FROM turns WHERE id = ? AND session = ?`).get(id, session);
     return row === undefined ? undefined : treeTurnOf(row);
   }
 
   path(session: string, id: string): readonly TreeTurn[] | undefined {
     const keys = this.reader.prepare(branchKeysSql({ turnId: id }, false, false)).all(...branchParams(session, { turnId: id }, undefined, undefined));
     if (keys.length === 0) return undefined;
-    const one = this.reader.prepare('SELECT id, created_at, parent_id, json FROM turns WHERE id = ?');
+    const one = this.reader.prepare(`SELECT ${TREE_TURN_COLUMNS} FROM turns WHERE id = ?`);
     return keys.map((k) => treeTurnOf(one.get(k['id'] as string) as Row));
   }
 
@@ -975,11 +992,11 @@ export class SqliteStore extends SerialWrites implements Store, GroupSource, Gro
     const rows = this.reader
       .prepare(
         `WITH RECURSIVE sub(id) AS (SELECT id FROM turns WHERE id = ?1 AND session = ?2 UNION ALL SELECT t.id FROM turns t JOIN sub s ON t.parent_id = s.id)
-         SELECT t.id, t.created_at, t.parent_id, length(t.json) AS bytes FROM sub JOIN turns t ON t.id = sub.id`,
+         SELECT t.id, t.created_at, t.parent_id, ${turnBytesSql('t')} AS bytes, t.input_tokens, t.output_tokens, t.cached_tokens FROM sub JOIN turns t ON t.id = sub.id`,
       )
       .all(id, session);
     if (rows.length === 0) return undefined;
-    return rows.map((r) => ({ _id: text(r['id']), createdAt: text(r['created_at']), parentId: textOrUndefined(r['parent_id']) ?? null, bytes: int(r['bytes']) }));
+    return rows.map((r) => ({ _id: text(r['id']), createdAt: text(r['created_at']), parentId: textOrUndefined(r['parent_id']) ?? null, bytes: int(r['bytes']), tokens: tokensOfRow(r) }));
   }
 
   lastTurnExcept(session: string, excluded: ReadonlySet<string>): TurnKey | undefined {
@@ -991,7 +1008,7 @@ export class SqliteStore extends SerialWrites implements Store, GroupSource, Gro
   }
 
   current(id: string): SessionState | undefined {
-    const row = this.reader.prepare('SELECT json, version, last_turn_at, last_turn_id FROM sessions WHERE id = ?').get(id);
+    const row = this.reader.prepare('SELECT json, version, last_turn_at, last_turn_id, turn_count, turn_bytes, input_tokens, output_tokens, cached_tokens FROM sessions WHERE id = ?').get(id);
     if (row === undefined) return undefined;
     const createdAt = textOrUndefined(row['last_turn_at']);
     const _id = textOrUndefined(row['last_turn_id']);
@@ -999,8 +1016,19 @@ export class SqliteStore extends SerialWrites implements Store, GroupSource, Gro
     return {
       session: JSON.parse(text(row['json'])) as ChatSession,
       lastTurn: createdAt === undefined || _id === undefined ? undefined : { createdAt, _id },
+      held: { turns: int(row['turn_count']), turnBytes: int(row['turn_bytes']), ...tokensOfRow(row) },
       version: () => version,
     };
+  }
+
+  /** Group: a streaming turn's tail from its last delta's row, or (none since it was made or edited) from its JSON. */
+  tail(session: string, id: string): Tail | 'not streaming' | undefined {
+    const last = this.reader.prepare('SELECT p.seq, p.bytes, p.tail FROM turns t JOIN turn_pieces p ON p.turn = t.id WHERE t.id = ? AND t.session = ? ORDER BY p.seq DESC LIMIT 1').get(id, session);
+    if (last !== undefined) return tailOfRow(int(last['seq']), int(last['bytes']), text(last['tail']));
+    const row = this.reader.prepare('SELECT json FROM turns WHERE id = ? AND session = ?').get(id, session);
+    if (row === undefined) return undefined;
+    const json = bytesOf(row['json']);
+    return isStreamingJson(json) ? tailOfJson(json) : 'not streaming';
   }
 
   release(): void {
@@ -1027,7 +1055,8 @@ export class SqliteStore extends SerialWrites implements Store, GroupSource, Gro
     await this.writer.pause();
     try {
       const sessionRow = this.reader.prepare('SELECT json, last_turn_at, last_turn_id FROM sessions WHERE id = ?');
-      const turnRow = this.reader.prepare('SELECT session, json FROM turns WHERE id = ?');
+      const turnRow = this.reader.prepare(`SELECT session, json, ${deltasSql('turns')} AS deltas FROM turns WHERE id = ?`);
+      const ownerOf = this.reader.prepare('SELECT user FROM sessions WHERE id = ?');
       const lastTurns = new Map<string, TurnKey | undefined>();
       const plan = planImport(sessions, turns, {
         session: (id) => {
@@ -1040,19 +1069,27 @@ export class SqliteStore extends SerialWrites implements Store, GroupSource, Gro
         },
         turn: (id) => {
           const row = turnRow.get(id);
-          return row === undefined ? undefined : { session: text(row['session']), json: Buffer.from(bytesOf(row['json'])) };
+          return row === undefined ? undefined : { session: text(row['session']), json: Buffer.from(withDeltas(bytesOf(row['json']), textOrUndefined(row['deltas']))) };
         },
       });
       const ops: Op[] = [];
       for (const s of plan.sessions) {
         const json = JSON.stringify(s);
-        ops.push({ op: 'put', s: putOf(s, json, versionOfSession(json, lastTurns.get(s._id))) });
+        ops.push({ op: 'put', s: putOf(s, json, versionOfSession(json, lastTurns.get(s._id))), usage: undefined });
       }
       for (const t of plan.turns) {
         if (t.replaces !== undefined) ops.push({ op: 'dropTurn', id: t.turn._id, session: t.replaces });
-        ops.push({ op: 'turn', session: t.turn.session, t: { id: t.turn._id, parentId: t.turn.parentId, createdAt: t.turn.createdAt, json: t.json, words: this.turnWords(t.turn) }, after: undefined });
+        ops.push({ op: 'turn', session: t.turn.session, t: turnRowOf(t.turn, t.json, this.turnWords), after: undefined });
       }
       if (ops.length > 0) {
+        // what the sessions it wrote hold is counted from their rows, then their owners' usage (before and after: an import may move a session)
+        const touched = new Set([...plan.sessions.map((s) => s._id), ...plan.turns.flatMap((t) => [t.turn.session, ...(t.replaces !== undefined ? [t.replaces] : [])])]);
+        const users = new Set(plan.sessions.map((s) => s.user));
+        for (const id of touched) {
+          const row = ownerOf.get(id);
+          if (row !== undefined) users.add(text(row['user']));
+        }
+        ops.push({ op: 'recount', sessions: [...touched], users: [...users] });
         try {
           await this.send(ops, ops.length);
         } catch (e) {
@@ -1130,7 +1167,7 @@ async function writerHolds(file: string): Promise<boolean> {
 }
 
 function turnChunks(c: Connection, sessionId: string): Iterable<TurnRecord[]> {
-  return chunksOf(c.prepare('SELECT id, created_at, json FROM turns WHERE session = ? ORDER BY created_at, id').iterate(sessionId));
+  return chunksOf(c.prepare(`SELECT ${TURN_COLUMNS} FROM turns WHERE session = ? ORDER BY created_at, id`).iterate(sessionId));
 }
 
 /** Turns in chunks of SCAN_CHUNK turns or SCAN_CHUNK_BYTES of JSON, whichever comes first (rows are copies). */
@@ -1150,11 +1187,13 @@ function* chunksOf(rows: Iterable<Row>): Iterable<TurnRecord[]> {
   if (chunk.length > 0) yield chunk;
 }
 
-function countersOf(c: Connection): { sessions: number; turns: number; bytes: number } {
-  const out = { sessions: 0, turns: 0, bytes: 0 };
+/** The store's counters, each the sum of a Usage figure over every user. */
+function countersOf(c: Connection): Usage {
+  const out = { ...NO_USAGE };
+  const figures: { readonly [name: string]: keyof Usage } = { sessions: 'sessions', turns: 'turns', bytes: 'bytes', input_tokens: 'inputTokens', output_tokens: 'outputTokens', cached_tokens: 'cachedTokens' };
   for (const row of c.prepare('SELECT name, value FROM counters').all()) {
-    const name = text(row['name']);
-    if (name === 'sessions' || name === 'turns' || name === 'bytes') out[name] = int(row['value']);
+    const figure = figures[text(row['name'])];
+    if (figure !== undefined) out[figure] = int(row['value']);
   }
   return out;
 }
@@ -1189,8 +1228,8 @@ function putOf(s: ChatSession, json: string, version: string): PutSession {
   };
 }
 
-function afterOf(s: ChatSession, json: string, version: string, lastTurn: TurnKey | undefined): SessionAfter {
-  return { json, version, updatedAt: s.updatedAt, head: s.headTurnId, lastTurn };
+function afterOf(c: { readonly session: ChatSession; readonly sessionJson: string; readonly version: string; readonly held: Held; readonly usage: UsageDelta }, lastTurn: TurnKey | undefined): SessionAfter {
+  return { json: c.sessionJson, version: c.version, updatedAt: c.session.updatedAt, head: c.session.headTurnId, lastTurn, held: c.held, usage: c.usage };
 }
 
 /** What a write queues for the index with a turn (schema.ts). */
@@ -1202,35 +1241,36 @@ function noWords(): null {
   return null;
 }
 
+function turnRowOf(turn: Turn, json: Buffer, words: (t: Turn) => string | true | null): TurnRow {
+  return { id: turn._id, parentId: turn.parentId, createdAt: turn.createdAt, json, words: words(turn), tokens: tokensOf(turn.usage) };
+}
+
 function opOf(c: Change, words: (t: Turn) => string | true | null): Op {
   switch (c.kind) {
     case 'create':
     case 'update':
-      return { op: 'put', s: putOf(c.session, c.json, c.version) };
+      return { op: 'put', s: putOf(c.session, c.json, c.version), usage: c.usage };
     case 'turn':
-      return {
-        op: 'turn',
-        session: c.session._id,
-        t: { id: c.turn._id, parentId: c.turn.parentId, createdAt: c.turn.createdAt, json: c.json, words: words(c.turn) },
-        after: afterOf(c.session, c.sessionJson, c.version, { createdAt: c.turn.createdAt, _id: c.turn._id }),
-      };
+      return { op: 'turn', session: c.session._id, t: turnRowOf(c.turn, c.json, words), after: afterOf(c, { createdAt: c.turn.createdAt, _id: c.turn._id }) };
     case 'editTurn':
-      return { op: 'editTurn', session: c.session._id, id: c.turn._id, json: c.json, words: words(c.turn), after: afterOf(c.session, c.sessionJson, c.version, c.lastTurn) };
+      return { op: 'editTurn', session: c.session._id, id: c.turn._id, json: c.json, words: words(c.turn), tokens: tokensOf(c.turn.usage), after: afterOf(c, c.lastTurn) };
     case 'delta':
-      return { op: 'delta', session: c.session._id, id: c.turn._id, json: c.json };
+      return { op: 'delta', session: c.session._id, turn: c.turnId, seq: c.seq, pieces: piecesText(c.pieces), bytes: c.bytes, end: endText(c.end), held: c.held, usage: c.usage };
     case 'deleteTurns':
-      return { op: 'dropTurns', session: c.sessionId, ids: c.ids, after: afterOf(c.session, c.sessionJson, c.version, c.lastTurn) };
+      return { op: 'dropTurns', session: c.sessionId, ids: c.ids, after: afterOf(c, c.lastTurn) };
     case 'fork': {
       const last = c.turns[c.turns.length - 1]?.turn;
       return {
         op: 'fork',
         s: putOf(c.session, c.json, c.version),
         lastTurn: last === undefined ? undefined : { createdAt: last.createdAt, _id: last._id },
-        turns: c.turns.map((t) => ({ id: t.turn._id, parentId: t.turn.parentId, createdAt: t.turn.createdAt, json: t.json, words: words(t.turn) })),
+        turns: c.turns.map((t) => turnRowOf(t.turn, t.json, words)),
+        held: c.held,
+        usage: c.usage,
       };
     }
     case 'delete':
-      return { op: 'delete', id: c.id };
+      return { op: 'delete', id: c.id, usage: c.usage };
   }
 }
 

@@ -10,12 +10,17 @@ import { indexedWords, plainAscii, textHolds, turnText, turnTextOfJson } from '.
 import type { JsonValue } from '../../domain/records.js';
 import { sqliteCode, type Database } from './binding.js';
 
+/** Whether the turn JSON in column `json` says `status: "streaming"`. */
+export function streamingSql(json: string): string {
+  return `substr(${json}, -${STREAMING_MARK_FROM_END}, ${STREAMING_MARK.length}) = CAST('${STREAMING_MARK}' AS BLOB)`;
+}
+
 /** The turns whose JSON says `status: "streaming"` (the index turns_streaming holds them; a query uses this very term). */
-export const STREAMING_WHERE = `substr(json, -${STREAMING_MARK_FROM_END}, ${STREAMING_MARK.length}) = CAST('${STREAMING_MARK}' AS BLOB)`;
+export const STREAMING_WHERE = streamingSql('json');
 
 /** 'csap' in ASCII: marks the file as this service's (PRAGMA application_id). */
 const APPLICATION_ID = 0x63736170;
-export const SCHEMA_VERSION = 8;
+export const SCHEMA_VERSION = 9;
 
 /** The SQL functions the search index's triggers call: the words of a session's JSON's name, of a turn's JSON. */
 export function registerSearchFunctions(db: Database): void {
@@ -283,6 +288,45 @@ const MIGRATIONS: readonly string[] = [
   INSERT INTO name_words (name_words, rank) VALUES ('crisismerge', 64);
   INSERT INTO turn_words (turn_words, rank) VALUES ('crisismerge', 64);
   `,
+  // 9: a streaming turn's deltas are rows of their own (turn_pieces, ../pieces.ts) until an edit
+  // folds them into the turn, so a delta writes what it adds whatever the turn's length; a
+  // trigger takes them with their turn. Usage counts the tokens of the turns' usage: each turn
+  // keeps its own, each session and user their sums, the counters the store's; all made here
+  // from the turns' JSON (a streaming turn of an earlier release holds its text in its JSON).
+  `
+  CREATE TABLE turn_pieces (
+    turn TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    pieces TEXT NOT NULL,
+    bytes INTEGER NOT NULL,
+    tail TEXT NOT NULL,
+    PRIMARY KEY (turn, seq)
+  ) WITHOUT ROWID;
+  CREATE TRIGGER turn_pieces_gone AFTER DELETE ON turns BEGIN
+    DELETE FROM turn_pieces WHERE turn = OLD.id;
+  END;
+  ALTER TABLE turns ADD COLUMN input_tokens INTEGER NOT NULL DEFAULT 0;
+  ALTER TABLE turns ADD COLUMN output_tokens INTEGER NOT NULL DEFAULT 0;
+  ALTER TABLE turns ADD COLUMN cached_tokens INTEGER NOT NULL DEFAULT 0;
+  ALTER TABLE sessions ADD COLUMN input_tokens INTEGER NOT NULL DEFAULT 0;
+  ALTER TABLE sessions ADD COLUMN output_tokens INTEGER NOT NULL DEFAULT 0;
+  ALTER TABLE sessions ADD COLUMN cached_tokens INTEGER NOT NULL DEFAULT 0;
+  ALTER TABLE users ADD COLUMN input_tokens INTEGER NOT NULL DEFAULT 0;
+  ALTER TABLE users ADD COLUMN output_tokens INTEGER NOT NULL DEFAULT 0;
+  ALTER TABLE users ADD COLUMN cached_tokens INTEGER NOT NULL DEFAULT 0;
+  UPDATE turns SET
+    input_tokens = coalesce(json_extract(CAST(json AS TEXT), '$.usage.inputTokens'), 0),
+    output_tokens = coalesce(json_extract(CAST(json AS TEXT), '$.usage.outputTokens'), 0),
+    cached_tokens = coalesce(json_extract(CAST(json AS TEXT), '$.usage.cachedTokens'), 0)
+    WHERE instr(json, CAST('"usage":' AS BLOB)) > 0;
+  UPDATE sessions SET (input_tokens, output_tokens, cached_tokens) = (
+    SELECT coalesce(sum(input_tokens), 0), coalesce(sum(output_tokens), 0), coalesce(sum(cached_tokens), 0) FROM turns WHERE turns.session = sessions.id);
+  UPDATE users SET (input_tokens, output_tokens, cached_tokens) = (
+    SELECT coalesce(sum(input_tokens), 0), coalesce(sum(output_tokens), 0), coalesce(sum(cached_tokens), 0) FROM sessions WHERE sessions.user = users.user);
+  INSERT INTO counters (name, value) SELECT 'input_tokens', coalesce(sum(input_tokens), 0) FROM sessions;
+  INSERT INTO counters (name, value) SELECT 'output_tokens', coalesce(sum(output_tokens), 0) FROM sessions;
+  INSERT INTO counters (name, value) SELECT 'cached_tokens', coalesce(sum(cached_tokens), 0) FROM sessions;
+  `,
 ];
 
 /**
@@ -304,7 +348,7 @@ const BEFORE: Readonly<Record<number, string>> = {
 };
 
 /** Tables and indexes the current schema must have: a file missing one fails its check. */
-const REQUIRED = ['sessions', 'sessions_by_user', 'sessions_by_project', 'turns', 'turns_by_session', 'turns_by_parent', 'turns_streaming', 'counters', 'users', 'session_tags', 'session_tags_by_user', 'session_tags_by_project', 'session_tags_follow', 'session_tags_gone', 'sessions_by_expiry', 'sessions_by_activity', 'name_words', 'turn_words', 'names_unindexed', 'turns_unindexed', 'name_words_add', 'name_words_rename', 'name_words_gone', 'turn_words_gone'];
+const REQUIRED = ['sessions', 'sessions_by_user', 'sessions_by_project', 'turns', 'turns_by_session', 'turns_by_parent', 'turns_streaming', 'counters', 'users', 'session_tags', 'session_tags_by_user', 'session_tags_by_project', 'session_tags_follow', 'session_tags_gone', 'sessions_by_expiry', 'sessions_by_activity', 'name_words', 'turn_words', 'names_unindexed', 'turns_unindexed', 'name_words_add', 'name_words_rename', 'name_words_gone', 'turn_words_gone', 'turn_pieces', 'turn_pieces_gone'];
 
 function scalar(db: Database, sql: string): number {
   const row = db.prepare(sql).get();

@@ -5,9 +5,12 @@
 // each session's newest turn, its version, its turn count and bytes, and the store's counters.
 import { isMainThread, parentPort, workerData, type MessagePort } from 'node:worker_threads';
 import { turnBefore, type TurnKey } from '../../domain/order.js';
+import type { Tokens } from '../../domain/records.js';
+import type { UsageDelta } from '../changes.js';
+import type { Held } from '../store.js';
 import { versionOfSession } from '../../domain/version.js';
 import { held, injectedFault } from '../faults.js';
-import { int, sqliteCode, sqliteDatabase, text, textOrUndefined, type Database, type Row, type Statement } from './binding.js';
+import { int, sqliteCode, sqliteDatabase, text, textOrUndefined, type Database, type Statement } from './binding.js';
 import { runFullCheckIfAsked } from './full-check.js';
 import { placesOfChain, placesSql, placeUnder, type TreePlace } from '../tree-index.js';
 import { QUEUED_WORDS_SQL, registerSearchFunctions } from './schema.js';
@@ -48,6 +51,8 @@ export interface SessionAfter {
   readonly updatedAt: string;
   readonly head: string | null;
   readonly lastTurn: TurnKey | undefined;
+  readonly held: Held;
+  readonly usage: UsageDelta;
 }
 
 /** A turn's row. */
@@ -58,26 +63,35 @@ export interface TurnRow {
   readonly json: Uint8Array;
   /** What the search index is given for it (schema.ts queuedTurnWords; null with SEARCH=off). */
   readonly words: string | true | null;
+  /** Its usage's tokens (kept so that deleting it gives them back without reading its JSON). */
+  readonly tokens: Tokens;
 }
 
-/** One change of a group, as the main thread sends it. */
+/**
+ * One change of a group, as the main thread sends it. A write's carries what its session's
+ * turns hold after it (`held`) and what it adds to its owner's usage (`usage`), as the serial
+ * writer decided them: applied here as they are. An import's ops carry neither: its `recount`
+ * sums the sessions and users it touched from their rows.
+ */
 export type Op =
-  | { readonly op: 'put'; readonly s: PutSession }
+  | { readonly op: 'put'; readonly s: PutSession; readonly usage: UsageDelta | undefined }
   | {
       readonly op: 'turn';
       readonly session: string;
       readonly t: TurnRow;
-      /** The session as the turn leaves it; undefined for an import, which leaves the session as it put it. */
+      /** The session as the turn leaves it, what it holds and adds; undefined for an import, which leaves the session as it put it. */
       readonly after: SessionAfter | undefined;
     }
-  | { readonly op: 'editTurn'; readonly session: string; readonly id: string; readonly json: Uint8Array; readonly words: string | true | null; readonly after: SessionAfter }
-  /** A streaming turn's new JSON after a delta; its session changes only in its turns' bytes. */
-  | { readonly op: 'delta'; readonly session: string; readonly id: string; readonly json: Uint8Array }
+  | { readonly op: 'editTurn'; readonly session: string; readonly id: string; readonly json: Uint8Array; readonly words: string | true | null; readonly tokens: Tokens; readonly after: SessionAfter }
+  /** A streaming turn's delta, a row of its own (../pieces.ts): its session changes only in what its turns hold. */
+  | { readonly op: 'delta'; readonly session: string; readonly turn: string; readonly seq: number; readonly pieces: string; readonly bytes: number; readonly end: string; readonly held: Held; readonly usage: UsageDelta }
   | { readonly op: 'dropTurns'; readonly session: string; readonly ids: readonly string[]; readonly after: SessionAfter }
-  | { readonly op: 'fork'; readonly s: PutSession; readonly lastTurn: TurnKey | undefined; readonly turns: readonly TurnRow[] }
+  | { readonly op: 'fork'; readonly s: PutSession; readonly lastTurn: TurnKey | undefined; readonly turns: readonly TurnRow[]; readonly held: Held; readonly usage: UsageDelta }
   /** Removes one turn (an import replacing it). */
   | { readonly op: 'dropTurn'; readonly id: string; readonly session: string }
-  | { readonly op: 'delete'; readonly id: string };
+  | { readonly op: 'delete'; readonly id: string; readonly usage: UsageDelta }
+  /** After an import's ops: what these sessions' turns hold, counted from their rows, then these users' usage and the store's counters from the sessions'. */
+  | { readonly op: 'recount'; readonly sessions: readonly string[]; readonly users: readonly string[] };
 
 export type ToWriter =
   | { readonly kind: 'commit'; readonly seq: number; readonly ops: readonly Op[] }
@@ -142,7 +156,7 @@ function runWriter(data: WriterData, port: MessagePort): void {
     db.exec('PRAGMA wal_autocheckpoint = 0'); // checkpoints are run here, between commits
     db.exec('PRAGMA journal_size_limit = 67108864');
     registerSearchFunctions(db);
-    w = new Writes(db, data.index);
+    w = new Writes(db);
     if (data.index) {
       indexer = new Indexer(
         db,
@@ -185,7 +199,8 @@ function runWriter(data: WriterData, port: MessagePort): void {
       const code = sqliteCode(e);
       post({ kind: 'failed', seq: m.seq, message: e instanceof Error ? e.message : String(e), damaged: code === 11 || code === 26 });
     }
-    indexer?.queued(m.ops.reduce((n, op) => n + (op.op === 'fork' ? 1 + op.turns.length : 1), 0));
+    // a delta queues nothing: the index keeps a streaming turn's text as it was before its deltas
+    indexer?.queued(m.ops.reduce((n, op) => n + (op.op === 'fork' ? 1 + op.turns.length : op.op === 'delta' || op.op === 'recount' ? 0 : 1), 0));
     committed();
   });
   post({ kind: 'ready' });
@@ -428,41 +443,42 @@ class Writes {
   private readonly begin: Statement;
   private readonly commitTx: Statement;
   private readonly rollback: Statement;
-  private readonly sessionSizes: Statement;
+  private readonly sessionRow: Statement;
   private readonly upsertSession: Statement;
   private readonly dropTags: Statement;
   private readonly addTag: Statement;
   private readonly insertTurn: Statement;
-  private readonly turnOf: Statement;
-  private readonly addTurnBytes: Statement;
+  private readonly turnSession: Statement;
   private readonly deleteTurn: Statement;
   private readonly newestTurn: Statement;
-  private readonly setTurnsOf: Statement;
+  private readonly setLastTurn: Statement;
+  private readonly setHeld: Statement;
   private readonly deleteTurns: Statement;
   private readonly deleteSession: Statement;
   private readonly addCounter: Statement;
   private readonly addUsage: Statement;
   private readonly dropIdleUser: Statement;
   private readonly setTurnJson: Statement;
+  private readonly insertDelta: Statement;
+  private readonly foldDeltas: Statement;
   private readonly queueTurn: Statement;
   private readonly queueNewTurn: Statement;
   private readonly unindexTurn: Statement;
-  private readonly queuedTurn: Statement;
-  private readonly indexQueuedTurn: Statement;
-  private readonly dequeueTurn: Statement;
   private readonly setSessionAfter: Statement;
   private readonly placeOf: Statement;
   /** Sets depth and jump pointer of every turn of a session (after an import). */
   private readonly replace: Statement;
+  /** An import's recount: one session's turns counted from their rows, then users and counters from the sessions'. */
+  private readonly recountSession: Statement;
+  private readonly dropUser: Statement;
+  private readonly recountUser: Statement;
+  private readonly recountCounters: Statement;
 
-  constructor(
-    db: Database,
-    private readonly index: boolean,
-  ) {
+  constructor(db: Database) {
     this.begin = db.prepare('BEGIN IMMEDIATE');
     this.commitTx = db.prepare('COMMIT');
     this.rollback = db.prepare('ROLLBACK');
-    this.sessionSizes = db.prepare('SELECT user, json, json_bytes, updated_at, head_turn_id, turn_count, turn_bytes, last_turn_at, last_turn_id FROM sessions WHERE id = ?');
+    this.sessionRow = db.prepare('SELECT json, updated_at, head_turn_id, last_turn_at, last_turn_id FROM sessions WHERE id = ?');
     this.upsertSession = db.prepare(
       `INSERT INTO sessions (id, user, project, archived, updated_at, name_folded, json, json_bytes, version, head_turn_id, expires_at, keep) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
        ON CONFLICT (id) DO UPDATE SET user = excluded.user, project = excluded.project, archived = excluded.archived, updated_at = excluded.updated_at,
@@ -471,50 +487,70 @@ class Writes {
     );
     this.dropTags = db.prepare('DELETE FROM session_tags WHERE session = ?');
     this.addTag = db.prepare('INSERT INTO session_tags (session, tag, user, project, archived, updated_at) VALUES (?, ?, ?, ?, ?, ?)');
-    this.insertTurn = db.prepare('INSERT INTO turns (id, session, parent_id, created_at, json, depth, skip_id) VALUES (?, ?, ?, ?, ?, ?, ?)');
+    this.insertTurn = db.prepare('INSERT INTO turns (id, session, parent_id, created_at, json, depth, skip_id, input_tokens, output_tokens, cached_tokens) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)');
     this.placeOf = db.prepare('SELECT id, depth, skip_id FROM turns WHERE id = ?');
     this.replace = db.prepare(placesSql('turns', 'session = ?'));
-    this.setTurnJson = db.prepare('UPDATE turns SET json = ? WHERE id = ?');
+    this.setTurnJson = db.prepare('UPDATE turns SET json = ?, input_tokens = ?, output_tokens = ?, cached_tokens = ? WHERE id = ?');
+    this.insertDelta = db.prepare('INSERT INTO turn_pieces (turn, seq, pieces, bytes, tail) VALUES (?, ?, ?, ?, ?)');
+    this.foldDeltas = db.prepare('DELETE FROM turn_pieces WHERE turn = ?');
     this.unindexTurn = db.prepare('DELETE FROM turn_words WHERE rowid = (SELECT rowid FROM turns WHERE id = ?)');
     this.queueNewTurn = db.prepare('INSERT INTO turns_unindexed (rowid, words, content_as_is) VALUES (?, ?, ?)');
     this.queueTurn = db.prepare('INSERT OR REPLACE INTO turns_unindexed (rowid, words, content_as_is) SELECT rowid, ?, ? FROM turns WHERE id = ?');
-    this.queuedTurn = db.prepare('SELECT u.rowid FROM turns t JOIN turns_unindexed u ON u.rowid = t.rowid WHERE t.id = ?');
-    this.indexQueuedTurn = db.prepare(`INSERT INTO turn_words (rowid, words) SELECT rowid, ${QUEUED_WORDS_SQL} FROM turns_unindexed u WHERE rowid = ?`);
-    this.dequeueTurn = db.prepare('DELETE FROM turns_unindexed WHERE rowid = ?');
     this.setSessionAfter = db.prepare(
       `UPDATE sessions SET updated_at = ?, json = ?, json_bytes = ?, version = ?, head_turn_id = ?, last_turn_at = ?, last_turn_id = ?,
-         turn_count = turn_count + ?, turn_bytes = turn_bytes + ? WHERE id = ?`,
+         turn_count = ?, turn_bytes = ?, input_tokens = ?, output_tokens = ?, cached_tokens = ? WHERE id = ?`,
     );
-    this.turnOf = db.prepare('SELECT session, length(json) AS bytes FROM turns WHERE id = ?');
-    this.addTurnBytes = db.prepare('UPDATE sessions SET turn_bytes = turn_bytes + ? WHERE id = ?');
+    this.setHeld = db.prepare('UPDATE sessions SET turn_count = ?, turn_bytes = ?, input_tokens = ?, output_tokens = ?, cached_tokens = ? WHERE id = ?');
+    this.turnSession = db.prepare('SELECT session FROM turns WHERE id = ?');
     this.deleteTurn = db.prepare('DELETE FROM turns WHERE id = ?');
     this.newestTurn = db.prepare('SELECT created_at, id FROM turns WHERE session = ? ORDER BY created_at DESC, id DESC LIMIT 1');
-    this.setTurnsOf = db.prepare('UPDATE sessions SET version = ?, last_turn_at = ?, last_turn_id = ?, turn_count = turn_count + ?, turn_bytes = turn_bytes + ? WHERE id = ?');
+    this.setLastTurn = db.prepare('UPDATE sessions SET version = ?, last_turn_at = ?, last_turn_id = ? WHERE id = ?');
     this.deleteTurns = db.prepare('DELETE FROM turns WHERE session = ?');
     this.deleteSession = db.prepare('DELETE FROM sessions WHERE id = ?');
     this.addCounter = db.prepare('UPDATE counters SET value = value + ? WHERE name = ?');
     this.addUsage = db.prepare(
-      `INSERT INTO users (user, sessions, turns, bytes) VALUES (?, ?, ?, ?)
-       ON CONFLICT (user) DO UPDATE SET sessions = sessions + excluded.sessions, turns = turns + excluded.turns, bytes = bytes + excluded.bytes`,
+      `INSERT INTO users (user, sessions, turns, bytes, input_tokens, output_tokens, cached_tokens) VALUES (?, ?, ?, ?, ?, ?, ?)
+       ON CONFLICT (user) DO UPDATE SET sessions = sessions + excluded.sessions, turns = turns + excluded.turns, bytes = bytes + excluded.bytes,
+         input_tokens = input_tokens + excluded.input_tokens, output_tokens = output_tokens + excluded.output_tokens, cached_tokens = cached_tokens + excluded.cached_tokens`,
     );
     this.dropIdleUser = db.prepare('DELETE FROM users WHERE user = ? AND sessions = 0');
+    // a streaming turn's bytes are its last delta's, when it has one (../pieces.ts)
+    this.recountSession = db.prepare(
+      `UPDATE sessions SET (turn_count, turn_bytes, input_tokens, output_tokens, cached_tokens) = (
+         SELECT count(*), coalesce(sum(coalesce((SELECT p.bytes FROM turn_pieces p WHERE p.turn = t.id ORDER BY p.seq DESC LIMIT 1), length(t.json))), 0),
+           coalesce(sum(t.input_tokens), 0), coalesce(sum(t.output_tokens), 0), coalesce(sum(t.cached_tokens), 0)
+         FROM turns t WHERE t.session = sessions.id)
+       WHERE id = ?`,
+    );
+    this.dropUser = db.prepare('DELETE FROM users WHERE user = ?');
+    this.recountUser = db.prepare(
+      `INSERT INTO users (user, sessions, turns, bytes, input_tokens, output_tokens, cached_tokens)
+       SELECT user, count(*), sum(turn_count), sum(json_bytes + turn_bytes), sum(input_tokens), sum(output_tokens), sum(cached_tokens) FROM sessions WHERE user = ? GROUP BY user`,
+    );
+    this.recountCounters = db.prepare(
+      `UPDATE counters SET value = (SELECT coalesce(sum(CASE counters.name WHEN 'sessions' THEN sessions WHEN 'turns' THEN turns WHEN 'bytes' THEN bytes
+         WHEN 'input_tokens' THEN input_tokens WHEN 'output_tokens' THEN output_tokens ELSE cached_tokens END), 0) FROM users)`,
+    );
   }
 
   /** One group: every op in one transaction, all of them committed or none. */
   commit(ops: readonly Op[]): void {
     this.begin.run();
     try {
-      const delta: Delta = { sessions: 0, turns: 0, bytes: 0, users: new Map() };
+      const users = new Map<string, UsageDelta>();
       const imported = new Set<string>();
       for (const op of ops) {
-        this.apply(op, delta);
+        this.apply(op);
+        const usage = usageOfOp(op);
+        if (usage !== undefined) users.set(usage.owner, added(users.get(usage.owner), usage));
         if ((op.op === 'turn' && op.after === undefined) || op.op === 'dropTurn') imported.add(op.session);
       }
       // an import may give a stored turn another parent: its session's depths are made again
       for (const session of imported) this.replace.run(session);
-      for (const name of ['sessions', 'turns', 'bytes'] as const) if (delta[name] !== 0) this.addCounter.run(delta[name], name);
-      for (const [user, u] of delta.users) {
-        this.addUsage.run(user, u.sessions, u.turns, u.bytes);
+      const total = [...users.values()].reduce((sum, u) => added(sum, u), undefined as UsageDelta | undefined);
+      if (total !== undefined) for (const [name, key] of COUNTERS) if (total[key] !== 0) this.addCounter.run(total[key], name);
+      for (const [user, u] of users) {
+        this.addUsage.run(user, u.sessions, u.turns, u.bytes, u.inputTokens, u.outputTokens, u.cachedTokens);
         if (u.sessions < 0) this.dropIdleUser.run(user);
       }
       const fault = injectedFault('commit');
@@ -531,8 +567,8 @@ class Writes {
   }
 
   /** A session's row and its tags' rows (`stored`: it had rows already, which go). */
-  private putSession(s: PutSession, bytes: number, stored: boolean): void {
-    this.upsertSession.run(s.id, s.user, s.project, s.archived ? 1 : 0, s.updatedAt, s.nameFolded, s.json, bytes, s.version, s.head, s.expiresAt, s.keep ? 1 : 0);
+  private putSession(s: PutSession, stored: boolean): void {
+    this.upsertSession.run(s.id, s.user, s.project, s.archived ? 1 : 0, s.updatedAt, s.nameFolded, s.json, Buffer.byteLength(s.json), s.version, s.head, s.expiresAt, s.keep ? 1 : 0);
     if (stored) this.dropTags.run(s.id);
     for (const tag of s.tags) this.addTag.run(s.id, tag, s.user, s.project, s.archived ? 1 : 0, s.updatedAt);
   }
@@ -544,169 +580,151 @@ class Writes {
     return placeUnder(p === undefined ? undefined : { id: text(p['id']), depth: int(p['depth']), skipId: textOrUndefined(p['skip_id']) ?? null });
   }
 
-  /** A session's row as a change of `turns` turns and `turnBytes` bytes of them leaves it. */
-  private sessionAfter(id: string, before: Row, after: SessionAfter, turns: number, turnBytes: number, delta: Delta): void {
-    const bytes = Buffer.byteLength(after.json);
+  /** A session's row as a change of its turns leaves it. */
+  private sessionAfter(id: string, after: SessionAfter): void {
     const last = after.lastTurn;
-    this.setSessionAfter.run(after.updatedAt, after.json, bytes, after.version, after.head, last?.createdAt ?? null, last?._id ?? null, turns, turnBytes, id);
-    const change = bytes - int(before['json_bytes']);
-    delta.bytes += change;
-    charge(delta, text(before['user']), 0, 0, change);
+    const h = after.held;
+    this.setSessionAfter.run(after.updatedAt, after.json, Buffer.byteLength(after.json), after.version, after.head, last?.createdAt ?? null, last?._id ?? null, h.turns, h.turnBytes, h.inputTokens, h.outputTokens, h.cachedTokens, id);
   }
 
-  private apply(op: Op, delta: Delta): void {
+  private insert(session: string, t: TurnRow, place: TreePlace): void {
+    const rowid = this.insertTurn.run(t.id, session, t.parentId, t.createdAt, t.json, place.depth, place.skipId, t.tokens.inputTokens, t.tokens.outputTokens, t.tokens.cachedTokens).lastInsertRowid;
+    this.queueNewTurn.run(rowid, ...queuedColumns(t.words));
+  }
+
+  private apply(op: Op): void {
     switch (op.op) {
       case 'put': {
-        const { s } = op;
-        const before = this.sessionSizes.get(s.id);
-        const bytes = Buffer.byteLength(s.json);
-        if (before === undefined) delta.sessions++;
-        delta.bytes += bytes - (before === undefined ? 0 : int(before['json_bytes']));
-        // the owner's usage: the session (and, should its owner change, its turns) move to s.user
-        const turns = before === undefined ? 0 : int(before['turn_count']);
-        const turnBytes = before === undefined ? 0 : int(before['turn_bytes']);
-        if (before !== undefined) charge(delta, text(before['user']), -1, -turns, -(int(before['json_bytes']) + turnBytes));
-        charge(delta, s.user, 1, turns, bytes + turnBytes);
-        this.putSession(s, bytes, before !== undefined);
+        this.putSession(op.s, this.sessionRow.get(op.s.id) !== undefined);
         return;
       }
       case 'turn': {
-        const before = this.sessionSizes.get(op.session);
+        const before = this.sessionRow.get(op.session);
         if (before === undefined) throw new Error(`turn ${op.t.id} of a session that is not stored`);
-        const place = this.placeUnder(op.t.parentId);
-        this.queueNewTurn.run(this.insertTurn.run(op.t.id, op.session, op.t.parentId, op.t.createdAt, op.t.json, place.depth, place.skipId).lastInsertRowid, ...queuedColumns(op.t.words));
-        const size = op.t.json.byteLength;
-        let after = op.after;
-        if (after === undefined) {
-          // an import: the session stays as it was put; its newest turn and version follow
+        this.insert(op.session, op.t, this.placeUnder(op.t.parentId));
+        if (op.after !== undefined) this.sessionAfter(op.session, op.after);
+        else {
+          // an import: the session stays as it was put; its newest turn and version follow (what it holds: the import's recount)
           const json = text(before['json']);
           const last = newer({ createdAt: op.t.createdAt, _id: op.t.id }, keyOf(before));
-          after = { json, version: versionOfSession(json, last), updatedAt: text(before['updated_at']), head: textOrUndefined(before['head_turn_id']) ?? null, lastTurn: last };
+          this.setLastTurn.run(versionOfSession(json, last), last.createdAt, last._id, op.session);
         }
-        this.sessionAfter(op.session, before, after, 1, size, delta);
-        delta.turns++;
-        delta.bytes += size;
-        charge(delta, text(before['user']), 0, 1, size);
         return;
       }
       case 'editTurn': {
-        const before = this.sessionSizes.get(op.session);
-        const t = this.turnOf.get(op.id);
-        if (before === undefined || t === undefined) throw new Error(`turn ${op.id} of session ${op.session} is not stored`);
-        this.setTurnJson.run(op.json, op.id);
+        const t = this.turnSession.get(op.id);
+        if (t === undefined || text(t['session']) !== op.session) throw new Error(`turn ${op.id} of session ${op.session} is not stored`);
+        // the edit holds the text of its deltas (the writer folded them in): their rows go
+        this.setTurnJson.run(op.json, op.tokens.inputTokens, op.tokens.outputTokens, op.tokens.cachedTokens, op.id);
+        this.foldDeltas.run(op.id);
         // an edit's text is found at once (search reads a queued turn by its text); a delta's waits for the turn's next edit (docs/DECISIONS.md)
         this.unindexTurn.run(op.id);
         this.queueTurn.run(...queuedColumns(op.words), op.id);
-        const change = op.json.byteLength - int(t['bytes']);
-        this.sessionAfter(op.session, before, op.after, 0, change, delta);
-        delta.bytes += change;
-        charge(delta, text(before['user']), 0, 0, change);
+        this.sessionAfter(op.session, op.after);
         return;
       }
       case 'delta': {
-        const before = this.sessionSizes.get(op.session);
-        const t = this.turnOf.get(op.id);
-        if (before === undefined || t === undefined) throw new Error(`turn ${op.id} of session ${op.session} is not stored`);
-        if (this.index) {
-          // a turn still queued is indexed with the text it had before its deltas, which wait for its next edit
-          const queued = this.queuedTurn.get(op.id)?.['rowid'];
-          if (typeof queued === 'number') {
-            this.indexQueuedTurn.run(queued);
-            this.dequeueTurn.run(queued);
-          }
-        }
-        this.setTurnJson.run(op.json, op.id);
-        const change = op.json.byteLength - int(t['bytes']);
-        this.addTurnBytes.run(change, op.session);
-        delta.bytes += change;
-        charge(delta, text(before['user']), 0, 0, change);
+        // the turn's row is not touched: the index keeps the text it had before its deltas, until its next edit
+        this.insertDelta.run(op.turn, op.seq, op.pieces, op.bytes, op.end);
+        const h = op.held;
+        this.setHeld.run(h.turns, h.turnBytes, h.inputTokens, h.outputTokens, h.cachedTokens, op.session);
         return;
       }
       case 'dropTurns': {
-        const before = this.sessionSizes.get(op.session);
-        if (before === undefined) throw new Error(`session ${op.session} is not stored`);
-        let bytes = 0;
         for (const id of op.ids) {
-          const t = this.turnOf.get(id);
+          const t = this.turnSession.get(id);
           if (t === undefined || text(t['session']) !== op.session) throw new Error(`turn ${id} of session ${op.session} is not stored`);
-          bytes += int(t['bytes']);
           this.deleteTurn.run(id);
         }
-        this.sessionAfter(op.session, before, op.after, -op.ids.length, -bytes, delta);
-        delta.turns -= op.ids.length;
-        delta.bytes -= bytes;
-        charge(delta, text(before['user']), 0, -op.ids.length, -bytes);
+        this.sessionAfter(op.session, op.after);
         return;
       }
       case 'fork': {
         const { s } = op;
-        const bytes = Buffer.byteLength(s.json);
-        this.putSession(s, bytes, false);
-        let turnBytes = 0;
+        this.putSession(s, false);
         const places = placesOfChain(op.turns.map((t) => t.id));
-        op.turns.forEach((t, i) => {
-          const place = places[i] as TreePlace;
-          this.queueNewTurn.run(this.insertTurn.run(t.id, s.id, t.parentId, t.createdAt, t.json, place.depth, place.skipId).lastInsertRowid, ...queuedColumns(t.words));
-          turnBytes += t.json.byteLength;
-        });
-        this.setTurnsOf.run(s.version, op.lastTurn?.createdAt ?? null, op.lastTurn?._id ?? null, op.turns.length, turnBytes, s.id);
-        delta.sessions++;
-        delta.turns += op.turns.length;
-        delta.bytes += bytes + turnBytes;
-        charge(delta, s.user, 1, op.turns.length, bytes + turnBytes);
+        op.turns.forEach((t, i) => this.insert(s.id, t, places[i] as TreePlace));
+        const last = op.lastTurn;
+        this.setLastTurn.run(s.version, last?.createdAt ?? null, last?._id ?? null, s.id);
+        const h = op.held;
+        this.setHeld.run(h.turns, h.turnBytes, h.inputTokens, h.outputTokens, h.cachedTokens, s.id);
         return;
       }
       case 'dropTurn': {
-        const t = this.turnOf.get(op.id);
+        const t = this.turnSession.get(op.id);
         if (t === undefined) return;
         const session = text(t['session']);
         this.deleteTurn.run(op.id);
-        const newest = this.newestTurn.get(session);
-        const before = this.sessionSizes.get(session);
+        const before = this.sessionRow.get(session);
         if (before !== undefined) {
+          const newest = this.newestTurn.get(session);
           const last = newest === undefined ? undefined : { createdAt: text(newest['created_at']), _id: text(newest['id']) };
-          this.setTurnsOf.run(versionOfSession(text(before['json']), last), last?.createdAt ?? null, last?._id ?? null, -1, -int(t['bytes']), session);
-          charge(delta, text(before['user']), 0, -1, -int(t['bytes']));
+          this.setLastTurn.run(versionOfSession(text(before['json']), last), last?.createdAt ?? null, last?._id ?? null, session);
         }
-        delta.turns--;
-        delta.bytes -= int(t['bytes']);
         return;
       }
       case 'delete': {
-        const before = this.sessionSizes.get(op.id);
-        if (before === undefined) return;
         this.deleteTurns.run(op.id);
         this.deleteSession.run(op.id);
-        delta.sessions--;
-        delta.turns -= int(before['turn_count']);
-        delta.bytes -= int(before['json_bytes']) + int(before['turn_bytes']);
-        charge(delta, text(before['user']), -1, -int(before['turn_count']), -(int(before['json_bytes']) + int(before['turn_bytes'])));
+        return;
+      }
+      case 'recount': {
+        for (const id of op.sessions) this.recountSession.run(id);
+        for (const user of op.users) {
+          this.dropUser.run(user);
+          this.recountUser.run(user);
+        }
+        this.recountCounters.run();
       }
     }
   }
 }
 
+/** The counters' rows, by the Usage figure each sums. */
+const COUNTERS = [
+  ['sessions', 'sessions'],
+  ['turns', 'turns'],
+  ['bytes', 'bytes'],
+  ['input_tokens', 'inputTokens'],
+  ['output_tokens', 'outputTokens'],
+  ['cached_tokens', 'cachedTokens'],
+] as const;
+
+/** What an op adds to its owner's usage, as the writer decided it (none for an import's ops). */
+function usageOfOp(op: Op): UsageDelta | undefined {
+  switch (op.op) {
+    case 'put':
+    case 'delta':
+    case 'fork':
+    case 'delete':
+      return op.usage;
+    case 'turn':
+      return op.after?.usage;
+    case 'editTurn':
+    case 'dropTurns':
+      return op.after.usage;
+    default:
+      return undefined;
+  }
+}
+
+/** Two deltas of one owner added up (the first absent: the second). */
+function added(a: UsageDelta | undefined, b: UsageDelta): UsageDelta {
+  if (a === undefined) return b;
+  return {
+    owner: a.owner,
+    sessions: a.sessions + b.sessions,
+    turns: a.turns + b.turns,
+    bytes: a.bytes + b.bytes,
+    inputTokens: a.inputTokens + b.inputTokens,
+    outputTokens: a.outputTokens + b.outputTokens,
+    cachedTokens: a.cachedTokens + b.cachedTokens,
+  };
+}
+
 /** A queued turn's words and content_as_is columns. */
 function queuedColumns(words: string | true | null): [string | null, number] {
   return words === true ? [null, 1] : [words, 0];
-}
-
-/** What one group changes in the store's counters and in each owner's usage. */
-interface Delta {
-  sessions: number;
-  turns: number;
-  bytes: number;
-  readonly users: Map<string, { sessions: number; turns: number; bytes: number }>;
-}
-
-function charge(delta: Delta, user: string, sessions: number, turns: number, bytes: number): void {
-  const u = delta.users.get(user);
-  if (u === undefined) delta.users.set(user, { sessions, turns, bytes });
-  else {
-    u.sessions += sessions;
-    u.turns += turns;
-    u.bytes += bytes;
-  }
 }
 
 function keyOf(row: Readonly<Record<string, unknown>>): { createdAt: string; _id: string } | undefined {
