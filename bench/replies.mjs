@@ -8,11 +8,10 @@
 //     (its `stamp` directive), so a client tells each token's delay from the provider's write to
 //     its own read; time to first token from the request's write. Every reply is checked by GET
 //     afterwards; the server's CPU (/proc utime + stime, all threads) per token, its peak RSS.
-//   long: one reply of 32,000 tokens against 320 replies of 100 tokens one after another (the
-//     same tokens), both at 1,000 tokens a second: the server's CPU per token of each, a few
-//     times (what a quiet delta costs as the turn grows shows in the long one).
+// What a 32,000-token reply costs per token against 100-token ones is bench/deltas.mjs's to
+// measure (a delta's cost as its turn grows), not this file's.
 import { spawn } from 'node:child_process';
-import { copyFileSync, mkdirSync, mkdtempSync, readdirSync, renameSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readdirSync, renameSync, writeFileSync } from 'node:fs';
 import { connect } from 'node:net';
 import { join } from 'node:path';
 import { api, cpuSecondsOf, memoryOf, median, NODE_24, NODE_OLDEST, nodeVersion, ROOT, SECRET, SERVER, sleep, startProcess, token } from './common.mjs';
@@ -26,9 +25,6 @@ const KEY = 'sk-bench-0123456789abcdef';
 const REPLIES = Number(process.env.BENCH_REPLIES_N ?? 1000);
 const TOKENS = 100;
 const RATE = 50;
-const LONG = 32_000;
-const SHORT = 100;
-const LONG_RATE = 1000;
 /** Connections opened at once before a round (past the listen backlog a connect waits a second for its SYN to be sent again). */
 const CONNECT_WIDTH = 100;
 /** The quiet before each round: past the 4 s the server keeps an idle connection to a provider. */
@@ -55,7 +51,6 @@ async function replies(ctx) {
       }
       const r = { engine };
       r.thousand = await thousand(ctx, engine, cluster, provider);
-      r.long = await longAndShort(ctx, engine, cluster, provider);
       results.push(r);
     }
   } finally {
@@ -399,50 +394,6 @@ async function checkRecorded(port, sessions, streams) {
   return { ok, first };
 }
 
-// ---- a long reply against short ones ----
-
-/** One reply through the waiting answer (201); its status and length checked. */
-async function reply(port, s, model, tokens) {
-  const r = await api(port, 'POST', `${B}/${s.id}/messages`, { auth: s.auth, body: { content: 'go on', model } });
-  const t = r.body?.data?.reply;
-  if (r.status !== 201 || t?.status !== 'complete') throw new Error(`replies: a reply of ${tokens} tokens answered ${r.status} ${t?.status ?? r.text.slice(0, 200)} ${t?.error?.message ?? ''}`);
-  const words = (typeof t.content === 'string' ? t.content : t.content.map((p) => p.text ?? '').join('')).split(' ').length;
-  if (words !== tokens) throw new Error(`replies: a reply of ${tokens} tokens was recorded with ${words}`);
-}
-
-async function longAndShort(ctx, engine, cluster, provider) {
-  const reps = ctx.opts.quick ? 1 : 3;
-  const server = await startServer(ctx, engine, cluster, provider, 'long', {});
-  const out = { reps, long: [], short: [] };
-  try {
-    const [s] = await seedSessions(server.port, 1, 'bench');
-    const measure = async (run) => {
-      const cpu0 = cpuSecondsOf(server.pid);
-      const main0 = cpuSecondsOf(server.pid, { mainThread: true });
-      const db0 = cluster === undefined ? NaN : clusterCpu(cluster);
-      const t0 = performance.now();
-      await run();
-      return { seconds: (performance.now() - t0) / 1000, cpu: cpuSecondsOf(server.pid) - cpu0, main: cpuSecondsOf(server.pid, { mainThread: true }) - main0, db: cluster === undefined ? NaN : clusterCpu(cluster) - db0, tokens: LONG };
-    };
-    const long = () => measure(() => reply(server.port, s, `tokens:${LONG}@${LONG_RATE}`, LONG));
-    const short = () =>
-      measure(async () => {
-        for (let i = 0; i < LONG / SHORT; i++) await reply(server.port, s, `tokens:${SHORT}@${LONG_RATE}`, SHORT);
-      });
-    for (let rep = 0; rep < reps; rep++) {
-      for (const kind of rep % 2 === 0 ? ['long', 'short'] : ['short', 'long']) {
-        const m = kind === 'long' ? await long() : await short();
-        out[kind].push(m);
-        ctx.progress(`replies ${engine} ${kind === 'long' ? `one reply of ${LONG} tokens` : `${LONG / SHORT} replies of ${SHORT} tokens`} at ${LONG_RATE}/s (${rep + 1}/${reps}): ${m.seconds.toFixed(1)} s, server ${us((m.cpu / m.tokens) * 1e6)} µs CPU per token (main thread ${us((m.main / m.tokens) * 1e6)})${cluster === undefined ? '' : `, PostgreSQL ${us((m.db / m.tokens) * 1e6)}`}`);
-      }
-    }
-    out.rssMiB = memoryOf(server.pid).peakMiB;
-    return out;
-  } finally {
-    await server.stop();
-  }
-}
-
 // ---- the report ----
 
 const ms = (v) => (v === undefined || Number.isNaN(v) ? '–' : Math.abs(v) < 10 ? v.toFixed(2) : v.toFixed(1));
@@ -480,26 +431,6 @@ function render(ctx, results, notes) {
   }
   const failures = results.flatMap((r) => Object.values(r.thousand.runs).flat().filter((x) => x.errors.length > 0 || (x.recorded !== undefined && x.recorded.first !== undefined)).map((x) => `${r.engine} ${x.kind}: ${x.errors.length} stream(s) failed${x.errors[0] === undefined ? '' : ` (first: ${x.errors[0]})`}${x.recorded?.first === undefined ? '' : `; not recorded whole: ${REPLIES - x.recorded.ok} (first: ${x.recorded.first})`}`));
   for (const f of failures) L.push('', `- **${f}**`);
-  L.push(
-    '',
-    `A long reply against short ones, at ${LONG_RATE.toLocaleString('en')} tokens a second, through the waiting answer (201) with nothing listening (the live feed still takes every piece): one reply of ${LONG.toLocaleString('en')} tokens, and ${LONG / SHORT} replies of ${SHORT} tokens one after another on the same session; ${results[0]?.long.reps ?? '?'} time(s) each, the order alternating. The server's CPU per token (all threads; median, and the range); target: the long one at most 1.2× per token.`,
-    '',
-    '| engine | reply | wall s | server CPU µs per token | main thread µs per token | PostgreSQL CPU µs per token | long ÷ short (range) |',
-    '|---|---|---|---|---|---|---|',
-  );
-  for (const r of results) {
-    const range = (xs) => (xs.length > 1 ? ` (${us(Math.min(...xs))}–${us(Math.max(...xs))})` : '');
-    const per = (runs, f) => runs.map((x) => (x[f] / x.tokens) * 1e6);
-    const ratios = r.long.long.map((x, i) => x.cpu / r.long.short[i].cpu);
-    for (const kind of ['long', 'short']) {
-      const runs = r.long[kind];
-      const cpu = per(runs, 'cpu');
-      const main = per(runs, 'main');
-      const db = per(runs, 'db');
-      const x = kind === 'long' ? `${median(ratios).toFixed(2)}${ratios.length > 1 ? ` (${Math.min(...ratios).toFixed(2)}–${Math.max(...ratios).toFixed(2)})` : ''} ${median(ratios) <= 1.2 ? '(met)' : '(**not met**)'}` : '';
-      L.push(`| ${r.engine} | ${kind === 'long' ? `1 × ${LONG.toLocaleString('en')}` : `${LONG / SHORT} × ${SHORT}`} | ${runs.map((m) => m.seconds.toFixed(1)).join(', ')} | ${us(median(cpu))}${range(cpu)} | ${us(median(main))}${range(main)} | ${r.engine === 'postgres' ? `${us(median(db))}${range(db)}` : '–'} | ${x} |`);
-    }
-  }
   for (const n of notes) L.push('', `- ${n}`);
   return L.join('\n');
 }
