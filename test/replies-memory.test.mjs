@@ -93,13 +93,18 @@ test('"memory stays bounded with a thousand replies in progress and slow listene
   const cgroup = memoryCgroup(t, CEILING);
   if (cgroup === undefined) return;
   const provider = await startProvider({ log: false });
+  // a server that does not start must not leave the provider (and the test process) running
   const s = await startServer({
     cgroup,
     providers: [{ _id: PROVIDER_ID, name: 'Local Ollama', type: 'ollama', baseUrl: provider.url }],
     // a thousand event streams: MAX_STREAMS (half of MAX_CONNECTIONS by default) past them
     // the held replies wait at the provider for as long as the thousand take to open on a loaded
     // machine: no idle timeout may end them first (STREAMING_IDLE past it, as PostgreSQL asks)
-    env: { MAX_CONNECTIONS: '3000', MAX_STREAMS: '2000', EVENTS_BUFFER: String(EVENTS_BUFFER), EVENTS_WINDOW_MEMORY: '8mb', FSYNC: 'off', PROVIDER_IDLE_TIMEOUT: '1h', STREAMING_IDLE: '2h' },
+    env: { MAX_CONNECTIONS: '3000', MAX_STREAMS: '2000', EVENTS_BUFFER: String(EVENTS_BUFFER), EVENTS_WINDOW_MEMORY: '8mb', FSYNC: 'off', PROVIDER_IDLE_TIMEOUT: '60m', STREAMING_IDLE: '120m' },
+  }).catch(async (e) => {
+    await provider.close();
+    cgroup.release();
+    throw e;
   });
   const listeners = [];
   try {
