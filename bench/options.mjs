@@ -22,9 +22,8 @@ Options (each also an environment variable):
                        top self-time functions to the report (profiles in bench/results/profiles)
   --keep               keep the temporary directory (data, server logs)
   --engines=a,b        engines the soak runs (default: sqlite,postgres;    BENCH_ENGINES
-                       every server on the Node.js 24 of node_modules, PostgreSQL on the
-                       run's private cluster); search-scale and index-cost run these only
-                       (default: sqlite and postgres)
+                       PostgreSQL on the run's private cluster); search-scale,
+                       index-cost and replies run these only (default: both)
   --soak-kinds=a,b     the soak's hostile clients to run (default: all)     BENCH_SOAK_KINDS
   --quota-base=REF     pg-quota: also run the build of REF with the quota  BENCH_QUOTA_BASE
                        set (what a change to the quota's check costs), built once in $TMPDIR

@@ -7,6 +7,7 @@ import { join } from 'node:path';
 import { api, logLines, median, memoryOf, NODE_24, ROOT, sleep, token } from './common.mjs';
 import { conversationGroups, conversationScenarios } from './conversations.mjs';
 import { purgeScenarios } from './purge.mjs';
+import { replyScenarios } from './replies.mjs';
 import { searchScaleScenarios } from './search-scale.mjs';
 import { indexCostScenarios } from './index-cost.mjs';
 import { generateDataDir, PER_LIST } from './datagen.mjs';
@@ -382,6 +383,8 @@ export const scenarios = [
   ...indexCostScenarios({ opts, progress, runDir: () => runDir, track: (p) => live.add(p), sections }),
   // the live feed's measurements (bench/live.mjs), reported in a section of their own
   { name: 'live', run: async () => sections.push(await (await import('./live.mjs')).liveReport({ subscribers: opts.quick ? 2000 : 10_000, throughputSubscribers: 1000, writes: opts.quick ? 50 : 200, ...opts, postgres: true }, progress)) },
+  // replies from the model: a thousand streamed at once, and a long reply against short ones (bench/replies.mjs)
+  ...replyScenarios({ opts, progress, runDir: () => runDir, track: (p) => live.add(p), sections }),
 ];
 export const groups = {
   reads: ['get', 'list-user', 'list-project', 'providers'],

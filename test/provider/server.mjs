@@ -18,6 +18,7 @@ export const SCENARIOS = {
   echo: 'answer with the last user text (the default)',
   'say:TEXT': 'answer with TEXT (percent-decoded)',
   'tokens:N[@R]': 'answer N generated tokens, R per second (default: as fast as the socket takes them)',
+  stamp: 'each token (and reasoning token) is the time it is written instead of a word: `t` and the microseconds since the epoch (performance.timeOrigin + performance.now()), so a client on this machine can tell how long it took to reach it (the benchmark)',
   'reasoning:N': 'N tokens of reasoning before the answer (reasoning_content / thinking block / thinking)',
   'reasoning-field:reasoning': 'OpenAI: reasoning deltas in `reasoning` (OpenRouter) instead of `reasoning_content` (DeepSeek, vLLM)',
   'split:N': 'write every event in writes of N bytes, each on its own turn of the event loop (cuts events and UTF-8 characters)',
@@ -34,6 +35,7 @@ export const SCENARIOS = {
   'error-after:N': "after N tokens, the protocol's error in the stream (Anthropic: overloaded_error event)",
   'stall-headers:MS|forever': 'wait before answering at all',
   'stall-after:N[:MS]': 'after N tokens send nothing for MS (default for ever)',
+  'hold-after:N': 'after N tokens send nothing until the test calls release() on the provider (replies held together are in progress at once, whatever the machine\'s speed); once released, holds no more',
   'reset-after:N': 'after N tokens (delivered) close the connection without ending the response',
   'rst-after:N': 'after N tokens reset the connection (TCP RST)',
   'cut-after:N': 'after N tokens end the response cleanly but without the end of the reply ([DONE], message_stop, done)',
@@ -50,7 +52,7 @@ const WORDS = 'the quick brown fox jumps over a lazy dog while seven bright star
 
 /** Parses a model name into its scenario. */
 export function scenarioOf(model) {
-  const s = { model, say: undefined, tokens: undefined, rate: undefined, reasoning: 0, reasoningField: 'reasoning_content', split: 0, eol: '\n', keepalive: false, rejectStreamOptions: false, rejectMaxTokens: false, usage: true, cached: 0, status: undefined, retryAfter: undefined, times: Infinity, echoKey: false, errorAfter: undefined, stallHeaders: undefined, stallAfter: undefined, stallMs: Infinity, resetAfter: undefined, rstAfter: undefined, cutAfter: undefined, finish: 'stop', garbageAfter: undefined, hugeLine: false, json200: false, noDone: false, batch: false };
+  const s = { model, say: undefined, tokens: undefined, rate: undefined, reasoning: 0, reasoningField: 'reasoning_content', split: 0, eol: '\n', keepalive: false, rejectStreamOptions: false, rejectMaxTokens: false, usage: true, cached: 0, status: undefined, retryAfter: undefined, times: Infinity, echoKey: false, errorAfter: undefined, stallHeaders: undefined, stallAfter: undefined, stallMs: Infinity, holdAfter: undefined, resetAfter: undefined, rstAfter: undefined, cutAfter: undefined, finish: 'stop', garbageAfter: undefined, hugeLine: false, json200: false, noDone: false, batch: false, stamp: false };
   for (const d of String(model).split('+')) {
     const [k, ...rest] = d.split(':');
     const v = rest.join(':');
@@ -73,6 +75,7 @@ export function scenarioOf(model) {
       case 'error-after': s.errorAfter = Number(v); break;
       case 'stall-headers': s.stallHeaders = v === 'forever' ? Infinity : Number(v); break;
       case 'stall-after': { const [n, ms] = v.split(':'); s.stallAfter = Number(n); s.stallMs = ms === undefined || ms === 'forever' ? Infinity : Number(ms); break; }
+      case 'hold-after': s.holdAfter = Number(v); break;
       case 'reset-after': s.resetAfter = Number(v); break;
       case 'rst-after': s.rstAfter = Number(v); break;
       case 'cut-after': s.cutAfter = Number(v); break;
@@ -82,6 +85,7 @@ export function scenarioOf(model) {
       case 'json-200': s.json200 = true; break;
       case 'no-done': s.noDone = true; break;
       case 'batch': s.batch = true; break;
+      case 'stamp': s.stamp = true; break;
       default: // a plain model name, `echo` or `n:...`
     }
   }
@@ -264,7 +268,8 @@ const ROUTES = {
 };
 
 /**
- * Starts the local provider. Returns `{url, port, requests, close, waitForRequest}`: `requests`
+ * Starts the local provider. Returns `{url, port, requests, close, waitForRequest, held, release}`
+ * (`held`: replies waiting at their `hold-after`; `release()` lets them and any later ones go on): `requests`
  * is the log, unless `log: false` (the benchmark): each `{protocol, path, headers, body, model,
  * system, attempt (of this model name), at (ms), remotePort, clientClosed, ended}`, with
  * `closed`, a promise of the response's close. `clientClosed` is true when the client closed
@@ -275,6 +280,10 @@ export async function startProvider({ port = 0, host = '127.0.0.1', log = true }
   const waiters = [];
   const counts = new Map();
   const sockets = new Set();
+  /** The gate of `hold-after`: replies wait on it until release() opens it for good. */
+  let open;
+  const gate = new Promise((resolve) => (open = resolve));
+  let holding = 0;
   const server = createServer({ keepAliveTimeout: 5000, noDelay: true }, (req, res) => {
     handle(req, res).catch((e) => {
       if (!res.headersSent) {
@@ -405,6 +414,11 @@ export async function startProvider({ port = 0, host = '127.0.0.1', log = true }
         return req.socket.resetAndDestroy();
       }
       if (faulty && s.cutAfter === i) return end();
+      if (s.holdAfter === i) {
+        holding++;
+        await Promise.race([gate, entry.closed]);
+        holding--;
+      }
       if (faulty && s.stallAfter === i) {
         if (s.stallMs === Infinity) return entry.closed;
         await sleep(s.stallMs);
@@ -417,7 +431,8 @@ export async function startProvider({ port = 0, host = '127.0.0.1', log = true }
         // the kernel takes megabytes on loopback without pushing back: let the rest of the process (the client, in tests) run
         await new Promise((r) => setImmediate(r));
       }
-      const [kind, t] = all[i];
+      const [kind, word] = all[i];
+      const t = s.stamp ? `${i === 0 ? '' : ' '}t${Math.round((performance.timeOrigin + performance.now()) * 1000)}` : word;
       if (!(await write(kind === 'reasoning' ? wire.reasoning(t) : wire.token(t)))) return;
     }
     for (const piece of wire.end(usage)) if (!(await write(piece))) return;
@@ -434,6 +449,14 @@ export async function startProvider({ port = 0, host = '127.0.0.1', log = true }
     url: `http://${host}:${actual}`,
     port: actual,
     requests,
+    /** Replies waiting at their `hold-after` now. */
+    get held() {
+      return holding;
+    },
+    /** Lets every held reply go on, and any that comes later pass its hold. */
+    release() {
+      open();
+    },
     /** The first logged request (past or future) that `pred` accepts. */
     waitForRequest(pred) {
       const found = requests.find(pred);
