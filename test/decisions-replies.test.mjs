@@ -118,6 +118,25 @@ describe('Talking to a model (docs/DECISIONS.md)', () => {
     }
   });
 
+  test('"The end is never refused for a quota (it is counted): a reply that would pass QUOTA_BYTES or BODY_LIMIT on a delta ends error saying so": a reply whose whole text comes before its first delta is written (the store behind it) is held to BODY_LIMIT by its end the same way', async () => {
+    const s = await startServer({ providers: providersFor(provider.url), env: { BODY_LIMIT: '16kb' } });
+    try {
+      const u = s.as('alice');
+      // 8,000 tokens in a few milliseconds: every piece is still pending when the provider ends
+      const a = (await u.post(B, newSession({ providerId: OPENAI, selectedModel: 'tokens:8000@1000000' }))).body.data;
+      const r = await u.post(`${B}/${a._id}/messages`, { content: 'a long one, at once' });
+      assert.equal(r.status, 201, r.text);
+      const reply = r.body.data.reply;
+      assert.equal(reply.status, 'error');
+      assert.match(reply.error.message, /^The reply grew past the largest a turn may be \(BODY_LIMIT, 16384 bytes\)/);
+      assert.ok(Buffer.byteLength(JSON.stringify(reply)) <= 16 * 1024, 'within BODY_LIMIT');
+      assert.deepEqual((await u.get(`${B}/${a._id}/turns/${reply._id}`)).body.data, reply, 'recorded so');
+    } finally {
+      await s.stop();
+      removeDir(s.dataDir);
+    }
+  });
+
   test('"A streaming answer is a stream of the hub opened before the write (its place among MAX_STREAMS reserved, so a refusal there records nothing)"', async () => {
     const s = await startServer({ providers: providersFor(provider.url), env: { MAX_STREAMS: '1' } });
     const held = [];

@@ -242,7 +242,8 @@ export class ReplyService {
     }
     try {
       const final = await recorder.finish(ending);
-      this.ended.set(ending.status, (this.ended.get(ending.status) ?? 0) + 1);
+      const status = recorder.endedAs ?? ending.status;
+      this.ended.set(status, (this.ended.get(status) ?? 0) + 1);
       r.resolve(final);
     } catch (e) {
       // the session or the turn went away meanwhile (deleted), or the store is down: the turn stays
@@ -355,6 +356,8 @@ class Recorder {
   private told: Promise<void> = Promise.resolve();
   /** Set when a write was refused for good (the turn too large, a quota): the reply ends so. */
   stopped: Ending | undefined;
+  /** The status the end recorded (finish's, or the refusal's that came after the provider was done). */
+  endedAs: Ending['status'] | undefined;
 
   constructor(
     private readonly store: Store,
@@ -399,7 +402,7 @@ class Recorder {
         await this.store.appendDelta(this.turn.session, this.turn._id, () => undefined, pieces, this.maxBytes, true);
       } catch (e) {
         // refused for good: the reply ends without what was refused
-        if (e instanceof TurnTooLarge) this.stop({ status: 'error', error: `The reply grew past the largest a turn may be (BODY_LIMIT, ${this.maxBytes} bytes)` });
+        if (e instanceof TurnTooLarge) this.stop({ status: 'error', error: this.tooLarge() });
         else if (e instanceof QuotaExceeded) this.stop({ status: 'error', error: e.message });
         // ended or deleted by someone else: nothing more to write
         else if (e instanceof TurnNotStreaming || e instanceof TurnNotFound || e instanceof SessionNotFound) this.stop({ status: 'interrupted' });
@@ -411,6 +414,10 @@ class Recorder {
       }
     });
     return this.writing;
+  }
+
+  private tooLarge(): string {
+    return `The reply grew past the largest a turn may be (BODY_LIMIT, ${this.maxBytes} bytes)`;
   }
 
   /** The reply cannot go on: the provider's request is closed. */
@@ -425,6 +432,10 @@ class Recorder {
     this.timer = undefined;
     await this.writing;
     await this.told;
+    // a write refused for good after the provider had finished (its last pieces came before the
+    // refusal did) still ends the reply so: what the provider said last does not make it complete
+    if (this.stopped !== undefined) ending = { ...this.stopped, ...(ending.usage !== undefined ? { usage: ending.usage } : {}) };
+    this.endedAs = ending.status;
     const pieces = this.stopped === undefined ? this.pending : [];
     this.pending = [];
     const error = ending.error === undefined ? undefined : { message: ending.error.length > ERROR_MESSAGE_MAX ? `${ending.error.slice(0, ERROR_MESSAGE_MAX - 1)}…` : ending.error };
@@ -436,6 +447,12 @@ class Recorder {
         if (t.status !== 'streaming') throw new TurnNotStreaming();
         let content = t.content;
         for (const p of pieces) content = appendPiece(content, p).content;
+        // the end is never refused, but the text it carries is held to BODY_LIMIT as a delta
+        // would have been: when the store lagged, most of a reply can be pending at its end
+        if (pieces.length > 0 && Buffer.byteLength(JSON.stringify({ ...t, content })) > this.maxBytes) {
+          this.endedAs = 'error';
+          return { content: tidy(t.content), status: 'error', ...(ending.usage !== undefined ? { usage: ending.usage } : {}), error: { message: this.tooLarge() } };
+        }
         return { content: tidy(content), status: ending.status, ...(ending.usage !== undefined ? { usage: ending.usage } : {}), ...(error !== undefined ? { error } : {}) };
       },
       { uncharged: true },
