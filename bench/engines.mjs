@@ -1,16 +1,14 @@
 // The storage engines against each other (issues #11 and #12), registered by scenarios.mjs;
 // measure.mjs owns the load runner and the report: the same requests against the journal, sqlite and
 // PostgreSQL servers, interleaved round by round with the baseline in one run; sqlite and the
-// journal holding a million sessions; the journal before and after the store seam (opt-in: it
-// builds an old commit); PostgreSQL with group commit switched off, and two instances on one
-// database. Each engine runs on the Node.js it needs: the journal and postgres on the oldest
+// journal holding a million sessions; PostgreSQL with group commit switched off, and two instances
+// on one database (builds of other commits against each other: bench/builds.mjs). Each engine runs on the Node.js it needs: the journal and postgres on the oldest
 // supported (NODE_OLDEST), sqlite on the pinned Node 24; the journal also runs on Node 24 as a
 // reference row, so what belongs to the runtime and what to the engine can be told apart.
 // PostgreSQL is a private cluster (test/pg/cluster.mjs) with durable settings, started on the
 // first scenario that needs it; without PostgreSQL those scenarios are skipped with one loud line.
-import { execFileSync, spawnSync } from 'node:child_process';
-import { closeSync, existsSync, fdatasyncSync, mkdirSync, openSync, readFileSync, rmSync, writeSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { spawnSync } from 'node:child_process';
+import { closeSync, fdatasyncSync, openSync, readFileSync, rmSync, writeSync } from 'node:fs';
 import { join } from 'node:path';
 import { findPostgresBin, startCluster } from '../test/pg/cluster.mjs';
 import { api, cpuSecondsOf, logLines, median, memoryOf, NODE_24, NODE_OLDEST, nodeVersion, ROOT, token } from './common.mjs';
@@ -92,28 +90,6 @@ export function engineScenarios(context) {
         const targets = () => [pgTarget(PG_ONE()), pgTarget(PG_TWO(), { instances: 2 })];
         await load(like('get', { name: 'pg-instances-get', targets: targets() }), PG_ONE());
         await load(like('create-64', { name: 'pg-instances-create-64', targets: targets() }), PG_ONE());
-      },
-    },
-    {
-      name: 'journal-seam',
-      optIn: true,
-      run: async () => {
-        const { before, seam } = seamCommits();
-        const now = `${git('rev-parse', '--short=7', 'HEAD')}${git('status', '--porcelain', '--untracked-files=no') === '' ? '' : ' + local changes'}`;
-        const builds = [
-          { label: `before the seam (${before.slice(0, 7)}), Node ${v(NODE_OLDEST)}`, server: oldBuild(before) },
-          ...(seam === undefined ? [] : [{ label: `the seam itself (${seam.slice(0, 7)}), Node ${v(NODE_OLDEST)}`, server: oldBuild(seam) }]),
-          { label: `now (${now}), Node ${v(NODE_OLDEST)}` },
-        ];
-        seamLabels = { before: builds[0].label, seam: builds.length === 3 ? builds[1].label : undefined, now: builds.at(-1).label };
-        const targets = () => builds.map((b) => ({ ...b, node: NODE_OLDEST }));
-        // a 5% threshold needs more rounds than the default 3 to stand out of the noise; bothOrders
-        // rounds them up to a multiple of the number of builds, each build first in as many
-        const rounds = ctx.opts.quick ? undefined : Math.max(ctx.opts.rounds, 8);
-        for (const name of ['get', 'create-64']) {
-          const t = targets();
-          await load(like(name, { name: `seam-${name}`, targets: t, rounds, alternate: true, bothOrders: true }), t[0].label);
-        }
       },
     },
   ];
@@ -278,54 +254,6 @@ export function pgTarget(label, { instances = 1, env = {} } = {}) {
   };
 }
 
-// ---- the journal before the store seam ----
-
-const git = (...args) => execFileSync('git', ['-C', ROOT, ...args], { encoding: 'utf8' }).trim();
-let seamLabels; // the three builds' labels, once journal-seam has run
-
-/**
- * The builds to compare with now: `before`, the parent of the commit "Store seam: ..." (the last
- * journal-only build), and `seam`, that commit itself, which tells what the interface cost from
- * what came after it; with --seam-base, that build alone.
- */
-function seamCommits() {
-  try {
-    if (ctx.opts.seamBase !== undefined) return { before: git('rev-parse', '--verify', `${ctx.opts.seamBase}^{commit}`) };
-    const seam = git('log', '--format=%H', '-1', '--grep=^Store seam: ', 'HEAD');
-    if (seam === '') throw new Error('no commit "Store seam: ..." in this history; name the build to compare with --seam-base=REF');
-    return { before: git('rev-parse', `${seam}^`), seam };
-  } catch (e) {
-    throw new Error(`journal-seam needs git and this repository's history: ${e.message.split('\n')[0]}`);
-  }
-}
-
-/**
- * dist/server.js of an older commit, built once into $TMPDIR from `git archive` (no worktree is
- * registered in the repository) with its own `npm ci`, and kept there for the next run
- * (rm -rf $TMPDIR/csa-bench-build-* to drop it).
- */
-function oldBuild(commit) {
-  const dir = join(tmpdir(), `csa-bench-build-${commit.slice(0, 12)}`);
-  const server = join(dir, 'dist', 'server.js');
-  if (existsSync(server)) {
-    ctx.progress(`journal-seam: reusing the build of ${commit.slice(0, 7)} in ${dir}`);
-    return server;
-  }
-  ctx.progress(`journal-seam: building ${commit.slice(0, 7)} in ${dir} (git archive, npm ci, node build.mjs)...`);
-  rmSync(dir, { recursive: true, force: true });
-  mkdirSync(dir, { recursive: true });
-  try {
-    const tar = execFileSync('git', ['-C', ROOT, 'archive', '--format=tar', commit], { maxBuffer: 1 << 30 });
-    execFileSync('tar', ['-x', '-C', dir], { input: tar });
-    execFileSync('npm', ['ci', '--no-audit', '--no-fund', '--loglevel=error'], { cwd: dir, stdio: ['ignore', 2, 2] });
-    execFileSync(NODE_OLDEST, ['build.mjs'], { cwd: dir, stdio: ['ignore', 2, 2] });
-  } catch (e) {
-    rmSync(dir, { recursive: true, force: true });
-    throw new Error(`journal-seam: building ${commit.slice(0, 7)} failed: ${e.message.split('\n')[0]}`);
-  }
-  return server;
-}
-
 // ---- sqlite and the journal at scale ----
 
 /** The scale data set as a sqlite data directory, made once per run by bench/datagen-sqlite.mjs on Node 24. */
@@ -482,7 +410,7 @@ export function renderEngines() {
   if (rows.length > 0) {
     L.push('## Engines', '');
     L.push(
-      "Same requests, same rounds: the baseline, then each target, round after round. **× first row**: req/s over the req/s of the scenario's first row (the journal on its Node, one PostgreSQL instance, group commit on, or the build before the seam), round by round: the median of the rounds' ratios, and in brackets the lowest and highest. CPU: share of one core of the server(s) / the PostgreSQL cluster / the load generator. Writes per commit: from the servers' commit counters. Event-loop delay: p99 over the measured windows of the servers' `nodejs_eventloop_delay_seconds` (a 10 ms timer's lateness; interpolated within its bucket, as Prometheus does).",
+      "Same requests, same rounds: the baseline, then each target, round after round. **× first row**: req/s over the req/s of the scenario's first row (the journal on its Node, one PostgreSQL instance, group commit on), round by round: the median of the rounds' ratios, and in brackets the lowest and highest. CPU: share of one core of the server(s) / the PostgreSQL cluster / the load generator. Writes per commit: from the servers' commit counters. Event-loop delay: p99 over the measured windows of the servers' `nodejs_eventloop_delay_seconds` (a 10 ms timer's lateness; interpolated within its bucket, as Prometheus does).",
       '',
     );
     L.push('| scenario | target | conns | req/s | × first row | × baseline | p50 ms | p99 ms | errors | CPU % server/db/gen | main thread µs/req (busy %) | writes per commit | event-loop delay p99 ms |');
@@ -545,25 +473,6 @@ export function engineTargets() {
     const note = exact ? '' : ' (target is for 1M + 2M; a smaller set measured)';
     add(`#11 sqlite with ${sqs.dataLabel}: start < 1 s${note}`, `${(sqs.startMs / 1000).toFixed(2)} s to /healthz (journal: ${js === undefined ? '–' : `${(js.startMs / 1000).toFixed(1)} s`})`, exact ? sqs.startMs < 1000 : undefined);
     add(`#11 sqlite with ${sqs.dataLabel}: RSS < 300 MiB serving reads${note}`, `${num(sqs.rssMiB)} MiB after ${sqs.seconds} s of reads, peak ${num(sqs.peakMiB)} (journal: ${js === undefined ? '–' : `${num(js.rssMiB)} MiB`})`, exact ? sqs.rssMiB < 300 : undefined);
-  }
-  for (const name of seamLabels === undefined ? [] : ['get', 'create-64']) {
-    const scenario = `seam-${name}`;
-    const what = name === 'get' ? 'GET by id' : 'durable create, 64 clients';
-    const { before, seam, now } = seamLabels;
-    // each build's median over all its rounds (each build was first in as many of them, bothOrders), not
-    // the rounds' paired ratios: which server is first moves a round's ratio more than the 5% asked about
-    const measured = (label) => {
-      const a = row(scenario, label);
-      const b = row(scenario, before);
-      if (a === undefined || b === undefined) return undefined;
-      const x = a.rps / b.rps;
-      const p = versus(scenario, label, before);
-      return { x, text: `req/s ${x.toFixed(2)} (${num(b.rps)} → ${num(a.rps)}; the rounds' paired ratios ${x2(p)}); main thread µs/req ${b.mainUs.toFixed(1)} → ${a.mainUs.toFixed(1)}, × ${(a.mainUs / b.mainUs).toFixed(2)}` };
-    };
-    const s = seam === undefined ? undefined : measured(seam);
-    if (s !== undefined) add(`#11 the journal with the new interface (the seam commit) ÷ before it, ${what} ≥ 0.95`, s.text, s.x >= 0.95);
-    const n = measured(now);
-    if (n !== undefined) add(`#11 the journal now ÷ before the store seam, ${what} ≥ 0.95`, n.text, n.x >= 0.95);
   }
   for (const [scenario, what] of [
     ['engine-create-64', 'durable create, 64 clients'],

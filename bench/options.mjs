@@ -26,8 +26,11 @@ Options (each also an environment variable):
                        run's private cluster); search-scale and index-cost run these only
                        (default: all three)
   --soak-kinds=a,b     the soak's hostile clients to run (default: all)     BENCH_SOAK_KINDS
-  --seam-base=REF      journal-seam: the build to compare with (default: the parent of the
-                       commit "Store seam: ..."), built once in $TMPDIR    BENCH_SEAM_BASE
+  --builds=REF,REF     builds: the commits to compare, each built once in $TMPDIR; one named
+                       twice runs against a copy of itself (default: the house of issue 29:
+                       its parent, its commit, HEAD)                       BENCH_BUILDS
+  --engine=NAME        builds: sqlite (default) or postgres                BENCH_ENGINE
+  --build-loads=a,b    builds: of get, create-64, reply (default: all)     BENCH_BUILD_LOADS
 The server runs with LOG_LEVEL from the environment (default info), its stdout to a log file.
 The peer scenarios (peer-pg, peer-sqlite) need Fastify and pg installed outside this repository:
   npm install --prefix /work/peers fastify pg; BENCH_PEERS=/work/peers npm run bench -- peers`;
@@ -59,7 +62,6 @@ export const opts = {
   soakKinds: (flag('soak-kinds') ?? process.env.BENCH_SOAK_KINDS)?.split(',').filter((e) => e !== ''),
   /** The engines named with --engines / BENCH_ENGINES; undefined when none were. */
   enginesNamed: (flag('engines') ?? process.env.BENCH_ENGINES)?.split(',').filter((e) => e !== ''),
-  seamBase: flag('seam-base') ?? process.env.BENCH_SEAM_BASE,
   quick,
 };
 
