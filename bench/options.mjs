@@ -28,7 +28,7 @@ Options (each also an environment variable):
   --soak-kinds=a,b     the soak's hostile clients to run (default: all)     BENCH_SOAK_KINDS
   --builds=REF,REF     builds: the commits to compare, each built once in $TMPDIR; one named
                        twice runs against a copy of itself (default: the house of issue 29:
-                       its parent, its commit, HEAD)                       BENCH_BUILDS
+                       the last commit before it that builds, it, HEAD)    BENCH_BUILDS
   --engine=NAME        builds: sqlite (default) or postgres                BENCH_ENGINE
   --build-loads=a,b    builds: of get, create-64, reply (default: all)     BENCH_BUILD_LOADS
 The server runs with LOG_LEVEL from the environment (default info), its stdout to a log file.
