@@ -117,7 +117,8 @@ async function builds(ctx) {
 
   let schemas = 0;
   /** A target starting build `b` on the engine: a fresh data directory (or schema), the example providers and the local one. */
-  const target = (b, provider) => ({
+  let started = 0;
+  const target = (load, b, provider) => ({
     label: b.label,
     start: async () => {
       const dir = mkdtempSync(join(ctx.runDir(), 'build-'));
@@ -125,7 +126,9 @@ async function builds(ctx) {
       if (provider !== undefined) providers.push({ _id: LOCAL_PROVIDER, name: 'Local', type: 'openai', baseUrl: `${provider.url}/v1`, apiKey: 'sk-bench-local' });
       writeFileSync(join(dir, 'providers.json'), JSON.stringify(providers));
       const env = engine === 'sqlite' ? { STORE: 'sqlite' } : { STORE: 'postgres', DATABASE_URL: cluster.url('postgres'), DATABASE_SCHEMA: `builds_${++schemas}`, DATABASE_POOL_SIZE: '10' };
-      return ctx.startApi({ name: `build-${b.commit.slice(0, 7)}${b.copy > 0 ? `-copy${b.copy}` : ''}`, dataDir: dir, node: NODE_24, server: b.server, env });
+      const name = `build-${b.commit.slice(0, 7)}${b.copy > 0 ? `-copy${b.copy}` : ''}`;
+      // with --profile, one profile per server started (a pass each), under the load's and the build's name
+      return ctx.startApi({ name, profileName: `builds-${load}-${name}-${++started}`, dataDir: dir, node: NODE_24, server: b.server, env });
     },
   });
 
@@ -148,13 +151,13 @@ async function builds(ctx) {
     const base = ctx.scenario(name);
     return { ...base, request: base.request ?? (() => ctx.createRequest(base.conns)) };
   };
-  if (loads.includes('get')) await run('get', { ...like('get'), targets: list.map((b) => target(b)) }, list);
-  if (loads.includes('create-64')) await run('create-64', { ...like('create-64'), targets: list.map((b) => target(b)) }, list);
+  if (loads.includes('get')) await run('get', { ...like('get'), targets: list.map((b) => target('get', b)) }, list);
+  if (loads.includes('create-64')) await run('create-64', { ...like('create-64'), targets: list.map((b) => target('create-64', b)) }, list);
   if (loads.includes('reply')) {
     const repliers = list.filter((b) => b.canReply);
     const provider = repliers.length >= 2 ? await startProvider(ctx) : undefined;
     try {
-      await run('reply', replyScenario(repliers.map((b) => target(b, provider))), repliers);
+      await run('reply', replyScenario(repliers.map((b) => target('reply', b, provider))), repliers);
     } finally {
       await provider?.stop();
     }
