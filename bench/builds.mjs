@@ -1,8 +1,8 @@
 // The `builds` scenario (opt-in): the same loads against builds of several commits in one run,
 // each built once into $TMPDIR, so a refactor is measured against the commit before it (issue 29's
-// house: `npm run bench -- builds --builds=0fe455d^,0fe455d,HEAD,HEAD`; a ref named twice runs
+// house: `npm run bench -- builds --builds=941dba9,0fe455d,HEAD,HEAD`; a ref named twice runs
 // against a copy of its own build, the noise floor). Registered by scenarios.mjs.
-import { spawn, execFileSync } from 'node:child_process';
+import { execFileSync, spawn } from 'node:child_process';
 import { cpSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import { loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -116,8 +116,8 @@ async function builds(ctx) {
   for (const b of list) b.server = buildOf(ctx, b.commit, b.copy);
 
   let schemas = 0;
-  /** A target starting build `b` on the engine: a fresh data directory (or schema), the example providers and the local one. */
   let started = 0;
+  /** A target starting build `b` on the engine: a fresh data directory (or schema), the example providers and the local one. */
   const target = (load, b, provider) => ({
     label: b.label,
     start: async () => {
