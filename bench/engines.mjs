@@ -2,13 +2,15 @@
 // measure.mjs owns the load runner and the report: the same requests against the journal, sqlite and
 // PostgreSQL servers, interleaved round by round with the baseline in one run; sqlite and the
 // journal holding a million sessions; PostgreSQL with group commit switched off, and two instances
-// on one database (builds of other commits against each other: bench/builds.mjs). Each engine runs on the Node.js it needs: the journal and postgres on the oldest
+// on one database (builds of other commits against each other: bench/builds.mjs). Each engine
+// runs on the Node.js it needs: the journal and postgres on the oldest
 // supported (NODE_OLDEST), sqlite on the pinned Node 24; the journal also runs on Node 24 as a
 // reference row, so what belongs to the runtime and what to the engine can be told apart.
 // PostgreSQL is a private cluster (test/pg/cluster.mjs) with durable settings, started on the
 // first scenario that needs it; without PostgreSQL those scenarios are skipped with one loud line.
-import { spawnSync } from 'node:child_process';
-import { closeSync, fdatasyncSync, openSync, readFileSync, rmSync, writeSync } from 'node:fs';
+import { execFileSync, spawnSync } from 'node:child_process';
+import { closeSync, existsSync, fdatasyncSync, mkdirSync, openSync, readFileSync, rmSync, writeSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { findPostgresBin, startCluster } from '../test/pg/cluster.mjs';
 import { api, cpuSecondsOf, logLines, median, memoryOf, NODE_24, NODE_OLDEST, nodeVersion, ROOT, token } from './common.mjs';
@@ -252,6 +254,37 @@ export function pgTarget(label, { instances = 1, env = {} } = {}) {
       };
     },
   };
+}
+
+// ---- an older commit's build ----
+
+const git = (...args) => execFileSync('git', ['-C', ROOT, ...args], { encoding: 'utf8' }).trim();
+
+/**
+ * dist/server.js of an older commit, built once into $TMPDIR from `git archive` (no worktree is
+ * registered in the repository) with its own `npm ci`, and kept there for the next run
+ * (rm -rf $TMPDIR/csa-bench-build-* to drop it).
+ */
+function oldBuild(commit) {
+  const dir = join(tmpdir(), `csa-bench-build-${commit.slice(0, 12)}`);
+  const server = join(dir, 'dist', 'server.js');
+  if (existsSync(server)) {
+    ctx.progress(`journal-seam: reusing the build of ${commit.slice(0, 7)} in ${dir}`);
+    return server;
+  }
+  ctx.progress(`journal-seam: building ${commit.slice(0, 7)} in ${dir} (git archive, npm ci, node build.mjs)...`);
+  rmSync(dir, { recursive: true, force: true });
+  mkdirSync(dir, { recursive: true });
+  try {
+    const tar = execFileSync('git', ['-C', ROOT, 'archive', '--format=tar', commit], { maxBuffer: 1 << 30 });
+    execFileSync('tar', ['-x', '-C', dir], { input: tar });
+    execFileSync('npm', ['ci', '--no-audit', '--no-fund', '--loglevel=error'], { cwd: dir, stdio: ['ignore', 2, 2] });
+    execFileSync(NODE_OLDEST, ['build.mjs'], { cwd: dir, stdio: ['ignore', 2, 2] });
+  } catch (e) {
+    rmSync(dir, { recursive: true, force: true });
+    throw new Error(`journal-seam: building ${commit.slice(0, 7)} failed: ${e.message.split('\n')[0]}`);
+  }
+  return server;
 }
 
 // ---- sqlite and the journal at scale ----
