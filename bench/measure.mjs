@@ -58,7 +58,8 @@ export async function startApi({ name, env = {}, dataDir, profileName, node, ser
  * and the event-loop delay histogram's buckets ([le seconds, count]) so far, from /metrics.
  */
 async function storeCounters(port) {
-  const r = await api(port, 'GET', '/metrics');
+  // a kept-alive connection the server closes as idle just as it is reused resets: ask again on a new one
+  const r = await api(port, 'GET', '/metrics').catch((e) => (e.code === 'ECONNRESET' || e.code === 'EPIPE' ? api(port, 'GET', '/metrics', { keepAlive: false }) : Promise.reject(e)));
   const value = (name) => Number(new RegExp(`^${name} (\\d+)`, 'm').exec(r.text)?.[1] ?? NaN);
   const commits = value('chat_session_api_commit_duration_seconds_count');
   const eld = [...r.text.matchAll(/^nodejs_eventloop_delay_seconds_bucket\{le="([^"]+)"\} (\d+)$/gm)].map((m) => [m[1] === '+Inf' ? Infinity : Number(m[1]), Number(m[2])]);
@@ -117,13 +118,14 @@ export async function measure(proc, request, conns) {
     onWindowStart: () => {
       cpu0 = cpu(false);
       main0 = cpu(true);
-      if (proc.api) store0 = counters();
+      // awaited only once the window ends: handled from now, so a failure meanwhile is not an unhandled rejection that ends the run
+      if (proc.api) (store0 = counters()).catch(() => undefined);
       endWindow = proc.window?.();
     },
     onWindowEnd: () => {
       cpu1 = cpu(false);
       main1 = cpu(true);
-      if (proc.api) store1 = counters();
+      if (proc.api) (store1 = counters()).catch(() => undefined);
       extra = endWindow?.();
     },
   });

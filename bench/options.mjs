@@ -30,6 +30,11 @@ Options (each also an environment variable):
   --before=REF         the engine-* scenarios also run sqlite as REF built it   BENCH_BEFORE
                        (built once in $TMPDIR), in the same rounds; a run naming
                        --engines=sqlite leaves PostgreSQL out of them
+  --builds=REF,REF     builds: the commits to compare, each built once in $TMPDIR; one named
+                       twice runs against a copy of itself (default: the house of issue 29:
+                       the last commit before it that builds, it, HEAD)    BENCH_BUILDS
+  --engine=NAME        builds: sqlite (default) or postgres                BENCH_ENGINE
+  --build-loads=a,b    builds: of get, create-64, reply (default: all)     BENCH_BUILD_LOADS
 The server runs with LOG_LEVEL from the environment (default info), its stdout to a log file.
 The peer scenarios (peer-pg, peer-sqlite) need Fastify and pg installed outside this repository:
   npm install --prefix /work/peers fastify pg; BENCH_PEERS=/work/peers npm run bench -- peers`;

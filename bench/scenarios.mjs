@@ -11,6 +11,7 @@ import { replyScenarios } from './replies.mjs';
 import { searchScaleScenarios } from './search-scale.mjs';
 import { indexCostScenarios } from './index-cost.mjs';
 import { generateDataDir, PER_LIST } from './datagen.mjs';
+import { buildsScenarios } from './compare-builds.mjs';
 import { ENGINE_GROUPS, engineScenarios, postgresCluster } from './engines.mjs';
 import { PEER_GROUPS, peerScenarios } from './peers.mjs';
 import { buildRequest, percentile } from './loadgen.mjs';
@@ -373,6 +374,8 @@ export const scenarios = [
   { name: 'soak', run: soak },
   // the engines against each other (bench/engines.mjs)
   ...engineScenarios({ opts, progress, report, runDir: () => runDir, start, startApi, runLoadScenario, dataSet, scenario: (name) => loadScenarios.find((sc) => sc.name === name), seedLists, createRequest }),
+  // builds of several commits against each other (bench/compare-builds.mjs; opt-in: it builds them)
+  ...buildsScenarios({ opts, progress, runDir: () => runDir, startApi, runLoadScenario, scenario: (name) => loadScenarios.find((sc) => sc.name === name), createRequest, sections }),
   // our engines against a Fastify app on the same database (bench/peers.mjs)
   ...peerScenarios({ opts, progress, report, runDir: () => runDir, start, runLoadScenario, scenario: (name) => loadScenarios.find((sc) => sc.name === name), createRequest }),
   ...conversationScenarios({ opts, report, progress, runDir: () => runDir, track: (p) => live.add(p) }),
