@@ -1,8 +1,13 @@
 // The SQL both engines write alike, once, over the few things their dialects write apart: a
-// parameter's placeholder, a boolean column, a table's name. The rules of retention (which
-// session is live, which is expired) and the walk from a turn up to its root are here; each
-// engine keeps only what its planner needs differently (its list halves, its page cuts).
+// parameter's placeholder, a boolean, a table's name, the owner's column, a substring test. The
+// session lists (their index-ordered halves and the filters the index does not serve), the rules
+// of retention (which session is live, which is expired) and the walk from a turn up to its root
+// are here; each engine keeps only what its planner needs differently (sqlite runs each half of
+// archived=all as a statement of its own and merges them; PostgreSQL unions them in one, and
+// cuts a page with a window).
+import type { SessionKey } from '../domain/order.js';
 import type { Liveness } from '../domain/retention.js';
+import type { SessionFilter } from './store.js';
 
 /** How one statement of an engine writes the dialect's differences. */
 export interface Dialect {
@@ -14,6 +19,47 @@ export interface Dialect {
   readonly yes: string;
   /** A table's name as the statement writes it (PostgreSQL's are qualified by their schema). */
   table(name: string): string;
+  /** The sessions' (and session_tags') column of the owner. */
+  readonly owner: string;
+  /** A boolean value as the engine stores it. */
+  bool(value: boolean): string;
+  /** Whether `needle` occurs in `hay`. */
+  contains(hay: string, needle: string): string;
+}
+
+/**
+ * The filters of a list that its index does not serve, as one condition on the sessions row `s`
+ * (undefined when there are none): a project under owner-only access, a name's substring,
+ * liveness, the tags after the first (the first is the index's).
+ */
+export function residualSql(d: Dialect, filter: SessionFilter): string | undefined {
+  const parts: string[] = [];
+  if (filter.user !== undefined && filter.project !== undefined) parts.push(`s.project = ${d.param(filter.project)}`);
+  if (filter.nameContains !== undefined) parts.push(d.contains('s.name_folded', d.param(filter.nameContains)));
+  if (filter.live !== undefined) parts.push(liveSql(d, filter.live));
+  for (const tag of filter.tags?.slice(1) ?? []) parts.push(`EXISTS (SELECT 1 FROM ${d.table('session_tags')} o WHERE o.session = s.id AND o.tag = ${d.param(tag)})`);
+  return parts.length === 0 ? undefined : parts.join(' AND ');
+}
+
+/**
+ * One half of a list (its `archived` value), newest first, strictly after `after`, read from the
+ * index that keeps it in order: the owner's or the project's, or with a tag that tag's. `columns`
+ * of the sessions row `s` (and the tag's row `t`); no limit.
+ */
+export function listHalfSql(d: Dialect, filter: SessionFilter, archived: boolean, after: SessionKey | undefined, columns: string): string {
+  const byOwner = filter.user !== undefined;
+  const column = byOwner ? d.owner : 'project';
+  const tag = filter.tags?.[0];
+  if (tag === undefined) {
+    const key = d.param((byOwner ? filter.user : filter.project) as string);
+    const keyset = after === undefined ? '' : ` AND (s.updated_at, s.id) < (${d.param(after.updatedAt)}, ${d.param(after._id)})`;
+    return `SELECT ${columns} FROM ${d.table('sessions')} s WHERE s.${column} = ${key} AND s.archived = ${d.bool(archived)}${keyset} ORDER BY s.updated_at DESC, s.id DESC`;
+  }
+  const t = d.param(tag);
+  const key = d.param((byOwner ? filter.user : filter.project) as string);
+  const keyset = after === undefined ? '' : ` AND (t.updated_at, t.session) < (${d.param(after.updatedAt)}, ${d.param(after._id)})`;
+  return `SELECT ${columns} FROM ${d.table('session_tags')} t JOIN ${d.table('sessions')} s ON s.id = t.session
+      WHERE t.tag = ${t} AND t.${column} = ${key} AND t.archived = ${d.bool(archived)}${keyset} ORDER BY t.updated_at DESC, t.session DESC`;
 }
 
 /**

@@ -39,13 +39,15 @@ test('"Domain errors carry a code (src/domain/errors.ts); src/api/errors.ts is t
   assert.deepEqual(using(/\bnew HttpError\(/).filter((f) => !f.startsWith('src/api/') && !f.startsWith('src/http/')), [], 'below the API, errors are domain errors');
 });
 
-test('"The rules both engines write in SQL are written once", in src/store/sql.ts: no engine file spells the liveness rule, the expiry queries or the walk up a path itself', () => {
+test('"The rules both engines write in SQL are written once", in src/store/sql.ts: no engine file spells the session lists\' halves or filters, the liveness rule, the expiry queries or the walk up a path itself', () => {
   const ROOT = fileURLToPath(new URL('../..', import.meta.url));
   const engineFiles = ['src/store/sqlite', 'src/store/postgres'].flatMap((d) => readdirSync(join(ROOT, d)).map((f) => `${d}/${f}`));
   for (const [what, re] of [
     ['the liveness rule', /expires_at IS NOT NULL THEN/],
     ['the expiry queries', /expires_at IS NOT NULL AND expires_at <=/],
     ['the walk up a path', /JOIN path p ON t\.id = p\.parent_id/],
+    ['a list\'s half, in list order', /ORDER BY s\.updated_at DESC, s\.id DESC|ORDER BY t\.updated_at DESC, t\.session DESC/],
+    ['the filters a list\'s index does not serve', /o\.session = s\.id AND o\.tag =/],
   ]) {
     assert.deepEqual(engineFiles.filter((f) => re.test(readFileSync(join(ROOT, f), 'utf8'))), [], `${what} is written in an engine`);
     assert.match(readFileSync(join(ROOT, 'src/store/sql.ts'), 'utf8'), re, `${what} is in src/store/sql.ts`);

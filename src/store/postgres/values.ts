@@ -40,7 +40,7 @@ export function sqlText(s: string): string {
 
 /** A statement's dialect for PostgreSQL: its values (as text the database holds, see sqlText) pushed to `params`, its tables in schema `S`. */
 export function postgresDialect(S: string, params: string[]): Dialect {
-  return { param: (v) => `$${params.push(sqlText(String(v)))}`, isSet: (c) => c, yes: 'true', table: (n) => `${S}.${n}` };
+  return { param: (v) => `$${params.push(sqlText(String(v)))}`, isSet: (c) => c, yes: 'true', table: (n) => `${S}.${n}`, owner: 'owner', bool: (b) => String(b), contains: (hay, needle) => `strpos(${hay}, ${needle}) > 0` };
 }
 
 /** The columns of a session that lists by tag and the purge read: its folded tags, its own expiry and whether it is kept for good. */

@@ -73,5 +73,5 @@ export function int(v: SqlValue | undefined): number {
 
 /** A statement's dialect (../sql.ts) for sqlite, its values pushed to `params` in text order (`?` is positional). */
 export function sqliteDialect(params: SqlValue[]): Dialect {
-  return { param: (v) => (params.push(v), '?'), isSet: (c) => `${c} = 1`, yes: '1', table: (n) => n };
+  return { param: (v) => (params.push(v), '?'), isSet: (c) => `${c} = 1`, yes: '1', table: (n) => n, owner: 'user', bool: (b) => (b ? '1' : '0'), contains: (hay, needle) => `instr(${hay}, ${needle}) > 0` };
 }

@@ -4,14 +4,17 @@
 // other requests see. Writes pass through the shared serial writer on the main thread, and each
 // group is committed by the writer thread (./worker.ts) in one transaction. Damage is looked for
 // before SQLite opens the file (./file-check.ts) and in the background (./full-check.ts); once
-// found, writes are refused and health is not ok.
+// found, writes are refused and health is not ok. Split by job as the PostgreSQL engine is: the
+// SQL of lists (./lists.ts), turns and branches (./turns.ts) and search (./search.ts), the reading
+// connections (./connection.ts), the room deletes keep on a full disk (./reserve.ts); this file
+// opens, reads through those, commits and reports.
 import { closeSync, existsSync, mkdirSync, openSync, statSync } from 'node:fs';
 import { dirname } from 'node:path';
 import type { Server } from 'node:net';
 import { Worker } from 'node:worker_threads';
-import { PAGE_BYTE_BUDGET, PAGE_SCAN_BUDGET, SCAN_CHUNK, SCAN_CHUNK_BYTES, sessionBefore, type SessionKey, type TurnKey } from '../../domain/order.js';
+import { PAGE_BYTE_BUDGET, PAGE_SCAN_BUDGET, SCAN_CHUNK, type SessionKey, type TurnKey } from '../../domain/order.js';
 import { isStreamingJson } from '../../domain/deltas.js';
-import { tokensOf, type ChatSession, type Tokens, type Turn } from '../../domain/records.js';
+import { tokensOf, type ChatSession, type Turn } from '../../domain/records.js';
 import type { Liveness } from '../../domain/retention.js';
 import { foldedTags, foldForSearch, textHolds, turnTextOfJson } from '../../domain/search.js';
 import { versionOfSession } from '../../domain/version.js';
@@ -53,16 +56,46 @@ import { RecordCache } from '../record-cache.js';
 import { recordCacheBudget } from '../../memory.js';
 import type { Change } from '../changes.js';
 import { RoomOnlyForDeletes, SerialWriter, type Group, type GroupSource } from '../writer.js';
-import { bytesOf, int, sqliteCode, sqliteDatabase, sqliteDialect, text, textOrUndefined, type Database, type Row, type SqlValue, type Statement } from './binding.js';
+import {
+  bytesOf,
+  int,
+  sqliteDatabase,
+  sqliteDialect,
+  text,
+  textOrUndefined,
+  type Database,
+  type Row,
+  type SqlValue,
+} from './binding.js';
 import { checkFiles } from './file-check.js';
 import { FullCheck } from './full-check.js';
-import { checkSchema, prepareSchema, queuedTurnWords, registerHoldsFunctions, registerSearchFunctions, REINDEX_SQL, STREAMING_WHERE, streamingSql, unreadable } from './schema.js';
+import {
+  checkSchema,
+  prepareSchema,
+  queuedTurnWords,
+  registerSearchFunctions,
+  REINDEX_SQL,
+  STREAMING_WHERE,
+  unreadable,
+} from './schema.js';
 import { endText, piecesText, tailOfJson, tailOfRow, withDeltas, type Tail } from '../pieces.js';
-import { pageByDepthSql } from '../tree-index.js';
-import { expiredSql, liveSql, pathSql, type Dialect } from '../sql.js';
+import { expiredSql } from '../sql.js';
 import { holdName } from '../../data-dir-lock.js';
 import { reserveFileOf } from './reserve.js';
-import { WRITER_ROLE, type FromWriter, type Op, type PutSession, type SessionAfter, type ToWriter, type TurnRow, type WriterData } from './worker.js';
+import {
+  WRITER_ROLE,
+  type FromWriter,
+  type Op,
+  type PutSession,
+  type SessionAfter,
+  type ToWriter,
+  type TurnRow,
+  type WriterData,
+} from './worker.js';
+import { recordOf, sessionRows, narrowed, pageOfRows, listRows } from './lists.js';
+import { deltasSql, turnBytesSql, TURN_COLUMNS, TREE_TURN_COLUMNS, turnOf, tokensOfRow, treeTurnOf, branchKeysSql, branchParams, branchPageSql, branchTurns, turnChunks, chunksOf } from './turns.js';
+import { filterWords, WALK_SESSIONS, searchPart } from './search.js';
+import { Connection, isDamage, openReader } from './connection.js';
 
 export interface SqliteOptions {
   readonly file: string;
@@ -88,344 +121,6 @@ const SCAN_IDLE = 4;
 const SCAN_MAX = 16;
 /** Page cache of a snapshot connection: scans read sequentially and need little. */
 const SCAN_CACHE_KIB = 1024;
-
-/** A session as read from its row: its JSON and version as stored, the record parsed only when asked for. */
-class Record implements SessionRecord {
-  private parsed: ChatSession | undefined;
-  constructor(
-    readonly json: string,
-    readonly version: string,
-  ) {}
-  get session(): ChatSession {
-    return (this.parsed ??= JSON.parse(this.json) as ChatSession);
-  }
-}
-
-/**
- * A turn's deltas (../pieces.ts), read beside its row by the same statement (one moment: the
- * edit that folds them in could otherwise fall between two reads): the `pieces` of its delta
- * rows joined in order, for a streaming turn only. `t` names the turns table in the statement.
- */
-function deltasSql(t: string): string {
-  return `CASE WHEN ${streamingSql(`${t}.json`)} THEN (SELECT group_concat(p.pieces, ',' ORDER BY p.seq) FROM turn_pieces p WHERE p.turn = ${t}.id) END`;
-}
-
-/** The UTF-8 bytes of a turn's JSON with its deltas: its last delta's count, else its row's. */
-function turnBytesSql(t: string): string {
-  return `coalesce(CASE WHEN ${streamingSql(`${t}.json`)} THEN (SELECT p.bytes FROM turn_pieces p WHERE p.turn = ${t}.id ORDER BY p.seq DESC LIMIT 1) END, length(${t}.json))`;
-}
-
-/** The columns turnOf reads, from the turns table unaliased. */
-const TURN_COLUMNS = `id, created_at, json, ${deltasSql('turns')} AS deltas`;
-/** The columns treeTurnOf reads. */
-const TREE_TURN_COLUMNS = `${TURN_COLUMNS}, parent_id, input_tokens, output_tokens, cached_tokens`;
-
-const recordOf = (row: Row): Record => new Record(text(row['json']), text(row['version']));
-const turnOf = (row: Row): TurnRecord => ({ _id: text(row['id']), createdAt: text(row['created_at']), json: withDeltas(bytesOf(row['json']), textOrUndefined(row['deltas'])) });
-const tokensOfRow = (row: Row): Tokens => ({ inputTokens: int(row['input_tokens']), outputTokens: int(row['output_tokens']), cachedTokens: int(row['cached_tokens']) });
-const treeTurnOf = (row: Row): TreeTurn => {
-  const json = withDeltas(bytesOf(row['json']), textOrUndefined(row['deltas']));
-  return { _id: text(row['id']), createdAt: text(row['created_at']), parentId: textOrUndefined(row['parent_id']) ?? null, bytes: json.length, json, tokens: tokensOfRow(row) };
-};
-
-/** For statements whose numbered parameters (?1, ?2...) are written by hand: pathSql needs only the table's name. */
-const NUMBERED: Dialect = sqliteDialect([]);
-
-/**
- * The keys of a branch's path, oldest first: from its turn (`?1`, in session `?2`; the head's
- * read from the session row) up to the root along the parents, each step a primary-key lookup
- * that reads no JSON; strictly after (?3, ?4) and at most ?5 when asked (a page after a cursor walks
- * from the head to the cursor only). The JSON of the page is
- * read afterwards, turn by turn: sorting rows that carry their JSON cost more than the whole walk.
- */
-function branchKeysSql(branch: Branch, after: boolean, limit: boolean): string {
-  const start = branch === 'head' ? 'id = (SELECT head_turn_id FROM sessions WHERE id = ?2)' : 'id = ?1';
-  return `WITH RECURSIVE ${pathSql(NUMBERED, start, '?2', after ? '(?3, ?4)' : undefined)}
-    SELECT id, created_at FROM path ${after ? 'WHERE (created_at, id) > (?3, ?4)' : ''} ORDER BY created_at, id ${limit ? 'LIMIT ?5' : ''}`;
-}
-
-/** The parameters of branchKeysSql: the turn (or null for the head), the session, the key after, the limit. */
-function branchParams(sessionId: string, branch: Branch, after: TurnKey | undefined, limit: number | undefined): SqlValue[] {
-  const out: SqlValue[] = [branch === 'head' ? null : branch.turnId, sessionId];
-  if (after !== undefined) out.push(after.createdAt, after._id);
-  else if (limit !== undefined) out.push(null, null);
-  if (limit !== undefined) out.push(limit);
-  return out;
-}
-
-/**
- * A page of a branch by depth (../tree-index.ts): the keys of the turns at depths ?3 .. ?3 + ?4 - 1
- * of the path to the branch's turn (?1, or the head of session ?2), oldest first, each with its
- * parent: about depth / JUMP + JUMP lookups beside the page's own, however deep the branch.
- */
-function branchPageSql(branch: Branch): string {
-  const start = branch === 'head' ? 'id = (SELECT head_turn_id FROM sessions WHERE id = ?2)' : 'id = ?1';
-  return `WITH RECURSIVE
-    target(id, depth) AS (SELECT id, depth FROM turns WHERE ${start} AND session = ?2),
-    bounds(lo, hi) AS (SELECT ?3, min(depth, ?3 + ?4 - 1) FROM target),
-    ${pageByDepthSql('turns')}
-    SELECT id, created_at, parent_id, depth FROM walk WHERE depth >= (SELECT lo FROM bounds) ORDER BY depth`;
-}
-
-/** The turns of a branch's keys, in their order, their JSON read one by one. */
-function* branchTurns(c: Connection, keys: Iterable<Row>): IterableIterator<Row> {
-  const one = c.prepare(`SELECT ${TURN_COLUMNS} FROM turns WHERE id = ?`);
-  for (const k of keys) {
-    const row = one.get(k['id'] as string);
-    if (row !== undefined) yield row;
-  }
-}
-
-/**
- * A connection with its statements prepared once each. What SQLite reports as damage, as it
- * prepares or runs one, goes through `damaged` (the store marks itself damaged and gets a
- * StorageDamaged to throw instead).
- */
-class Connection {
-  private readonly statements = new Map<string, Statement>();
-  constructor(
-    readonly db: Database,
-    private readonly damaged: (e: unknown) => unknown,
-  ) {}
-  prepare(sql: string): Statement {
-    let s = this.statements.get(sql);
-    if (s === undefined) {
-      try {
-        s = new Watched(this.db.prepare(sql), this.damaged);
-      } catch (e) {
-        throw this.damaged(e);
-      }
-      this.statements.set(sql, s);
-    }
-    return s;
-  }
-}
-
-/** A statement whose errors pass through `damaged` (Connection), its rows' too. */
-class Watched implements Statement {
-  constructor(
-    private readonly s: Statement,
-    private readonly damaged: (e: unknown) => unknown,
-  ) {}
-  run(...params: SqlValue[]): ReturnType<Statement['run']> {
-    try {
-      return this.s.run(...params);
-    } catch (e) {
-      throw this.damaged(e);
-    }
-  }
-  get(...params: SqlValue[]): Row | undefined {
-    try {
-      return this.s.get(...params);
-    } catch (e) {
-      throw this.damaged(e);
-    }
-  }
-  all(...params: SqlValue[]): Row[] {
-    try {
-      return this.s.all(...params);
-    } catch (e) {
-      throw this.damaged(e);
-    }
-  }
-  iterate(...params: SqlValue[]): IterableIterator<Row> {
-    try {
-      return new WatchedRows(this.s.iterate(...params), this.damaged);
-    } catch (e) {
-      throw this.damaged(e);
-    }
-  }
-}
-
-class WatchedRows implements IterableIterator<Row> {
-  constructor(
-    private readonly rows: IterableIterator<Row>,
-    private readonly damaged: (e: unknown) => unknown,
-  ) {}
-  next(): IteratorResult<Row> {
-    try {
-      return this.rows.next();
-    } catch (e) {
-      throw this.damaged(e);
-    }
-  }
-  return(value?: unknown): IteratorResult<Row> {
-    return this.rows.return?.(value) ?? { done: true, value: undefined };
-  }
-  [Symbol.iterator](): IterableIterator<Row> {
-    return this;
-  }
-}
-
-/** SQLITE_CORRUPT or SQLITE_NOTADB: SQLite found the file malformed. */
-function isDamage(e: unknown): boolean {
-  const code = sqliteCode(e);
-  return code === 11 || code === 26;
-}
-
-/**
- * The rows of a session list, newest first, from the index that serves its filter. Rows that
- * the residual filters (a project under owner-only access, a name) leave out come back without
- * their JSON, so a page can count what it examined without reading it. With `limit`, at most
- * that many rows, read in one call (one crossing into SQLite instead of one per row).
- */
-function sessionRows(c: Connection, filter: SessionFilter, archived: 0 | 1, after: SessionKey | undefined, limit?: number): Iterable<Row> {
-  const byUser = filter.user !== undefined;
-  const residual: string[] = [];
-  const params: SqlValue[] = [];
-  if (byUser && filter.project !== undefined) {
-    residual.push('s.project = ?');
-    params.push(filter.project);
-  }
-  if (filter.nameContains !== undefined) {
-    residual.push('instr(s.name_folded, ?) > 0');
-    params.push(filter.nameContains);
-  }
-  if (filter.live !== undefined) residual.push(liveSql(sqliteDialect(params), filter.live));
-  const [tag, ...otherTags] = filter.tags ?? [];
-  for (const t of otherTags) {
-    residual.push('EXISTS (SELECT 1 FROM session_tags o WHERE o.session = s.id AND o.tag = ?)');
-    params.push(t);
-  }
-  const json = residual.length === 0 ? 's.json' : `CASE WHEN ${residual.join(' AND ')} THEN s.json END AS json`;
-  const owner = byUser ? 'user' : 'project';
-  // `archived` is written into the text, so the two halves of archived=all are two statements (one statement iterates once at a time)
-  let sql: string;
-  if (tag === undefined) {
-    params.push((byUser ? filter.user : filter.project) as string);
-    const keyset = after === undefined ? '' : ' AND (s.updated_at, s.id) < (?, ?)';
-    if (after !== undefined) params.push(after.updatedAt, after._id);
-    sql = `SELECT s.id, s.updated_at, s.version, ${json} FROM sessions s WHERE s.${owner} = ? AND s.archived = ${archived}${keyset} ORDER BY s.updated_at DESC, s.id DESC`;
-  } else {
-    // a tag's list is read from its own index, in list order; the other tags filter it
-    params.push(tag, (byUser ? filter.user : filter.project) as string);
-    const keyset = after === undefined ? '' : ' AND (t.updated_at, t.session) < (?, ?)';
-    if (after !== undefined) params.push(after.updatedAt, after._id);
-    sql = `SELECT s.id, s.updated_at, s.version, ${json} FROM session_tags t JOIN sessions s ON s.id = t.session
-      WHERE t.tag = ? AND t.${owner} = ? AND t.archived = ${archived}${keyset} ORDER BY t.updated_at DESC, t.session DESC`;
-  }
-  if (limit === undefined) return c.prepare(sql).iterate(...params);
-  return c.prepare(`${sql} LIMIT ?`).all(...params, limit);
-}
-
-/** True when a residual filter other than expiry (a project under owner-only access, a name, a second tag) may leave rows out. */
-function narrowed(filter: SessionFilter): boolean {
-  return (filter.user !== undefined && filter.project !== undefined) || filter.nameContains !== undefined || (filter.tags?.length ?? 0) > 1;
-}
-
-/**
- * A page from a list's rows: at most `limit` sessions, or fewer when PAGE_SCAN_BUDGET rows were
- * examined; `leftOut` when a residual filter left a row out.
- */
-function pageOfRows(rows: Iterable<Row>, limit: number): { page: Page<SessionRecord, SessionKey>; leftOut: boolean } {
-  const items: SessionRecord[] = [];
-  let examined = 0;
-  let last: SessionKey | undefined;
-  let next: SessionKey | undefined;
-  let leftOut = false;
-  for (const row of rows) {
-    if (last !== undefined && (items.length === limit || examined === PAGE_SCAN_BUDGET)) {
-      next = last;
-      break;
-    }
-    examined++;
-    last = keyOfRow(row);
-    if (row['json'] !== null) items.push(recordOf(row));
-    else leftOut = true;
-  }
-  return { page: { items, next }, leftOut };
-}
-
-/** The query's words as an FTS5 query: each a prefix (or with `prefixes` false, a whole word), all required (the words are letters and digits only). */
-function filterWords(words: readonly string[], prefixes = true): string {
-  return words.map((w) => (prefixes ? `"${w}"*` : `"${w}"`)).join(' ');
-}
-
-/** Sessions a search walk reads at a time. */
-const WALK_SESSIONS = 64;
-
-/** Where one part of a search finds its documents: the index's names or turns, or those still queued for it. */
-type SearchPart = 'names' | 'turns' | 'queuedNames' | 'queuedTurns';
-
-/**
- * One part of a search: the index finds the documents (or, for those still queued for it, their
- * text is checked as the index will hold it), the session's columns decide whether the caller
- * may read them (the lists' rules), keys after the cursor only.
- */
-function searchPart(filter: SearchFilter, after: SearchKey | undefined, part: SearchPart, params: SqlValue[]): string {
-  const where: string[] = [];
-  const indexed = part === 'names' || part === 'turns';
-  if (indexed) params.push(filterWords(filter.words));
-  if (filter.user !== undefined) {
-    where.push('s.user = ?');
-    params.push(filter.user);
-    if (filter.project !== undefined) {
-      where.push('s.project = ?');
-      params.push(filter.project);
-    }
-  } else {
-    where.push('s.project = ?');
-    params.push(filter.project ?? '');
-  }
-  if (filter.archived !== 'all') where.push(`s.archived = ${filter.archived === 'true' ? 1 : 0}`);
-  where.push(liveSql(sqliteDialect(params), filter.live));
-  const turns = part === 'turns' || part === 'queuedTurns';
-  const [at, doc] = turns ? ['t.created_at', 't.id'] : ['s.updated_at', 's.id'];
-  if (after !== undefined) {
-    where.push(`(${at}, ${doc}) < (?, ?)`);
-    params.push(after.at, after.doc);
-  }
-  let condition = where.join(' AND ');
-  if (!indexed) {
-    // in a CASE, so the text is read only for what the scope lets through: as a term of its own,
-    // SQLite checked it before the session's columns (every queued turn of every user parsed)
-    condition = `CASE WHEN ${condition} THEN ${turns ? 'csa_turn_holds(t.json, ?)' : 'csa_name_holds(s.json, ?)'} ELSE 0 END`;
-    params.push(filter.words.join(' '));
-  }
-  const columns = turns ? `t.created_at AS at, t.id AS doc, s.json, s.version, t.json AS turn_json, ${deltasSql('t')} AS turn_deltas` : 's.updated_at AS at, s.id AS doc, s.json, s.version, NULL AS turn_json, NULL AS turn_deltas';
-  switch (part) {
-    case 'names':
-      return `SELECT ${columns} FROM name_words f JOIN sessions s ON s.rowid = f.rowid WHERE name_words MATCH ? AND ${condition}`;
-    case 'turns':
-      return `SELECT ${columns} FROM turn_words f JOIN turns t ON t.rowid = f.rowid JOIN sessions s ON s.id = t.session WHERE turn_words MATCH ? AND ${condition}`;
-    case 'queuedNames':
-      return `SELECT ${columns} FROM names_unindexed u CROSS JOIN sessions s ON s.rowid = u.rowid WHERE ${condition}`;
-    case 'queuedTurns':
-      // CROSS JOIN: the queue first (short), never the caller's sessions' every turn first
-      return `SELECT ${columns} FROM turns_unindexed u CROSS JOIN turns t ON t.rowid = u.rowid CROSS JOIN sessions s ON s.id = t.session WHERE ${condition}`;
-  }
-}
-
-/** Both halves of an `archived=all` list (each served by the index) merged in list order. */
-function* merged(first: Iterable<Row>, second: Iterable<Row>): IterableIterator<Row> {
-  const a = first[Symbol.iterator]();
-  const b = second[Symbol.iterator]();
-  try {
-    let x = a.next();
-    let y = b.next();
-    while (x.done !== true || y.done !== true) {
-      if (y.done === true || (x.done !== true && sessionBefore(keyOfRow(x.value), keyOfRow(y.value)))) {
-        yield x.value as Row;
-        x = a.next();
-      } else {
-        yield y.value;
-        y = b.next();
-      }
-    }
-  } finally {
-    a.return?.();
-    b.return?.();
-  }
-}
-
-function keyOfRow(row: Row): SessionKey {
-  return { updatedAt: text(row['updated_at']), _id: text(row['id']) };
-}
-
-function listRows(c: Connection, filter: SessionFilter, after: SessionKey | undefined, limit?: number): Iterable<Row> {
-  if (filter.archived === 'all') return merged(sessionRows(c, filter, 0, after, limit), sessionRows(c, filter, 1, after, limit));
-  return sessionRows(c, filter, filter.archived === 'true' ? 1 : 0, after, limit);
-}
 
 export class SqliteStore extends SerialWrites implements Store, GroupSource, Group {
   readonly engine = 'sqlite';
@@ -1202,27 +897,6 @@ async function writerHolds(file: string): Promise<boolean> {
   return false;
 }
 
-function turnChunks(c: Connection, sessionId: string): Iterable<TurnRecord[]> {
-  return chunksOf(c.prepare(`SELECT ${TURN_COLUMNS} FROM turns WHERE session = ? ORDER BY created_at, id`).iterate(sessionId));
-}
-
-/** Turns in chunks of SCAN_CHUNK turns or SCAN_CHUNK_BYTES of JSON, whichever comes first (rows are copies). */
-function* chunksOf(rows: Iterable<Row>): Iterable<TurnRecord[]> {
-  let chunk: TurnRecord[] = [];
-  let bytes = 0;
-  for (const row of rows) {
-    const t = turnOf(row);
-    chunk.push(t);
-    bytes += t.json.length;
-    if (chunk.length === SCAN_CHUNK || bytes >= SCAN_CHUNK_BYTES) {
-      yield chunk;
-      chunk = [];
-      bytes = 0;
-    }
-  }
-  if (chunk.length > 0) yield chunk;
-}
-
 /** The store's counters, each the sum of a Usage figure over every user. */
 function countersOf(c: Connection): Usage {
   const out = { ...NO_USAGE };
@@ -1232,19 +906,6 @@ function countersOf(c: Connection): Usage {
     if (figure !== undefined) out[figure] = int(row['value']);
   }
   return out;
-}
-
-function openReader(file: string, cacheBytes: number): Database {
-  const DatabaseSync = sqliteDatabase();
-  let db: Database;
-  try {
-    db = new DatabaseSync(file, { readOnly: true, timeout: 1000 });
-    db.exec(`PRAGMA cache_size = ${-Math.max(64, Math.floor(cacheBytes / 1024))}`);
-    registerHoldsFunctions(db);
-  } catch (e) {
-    throw unreadable(file, e);
-  }
-  return db;
 }
 
 function putOf(s: ChatSession, json: string, version: string): PutSession {
