@@ -146,7 +146,13 @@ export function request(baseUrl, method, path, { token, json, body, headers = {}
         res.on('error', reject);
       },
     );
-    req.on('error', reject);
+    req.on('error', (e) => {
+      // a kept-alive socket the server closed as idle just as this request went out on it: the
+      // server never read the request, so it is sent again on a new socket (node's documented
+      // way; a suite-wide rare ECONNRESET otherwise)
+      if (req.reusedSocket && e.code === 'ECONNRESET') resolve(request(baseUrl, method, path, { token, json, body, headers, keepAlive }));
+      else reject(e);
+    });
     if (payload !== undefined) req.write(payload);
     req.end();
   });

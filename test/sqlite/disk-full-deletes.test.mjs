@@ -5,8 +5,8 @@ import assert from 'node:assert/strict';
 import { existsSync, statfsSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, test } from 'node:test';
-import { BASE, dump, metric } from './api-kit.mjs';
-import { newSession, removeDir, runCli, smallDisk, startServer, STORE, STORE_FILE } from './helpers.mjs';
+import { BASE, dump, metric } from '../api-kit.mjs';
+import { newSession, removeDir, runCli, smallDisk, startServer, STORE, STORE_FILE } from '../helpers.mjs';
 
 /** A small file system: its reserve is an eighth of it (3 MiB; src/store/sqlite/reserve.ts), beside a few MiB of data. */
 const DISK = '24m';
