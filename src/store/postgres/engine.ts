@@ -39,6 +39,7 @@ import {
   type Broadcast,
   type SharedEventLog,
 } from '../store.js';
+import { SessionRow } from '../session-row.js';
 import { budgetedTurnPage } from '../turn-page.js';
 import { keysetFrom, walkBudget, walkSearch, type TurnsFrom, type WalkSource } from '../search-walk.js';
 import { SerialWrites } from '../serial-writes.js';
@@ -91,16 +92,6 @@ function tsQuery(words: readonly string[]): string {
 /** Sessions a search walk lists at a time. */
 const WALK_SESSIONS = 64;
 
-class Record implements SessionRecord {
-  private parsed: ChatSession | undefined;
-  constructor(
-    readonly json: string,
-    readonly version: string,
-  ) {}
-  get session(): ChatSession {
-    return (this.parsed ??= JSON.parse(this.json) as ChatSession);
-  }
-}
 
 /** A turn from a row of its id, createdAt, JSON and deltas (./group.ts deltasSql), in that order. */
 const turnOf = (r: Row): TurnRecord => ({ _id: r[0] as string, createdAt: r[1] as string, json: withDeltas(Buffer.from(r[2] as string), r[3]) });
@@ -206,7 +197,7 @@ export class PostgresStore extends SerialWrites implements Store, GroupSource {
   getSession(id: string): Promise<SessionRecord | undefined> {
     return this.pool.query(`SELECT json, version FROM ${this.S}.sessions WHERE id = $1`, [sqlText(id)]).then((r) => {
       const row = r.rows[0];
-      return row === undefined ? undefined : new Record(row[0] as string, row[1] as string);
+      return row === undefined ? undefined : new SessionRow(row[0] as string, row[1] as string);
     }, rethrow);
   }
 
@@ -264,7 +255,7 @@ export class PostgresStore extends SerialWrites implements Store, GroupSource {
     const items: SearchHit[] = rows.slice(0, limit).map((r) => {
       const key = { at: r[0] as string, doc: r[1] as string };
       const turn = r[4] === null ? undefined : { _id: key.doc, createdAt: key.at, json: withDeltas(Buffer.from(r[4] as string), r[5]) };
-      return { key, session: new Record(r[2] as string, r[3] as string), turn };
+      return { key, session: new SessionRow(r[2] as string, r[3] as string), turn };
     });
     return { items, next: rows.length > limit ? items[items.length - 1]?.key : undefined };
   }
@@ -320,7 +311,7 @@ export class PostgresStore extends SerialWrites implements Store, GroupSource {
       }
       examined++;
       last = { updatedAt: r[1] as string, _id: r[0] as string };
-      if (r[2] !== null) items.push(new Record(r[2] as string, r[3] as string));
+      if (r[2] !== null) items.push(new SessionRow(r[2] as string, r[3] as string));
     }
     return { items, next };
   }
@@ -334,7 +325,7 @@ export class PostgresStore extends SerialWrites implements Store, GroupSource {
         // query scans more than that and the list yields to other requests between chunks
         const sql = scanSql(S, filter, after, SCAN_CHUNK);
         const rows = (await q.query(sql.text, sql.params)).rows;
-        yield rows.flatMap((r) => (r[2] === null ? [] : [new Record(r[2] as string, r[3] as string)]));
+        yield rows.flatMap((r) => (r[2] === null ? [] : [new SessionRow(r[2] as string, r[3] as string)]));
         const lastRow = rows[rows.length - 1];
         if (rows.length < SCAN_CHUNK || lastRow === undefined) return;
         after = { updatedAt: lastRow[1] as string, _id: lastRow[0] as string };
@@ -437,7 +428,7 @@ export class PostgresStore extends SerialWrites implements Store, GroupSource {
         for (const r of rows) {
           const turns: TurnRecord[] = [];
           for await (const chunk of turnPages(q, S, r[0] as string)) turns.push(...chunk);
-          yield { session: new Record(r[1] as string, r[2] as string), turns };
+          yield { session: new SessionRow(r[1] as string, r[2] as string), turns };
         }
         const lastRow = rows[rows.length - 1];
         if (rows.length < CHUNK || lastRow === undefined) return;

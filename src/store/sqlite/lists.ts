@@ -1,25 +1,14 @@
 // The sqlite engine's session lists: a list's rows from the index that serves its filter, newest
 // first, the residual filters marked on each row, a page cut from them, archived=all merged.
 import { PAGE_SCAN_BUDGET, sessionBefore, type SessionKey } from '../../domain/order.js';
-import type { ChatSession } from '../../domain/records.js';
 import type { Page, SessionFilter, SessionRecord } from '../store.js';
+import { SessionRow } from '../session-row.js';
 import { sqliteDialect, text, type Row, type SqlValue } from './binding.js';
 import { listHalfSql, residualSql } from '../sql.js';
 import { Connection } from './connection.js';
 
-/** A session as read from its row: its JSON and version as stored, the record parsed only when asked for. */
-export class Record implements SessionRecord {
-  private parsed: ChatSession | undefined;
-  constructor(
-    readonly json: string,
-    readonly version: string,
-  ) {}
-  get session(): ChatSession {
-    return (this.parsed ??= JSON.parse(this.json) as ChatSession);
-  }
-}
-
-export const recordOf = (row: Row): Record => new Record(text(row['json']), text(row['version']));
+/** A session from a row of its JSON and version. */
+export const recordOf = (row: Row): SessionRow => new SessionRow(text(row['json']), text(row['version']));
 
 /**
  * The rows of a session list, newest first, from the index that serves its filter. Rows that
