@@ -201,6 +201,9 @@ async function storeBeforeTokens() {
     const pool = new Pool(DATABASE_URL, { max: 1 });
     try {
       await pool.exec(readFileSync(join(BEFORE_TOKENS, 'postgres.sql'), 'utf8').replaceAll('__SCHEMA__', `"${DATABASE_SCHEMA}"`));
+      // the turn left streaming was written when the fixture was made: as if its instance wrote it
+      // a moment ago (else STREAMING_IDLE's sweep interrupts it once the fixture is 5 minutes old)
+      await pool.exec(`UPDATE "${DATABASE_SCHEMA}".turns SET streamed_at = clock_timestamp() WHERE streamed_at IS NOT NULL`);
     } finally {
       await pool.end();
     }
