@@ -1,6 +1,6 @@
 // Anthropic Messages, streamed (POST {baseUrl}/v1/messages, Server-Sent Events: message_start,
 // content blocks and their deltas, message_delta with the usage, message_stop; ping; error).
-import { SseDecoder, StreamDecodeError, type SseEvent } from './stream-decoder.js';
+import { StreamDecodeError, type SseEvent } from './stream-decoder.js';
 import { StreamFailure } from './failure.js';
 import {
   argumentsObject,
@@ -9,12 +9,13 @@ import {
   errorWords,
   filePlaceholder,
   isInlineImage,
+  isObj,
   joinText,
   jsonText,
   partsOf,
   type ReplyCall,
   type ReplyEvent,
-  type StreamReader,
+  SseReader,
   type WireClient,
   type WireRequest,
 } from './wire.js';
@@ -104,34 +105,16 @@ const STOP_REASONS: { readonly [reason: string]: string } = {
 /** The error types of an `error` event that say the trouble is passing (a 529, 500 or 429 outside a stream). */
 const TRANSIENT_ERRORS = new Set(['overloaded_error', 'api_error', 'rate_limit_error']);
 
-type Obj = { readonly [key: string]: unknown };
-const isObj = (v: unknown): v is Obj => v !== null && typeof v === 'object' && !Array.isArray(v);
 
-class MessagesReader implements StreamReader {
-  done = false;
-  finishReason: string | undefined;
-  private readonly sse = new SseDecoder();
-  private readonly events: SseEvent[] = [];
+class MessagesReader extends SseReader {
   // usage: message_start has the input side, message_delta the running output count
   private input: number | undefined;
   private cacheRead: number | undefined;
   private cacheWrite: number | undefined;
   private output: number | undefined;
 
-  push(chunk: Buffer, out: ReplyEvent[]): void {
-    const events = this.events;
-    events.length = 0;
-    this.sse.push(chunk, events);
-    for (let i = 0; i < events.length && !this.done; i++) this.event(events[i] as SseEvent, out);
-  }
-
-  end(out: ReplyEvent[]): void {
-    if (this.done) return;
-    const events = this.events;
-    events.length = 0;
-    this.sse.end(events);
-    for (let i = 0; i < events.length && !this.done; i++) this.event(events[i] as SseEvent, out);
-    if (!this.done) throw new StreamFailure('closed the stream before the reply was complete', true);
+  protected endedEarly(): void {
+    throw new StreamFailure('closed the stream before the reply was complete', true);
   }
 
   private usageFrom(u: unknown): void {
@@ -142,7 +125,7 @@ class MessagesReader implements StreamReader {
     this.output = count(u['output_tokens']) ?? this.output;
   }
 
-  private event(e: SseEvent, out: ReplyEvent[]): void {
+  protected event(e: SseEvent, out: ReplyEvent[]): void {
     let data: unknown;
     try {
       data = JSON.parse(e.data);

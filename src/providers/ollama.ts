@@ -8,6 +8,7 @@ import {
   errorWords,
   filePlaceholder,
   isInlineImage,
+  isObj,
   joinText,
   jsonText,
   partsOf,
@@ -78,8 +79,6 @@ function request(call: ReplyCall): WireRequest {
   return { path: '/api/chat', headers, body };
 }
 
-type Obj = { readonly [key: string]: unknown };
-const isObj = (v: unknown): v is Obj => v !== null && typeof v === 'object' && !Array.isArray(v);
 
 class ChatReader implements StreamReader {
   done = false;

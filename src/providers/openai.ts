@@ -1,20 +1,21 @@
 // OpenAI Chat Completions, streamed (POST {baseUrl}/chat/completions, Server-Sent Events ending
 // in `data: [DONE]`): OpenAI itself and every server that speaks it (vLLM, llama.cpp, LM Studio,
 // Ollama's /v1, OpenRouter).
-import { SseDecoder, StreamDecodeError, type SseEvent } from './stream-decoder.js';
+import { StreamDecodeError, type SseEvent } from './stream-decoder.js';
 import { StreamFailure } from './failure.js';
 import {
   count,
   errorWords,
   filePlaceholder,
   isInlineImage,
+  isObj,
   joinText,
   jsonText,
   partsOf,
   type ReplyCall,
   type ReplyEvent,
   type ReplyUsage,
-  type StreamReader,
+  SseReader,
   type WireClient,
   type WireRequest,
 } from './wire.js';
@@ -86,30 +87,11 @@ function adaptation(status: number, message: string): string | undefined {
   return undefined;
 }
 
-type Obj = { readonly [key: string]: unknown };
-const isObj = (v: unknown): v is Obj => v !== null && typeof v === 'object' && !Array.isArray(v);
 
-class ChatCompletionsReader implements StreamReader {
-  done = false;
-  finishReason: string | undefined;
-  private readonly sse = new SseDecoder();
-  private readonly events: SseEvent[] = [];
+class ChatCompletionsReader extends SseReader {
   private usage: ReplyUsage | undefined;
 
-  push(chunk: Buffer, out: ReplyEvent[]): void {
-    const events = this.events;
-    events.length = 0;
-    this.sse.push(chunk, events);
-    for (let i = 0; i < events.length && !this.done; i++) this.event(events[i] as SseEvent, out);
-  }
-
-  end(out: ReplyEvent[]): void {
-    if (this.done) return;
-    const events = this.events;
-    events.length = 0;
-    this.sse.end(events);
-    for (let i = 0; i < events.length && !this.done; i++) this.event(events[i] as SseEvent, out);
-    if (this.done) return;
+  protected endedEarly(out: ReplyEvent[]): void {
     // a server that ends the body after the finish reason without `[DONE]` has still finished
     if (this.finishReason === undefined) throw new StreamFailure('closed the stream before the reply was complete', true);
     this.finish(out);
@@ -120,7 +102,7 @@ class ChatCompletionsReader implements StreamReader {
     if (this.usage !== undefined) out.push({ kind: 'usage', usage: this.usage });
   }
 
-  private event(e: SseEvent, out: ReplyEvent[]): void {
+  protected event(e: SseEvent, out: ReplyEvent[]): void {
     if (e.data === '[DONE]') {
       this.finish(out);
       return;

@@ -1,6 +1,7 @@
 // What the three wire clients share: the call's input and output shapes, the contract each
 // client fills (build a request, read its stream), and the few rules for turning parts into text.
 import type { JsonValue, Part, TurnContent, TurnRole } from '../domain/records.js';
+import { SseDecoder, type SseEvent } from './stream-decoder.js';
 
 /** The provider types that can reply, each a wire protocol. */
 export const REPLY_TYPES = ['openai', 'anthropic', 'ollama'] as const;
@@ -85,6 +86,44 @@ export interface StreamReader {
   readonly done: boolean;
   /** The reason the provider gave for the end (see `finishReason` in call.ts). */
   readonly finishReason: string | undefined;
+}
+
+/** A JSON object as a provider sent it, its fields not yet checked. */
+export type Obj = { readonly [key: string]: unknown };
+export const isObj = (v: unknown): v is Obj => v !== null && typeof v === 'object' && !Array.isArray(v);
+
+/**
+ * A reader of a reply sent as Server-Sent Events (OpenAI's and Anthropic's): each event as it is
+ * decoded, none after the one that says the reply is done. A protocol says what an event means
+ * and what a stream that ended without that event still counts as.
+ */
+export abstract class SseReader implements StreamReader {
+  done = false;
+  finishReason: string | undefined;
+  private readonly sse = new SseDecoder();
+  private readonly events: SseEvent[] = [];
+
+  push(chunk: Buffer, out: ReplyEvent[]): void {
+    this.read(out, (events) => this.sse.push(chunk, events));
+  }
+
+  end(out: ReplyEvent[]): void {
+    if (this.done) return;
+    this.read(out, (events) => this.sse.end(events));
+    if (!this.done) this.endedEarly(out);
+  }
+
+  /** One event of the protocol. */
+  protected abstract event(e: SseEvent, out: ReplyEvent[]): void;
+  /** The body ended before the event that says the reply is done: finish, or throw why not. */
+  protected abstract endedEarly(out: ReplyEvent[]): void;
+
+  private read(out: ReplyEvent[], decode: (events: SseEvent[]) => void): void {
+    const events = this.events;
+    events.length = 0;
+    decode(events);
+    for (let i = 0; i < events.length && !this.done; i++) this.event(events[i] as SseEvent, out);
+  }
 }
 
 /** A wire protocol: how to ask, and how to read the answer. */
