@@ -114,8 +114,9 @@ export function sessionRoutes({ sessions, cursors }: SessionDeps): RouteDef[] {
       params: idParam,
       responses: [{ status: 200, description: 'The session', schema: 'ChatSession' }],
       errors: [notFound],
-      async handle(ctx) {
-        return sessionReply(await sessions.get(caller(ctx), ctx.params['id'] as string));
+      handle(ctx) {
+        const s = sessions.getNow(caller(ctx), ctx.params['id'] as string);
+        return s instanceof Promise ? s.then((r) => sessionReply(r)) : sessionReply(s);
       },
     }),
 

@@ -83,6 +83,7 @@ function requestIdOf(req: IncomingMessage): string {
   return typeof given === 'string' && SANE_REQUEST_ID.test(given) ? given : nextRequestId();
 }
 
+
 /** One request and its answer, from arrival to settlement: one object so the hot path allocates little. */
 class Call implements BodyHold {
   readonly started = performance.now();
@@ -91,6 +92,8 @@ class Call implements BodyHold {
   /** The pattern of a known path answered without a route (405, preflight). */
   pattern: string | undefined;
   user: string | undefined;
+  /** `user:<sub>` once authenticated: the key of its user's rate limit and share. */
+  userKey: string | undefined;
   /** Whose share of the server the request counts against (`user:<sub>` or `addr:<ip>`), once counted (hold). */
   owner: string | undefined;
   /** The owner a whole list being sent counts against, once counted (stream). */
@@ -105,11 +108,33 @@ class Call implements BodyHold {
   ticket: OpenedTicket | undefined;
   settled = false;
 
+  /** The Authorization header as `req.headers` would give it: its first line (node:http drops repeats). */
+  readonly authorization: string | undefined;
+
+  /**
+   * Reads the two headers every request is asked for from the raw lines: `req.headers` is an
+   * object node:http builds on first use, a cost a GET by id need not pay. X-Request-Id, when
+   * repeated, is what node:http would make of it, a comma-joined list: never a sane id.
+   */
   constructor(
     readonly req: IncomingMessage,
     readonly res: ServerResponse,
   ) {
-    this.id = requestIdOf(req);
+    const raw = req.rawHeaders;
+    let authorization: string | undefined;
+    let given: string | undefined;
+    let repeated = false;
+    for (let i = 0; i < raw.length; i += 2) {
+      const name = raw[i] as string;
+      if (name.length === 13) {
+        if (authorization === undefined && name.toLowerCase() === 'authorization') authorization = raw[i + 1] as string;
+      } else if (name.length === 12 && name.toLowerCase() === 'x-request-id') {
+        if (given !== undefined) repeated = true;
+        given = raw[i + 1] as string;
+      }
+    }
+    this.authorization = authorization;
+    this.id = given !== undefined && !repeated && SANE_REQUEST_ID.test(given) ? given : nextRequestId();
   }
 }
 
@@ -147,7 +172,7 @@ export class Pipeline {
     const def = found.route.def;
     const principal = def.auth ? this.authenticate(call, def, search) : undefined;
     if (!def.auth && def.unlimited !== true) this.limit(this.addressOf(req));
-    this.hold(call, principal);
+    this.hold(call);
     // writes that add data wait for memory; reads and deletes (which free it) go on
     if ((def.method === 'POST' || def.method === 'PUT') && this.options.memory?.low() === true) {
       this.options.memory.refuse();
@@ -216,13 +241,14 @@ export class Pipeline {
         // a ticket stands in for the Authorization header, on the event streams only
         call.ticket = (this.options.tickets as TicketCodec).open(ticket, Date.now());
         principal = call.ticket.principal;
-      } else principal = this.options.auth.authenticate(call.req.headers.authorization, call.req.socket);
+      } else principal = this.options.auth.authenticate(call.authorization, call.req.socket);
     } catch (e) {
       this.limit(this.addressOf(call.req));
       throw e;
     }
     call.user = principal.user;
-    this.limit(`user:${principal.user}`);
+    call.userKey = `user:${principal.user}`;
+    this.limit(call.userKey);
     if (def.scope !== undefined && !hasScope(principal, def.scope)) throw new HttpError(403, 'Forbidden');
     return principal;
   }
@@ -263,8 +289,8 @@ export class Pipeline {
    * read), so one owner holds at most MAX_REQUESTS_PER_USER connections busy. Past the share:
    * 429 with its connection closed. The connection is counted as the owner's from now on.
    */
-  private hold(call: Call, principal: Principal | undefined): void {
-    const owner = principal !== undefined ? `user:${principal.user}` : this.addressOf(call.req);
+  private hold(call: Call): void {
+    const owner = call.userKey ?? this.addressOf(call.req);
     if (call.conn !== undefined) this.options.connections?.claim(call.conn, owner);
     const inFlight = this.options.inFlight;
     if (inFlight === undefined) return;
@@ -492,7 +518,8 @@ export class Pipeline {
     if (length <= WRITE_SLICE) res.end(body);
     else notHandedOver = writeInSlices(res, typeof body === 'string' ? Buffer.from(body) : body);
     this.logRequest(call, status);
-    if (res.writableFinished) this.settle(call);
+    // the kernel took the whole answer as it was written (the usual case: nothing to time out)
+    if (res.writableFinished || (notHandedOver === NOTHING_LEFT && res.socket?.writableLength === 0)) this.settle(call);
     else this.watchWrite(call, notHandedOver);
   }
 

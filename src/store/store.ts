@@ -249,6 +249,11 @@ export interface Store {
   readonly engine: EngineName;
 
   getSession(id: string): Promise<SessionRecord | undefined>;
+  /**
+   * The same read, answered on this thread by an engine that reads here (sqlite): a GET by id
+   * then answers in the tick its request arrived, with no promise between. Absent on PostgreSQL.
+   */
+  readonly getSessionNow?: (id: string) => SessionRecord | undefined;
   /** Sessions matching `filter` in list order, strictly after `after`, at most `limit` (1-1000). */
   listSessions(filter: SessionFilter, after: SessionKey | undefined, limit: number): Promise<Page<SessionRecord, SessionKey>>;
   /**

@@ -218,6 +218,23 @@ describe('HTTP behaviour decisions', () => {
     assert.notEqual(a.headers['x-request-id'], b.headers['x-request-id']);
   });
 
+  test('X-Request-Id and Authorization are read as node:http reads them (the pipeline reads them from the raw lines): any case, a repeated X-Request-Id is not taken, a repeated Authorization counts its first line', async () => {
+    const s = (await alice.post('/api/v1/chat-sessions', newSession())).body.data;
+    const get = (lines) => raw(`GET /api/v1/chat-sessions/${s._id} HTTP/1.1\r\nHost: x\r\n${lines.join('\r\n')}\r\nConnection: close\r\n\r\n`);
+    const upper = await get([`AUTHORIZATION: Bearer ${alice.token}`, 'X-REQUEST-ID: upper-1']);
+    assert.match(upper, /^HTTP\/1\.1 200 /);
+    assert.match(upper, /\r\nx-request-id: upper-1\r\n/);
+    const twice = await get([`Authorization: Bearer ${alice.token}`, 'X-Request-Id: first', 'x-request-id: second']);
+    assert.match(twice, /^HTTP\/1\.1 200 /);
+    assert.match(twice, /\r\nx-request-id: [0-9a-f]{8}-[0-9a-z]+\r\n/, 'two ids make "first, second", which is not a sane id');
+    const authFirst = await get([`Authorization: Bearer ${alice.token}`, 'Authorization: Bearer not-a-token']);
+    assert.match(authFirst, /^HTTP\/1\.1 200 /, 'the first Authorization line counts');
+    const badFirst = await get(['Authorization: Bearer not-a-token', `Authorization: Bearer ${alice.token}`]);
+    assert.match(badFirst, /^HTTP\/1\.1 401 /);
+    const none = await get(['X-Authorization: nothing']);
+    assert.match(none, /^HTTP\/1\.1 401 /);
+  });
+
   test('GET /healthz (no auth) -> 200 {success: true, data: {status: "ok"}}', async () => {
     const r = await server.request('GET', '/healthz');
     assert.equal(r.status, 200);

@@ -308,16 +308,20 @@ export class SqliteStore extends SerialWrites implements Store, GroupSource, Gro
   // ---- reads ----
 
   getSession(id: string): Promise<SessionRecord | undefined> {
+    return Promise.resolve(this.getSessionNow(id));
+  }
+
+  readonly getSessionNow = (id: string): SessionRecord | undefined => {
     const cache = this.cache;
     const hit = cache?.get(id);
-    if (hit !== undefined) return Promise.resolve(hit);
+    if (hit !== undefined) return hit;
     const row = this.reader.prepare('SELECT json, version FROM sessions WHERE id = ?').get(id);
-    if (row === undefined) return Promise.resolve(undefined);
+    if (row === undefined) return undefined;
     const record = recordOf(row);
     // read and kept in one go on this thread: a commit's changes reach the cache only between reads
     cache?.put(id, record);
-    return Promise.resolve(record);
-  }
+    return record;
+  };
 
   /**
    * Search hits newest first: from the index when fewer than SEARCH_WALK_FROM turns hold the
