@@ -119,6 +119,12 @@ export interface SqliteOptions {
 /** Snapshot connections kept open between scans, and the most open at once (more scans wait). */
 const SCAN_IDLE = 4;
 const SCAN_MAX = 16;
+/**
+ * How long the ones past SCAN_IDLE stay open after their last scan: a burst of replies (each
+ * reads its conversation on one) or of whole lists reuses them instead of opening a connection
+ * each, which cost a tenth of a reply's CPU with 64 replies starting at once.
+ */
+const SCAN_LINGER_MS = 30_000;
 /** Page cache of a snapshot connection: scans read sequentially and need little. */
 const SCAN_CACHE_KIB = 1024;
 
@@ -126,7 +132,9 @@ export class SqliteStore extends SerialWrites implements Store, GroupSource, Gro
   readonly engine = 'sqlite';
   private readonly reader: Connection;
   protected readonly writer: SerialWriter;
-  private readonly idleScans: Connection[] = [];
+  /** Idle snapshot connections, the least recently used first, with when each was given back. */
+  private readonly idleScans: { c: Connection; since: number }[] = [];
+  private scanTrim: NodeJS.Timeout | undefined;
   private scansOpen = 0;
   private readonly scanWaiters: (() => void)[] = [];
   private worker: Worker | undefined;
@@ -643,7 +651,7 @@ export class SqliteStore extends SerialWrites implements Store, GroupSource, Gro
   private async takeScan(): Promise<Connection> {
     for (;;) {
       const idle = this.idleScans.pop();
-      if (idle !== undefined) return idle;
+      if (idle !== undefined) return idle.c;
       if (this.scansOpen < SCAN_MAX) {
         this.scansOpen++;
         try {
@@ -665,11 +673,31 @@ export class SqliteStore extends SerialWrites implements Store, GroupSource, Gro
     } catch {
       // no transaction was open
     }
-    if (this.closed || this.idleScans.length >= SCAN_IDLE) {
+    if (this.closed) {
       c.db.close();
       this.scansOpen--;
-    } else this.idleScans.push(c);
+    } else {
+      this.idleScans.push({ c, since: performance.now() });
+      this.trimScans();
+    }
     this.scanWaiters.shift()?.();
+  }
+
+  /** Closes the idle snapshot connections past SCAN_IDLE that no scan took for SCAN_LINGER_MS, now or when the time comes. */
+  private trimScans(): void {
+    const idle = this.idleScans;
+    const now = performance.now();
+    while (idle.length > SCAN_IDLE && now - (idle[0] as { since: number }).since >= SCAN_LINGER_MS) {
+      (idle.shift() as { c: Connection }).c.db.close();
+      this.scansOpen--;
+    }
+    if (idle.length > SCAN_IDLE && this.scanTrim === undefined && !this.closed) {
+      this.scanTrim = setTimeout(() => {
+        this.scanTrim = undefined;
+        this.trimScans();
+      }, SCAN_LINGER_MS);
+      this.scanTrim.unref();
+    }
   }
 
   // ---- writes: handed to the serial writer by SerialWrites; what the writer asks of the engine ----
@@ -853,7 +881,8 @@ export class SqliteStore extends SerialWrites implements Store, GroupSource, Gro
     await this.writer.close();
     this.closed = true;
     // the writer closes last: the last connection checkpoints the WAL and removes it
-    for (const c of this.idleScans.splice(0)) c.db.close();
+    clearTimeout(this.scanTrim);
+    for (const { c } of this.idleScans.splice(0)) c.db.close();
     this.reader.db.close();
     const worker = this.worker;
     if (worker !== undefined) {
