@@ -1,6 +1,6 @@
-// Another commit's dist/server.js, for the engine scenarios' `--before=REF` row: the same
-// scenario against the build before a change, in the same interleaved rounds (a ratio between
-// two runs on a shared machine says little).
+// Another commit's dist/server.js, for the engine scenarios' `--before=REF` row, pg-quota's
+// `--quota-base` and the `builds` scenario: a load against the build before a change, in the
+// same interleaved rounds (a ratio between two runs on a shared machine says little).
 import { execFileSync } from 'node:child_process';
 import { existsSync, mkdirSync, readFileSync, rmSync, symlinkSync } from 'node:fs';
 import { tmpdir } from 'node:os';

@@ -3,9 +3,10 @@
 // house: `npm run bench -- builds --builds=941dba9,0fe455d,HEAD,HEAD`; a ref named twice runs
 // against a copy of its own build, the noise floor). Registered by scenarios.mjs.
 import { execFileSync, spawn } from 'node:child_process';
-import { cpSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
+import { cpSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { loadavg, tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
+import { buildOf } from './builds.mjs';
 import { api, EXAMPLE_PROVIDERS, median, NODE_24, nodeVersion, ROOT, token } from './common.mjs';
 import { postgresCluster } from './engines.mjs';
 import { buildRequest } from './loadgen.mjs';
@@ -41,30 +42,11 @@ function refsAsked() {
   return [`${house.slice(0, 7)}~2`, house.slice(0, 7), 'HEAD'];
 }
 
-/**
- * dist/ of a commit, built once into $TMPDIR/csa-bench-build-<commit> from `git archive` (nothing
- * is registered in the repository) and kept for the next run (rm -rf $TMPDIR/csa-bench-build-* drops
- * them). Its node_modules is this checkout's when the package-lock is the same, else its own `npm
- * ci`. `copy` > 0: a copy of that build in a directory of its own (byte-identical files, other inodes).
- */
-function buildOf(ctx, commit, copy) {
-  const dir = join(tmpdir(), `csa-bench-build-${commit.slice(0, 12)}`);
-  const server = join(dir, 'dist', 'server.js');
-  if (!existsSync(server)) {
-    ctx.progress(`builds: building ${commit.slice(0, 7)} in ${dir} (git archive, node build.mjs)...`);
-    rmSync(dir, { recursive: true, force: true });
-    mkdirSync(dir, { recursive: true });
-    try {
-      execFileSync('tar', ['-x', '-C', dir], { input: execFileSync('git', ['-C', ROOT, 'archive', '--format=tar', commit], { maxBuffer: 1 << 30 }) });
-      if (readFileSync(join(dir, 'package-lock.json'), 'utf8') === readFileSync(join(ROOT, 'package-lock.json'), 'utf8')) symlinkSync(join(ROOT, 'node_modules'), join(dir, 'node_modules'));
-      else execFileSync('npm', ['ci', '--no-audit', '--no-fund', '--loglevel=error'], { cwd: dir, stdio: ['ignore', 2, 2] });
-      execFileSync(NODE_24, ['build.mjs'], { cwd: dir, stdio: ['ignore', 2, 2] });
-    } catch (e) {
-      rmSync(dir, { recursive: true, force: true });
-      throw new Error(`builds: building ${commit.slice(0, 7)} failed: ${e.message.split('\n')[0]}`);
-    }
-  } else ctx.progress(`builds: reusing the build of ${commit.slice(0, 7)} in ${dir}`);
+/** dist/server.js of a commit (bench/builds.mjs builds it once); `copy` > 0: a copy of that build in a directory of its own (byte-identical files, other inodes). */
+function buildCopy(ctx, commit, copy) {
+  const server = buildOf(commit, (line) => ctx.progress(`builds: ${line}`));
   if (copy === 0) return server;
+  const dir = dirname(dirname(server));
   const copyDir = `${dir}-copy${copy}`;
   rmSync(copyDir, { recursive: true, force: true });
   cpSync(join(dir, 'dist'), join(copyDir, 'dist'), { recursive: true });
@@ -113,7 +95,7 @@ async function builds(ctx) {
     const canReply = spawnOk('git', ['-C', ROOT, 'cat-file', '-e', `${commit}:src/api/replies.ts`]);
     return { ref, commit, copy, canReply, label: `${commit.startsWith(ref) ? commit.slice(0, 7) : `${ref} (${commit.slice(0, 7)})`}${copy > 0 ? ` copy ${copy}` : ''}` };
   });
-  for (const b of list) b.server = buildOf(ctx, b.commit, b.copy);
+  for (const b of list) b.server = buildCopy(ctx, b.commit, b.copy);
 
   let schemas = 0;
   let started = 0;
