@@ -335,6 +335,7 @@ async function thousand(ctx, engine, cluster, provider) {
         const cpu0 = cpuSecondsOf(server.pid);
         const main0 = cpuSecondsOf(server.pid, { mainThread: true });
         const prov0 = cpuSecondsOf(provider.pid);
+        const pg0 = cluster === undefined || kind === 'direct' ? undefined : await pgBefore(cluster);
         const db0 = cluster === undefined ? NaN : clusterCpu(cluster);
         const { started, ended } = await runStreams(streams);
         const run = {
@@ -351,8 +352,10 @@ async function thousand(ctx, engine, cluster, provider) {
           ttft: Float64Array.from(streams.filter((s) => s.firstAt > 0).map((s) => s.firstAt - s.sentAt)).sort(),
           recordedAfter: Float64Array.from(streams.filter((s) => s.createdAt > 0).map((s) => s.createdAt - s.sentAt)).sort(),
         };
+        if (pg0 !== undefined) Object.assign(run, await pgAfter(cluster, pg0, run.tokens));
         if (kind === 'service') run.recorded = await checkRecorded(server.port, sessions, streams);
         runs[kind].push(run);
+        if (run.statements !== undefined) ctx.progress(`replies ${engine} round ${round + 1} ${kind}: PostgreSQL's statements per 1,000 tokens (calls, ms of execution, rows):\n${run.statements}`);
         ctx.progress(
           `replies ${engine} round ${round + 1}/${rounds} ${kind}: ${run.complete}/${REPLIES} complete${run.recorded === undefined ? '' : `, ${run.recorded.ok} recorded whole`} in ${run.seconds.toFixed(2)} s; token delay p50 ${ms(percentile(run.delays, 0.5))} p99 ${ms(percentile(run.delays, 0.99))} ms; first token p50 ${ms(percentile(run.ttft, 0.5))} ms${kind === 'service' ? ` (the reply's turn.created p50 ${ms(percentile(run.recordedAfter, 0.5))} ms)` : ''}; server ${us((run.serverCpu / run.tokens) * 1e6)} µs CPU per token${run.errors.length > 0 ? `; first error: ${run.errors[0]}` : ''}`,
         );
@@ -363,6 +366,25 @@ async function thousand(ctx, engine, cluster, provider) {
   } finally {
     await server.stop();
   }
+}
+
+/** Where PostgreSQL's counters stand before a round: its WAL position (and, with BENCH_PG_STATEMENTS=1, pg_stat_statements reset). */
+async function pgBefore(cluster) {
+  if (process.env.BENCH_PG_STATEMENTS === '1') await cluster.psql('SELECT pg_stat_statements_reset()');
+  return { lsn: await cluster.psql('SELECT pg_current_wal_lsn()') };
+}
+
+/** The WAL a round wrote per token, and with BENCH_PG_STATEMENTS=1 its most frequent statements per 1,000 tokens. */
+async function pgAfter(cluster, before, tokens) {
+  const out = { walBytes: Number(await cluster.psql(`SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), '${before.lsn}')`)) };
+  if (process.env.BENCH_PG_STATEMENTS === '1') {
+    const rows = await cluster.psql(
+      `SELECT round(calls * 1000.0 / ${tokens}, 1) || ' | ' || round(total_exec_time::numeric * 1000 / ${tokens}, 1) || ' | ' || round(rows * 1000.0 / ${tokens}, 1) || ' | ' || left(regexp_replace(query, '\\s+', ' ', 'g'), 110)
+       FROM pg_stat_statements WHERE dbid = (SELECT oid FROM pg_database WHERE datname = 'postgres') ORDER BY calls DESC LIMIT 16`,
+    );
+    out.statements = rows;
+  }
+  return out;
 }
 
 /** GET of every reply the streams saw end: complete, with the text the stream told, and usage. */
