@@ -220,9 +220,12 @@ export async function postgres() {
         // PostgreSQL's own default; the harness's 32MB is for tests
         shared_buffers: "'128MB'",
         max_connections: 100,
+        // BENCH_PG_STATEMENTS=1: what each statement costs (the replies scenario reports its statements per token)
+        ...(process.env.BENCH_PG_STATEMENTS === '1' ? { shared_preload_libraries: "'pg_stat_statements'", 'pg_stat_statements.track_utility': 'on' } : {}),
       },
     });
     const version = await cluster.psql('SHOW server_version');
+    if (process.env.BENCH_PG_STATEMENTS === '1') await cluster.psql('CREATE EXTENSION IF NOT EXISTS pg_stat_statements');
     pg = { cluster, version };
     ctx.report.notes.push(
       `PostgreSQL ${version}: a private cluster (test/pg/cluster.mjs) on this machine, TCP on 127.0.0.1 without TLS, fsync, synchronous_commit and full_page_writes on, shared_buffers 128MB; each postgres target has a schema of its own (DATABASE_SCHEMA), DATABASE_POOL_SIZE 10 per instance. Its CPU (the postmaster and its backends) is the "db" share of the CPU column.`,

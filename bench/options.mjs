@@ -27,7 +27,7 @@ Options (each also an environment variable):
   --soak-kinds=a,b     the soak's hostile clients to run (default: all)     BENCH_SOAK_KINDS
   --quota-base=REF     pg-quota: also run the build of REF with the quota  BENCH_QUOTA_BASE
                        set (what a change to the quota's check costs), built once in $TMPDIR
-  --before=REF         the engine-* scenarios also run sqlite as REF built it   BENCH_BEFORE
+  --before=REF         the engine-* scenarios also run sqlite as REF built it, replies its service   BENCH_BEFORE
                        (built once in $TMPDIR), in the same rounds; a run naming
                        --engines=sqlite leaves PostgreSQL out of them
   --builds=REF,REF     builds: the commits to compare, each built once in $TMPDIR; one named

@@ -15,6 +15,7 @@ import { mkdirSync, mkdtempSync, readdirSync, renameSync, writeFileSync } from '
 import { connect } from 'node:net';
 import { join } from 'node:path';
 import { api, cpuSecondsOf, memoryOf, median, NODE_24, NODE_OLDEST, nodeVersion, ROOT, SECRET, SERVER, sleep, startProcess, token } from './common.mjs';
+import { buildOf, commitOf } from './builds.mjs';
 import { clusterCpu, postgres } from './engines.mjs';
 import { percentile } from './loadgen.mjs';
 import { profileDir } from './measure.mjs';
@@ -91,14 +92,14 @@ async function startProviderProcess(ctx) {
 
 let servers = 0;
 /** The built server on `engine` with providers.json naming the local provider; under --cpu-prof with --profile. */
-async function startServer(ctx, engine, cluster, provider, name, env = {}) {
+async function startServer(ctx, engine, cluster, provider, name, env = {}, script = SERVER) {
   const dir = mkdtempSync(join(ctx.runDir(), `replies-${engine}-`));
   writeFileSync(join(dir, 'providers.json'), JSON.stringify([{ _id: PROVIDER_ID, name: 'Local', type: 'openai', baseUrl: `${provider.url}/v1`, apiKey: KEY }]));
   const e = { DATA_DIR: dir, AUTH_SECRET: SECRET, LOG_LEVEL: ctx.opts.logLevel, HOST: '127.0.0.1', STORE: engine, ...env };
   if (engine === 'postgres') Object.assign(e, { DATABASE_URL: cluster.url('postgres'), DATABASE_SCHEMA: `bench_replies_${process.pid}_${++servers}` });
   const profiles = join(dir, 'profiles');
   const nodeArgs = ctx.opts.profile ? ['--cpu-prof', `--cpu-prof-dir=${profiles}`] : [];
-  const p = await startProcess({ script: SERVER, cwd: dir, env: e, node: NODE_OLDEST, nodeArgs, logFile: join(ctx.runDir(), `replies-${name}-${engine}.log`) });
+  const p = await startProcess({ script, cwd: dir, env: e, node: NODE_OLDEST, nodeArgs, logFile: join(ctx.runDir(), `replies-${name}-${engine}.log`) });
   ctx.track(p);
   const stop = p.stop;
   p.stop = async () => {
@@ -318,30 +319,39 @@ async function thousand(ctx, engine, cluster, provider) {
   const server = await startServer(ctx, engine, cluster, provider, 'thousand', { MAX_CONNECTIONS: String(REPLIES * 3), MAX_STREAMS: String(REPLIES * 2) });
   const rounds = ctx.opts.rounds;
   const runs = { direct: [], service: [] };
+  // --before=REF: the same service as REF built it, a path of its own in the same rounds
+  const before = ctx.opts.before === undefined ? undefined : await startServer(ctx, engine, cluster, provider, 'thousand-before', { MAX_CONNECTIONS: String(REPLIES * 3), MAX_STREAMS: String(REPLIES * 2) }, buildOf(commitOf(ctx.opts.before), ctx.progress));
+  if (before !== undefined) runs.before = [];
   try {
     const sessions = await seedSessions(server.port, REPLIES, model);
+    const targets = { service: { server, sessions } };
+    if (before !== undefined) targets.before = { server: before, sessions: await seedSessions(before.port, REPLIES, model) };
     // a warm-up of each path with short replies (the server's code compiled, its caches filled), not measured
     const warm = `tokens:5@${RATE}+stamp`;
     const ignored = new Samples();
     await runStreams(sessions.map((s, i) => new Stream(provider.port, directRequest(warm, i), 'direct', ignored)));
-    await runStreams(sessions.map((s, i) => new Stream(server.port, serviceRequest(s, i, warm), 'service', ignored)));
+    for (const t of Object.values(targets)) await runStreams(t.sessions.map((s, i) => new Stream(t.server.port, serviceRequest(s, i, warm), 'service', ignored)));
     const rssBefore = memoryOf(server.pid).rssMiB;
     for (let round = 0; round < rounds; round++) {
-      for (const kind of round % 2 === 0 ? ['direct', 'service'] : ['service', 'direct']) {
+      const kinds = Object.keys(runs);
+      // each path first in turn
+      for (const kind of [...kinds.slice(round % kinds.length), ...kinds.slice(0, round % kinds.length)]) {
+        const target = targets[kind] ?? targets.service;
         // after a quiet spell longer than the server keeps idle connections to the provider (4 s): each round is a burst that opens its own
         await sleep(QUIET_MS);
         const delays = new Samples();
-        const streams = sessions.map((s, i) => (kind === 'direct' ? new Stream(provider.port, directRequest(model, i), 'direct', delays) : new Stream(server.port, serviceRequest(s, i), 'service', delays)));
-        const cpu0 = cpuSecondsOf(server.pid);
-        const main0 = cpuSecondsOf(server.pid, { mainThread: true });
+        const streams = (kind === 'direct' ? sessions : target.sessions).map((s, i) => (kind === 'direct' ? new Stream(provider.port, directRequest(model, i), 'direct', delays) : new Stream(target.server.port, serviceRequest(s, i), 'service', delays)));
+        const cpu0 = cpuSecondsOf(target.server.pid);
+        const main0 = cpuSecondsOf(target.server.pid, { mainThread: true });
         const prov0 = cpuSecondsOf(provider.pid);
+        const pg0 = cluster === undefined || kind === 'direct' ? undefined : await pgBefore(cluster);
         const db0 = cluster === undefined ? NaN : clusterCpu(cluster);
         const { started, ended } = await runStreams(streams);
         const run = {
           kind,
           seconds: (ended - started) / 1000,
-          serverCpu: cpuSecondsOf(server.pid) - cpu0,
-          serverMain: cpuSecondsOf(server.pid, { mainThread: true }) - main0,
+          serverCpu: cpuSecondsOf(target.server.pid) - cpu0,
+          serverMain: cpuSecondsOf(target.server.pid, { mainThread: true }) - main0,
           providerCpu: cpuSecondsOf(provider.pid) - prov0,
           dbCpu: cluster === undefined ? NaN : clusterCpu(cluster) - db0,
           tokens: streams.reduce((n, s) => n + s.tokens.length, 0),
@@ -351,8 +361,10 @@ async function thousand(ctx, engine, cluster, provider) {
           ttft: Float64Array.from(streams.filter((s) => s.firstAt > 0).map((s) => s.firstAt - s.sentAt)).sort(),
           recordedAfter: Float64Array.from(streams.filter((s) => s.createdAt > 0).map((s) => s.createdAt - s.sentAt)).sort(),
         };
-        if (kind === 'service') run.recorded = await checkRecorded(server.port, sessions, streams);
+        if (pg0 !== undefined) Object.assign(run, await pgAfter(cluster, pg0, run.tokens));
+        if (kind !== 'direct') run.recorded = await checkRecorded(target.server.port, target.sessions, streams);
         runs[kind].push(run);
+        if (run.statements !== undefined) ctx.progress(`replies ${engine} round ${round + 1} ${kind}: PostgreSQL's statements per 1,000 tokens (calls, ms of execution, rows):\n${run.statements}`);
         ctx.progress(
           `replies ${engine} round ${round + 1}/${rounds} ${kind}: ${run.complete}/${REPLIES} complete${run.recorded === undefined ? '' : `, ${run.recorded.ok} recorded whole`} in ${run.seconds.toFixed(2)} s; token delay p50 ${ms(percentile(run.delays, 0.5))} p99 ${ms(percentile(run.delays, 0.99))} ms; first token p50 ${ms(percentile(run.ttft, 0.5))} ms${kind === 'service' ? ` (the reply's turn.created p50 ${ms(percentile(run.recordedAfter, 0.5))} ms)` : ''}; server ${us((run.serverCpu / run.tokens) * 1e6)} µs CPU per token${run.errors.length > 0 ? `; first error: ${run.errors[0]}` : ''}`,
         );
@@ -362,7 +374,27 @@ async function thousand(ctx, engine, cluster, provider) {
     return { rounds, runs, rssBefore, rssAfter: mem.rssMiB, peakMiB: mem.peakMiB };
   } finally {
     await server.stop();
+    await before?.stop();
   }
+}
+
+/** Where PostgreSQL's counters stand before a round: its WAL position (and, with BENCH_PG_STATEMENTS=1, pg_stat_statements reset). */
+async function pgBefore(cluster) {
+  if (process.env.BENCH_PG_STATEMENTS === '1') await cluster.psql('SELECT pg_stat_statements_reset()');
+  return { lsn: await cluster.psql('SELECT pg_current_wal_lsn()') };
+}
+
+/** The WAL a round wrote per token, and with BENCH_PG_STATEMENTS=1 its most frequent statements per 1,000 tokens. */
+async function pgAfter(cluster, before, tokens) {
+  const out = { walBytes: Number(await cluster.psql(`SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), '${before.lsn}')`)) };
+  if (process.env.BENCH_PG_STATEMENTS === '1') {
+    const rows = await cluster.psql(
+      `SELECT round(calls * 1000.0 / ${tokens}, 1) || ' | ' || round(total_exec_time::numeric * 1000 / ${tokens}, 1) || ' | ' || round(rows * 1000.0 / ${tokens}, 1) || ' | ' || left(regexp_replace(query, '\\s+', ' ', 'g'), 110)
+       FROM pg_stat_statements WHERE dbid = (SELECT oid FROM pg_database WHERE datname = 'postgres') ORDER BY calls DESC LIMIT 16`,
+    );
+    out.statements = rows;
+  }
+  return out;
 }
 
 /** GET of every reply the streams saw end: complete, with the text the stream told, and usage. */
@@ -406,18 +438,19 @@ function render(ctx, results, notes) {
   L.push(
     `A thousand replies at once, ${TOKENS} tokens each at ${RATE} a second, from the local provider (test/provider/server.mjs, OpenAI Chat Completions, in a process of its own): **direct**, the thousand streams asked of the provider by the client; **service**, a thousand POST .../messages with \`Accept: text/event-stream\`, each on its own session and user (the server with MAX_CONNECTIONS=${REPLIES * 3}, MAX_STREAMS=${REPLIES * 2}: the defaults hold 500 streams), in ${results[0]?.thousand.rounds ?? '?'} round(s), the order alternating. Connections are opened first (${CONNECT_WIDTH} at a time), then every request written at once. **Token delay**: from the provider's write of a token (its stamp) to the read that brought it to the client, all tokens of all rounds pooled; **first token**: from the request's write to the first token's read. CPU: /proc utime + stime over the rounds of the kind (the server: all its threads; main: its main thread), per token received.`,
     '',
-    '| engine | path | complete (recorded) | wall s | token delay p50 / p99 / max ms | first token p50 / p99 ms | server CPU µs per token (main) | PostgreSQL CPU µs per token | provider CPU µs per token |',
+    '| engine | path | complete (recorded) | wall s | token delay p50 / p99 / max ms | first token p50 / p99 ms | server CPU µs per token (main) | PostgreSQL CPU µs per token (WAL bytes) | provider CPU µs per token |',
     '|---|---|---|---:|---|---|---|---:|---:|',
   );
   for (const r of results) {
-    for (const kind of ['direct', 'service']) {
+    for (const kind of Object.keys(r.thousand.runs)) {
       const runs = r.thousand.runs[kind];
       const d = pooled(runs, 'delays');
       const f = pooled(runs, 'ttft');
       const complete = runs.map((x) => `${x.complete}${x.recorded === undefined ? '' : ` (${x.recorded.ok})`}`).join(', ');
       const server = kind === 'direct' ? '–' : `${us(perToken(runs, 'serverCpu'))} (${us(perToken(runs, 'serverMain'))})`;
-      const db = kind === 'direct' || r.engine !== 'postgres' ? '–' : us(perToken(runs, 'dbCpu'));
-      L.push(`| ${r.engine} | ${kind} | ${complete} of ${REPLIES} | ${runs.map((x) => x.seconds.toFixed(2)).join(', ')} | ${ms(percentile(d, 0.5))} / ${ms(percentile(d, 0.99))} / ${ms(d.at(-1))} | ${ms(percentile(f, 0.5))} / ${ms(percentile(f, 0.99))} | ${server} | ${db} | ${us(perToken(runs, 'providerCpu'))} |`);
+      const wal = runs.every((x) => x.walBytes !== undefined) ? ` (WAL ${median(runs.map((x) => x.walBytes / x.tokens)).toFixed(0)} B)` : '';
+      const db = kind === 'direct' || r.engine !== 'postgres' ? '–' : `${us(perToken(runs, 'dbCpu'))}${wal}`;
+      L.push(`| ${r.engine} | ${kind === 'before' ? `service as ${commitOf(ctx.opts.before).slice(0, 7)} built it` : kind} | ${complete} of ${REPLIES} | ${runs.map((x) => x.seconds.toFixed(2)).join(', ')} | ${ms(percentile(d, 0.5))} / ${ms(percentile(d, 0.99))} / ${ms(d.at(-1))} | ${ms(percentile(f, 0.5))} / ${ms(percentile(f, 0.99))} | ${server} | ${db} | ${us(perToken(runs, 'providerCpu'))} |`);
     }
   }
   L.push('', '| engine | service − direct: token delay p50 / p99 ms (target p99 ≤ +10) | first token p50 ms (target ≤ +25) | server peak RSS MiB (target < 300; RSS before the rounds) |', '|---|---|---|---|');

@@ -8,6 +8,7 @@ import { after, before, describe, test } from 'node:test';
 import { newSession, removeDir, runCli, SECRET, startServer, STORE, tokenFor } from './helpers.mjs';
 import { openEvents } from './sse.mjs';
 import { BASE, MISSING } from './api-kit.mjs';
+import { startProvider } from './provider/server.mjs';
 
 /** A metric's value from /metrics (0 when the series is absent). */
 async function metric(server, series) {
@@ -630,12 +631,17 @@ describe('Live events across instances (STORE=postgres)', PG, () => {
   const servers = [];
   const streams = [];
   const schema = `live_${process.pid}`;
+  const providerId = '6f00000000000000000000c1';
+  let provider;
   before(async () => {
-    for (let i = 0; i < 2; i++) servers.push(await startServer({ env: { DATABASE_SCHEMA: schema, DATABASE_POOL_SIZE: '4', EVENTS_HEARTBEAT: '500ms' } }));
+    provider = await startProvider();
+    const providers = [{ _id: providerId, name: 'Local Ollama', type: 'ollama', baseUrl: provider.url }];
+    for (let i = 0; i < 2; i++) servers.push(await startServer({ env: { DATABASE_SCHEMA: schema, DATABASE_POOL_SIZE: '4', EVENTS_HEARTBEAT: '500ms' }, providers }));
   });
   after(async () => {
     for (const s of streams) await s.close();
     for (const s of servers) await stop(s);
+    await provider?.close();
   });
   const open = async (i, path, token, headers = {}) => {
     const s = await openEvents(servers[i].url, path, { token, headers });
@@ -675,6 +681,42 @@ describe('Live events across instances (STORE=postgres)', PG, () => {
     for (let i = 1; i < ids.length; i++) assert.equal(ids[i], ids[i - 1] + 1, `contiguous: ${ids}`);
     assert.deepEqual(all(onB).map((e) => [e.id, e.data._id]), all(onA).map((e) => [e.id, e.data._id]), 'the same events in the same order on both');
     assert.equal(new Set(all(onA).map((e) => e.data._id)).size, n);
+  });
+
+  test('"PostgreSQL: ids in commit order across instances" for a reply\'s text too, which the instance that logs it hands to its streams without reading it back: two replies generated at once, one by each instance, while sessions are created through both, reach each session\'s stream on either instance once, in one order, ids increasing; and a stream that resumes from the middle with Last-Event-ID replays exactly the rest, on either instance', async () => {
+    const user = `replier-${process.pid}`;
+    const token = tokenFor(user);
+    const sessions = [];
+    for (let i = 0; i < 2; i++) sessions.push((await servers[i].request('POST', BASE, { token, json: newSession({ providerId, selectedModel: 'tokens:60@300' }) })).body.data);
+    const follow = (i, s) => open(i, `${BASE}/${s._id}/events`, token);
+    const watching = [];
+    for (const s of sessions) watching.push([await follow(0, s), await follow(1, s)]);
+    const asked = sessions.map((s, i) => servers[i].request('POST', `${BASE}/${s._id}/messages`, { token, json: { content: `generated on instance ${i}` } }));
+    const racing = Array.from({ length: 40 }, (_, i) => servers[i % 2].request('POST', BASE, { token, json: newSession({ name: `meanwhile ${i}` }) }));
+    const replies = (await Promise.all(asked)).map((r) => {
+      assert.equal(r.status, 201, r.text);
+      assert.equal(r.body.data.reply.status, 'complete');
+      return r.body.data.reply;
+    });
+    await Promise.all(racing);
+    const seen = (s) => s.events.filter((e) => e.event.startsWith('turn.')).map((e) => [e.id, e.event, JSON.stringify(e.data)]);
+    for (const [k, [onA, onB]] of watching.entries()) {
+      const reply = replies[k];
+      const ended = (e) => e.event === 'turn.updated' && e.data._id === reply._id && e.data.status === 'complete';
+      await onA.waitFor(ended);
+      await onB.waitFor(ended);
+      assert.deepEqual(seen(onB), seen(onA), `session ${k}: the same events in the same order on both instances`);
+      const ids = seen(onA).map(([id]) => Number(id));
+      for (let i = 1; i < ids.length; i++) assert.ok(ids[i] > ids[i - 1], `session ${k}: ids increase: ${ids}`);
+      const text = onA.events.filter((e) => e.event === 'turn.delta' && e.data._id === reply._id).map((e) => e.data.text).join('');
+      assert.equal(text, reply.content, `session ${k}: every piece of the reply's text, once`);
+      // resume from the middle of the reply's text, on each instance
+      const middle = seen(onA)[Math.floor(ids.length / 2)];
+      for (const i of [0, 1]) {
+        const resumed = await open(i, `${BASE}/${sessions[k]._id}/events`, token, { 'last-event-id': middle[0] });
+        assert.deepEqual(seen(resumed), seen(onA).slice(Math.floor(ids.length / 2) + 1), `session ${k}, resumed on instance ${i}`);
+      }
+    }
   });
 
   test('"so a ticket opens one stream on all instances together": minted on one instance, it opens a stream on the other once, and is refused after on both', async () => {

@@ -58,22 +58,18 @@ const IDS_PER_MS = 1000;
  * coming back with an id of an earlier run gets `reset`.
  */
 export class MemoryFeedLog implements FeedLog {
-  private first: number;
   head: number;
-  /** The kept events, oldest first, from index `start` (shifting one at a time would be O(n)). */
-  private kept: LoggedEvent[] = [];
-  private start0 = 0;
-  private bytes = 0;
+  private readonly kept: EventWindow;
   private readonly used = new Map<string, number>();
 
   constructor(
     private readonly store: Store,
     private readonly announce: Announce,
-    private readonly limits: WindowLimits,
+    limits: WindowLimits,
     nowMs: number = Date.now(),
   ) {
     this.head = Math.floor(nowMs) * IDS_PER_MS;
-    this.first = this.head + 1;
+    this.kept = new EventWindow(this.head, limits);
   }
 
   private deliver: ((events: readonly LoggedEvent[]) => void) | undefined;
@@ -96,37 +92,18 @@ export class MemoryFeedLog implements FeedLog {
     for (const e of made) {
       const logged: LoggedEvent = { id: ++this.head, type: e.type, session: e.session, owner: e.owner, project: e.project, data: e.data };
       events.push(logged);
-      this.keep(logged);
+      this.kept.keep(logged);
     }
     this.deliver(events);
   }
 
-  private keep(e: LoggedEvent): void {
-    this.kept.push(e);
-    this.bytes += e.data.length;
-    while (this.kept.length - this.start0 > this.limits.events || (this.bytes > this.limits.bytes && this.kept.length - this.start0 > 1)) {
-      const old = this.kept[this.start0] as LoggedEvent;
-      this.kept[this.start0] = undefined as unknown as LoggedEvent;
-      this.start0++;
-      this.bytes -= old.data.length;
-      this.first = old.id + 1;
-    }
-    if (this.start0 > 1024 && this.start0 * 2 > this.kept.length) {
-      this.kept = this.kept.slice(this.start0);
-      this.start0 = 0;
-    }
-  }
-
   check(after: number): Position {
-    const where = after > this.head ? 'unknown' : after + 1 >= this.first ? 'ok' : 'gone';
+    const where = after > this.head ? 'unknown' : after + 1 >= this.kept.first ? 'ok' : 'gone';
     return { where, newest: this.head };
   }
 
   read(after: number, upTo: number, limit: number): readonly LoggedEvent[] | undefined {
-    if (after + 1 < this.first) return undefined;
-    const from = this.start0 + (after + 1 - this.first);
-    const to = Math.min(from + limit, this.start0 + (Math.min(upTo, this.head) + 1 - this.first));
-    return from >= to ? [] : this.kept.slice(from, to);
+    return this.kept.read(after, upTo, limit);
   }
 
   claimTicket(id: string, expiresAtMs: number): boolean {
@@ -148,24 +125,87 @@ export class MemoryFeedLog implements FeedLog {
   }
 }
 
-/** Events read from the shared log per query. */
-const PAGE = 500;
-/** Events gathered to be logged in one transaction, and the publishers waiting for it. */
-interface PublishBatch {
-  readonly events: ChangeEvent[];
-  readonly waiters: { readonly resolve: () => void; readonly reject: (e: unknown) => void }[];
+/**
+ * The newest events delivered, with contiguous ids, bounded in count and bytes: the whole
+ * window of a single-process feed, and the recent part of a shared one (replays read it
+ * rather than the database).
+ */
+class EventWindow {
+  /** The id of the oldest event kept (or of the next to come, when none is). */
+  first: number;
+  /** The kept events, oldest first, from index `start0` (shifting one at a time would be O(n)). */
+  private kept: LoggedEvent[] = [];
+  private start0 = 0;
+  private bytes = 0;
+
+  /** `last`: the id of the newest event delivered before this window's first. */
+  constructor(
+    last: number,
+    private readonly limits: WindowLimits,
+  ) {
+    this.first = last + 1;
+  }
+
+  /** The id of the newest event kept (first - 1 when none is). */
+  get last(): number {
+    return this.first + (this.kept.length - this.start0) - 1;
+  }
+
+  /** Keeps `e`, the newest; an id that does not follow the last (a shared log trimmed past this instance) starts the window anew. */
+  keep(e: LoggedEvent): void {
+    if (e.id !== this.last + 1) {
+      this.kept = [];
+      this.start0 = 0;
+      this.bytes = 0;
+      this.first = e.id;
+    }
+    this.kept.push(e);
+    this.bytes += e.data.length;
+    while (this.kept.length - this.start0 > this.limits.events || (this.bytes > this.limits.bytes && this.kept.length - this.start0 > 1)) {
+      const old = this.kept[this.start0] as LoggedEvent;
+      this.kept[this.start0] = undefined as unknown as LoggedEvent;
+      this.start0++;
+      this.bytes -= old.data.length;
+      this.first = old.id + 1;
+    }
+    if (this.start0 > 1024 && this.start0 * 2 > this.kept.length) {
+      this.kept = this.kept.slice(this.start0);
+      this.start0 = 0;
+    }
+  }
+
+  /** Events with ids in (after, upTo], at most `limit`, up to the newest kept; undefined when the first of them is no longer kept. */
+  read(after: number, upTo: number, limit: number): readonly LoggedEvent[] | undefined {
+    if (after + 1 < this.first) return undefined;
+    const from = this.start0 + (after + 1 - this.first);
+    const to = Math.min(from + limit, this.start0 + (Math.min(upTo, this.last) + 1 - this.first));
+    return from >= to ? [] : this.kept.slice(from, to);
+  }
 }
 
-/** How long a reply's text waits for others' to be logged with it in one transaction. */
+/** Events read from the shared log per query. */
+const PAGE = 500;
+/**
+ * The newest events a shared feed keeps in memory, for the replays of streams that open: a
+ * reply's stream replays from when it was asked, while every other reply's text goes by.
+ */
+const RECENT: WindowLimits = { events: 4096, bytes: 4 * 1024 * 1024 };
+
+/** How long a reply's text waits for others' to be logged with it in one statement. */
 const PUBLISH_GATHER_MS = 2;
 /** How often the shared log is trimmed (by every instance; any one's trim serves all). */
 const TRIM_EVERY_MS = 60_000;
 
+/** Publishers waiting for their events to be logged. */
+type Waiter = { readonly resolve: () => void; readonly reject: (e: unknown) => void };
+
 /**
  * The feed of an engine shared by several instances: the events are in the database (written
  * with their changes, ids in commit order). This instance reads them by id whenever it may
- * have missed some: a notification from any instance, a commit of its own, a reconnection of
- * the listener, and on the feed's timer in case a notification was lost.
+ * have missed some: a notification from any instance, a commit of its own that made events,
+ * a reconnection of the listener, and on the feed's timer in case a notification was lost.
+ * The events it logs itself (a reply's text) it delivers without reading them back when
+ * nothing came between them and what it delivered last.
  */
 export class SharedFeedLog implements FeedLog {
   head = 0;
@@ -174,21 +214,37 @@ export class SharedFeedLog implements FeedLog {
   private again = false;
   private trimmedAt = 0;
   private closed = false;
+  private recent: EventWindow = new EventWindow(0, RECENT);
 
   constructor(
     private readonly store: Store,
     private readonly shared: SharedEventLog,
+    private readonly announce: Announce,
     private readonly window: number,
     private readonly log: Logger,
   ) {}
 
   async start(deliver: (events: readonly LoggedEvent[]) => void): Promise<void> {
     this.head = (await this.shared.bounds()).newest;
+    this.recent = new EventWindow(this.head, RECENT);
     this.deliver = deliver;
-    // this instance's own commits: read at once rather than wait for the notification's round trip
-    this.store.onCommitted(() => this.catchUp());
+    // this instance's own commits that made events: read at once rather than wait for the
+    // notification's round trip (a quiet delta, the most frequent commit of a reply, makes none)
+    this.store.onCommitted((changes) => {
+      if (this.announce(changes).length > 0) this.catchUp();
+    });
     await this.shared.watch(() => this.catchUp());
     this.catchUp();
+  }
+
+  /** Hands on events that follow `head`, in order; those already handed on (read twice) are dropped. */
+  private handOn(events: readonly LoggedEvent[]): void {
+    const fresh = events[0] !== undefined && events[0].id <= this.head ? events.filter((e) => e.id > this.head) : events;
+    const last = fresh[fresh.length - 1];
+    if (last === undefined || this.closed) return;
+    this.head = last.id;
+    for (const e of fresh) this.recent.keep(e);
+    this.deliver?.(fresh);
   }
 
   /** Reads what was committed after `head` and delivers it; one read at a time, again if asked meanwhile. */
@@ -203,11 +259,7 @@ export class SharedFeedLog implements FeedLog {
     this.shared.read(this.head, Number.MAX_SAFE_INTEGER, PAGE).then(
       (events) => {
         this.reading = false;
-        const last = events[events.length - 1];
-        if (last !== undefined && !this.closed) {
-          this.head = last.id;
-          this.deliver?.(events);
-        }
+        this.handOn(events);
         if (events.length === PAGE || this.again) this.catchUp();
       },
       (e: unknown) => {
@@ -228,6 +280,11 @@ export class SharedFeedLog implements FeedLog {
   }
 
   async read(after: number, upTo: number, limit: number): Promise<readonly LoggedEvent[] | undefined> {
+    // what this instance delivered lately is in memory: a replay reads the database only past it
+    // (what was committed and not yet read here) or before it; an empty answer goes to the database
+    // too, which tells a trimmed range from an empty one
+    const near = after < this.head ? this.recent.read(after, upTo, limit) : undefined;
+    if (near !== undefined && near.length > 0) return near;
     const events = await this.shared.read(after, upTo, limit);
     const first = events[0];
     // ids are contiguous and `upTo` is committed: nothing read while something lay between means trimmed
@@ -239,38 +296,68 @@ export class SharedFeedLog implements FeedLog {
     return this.shared.claimTicket(id, expiresAtMs);
   }
 
-  /** Events waiting to be logged together (a batch per few milliseconds), and who waits for them. */
-  private batch: PublishBatch | undefined;
-  /** The append under way (or done): the next waits for it. */
-  private appending: Promise<void> = Promise.resolve();
+  /** Events waiting to be logged together, and who waits for them. */
+  private gathered: ChangeEvent[] = [];
+  private waiters: Waiter[] = [];
+  /** The gathering's timer, while it runs. */
+  private gathering: NodeJS.Timeout | undefined;
+  /** An append is under way: what is published meanwhile goes in the next, as soon as it ends. */
+  private appending = false;
 
   publish(events: readonly ChangeEvent[]): Promise<void> {
     if (events.length === 0) return Promise.resolve();
     return new Promise((resolve, reject) => {
-      let b = this.batch;
-      if (b === undefined) {
-        const mine: PublishBatch = { events: [], waiters: [] };
-        b = this.batch = mine;
-        // what arrives meanwhile joins: one transaction logs the text of every reply of a few milliseconds
-        setTimeout(() => {
-          this.batch = undefined;
-          // one append at a time: each takes its ids when it commits, so a later batch never gets smaller ones
-          this.appending = this.appending.then(() =>
-            this.shared.append(mine.events).then(
-              () => {
-                for (const w of mine.waiters) w.resolve();
-                this.catchUp();
-              },
-              (e: unknown) => {
-                for (const w of mine.waiters) w.reject(e);
-              },
-            ),
-          );
+      for (const e of events) this.gathered.push(e);
+      this.waiters.push({ resolve, reject });
+      // what arrives within a few milliseconds (or while the append before is under way) joins:
+      // one statement logs the text of every reply of that time, and the busier the log, the more
+      if (!this.appending && this.gathering === undefined) {
+        this.gathering = setTimeout(() => {
+          this.gathering = undefined;
+          this.append();
         }, PUBLISH_GATHER_MS);
       }
-      b.events.push(...events);
-      b.waiters.push({ resolve, reject });
     });
+  }
+
+  /**
+   * Logs what was gathered. One append at a time: each takes its ids when it commits, so a
+   * later one never gets smaller ids, and each publisher's events keep the order they were told.
+   */
+  private append(): void {
+    if (this.appending || this.gathered.length === 0) return;
+    const events = this.gathered;
+    const waiters = this.waiters;
+    this.gathered = [];
+    this.waiters = [];
+    this.appending = true;
+    this.shared.append(events).then(
+      (last) => {
+        this.appending = false;
+        if (last !== undefined) this.logged(events, last);
+        for (const w of waiters) w.resolve();
+        this.append();
+      },
+      (e: unknown) => {
+        this.appending = false;
+        for (const w of waiters) w.reject(e);
+        this.append();
+      },
+    );
+  }
+
+  /**
+   * Its own events, logged with the ids up to `last`: delivered as they are when every event
+   * before them is delivered already (ids are contiguous, and none smaller can commit later);
+   * else read back with what came between.
+   */
+  private logged(events: readonly ChangeEvent[], last: number): void {
+    const first = last - events.length + 1;
+    if (this.head !== first - 1 || this.deliver === undefined) {
+      this.catchUp();
+      return;
+    }
+    this.handOn(events.map((e, i) => ({ id: first + i, type: e.type, session: e.session, owner: e.owner, project: e.project, data: e.data })));
   }
 
   tick(nowMs: number): void {

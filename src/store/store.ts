@@ -239,9 +239,10 @@ export interface SharedEventLog {
   claimTicket(id: string, expiresAtMs: number): Promise<boolean>;
   /**
    * Logs events that no change makes (a reply's text as it comes, ahead of the commit that
-   * records it), in a transaction of their own: ids in commit order as always.
+   * records it), in a transaction of their own: ids in commit order as always. Resolves with
+   * the id the last of them got (they have the ids before it, in order; undefined for none).
    */
-  append(events: readonly ChangeEvent[]): Promise<void>;
+  append(events: readonly ChangeEvent[]): Promise<number | undefined>;
   close(): Promise<void>;
 }
 

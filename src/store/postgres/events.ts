@@ -18,9 +18,12 @@ export function channelOf(schema: string): string {
 }
 
 /**
- * The statements that log `events` in the group's transaction, to be sent last before COMMIT:
- * the lock on event_head is then held for the shortest time (the inserts and the COMMIT). One
- * statement takes the ids and inserts every event (the i-th of n gets the id last - n + i).
+ * The statement that logs `events`, to be sent last before COMMIT in a group's transaction (the
+ * lock on event_head is then held for the shortest time: the insert and the COMMIT), or alone as
+ * a transaction of its own. It takes the ids (the i-th of n gets the id last - n + i), inserts
+ * every event and NOTIFYs, and answers one row: the last id it took. One statement rather than
+ * an INSERT and a SELECT pg_notify: a reply's text is logged every few milliseconds, and each
+ * statement is a message PostgreSQL parses, runs and answers.
  */
 export function eventStatements(q: Queryable, S: string, channel: string, events: readonly ChangeEvent[]): Promise<QueryResult>[] {
   const n = events.length;
@@ -36,11 +39,11 @@ export function eventStatements(q: Queryable, S: string, channel: string, events
   }
   return [
     q.query(
-      `WITH head AS (UPDATE ${S}.event_head SET last = last + $1 RETURNING last)
-       INSERT INTO ${S}.events (id, type, about, data) SELECT head.last - $1 + e.i, e.type, e.about, e.data FROM head, unnest($2::text[], $3::text[], $4::text[]) WITH ORDINALITY AS e(type, about, data, i)`,
-      [String(n), textArray(types), textArray(about), textArray(data)],
+      `WITH head AS (UPDATE ${S}.event_head SET last = last + $1 RETURNING last),
+       logged AS (INSERT INTO ${S}.events (id, type, about, data) SELECT head.last - $1 + e.i, e.type, e.about, e.data FROM head, unnest($2::text[], $3::text[], $4::text[]) WITH ORDINALITY AS e(type, about, data, i))
+       SELECT head.last, pg_notify($5, '') FROM head`,
+      [String(n), textArray(types), textArray(about), textArray(data), channel],
     ),
-    q.query(`SELECT pg_notify($1, '')`, [channel]),
   ];
 }
 
@@ -101,20 +104,13 @@ export class PgEventLog implements SharedEventLog {
     ]).catch(rethrow);
   }
 
-  async append(events: readonly ChangeEvent[]): Promise<void> {
-    if (events.length === 0) return;
-    await this.pool
-      .withConnection(async (q) => {
-        await q.query('BEGIN');
-        try {
-          await Promise.all(eventStatements(q, this.S, this.channel, events));
-          await q.query('COMMIT');
-        } catch (e) {
-          await q.query('ROLLBACK').catch(() => undefined);
-          throw e;
-        }
-      })
-      .catch(rethrow);
+  async append(events: readonly ChangeEvent[]): Promise<number | undefined> {
+    if (events.length === 0) return undefined;
+    // one statement outside a transaction block is a transaction of its own: one round trip,
+    // where BEGIN, the statement and COMMIT were three
+    const [logged] = eventStatements(this.pool, this.S, this.channel, events);
+    const r = await (logged as Promise<QueryResult>).catch(rethrow);
+    return Number(r.rows[0]?.[0]);
   }
 
   async claimTicket(id: string, expiresAtMs: number): Promise<boolean> {
