@@ -683,7 +683,7 @@ describe('Live events across instances (STORE=postgres)', PG, () => {
     assert.equal(new Set(all(onA).map((e) => e.data._id)).size, n);
   });
 
-  test('"PostgreSQL: ids in commit order across instances" for a reply\'s text too, which the instance that logs it hands to its streams without reading it back: two replies generated at once, one by each instance, while sessions are created through both, reach each session\'s stream on either instance once, in one order, ids increasing; and a stream that resumes from the middle with Last-Event-ID replays exactly the rest, on either instance', async () => {
+  test('"PostgreSQL: ids in commit order across instances" for a reply\'s text too ("A reply\'s text crosses the shared event log in as few statements as the load allows"), which the instance that logs it hands to its streams without reading it back: two replies generated at once, one by each instance, while sessions are created through both, reach each session\'s stream on either instance once, in one order, ids increasing; and a stream that resumes from the middle with Last-Event-ID replays exactly the rest, on either instance', async () => {
     const user = `replier-${process.pid}`;
     const token = tokenFor(user);
     const sessions = [];

@@ -123,6 +123,10 @@ const NO_TEST_CAN_PIN = new Map([
     'One serialization per event.',
     'how an event\'s bytes are made (once) and written (one system call per stream and delivery, before the write is answered) is a cost no client can see but in time: bench/live.mjs measures it (bench/README.md, "The live feed")',
   ],
+  [
+    "The event log's transactions keep `synchronous_commit`.",
+    'a setting left as PostgreSQL has it: only a crash of the database\'s machine between a commit and its WAL flush could show the difference, which a test cannot cause on purpose',
+  ],
 ]);
 
 describe('Documents', () => {
