@@ -158,6 +158,8 @@ interface PublishBatch {
 
 /** How long a reply's text waits for others' to be logged with it in one transaction. */
 const PUBLISH_GATHER_MS = 2;
+/** The reset a stream gets when this instance missed events: as for an id older than the window. */
+const GONE = '{"reason":"gone"}';
 /** How often the shared log is trimmed (by every instance; any one's trim serves all). */
 const TRIM_EVERY_MS = 60_000;
 
@@ -203,8 +205,16 @@ export class SharedFeedLog implements FeedLog {
     this.shared.read(this.head, Number.MAX_SAFE_INTEGER, PAGE).then(
       (events) => {
         this.reading = false;
+        const first = events[0];
         const last = events[events.length - 1];
-        if (last !== undefined && !this.closed) {
+        if (first !== undefined && last !== undefined && !this.closed) {
+          // ids are contiguous: a first id past head + 1 means another instance trimmed events
+          // this one had not read yet (it lagged more than EVENTS_WINDOW); its streams are told
+          const missed = first.id - this.head - 1;
+          if (missed > 0) {
+            this.log.warn('the live feed fell more than EVENTS_WINDOW behind the shared log and missed events another instance trimmed; its streams get reset', { missed });
+            this.deliver?.([{ id: first.id - 1, type: 'reset', session: '', owner: '', project: '', data: GONE }]);
+          }
           this.head = last.id;
           this.deliver?.(events);
         }
@@ -277,7 +287,9 @@ export class SharedFeedLog implements FeedLog {
     this.catchUp();
     if (nowMs - this.trimmedAt < TRIM_EVERY_MS) return;
     this.trimmedAt = nowMs;
-    this.shared.trim(this.window, nowMs).catch((e: unknown) => this.log.warn('cannot trim the shared event log; trying again later', { err: (e as Error).message }));
+    // never past what this instance has read: a feed that lags (a burst of replies' text) must
+    // not have its own unread events trimmed under it
+    this.shared.trim(this.window, this.head, nowMs).catch((e: unknown) => this.log.warn('cannot trim the shared event log; trying again later', { err: (e as Error).message }));
   }
 
   async close(): Promise<void> {
