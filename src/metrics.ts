@@ -179,7 +179,7 @@ export class Metrics {
       lines.push(`${p}_event_streams ${this.live.streams()}`);
       meta(`${p}_events_total`, 'counter', 'Events the live feed delivered to this instance\'s streams (one per change event, however many streams took it).');
       lines.push(`${p}_events_total ${this.live.events()}`);
-      meta(`${p}_event_streams_ended_total`, 'counter', 'Event streams ended, by reason: client (it went away), slow, expired, deleted, shutdown.');
+      meta(`${p}_event_streams_ended_total`, 'counter', 'Event streams ended, by reason: client (it went away), slow, expired, deleted, shutdown, done (a reply\'s, after its last event), gone (a reply\'s, after a reset: its instance missed events).');
       for (const [reason, n] of this.live.ended()) lines.push(`${p}_event_streams_ended_total{reason="${label(reason)}"} ${n}`);
     }
     if (this.replies !== undefined) {

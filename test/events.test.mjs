@@ -5,7 +5,9 @@ import assert from 'node:assert/strict';
 import { createCipheriv, createHmac, randomBytes } from 'node:crypto';
 import { connect } from 'node:net';
 import { after, before, describe, test } from 'node:test';
+import { createRequire } from 'node:module';
 import { newSession, removeDir, runCli, SECRET, startServer, STORE, tokenFor } from './helpers.mjs';
+import { startProvider } from './provider/server.mjs';
 import { openEvents } from './sse.mjs';
 import { BASE, MISSING } from './api-kit.mjs';
 import { startProvider } from './provider/server.mjs';
@@ -726,6 +728,55 @@ describe('Live events across instances (STORE=postgres)', PG, () => {
     streams.push(s);
     assert.equal(s.status, 200, s.text);
     for (const i of [0, 1]) assert.equal((await openEvents(servers[i].url, `/api/v1/events?ticket=${ticket}`)).status, 401, `instance ${i}`);
+  });
+
+  test('"a gap is never silent" across instances: an instance whose feed missed events another trimmed (it lagged more than EVENTS_WINDOW behind) sends `reset` `{"reason":"gone"}` to its streams, whose lists\' streams go on live, and a reply\'s stream closes after it (its last event may be among those missed; the hang of the replies memory test on PostgreSQL)', async () => {
+    const provider = await startProvider({ log: false });
+    const providerId = '6f00000000000000000000d7';
+    const gapSchema = `gap_${process.pid}`;
+    const start = () => startServer({ providers: [{ _id: providerId, name: 'Local Ollama', type: 'ollama', baseUrl: provider.url }], env: { DATABASE_SCHEMA: gapSchema, DATABASE_POOL_SIZE: '4' } });
+    const [a, b] = [await start(), await start()];
+    const { Pool } = createRequire(import.meta.url)('../dist/testkit.cjs');
+    const pool = new Pool(process.env.CSA_TEST_DATABASE_URL, { max: 1 });
+    try {
+      const token = tokenFor('gap');
+      const lists = await openEvents(b.url, '/api/v1/events', { token });
+      streams.push(lists);
+      await lists.waitFor((e) => e.event === 'ready');
+      const session = (await b.request('POST', BASE, { token, json: newSession({ providerId, selectedModel: 'tokens:5+hold-after:1' }) })).body.data;
+      const reply = await openEvents(b.url, `${BASE}/${session._id}/messages`, { token, method: 'POST', json: { content: 'say it' } });
+      streams.push(reply);
+      assert.equal(reply.status, 200, reply.text);
+      await reply.waitFor((e) => e.event === 'turn.delta');
+      await lists.waitFor((e) => e.event === 'session.updated' && e.data._id === session._id);
+      // the second instance stands still while the first writes and the log is trimmed past what
+      // the second has read, as the first's trim does when the second lags by more than the window
+      b.child.kill('SIGSTOP');
+      let made;
+      try {
+        for (let i = 0; i < 3; i++) made = (await a.request('POST', BASE, { token, json: newSession({ name: `while B stood still ${i}` }) })).body.data;
+        const r = await pool.query(`DELETE FROM "${gapSchema}".events WHERE id < (SELECT last FROM "${gapSchema}".event_head)`);
+        assert.ok(r.rowCount >= 2, 'events the second instance had not read were trimmed');
+      } finally {
+        b.child.kill('SIGCONT');
+      }
+      const reset = await lists.waitFor((e) => e.event === 'reset');
+      assert.deepEqual(reset.data, { reason: 'gone' });
+      const next = await lists.waitFor((e) => e.event === 'session.created' && e.data._id === made._id);
+      assert.ok(lists.events.indexOf(next) > lists.events.indexOf(reset), 'the stream goes on live after its reset');
+      assert.equal(lists.events.filter((e) => e.event === 'session.created' && e.data.name?.startsWith('while B')).length, 1, 'what was trimmed is not made up');
+      await reply.finished;
+      const last = reply.events[reply.events.length - 1];
+      assert.deepEqual([last.event, last.data], ['reset', { reason: 'gone' }], 'the reply\'s stream closes after its reset, with nothing more');
+      assert.match((await b.request('GET', '/metrics')).text, /^chat_session_api_event_streams_ended_total\{reason="gone"\} 1$/m);
+      // the log is written out in batches: its line may come a moment after the events
+      await eventually(async () => b.logs().some((l) => l.level === 'warn' && /missed events another instance trimmed/.test(l.msg)), 'the instance says it lagged');
+      provider.release();
+    } finally {
+      await pool.end();
+      for (const s of [a, b]) await stop(s);
+      await provider.close();
+    }
   });
 
   test('"An import on PostgreSQL sends `reset` to every stream" of the instances serving beside it', async () => {

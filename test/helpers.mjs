@@ -214,6 +214,9 @@ export async function startServer(opts = {}) {
   return server;
 }
 
+/** How long stop() waits for a signalled server to exit before it kills it and fails. */
+const STOP_WAIT_MS = 120_000;
+
 export class ServerProcess {
   constructor(child, dataDir) {
     this.child = child;
@@ -282,10 +285,25 @@ export class ServerProcess {
     };
   }
 
-  /** SIGTERM (or `signal`) and the exit status. */
-  async stop(signal = 'SIGTERM') {
+  /**
+   * SIGTERM (or `signal`) and the exit status. A server that has not exited `waitMs` after the
+   * signal (a generous bound, not a timing: a shutdown drains for 10 s at most) is SIGKILLed and
+   * the call rejects, so a shutdown that hangs fails the test instead of stalling the run.
+   */
+  async stop(signal = 'SIGTERM', { waitMs = STOP_WAIT_MS } = {}) {
     if (this.child.exitCode === null && this.child.signalCode === null) this.child.kill(signal);
-    return this.exit;
+    let timer;
+    const hung = new Promise((_, reject) => {
+      timer = setTimeout(() => {
+        this.child.kill('SIGKILL');
+        reject(new Error(`the server did not exit within ${waitMs / 1000} s after ${signal}; it was killed (SIGKILL)`));
+      }, waitMs);
+    });
+    try {
+      return await Promise.race([this.exit, hung]);
+    } finally {
+      clearTimeout(timer);
+    }
   }
 
   async kill() {

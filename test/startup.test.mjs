@@ -297,3 +297,16 @@ describe('The CLI', () => {
     }
   });
 });
+
+test('the harness: a server that does not exit after its signal is killed and the stop fails, saying so (a hung shutdown is a failure, never a stalled run)', async () => {
+  const s = await startServer();
+  try {
+    // a stopped process takes its SIGTERM only once continued: it cannot exit by itself
+    s.child.kill('SIGSTOP');
+    await assert.rejects(s.stop('SIGTERM', { waitMs: 500 }), /^Error: the server did not exit within 0\.5 s after SIGTERM; it was killed \(SIGKILL\)$/);
+    assert.deepEqual(await s.exit, { code: null, signal: 'SIGKILL' });
+  } finally {
+    await s.kill();
+    removeDir(s.dataDir);
+  }
+});

@@ -70,8 +70,11 @@ export interface OpenedStream {
   };
 }
 
-/** Why a stream ended, as its final event says (and /metrics counts). */
-export type EndReason = 'slow' | 'expired' | 'shutdown' | 'deleted' | 'done';
+/**
+ * Why a stream ended, as its final event says (and /metrics counts). `gone`: a reply's stream
+ * whose instance missed events; its `reset` said so, and it closes with nothing more.
+ */
+export type EndReason = 'slow' | 'expired' | 'shutdown' | 'deleted' | 'done' | 'gone';
 
 /** Events read from the log per step of a replay. */
 const REPLAY_PAGE = 256;
@@ -165,6 +168,11 @@ function frame(type: string, id: number | undefined, data: string | Buffer): Fra
 }
 
 const frameOf = (e: LoggedEvent): Frame => frame(e.type, e.id, e.data);
+
+/** The reason a `reset` event of the log gives (an import's is `{"reason":"import"}`). */
+function resetReason(e: LoggedEvent): string {
+  return (typeof e.data === 'string' ? e.data : e.data.toString('utf8')).includes('"reason":"gone"') ? 'gone' : 'import';
+}
 
 /** Last-Event-ID as an id, or undefined when it is not one this server could have sent. */
 function parseEventId(text: string): number | undefined {
@@ -372,7 +380,14 @@ export class Hub {
     const touched: Stream[] = [];
     for (const e of events) {
       if (e.type === 'reset') {
-        for (const s of this.streams) if (s.live && !s.ended) this.reset(s, 'import', e.id);
+        // an import (in the log), or events this instance missed (the feed says so: 'gone')
+        const gone = resetReason(e) === 'gone';
+        for (const s of this.streams) {
+          if (!s.live || s.ended) continue;
+          this.reset(s, gone ? 'gone' : 'import', e.id);
+          // a reply's stream cannot be read again, and its last event may be among those missed
+          if (gone && s.follow.only !== undefined) this.end(s, 'gone');
+        }
         continue;
       }
       let bytes: Frame | undefined;
@@ -416,8 +431,8 @@ export class Hub {
     if (reason === 'slow') this.log.warn('an event stream fell too far behind (EVENTS_BUFFER); it was cut off', { ...fields, unsentBytes: s.pending });
     else this.log.debug('event stream ended', fields);
     s.flush();
-    // a stream that answered one request closes after its last event, with nothing more
-    if (reason !== 'done') s.send(frame('end', undefined, JSON.stringify({ reason })));
+    // a stream that answered one request closes after its last event (or its reset), with nothing more
+    if (reason !== 'done' && reason !== 'gone') s.send(frame('end', undefined, JSON.stringify({ reason })));
     s.res.end();
     if (!s.res.writableFinished) {
       // a client that does not read even its final event goes after WRITE_TIMEOUT

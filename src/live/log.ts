@@ -193,6 +193,8 @@ const RECENT: WindowLimits = { events: 4096, bytes: 4 * 1024 * 1024 };
 
 /** How long a reply's text waits for others' to be logged with it in one statement. */
 const PUBLISH_GATHER_MS = 2;
+/** The reset a stream gets when this instance missed events: as for an id older than the window. */
+const GONE = '{"reason":"gone"}';
 /** How often the shared log is trimmed (by every instance; any one's trim serves all). */
 const TRIM_EVERY_MS = 60_000;
 
@@ -240,8 +242,16 @@ export class SharedFeedLog implements FeedLog {
   /** Hands on events that follow `head`, in order; those already handed on (read twice) are dropped. */
   private handOn(events: readonly LoggedEvent[]): void {
     const fresh = events[0] !== undefined && events[0].id <= this.head ? events.filter((e) => e.id > this.head) : events;
+    const first = fresh[0];
     const last = fresh[fresh.length - 1];
-    if (last === undefined || this.closed) return;
+    if (first === undefined || last === undefined || this.closed) return;
+    // ids are contiguous: a first id past head + 1 means another instance trimmed events this
+    // one had not read yet (it lagged more than EVENTS_WINDOW); its streams are told
+    const missed = first.id - this.head - 1;
+    if (missed > 0) {
+      this.log.warn('the live feed fell more than EVENTS_WINDOW behind the shared log and missed events another instance trimmed; its streams get reset', { missed });
+      this.deliver?.([{ id: first.id - 1, type: 'reset', session: '', owner: '', project: '', data: GONE }]);
+    }
     this.head = last.id;
     for (const e of fresh) this.recent.keep(e);
     this.deliver?.(fresh);
@@ -364,7 +374,9 @@ export class SharedFeedLog implements FeedLog {
     this.catchUp();
     if (nowMs - this.trimmedAt < TRIM_EVERY_MS) return;
     this.trimmedAt = nowMs;
-    this.shared.trim(this.window, nowMs).catch((e: unknown) => this.log.warn('cannot trim the shared event log; trying again later', { err: (e as Error).message }));
+    // never past what this instance has read: a feed that lags (a burst of replies' text) must
+    // not have its own unread events trimmed under it
+    this.shared.trim(this.window, this.head, nowMs).catch((e: unknown) => this.log.warn('cannot trim the shared event log; trying again later', { err: (e as Error).message }));
   }
 
   async close(): Promise<void> {

@@ -233,8 +233,8 @@ export interface SharedEventLog {
   read(after: number, upTo: number, limit: number): Promise<readonly LoggedEvent[]>;
   /** Calls `onChange` whenever events may have been committed (by any instance), and after a lost notification; until close. */
   watch(onChange: () => void): Promise<void>;
-  /** Keeps the newest `keep` events and forgets tickets used before `nowMs`'s expiries. */
-  trim(keep: number, nowMs: number): Promise<void>;
+  /** Keeps the newest `keep` events, and every one after `readTo` (what the caller has not read yet); forgets tickets used before `nowMs`'s expiries. */
+  trim(keep: number, readTo: number, nowMs: number): Promise<void>;
   /** Records a ticket's single use: false when any instance recorded it before. */
   claimTicket(id: string, expiresAtMs: number): Promise<boolean>;
   /**

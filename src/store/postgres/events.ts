@@ -97,9 +97,9 @@ export class PgEventLog implements SharedEventLog {
     }
   }
 
-  async trim(keep: number, nowMs: number): Promise<void> {
+  async trim(keep: number, readTo: number, nowMs: number): Promise<void> {
     await Promise.all([
-      this.pool.query(`DELETE FROM ${this.S}.events WHERE id <= (SELECT last FROM ${this.S}.event_head) - $1`, [String(keep)]),
+      this.pool.query(`DELETE FROM ${this.S}.events WHERE id <= LEAST((SELECT last FROM ${this.S}.event_head) - $1, $2)`, [String(keep), String(readTo)]),
       this.pool.query(`DELETE FROM ${this.S}.used_tickets WHERE expires_at < $1`, [String(nowMs)]),
     ]).catch(rethrow);
   }
