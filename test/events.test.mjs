@@ -10,7 +10,6 @@ import { newSession, removeDir, runCli, SECRET, startServer, STORE, tokenFor } f
 import { startProvider } from './provider/server.mjs';
 import { openEvents } from './sse.mjs';
 import { BASE, MISSING } from './api-kit.mjs';
-import { startProvider } from './provider/server.mjs';
 
 /** A metric's value from /metrics (0 when the series is absent). */
 async function metric(server, series) {
