@@ -78,10 +78,8 @@ function originForm(url: string): string {
 }
 
 /** The request id: the client's when it is sane, else ours. */
-function requestIdOf(req: IncomingMessage): string {
-  const given = req.headers['x-request-id'];
-  return typeof given === 'string' && SANE_REQUEST_ID.test(given) ? given : nextRequestId();
-}
+const saneIdOr = (given: unknown): string => (typeof given === 'string' && SANE_REQUEST_ID.test(given) ? given : nextRequestId());
+const requestIdOf = (req: IncomingMessage): string => saneIdOr(req.headers['x-request-id']);
 
 
 /** One request and its answer, from arrival to settlement: one object so the hot path allocates little. */
@@ -134,7 +132,7 @@ class Call implements BodyHold {
       }
     }
     this.authorization = authorization;
-    this.id = given !== undefined && !repeated && SANE_REQUEST_ID.test(given) ? given : nextRequestId();
+    this.id = saneIdOr(repeated ? undefined : given);
   }
 }
 
