@@ -4,6 +4,14 @@
 // authentication messages are small one-off buffers.
 
 const CHUNK = 16 * 1024;
+/**
+ * A buffer past this size is not kept once its bytes are handed to the socket, and grows only to
+ * what it must hold: one large parameter (a long reply's turn, 6 MB) once made this writer double
+ * three bytes a character into a 90 MiB buffer that each connection of the pool then kept.
+ */
+const LARGE = 1024 * 1024;
+/** A parameter longer than this is measured (Buffer.byteLength) rather than counted at three bytes a character. */
+const MEASURE_FROM = 4 * 1024;
 
 /** Execute (unnamed portal, all rows) followed by Sync: the tail of every query. */
 const EXECUTE_SYNC = Buffer.from([0x45, 0, 0, 0, 9, 0, 0, 0, 0, 0, 0x53, 0, 0, 0, 4]);
@@ -14,7 +22,7 @@ export const SSL_REQUEST = Buffer.from([0, 0, 0, 8, 0x04, 0xd2, 0x16, 0x2f]);
 /**
  * A write buffer that only grows forward: `take()` hands the bytes written since the last
  * take to the socket, which keeps them until written, so that region is never reused; a
- * new buffer is started when the current one is full.
+ * new buffer is started when the current one is full, or after a large one is handed out.
  */
 export class MessageWriter {
   private buf = Buffer.allocUnsafe(CHUNK);
@@ -30,7 +38,13 @@ export class MessageWriter {
   take(): Buffer | undefined {
     if (this.pos === this.start) return undefined;
     const out = this.buf.subarray(this.start, this.pos);
-    this.start = this.pos;
+    if (this.buf.length > LARGE) {
+      // the socket keeps the large buffer until it is written, and no longer
+      this.buf = Buffer.allocUnsafe(CHUNK);
+      this.start = this.pos = 0;
+    } else {
+      this.start = this.pos;
+    }
     return out;
   }
 
@@ -57,7 +71,10 @@ export class MessageWriter {
   /** Bind the unnamed portal to statement `name` with text parameters, results in text. */
   bind(name: string, params: readonly (string | null)[]): void {
     let room = name.length * 3 + 16;
-    for (let i = 0; i < params.length; i++) room += 4 + (params[i]?.length ?? 0) * 3;
+    for (let i = 0; i < params.length; i++) {
+      const n = params[i]?.length ?? 0;
+      room += 4 + (n > MEASURE_FROM ? Buffer.byteLength(params[i] as string, 'utf8') : n * 3);
+    }
     this.ensure(room);
     const at = this.begin(0x42);
     this.buf[this.pos++] = 0; // unnamed portal
@@ -120,7 +137,9 @@ export class MessageWriter {
   private ensure(n: number): void {
     if (this.pos + n <= this.buf.length) return;
     const pending = this.pos - this.start;
-    const next = Buffer.allocUnsafe(Math.max(CHUNK, 2 * (pending + n)));
+    // doubled while small (many messages gathered for one write), exact when large
+    const wanted = pending + n;
+    const next = Buffer.allocUnsafe(wanted > LARGE ? wanted : Math.max(CHUNK, 2 * wanted));
     this.buf.copy(next, 0, this.start, this.pos);
     this.buf = next;
     this.start = 0;

@@ -91,3 +91,24 @@ test('the writer never changes bytes it handed out, across its buffer boundaries
   assert.equal(r.buffered, 0);
   assert.equal(types.join(''), `${'BES'.repeat(2000)}B`);
 });
+
+test('a long parameter costs the writer its bytes, not six times them, and the writer lets that buffer go once the socket has it (a 6 MB reply turn once left a 90 MiB buffer in each connection of the pool)', () => {
+  const w = new MessageWriter();
+  for (const value of ['y'.repeat(6_000_000), 'é'.repeat(3_000_000)]) {
+    w.bind('big', [value]);
+    const out = w.take();
+    const bytes = Buffer.byteLength(value, 'utf8');
+    assert.ok(out.length > bytes && out.length < bytes + 64, `the Bind holds the value: ${out.length} bytes`);
+    assert.ok(out.buffer.byteLength < bytes + 64 * 1024, `allocated ${out.buffer.byteLength} bytes for a ${bytes}-byte value`);
+    // the next messages go to a new, small buffer: the large one lives only as long as the socket's write
+    w.bind('small', ['x']);
+    const next = w.take();
+    assert.notEqual(next.buffer, out.buffer);
+    assert.ok(next.buffer.byteLength <= 64 * 1024, `the writer went on in ${next.buffer.byteLength} bytes`);
+    const r = new MessageReader();
+    r.push(Buffer.concat([out, next]));
+    const types = [];
+    while (r.next()) types.push(String.fromCharCode(r.type));
+    assert.equal(types.join(''), 'BB');
+  }
+});
