@@ -2,7 +2,7 @@
 // --max-old-space-size) and the resident memory allowed (MEMORY_LIMIT, or the cgroup's limit).
 // The low-memory guard (http/memory-guard.ts) and the caches of records size themselves by it.
 import { totalmem } from 'node:os';
-import { getHeapSpaceStatistics, getHeapStatistics } from 'node:v8';
+import { getHeapSpaceStatistics, getHeapStatistics, setFlagsFromString } from 'node:v8';
 
 /** What memory this process may use. */
 export interface MemoryCeilings {
@@ -14,10 +14,15 @@ export interface MemoryCeilings {
 
 /** The most V8's young generation reserves within the heap limit, among the supported releases. */
 const YOUNG_RESERVE = 192 * 1024 * 1024;
+/** The words of NODE_OPTIONS and then this process's own arguments to node, in the order node reads them. */
+function nodeFlags(): string[] {
+  return [...(process.env['NODE_OPTIONS'] ?? '').split(/\s+/), ...process.execArgv];
+}
+
 /** The --max-old-space-size (MiB) given to this process, the last one in NODE_OPTIONS and then its arguments. */
 function maxOldSpaceFlag(): number | undefined {
   let found: number | undefined;
-  const words = [...(process.env['NODE_OPTIONS'] ?? '').split(/\s+/), ...process.execArgv];
+  const words = nodeFlags();
   for (let i = 0; i < words.length; i++) {
     const w = words[i] as string;
     const m = /^--max[-_]old[-_]space[-_]size(?:=(\d+))?$/.exec(w);
@@ -26,6 +31,21 @@ function maxOldSpaceFlag(): number | undefined {
     if (v !== undefined && /^\d+$/.test(v)) found = Number(v);
   }
   return found;
+}
+
+/**
+ * Keeps V8's young generation at the size it starts with (a semi-space of 1 MiB), unless the
+ * operator sized it with a flag of their own (--max-semi-space-size, --min-semi-space-size or
+ * --semi-space-growth-factor). V8 grows it when many objects outlive a scavenge, up to 64 MiB a
+ * semi-space on Node 24, and never gives the pages back: a thousand replies in flight left
+ * 150 MiB of resident memory behind for the few per cent of CPU the larger space saves (see
+ * docs/DECISIONS.md). The growth factor is the one sizing flag V8 reads while it runs; the
+ * others only count on the command line. Returns whether it was set.
+ */
+export function keepYoungGenerationSmall(): boolean {
+  if (nodeFlags().some((w) => /^--(?:max|min)[-_]semi[-_]space[-_]size|^--semi[-_]space[-_]growth[-_]factor/.test(w))) return false;
+  setFlagsFromString('--semi-space-growth-factor=1');
+  return true;
 }
 
 /**

@@ -1,5 +1,6 @@
 // Counters and histograms in Prometheus text format (version 0.0.4). Each route owns its
 // counters, so counting a request is an array bump, not a label lookup.
+import { getHeapSpaceStatistics } from 'node:v8';
 import type { StoreStats } from './store/store.js';
 
 const LATENCY_BUCKETS = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5];
@@ -218,6 +219,10 @@ export class Metrics {
     lines.push(`process_resident_memory_bytes ${mem.rss}`);
     meta('nodejs_heap_used_bytes', 'gauge', 'V8 heap in use.');
     lines.push(`nodejs_heap_used_bytes ${mem.heapUsed}`);
+    meta('nodejs_external_memory_bytes', 'gauge', 'Memory outside the V8 heap held by its objects (Buffers among them).');
+    lines.push(`nodejs_external_memory_bytes ${mem.external}`);
+    meta('nodejs_heap_space_size_total_bytes', 'gauge', 'Size of each space of the V8 heap (new_space: the young generation, kept small; see docs/DECISIONS.md).');
+    for (const s of getHeapSpaceStatistics()) lines.push(`nodejs_heap_space_size_total_bytes{space="${s.space_name}"} ${s.space_size}`);
     meta('nodejs_eventloop_delay_seconds', 'histogram', 'How late a timer due every 10 ms fired: how long the event loop was busy while requests may have waited.');
     lines.push(...this.eventLoopDelay.render('nodejs_eventloop_delay_seconds', ''));
     meta('process_start_time_seconds', 'gauge', 'Start time of the process since the Unix epoch.');
