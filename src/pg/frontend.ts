@@ -5,9 +5,9 @@
 
 const CHUNK = 16 * 1024;
 /**
- * A buffer past this size is not kept once its bytes are handed to the socket, and grows only to
- * what it must hold: one large parameter (a long reply's turn, 6 MB) once made this writer double
- * three bytes a character into a 90 MiB buffer that each connection of the pool then kept.
+ * A buffer past this size is not kept once its bytes are handed to the socket: one large
+ * parameter (a long reply's turn, 6 MB) once made this writer double three bytes a character
+ * into a 90 MiB buffer that each connection of the pool then kept.
  */
 const LARGE = 1024 * 1024;
 /** A parameter longer than this is measured (Buffer.byteLength) rather than counted at three bytes a character. */
@@ -137,9 +137,9 @@ export class MessageWriter {
   private ensure(n: number): void {
     if (this.pos + n <= this.buf.length) return;
     const pending = this.pos - this.start;
-    // doubled while small (many messages gathered for one write), exact when large
-    const wanted = pending + n;
-    const next = Buffer.allocUnsafe(wanted > LARGE ? wanted : Math.max(CHUNK, 2 * wanted));
+    // room for this message, and twice what is gathered (a pipeline of many grows in doublings,
+    // never a copy per message); a large message alone gets its own size, not twice it
+    const next = Buffer.allocUnsafe(Math.max(CHUNK, pending + n, 2 * pending));
     this.buf.copy(next, 0, this.start, this.pos);
     this.buf = next;
     this.start = 0;
