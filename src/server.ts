@@ -8,7 +8,7 @@ import { createApp } from './app.js';
 import { loadSecrets } from './auth/secret.js';
 import type { Config } from './config.js';
 import type { Logger } from './log.js';
-import { keepYoungGenerationSmall } from './memory.js';
+import { capYoungGeneration } from './memory.js';
 import { Metrics } from './metrics.js';
 import { acquireLock, guardDataDir } from './data-dir-lock.js';
 import { loadProviders, type ProviderCatalog } from './providers/catalog.js';
@@ -23,7 +23,7 @@ const HEADERS_TIMEOUT_MS = 15_000;
 
 /** Starts serving; resolves once listening. Start-up errors are thrown for main to report. */
 export async function serve(config: Config, log: Logger, version: string): Promise<Server> {
-  keepYoungGenerationSmall();
+  capYoungGeneration();
   // a start that cannot have its address must leave a new data directory as it found it (no
   // secret, no store): the address is tried before anything is written, and let go for the listen
   await tryAddress(config.port, config.host);
