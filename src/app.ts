@@ -172,7 +172,7 @@ function liveFeed(p: AppParts): { hub: Hub; tickets: TicketCodec } | undefined {
   const feed: FeedLog =
     shared === undefined
       ? new MemoryFeedLog(p.store, announce, { events: events.window, bytes: events.windowBytes })
-      : new SharedFeedLog(p.store, shared, announce, events.window, p.log);
+      : new SharedFeedLog(p.store, shared, events.window, p.log);
   const hub = new Hub(
     feed,
     {

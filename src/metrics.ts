@@ -221,7 +221,7 @@ export class Metrics {
     lines.push(`nodejs_heap_used_bytes ${mem.heapUsed}`);
     meta('nodejs_external_memory_bytes', 'gauge', 'Memory outside the V8 heap held by its objects (Buffers among them).');
     lines.push(`nodejs_external_memory_bytes ${mem.external}`);
-    meta('nodejs_heap_space_size_total_bytes', 'gauge', 'Size of each space of the V8 heap (new_space: the young generation, kept small; see docs/DECISIONS.md).');
+    meta('nodejs_heap_space_size_total_bytes', 'gauge', 'Size of each space of the V8 heap (new_space: the young generation, at most 8 MiB; see docs/DECISIONS.md).');
     for (const s of getHeapSpaceStatistics()) lines.push(`nodejs_heap_space_size_total_bytes{space="${s.space_name}"} ${s.space_size}`);
     meta('nodejs_eventloop_delay_seconds', 'histogram', 'How late a timer due every 10 ms fired: how long the event loop was busy while requests may have waited.');
     lines.push(...this.eventLoopDelay.render('nodejs_eventloop_delay_seconds', ''));

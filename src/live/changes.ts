@@ -41,8 +41,7 @@ export function eventsOf(c: Change): ChangeEvent[] {
         event('session.updated', c.session, c.sessionJson),
       ];
     case 'delta':
-      // a reply's pieces were told as they came (deltaEvents): its commit only makes them durable
-      return c.quiet ? [] : deltaEvents(c.session, c.turnId, c.pieces, c.places);
+      return silent(c) ? [] : deltaEvents(c.session, c.turnId, c.pieces, c.places);
     case 'delete':
       return [event('session.deleted', c.session, JSON.stringify({ _id: c.id }))];
   }
@@ -58,6 +57,16 @@ export function deltaEvents(session: { readonly _id: string; readonly user: stri
     const data = { _id: turnId, session: session._id, text: piece.text, at: p.at, ...(p.part !== undefined ? { part: p.part } : {}), ...(piece.kind === 'reasoning' ? { type: 'reasoning' } : {}) };
     return event('turn.delta', session, JSON.stringify(data));
   });
+}
+
+/** A change that makes no event: a reply's quiet delta, whose pieces were told as they came (deltaEvents); its commit only makes them durable. */
+function silent(c: Change): boolean {
+  return c.kind === 'delta' && (c.quiet || c.pieces.length === 0);
+}
+
+/** Whether a group's changes make any event, without making them (what announce would find). */
+export function makesEvents(changes: readonly Change[]): boolean {
+  return changes.some((c) => !silent(c));
 }
 
 /** The events of a group's changes, in commit order (what the store's Announce is). */

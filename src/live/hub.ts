@@ -11,7 +11,7 @@ import type { Logger } from '../log.js';
 import type { Metrics } from '../metrics.js';
 import type { ChangeEvent, LoggedEvent } from '../store/store.js';
 import { SESSION_ONLY_TYPES } from './changes.js';
-import type { FeedLog } from './log.js';
+import { GONE_RESET, type FeedLog } from './log.js';
 
 export interface HubOptions {
   /** Between heartbeats (EVENTS_HEARTBEAT); also how often expiry and stalled streams are looked at. */
@@ -168,11 +168,6 @@ function frame(type: string, id: number | undefined, data: string | Buffer): Fra
 }
 
 const frameOf = (e: LoggedEvent): Frame => frame(e.type, e.id, e.data);
-
-/** The reason a `reset` event of the log gives (an import's is `{"reason":"import"}`). */
-function resetReason(e: LoggedEvent): string {
-  return (typeof e.data === 'string' ? e.data : e.data.toString('utf8')).includes('"reason":"gone"') ? 'gone' : 'import';
-}
 
 /** Last-Event-ID as an id, or undefined when it is not one this server could have sent. */
 function parseEventId(text: string): number | undefined {
@@ -381,7 +376,7 @@ export class Hub {
     for (const e of events) {
       if (e.type === 'reset') {
         // an import (in the log), or events this instance missed (the feed says so: 'gone')
-        const gone = resetReason(e) === 'gone';
+        const gone = e.data === GONE_RESET;
         for (const s of this.streams) {
           if (!s.live || s.ended) continue;
           this.reset(s, gone ? 'gone' : 'import', e.id);

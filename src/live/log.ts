@@ -6,6 +6,7 @@
 import type { Logger } from '../log.js';
 import { ServerBusy } from '../domain/errors.js';
 import type { Announce, ChangeEvent, LoggedEvent, SharedEventLog, Store } from '../store/store.js';
+import { makesEvents } from './changes.js';
 
 export interface FeedLog {
   /** The id of the newest event handed to the feed (the live position). */
@@ -193,8 +194,8 @@ const RECENT: WindowLimits = { events: 4096, bytes: 4 * 1024 * 1024 };
 
 /** How long a reply's text waits for others' to be logged with it in one statement. */
 const PUBLISH_GATHER_MS = 2;
-/** The reset a stream gets when this instance missed events: as for an id older than the window. */
-const GONE = '{"reason":"gone"}';
+/** The data of the reset a stream gets when this instance missed events: as for an id older than the window. */
+export const GONE_RESET = '{"reason":"gone"}';
 /** How often the shared log is trimmed (by every instance; any one's trim serves all). */
 const TRIM_EVERY_MS = 60_000;
 
@@ -221,7 +222,6 @@ export class SharedFeedLog implements FeedLog {
   constructor(
     private readonly store: Store,
     private readonly shared: SharedEventLog,
-    private readonly announce: Announce,
     private readonly window: number,
     private readonly log: Logger,
   ) {}
@@ -233,7 +233,7 @@ export class SharedFeedLog implements FeedLog {
     // this instance's own commits that made events: read at once rather than wait for the
     // notification's round trip (a quiet delta, the most frequent commit of a reply, makes none)
     this.store.onCommitted((changes) => {
-      if (this.announce(changes).length > 0) this.catchUp();
+      if (makesEvents(changes)) this.catchUp();
     });
     await this.shared.watch(() => this.catchUp());
     this.catchUp();
@@ -250,7 +250,7 @@ export class SharedFeedLog implements FeedLog {
     const missed = first.id - this.head - 1;
     if (missed > 0) {
       this.log.warn('the live feed fell more than EVENTS_WINDOW behind the shared log and missed events another instance trimmed; its streams get reset', { missed });
-      this.deliver?.([{ id: first.id - 1, type: 'reset', session: '', owner: '', project: '', data: GONE }]);
+      this.deliver?.([{ id: first.id - 1, type: 'reset', session: '', owner: '', project: '', data: GONE_RESET }]);
     }
     this.head = last.id;
     for (const e of fresh) this.recent.keep(e);
