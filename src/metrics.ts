@@ -93,7 +93,7 @@ export class Metrics {
   /** The low-memory guard (set by the app). */
   memory: { low(): boolean; readonly refused: number } | undefined;
   /** The live feed's streams and events (set by it; undefined with EVENTS=off). */
-  live: { streams(): number; events(): number; ended(): ReadonlyMap<string, number> } | undefined;
+  live: { streams(): number; events(): number; ended(): ReadonlyMap<string, number>; unlogged(): number } | undefined;
   /** What the background purge deleted (set by the server; undefined with PURGE_INTERVAL=off). */
   purged: { readonly sessions: number; readonly turns: number } | undefined;
   /** Replies from the model: in progress, and ended by status (set by the app). */
@@ -182,6 +182,8 @@ export class Metrics {
       lines.push(`${p}_events_total ${this.live.events()}`);
       meta(`${p}_event_streams_ended_total`, 'counter', 'Event streams ended, by reason: client (it went away), slow, expired, deleted, shutdown, done (a reply\'s, after its last event), gone (a reply\'s, after a reset: its instance missed events).');
       for (const [reason, n] of this.live.ended()) lines.push(`${p}_event_streams_ended_total{reason="${label(reason)}"} ${n}`);
+      meta(`${p}_events_unlogged`, 'gauge', "Replies' pieces of text told to the live feed and not yet in its log (on PostgreSQL, waiting for the shared log's append; always 0 on sqlite). A reply with 64 of them waits before it reads more from its provider.");
+      lines.push(`${p}_events_unlogged ${this.live.unlogged()}`);
     }
     if (this.replies !== undefined) {
       const r = this.replies();

@@ -7,7 +7,7 @@ import { readFileSync } from 'node:fs';
 import { connect } from 'node:net';
 import { test } from 'node:test';
 import { metric, waitFor } from './api-kit.mjs';
-import { memoryCgroup, newSession, removeDir, startServer, STORE } from './helpers.mjs';
+import { memoryCgroup, newSession, removeDir, startServer } from './helpers.mjs';
 import { startProvider } from './provider/server.mjs';
 
 const B = '/api/v1/chat-sessions';
@@ -36,12 +36,12 @@ const EVENTS_BUFFER = 256 * 1024;
  * the reply's state), some 60 MiB for a thousand; the two cut streams hold EVENTS_BUFFER each
  * until they are cut; the live feed's window is capped by EVENTS_WINDOW_MEMORY (8 MiB here).
  * Twice that sum leaves room for the garbage collector's slack: 384 MiB, and the ceiling above it.
- * On PostgreSQL a server starved of CPU (the whole suite running beside it) holds more: each
- * token's event waits in memory for the shared log's append (the two long replies' 200,000
- * tokens), with nothing yet bounding that wait; alone it peaked at 229-305 MiB, beside the suite
- * once at 416. Its bound is 480 MiB, still under the ceiling the kernel enforces.
+ * On PostgreSQL each token's event waits for the shared log's append; a reply holds at most 64
+ * of them before it stops reading its provider (TOLD_AHEAD_MAX), so a server starved of CPU holds
+ * no more (without that bound it peaked at 416 MiB beside the whole suite; with it 194-203, alone
+ * or beside three busy loops).
  */
-const RSS_BOUND = (STORE === 'postgres' ? 480 : 384) * 1024 * 1024;
+const RSS_BOUND = 384 * 1024 * 1024;
 const CEILING = 512 * 1024 * 1024;
 
 /** `fn(i)` for i = 0..n-1, `width` at a time. */
@@ -95,7 +95,7 @@ async function listenThenStop(port, token, session) {
 /** The server's resident memory at its highest so far (VmHWM), in bytes. */
 const peakRss = (pid) => Number(/^VmHWM:\s+(\d+) kB/m.exec(readFileSync(`/proc/${pid}/status`, 'utf8'))[1]) * 1024;
 
-test('"memory stays bounded with a thousand replies in progress and slow listeners": in a 512 MiB memory cgroup, a thousand replies held in progress at once, every listener stopped reading: every reply completes and is recorded whole, the listeners whose replies outgrow EVENTS_BUFFER are cut off as slow, the others read their reply to its end, the server is not killed and its peak RSS stays under 384 MiB (480 on PostgreSQL)', async (t) => {
+test('"memory stays bounded with a thousand replies in progress and slow listeners": in a 512 MiB memory cgroup, a thousand replies held in progress at once, every listener stopped reading: every reply completes and is recorded whole, the listeners whose replies outgrow EVENTS_BUFFER are cut off as slow, the others read their reply to its end, the server is not killed and its peak RSS stays under 384 MiB', async (t) => {
   const cgroup = memoryCgroup(t, CEILING);
   if (cgroup === undefined) return;
   const provider = await startProvider({ log: false });

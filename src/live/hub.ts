@@ -206,7 +206,7 @@ export class Hub {
     private readonly log: Logger,
     private readonly metrics: Metrics | undefined,
   ) {
-    if (metrics !== undefined) metrics.live = { streams: () => this.count, events: () => this.eventsDelivered, ended: () => this.endedBy };
+    if (metrics !== undefined) metrics.live = { streams: () => this.count, events: () => this.eventsDelivered, ended: () => this.endedBy, unlogged: () => this.feed.unlogged() };
   }
 
   /** Follows the store's commits and starts the timer. */

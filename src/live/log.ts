@@ -28,6 +28,8 @@ export interface FeedLog {
    * with the next ids; resolves once they are logged (at once in memory).
    */
   publish(events: readonly ChangeEvent[]): Promise<void>;
+  /** Events published and not logged yet (0 in memory; on a shared log, those waiting for its append). */
+  unlogged(): number;
   /** Housekeeping, called on the feed's timer: forget expired tickets, trim, catch up. */
   tick(nowMs: number): void;
   close(): Promise<void>;
@@ -84,6 +86,10 @@ export class MemoryFeedLog implements FeedLog {
   publish(events: readonly ChangeEvent[]): Promise<void> {
     this.log(events);
     return Promise.resolve();
+  }
+
+  unlogged(): number {
+    return 0;
   }
 
   /** Gives events their ids, keeps them for Last-Event-ID and delivers them. */
@@ -313,6 +319,12 @@ export class SharedFeedLog implements FeedLog {
   private gathering: NodeJS.Timeout | undefined;
   /** An append is under way: what is published meanwhile goes in the next, as soon as it ends. */
   private appending = false;
+  /** Events of the append under way. */
+  private inAppend = 0;
+
+  unlogged(): number {
+    return this.gathered.length + this.inAppend;
+  }
 
   publish(events: readonly ChangeEvent[]): Promise<void> {
     if (events.length === 0) return Promise.resolve();
@@ -341,15 +353,18 @@ export class SharedFeedLog implements FeedLog {
     this.gathered = [];
     this.waiters = [];
     this.appending = true;
+    this.inAppend = events.length;
     this.shared.append(events).then(
       (last) => {
         this.appending = false;
+        this.inAppend = 0;
         if (last !== undefined) this.logged(events, last);
         for (const w of waiters) w.resolve();
         this.append();
       },
       (e: unknown) => {
         this.appending = false;
+        this.inAppend = 0;
         for (const w of waiters) w.reject(e);
         this.append();
       },

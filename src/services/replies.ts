@@ -34,6 +34,12 @@ import { newTurn, turnStamp } from './turns.js';
 
 /** The most a reply's text waits before it is written: what a crash can lose of it. */
 export const RECORD_EVERY_MS = 250;
+/**
+ * A reply's pieces the live feed may hold unlogged: past it the reply reads no more from its
+ * provider until the feed has logged them (the provider's stream pauses and TCP holds the rest),
+ * so a shared log that lags (PostgreSQL starved of CPU) holds at most this many of a reply's events.
+ */
+export const TOLD_AHEAD_MAX = 64;
 /** How long a cancel waits for another instance to stop the reply it generates before it marks the turn interrupted itself. */
 const CANCEL_WAIT_MS = 3_000;
 /** How long a stop waits for the replies it interrupts to be recorded. */
@@ -228,6 +234,9 @@ export class ReplyService {
         if (e.kind === 'usage') usage = e.usage;
         else recorder.add({ kind: e.kind, text: e.text });
         if (recorder.stopped !== undefined) break;
+        // the provider waits while the feed lags (its silence then is not counted as idle)
+        const paced = recorder.paced();
+        if (paced !== undefined) await paced;
       }
       if (recorder.stopped !== undefined) ending = recorder.stopped;
       else if (r.cancelled) ending = { status: 'interrupted', usage };
@@ -354,6 +363,8 @@ class Recorder {
   private writing: Promise<void> = Promise.resolve();
   /** The feed's logging of what was told: awaited before the end is written, so the end's event comes last. */
   private told: Promise<void> = Promise.resolve();
+  /** Pieces told that the feed has not logged yet. */
+  private unlogged = 0;
   /** Set when a write was refused for good (the turn too large, a quota): the reply ends so. */
   stopped: Ending | undefined;
   /** The status the end recorded (finish's, or the refusal's that came after the provider was done). */
@@ -385,10 +396,25 @@ class Recorder {
         const events = deltaEvents(this.session, this.turn._id, [p], [place]);
         // told at once, not after the last was logged: a shared log takes what comes within a few
         // milliseconds in one append, and appends in the order told (so the last settles last)
-        this.told = this.live.publish(events).catch((e: unknown) => this.log.warn('a reply\'s text could not be told to the live feed', { turn: this.turn._id, err: e }));
+        this.unlogged++;
+        this.told = this.live.publish(events).then(
+          () => void this.unlogged--,
+          (e: unknown) => {
+            this.unlogged--;
+            this.log.warn('a reply\'s text could not be told to the live feed', { turn: this.turn._id, err: e });
+          },
+        );
       }
     }
     this.timer ??= setTimeout(() => this.write(), RECORD_EVERY_MS);
+  }
+
+  /**
+   * While the feed holds TOLD_AHEAD_MAX of this reply's pieces unlogged: until it has logged
+   * them all (the reply reads nothing from the provider meanwhile). Else undefined: go on.
+   */
+  paced(): Promise<void> | undefined {
+    return this.unlogged >= TOLD_AHEAD_MAX ? this.told : undefined;
   }
 
   /** Writes what is pending, after the write before it. */

@@ -45,6 +45,7 @@ export const SCENARIOS = {
   'huge-line': 'one line of 9 MiB before the answer',
   'json-200': 'answer 200 with a JSON body instead of a stream',
   batch: 'hold every write of the answer and send them as one when it ends (a fault after N tokens comes in the same read as they do)',
+  'pad:N': 'Ollama: every token line carries N bytes more in a field clients ignore, so a few thousand tokens outgrow what the kernel buffers on loopback (the provider then waits for its client to read: `blocked` in the log)',
   'n:ANY': 'ignored: makes a model name unique (for times:K)',
 };
 
@@ -52,7 +53,7 @@ const WORDS = 'the quick brown fox jumps over a lazy dog while seven bright star
 
 /** Parses a model name into its scenario. */
 export function scenarioOf(model) {
-  const s = { model, say: undefined, tokens: undefined, rate: undefined, reasoning: 0, reasoningField: 'reasoning_content', split: 0, eol: '\n', keepalive: false, rejectStreamOptions: false, rejectMaxTokens: false, usage: true, cached: 0, status: undefined, retryAfter: undefined, times: Infinity, echoKey: false, errorAfter: undefined, stallHeaders: undefined, stallAfter: undefined, stallMs: Infinity, holdAfter: undefined, resetAfter: undefined, rstAfter: undefined, cutAfter: undefined, finish: 'stop', garbageAfter: undefined, hugeLine: false, json200: false, noDone: false, batch: false, stamp: false };
+  const s = { model, say: undefined, tokens: undefined, rate: undefined, reasoning: 0, reasoningField: 'reasoning_content', split: 0, eol: '\n', keepalive: false, rejectStreamOptions: false, rejectMaxTokens: false, usage: true, cached: 0, status: undefined, retryAfter: undefined, times: Infinity, echoKey: false, errorAfter: undefined, stallHeaders: undefined, stallAfter: undefined, stallMs: Infinity, holdAfter: undefined, resetAfter: undefined, rstAfter: undefined, cutAfter: undefined, finish: 'stop', garbageAfter: undefined, hugeLine: false, json200: false, noDone: false, batch: false, stamp: false, pad: 0 };
   for (const d of String(model).split('+')) {
     const [k, ...rest] = d.split(':');
     const v = rest.join(':');
@@ -86,6 +87,7 @@ export function scenarioOf(model) {
       case 'no-done': s.noDone = true; break;
       case 'batch': s.batch = true; break;
       case 'stamp': s.stamp = true; break;
+      case 'pad': s.pad = Number(v); break;
       default: // a plain model name, `echo` or `n:...`
     }
   }
@@ -227,12 +229,13 @@ function ollamaWire(s, body) {
   const model = JSON.stringify(body.model);
   const at = () => new Date().toISOString().replace('Z', '000Z');
   const begin = Date.now();
+  const pad = s.pad > 0 ? `,"pad":"${'x'.repeat(s.pad)}"` : '';
   return {
     contentType: 'application/x-ndjson',
     headers: {},
     start: () => [],
     reasoning: (t) => `{"model":${model},"created_at":"${at()}","message":{"role":"assistant","content":"","thinking":${JSON.stringify(t)}},"done":false}\n`,
-    token: (t) => `{"model":${model},"created_at":"${at()}","message":{"role":"assistant","content":${JSON.stringify(t)}},"done":false}\n`,
+    token: (t) => `{"model":${model},"created_at":"${at()}","message":{"role":"assistant","content":${JSON.stringify(t)}},"done":false${pad}}\n`,
     end: (u) => {
       const ns = (Date.now() - begin) * 1e6;
       const counts = s.usage ? `,"total_duration":${ns + 1334875},"load_duration":1334875,"prompt_eval_count":${u.input},"prompt_eval_duration":342546000,"eval_count":${u.output},"eval_duration":${ns}` : '';
@@ -271,9 +274,11 @@ const ROUTES = {
  * Starts the local provider. Returns `{url, port, requests, close, waitForRequest, held, release}`
  * (`held`: replies waiting at their `hold-after`; `release()` lets them and any later ones go on): `requests`
  * is the log, unless `log: false` (the benchmark): each `{protocol, path, headers, body, model,
- * system, attempt (of this model name), at (ms), remotePort, clientClosed, ended}`, with
+ * system, attempt (of this model name), at (ms), remotePort, clientClosed, ended, blocked, written}`, with
  * `closed`, a promise of the response's close. `clientClosed` is true when the client closed
- * the connection before the response ended; `ended` when the reply was sent to its end.
+ * the connection before the response ended; `ended` when the reply was sent to its end;
+ * `blocked` while a write waits for the client to read (the kernel's buffers are full);
+ * `written` counts the tokens (reasoning included) written so far.
  */
 export async function startProvider({ port = 0, host = '127.0.0.1', log = true } = {}) {
   const requests = [];
@@ -319,7 +324,7 @@ export async function startProvider({ port = 0, host = '127.0.0.1', log = true }
     counts.set(s.model, n);
     const faulty = n <= s.times;
     let markClosed;
-    const entry = { protocol, path, headers: req.headers, body, model: s.model, system: systemOf(protocol, body), attempt: n, at: Date.now(), remotePort: req.socket.remotePort, clientClosed: false, ended: false, closed: new Promise((r) => (markClosed = r)) };
+    const entry = { protocol, path, headers: req.headers, body, model: s.model, system: systemOf(protocol, body), attempt: n, at: Date.now(), remotePort: req.socket.remotePort, clientClosed: false, ended: false, blocked: false, written: 0, closed: new Promise((r) => (markClosed = r)) };
     res.on('close', () => {
       if (!res.writableFinished) entry.clientClosed = true;
       markClosed();
@@ -377,8 +382,10 @@ export async function startProvider({ port = 0, host = '127.0.0.1', log = true }
           await new Promise((r) => setImmediate(r));
         }
       } else if (!res.write(text)) {
+        entry.blocked = true;
         await new Promise((r) => {
           const done = () => {
+            entry.blocked = false;
             res.off('drain', done).off('close', done);
             r();
           };
@@ -434,6 +441,7 @@ export async function startProvider({ port = 0, host = '127.0.0.1', log = true }
       const [kind, word] = all[i];
       const t = s.stamp ? `${i === 0 ? '' : ' '}t${Math.round((performance.timeOrigin + performance.now()) * 1000)}` : word;
       if (!(await write(kind === 'reasoning' ? wire.reasoning(t) : wire.token(t)))) return;
+      entry.written = i + 1;
     }
     for (const piece of wire.end(usage)) if (!(await write(piece))) return;
     entry.ended = true;
