@@ -123,6 +123,25 @@ describe('Replies from the model', () => {
     assert.equal(textOf(done.content).split(' ').length, 20);
   });
 
+  test('"Event ids increase in commit order, and a gap is never silent" for a reply of 5,000 pieces: the session\'s stream opened afterwards with the Last-Event-ID of its first piece replays every later piece once, in order, then `ready` (on PostgreSQL past the newest 4,096 events an instance keeps in memory: the older ones are read back from the shared log)', async () => {
+    const N = 5_000;
+    const s = await session('ollama', `tokens:${N}`);
+    const live = await openEvents(server.url, `${B}/${s._id}/messages`, { token: alice.token, method: 'POST', json: { content: 'count' } });
+    assert.equal(live.status, 200, live.text);
+    await live.finished;
+    const told = live.of('turn.delta');
+    assert.equal(told.length, N);
+    const back = await openEvents(server.url, `${B}/${s._id}/events`, { token: alice.token, headers: { 'last-event-id': told[0].id } });
+    assert.equal(back.status, 200, back.text);
+    await back.until(() => back.events.some((e) => e.event === 'ready'), 60_000, 'the replay to end with ready');
+    await back.close();
+    const replayed = back.of('turn.delta');
+    assert.deepEqual(replayed.map((e) => [e.id, e.data.text]), told.slice(1).map((e) => [e.id, e.data.text]), 'every later piece once, in order');
+    const ids = back.events.map((e) => Number(e.id));
+    assert.ok(ids.every((id, i) => i === 0 || id >= ids[i - 1]), 'ids never go back');
+    assert.equal(back.of('turn.updated').at(-1).data.status, 'complete');
+  });
+
   test('"A client that goes away never stops a reply: the server finishes and records it"', async () => {
     const s = await session('anthropic', 'tokens:30@60');
     const stream = await openEvents(server.url, `${B}/${s._id}/messages`, { token: alice.token, method: 'POST', json: { content: 'then I leave' } });
