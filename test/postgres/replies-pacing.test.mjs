@@ -57,7 +57,8 @@ test('"A reply with 64 pieces the live feed has not logged yet waits for them be
       await released;
       await c.exec('ROLLBACK');
     });
-    await isLocked;
+    // a holder that fails before it holds the lock fails the test here, rather than leave it waiting with its server and schema
+    await Promise.race([isLocked, holding]);
     provider.release();
 
     // the reply told 64 pieces, none can be logged: it stopped reading, so the provider's writes
@@ -70,8 +71,9 @@ test('"A reply with 64 pieces the live feed has not logged yet waits for them be
 
     unlock();
     await holding;
-    // the stream closes after the reply's last turn.updated
-    await stream.finished;
+    // the stream closes after the reply's last turn.updated (a generous bound: a reply that never
+    // ends fails the test rather than hang the suite with its server and schema)
+    await stream.until(() => stream.ended, 120_000, 'the reply to end once appends commit again');
     const deltas = stream.of('turn.delta');
     assert.equal(deltas.length, TOKENS, 'every piece is a turn.delta of its own (none merged, none lost)');
     const updated = stream.of('turn.updated').at(-1);
