@@ -37,7 +37,8 @@ export const RECORD_EVERY_MS = 250;
 /**
  * A reply's pieces the live feed may hold unlogged: past it the reply reads no more from its
  * provider until the feed has logged them (the provider's stream pauses and TCP holds the rest),
- * so a shared log that lags (PostgreSQL starved of CPU) holds at most this many of a reply's events.
+ * so a shared log that lags (PostgreSQL starved of CPU) holds at most this many of a reply's events
+ * (and the pieces one provider event is cut into at DELTA_MAX, checked after the whole event).
  */
 export const TOLD_AHEAD_MAX = 64;
 /** How long a cancel waits for another instance to stop the reply it generates before it marks the turn interrupted itself. */

@@ -19,8 +19,14 @@ const PROVIDER_ID = '6f00000000000000000000d1';
 const TOKENS = 20_000;
 const TOLD_AHEAD_MAX = 64;
 
-test('"A reply with 64 pieces the live feed has not logged yet waits for them before it reads more from its provider" (STORE=postgres): while no append to the shared event log can commit, the reply holds exactly 64 unlogged events and its provider waits on a full socket; once appends commit again, the reply ends whole and its stream has every piece as a turn.delta of its own', PG, async () => {
-  const schema = `pacing_${process.pid}`;
+/**
+ * Runs `fn` with a reply paced by the shared log: the event log's head row held locked (no
+ * append commits), the reply waiting with 64 pieces unlogged and its provider blocked on a full
+ * socket. `fn` gets the server, the session, the reply's stream, the provider's request and
+ * `unlock()`; whatever happens, the lock, server, provider and schema are let go after.
+ */
+async function whilePaced(name, fn) {
+  const schema = `${name}_${process.pid}`;
   const provider = await startProvider();
   const s = await startServer({
     env: { DATABASE_SCHEMA: schema, BODY_LIMIT: '4mb' },
@@ -57,30 +63,24 @@ test('"A reply with 64 pieces the live feed has not logged yet waits for them be
       await released;
       await c.exec('ROLLBACK');
     });
-    await isLocked;
+    // a holder that fails before it holds the lock fails the test here, rather than leave it waiting with its server and schema
+    await Promise.race([isLocked, holding]);
     provider.release();
 
     // the reply told 64 pieces, none can be logged: it stopped reading, so the provider's writes
     // fill the socket and wait (without the bound it would read all 20,000 and hold them)
     await waitFor(async () => call.blocked && (await metric(s, 'chat_session_api_events_unlogged')) === TOLD_AHEAD_MAX, 'the reply to wait with 64 pieces unlogged and its provider blocked', 60_000);
-    assert.equal(await metric(s, 'chat_session_api_events_unlogged'), TOLD_AHEAD_MAX);
-    assert.equal(call.ended, false);
-    assert.ok(call.written < TOKENS, `the provider wrote ${call.written} of ${TOKENS} tokens`);
-    assert.equal(await metric(s, 'chat_session_api_replies_in_progress'), 1);
-
-    unlock();
-    await holding;
-    // the stream closes after the reply's last turn.updated
-    await stream.finished;
-    const deltas = stream.of('turn.delta');
-    assert.equal(deltas.length, TOKENS, 'every piece is a turn.delta of its own (none merged, none lost)');
-    const updated = stream.of('turn.updated').at(-1);
-    assert.equal(updated.data.status, 'complete');
-    assert.equal(deltas.map((e) => e.data.text).join(''), updated.data.content);
-    const reply = (await u.get(`${B}/${sid}/turns/${updated.data._id}`)).body.data;
-    assert.equal(reply.status, 'complete');
-    assert.equal(reply.content.split(' ').length, TOKENS);
-    assert.equal(await metric(s, 'chat_session_api_events_unlogged'), 0);
+    await fn({
+      s,
+      u,
+      sid,
+      stream,
+      call,
+      unlock: async () => {
+        unlock();
+        await holding;
+      },
+    });
   } finally {
     unlock();
     await holding.catch(() => undefined);
@@ -90,4 +90,58 @@ test('"A reply with 64 pieces the live feed has not logged yet waits for them be
     await pool.end();
     removeDir(s.dataDir);
   }
+}
+
+/** The reply's stream to its end, which comes after the reply's last turn.updated (a generous bound: a reply that never ends fails the test rather than hang the suite). */
+const ended = (stream) => stream.until(() => stream.ended, 120_000, 'the reply to end once appends commit again');
+
+test('"A reply with 64 pieces the live feed has not logged yet waits for them before it reads more from its provider" (STORE=postgres): while no append to the shared event log can commit, the reply holds exactly 64 unlogged events and its provider waits on a full socket; once appends commit again, the reply ends whole and its stream has every piece as a turn.delta of its own', PG, async () => {
+  await whilePaced('pacing', async ({ s, u, sid, stream, call, unlock }) => {
+    assert.equal(await metric(s, 'chat_session_api_events_unlogged'), TOLD_AHEAD_MAX);
+    assert.equal(call.ended, false);
+    assert.ok(call.written < TOKENS, `the provider wrote ${call.written} of ${TOKENS} tokens`);
+    assert.equal(await metric(s, 'chat_session_api_replies_in_progress'), 1);
+
+    await unlock();
+    await ended(stream);
+    const deltas = stream.of('turn.delta');
+    assert.equal(deltas.length, TOKENS, 'every piece is a turn.delta of its own (none merged, none lost)');
+    const updated = stream.of('turn.updated').at(-1);
+    assert.equal(updated.data.status, 'complete');
+    assert.equal(deltas.map((e) => e.data.text).join(''), updated.data.content);
+    const reply = (await u.get(`${B}/${sid}/turns/${updated.data._id}`)).body.data;
+    assert.equal(reply.status, 'complete');
+    assert.equal(reply.content.split(' ').length, TOKENS);
+    assert.equal(await metric(s, 'chat_session_api_events_unlogged'), 0);
+  });
+});
+
+test('"A reply with 64 pieces the live feed has not logged yet waits for them ...": a cancel meanwhile closes the provider\'s connection at once, while the log still cannot take a piece; its answer, the turn `interrupted` with every piece the stream told, comes once the log has them (the end\'s turn.updated follows them)', PG, async () => {
+  await whilePaced('pacing_cancel', async ({ s, u, sid, stream, call, unlock }) => {
+    const replyId = stream.of('turn.delta')[0].data._id;
+    let answered = false;
+    const cancel = u.post(`${B}/${sid}/turns/${replyId}/cancel`, {}).then((r) => {
+      answered = true;
+      return r;
+    });
+    // the lock is still held: the close did not wait for the log
+    await waitFor(() => call.clientClosed, 'the provider to see its connection closed', 60_000);
+    assert.equal(call.ended, false);
+    // the end's commit takes the log's head row too: no answer can come before the lock goes
+    assert.equal(answered, false);
+    assert.equal(await metric(s, 'chat_session_api_events_unlogged'), TOLD_AHEAD_MAX);
+
+    await unlock();
+    const r = await cancel;
+    assert.equal(r.status, 200, r.text);
+    assert.equal(r.body.data.status, 'interrupted');
+    await ended(stream);
+    const deltas = stream.of('turn.delta');
+    assert.equal(deltas.length, TOLD_AHEAD_MAX + 1, 'the first piece, and the 64 that waited');
+    assert.equal(r.body.data.content, deltas.map((e) => e.data.text).join(''), 'every piece told is recorded');
+    const last = stream.events.at(-1);
+    assert.deepEqual([last.event, last.data.status], ['turn.updated', 'interrupted']);
+    assert.equal(await metric(s, 'chat_session_api_events_unlogged'), 0);
+    assert.equal(await metric(s, 'chat_session_api_replies_in_progress'), 0);
+  });
 });
