@@ -21,6 +21,7 @@ import type { ProviderConfig, ReplyMessage, ReplyOptions } from '../providers/wi
 import {
   QuotaExceeded,
   SessionNotFound,
+  StorageUnavailable,
   TurnNotFound,
   TurnNotStreaming,
   TurnTooLarge,
@@ -43,6 +44,10 @@ export const RECORD_EVERY_MS = 250;
 export const TOLD_AHEAD_MAX = 64;
 /** How long a cancel waits for another instance to stop the reply it generates before it marks the turn interrupted itself. */
 const CANCEL_WAIT_MS = 3_000;
+/** How long a reply's end is tried again while the store is unavailable (a database restarting); past it the turn is left to the sweep. */
+const END_PATIENCE_MS = 60_000;
+/** How often it is tried meanwhile. */
+const END_RETRY_MS = 1_000;
 /** How long a stop waits for the replies it interrupts to be recorded. */
 const STOP_WAIT_MS = 5_000;
 
@@ -225,7 +230,7 @@ export class ReplyService {
 
   /** Generates one reply to its end, recording it as it goes. */
   private async run(r: Running, call: Call, options: ReplyOptions | undefined, begun: Turn): Promise<void> {
-    const recorder = new Recorder(this.store, r, begun, { _id: begun.session, user: call.owner, project: call.project }, this.settings.maxTurnBytes, this.live, this.log);
+    const recorder = new Recorder(this.store, r, begun, { _id: begun.session, user: call.owner, project: call.project }, this.settings.maxTurnBytes, this.live, this.log, () => this.stopping);
     let ending: Ending;
     try {
       const messages = await this.conversation(r.session, begun.parentId);
@@ -366,6 +371,8 @@ class Recorder {
   private told: Promise<void> = Promise.resolve();
   /** Pieces told that the feed has not logged yet. */
   private unlogged = 0;
+  /** Pieces the feed failed to log. */
+  private untold = 0;
   /** Set when a write was refused for good (the turn too large, a quota): the reply ends so. */
   stopped: Ending | undefined;
   /** The status the end recorded (finish's, or the refusal's that came after the provider was done). */
@@ -380,6 +387,8 @@ class Recorder {
     private readonly maxBytes: number,
     private readonly live: LiveSink | undefined,
     private readonly log: Logger,
+    /** Whether the server stops: the end is then not tried again. */
+    private readonly stopping: () => boolean,
   ) {
     this.content = turn.content;
   }
@@ -402,7 +411,8 @@ class Recorder {
           () => void this.unlogged--,
           (e: unknown) => {
             this.unlogged--;
-            this.log.warn('a reply\'s text could not be told to the live feed', { turn: this.turn._id, err: e });
+            // once a reply: with the database down every piece fails alike
+            if (this.untold++ === 0) this.log.warn('a reply\'s text could not be told to the live feed (its listeners miss it; the store records it)', { turn: this.turn._id, err: e });
           },
         );
       }
@@ -466,7 +476,8 @@ class Recorder {
     const pieces = this.stopped === undefined ? this.pending : [];
     this.pending = [];
     const error = ending.error === undefined ? undefined : { message: ending.error.length > ERROR_MESSAGE_MAX ? `${ending.error.slice(0, ERROR_MESSAGE_MAX - 1)}…` : ending.error };
-    const r = await this.store.updateTurn(
+    if (this.untold > 1) this.log.warn('pieces of a reply\'s text could not be told to the live feed', { turn: this.turn._id, pieces: this.untold });
+    return this.untilStored(() => this.store.updateTurn(
       this.turn.session,
       this.turn._id,
       () => undefined,
@@ -483,8 +494,30 @@ class Recorder {
         return { content: tidy(content), status: ending.status, ...(ending.usage !== undefined ? { usage: ending.usage } : {}), ...(error !== undefined ? { error } : {}) };
       },
       { uncharged: true },
-    );
-    return r.turn;
+    ));
+  }
+
+  /**
+   * The end's write, tried again every END_RETRY_MS while the store is unavailable (a database
+   * restarting: the reply's text is all in memory, and recording it whole beats leaving the turn
+   * to the sweep), for END_PATIENCE_MS at most and never once the server stops.
+   */
+  private async untilStored(write: () => Promise<{ readonly turn: TurnRecord }>): Promise<TurnRecord> {
+    const until = Date.now() + END_PATIENCE_MS;
+    for (let attempt = 0; ; attempt++) {
+      try {
+        return (await write()).turn;
+      } catch (e) {
+        // a try whose commit went through though its answer was lost: the turn has ended, as recorded
+        if (e instanceof TurnNotStreaming && attempt > 0) {
+          const t = await this.store.getTurn(this.turn.session, this.turn._id);
+          if (t !== undefined) return t;
+        }
+        if (!(e instanceof StorageUnavailable) || this.stopping() || Date.now() >= until) throw e;
+        if (attempt === 0) this.log.warn('the end of a reply cannot be recorded while the store is unavailable; trying again', { turn: this.turn._id, err: e });
+        await new Promise((resolve) => setTimeout(resolve, END_RETRY_MS));
+      }
+    }
   }
 }
 

@@ -7,6 +7,7 @@ import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import { postgresMissing, startCluster, USERS, waitFor } from '../pg/cluster.mjs';
 import { newSession, removeDir, runCli, startServer, STORE } from '../helpers.mjs';
+import { startProvider } from '../provider/server.mjs';
 
 const skip = STORE !== 'postgres' ? `about the postgres engine; this run tests STORE=${STORE}` : postgresMissing();
 const BASE = '/api/v1/chat-sessions';
@@ -23,7 +24,7 @@ describe('PostgreSQL engine: the database fails', skip === undefined ? {} : { sk
   });
 
   /** A server on the cluster, in a schema of its own. */
-  const serve = (env = {}) => startServer({ env: { DATABASE_URL: cluster.url(USERS.scram.user), DATABASE_SCHEMA: `f_${Math.random().toString(16).slice(2, 10)}`, ...env } });
+  const serve = (env = {}, providers = undefined) => startServer({ env: { DATABASE_URL: cluster.url(USERS.scram.user), DATABASE_SCHEMA: `f_${Math.random().toString(16).slice(2, 10)}`, ...env }, providers });
 
   test('"While running: an unreachable database answers 503 Storage unavailable (and /healthz), and recovers by itself": the database restarted under load: every write answered 2xx is there afterwards, the others got 503 Storage unavailable (never a 500, a hang or a crash), /healthz said so, and service resumed by itself', async () => {
     const s = await serve();
@@ -75,6 +76,48 @@ describe('PostgreSQL engine: the database fails', skip === undefined ? {} : { sk
       assert.equal(s.child.exitCode, null, 'the server is still running');
     } finally {
       await s.stop();
+      removeDir(s.dataDir);
+    }
+  });
+
+  test('"A reply\'s end waits for a database that is away": PostgreSQL stopped in the middle of a reply, the end is tried again each second and recorded whole once it is back (the waiting answer 201, the turn complete with every token); "pieces the live feed could not log are warned about once a reply", not once a piece', async () => {
+    const TOKENS = 300;
+    const provider = await startProvider();
+    const providerId = '6f00000000000000000000e1';
+    const s = await serve({}, [{ _id: providerId, name: 'Local Ollama', type: 'ollama', baseUrl: provider.url }]).catch(async (e) => {
+      await provider.close();
+      throw e;
+    });
+    let down = false;
+    try {
+      const u = s.as('carol');
+      const made = await u.post(BASE, newSession({ providerId, selectedModel: `tokens:${TOKENS}+hold-after:1` }));
+      assert.equal(made.status, 201, made.text);
+      // the waiting answer: it comes once the reply is recorded
+      const answer = u.post(`${BASE}/${made.body.data._id}/messages`, { content: 'through a restart' });
+      await waitFor(() => provider.held === 1, { what: 'the reply in progress, its first token told' });
+      await cluster.stop();
+      down = true;
+      await waitFor(async () => (await s.request('GET', '/healthz')).status === 503, { what: 'the database to be away' });
+      // the rest of the reply comes while the database is away: its end cannot be recorded yet
+      provider.release();
+      await waitFor(() => s.logs().some((l) => /the end of a reply cannot be recorded while the store is unavailable/.test(l.msg)), { what: 'the end to wait for the database' });
+      await cluster.start();
+      down = false;
+      const r = await answer;
+      assert.equal(r.status, 201, r.text);
+      const reply = r.body.data.reply;
+      assert.equal(reply.status, 'complete');
+      assert.equal(reply.content.split(' ').length, TOKENS);
+      const stored = (await u.get(`${BASE}/${made.body.data._id}/turns/${reply._id}`)).body.data;
+      assert.deepEqual([stored.status, stored.content], ['complete', reply.content]);
+      const untold = s.logs().filter((l) => /could not be told to the live feed/.test(l.msg));
+      assert.equal(untold.filter((l) => l.turn === reply._id && /its listeners miss it/.test(l.msg)).length, 1, 'one warning for the reply');
+      assert.ok(untold.every((l) => l.turn === reply._id), 'about this reply only');
+    } finally {
+      if (down) await cluster.start();
+      await s.stop();
+      await provider.close();
       removeDir(s.dataDir);
     }
   });
