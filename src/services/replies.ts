@@ -373,6 +373,8 @@ class Recorder {
   private unlogged = 0;
   /** Pieces the feed failed to log. */
   private untold = 0;
+  /** The last write failed (the store away): the next failure is not logged again. */
+  private writeFailing = false;
   /** Set when a write was refused for good (the turn too large, a quota): the reply ends so. */
   stopped: Ending | undefined;
   /** The status the end recorded (finish's, or the refusal's that came after the provider was done). */
@@ -437,6 +439,7 @@ class Recorder {
       this.pending = [];
       try {
         await this.store.appendDelta(this.turn.session, this.turn._id, () => undefined, pieces, this.maxBytes, true);
+        this.writeFailing = false;
       } catch (e) {
         // refused for good: the reply ends without what was refused
         if (e instanceof TurnTooLarge) this.stop({ status: 'error', error: this.tooLarge() });
@@ -446,7 +449,9 @@ class Recorder {
         else {
           // the store is down for now: the pieces wait for the next write (or the end)
           this.pending = [...pieces, ...this.pending];
-          this.log.warn('a reply\'s text could not be written yet; it is tried again', { turn: this.turn._id, err: e });
+          // once a run of failures, not every 250 ms of it
+          if (!this.writeFailing) this.log.warn('a reply\'s text could not be written yet; it is tried again', { turn: this.turn._id, err: e });
+          this.writeFailing = true;
         }
       }
     });
