@@ -511,13 +511,19 @@ class Recorder {
     const until = Date.now() + END_PATIENCE_MS;
     for (let attempt = 0; ; attempt++) {
       try {
-        return (await write()).turn;
-      } catch (e) {
-        // a try whose commit went through though its answer was lost: the turn has ended, as recorded
-        if (e instanceof TurnNotStreaming && attempt > 0) {
+        try {
+          return (await write()).turn;
+        } catch (e) {
+          if (!(e instanceof TurnNotStreaming) || attempt === 0) throw e;
+          // a try whose commit went through though its answer was lost, or a cancel through another
+          // instance that ended the turn meanwhile: the turn as recorded, and it counts as what it says
           const t = await this.store.getTurn(this.turn.session, this.turn._id);
-          if (t !== undefined) return t;
+          if (t === undefined) throw e;
+          this.endedAs = (JSON.parse(t.json.toString('utf8')) as Turn).status;
+          return t;
         }
+      } catch (e) {
+        // (the read above failing while the store is away is tried again like the write)
         if (!(e instanceof StorageUnavailable) || this.stopping() || Date.now() >= until) throw e;
         if (attempt === 0) this.log.warn('the end of a reply cannot be recorded while the store is unavailable; trying again', { turn: this.turn._id, err: e });
         await new Promise((resolve) => setTimeout(resolve, END_RETRY_MS));

@@ -4,6 +4,7 @@
 // resumes by itself. These tests run a cluster of their own (they stop it); they run on the
 // postgres run of the suite and skip on the others.
 import assert from 'node:assert/strict';
+import { createServer, connect } from 'node:net';
 import { after, before, describe, test } from 'node:test';
 import { postgresMissing, startCluster, USERS, waitFor } from '../pg/cluster.mjs';
 import { newSession, removeDir, runCli, startServer, STORE } from '../helpers.mjs';
@@ -126,6 +127,50 @@ describe('PostgreSQL engine: the database fails', skip === undefined ? {} : { sk
     }
   });
 
+  test('"A reply\'s end waits for a database that is away", and a try that "finds the turn ended answers it as recorded": the instance generating a reply loses its database (the one it reaches through is cut) while another instance still has it and cancels the reply there; once back, the end\'s next try finds the turn interrupted: the waiting answer is the turn as recorded, and the instance counts the reply interrupted, not complete', async () => {
+    const provider = await startProvider();
+    const providerId = '6f00000000000000000000e2';
+    const providers = [{ _id: providerId, name: 'Local Ollama', type: 'ollama', baseUrl: provider.url }];
+    const way = await pathToDatabase(cluster.port);
+    const schema = `f_${Math.random().toString(16).slice(2, 10)}`;
+    const servers = [];
+    try {
+      const a = await serve({ DATABASE_URL: cluster.url(USERS.scram.user).replace(`:${cluster.port}/`, `:${way.port}/`), DATABASE_SCHEMA: schema }, providers);
+      servers.push(a);
+      const b = await serve({ DATABASE_SCHEMA: schema }, providers);
+      servers.push(b);
+      const made = await a.as('carol').post(BASE, newSession({ providerId, selectedModel: 'tokens:20+hold-after:1' }));
+      assert.equal(made.status, 201, made.text);
+      const sid = made.body.data._id;
+      const answer = a.as('carol').post(`${BASE}/${sid}/messages`, { content: 'through a cut' });
+      answer.catch(() => undefined); // awaited below; a failure before then must not leave it unhandled
+      await waitFor(() => provider.held === 1, { what: 'the reply in progress' });
+      way.cut();
+      await waitFor(async () => (await a.request('GET', '/healthz')).status === 503, { what: 'the first instance to lose its database' });
+      provider.release();
+      await waitFor(() => a.logs().some((l) => /the end of a reply cannot be recorded while the store is unavailable/.test(l.msg)), { what: 'the end to wait for the database' });
+      const turns = (await b.as('carol').get(`${BASE}/${sid}/turns`)).body.data;
+      const replyId = turns[turns.length - 1]._id;
+      // the second instance cannot tell the first (its listening connection is cut too): it waits 3 s and ends the turn itself
+      const cancelled = await b.as('carol').post(`${BASE}/${sid}/turns/${replyId}/cancel`, {});
+      assert.deepEqual([cancelled.status, cancelled.body.data?.status], [200, 'interrupted'], cancelled.text);
+      way.restore();
+      const r = await answer;
+      assert.equal(r.status, 201, r.text);
+      assert.deepEqual(r.body.data.reply, cancelled.body.data, 'the turn as recorded');
+      const metrics = (await a.request('GET', '/metrics')).text;
+      const counted = metrics.split('\n').filter((l) => l.startsWith('chat_session_api_replies_total{'));
+      assert.deepEqual(counted, ['complete', 'error', 'interrupted'].map((status) => `chat_session_api_replies_total{status="${status}"} ${status === 'interrupted' ? 1 : 0}`));
+    } finally {
+      way.close();
+      for (const s of servers) {
+        await s.stop();
+        removeDir(s.dataDir);
+      }
+      await provider.close();
+    }
+  });
+
   test('a backend killed mid-request: that request gets 503, the connection is replaced, the next request is served', async () => {
     const s = await serve({ DATABASE_POOL_SIZE: '2' });
     try {
@@ -171,3 +216,43 @@ describe('PostgreSQL engine: the database fails', skip === undefined ? {} : { sk
     }
   });
 });
+
+/**
+ * A TCP path to the database on `port` that a test can cut (its connections reset, new ones
+ * closed as they come, as when the database is away) and restore, for one instance while the
+ * others keep theirs.
+ */
+async function pathToDatabase(port) {
+  const open = new Set();
+  let cut = false;
+  const server = createServer((client) => {
+    if (cut) return void client.destroy();
+    const db = connect(port, '127.0.0.1');
+    for (const s of [client, db]) {
+      open.add(s);
+      s.on('close', () => open.delete(s));
+      s.on('error', () => undefined);
+    }
+    client.pipe(db).pipe(client);
+    client.on('close', () => db.destroy());
+    db.on('close', () => client.destroy());
+  });
+  await new Promise((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const reset = () => {
+    for (const s of open) s.destroy();
+  };
+  return {
+    port: server.address().port,
+    cut() {
+      cut = true;
+      reset();
+    },
+    restore() {
+      cut = false;
+    },
+    close() {
+      server.close();
+      reset();
+    },
+  };
+}
