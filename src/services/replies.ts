@@ -375,6 +375,10 @@ class Recorder {
   private untold = 0;
   /** The last write failed (the store away): the next failure is not logged again. */
   private writeFailing = false;
+  /** Characters of text the store holds of the reply (every piece written, in order). */
+  private recordedChars: number;
+  /** The pieces at the head of `pending` whose write failed without saying whether it committed. */
+  private doubt: Doubt | undefined;
   /** Set when a write was refused for good (the turn too large, a quota): the reply ends so. */
   stopped: Ending | undefined;
   /** The status the end recorded (finish's, or the refusal's that came after the provider was done). */
@@ -393,6 +397,7 @@ class Recorder {
     private readonly stopping: () => boolean,
   ) {
     this.content = turn.content;
+    this.recordedChars = charsOfContent(turn.content);
   }
 
   /** A piece as it came: told to the feed now, written within RECORD_EVERY_MS. */
@@ -434,11 +439,16 @@ class Recorder {
   private write(): Promise<void> {
     this.timer = undefined;
     this.writing = this.writing.then(async () => {
+      if (this.pending.length === 0 || this.stopped !== undefined) return;
+      // a write whose answer was lost is settled first, by the text the store holds: its pieces
+      // are never written twice (nothing is written while that cannot be read)
+      if (this.doubt !== undefined && !(await this.settleDoubt())) return;
       const pieces = this.pending;
-      if (pieces.length === 0 || this.stopped !== undefined) return;
+      if (pieces.length === 0) return;
       this.pending = [];
       try {
         await this.store.appendDelta(this.turn.session, this.turn._id, () => undefined, pieces, this.maxBytes, true);
+        this.recordedChars += charsOfPieces(pieces);
         this.writeFailing = false;
       } catch (e) {
         // refused for good: the reply ends without what was refused
@@ -447,8 +457,10 @@ class Recorder {
         // ended or deleted by someone else: nothing more to write
         else if (e instanceof TurnNotStreaming || e instanceof TurnNotFound || e instanceof SessionNotFound) this.stop({ status: 'interrupted' });
         else {
-          // the store is down for now: the pieces wait for the next write (or the end)
+          // the store is down for now: the pieces wait for the next write (or the end); the write
+          // may have committed all the same (the connection lost after COMMIT): in doubt till read
           this.pending = [...pieces, ...this.pending];
+          this.doubt = { pieces: pieces.length, chars: charsOfPieces(pieces) };
           // once a run of failures, not every 250 ms of it
           if (!this.writeFailing) this.log.warn('a reply\'s text could not be written yet; it is tried again', { turn: this.turn._id, err: e });
           this.writeFailing = true;
@@ -456,6 +468,33 @@ class Recorder {
       }
     });
     return this.writing;
+  }
+
+  /**
+   * Whether the write in doubt is settled: the turn read back says whether its pieces landed (they
+   * then leave `pending`). False while the store cannot be read.
+   */
+  private async settleDoubt(): Promise<boolean> {
+    const d = this.doubt;
+    if (d === undefined) return true;
+    let t: TurnRecord | undefined;
+    try {
+      t = await this.store.getTurn(this.turn.session, this.turn._id);
+    } catch {
+      return false;
+    }
+    this.doubt = undefined;
+    // a turn gone or ended: the next write says so
+    if (t !== undefined && this.landed(d, (JSON.parse(t.json.toString('utf8')) as Turn).content)) {
+      this.pending = this.pending.slice(d.pieces);
+      this.recordedChars += d.chars;
+    }
+    return true;
+  }
+
+  /** Whether the stored content holds the pieces in doubt: its text is as long as what was recorded and them. */
+  private landed(d: Doubt, stored: TurnContent): boolean {
+    return charsOfContent(stored) === this.recordedChars + d.chars;
   }
 
   private tooLarge(): string {
@@ -478,7 +517,8 @@ class Recorder {
     // refusal did) still ends the reply so: what the provider said last does not make it complete
     if (this.stopped !== undefined) ending = { ...this.stopped, ...(ending.usage !== undefined ? { usage: ending.usage } : {}) };
     this.endedAs = ending.status;
-    const pieces = this.stopped === undefined ? this.pending : [];
+    const pending = this.stopped === undefined ? this.pending : [];
+    const doubt = this.doubt;
     this.pending = [];
     const error = ending.error === undefined ? undefined : { message: ending.error.length > ERROR_MESSAGE_MAX ? `${ending.error.slice(0, ERROR_MESSAGE_MAX - 1)}…` : ending.error };
     if (this.untold > 1) this.log.warn('pieces of a reply\'s text could not be told to the live feed', { turn: this.turn._id, pieces: this.untold });
@@ -488,6 +528,8 @@ class Recorder {
       () => undefined,
       (t) => {
         if (t.status !== 'streaming') throw new TurnNotStreaming();
+        // pieces whose write's answer was lost and that landed all the same are not written twice
+        const pieces = doubt !== undefined && this.landed(doubt, t.content) ? pending.slice(doubt.pieces) : pending;
         let content = t.content;
         for (const p of pieces) content = appendPiece(content, p).content;
         // the end is never refused, but the text it carries is held to BODY_LIMIT as a delta
@@ -530,6 +572,26 @@ class Recorder {
       }
     }
   }
+}
+
+/** Pieces whose write failed without saying whether it committed: how many (at the head of the pending ones), and their characters. */
+interface Doubt {
+  readonly pieces: number;
+  readonly chars: number;
+}
+
+function charsOfPieces(pieces: readonly Piece[]): number {
+  let n = 0;
+  for (const p of pieces) n += p.text.length;
+  return n;
+}
+
+/** The characters of a reply's text and reasoning (what its pieces add up to). */
+function charsOfContent(content: TurnContent): number {
+  if (typeof content === 'string') return content.length;
+  let n = 0;
+  for (const p of content) if (p.type === 'text' || p.type === 'reasoning') n += p.text.length;
+  return n;
 }
 
 /** A reply's content as it ends: parts without empty text (a provider's empty pieces leave none). */

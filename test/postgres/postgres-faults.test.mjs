@@ -174,6 +174,41 @@ describe('PostgreSQL engine: the database fails', skip === undefined ? {} : { sk
     }
   });
 
+  test('"a reply\'s text is never written twice": a write of its text whose COMMIT went through but whose answer was lost (the connection cut after it) is settled by reading the turn back before the next write, and the reply is recorded with every token once', async () => {
+    const TOKENS = 40;
+    const provider = await startProvider();
+    const providerId = '6f00000000000000000000e3';
+    const way = await pathToDatabase(cluster.port);
+    let s;
+    try {
+      s = await serve({ DATABASE_URL: cluster.url(USERS.scram.user).replace(`:${cluster.port}/`, `:${way.port}/`) }, [{ _id: providerId, name: 'Local Ollama', type: 'ollama', baseUrl: provider.url }]);
+      const u = s.as('dora');
+      // two seconds of text: its writes come every 250 ms
+      const made = await u.post(BASE, newSession({ providerId, selectedModel: `tokens:${TOKENS}@20+hold-after:1` }));
+      assert.equal(made.status, 201, made.text);
+      const answer = u.post(`${BASE}/${made.body.data._id}/messages`, { content: 'once each' });
+      answer.catch(() => undefined); // awaited below; a failure before then must not leave it unhandled
+      await waitFor(() => provider.held === 1, { what: 'the reply in progress' });
+      // the next commit is the first write of the reply's text (the feed's appends are single statements, never a COMMIT)
+      const dropped = way.dropNextCommitAnswer();
+      provider.release();
+      await dropped;
+      const r = await answer;
+      assert.equal(r.status, 201, r.text);
+      const reply = r.body.data.reply;
+      assert.equal(reply.status, 'complete');
+      assert.ok(s.logs().some((l) => /could not be written yet/.test(l.msg) && l.turn === reply._id), 'a write of its text failed (the dropped answer was its)');
+      assert.equal(reply.content.split(' ').length, TOKENS, `every token once: ${reply.content}`);
+      const stored = (await u.get(`${BASE}/${made.body.data._id}/turns/${reply._id}`)).body.data;
+      assert.equal(stored.content, reply.content);
+    } finally {
+      way.close();
+      await s?.stop();
+      if (s !== undefined) removeDir(s.dataDir);
+      await provider.close();
+    }
+  });
+
   test('a backend killed mid-request: that request gets 503, the connection is replaced, the next request is served', async () => {
     const s = await serve({ DATABASE_POOL_SIZE: '2' });
     try {
@@ -220,6 +255,9 @@ describe('PostgreSQL engine: the database fails', skip === undefined ? {} : { sk
   });
 });
 
+/** A CommandComplete message of the PostgreSQL protocol for COMMIT: 'C', its length (4 + 7), the tag. */
+const COMMIT_DONE = Buffer.concat([Buffer.from([0x43, 0, 0, 0, 11]), Buffer.from('COMMIT\0', 'latin1')]);
+
 /**
  * A TCP path to the database on `port` that a test can cut (its connections reset, new ones
  * closed as they come, as when the database is away) and restore, for one instance while the
@@ -228,6 +266,8 @@ describe('PostgreSQL engine: the database fails', skip === undefined ? {} : { sk
 async function pathToDatabase(port) {
   const open = new Set();
   let cut = false;
+  /** Set while the next COMMIT's answer is to be dropped: called once it was. */
+  let dropCommit;
   const server = createServer((client) => {
     if (cut) return void client.destroy();
     const db = connect(port, '127.0.0.1');
@@ -236,7 +276,23 @@ async function pathToDatabase(port) {
       s.on('close', () => open.delete(s));
       s.on('error', () => undefined);
     }
-    client.pipe(db).pipe(client);
+    client.pipe(db);
+    db.on('data', (d) => {
+      // the answer to a COMMIT (CommandComplete "COMMIT") never reaches the client: the connection
+      // is lost after the database committed, and the client cannot tell whether it did
+      if (dropCommit !== undefined && d.includes(COMMIT_DONE)) {
+        const dropped = dropCommit;
+        dropCommit = undefined;
+        client.destroy();
+        db.destroy();
+        dropped();
+        return;
+      }
+      if (!client.write(d)) {
+        db.pause();
+        client.once('drain', () => db.resume());
+      }
+    });
     client.on('close', () => db.destroy());
     db.on('close', () => client.destroy());
   });
@@ -252,6 +308,10 @@ async function pathToDatabase(port) {
     },
     restore() {
       cut = false;
+    },
+    /** The next COMMIT's answer is dropped with its connection; resolves once it was. */
+    dropNextCommitAnswer() {
+      return new Promise((resolve) => (dropCommit = resolve));
     },
     close() {
       server.close();
