@@ -174,8 +174,8 @@ describe('PostgreSQL engine: the database fails', skip === undefined ? {} : { sk
     }
   });
 
-  test('"a reply\'s text is never written twice": a write of its text whose COMMIT went through but whose answer was lost (the connection cut after it) is settled by reading the turn back before the next write, and the reply is recorded with every token once', async () => {
-    const TOKENS = 40;
+  test('"a reply\'s text is never written twice": a write of its text whose COMMIT went through but whose answer was lost (the connection cut after it) is settled by reading the turn back, and the reply holds every token once', async () => {
+    const TOLD = 20;
     const provider = await startProvider();
     const providerId = '6f00000000000000000000e3';
     const way = await pathToDatabase(cluster.port);
@@ -183,24 +183,31 @@ describe('PostgreSQL engine: the database fails', skip === undefined ? {} : { sk
     try {
       s = await serve({ DATABASE_URL: cluster.url(USERS.scram.user).replace(`:${cluster.port}/`, `:${way.port}/`) }, [{ _id: providerId, name: 'Local Ollama', type: 'ollama', baseUrl: provider.url }]);
       const u = s.as('dora');
-      // two seconds of text: its writes come every 250 ms
-      const made = await u.post(BASE, newSession({ providerId, selectedModel: `tokens:${TOKENS}@20+hold-after:1` }));
+      // a second of text, then nothing until the cancel: until then only writes of its text commit
+      // (the feed's appends are single statements, never a COMMIT), so the answer dropped is one of theirs
+      const made = await u.post(BASE, newSession({ providerId, selectedModel: `tokens:40@20+hold-after:1+stall-after:${TOLD}:forever` }));
       assert.equal(made.status, 201, made.text);
-      const answer = u.post(`${BASE}/${made.body.data._id}/messages`, { content: 'once each' });
+      const sid = made.body.data._id;
+      const answer = u.post(`${BASE}/${sid}/messages`, { content: 'once each' });
       answer.catch(() => undefined); // awaited below; a failure before then must not leave it unhandled
       await waitFor(() => provider.held === 1, { what: 'the reply in progress' });
-      // the next commit is the first write of the reply's text (the feed's appends are single statements, never a COMMIT)
       const dropped = way.dropNextCommitAnswer();
       provider.release();
       await dropped;
+      const turns = (await u.get(`${BASE}/${sid}/turns`)).body.data;
+      const replyId = turns[turns.length - 1]._id;
+      // every token told is recorded before the cancel (written twice, the words would pass TOLD or lose their order)
+      await waitFor(async () => (await u.get(`${BASE}/${sid}/turns/${replyId}`)).body.data.content.split(' ').length >= TOLD, { what: 'the told text recorded' });
+      const cancelled = await u.post(`${BASE}/${sid}/turns/${replyId}/cancel`, {});
+      assert.deepEqual([cancelled.status, cancelled.body.data?.status], [200, 'interrupted'], cancelled.text);
       const r = await answer;
       assert.equal(r.status, 201, r.text);
-      const reply = r.body.data.reply;
-      assert.equal(reply.status, 'complete');
-      assert.ok(s.logs().some((l) => /could not be written yet/.test(l.msg) && l.turn === reply._id), 'a write of its text failed (the dropped answer was its)');
-      assert.equal(reply.content.split(' ').length, TOKENS, `every token once: ${reply.content}`);
-      const stored = (await u.get(`${BASE}/${made.body.data._id}/turns/${reply._id}`)).body.data;
-      assert.equal(stored.content, reply.content);
+      assert.ok(s.logs().some((l) => /could not be written yet/.test(l.msg) && l.turn === replyId), 'a write of its text failed (the dropped answer was its)');
+      const words = 'the quick brown fox jumps over a lazy dog while seven bright stars hum softly above quiet hills'.split(' ');
+      const expected = Array.from({ length: TOLD }, (_, i) => words[i % words.length]).join(' ');
+      const stored = (await u.get(`${BASE}/${sid}/turns/${replyId}`)).body.data;
+      assert.equal(stored.content, expected, 'every token once, in order');
+      assert.equal(r.body.data.reply.content, expected);
     } finally {
       way.close();
       await s?.stop();
