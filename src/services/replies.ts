@@ -193,7 +193,7 @@ export class ReplyService {
     const turn = made.length > 1 ? made[0] : undefined;
     const r = new Running(sessionId, reply._id);
     this.running.set(reply._id, r);
-    void this.run(r, call as NonNullable<typeof call>, req.options, JSON.parse(reply.json.toString('utf8')) as Turn);
+    void this.run(r, call as NonNullable<typeof call>, req.options, turnOf(reply));
     return { turn, reply, done: r.done };
   }
 
@@ -279,7 +279,7 @@ export class ReplyService {
     const out: ReplyMessage[] = [];
     for await (const chunk of this.store.scanTurns(session, { turnId: to })) {
       for (const t of chunk) {
-        const turn = JSON.parse(t.json.toString('utf8')) as Turn;
+        const turn = turnOf(t);
         if (turn.status === 'error' || turn.content === '') continue;
         out.push({ role: turn.role, content: turn.content });
       }
@@ -302,7 +302,7 @@ export class ReplyService {
     }
     const turn = await this.store.getTurn(sessionId, turnId);
     if (turn === undefined) throw new TurnNotFound();
-    if ((JSON.parse(turn.json.toString('utf8')) as Turn).status !== 'streaming') throw new TurnNotStreaming();
+    if (turnOf(turn).status !== 'streaming') throw new TurnNotStreaming();
     const broadcast = this.store.broadcast();
     if (broadcast !== undefined) {
       await broadcast.send(`cancel ${turnId}`);
@@ -338,7 +338,7 @@ export class ReplyService {
     for (;;) {
       const t = await this.store.getTurn(sessionId, turnId);
       if (t === undefined) throw new TurnNotFound();
-      if ((JSON.parse(t.json.toString('utf8')) as Turn).status !== 'streaming') return t;
+      if (turnOf(t).status !== 'streaming') return t;
       if (Date.now() >= until) return undefined;
       await new Promise((r) => setTimeout(r, 50));
     }
@@ -485,7 +485,7 @@ class Recorder {
     }
     this.doubt = undefined;
     // a turn gone or ended: the next write says so
-    if (t !== undefined && this.landed(d, (JSON.parse(t.json.toString('utf8')) as Turn).content)) {
+    if (t !== undefined && this.landed(d, turnOf(t).content)) {
       this.pending = this.pending.slice(d.pieces);
       this.recordedChars += d.chars;
     }
@@ -561,7 +561,7 @@ class Recorder {
           // instance that ended the turn meanwhile: the turn as recorded, and it counts as what it says
           const t = await this.store.getTurn(this.turn.session, this.turn._id);
           if (t === undefined) throw e;
-          this.endedAs = (JSON.parse(t.json.toString('utf8')) as Turn).status;
+          this.endedAs = turnOf(t).status;
           return t;
         }
       } catch (e) {
@@ -592,6 +592,11 @@ function charsOfContent(content: TurnContent): number {
   let n = 0;
   for (const p of content) if (p.type === 'text' || p.type === 'reasoning') n += p.text.length;
   return n;
+}
+
+/** The turn a stored record holds. */
+function turnOf(record: TurnRecord): Turn {
+  return JSON.parse(record.json.toString('utf8')) as Turn;
 }
 
 /** A reply's content as it ends: parts without empty text (a provider's empty pieces leave none). */
