@@ -37,7 +37,7 @@ import { Router } from './http/router.js';
 import { announce } from './live/changes.js';
 import { Hub } from './live/hub.js';
 import { MemoryFeedLog, SharedFeedLog, type FeedLog } from './live/log.js';
-import { requestLineMiddle, type Logger } from './log.js';
+import { requestLineMiddle, Sparing, type Logger } from './log.js';
 import type { Metrics } from './metrics.js';
 import type { ProviderCatalog } from './providers/catalog.js';
 import type { Store } from './store/store.js';
@@ -105,7 +105,7 @@ export function createApp(p: AppParts): App {
   const budget = new BodyBudget(limits.bodyMemory, config.bodyLimit);
   const inFlight = new InFlight(limits.maxRequestsPerUser);
   let pipeline: Pipeline | undefined;
-  let warnedAt = -Infinity;
+  const evictions = new Sparing(60_000);
   const connections = new ConnectionGuard(limits.maxConnections, {
     refuse: (socket) => {
       if (p.metrics !== undefined) p.metrics.connectionsRefused++;
@@ -113,9 +113,7 @@ export function createApp(p: AppParts): App {
     },
     evicted: () => {
       if (p.metrics !== undefined) p.metrics.connectionsEvicted++;
-      const now = performance.now();
-      if (now - warnedAt >= 60_000) {
-        warnedAt = now;
+      if (evictions.due()) {
         p.log.warn('MAX_CONNECTIONS reached: closing idle connections, of whoever holds the most first, to let new ones in (logged once a minute)', { max: limits.maxConnections });
       }
     },

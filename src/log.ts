@@ -163,6 +163,30 @@ export class Logger {
   }
 }
 
+/**
+ * A line said at most once per `everyMs`, for what can happen once a request: `due()` is true
+ * when it may be said now, and `since` then counts the times it was kept quiet before.
+ */
+export class Sparing {
+  private at = -Infinity;
+  private quiet = 0;
+  /** How many times the line was kept quiet before the last `due()` that said yes. */
+  since = 0;
+
+  constructor(private readonly everyMs: number) {}
+
+  due(now = performance.now()): boolean {
+    if (now - this.at < this.everyMs) {
+      this.quiet++;
+      return false;
+    }
+    this.at = now;
+    this.since = this.quiet;
+    this.quiet = 0;
+    return true;
+  }
+}
+
 /** Writes a non-negative integer in decimal; returns the next position. */
 function putDigits(b: Buffer, n: number, p: number): number {
   if (n >= 10) p = putDigits(b, Math.floor(n / 10), p);

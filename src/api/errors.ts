@@ -60,3 +60,8 @@ export function httpErrorOf(e: unknown): HttpError | undefined {
 export function chosen(e: unknown): boolean {
   return (e instanceof HttpError && e.status === 503) || (e instanceof DomainError && (e.code === 'busy' || e.code === 'storage_damaged'));
 }
+
+/** Whether the store could not be used right now (its database unreachable, restarting or saturated): 503, reported sparingly. */
+export function storeAway(e: unknown): boolean {
+  return e instanceof DomainError && e.code === 'storage_unavailable';
+}

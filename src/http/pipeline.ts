@@ -10,7 +10,7 @@ import { hasScope, TokenError, type Authenticator, type Principal } from '../aut
 import type { Answer, EventStreamReply, RouteDef, StreamReply } from '../api/route.js';
 import type { OpenedTicket, TicketCodec } from '../auth/tickets.js';
 import { parseQuery, validateBody, validateQuery } from '../domain/schema.js';
-import { requestLineMiddle, type Logger } from '../log.js';
+import { requestLineMiddle, Sparing, type Logger } from '../log.js';
 import type { Metrics, RouteStats } from '../metrics.js';
 import { readJsonObject, releaseBody, type BodyHold, type BodyRules } from './body.js';
 import type { Connection, ConnectionGuard } from './connections.js';
@@ -18,7 +18,7 @@ import { OverShare, type InFlight } from './in-flight.js';
 import type { Cors } from './cors.js';
 import { errorBody } from '../api/envelope.js';
 import type { MemoryGuard } from './memory-guard.js';
-import { chosen, HttpError, httpErrorOf } from '../api/errors.js';
+import { chosen, HttpError, httpErrorOf, storeAway } from '../api/errors.js';
 import { parseErrorMessage } from './parse-error.js';
 import type { RateLimiter } from './rate-limit.js';
 import type { Router } from './router.js';
@@ -66,6 +66,8 @@ const nextRequestId = (): string => `${bootId}-${(++requestCounter).toString(36)
 const NO_VALUES = {};
 /** Answers larger than this are written in slices of it, so the write timeout sees progress. */
 const WRITE_SLICE = 64 * 1024;
+/** A request meeting the store away is logged at most this often (with a count of the others). */
+const STORE_AWAY_LOG_MS = 10_000;
 /** How long a connection answered outside HTTP's flow may take to read that answer before it is closed. */
 const RAW_LINGER_MS = 1_000;
 
@@ -137,7 +139,8 @@ class Call implements BodyHold {
 }
 
 export class Pipeline {
-  private overShareWarnedAt = -Infinity;
+  private readonly overShares = new Sparing(60_000);
+  private readonly storeAwayLines = new Sparing(STORE_AWAY_LOG_MS);
 
   constructor(private readonly options: PipelineOptions) {}
 
@@ -488,7 +491,8 @@ export class Pipeline {
     const h = httpErrorOf(e);
     // a 503 the server chose (busy, low on memory) is counted and in the request line, not a failure to report;
     // nor is damage, which the store logged once when it found it
-    if (h === undefined || (h.status >= 500 && !chosen(e))) {
+    if (storeAway(e)) this.storeAway(call, e);
+    else if (h === undefined || (h.status >= 500 && !chosen(e))) {
       this.options.log.error('request failed', { reqId: call.id, route: call.route?.def.path ?? null, err: e });
     }
     const status = h?.status ?? 500;
@@ -557,13 +561,28 @@ export class Pipeline {
   private overShare(call: Call): void {
     const metrics = this.options.metrics;
     if (metrics !== undefined) metrics.overShare++;
-    const now = performance.now();
-    if (now - this.overShareWarnedAt < 60_000) return;
-    this.overShareWarnedAt = now;
+    if (!this.overShares.due()) return;
     this.options.log.warn(
       "a user's requests in flight reached its share (MAX_REQUESTS_PER_USER, a quarter of BODY_MEMORY, or 2 whole lists being sent): its further requests get 429 until some end (logged once a minute)",
       { reqId: call.id, user: call.user ?? null, max: this.options.inFlight?.max ?? null },
     );
+  }
+
+  /**
+   * A request that met the store away (its database unreachable, restarting or saturated): while
+   * that lasts every request that needs it does, so it is logged once every STORE_AWAY_LOG_MS
+   * with how many met it in between, not once a request.
+   */
+  private storeAway(call: Call, e: unknown): void {
+    const lines = this.storeAwayLines;
+    if (!lines.due()) return;
+    const cause = e instanceof Error && e.cause instanceof Error ? e.cause.message : null;
+    this.options.log.error('the database cannot be used: requests that need it are answered 503 Storage unavailable until it can (logged at most every 10 s)', {
+      reqId: call.id,
+      route: call.route?.def.path ?? null,
+      cause,
+      unloggedRequests: lines.since,
+    });
   }
 
   /** The headers every answer carries, and CORS's when it applies. */

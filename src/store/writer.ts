@@ -754,8 +754,9 @@ export class SerialWriter {
   }
 
   private refuseAll(writes: readonly PendingWrite[], err: unknown): void {
-    // damage was logged once by the engine when it found it; each refusal after it is no news
-    if (!(err instanceof StorageDamaged)) this.log.error('store write failed; the writes of this group were refused and nothing changed', { err, writes: writes.length });
+    // damage was logged once by the engine when it found it, and a database away is reported by
+    // whoever asked for the write (a request's failure, sparingly): each refusal is no news here
+    if (!(err instanceof StorageDamaged) && !(err instanceof StorageUnavailable)) this.log.error('store write failed; the writes of this group were refused and nothing changed', { err, writes: writes.length });
     const refusal = err instanceof StorageWriteFailed || err instanceof StorageUnavailable || err instanceof StorageDamaged ? err : new StorageWriteFailed(err);
     for (const w of writes) w.reject(refusal);
     this.nextGroup();

@@ -27,7 +27,7 @@ describe('PostgreSQL engine: the database fails', skip === undefined ? {} : { sk
   /** A server on the cluster, in a schema of its own. */
   const serve = (env = {}, providers = undefined) => startServer({ env: { DATABASE_URL: cluster.url(USERS.scram.user), DATABASE_SCHEMA: `f_${Math.random().toString(16).slice(2, 10)}`, ...env }, providers });
 
-  test('"While running: an unreachable database answers 503 Storage unavailable (and /healthz), and recovers by itself": the database restarted under load: every write answered 2xx is there afterwards, the others got 503 Storage unavailable (never a 500, a hang or a crash), /healthz said so, and service resumed by itself', async () => {
+  test('"While running: an unreachable database answers 503 Storage unavailable (and /healthz), and recovers by itself": the database restarted under load: every write answered 2xx is there afterwards, the others got 503 Storage unavailable (never a 500, a hang or a crash), /healthz said so, and service resumed by itself; "a database that cannot be used is logged once every 10 s, with how many requests met it in between", not once a request or a write group', async () => {
     const s = await serve();
     try {
       const u = s.as('alice');
@@ -55,19 +55,39 @@ describe('PostgreSQL engine: the database fails', skip === undefined ? {} : { sk
       };
       const workers = Array.from({ length: 6 }, (_, w) => worker(w));
       await waitFor(() => acked.size >= 20, { what: 'writes before the restart' });
+      let probes503 = 0; // this test's own requests answered 503 (the workers' are in statuses)
+      const health503 = async () => {
+        const status = (await s.request('GET', '/healthz')).status;
+        if (status === 503) probes503++;
+        return status;
+      };
+      const awayFrom = Date.now();
       await cluster.stop();
-      await waitFor(async () => (await s.request('GET', '/healthz')).status === 503, { what: '/healthz to say the database is unreachable' });
+      await waitFor(async () => (await health503()) === 503, { what: '/healthz to say the database is unreachable' });
       const health = await s.request('GET', '/healthz');
+      probes503++;
       assert.deepEqual(health.body, { success: false, message: 'Storage unavailable' });
       assert.equal((await u.get(BASE)).status, 503, 'a read that needs the database');
+      probes503++;
       await cluster.start();
-      await waitFor(async () => (await s.request('GET', '/healthz')).status === 200, { what: 'service to resume' });
+      await waitFor(async () => (await health503()) === 200, { what: 'service to resume' });
+      const awayMs = Date.now() - awayFrom;
       const resumedAt = acked.size;
       await waitFor(() => acked.size >= resumedAt + 10, { what: 'writes after the restart' });
       stop = true;
       await Promise.all(workers);
       assert.deepEqual([...statuses.keys()].filter((x) => x !== 201 && x !== 503), [], `every answer was 201 or 503: ${[...statuses]}`);
       assert.ok((statuses.get(503) ?? 0) > 0, 'some writes met the database down');
+      // the outage in the log: a line every 10 s at most, each counting the requests it kept quiet
+      const logs = s.logs();
+      assert.deepEqual(logs.filter((l) => l.msg === 'request failed' || l.msg?.startsWith('store write failed')), [], 'no line per failed request or write group');
+      const away = logs.filter((l) => l.msg?.startsWith('the database cannot be used'));
+      const answered503 = (statuses.get(503) ?? 0) + probes503;
+      assert.ok(away.length >= 1 && away.length <= 1 + Math.ceil(awayMs / 10_000), `${away.length} lines for ${awayMs} ms away`);
+      assert.equal(away[0].level, 'error');
+      assert.equal(typeof away[0].cause, 'string', 'the cause, as the database client said it');
+      const told = away.reduce((n, l) => n + 1 + l.unloggedRequests, 0);
+      assert.ok(told <= answered503 && away.length < answered503, `${away.length} lines telling of ${told} requests, ${answered503} answered 503`);
       for (const [id, turns] of acked) {
         assert.equal((await u.get(`${BASE}/${id}`)).status, 200, `acknowledged session ${id}`);
         const stored = (await u.get(`${BASE}/${id}/turns`)).body.data.length;

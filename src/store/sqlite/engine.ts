@@ -19,7 +19,7 @@ import type { Liveness } from '../../domain/retention.js';
 import { foldedTags, foldForSearch, textHolds, turnTextOfJson } from '../../domain/search.js';
 import { versionOfSession } from '../../domain/version.js';
 import type { Quotas } from '../../config.js';
-import type { Logger } from '../../log.js';
+import { Sparing, type Logger } from '../../log.js';
 import { planImport } from '../import-plan.js';
 import {
   NO_USAGE,
@@ -138,8 +138,8 @@ export class SqliteStore extends SerialWrites implements Store, GroupSource, Gro
   private scansOpen = 0;
   private readonly scanWaiters: (() => void)[] = [];
   private worker: Worker | undefined;
-  /** When the background indexer's last failure was logged. */
-  private indexWarnedAt = 0;
+  /** The background indexer's failures, logged once a minute at most. */
+  private readonly indexWarnings = new Sparing(60_000);
   /** The background indexer's batches, and the idle merge's steps, since start. */
   private indexBatches = 0;
   private mergeSteps = 0;
@@ -642,9 +642,7 @@ export class SqliteStore extends SerialWrites implements Store, GroupSource, Gro
 
   /** A warning of the background indexer's, once a minute at most (a full disk fails every try). */
   private warnOfIndex(text: string, err: string): void {
-    if (Date.now() - this.indexWarnedAt < 60_000) return;
-    this.indexWarnedAt = Date.now();
-    this.opts.log.warn(text, { err });
+    if (this.indexWarnings.due()) this.opts.log.warn(text, { err });
   }
 
   /** A snapshot connection from the pool (at most SCAN_MAX open; more wait their turn). */
