@@ -328,6 +328,24 @@ describe('Replies from the model', () => {
     assert.deepEqual(await tokens(), [10, 1, 0]);
   });
 
+  test('"A token count that is not a whole number from 0 to 2^53 - 1 ... is taken as not reported": a provider reporting 1e300, 1.5, -3 or 1e19 tokens gets its reply recorded complete with its text and without those counts, and `GET /api/v1/usage` stays whole numbers (on PostgreSQL the end\'s write was refused and the turn left streaming with its text lost)', async () => {
+    const ursula = server.as('ursula');
+    for (const type of ['openai', 'anthropic', 'ollama']) {
+      for (const v of ['1e300', '1.5', '-3', '1e19']) {
+        const s = (await ursula.post(B, newSession({ providerId: ids[type], selectedModel: `say:kept%20whole+counts:${v}` }))).body.data;
+        const r = await ursula.post(`${B}/${s._id}/messages`, { content: 'count this' });
+        assert.equal(r.status, 201, `${type} ${v}: ${r.text}`);
+        const { reply } = r.body.data;
+        // Anthropic's message_start also said output_tokens 1 and cache_read_input_tokens 0, sound counts that stay
+        const usage = type === 'anthropic' ? { inputTokens: 0, outputTokens: 1, cachedTokens: 0 } : undefined;
+        assert.deepEqual([reply.status, reply.content, reply.usage], ['complete', 'kept whole', usage], `${type} ${v}`);
+        assert.deepEqual(await turn(s._id, reply._id, ursula), reply, `${type} ${v}: recorded as answered`);
+      }
+    }
+    const u = (await ursula.get('/api/v1/usage')).body.data;
+    assert.deepEqual([u.inputTokens, u.outputTokens, u.cachedTokens], [0, 4, 0]);
+  });
+
   test('"`GET /api/v1/chat-sessions/:id/turns/:turnId` -> 200 `{success:true, data:<turn>}`; an unknown turn -> 404 `Turn not found`"', async () => {
     const s = await session('openai');
     const t = (await alice.post(`${B}/${s._id}/turns`, { role: 'user', content: 'one turn' })).body.data;

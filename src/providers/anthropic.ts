@@ -165,7 +165,7 @@ class MessagesReader extends SseReader {
         this.done = true;
         if (this.input !== undefined || this.output !== undefined) {
           // input_tokens leaves out the cached part of the prompt; inputTokens counts the whole prompt
-          const inputTokens = (this.input ?? 0) + (this.cacheRead ?? 0) + (this.cacheWrite ?? 0);
+          const inputTokens = count((this.input ?? 0) + (this.cacheRead ?? 0) + (this.cacheWrite ?? 0)) ?? 0;
           out.push({ kind: 'usage', usage: { inputTokens, outputTokens: this.output ?? 0, ...(this.cacheRead !== undefined ? { cachedTokens: this.cacheRead } : {}) } });
         }
         return;

@@ -28,6 +28,7 @@ export const SCENARIOS = {
   'reject-max-tokens': 'OpenAI: 400 asking for max_completion_tokens when the request has max_tokens',
   'no-usage': 'report no token counts',
   'cached:K': 'report K of the prompt tokens as cached',
+  'counts:V': 'report V (a JSON number, e.g. 1e300, 1.5, -3) as every token count: the prompt\'s and the answer\'s',
   'status:CODE': "answer the HTTP status with the protocol's error body",
   'retry-after:V': 'with status: a Retry-After header (seconds, or `dateS` for an HTTP date S seconds ahead)',
   'times:K': 'the faults (status, error-after, stall-*, reset-after, rst-after, cut-after, garbage-after) apply to the first K requests of this exact model name only',
@@ -53,7 +54,7 @@ const WORDS = 'the quick brown fox jumps over a lazy dog while seven bright star
 
 /** Parses a model name into its scenario. */
 export function scenarioOf(model) {
-  const s = { model, say: undefined, tokens: undefined, rate: undefined, reasoning: 0, reasoningField: 'reasoning_content', split: 0, eol: '\n', keepalive: false, rejectStreamOptions: false, rejectMaxTokens: false, usage: true, cached: 0, status: undefined, retryAfter: undefined, times: Infinity, echoKey: false, errorAfter: undefined, stallHeaders: undefined, stallAfter: undefined, stallMs: Infinity, holdAfter: undefined, resetAfter: undefined, rstAfter: undefined, cutAfter: undefined, finish: 'stop', garbageAfter: undefined, hugeLine: false, json200: false, noDone: false, batch: false, stamp: false, pad: 0 };
+  const s = { model, say: undefined, tokens: undefined, rate: undefined, reasoning: 0, reasoningField: 'reasoning_content', split: 0, eol: '\n', keepalive: false, rejectStreamOptions: false, rejectMaxTokens: false, usage: true, cached: 0, status: undefined, retryAfter: undefined, times: Infinity, echoKey: false, errorAfter: undefined, stallHeaders: undefined, stallAfter: undefined, stallMs: Infinity, holdAfter: undefined, resetAfter: undefined, rstAfter: undefined, cutAfter: undefined, finish: 'stop', garbageAfter: undefined, hugeLine: false, json200: false, noDone: false, batch: false, stamp: false, pad: 0, counts: undefined };
   for (const d of String(model).split('+')) {
     const [k, ...rest] = d.split(':');
     const v = rest.join(':');
@@ -69,6 +70,7 @@ export function scenarioOf(model) {
       case 'reject-max-tokens': s.rejectMaxTokens = true; break;
       case 'no-usage': s.usage = false; break;
       case 'cached': s.cached = Number(v); break;
+      case 'counts': s.counts = JSON.parse(v); break;
       case 'status': s.status = Number(v); break;
       case 'retry-after': s.retryAfter = v; break;
       case 'times': s.times = Number(v); break;
@@ -366,7 +368,7 @@ export async function startProvider({ port = 0, host = '127.0.0.1', log = true }
     const reasoning = reasoningTokens(s.reasoning);
     const tokens = tokensOf(s, body);
     const input = promptTokens(protocol, body);
-    const usage = { input, output: reasoning.length + tokens.length, cached: Math.min(s.cached, input), reasoning: reasoning.length };
+    const usage = s.counts !== undefined ? { input: s.counts, output: s.counts, cached: 0, reasoning: 0 } : { input, output: reasoning.length + tokens.length, cached: Math.min(s.cached, input), reasoning: reasoning.length };
 
     const write = async (text) => {
       if (res.destroyed) return false;
