@@ -264,6 +264,19 @@ describe('Replies from the model', () => {
     assert.equal(textOf(reply.content).split(' ').length, 2, 'what came before the stall is kept');
   });
 
+  test('"A provider\'s body that goes on after the reply\'s end is read and dropped for at most `PROVIDER_IDLE_TIMEOUT`, then its connection is closed": a provider that never ends its body does not keep a socket for ever, on each protocol', async () => {
+    for (const type of ['openai', 'anthropic', 'ollama']) {
+      const model = `say:done%20here+linger+n:${type}`;
+      const s = await session(type, model);
+      const r = await alice.post(`${B}/${s._id}/messages`, { content: 'and then?' });
+      assert.deepEqual([r.status, r.body.data.reply.status, r.body.data.reply.content], [201, 'complete', 'done here'], r.text);
+      const asked = await provider.waitForRequest((q) => q.protocol === type && q.model === model);
+      // a bound on a hang, not a timing: the idle time here is 1 s, and before the fix the close never came
+      const closed = await Promise.race([asked.closed.then(() => true), new Promise((resolve) => setTimeout(resolve, 30_000, false))]);
+      assert.ok(closed && asked.clientClosed, `${type}: the connection of a body that never ends is closed`);
+    }
+  });
+
   test('reasoning text (`reasoning_content`, Anthropic `thinking`, Ollama `thinking`) is "recorded as a `reasoning` part before the answer\'s `text` part, never as the answer", and told as `turn.delta` with `type: "reasoning"`', async () => {
     for (const type of ['openai', 'anthropic', 'ollama']) {
       const s = await session(type, 'reasoning:3+tokens:2');

@@ -44,6 +44,7 @@ export const SCENARIOS = {
   'no-done': 'OpenAI: end the stream after the finish reason without `data: [DONE]`',
   'garbage-after:N': 'after N tokens an event that is not JSON',
   'huge-line': 'one line of 9 MiB before the answer',
+  linger: 'after the end of the reply keep the response open, writing a line end every 100 ms, until the client closes it (a body that never ends)',
   'json-200': 'answer 200 with a JSON body instead of a stream',
   batch: 'hold every write of the answer and send them as one when it ends (a fault after N tokens comes in the same read as they do)',
   'pad:N': 'Ollama: every token line carries N bytes more in a field clients ignore, so a few thousand tokens outgrow what the kernel buffers on loopback (the provider then waits for its client to read: `blocked` in the log)',
@@ -54,7 +55,7 @@ const WORDS = 'the quick brown fox jumps over a lazy dog while seven bright star
 
 /** Parses a model name into its scenario. */
 export function scenarioOf(model) {
-  const s = { model, say: undefined, tokens: undefined, rate: undefined, reasoning: 0, reasoningField: 'reasoning_content', split: 0, eol: '\n', keepalive: false, rejectStreamOptions: false, rejectMaxTokens: false, usage: true, cached: 0, status: undefined, retryAfter: undefined, times: Infinity, echoKey: false, errorAfter: undefined, stallHeaders: undefined, stallAfter: undefined, stallMs: Infinity, holdAfter: undefined, resetAfter: undefined, rstAfter: undefined, cutAfter: undefined, finish: 'stop', garbageAfter: undefined, hugeLine: false, json200: false, noDone: false, batch: false, stamp: false, pad: 0, counts: undefined };
+  const s = { model, say: undefined, tokens: undefined, rate: undefined, reasoning: 0, reasoningField: 'reasoning_content', split: 0, eol: '\n', keepalive: false, rejectStreamOptions: false, rejectMaxTokens: false, usage: true, cached: 0, status: undefined, retryAfter: undefined, times: Infinity, echoKey: false, errorAfter: undefined, stallHeaders: undefined, stallAfter: undefined, stallMs: Infinity, holdAfter: undefined, resetAfter: undefined, rstAfter: undefined, cutAfter: undefined, finish: 'stop', garbageAfter: undefined, hugeLine: false, json200: false, noDone: false, batch: false, stamp: false, pad: 0, counts: undefined, linger: false };
   for (const d of String(model).split('+')) {
     const [k, ...rest] = d.split(':');
     const v = rest.join(':');
@@ -85,6 +86,7 @@ export function scenarioOf(model) {
       case 'finish': s.finish = v; break;
       case 'garbage-after': s.garbageAfter = Number(v); break;
       case 'huge-line': s.hugeLine = true; break;
+      case 'linger': s.linger = true; break;
       case 'json-200': s.json200 = true; break;
       case 'no-done': s.noDone = true; break;
       case 'batch': s.batch = true; break;
@@ -447,6 +449,10 @@ export async function startProvider({ port = 0, host = '127.0.0.1', log = true }
     }
     for (const piece of wire.end(usage)) if (!(await write(piece))) return;
     entry.ended = true;
+    if (s.linger) {
+      while (await write(eol)) await sleep(100);
+      return;
+    }
     end();
   }
 
