@@ -179,6 +179,24 @@ describe('Replies from the model', () => {
     assert.equal((await alice.post(`${B}/${s._id}/turns/0123456789abcdef01234567/cancel`, {})).status, 404);
   });
 
+  test('"A reply whose turn someone else ended ... is answered as recorded": a client\'s edit that ends the streaming reply (`PUT` of its `status`) gets the waiting request 201 with the turn as the edit left it, not a 409 `Turn is not streaming` for a message that was recorded', async () => {
+    const s = await session('openai', 'tokens:6+stall-after:3');
+    const waiting = alice.post(`${B}/${s._id}/messages`, { content: 'go on' });
+    let replyId;
+    await waitFor(async () => {
+      const reply = (await alice.get(`${B}/${s._id}/turns`)).body.data.find((t) => t.role === 'assistant');
+      replyId = reply?._id;
+      return reply !== undefined && textOf(reply.content).split(' ').length === 3;
+    }, 'the three words before the stall to be recorded');
+    const edited = await alice.put(`${B}/${s._id}/turns/${replyId}`, { status: 'complete' });
+    assert.equal(edited.status, 200, edited.text);
+    // the provider stays silent: the reply ends at the idle time, and finds its turn ended
+    const r = await waiting;
+    assert.equal(r.status, 201, r.text);
+    assert.deepEqual(r.body.data.reply, edited.body.data, 'the turn as recorded');
+    assert.deepEqual(await turn(s._id, replyId), edited.body.data);
+  });
+
   test('"One reply at a time per session: a message or reply while one is streaming -> 409 `A reply is already in progress`, and nothing is recorded"', async () => {
     const s = await session('openai', 'stall-after:1');
     const first = await alice.post(`${B}/${s._id}/messages`, { content: 'first', background: true });
