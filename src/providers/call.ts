@@ -128,7 +128,9 @@ async function* run(call: ReplyCall, state: { finishReason: string | undefined }
       responded = true;
       const status = res.statusCode ?? 0;
       const contentType = String(res.headers['content-type'] ?? '');
-      if (status !== 200 || /^application\/json/i.test(contentType)) {
+      // a web app or a proxy's sign-in page where the API should be: no stream, and not passing
+      const html = /^text\/html/i.test(contentType);
+      if (status !== 200 || html || /^application\/json/i.test(contentType)) {
         const text = (await exchange.readAll(ERROR_BODY_LIMIT)).toString('utf8');
         const words = providerWords(text, contentType);
         const adapt = status === 200 ? undefined : client.adaptation?.(status, words ?? '');
@@ -139,7 +141,9 @@ async function* run(call: ReplyCall, state: { finishReason: string | undefined }
         }
         failure =
           status === 200
-            ? new ProviderFailed(`${who(provider)} answered with JSON instead of a stream${quote(words, secrets)}`, false, status)
+            ? html
+              ? new ProviderFailed(`${who(provider)} answered with an HTML page instead of a stream (is baseUrl the API's?)`, false, status)
+              : new ProviderFailed(`${who(provider)} answered with JSON instead of a stream${quote(words, secrets)}`, false, status)
             : new ProviderFailed(`${who(provider)} answered HTTP ${status} ${STATUS_TEXT[status] ?? STATUS_CODES[status] ?? ''}`.trimEnd() + quote(words, secrets), TRANSIENT_STATUSES.has(status), status);
         if (failure.transient) retryAfterMs = retryAfter(res.headers);
       } else {

@@ -46,6 +46,7 @@ export const SCENARIOS = {
   'huge-line': 'one line of 9 MiB before the answer',
   linger: 'after the end of the reply keep the response open, writing a line end every 100 ms, until the client closes it (a body that never ends)',
   'json-200': 'answer 200 with a JSON body instead of a stream',
+  'html-200': 'answer 200 with an HTML page instead of a stream (a baseUrl that points at a web app or a proxy\'s login page)',
   batch: 'hold every write of the answer and send them as one when it ends (a fault after N tokens comes in the same read as they do)',
   'pad:N': 'Ollama: every token line carries N bytes more in a field clients ignore, so a few thousand tokens outgrow what the kernel buffers on loopback (the provider then waits for its client to read: `blocked` in the log)',
   'n:ANY': 'ignored: makes a model name unique (for times:K)',
@@ -55,7 +56,7 @@ const WORDS = 'the quick brown fox jumps over a lazy dog while seven bright star
 
 /** Parses a model name into its scenario. */
 export function scenarioOf(model) {
-  const s = { model, say: undefined, tokens: undefined, rate: undefined, reasoning: 0, reasoningField: 'reasoning_content', split: 0, eol: '\n', keepalive: false, rejectStreamOptions: false, rejectMaxTokens: false, usage: true, cached: 0, status: undefined, retryAfter: undefined, times: Infinity, echoKey: false, errorAfter: undefined, stallHeaders: undefined, stallAfter: undefined, stallMs: Infinity, holdAfter: undefined, resetAfter: undefined, rstAfter: undefined, cutAfter: undefined, finish: 'stop', garbageAfter: undefined, hugeLine: false, json200: false, noDone: false, batch: false, stamp: false, pad: 0, counts: undefined, linger: false };
+  const s = { model, say: undefined, tokens: undefined, rate: undefined, reasoning: 0, reasoningField: 'reasoning_content', split: 0, eol: '\n', keepalive: false, rejectStreamOptions: false, rejectMaxTokens: false, usage: true, cached: 0, status: undefined, retryAfter: undefined, times: Infinity, echoKey: false, errorAfter: undefined, stallHeaders: undefined, stallAfter: undefined, stallMs: Infinity, holdAfter: undefined, resetAfter: undefined, rstAfter: undefined, cutAfter: undefined, finish: 'stop', garbageAfter: undefined, hugeLine: false, json200: false, html200: false, noDone: false, batch: false, stamp: false, pad: 0, counts: undefined, linger: false };
   for (const d of String(model).split('+')) {
     const [k, ...rest] = d.split(':');
     const v = rest.join(':');
@@ -88,6 +89,7 @@ export function scenarioOf(model) {
       case 'huge-line': s.hugeLine = true; break;
       case 'linger': s.linger = true; break;
       case 'json-200': s.json200 = true; break;
+      case 'html-200': s.html200 = true; break;
       case 'no-done': s.noDone = true; break;
       case 'batch': s.batch = true; break;
       case 'stamp': s.stamp = true; break;
@@ -356,6 +358,10 @@ export async function startProvider({ port = 0, host = '127.0.0.1', log = true }
       if (s.retryAfter !== undefined) headers['retry-after'] = s.retryAfter.startsWith('date') ? new Date(Date.now() + Number(s.retryAfter.slice(4)) * 1000).toUTCString() : s.retryAfter;
       res.writeHead(s.status, headers);
       return res.end(errorBody(protocol, s.status, s, req));
+    }
+    if (s.html200) {
+      res.writeHead(200, { 'content-type': 'text/html; charset=utf-8' });
+      return res.end('<!doctype html>\n<html><head><title>Sign in</title></head>\n<body><form>Sign in to continue</form></body></html>\n');
     }
     if (s.json200) return json(res, 200, protocol === 'ollama' ? { error: 'not streaming' } : { error: { message: 'Streaming is not supported by this gateway', type: 'invalid_request_error' } });
     const eol = s.eol;

@@ -295,6 +295,17 @@ describe('the rules streamReply owns, against the local provider', () => {
     assert.equal(requestsFor(p, json).length, 1);
   });
 
+  test('"A 200 whose body is an HTML page is the provider\'s failure, not tried again", in words that say so and without the page: on each protocol (it read as a stream closed early, tried three times, or, for Ollama, quoted the page)', async () => {
+    const ollama = localProvider(p, 'ollama');
+    for (const provider of [openai, anthropic, ollama]) {
+      const model = fresh('html-200');
+      const r = await collect(call(provider, model));
+      assert.equal(r.error?.message, 'Provider "Local test provider" answered with an HTML page instead of a stream (is baseUrl the API\'s?)', provider.type);
+      assert.equal(r.error.transient, false);
+      assert.equal(requestsFor(p, model).length, 1, `${provider.type}: asked once`);
+    }
+  });
+
   test('a stream that ends before the provider said it was done is "a response cut or ended before its end" (transient: tried again only when no text came)', async () => {
     const model = fresh('tokens:4+cut-after:2');
     const r = await collect(call(anthropic, model));
