@@ -21,6 +21,8 @@ const DEFAULT_RETRY_BASE_MS = 1000;
 /** How much of an error body is read, and how much of the provider's words a message quotes. */
 const ERROR_BODY_LIMIT = 64 * 1024;
 const QUOTE_LIMIT = 500;
+/** How much of a line that cannot be read a message quotes. */
+const SENT_QUOTE_LIMIT = 60;
 
 /** The HTTP statuses that say the provider's trouble is passing. 529 is Anthropic's "overloaded". */
 const TRANSIENT_STATUSES = new Set([429, 500, 502, 503, 529]);
@@ -248,6 +250,13 @@ function quote(words: string | undefined, secrets: readonly string[]): string {
   return `: ${s}`;
 }
 
+/** ` (<what the provider sent>)`, scrubbed and then cut to 60 characters: the order matters. */
+function sentQuote(sent: string | undefined, secrets: readonly string[]): string {
+  if (sent === undefined) return '';
+  const s = scrubCredentials(sent, secrets);
+  return ` (${s.length > SENT_QUOTE_LIMIT ? `${s.slice(0, SENT_QUOTE_LIMIT)}...` : s})`;
+}
+
 function seconds(ms: number): string {
   return ms < 1000 ? `${Math.round(ms)} ms` : `${Math.round(ms / 100) / 10} s`;
 }
@@ -262,7 +271,7 @@ function failureOf(e: unknown, p: ProviderConfig, url: URL, responded: boolean, 
   if (e instanceof ProviderFailed) return e;
   if (e instanceof IdleTimeout) return new ProviderFailed(`${who(p)} sent nothing for ${seconds(idleMs)}`, false);
   if (e instanceof StreamFailure) return new ProviderFailed(`${who(p)} ${scrubCredentials(e.message, secrets)}`, e.transient);
-  if (e instanceof StreamDecodeError) return new ProviderFailed(`${who(p)} sent a stream that cannot be read: ${scrubCredentials(e.message, secrets)}`, false);
+  if (e instanceof StreamDecodeError) return new ProviderFailed(`${who(p)} sent a stream that cannot be read: ${scrubCredentials(e.message, secrets)}${sentQuote(e.sent, secrets)}`, false);
   if (e instanceof ConnectionCut) return new ProviderFailed(`${who(p)} cut the connection before the reply was complete`, true);
   const code = typeof (e as { code?: unknown } | null)?.code === 'string' ? (e as { code: string }).code : '';
   const known = NETWORK[code];

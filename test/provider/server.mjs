@@ -32,7 +32,7 @@ export const SCENARIOS = {
   'status:CODE': "answer the HTTP status with the protocol's error body",
   'retry-after:V': 'with status: a Retry-After header (seconds, or `dateS` for an HTTP date S seconds ahead)',
   'times:K': 'the faults (status, error-after, stall-*, reset-after, rst-after, cut-after, garbage-after) apply to the first K requests of this exact model name only',
-  'echo-key': "with status: the error body quotes the key the request carried",
+  'echo-key': "with status: the error body quotes the key the request carried; with garbage-after: the line that is not JSON does, bare, after 45 characters of words",
   'error-after:N': "after N tokens, the protocol's error in the stream (Anthropic: overloaded_error event)",
   'stall-headers:MS|forever': 'wait before answering at all',
   'stall-after:N[:MS]': 'after N tokens send nothing for MS (default for ever)',
@@ -419,7 +419,8 @@ export async function startProvider({ port = 0, host = '127.0.0.1', log = true }
         return end();
       }
       if (faulty && s.garbageAfter === i) {
-        await write(wire.garbage);
+        const key = String(req.headers['x-api-key'] ?? req.headers.authorization ?? '').replace(/^Bearer /, '');
+        await write(s.echoKey ? `the gateway refused this request from client ${key} as unknown\n` : wire.garbage);
         return end();
       }
       if (faulty && s.resetAfter === i) {

@@ -306,6 +306,15 @@ describe('the rules streamReply owns, against the local provider', () => {
     }
   });
 
+  test('"The key never appears in a message, whatever the provider echoes": a line that is not JSON is scrubbed before it is cut to the 60 characters quoted, so no piece of a key without a known shape is left where the cut fell', async () => {
+    const key = '0123456789abcdef0123456789abcdef'; // a vLLM --api-key: no prefix, too short for the long-run rule
+    const ollama = localProvider(p, 'ollama', { apiKey: key });
+    const r = await collect(call(ollama, fresh('tokens:3+garbage-after:1+echo-key')));
+    assert.equal(r.text, 'the');
+    assert.match(r.error?.message ?? '', /^Provider "Local test provider" sent a stream that cannot be read: a line that is not JSON \(the gateway refused this request from client \*\*\*/);
+    for (let i = 0; i + 8 <= key.length; i++) assert.ok(!r.error.message.includes(key.slice(i, i + 8)), `a piece of the key: ${r.error.message}`);
+  });
+
   test('a stream that ends before the provider said it was done is "a response cut or ended before its end" (transient: tried again only when no text came)', async () => {
     const model = fresh('tokens:4+cut-after:2');
     const r = await collect(call(anthropic, model));
