@@ -295,6 +295,16 @@ describe('Replies from the model', () => {
     }
   });
 
+  test('"A body that ends without the line end of its last event ... still ends the reply as that event says": `data: [DONE]`, Anthropic\'s `message_stop` or Ollama\'s done line with no line end after it gets the reply recorded complete with its usage, on each protocol', async () => {
+    for (const type of ['openai', 'anthropic', 'ollama']) {
+      const s = await session(type, 'say:all%20of%20it+no-final-eol');
+      const r = await alice.post(`${B}/${s._id}/messages`, { content: 'the end?' });
+      const { reply } = r.body.data;
+      assert.deepEqual([r.status, reply.status, reply.content, reply.error], [201, 'complete', 'all of it', undefined], `${type}: ${r.text}`);
+      assert.equal(reply.usage.outputTokens, 3, type);
+    }
+  });
+
   test('reasoning text (`reasoning_content`, Anthropic `thinking`, Ollama `thinking`) is "recorded as a `reasoning` part before the answer\'s `text` part, never as the answer", and told as `turn.delta` with `type: "reasoning"`', async () => {
     for (const type of ['openai', 'anthropic', 'ollama']) {
       const s = await session(type, 'reasoning:3+tokens:2');

@@ -42,6 +42,7 @@ export const SCENARIOS = {
   'cut-after:N': 'after N tokens end the response cleanly but without the end of the reply ([DONE], message_stop, done)',
   'finish:length': 'the reply ends because it hit its token limit',
   'no-done': 'OpenAI: end the stream after the finish reason without `data: [DONE]`',
+  'no-final-eol': 'the body ends without the line ends of its last event ([DONE], message_stop, the done line)',
   'garbage-after:N': 'after N tokens an event that is not JSON',
   'huge-line': 'one line of 9 MiB before the answer',
   linger: 'after the end of the reply keep the response open, writing a line end every 100 ms, until the client closes it (a body that never ends)',
@@ -56,7 +57,7 @@ const WORDS = 'the quick brown fox jumps over a lazy dog while seven bright star
 
 /** Parses a model name into its scenario. */
 export function scenarioOf(model) {
-  const s = { model, say: undefined, tokens: undefined, rate: undefined, reasoning: 0, reasoningField: 'reasoning_content', split: 0, eol: '\n', keepalive: false, rejectStreamOptions: false, rejectMaxTokens: false, usage: true, cached: 0, status: undefined, retryAfter: undefined, times: Infinity, echoKey: false, errorAfter: undefined, stallHeaders: undefined, stallAfter: undefined, stallMs: Infinity, holdAfter: undefined, resetAfter: undefined, rstAfter: undefined, cutAfter: undefined, finish: 'stop', garbageAfter: undefined, hugeLine: false, json200: false, html200: false, noDone: false, batch: false, stamp: false, pad: 0, counts: undefined, linger: false };
+  const s = { model, say: undefined, tokens: undefined, rate: undefined, reasoning: 0, reasoningField: 'reasoning_content', split: 0, eol: '\n', keepalive: false, rejectStreamOptions: false, rejectMaxTokens: false, usage: true, cached: 0, status: undefined, retryAfter: undefined, times: Infinity, echoKey: false, errorAfter: undefined, stallHeaders: undefined, stallAfter: undefined, stallMs: Infinity, holdAfter: undefined, resetAfter: undefined, rstAfter: undefined, cutAfter: undefined, finish: 'stop', garbageAfter: undefined, hugeLine: false, json200: false, html200: false, noDone: false, noFinalEol: false, batch: false, stamp: false, pad: 0, counts: undefined, linger: false };
   for (const d of String(model).split('+')) {
     const [k, ...rest] = d.split(':');
     const v = rest.join(':');
@@ -91,6 +92,7 @@ export function scenarioOf(model) {
       case 'json-200': s.json200 = true; break;
       case 'html-200': s.html200 = true; break;
       case 'no-done': s.noDone = true; break;
+      case 'no-final-eol': s.noFinalEol = true; break;
       case 'batch': s.batch = true; break;
       case 'stamp': s.stamp = true; break;
       case 'pad': s.pad = Number(v); break;
@@ -454,7 +456,9 @@ export async function startProvider({ port = 0, host = '127.0.0.1', log = true }
       if (!(await write(kind === 'reasoning' ? wire.reasoning(t) : wire.token(t)))) return;
       entry.written = i + 1;
     }
-    for (const piece of wire.end(usage)) if (!(await write(piece))) return;
+    const last = wire.end(usage);
+    if (s.noFinalEol && last.length > 0) last[last.length - 1] = last[last.length - 1].replace(/[\r\n]+$/, '');
+    for (const piece of last) if (!(await write(piece))) return;
     entry.ended = true;
     if (s.linger) {
       while (await write(eol)) await sleep(100);
