@@ -110,6 +110,25 @@ describe('Replies from the model', () => {
     await follow.close();
   });
 
+  test('"A reply\'s event stream closes after the `turn.deleted` that takes its turn": deleting the reply, the message it answers or an earlier turn under which both sit, while it streams, ends the answer\'s stream with that event, not holding it (and its place among `MAX_STREAMS`) open for ever', async () => {
+    for (const which of ['reply', 'message', 'ancestor']) {
+      const s = await session('openai', `tokens:10+stall-after:3+n:${which}`);
+      const first = (await alice.post(`${B}/${s._id}/turns`, { role: 'user', content: 'an earlier turn' })).body.data;
+      const stream = await openEvents(server.url, `${B}/${s._id}/messages`, { token: alice.token, method: 'POST', json: { content: 'stream it' } });
+      assert.equal(stream.status, 200, stream.text);
+      await stream.until(() => stream.of('turn.delta').length === 3);
+      const [user, reply] = stream.of('turn.created').map((e) => e.data);
+      const gone = { reply, message: user, ancestor: first }[which];
+      assert.equal((await alice.del(`${B}/${s._id}/turns/${gone._id}`)).status, 200);
+      // a bound on a hang, not a timing: the stream closes as the deletion's event is told
+      const closed = await Promise.race([stream.finished.then(() => true), new Promise((resolve) => setTimeout(resolve, 20_000, false))]);
+      assert.ok(closed, `${which}: the stream closed`);
+      assert.equal(stream.events.at(-1).event, 'turn.deleted', which);
+      assert.ok(stream.events.at(-1).data.ids.includes(reply._id), which);
+      assert.equal(stream.of('end').length, 0, `${which}: no end event`);
+    }
+  });
+
   test('"`background: true`: 202 `{success:true, data:{turn, reply}}` at once (`reply` still `streaming`); follow it on the session\'s events or by `GET` of the turn"', async () => {
     const s = await session('openai', 'tokens:20@100');
     const r = await alice.post(`${B}/${s._id}/messages`, { content: 'in the background', background: true });
