@@ -130,9 +130,11 @@ async function* run(call: ReplyCall, state: { finishReason: string | undefined }
       responded = true;
       const status = res.statusCode ?? 0;
       const contentType = String(res.headers['content-type'] ?? '');
-      // a web app or a proxy's sign-in page where the API should be: no stream, and not passing
-      const html = /^text\/html/i.test(contentType);
-      if (status !== 200 || html || /^application\/json/i.test(contentType)) {
+      // a web app or a proxy's sign-in page where the API should be is told by its first byte,
+      // `<`, which no event stream or NDJSON starts with; not by its label: a stream that a
+      // server labels text/html (a Flask app's default) is still read
+      let sniffing = true;
+      if (status !== 200 || /^application\/json/i.test(contentType)) {
         const text = (await exchange.readAll(ERROR_BODY_LIMIT)).toString('utf8');
         const words = providerWords(text, contentType);
         const adapt = status === 200 ? undefined : client.adaptation?.(status, words ?? '');
@@ -143,9 +145,7 @@ async function* run(call: ReplyCall, state: { finishReason: string | undefined }
         }
         failure =
           status === 200
-            ? html
-              ? new ProviderFailed(`${who(provider)} answered with an HTML page instead of a stream (is baseUrl the API's?)`, false, status)
-              : new ProviderFailed(`${who(provider)} answered with JSON instead of a stream${quote(words, secrets)}`, false, status)
+            ? new ProviderFailed(`${who(provider)} answered with JSON instead of a stream${quote(words, secrets)}`, false, status)
             : new ProviderFailed(`${who(provider)} answered HTTP ${status} ${STATUS_TEXT[status] ?? STATUS_CODES[status] ?? ''}`.trimEnd() + quote(words, secrets), TRANSIENT_STATUSES.has(status), status);
         if (failure.transient) retryAfterMs = retryAfter(res.headers);
       } else {
@@ -153,6 +153,13 @@ async function* run(call: ReplyCall, state: { finishReason: string | undefined }
         const out: ReplyEvent[] = [];
         for (;;) {
           const chunk = await exchange.read();
+          if (sniffing && chunk !== null) {
+            const at = chunk.findIndex((b) => b !== 0x20 && b !== 0x09 && b !== 0x0a && b !== 0x0d);
+            if (at >= 0) {
+              sniffing = false;
+              if (chunk[at] === 0x3c) throw new ProviderFailed(`${who(provider)} answered with an HTML page instead of a stream (is baseUrl the API's?)`, false, status);
+            }
+          }
           // a read may hold pieces of text and then the failure: the pieces are given first
           let failed: { readonly error: unknown } | undefined;
           try {

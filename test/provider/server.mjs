@@ -57,7 +57,7 @@ const WORDS = 'the quick brown fox jumps over a lazy dog while seven bright star
 
 /** Parses a model name into its scenario. */
 export function scenarioOf(model) {
-  const s = { model, say: undefined, tokens: undefined, rate: undefined, reasoning: 0, reasoningField: 'reasoning_content', split: 0, eol: '\n', keepalive: false, rejectStreamOptions: false, rejectMaxTokens: false, usage: true, cached: 0, status: undefined, retryAfter: undefined, times: Infinity, echoKey: false, errorAfter: undefined, stallHeaders: undefined, stallAfter: undefined, stallMs: Infinity, holdAfter: undefined, resetAfter: undefined, rstAfter: undefined, cutAfter: undefined, finish: 'stop', garbageAfter: undefined, hugeLine: false, json200: false, html200: false, noDone: false, noFinalEol: false, batch: false, stamp: false, pad: 0, counts: undefined, linger: false };
+  const s = { model, say: undefined, tokens: undefined, rate: undefined, reasoning: 0, reasoningField: 'reasoning_content', split: 0, eol: '\n', keepalive: false, rejectStreamOptions: false, rejectMaxTokens: false, usage: true, cached: 0, status: undefined, retryAfter: undefined, times: Infinity, echoKey: false, errorAfter: undefined, stallHeaders: undefined, stallAfter: undefined, stallMs: Infinity, holdAfter: undefined, resetAfter: undefined, rstAfter: undefined, cutAfter: undefined, finish: 'stop', garbageAfter: undefined, hugeLine: false, json200: false, html200: false, streamType: undefined, noDone: false, noFinalEol: false, batch: false, stamp: false, pad: 0, counts: undefined, linger: false };
   for (const d of String(model).split('+')) {
     const [k, ...rest] = d.split(':');
     const v = rest.join(':');
@@ -91,6 +91,7 @@ export function scenarioOf(model) {
       case 'linger': s.linger = true; break;
       case 'json-200': s.json200 = true; break;
       case 'html-200': s.html200 = true; break;
+      case 'stream-type': s.streamType = decodeURIComponent(v); break;
       case 'no-done': s.noDone = true; break;
       case 'no-final-eol': s.noFinalEol = true; break;
       case 'batch': s.batch = true; break;
@@ -368,7 +369,7 @@ export async function startProvider({ port = 0, host = '127.0.0.1', log = true }
     if (s.json200) return json(res, 200, protocol === 'ollama' ? { error: 'not streaming' } : { error: { message: 'Streaming is not supported by this gateway', type: 'invalid_request_error' } });
     const eol = s.eol;
     const wire = protocol === 'openai' ? openaiWire(s, body, eol) : protocol === 'anthropic' ? anthropicWire(s, body, eol) : ollamaWire(s, body);
-    res.writeHead(200, { 'content-type': wire.contentType, 'cache-control': 'no-cache', ...wire.headers });
+    res.writeHead(200, { 'content-type': s.streamType ?? wire.contentType, 'cache-control': 'no-cache', ...wire.headers });
     // with `batch`, every write is held and sent as one when the response ends
     const held = s.batch ? [] : undefined;
     const end = () => {

@@ -295,7 +295,7 @@ describe('the rules streamReply owns, against the local provider', () => {
     assert.equal(requestsFor(p, json).length, 1);
   });
 
-  test('"A 200 whose body is an HTML page is the provider\'s failure, not tried again", in words that say so and without the page: on each protocol (it read as a stream closed early, tried three times, or, for Ollama, quoted the page)', async () => {
+  test('"A 200 whose body is an HTML page is the provider\'s failure, not tried again", in words that say so and without the page: on each protocol; "told by its first character, `<`", not by its content type: a stream labelled `text/html` is read (it read as a stream closed early, tried three times, or, for Ollama, quoted the page)', async () => {
     const ollama = localProvider(p, 'ollama');
     for (const provider of [openai, anthropic, ollama]) {
       const model = fresh('html-200');
@@ -303,6 +303,9 @@ describe('the rules streamReply owns, against the local provider', () => {
       assert.equal(r.error?.message, 'Provider "Local test provider" answered with an HTML page instead of a stream (is baseUrl the API\'s?)', provider.type);
       assert.equal(r.error.transient, false);
       assert.equal(requestsFor(p, model).length, 1, `${provider.type}: asked once`);
+      // the label alone does not make a page: a stream a server sends as text/html is read
+      const labelled = await collect(call(provider, fresh('say:read%20anyway+split:1+stream-type:text%2Fhtml;%20charset=utf-8')));
+      assert.deepEqual([labelled.text, labelled.error], ['read anyway', undefined], provider.type);
     }
   });
 
