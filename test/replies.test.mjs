@@ -110,6 +110,25 @@ describe('Replies from the model', () => {
     await follow.close();
   });
 
+  test('"A reply\'s event stream closes after the `turn.deleted` that takes its turn": deleting the reply, the message it answers or an earlier turn under which both sit, while it streams, ends the answer\'s stream with that event, not holding it (and its place among `MAX_STREAMS`) open for ever', async () => {
+    for (const which of ['reply', 'message', 'ancestor']) {
+      const s = await session('openai', `tokens:10+stall-after:3+n:${which}`);
+      const first = (await alice.post(`${B}/${s._id}/turns`, { role: 'user', content: 'an earlier turn' })).body.data;
+      const stream = await openEvents(server.url, `${B}/${s._id}/messages`, { token: alice.token, method: 'POST', json: { content: 'stream it' } });
+      assert.equal(stream.status, 200, stream.text);
+      await stream.until(() => stream.of('turn.delta').length === 3);
+      const [user, reply] = stream.of('turn.created').map((e) => e.data);
+      const gone = { reply, message: user, ancestor: first }[which];
+      assert.equal((await alice.del(`${B}/${s._id}/turns/${gone._id}`)).status, 200);
+      // a bound on a hang, not a timing: the stream closes as the deletion's event is told
+      const closed = await Promise.race([stream.finished.then(() => true), new Promise((resolve) => setTimeout(resolve, 20_000, false))]);
+      assert.ok(closed, `${which}: the stream closed`);
+      assert.equal(stream.events.at(-1).event, 'turn.deleted', which);
+      assert.ok(stream.events.at(-1).data.ids.includes(reply._id), which);
+      assert.equal(stream.of('end').length, 0, `${which}: no end event`);
+    }
+  });
+
   test('"`background: true`: 202 `{success:true, data:{turn, reply}}` at once (`reply` still `streaming`); follow it on the session\'s events or by `GET` of the turn"', async () => {
     const s = await session('openai', 'tokens:20@100');
     const r = await alice.post(`${B}/${s._id}/messages`, { content: 'in the background', background: true });
@@ -177,6 +196,24 @@ describe('Replies from the model', () => {
     const user = r.body.data.turn._id;
     assert.deepEqual([(await alice.post(`${B}/${s._id}/turns/${user}/cancel`, {})).status], [409]);
     assert.equal((await alice.post(`${B}/${s._id}/turns/0123456789abcdef01234567/cancel`, {})).status, 404);
+  });
+
+  test('"A reply whose turn someone else ended ... is answered as recorded": a client\'s edit that ends the streaming reply (`PUT` of its `status`) gets the waiting request 201 with the turn as the edit left it, not a 409 `Turn is not streaming` for a message that was recorded', async () => {
+    const s = await session('openai', 'tokens:6+stall-after:3');
+    const waiting = alice.post(`${B}/${s._id}/messages`, { content: 'go on' });
+    let replyId;
+    await waitFor(async () => {
+      const reply = (await alice.get(`${B}/${s._id}/turns`)).body.data.find((t) => t.role === 'assistant');
+      replyId = reply?._id;
+      return reply !== undefined && textOf(reply.content).split(' ').length === 3;
+    }, 'the three words before the stall to be recorded');
+    const edited = await alice.put(`${B}/${s._id}/turns/${replyId}`, { status: 'complete' });
+    assert.equal(edited.status, 200, edited.text);
+    // the provider stays silent: the reply ends at the idle time, and finds its turn ended
+    const r = await waiting;
+    assert.equal(r.status, 201, r.text);
+    assert.deepEqual(r.body.data.reply, edited.body.data, 'the turn as recorded');
+    assert.deepEqual(await turn(s._id, replyId), edited.body.data);
   });
 
   test('"One reply at a time per session: a message or reply while one is streaming -> 409 `A reply is already in progress`, and nothing is recorded"', async () => {
@@ -264,6 +301,29 @@ describe('Replies from the model', () => {
     assert.equal(textOf(reply.content).split(' ').length, 2, 'what came before the stall is kept');
   });
 
+  test('"A provider\'s body that goes on after the reply\'s end is read and dropped for at most `PROVIDER_IDLE_TIMEOUT`, then its connection is closed": a provider that never ends its body does not keep a socket for ever, on each protocol', async () => {
+    for (const type of ['openai', 'anthropic', 'ollama']) {
+      const model = `say:done%20here+linger+n:${type}`;
+      const s = await session(type, model);
+      const r = await alice.post(`${B}/${s._id}/messages`, { content: 'and then?' });
+      assert.deepEqual([r.status, r.body.data.reply.status, r.body.data.reply.content], [201, 'complete', 'done here'], r.text);
+      const asked = await provider.waitForRequest((q) => q.protocol === type && q.model === model);
+      // a bound on a hang, not a timing: the idle time here is 1 s, and before the fix the close never came
+      const closed = await Promise.race([asked.closed.then(() => true), new Promise((resolve) => setTimeout(resolve, 30_000, false))]);
+      assert.ok(closed && asked.clientClosed, `${type}: the connection of a body that never ends is closed`);
+    }
+  });
+
+  test('"A body that ends without the line end of its last event ... still ends the reply as that event says": `data: [DONE]`, Anthropic\'s `message_stop` or Ollama\'s done line with no line end after it gets the reply recorded complete with its usage, on each protocol', async () => {
+    for (const type of ['openai', 'anthropic', 'ollama']) {
+      const s = await session(type, 'say:all%20of%20it+no-final-eol');
+      const r = await alice.post(`${B}/${s._id}/messages`, { content: 'the end?' });
+      const { reply } = r.body.data;
+      assert.deepEqual([r.status, reply.status, reply.content, reply.error], [201, 'complete', 'all of it', undefined], `${type}: ${r.text}`);
+      assert.equal(reply.usage.outputTokens, 3, type);
+    }
+  });
+
   test('reasoning text (`reasoning_content`, Anthropic `thinking`, Ollama `thinking`) is "recorded as a `reasoning` part before the answer\'s `text` part, never as the answer", and told as `turn.delta` with `type: "reasoning"`', async () => {
     for (const type of ['openai', 'anthropic', 'ollama']) {
       const s = await session(type, 'reasoning:3+tokens:2');
@@ -326,6 +386,24 @@ describe('Replies from the model', () => {
     assert.deepEqual(await tokens(), [usage.inputTokens + 10, usage.outputTokens + 1, 3]);
     assert.equal((await tina.del(`${B}/${s._id}`)).status, 200);
     assert.deepEqual(await tokens(), [10, 1, 0]);
+  });
+
+  test('"A token count that is not a whole number from 0 to 2^53 - 1 ... is taken as not reported": a provider reporting 1e300, 1.5, -3 or 1e19 tokens gets its reply recorded complete with its text and without those counts, and `GET /api/v1/usage` stays whole numbers (on PostgreSQL the end\'s write was refused and the turn left streaming with its text lost)', async () => {
+    const ursula = server.as('ursula');
+    for (const type of ['openai', 'anthropic', 'ollama']) {
+      for (const v of ['1e300', '1.5', '-3', '1e19']) {
+        const s = (await ursula.post(B, newSession({ providerId: ids[type], selectedModel: `say:kept%20whole+counts:${v}` }))).body.data;
+        const r = await ursula.post(`${B}/${s._id}/messages`, { content: 'count this' });
+        assert.equal(r.status, 201, `${type} ${v}: ${r.text}`);
+        const { reply } = r.body.data;
+        // Anthropic's message_start also said output_tokens 1 and cache_read_input_tokens 0, sound counts that stay
+        const usage = type === 'anthropic' ? { inputTokens: 0, outputTokens: 1, cachedTokens: 0 } : undefined;
+        assert.deepEqual([reply.status, reply.content, reply.usage], ['complete', 'kept whole', usage], `${type} ${v}`);
+        assert.deepEqual(await turn(s._id, reply._id, ursula), reply, `${type} ${v}: recorded as answered`);
+      }
+    }
+    const u = (await ursula.get('/api/v1/usage')).body.data;
+    assert.deepEqual([u.inputTokens, u.outputTokens, u.cachedTokens], [0, 4, 0]);
   });
 
   test('"`GET /api/v1/chat-sessions/:id/turns/:turnId` -> 200 `{success:true, data:<turn>}`; an unknown turn -> 404 `Turn not found`"', async () => {

@@ -42,6 +42,16 @@ function turnIdOf(e: LoggedEvent): string {
 /** Whether a turn's JSON says it is still streaming (a reply's last turn.updated does not). */
 const streaming = (e: LoggedEvent): boolean => (typeof e.data === 'string' ? e.data : e.data.toString('utf8')).includes('"status":"streaming"');
 
+/**
+ * Whether a `turn.deleted` took turn `id` with it (it names the turn deleted and, in `ids`, every
+ * turn that went with it): a reply deleted under way has no end to tell, so its stream ends here.
+ */
+function deletes(e: LoggedEvent, id: string): boolean {
+  if (e.type !== 'turn.deleted' || id === '') return false;
+  const ids = (JSON.parse(typeof e.data === 'string' ? e.data : e.data.toString('utf8')) as { ids?: unknown }).ids;
+  return Array.isArray(ids) && ids.includes(id);
+}
+
 /** What a message or reply request brings beside its body: who asks, how it wants the answer. */
 interface Asked {
   readonly who: Caller;
@@ -99,8 +109,8 @@ export function replyRoutes({ replies, hub }: ReplyDeps): RouteDef[] {
       untilMs: a.untilMs,
       ticket: undefined,
       reqId: a.reqId,
-      only: (e) => e.type.startsWith('turn.') && ids.has(turnIdOf(e)),
-      last: (e) => e.type === 'turn.updated' && turnIdOf(e) === replyId && !streaming(e),
+      only: (e) => e.type.startsWith('turn.') && (ids.has(turnIdOf(e)) || deletes(e, replyId)),
+      last: (e) => (e.type === 'turn.updated' && turnIdOf(e) === replyId && !streaming(e)) || deletes(e, replyId),
     });
     try {
       const started = await replies.begin(a.who, a.session, req, a.ifMatch);

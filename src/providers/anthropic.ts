@@ -113,8 +113,20 @@ class MessagesReader extends SseReader {
   private cacheWrite: number | undefined;
   private output: number | undefined;
 
-  protected endedEarly(): void {
-    throw new StreamFailure('closed the stream before the reply was complete', true);
+  protected endedEarly(out: ReplyEvent[]): void {
+    // message_delta gave the stop reason: a body cut just before message_stop's line end (which
+    // WHATWG drops unfinished) still said the reply was complete, as OpenAI's without [DONE]
+    if (this.finishReason === undefined) throw new StreamFailure('closed the stream before the reply was complete', true);
+    this.finish(out);
+  }
+
+  private finish(out: ReplyEvent[]): void {
+    this.done = true;
+    if (this.input !== undefined || this.output !== undefined) {
+      // input_tokens leaves out the cached part of the prompt; inputTokens counts the whole prompt
+      const inputTokens = count((this.input ?? 0) + (this.cacheRead ?? 0) + (this.cacheWrite ?? 0)) ?? 0;
+      out.push({ kind: 'usage', usage: { inputTokens, outputTokens: this.output ?? 0, ...(this.cacheRead !== undefined ? { cachedTokens: this.cacheRead } : {}) } });
+    }
   }
 
   private usageFrom(u: unknown): void {
@@ -162,12 +174,7 @@ class MessagesReader extends SseReader {
         return;
       }
       case 'message_stop':
-        this.done = true;
-        if (this.input !== undefined || this.output !== undefined) {
-          // input_tokens leaves out the cached part of the prompt; inputTokens counts the whole prompt
-          const inputTokens = (this.input ?? 0) + (this.cacheRead ?? 0) + (this.cacheWrite ?? 0);
-          out.push({ kind: 'usage', usage: { inputTokens, outputTokens: this.output ?? 0, ...(this.cacheRead !== undefined ? { cachedTokens: this.cacheRead } : {}) } });
-        }
+        this.finish(out);
         return;
       case 'error': {
         const err = data['error'];

@@ -21,6 +21,8 @@ const DEFAULT_RETRY_BASE_MS = 1000;
 /** How much of an error body is read, and how much of the provider's words a message quotes. */
 const ERROR_BODY_LIMIT = 64 * 1024;
 const QUOTE_LIMIT = 500;
+/** How much of a line that cannot be read a message quotes. */
+const SENT_QUOTE_LIMIT = 60;
 
 /** The HTTP statuses that say the provider's trouble is passing. 529 is Anthropic's "overloaded". */
 const TRANSIENT_STATUSES = new Set([429, 500, 502, 503, 529]);
@@ -128,6 +130,10 @@ async function* run(call: ReplyCall, state: { finishReason: string | undefined }
       responded = true;
       const status = res.statusCode ?? 0;
       const contentType = String(res.headers['content-type'] ?? '');
+      // a web app or a proxy's sign-in page where the API should be is told by its first byte,
+      // `<`, which no event stream or NDJSON starts with; not by its label: a stream that a
+      // server labels text/html (a Flask app's default) is still read
+      let sniffing = true;
       if (status !== 200 || /^application\/json/i.test(contentType)) {
         const text = (await exchange.readAll(ERROR_BODY_LIMIT)).toString('utf8');
         const words = providerWords(text, contentType);
@@ -147,6 +153,13 @@ async function* run(call: ReplyCall, state: { finishReason: string | undefined }
         const out: ReplyEvent[] = [];
         for (;;) {
           const chunk = await exchange.read();
+          if (sniffing && chunk !== null) {
+            const at = chunk.findIndex((b) => b !== 0x20 && b !== 0x09 && b !== 0x0a && b !== 0x0d);
+            if (at >= 0) {
+              sniffing = false;
+              if (chunk[at] === 0x3c) throw new ProviderFailed(`${who(provider)} answered with an HTML page instead of a stream (is baseUrl the API's?)`, false, status);
+            }
+          }
           // a read may hold pieces of text and then the failure: the pieces are given first
           let failed: { readonly error: unknown } | undefined;
           try {
@@ -244,6 +257,13 @@ function quote(words: string | undefined, secrets: readonly string[]): string {
   return `: ${s}`;
 }
 
+/** ` (<what the provider sent>)`, scrubbed and then cut to 60 characters: the order matters. */
+function sentQuote(sent: string | undefined, secrets: readonly string[]): string {
+  if (sent === undefined) return '';
+  const s = scrubCredentials(sent, secrets);
+  return ` (${s.length > SENT_QUOTE_LIMIT ? `${s.slice(0, SENT_QUOTE_LIMIT)}...` : s})`;
+}
+
 function seconds(ms: number): string {
   return ms < 1000 ? `${Math.round(ms)} ms` : `${Math.round(ms / 100) / 10} s`;
 }
@@ -258,7 +278,7 @@ function failureOf(e: unknown, p: ProviderConfig, url: URL, responded: boolean, 
   if (e instanceof ProviderFailed) return e;
   if (e instanceof IdleTimeout) return new ProviderFailed(`${who(p)} sent nothing for ${seconds(idleMs)}`, false);
   if (e instanceof StreamFailure) return new ProviderFailed(`${who(p)} ${scrubCredentials(e.message, secrets)}`, e.transient);
-  if (e instanceof StreamDecodeError) return new ProviderFailed(`${who(p)} sent a stream that cannot be read: ${scrubCredentials(e.message, secrets)}`, false);
+  if (e instanceof StreamDecodeError) return new ProviderFailed(`${who(p)} sent a stream that cannot be read: ${scrubCredentials(e.message, secrets)}${sentQuote(e.sent, secrets)}`, false);
   if (e instanceof ConnectionCut) return new ProviderFailed(`${who(p)} cut the connection before the reply was complete`, true);
   const code = typeof (e as { code?: unknown } | null)?.code === 'string' ? (e as { code: string }).code : '';
   const known = NETWORK[code];

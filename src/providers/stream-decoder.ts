@@ -10,7 +10,20 @@ const CR = 0x0d;
 /** The provider's stream cannot be read: too large, or not what its protocol says. */
 export class StreamDecodeError extends Error {
   override readonly name = 'StreamDecodeError';
+  constructor(
+    message: string,
+    /**
+     * What the provider sent there, to quote: whole (up to SENT_MAX), since it must be scrubbed
+     * of credentials before it is cut (a cut first can leave a piece of a key no rule knows).
+     */
+    readonly sent?: string,
+  ) {
+    super(message);
+  }
 }
+
+/** The most of an offending line kept for its quote (which shows far less): a scrub's cost stays small. */
+const SENT_MAX = 4096;
 
 /**
  * Bytes to lines ending in CR, LF or CRLF (a CRLF cut between two reads is one line end).
@@ -208,6 +221,6 @@ function parseLine(line: string, values: unknown[]): void {
   try {
     values.push(JSON.parse(line));
   } catch {
-    throw new StreamDecodeError(`a line that is not JSON (${line.length > 60 ? `${line.slice(0, 60)}...` : line})`);
+    throw new StreamDecodeError('a line that is not JSON', line.slice(0, SENT_MAX));
   }
 }

@@ -105,7 +105,7 @@ export class Exchange {
 
   /**
    * The reply is complete: what follows is read and dropped in the background so the socket
-   * can go back to the pool; a server that never ends the body is cut after the idle time.
+   * can go back to the pool; a body not ended within the idle time from now is cut.
    */
   finish(): void {
     if (this.ended) return;
@@ -167,8 +167,10 @@ export class Exchange {
     this.res = res;
     this.timer.refresh();
     res.on('data', (chunk: Buffer) => {
-      this.timer.refresh();
+      // what follows the reply's end gets one idle time from finish(), however often it comes:
+      // a body that never ends must not hold its socket for ever
       if (this.discarding) return;
+      this.timer.refresh();
       this.chunks.push(chunk);
       if (this.chunks.length >= HIGH_WATER_CHUNKS) res.pause();
       this.notify();

@@ -183,9 +183,13 @@ export function argumentsObject(value: JsonValue): { readonly [key: string]: Jso
   return v !== null && typeof v === 'object' && !Array.isArray(v) ? (v as { readonly [key: string]: JsonValue }) : { value: v };
 }
 
-/** A count the provider reported, or undefined when it is not a non-negative finite number. */
+/**
+ * A count the provider reported, or undefined when it is not a whole number from 0 to 2^53 - 1:
+ * a client's usage is held to the same, and PostgreSQL keeps counts as bigint (a fraction or
+ * 1e300 there refused the reply's end).
+ */
 export function count(v: unknown): number | undefined {
-  return typeof v === 'number' && Number.isFinite(v) && v >= 0 ? v : undefined;
+  return Number.isSafeInteger(v) && (v as number) >= 0 ? (v as number) : undefined;
 }
 
 /** The provider's own words in a JSON error value, whichever of the usual shapes it has. */

@@ -556,9 +556,10 @@ class Recorder {
         try {
           return (await write()).turn;
         } catch (e) {
-          if (!(e instanceof TurnNotStreaming) || attempt === 0) throw e;
-          // a try whose commit went through though its answer was lost, or a cancel through another
-          // instance that ended the turn meanwhile: the turn as recorded, and it counts as what it says
+          if (!(e instanceof TurnNotStreaming)) throw e;
+          // someone else ended the turn (a client's edit of its status, a cancel through another
+          // instance), or a try whose commit went through though its answer was lost: the turn as
+          // recorded, and it counts as what it says (the message was recorded: never a 409 for it)
           const t = await this.store.getTurn(this.turn.session, this.turn._id);
           if (t === undefined) throw e;
           this.endedAs = turnOf(t).status;

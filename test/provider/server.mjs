@@ -28,10 +28,11 @@ export const SCENARIOS = {
   'reject-max-tokens': 'OpenAI: 400 asking for max_completion_tokens when the request has max_tokens',
   'no-usage': 'report no token counts',
   'cached:K': 'report K of the prompt tokens as cached',
+  'counts:V': 'report V (a JSON number, e.g. 1e300, 1.5, -3) as every token count: the prompt\'s and the answer\'s',
   'status:CODE': "answer the HTTP status with the protocol's error body",
   'retry-after:V': 'with status: a Retry-After header (seconds, or `dateS` for an HTTP date S seconds ahead)',
   'times:K': 'the faults (status, error-after, stall-*, reset-after, rst-after, cut-after, garbage-after) apply to the first K requests of this exact model name only',
-  'echo-key': "with status: the error body quotes the key the request carried",
+  'echo-key': "with status: the error body quotes the key the request carried; with garbage-after: the line that is not JSON does, bare, after 45 characters of words",
   'error-after:N': "after N tokens, the protocol's error in the stream (Anthropic: overloaded_error event)",
   'stall-headers:MS|forever': 'wait before answering at all',
   'stall-after:N[:MS]': 'after N tokens send nothing for MS (default for ever)',
@@ -41,9 +42,12 @@ export const SCENARIOS = {
   'cut-after:N': 'after N tokens end the response cleanly but without the end of the reply ([DONE], message_stop, done)',
   'finish:length': 'the reply ends because it hit its token limit',
   'no-done': 'OpenAI: end the stream after the finish reason without `data: [DONE]`',
+  'no-final-eol': 'the body ends without the line ends of its last event ([DONE], message_stop, the done line)',
   'garbage-after:N': 'after N tokens an event that is not JSON',
   'huge-line': 'one line of 9 MiB before the answer',
+  linger: 'after the end of the reply keep the response open, writing a line end every 100 ms, until the client closes it (a body that never ends)',
   'json-200': 'answer 200 with a JSON body instead of a stream',
+  'html-200': 'answer 200 with an HTML page instead of a stream (a baseUrl that points at a web app or a proxy\'s login page)',
   batch: 'hold every write of the answer and send them as one when it ends (a fault after N tokens comes in the same read as they do)',
   'pad:N': 'Ollama: every token line carries N bytes more in a field clients ignore, so a few thousand tokens outgrow what the kernel buffers on loopback (the provider then waits for its client to read: `blocked` in the log)',
   'n:ANY': 'ignored: makes a model name unique (for times:K)',
@@ -53,7 +57,7 @@ const WORDS = 'the quick brown fox jumps over a lazy dog while seven bright star
 
 /** Parses a model name into its scenario. */
 export function scenarioOf(model) {
-  const s = { model, say: undefined, tokens: undefined, rate: undefined, reasoning: 0, reasoningField: 'reasoning_content', split: 0, eol: '\n', keepalive: false, rejectStreamOptions: false, rejectMaxTokens: false, usage: true, cached: 0, status: undefined, retryAfter: undefined, times: Infinity, echoKey: false, errorAfter: undefined, stallHeaders: undefined, stallAfter: undefined, stallMs: Infinity, holdAfter: undefined, resetAfter: undefined, rstAfter: undefined, cutAfter: undefined, finish: 'stop', garbageAfter: undefined, hugeLine: false, json200: false, noDone: false, batch: false, stamp: false, pad: 0 };
+  const s = { model, say: undefined, tokens: undefined, rate: undefined, reasoning: 0, reasoningField: 'reasoning_content', split: 0, eol: '\n', keepalive: false, rejectStreamOptions: false, rejectMaxTokens: false, usage: true, cached: 0, status: undefined, retryAfter: undefined, times: Infinity, echoKey: false, errorAfter: undefined, stallHeaders: undefined, stallAfter: undefined, stallMs: Infinity, holdAfter: undefined, resetAfter: undefined, rstAfter: undefined, cutAfter: undefined, finish: 'stop', garbageAfter: undefined, hugeLine: false, json200: false, html200: false, streamType: undefined, noDone: false, noFinalEol: false, batch: false, stamp: false, pad: 0, counts: undefined, linger: false };
   for (const d of String(model).split('+')) {
     const [k, ...rest] = d.split(':');
     const v = rest.join(':');
@@ -69,6 +73,7 @@ export function scenarioOf(model) {
       case 'reject-max-tokens': s.rejectMaxTokens = true; break;
       case 'no-usage': s.usage = false; break;
       case 'cached': s.cached = Number(v); break;
+      case 'counts': s.counts = JSON.parse(v); break;
       case 'status': s.status = Number(v); break;
       case 'retry-after': s.retryAfter = v; break;
       case 'times': s.times = Number(v); break;
@@ -83,8 +88,12 @@ export function scenarioOf(model) {
       case 'finish': s.finish = v; break;
       case 'garbage-after': s.garbageAfter = Number(v); break;
       case 'huge-line': s.hugeLine = true; break;
+      case 'linger': s.linger = true; break;
       case 'json-200': s.json200 = true; break;
+      case 'html-200': s.html200 = true; break;
+      case 'stream-type': s.streamType = decodeURIComponent(v); break;
       case 'no-done': s.noDone = true; break;
+      case 'no-final-eol': s.noFinalEol = true; break;
       case 'batch': s.batch = true; break;
       case 'stamp': s.stamp = true; break;
       case 'pad': s.pad = Number(v); break;
@@ -353,10 +362,14 @@ export async function startProvider({ port = 0, host = '127.0.0.1', log = true }
       res.writeHead(s.status, headers);
       return res.end(errorBody(protocol, s.status, s, req));
     }
+    if (s.html200) {
+      res.writeHead(200, { 'content-type': 'text/html; charset=utf-8' });
+      return res.end('<!doctype html>\n<html><head><title>Sign in</title></head>\n<body><form>Sign in to continue</form></body></html>\n');
+    }
     if (s.json200) return json(res, 200, protocol === 'ollama' ? { error: 'not streaming' } : { error: { message: 'Streaming is not supported by this gateway', type: 'invalid_request_error' } });
     const eol = s.eol;
     const wire = protocol === 'openai' ? openaiWire(s, body, eol) : protocol === 'anthropic' ? anthropicWire(s, body, eol) : ollamaWire(s, body);
-    res.writeHead(200, { 'content-type': wire.contentType, 'cache-control': 'no-cache', ...wire.headers });
+    res.writeHead(200, { 'content-type': s.streamType ?? wire.contentType, 'cache-control': 'no-cache', ...wire.headers });
     // with `batch`, every write is held and sent as one when the response ends
     const held = s.batch ? [] : undefined;
     const end = () => {
@@ -366,7 +379,7 @@ export async function startProvider({ port = 0, host = '127.0.0.1', log = true }
     const reasoning = reasoningTokens(s.reasoning);
     const tokens = tokensOf(s, body);
     const input = promptTokens(protocol, body);
-    const usage = { input, output: reasoning.length + tokens.length, cached: Math.min(s.cached, input), reasoning: reasoning.length };
+    const usage = s.counts !== undefined ? { input: s.counts, output: s.counts, cached: 0, reasoning: 0 } : { input, output: reasoning.length + tokens.length, cached: Math.min(s.cached, input), reasoning: reasoning.length };
 
     const write = async (text) => {
       if (res.destroyed) return false;
@@ -409,7 +422,8 @@ export async function startProvider({ port = 0, host = '127.0.0.1', log = true }
         return end();
       }
       if (faulty && s.garbageAfter === i) {
-        await write(wire.garbage);
+        const key = String(req.headers['x-api-key'] ?? req.headers.authorization ?? '').replace(/^Bearer /, '');
+        await write(s.echoKey ? `the gateway refused this request from client ${key} as unknown\n` : wire.garbage);
         return end();
       }
       if (faulty && s.resetAfter === i) {
@@ -443,8 +457,14 @@ export async function startProvider({ port = 0, host = '127.0.0.1', log = true }
       if (!(await write(kind === 'reasoning' ? wire.reasoning(t) : wire.token(t)))) return;
       entry.written = i + 1;
     }
-    for (const piece of wire.end(usage)) if (!(await write(piece))) return;
+    const last = wire.end(usage);
+    if (s.noFinalEol && last.length > 0) last[last.length - 1] = last[last.length - 1].replace(/[\r\n]+$/, '');
+    for (const piece of last) if (!(await write(piece))) return;
     entry.ended = true;
+    if (s.linger) {
+      while (await write(eol)) await sleep(100);
+      return;
+    }
     end();
   }
 

@@ -295,6 +295,29 @@ describe('the rules streamReply owns, against the local provider', () => {
     assert.equal(requestsFor(p, json).length, 1);
   });
 
+  test('"A 200 whose body is an HTML page is the provider\'s failure, not tried again", in words that say so and without the page: on each protocol; "told by its first character, `<`", not by its content type: a stream labelled `text/html` is read (it read as a stream closed early, tried three times, or, for Ollama, quoted the page)', async () => {
+    const ollama = localProvider(p, 'ollama');
+    for (const provider of [openai, anthropic, ollama]) {
+      const model = fresh('html-200');
+      const r = await collect(call(provider, model));
+      assert.equal(r.error?.message, 'Provider "Local test provider" answered with an HTML page instead of a stream (is baseUrl the API\'s?)', provider.type);
+      assert.equal(r.error.transient, false);
+      assert.equal(requestsFor(p, model).length, 1, `${provider.type}: asked once`);
+      // the label alone does not make a page: a stream a server sends as text/html is read
+      const labelled = await collect(call(provider, fresh('say:read%20anyway+split:1+stream-type:text%2Fhtml;%20charset=utf-8')));
+      assert.deepEqual([labelled.text, labelled.error], ['read anyway', undefined], provider.type);
+    }
+  });
+
+  test('"The key never appears in a message, whatever the provider echoes": a line that is not JSON is scrubbed before it is cut to the 60 characters quoted, so no piece of a key without a known shape is left where the cut fell', async () => {
+    const key = '0123456789abcdef0123456789abcdef'; // a vLLM --api-key: no prefix, too short for the long-run rule
+    const ollama = localProvider(p, 'ollama', { apiKey: key });
+    const r = await collect(call(ollama, fresh('tokens:3+garbage-after:1+echo-key')));
+    assert.equal(r.text, 'the');
+    assert.match(r.error?.message ?? '', /^Provider "Local test provider" sent a stream that cannot be read: a line that is not JSON \(the gateway refused this request from client \*\*\*/);
+    for (let i = 0; i + 8 <= key.length; i++) assert.ok(!r.error.message.includes(key.slice(i, i + 8)), `a piece of the key: ${r.error.message}`);
+  });
+
   test('a stream that ends before the provider said it was done is "a response cut or ended before its end" (transient: tried again only when no text came)', async () => {
     const model = fresh('tokens:4+cut-after:2');
     const r = await collect(call(anthropic, model));
