@@ -170,8 +170,7 @@ export class Logger {
 export class Sparing {
   private at = -Infinity;
   private quiet = 0;
-  /** How many times the line was kept quiet before the last `due()` that said yes. */
-  since = 0;
+  private quietBefore = 0;
 
   constructor(private readonly everyMs: number) {}
 
@@ -181,9 +180,14 @@ export class Sparing {
       return false;
     }
     this.at = now;
-    this.since = this.quiet;
+    this.quietBefore = this.quiet;
     this.quiet = 0;
     return true;
+  }
+
+  /** How many times the line was kept quiet before the last `due()` that said yes. */
+  get since(): number {
+    return this.quietBefore;
   }
 }
 

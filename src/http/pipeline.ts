@@ -490,8 +490,8 @@ export class Pipeline {
     if (e instanceof OverShare) this.overShare(call);
     const h = httpErrorOf(e);
     // a 503 the server chose (busy, low on memory) is counted and in the request line, not a failure to report;
-    // nor is damage, which the store logged once when it found it
-    if (storeAway(e)) this.storeAway(call, e);
+    // nor is damage, which the store logged once when it found it; a database away is reported sparingly
+    if (storeAway(e)) this.reportStoreAway(call, e);
     else if (h === undefined || (h.status >= 500 && !chosen(e))) {
       this.options.log.error('request failed', { reqId: call.id, route: call.route?.def.path ?? null, err: e });
     }
@@ -573,7 +573,7 @@ export class Pipeline {
    * that lasts every request that needs it does, so it is logged once every STORE_AWAY_LOG_MS
    * with how many met it in between, not once a request.
    */
-  private storeAway(call: Call, e: unknown): void {
+  private reportStoreAway(call: Call, e: unknown): void {
     const lines = this.storeAwayLines;
     if (!lines.due()) return;
     const cause = e instanceof Error && e.cause instanceof Error ? e.cause.message : null;
