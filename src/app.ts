@@ -74,6 +74,7 @@ export function createApp(p: AppParts): App {
   const replies = new ReplyService(p.store, access, p.catalog, live?.hub, { maxReplies: config.repliesMax, idleTimeoutMs: config.providerIdleTimeoutMs, maxTurnBytes: config.bodyLimit }, p.log);
   if (p.metrics !== undefined) p.metrics.replies = () => replies.counts;
   const usage = new UsageService(p.store);
+  const feed = live === undefined ? undefined : new FeedService(live.hub, p.store, access);
   const sessionDeps: SessionDeps = {
     sessions: new SessionService(p.store, access),
     turns: new TurnService(p.store, access),
@@ -88,9 +89,9 @@ export function createApp(p: AppParts): App {
     ...turnRoutes(sessionDeps),
     ...(config.search ? searchRoutes(sessionDeps) : []),
     ...usageRoutes(usage),
-    ...(live === undefined ? [] : eventRoutes({ feed: new FeedService(live.hub, p.store, access), tickets: live.tickets })),
+    ...(live === undefined || feed === undefined ? [] : eventRoutes({ feed, tickets: live.tickets })),
     ...providerRoutes(p.catalog),
-    ...replyRoutes({ replies, hub: live?.hub }),
+    ...replyRoutes({ replies, feed }),
   ];
   openApiBody = JSON.stringify(openApiDocument(routes, p.version));
   if (config.docs) docs = docsPage(openApiBody, 'chat-session-api');

@@ -31,7 +31,8 @@ export { prepareSchema, QUEUED_WORDS_SQL, queuedTurnWords, registerSearchFunctio
 export { checkFiles } from './store/sqlite/file-check.js';
 export { placesOfChain } from './store/tree-index.js';
 export { chatSession, turnRecord } from './domain/records.js';
-export { appendPiece, appendToEnd, contentEnd } from './domain/deltas.js';
+export { appendPiece, appendPieces, appendToEnd, contentEnd } from './domain/deltas.js';
+export { ReplyLedger } from './domain/reply-ledger.js';
 export { withDeltas, piecesText } from './store/pieces.js';
 export { newObjectId } from './domain/ids.js';
 export { ConnectionGuard, HEADROOM } from './http/connections.js';

@@ -118,6 +118,28 @@ describe('Talking to a model (docs/DECISIONS.md)', () => {
     }
   });
 
+  test('"The reply\'s own bound (BODY_LIMIT) counts the bytes of the turn as recorded": its end\'s long error fits too', async () => {
+    // regression: text just under the bound, then an end that adds 2,000 characters of error, recorded a turn past BODY_LIMIT
+    // (what came first reached that size by how the writes fell, so a test above failed now and then); all in one read here
+    const s = await startServer({ providers: providersFor(provider.url), env: { BODY_LIMIT: '16kb' } });
+    try {
+      const u = s.as('alice');
+      const a = (await u.post(B, newSession({ providerId: OPENAI, selectedModel: 'tokens:2800+error-after:2800+error-words:3000+batch' }))).body.data;
+      const r = await u.post(`${B}/${a._id}/messages`, { content: 'a long one' });
+      assert.equal(r.status, 201, r.text);
+      const reply = r.body.data.reply;
+      assert.equal(reply.status, 'error');
+      assert.ok(reply.error.message.length >= 1_900, 'the error as the provider said it (cut to 2,000 characters)');
+      const bytes = Buffer.byteLength(JSON.stringify(reply));
+      assert.ok(bytes <= 16 * 1024 && bytes > 16 * 1024 - 64, `the text gave way to fit, no more: ${bytes} bytes`);
+      assert.ok(textOf(reply.content).length > 12_000 && 'the quick brown fox jumps over a lazy dog'.startsWith(textOf(reply.content).slice(0, 41)), 'what was said first is kept');
+      assert.deepEqual((await u.get(`${B}/${a._id}/turns/${reply._id}`)).body.data, reply, 'recorded so');
+    } finally {
+      await s.stop();
+      removeDir(s.dataDir);
+    }
+  });
+
   test('"The end is never refused for a quota (it is counted): a reply that would pass QUOTA_BYTES or BODY_LIMIT on a delta ends error saying so": a reply whose whole text comes before its first delta is written (the store behind it) is held to BODY_LIMIT by its end the same way', async () => {
     const s = await startServer({ providers: providersFor(provider.url), env: { BODY_LIMIT: '16kb' } });
     try {

@@ -7,7 +7,7 @@ import { createRequire } from 'node:module';
 import { test } from 'node:test';
 import { rng } from './helpers.mjs';
 
-const { appendPiece, appendToEnd, contentEnd, turnRecord, withDeltas, piecesText } = createRequire(import.meta.url)('../dist/testkit.cjs');
+const { appendPiece, appendPieces, appendToEnd, contentEnd, turnRecord, withDeltas, piecesText } = createRequire(import.meta.url)('../dist/testkit.cjs');
 
 const bytesOf = (turn) => Buffer.byteLength(JSON.stringify(turnRecord(turn)));
 
@@ -66,4 +66,23 @@ test('a streaming turn read with its delta rows folded in is the JSON a turn tha
   }
   const json = Buffer.from(JSON.stringify(STARTS[1]));
   assert.equal(withDeltas(json, null), json, 'no rows: the JSON as stored');
+});
+
+test('appendPieces gives what appendPiece gives piece by piece, whatever the content and the kinds', () => {
+  const random = rng(31);
+  for (let round = 0; round < 400; round++) {
+    let content = STARTS[round % STARTS.length];
+    const pieces = Array.from({ length: Math.floor(random() * 9) }, () => ({ kind: random() < 0.4 ? 'reasoning' : 'text', text: textOf(random) }));
+    const all = appendPieces(content, pieces);
+    for (const p of pieces) content = appendPiece(content, p).content;
+    assert.deepEqual(all, content, `round ${round}: ${JSON.stringify(pieces)}`);
+  }
+});
+
+test('appendPieces costs time linear in its pieces: 200,000 one-character pieces of alternating kinds', () => {
+  // appendPiece in a loop copies the parts for every piece: 2 * 10^10 copies here, far past any test's time
+  const pieces = Array.from({ length: 200_000 }, (_, i) => ({ kind: i % 2 === 0 ? 'text' : 'reasoning', text: 'x' }));
+  const content = appendPieces('', pieces);
+  assert.equal(content.length, 200_000);
+  assert.deepEqual(content.slice(0, 2), [{ type: 'text', text: 'x' }, { type: 'reasoning', text: 'x' }]);
 });

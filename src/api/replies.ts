@@ -5,11 +5,11 @@
 import { DomainError } from '../domain/errors.js';
 import { messageBody, replyBody } from '../domain/inputs.js';
 import type { TurnContent } from '../domain/records.js';
-import { FollowKey, type Hub } from '../live/hub.js';
 import type { ReplyOptions } from '../providers/wire.js';
 import type { Caller } from '../services/access.js';
 import type { ReplyRequest, ReplyService } from '../services/replies.js';
-import type { LoggedEvent, TurnRecord } from '../store/store.js';
+import type { TurnRecord } from '../store/store.js';
+import type { FeedService } from '../services/feed.js';
 import { BASE, caller, idParam, ifMatchOf, modified, notFound, turnIdParams, turnNotFound } from './common.js';
 import { DATA_CLOSE, DATA_OPEN } from './envelope.js';
 import { route, type Answer, type RouteDef } from './route.js';
@@ -17,7 +17,7 @@ import { route, type Answer, type RouteDef } from './route.js';
 export interface ReplyDeps {
   readonly replies: ReplyService;
   /** The live feed, for event-stream answers; undefined with EVENTS=off. */
-  readonly hub: Hub | undefined;
+  readonly feed: FeedService | undefined;
 }
 
 const cannotReply = { status: 409, description: "The session's provider is not configured or cannot reply (its type), or the model is not one of its `models`; or A reply is already in progress (one at a time per session). Nothing was recorded." } as const;
@@ -32,24 +32,6 @@ const CLOSE = Buffer.from(`}${DATA_CLOSE}`);
 /** `{"success":true,"data":{"turn":...,"reply":...}}` around the turns' JSON as the store keeps it. */
 function startedBody(turn: TurnRecord | undefined, reply: TurnRecord): Buffer {
   return Buffer.concat([DATA_HEAD, TURN_KEY, turn === undefined ? Buffer.from('null') : turn.json, REPLY_KEY, reply.json, CLOSE]);
-}
-
-/** The turn id an event of a turn is about: its data starts with `{"_id":"<24 hex>"`. */
-function turnIdOf(e: LoggedEvent): string {
-  return typeof e.data === 'string' ? e.data.slice(8, 32) : e.data.toString('latin1', 8, 32);
-}
-
-/** Whether a turn's JSON says it is still streaming (a reply's last turn.updated does not). */
-const streaming = (e: LoggedEvent): boolean => (typeof e.data === 'string' ? e.data : e.data.toString('utf8')).includes('"status":"streaming"');
-
-/**
- * Whether a `turn.deleted` took turn `id` with it (it names the turn deleted and, in `ids`, every
- * turn that went with it): a reply deleted under way has no end to tell, so its stream ends here.
- */
-function deletes(e: LoggedEvent, id: string): boolean {
-  if (e.type !== 'turn.deleted' || id === '') return false;
-  const ids = (JSON.parse(typeof e.data === 'string' ? e.data : e.data.toString('utf8')) as { ids?: unknown }).ids;
-  return Array.isArray(ids) && ids.includes(id);
 }
 
 /** What a message or reply request brings beside its body: who asks, how it wants the answer. */
@@ -88,7 +70,7 @@ function optionsOf(o: { temperature?: number; maxTokens?: number; topP?: number;
   };
 }
 
-export function replyRoutes({ replies, hub }: ReplyDeps): RouteDef[] {
+export function replyRoutes({ replies, feed }: ReplyDeps): RouteDef[] {
   /** Starts the reply and answers as the request asked. */
   async function answer(a: Asked, req: ReplyRequest): Promise<Answer> {
     if (!a.stream) {
@@ -96,32 +78,16 @@ export function replyRoutes({ replies, hub }: ReplyDeps): RouteDef[] {
       if (a.background) return { status: 202, body: startedBody(started.turn, started.reply) };
       return { status: 201, body: startedBody(started.turn, await started.done) };
     }
-    if (hub === undefined) throw new DomainError('not_acceptable', 'Event streams are off (EVENTS=off): ask without Accept: text/event-stream');
-    // the stream is opened (its place reserved) before anything is recorded, and starts from the
-    // newest event now: it replays the reply's turn.created that the record makes
-    const ids = new Set<string>();
-    let replyId = '';
-    const opened = await hub.open({
-      user: a.who.user,
-      key: FollowKey.session(a.session),
-      session: a.session,
-      lastEventId: String(hub.head),
-      untilMs: a.untilMs,
-      ticket: undefined,
-      reqId: a.reqId,
-      only: (e) => e.type.startsWith('turn.') && (ids.has(turnIdOf(e)) || deletes(e, replyId)),
-      last: (e) => (e.type === 'turn.updated' && turnIdOf(e) === replyId && !streaming(e)) || deletes(e, replyId),
-    });
+    if (feed === undefined) throw new DomainError('not_acceptable', 'Event streams are off (EVENTS=off): ask without Accept: text/event-stream');
+    const stream = await feed.followReply(a.who, a.session, { untilMs: a.untilMs, reqId: a.reqId });
     try {
       const started = await replies.begin(a.who, a.session, req, a.ifMatch);
-      if (started.turn !== undefined) ids.add(started.turn._id);
-      ids.add(started.reply._id);
-      replyId = started.reply._id;
+      stream.follow(started.turn?._id, started.reply._id);
     } catch (e) {
-      opened.eventStream.cancel();
+      stream.opened.eventStream.cancel();
       throw e;
     }
-    return opened;
+    return stream.opened;
   }
 
   return [

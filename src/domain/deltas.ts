@@ -132,9 +132,41 @@ export function appendToEnd(end: ContentEnd, piece: Piece): { readonly end: Cont
   return { end: { parts: end.parts + 1, last: kind, length: text.length, high: endsHigh(false) }, place: { at: 0, part: end.parts }, bytes: (end.parts > 0 ? 1 : 0) + partBytes(kind, text) };
 }
 
-/** The content with `pieces` appended in order (appendPiece's rules). */
+/**
+ * The content with `pieces` appended in order (appendPiece's rules), in time linear in the
+ * content and the pieces: the parts are copied once, and each run of pieces of one kind is joined
+ * once (appendPiece in a loop copies the parts for every piece).
+ */
 export function appendPieces(content: TurnContent, pieces: readonly Piece[]): TurnContent {
+  let i = 0;
   let c = content;
-  for (const p of pieces) c = appendPiece(c, p).content;
-  return c;
+  if (typeof c === 'string') {
+    const texts = [c];
+    for (; i < pieces.length && (pieces[i] as Piece).kind === 'text'; i++) texts.push((pieces[i] as Piece).text);
+    c = texts.length === 1 ? c : texts.join('');
+    if (i === pieces.length) return c;
+    // a reasoning piece: the string becomes parts
+    c = appendPiece(c, pieces[i++] as Piece).content;
+    if (i === pieces.length) return c;
+  }
+  // (appendPiece made parts of a string that met a reasoning piece)
+  const parts: Part[] = (c as readonly Part[]).slice();
+  /** Texts to join onto the last part, which is of their kind. */
+  let run: string[] = [];
+  const flush = (): void => {
+    if (run.length === 0) return;
+    const last = parts[parts.length - 1] as Extract<Part, { type: PieceKind }>;
+    parts[parts.length - 1] = { type: last.type, text: last.text + run.join('') };
+    run = [];
+  };
+  for (; i < pieces.length; i++) {
+    const p = pieces[i] as Piece;
+    if (parts[parts.length - 1]?.type === p.kind) run.push(p.text);
+    else {
+      flush();
+      parts.push({ type: p.kind, text: p.text });
+    }
+  }
+  flush();
+  return parts;
 }

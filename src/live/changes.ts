@@ -3,6 +3,7 @@
 // may see it); its `data` is the record as the API answers it (or, for a delete, its id), so a
 // client applies it without asking again.
 import type { DeltaPlace, Piece } from '../domain/deltas.js';
+import type { TurnStatus } from '../domain/records.js';
 import type { ChangeEvent } from '../store/store.js';
 import type { Change } from '../store/changes.js';
 
@@ -16,8 +17,15 @@ export type ChangeEventType = (typeof CHANGE_EVENT_TYPES)[number];
  */
 export const SESSION_ONLY_TYPES: ReadonlySet<string> = new Set<string>(['turn.delta']);
 
-function event(type: ChangeEventType, session: { readonly _id: string; readonly user: string; readonly project: string }, data: string | Buffer): ChangeEvent {
+type Owned = { readonly _id: string; readonly user: string; readonly project: string };
+
+function event(type: ChangeEventType, session: Owned, data: string | Buffer): ChangeEvent {
   return { type, session: session._id, owner: session.user, project: session.project, data };
+}
+
+/** A turn's event: it names the turn, and (but for a delta or a deletion) the turn's status, so no reader parses its data for them. */
+function turnEvent(type: ChangeEventType, session: Owned, data: string | Buffer, turnId: string, status?: TurnStatus): ChangeEvent {
+  return { type, session: session._id, owner: session.user, project: session.project, data, turnId, ...(status !== undefined ? { status } : {}) };
 }
 
 /** The events one change makes, in the order a client should apply them. */
@@ -31,13 +39,13 @@ export function eventsOf(c: Change): ChangeEvent[] {
       return [event('session.updated', c.session, c.json)];
     case 'turn':
       // the turn became the session's head (and raised its updatedAt): list views move it to the top
-      return [event('turn.created', c.session, c.json), event('session.updated', c.session, c.sessionJson)];
+      return [turnEvent('turn.created', c.session, c.json, c.turn._id, c.turn.status), event('session.updated', c.session, c.sessionJson)];
     case 'editTurn':
-      return [event('turn.updated', c.session, c.json), event('session.updated', c.session, c.sessionJson)];
+      return [turnEvent('turn.updated', c.session, c.json, c.turn._id, c.turn.status), event('session.updated', c.session, c.sessionJson)];
     case 'deleteTurns':
       // one event for the subtree: the turn the DELETE named, and every turn that went with it
       return [
-        event('turn.deleted', c.session, JSON.stringify({ _id: c.turnId, session: c.sessionId, ids: c.ids })),
+        turnEvent('turn.deleted', c.session, JSON.stringify({ _id: c.turnId, session: c.sessionId, ids: c.ids }), c.turnId),
         event('session.updated', c.session, c.sessionJson),
       ];
     case 'delta':
@@ -51,11 +59,11 @@ export function eventsOf(c: Change): ChangeEvent[] {
  * The `turn.delta` events of pieces appended to a streaming turn: `{_id, session, text, at,
  * part?}`, and `type: "reasoning"` for the model's reasoning (answer text has no `type`).
  */
-export function deltaEvents(session: { readonly _id: string; readonly user: string; readonly project: string }, turnId: string, pieces: readonly Piece[], places: readonly DeltaPlace[]): ChangeEvent[] {
+export function deltaEvents(session: Owned, turnId: string, pieces: readonly Piece[], places: readonly DeltaPlace[]): ChangeEvent[] {
   return pieces.map((piece, i) => {
     const p = places[i] as DeltaPlace;
     const data = { _id: turnId, session: session._id, text: piece.text, at: p.at, ...(p.part !== undefined ? { part: p.part } : {}), ...(piece.kind === 'reasoning' ? { type: 'reasoning' } : {}) };
-    return event('turn.delta', session, JSON.stringify(data));
+    return turnEvent('turn.delta', session, JSON.stringify(data), turnId);
   });
 }
 

@@ -97,7 +97,7 @@ export class MemoryFeedLog implements FeedLog {
     if (made.length === 0 || this.deliver === undefined) return;
     const events: LoggedEvent[] = [];
     for (const e of made) {
-      const logged: LoggedEvent = { id: ++this.head, type: e.type, session: e.session, owner: e.owner, project: e.project, data: e.data };
+      const logged: LoggedEvent = { ...e, id: ++this.head };
       events.push(logged);
       this.kept.keep(logged);
     }
@@ -382,7 +382,7 @@ export class SharedFeedLog implements FeedLog {
       this.catchUp();
       return;
     }
-    this.handOn(events.map((e, i) => ({ id: first + i, type: e.type, session: e.session, owner: e.owner, project: e.project, data: e.data })));
+    this.handOn(events.map((e, i) => ({ ...e, id: first + i })));
   }
 
   tick(nowMs: number): void {

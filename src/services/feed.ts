@@ -2,7 +2,7 @@
 // list: its own sessions, or a project's under ACCESS; or one session it may see), then the
 // hub opens it.
 import { FollowKey, type Hub, type OpenedStream } from '../live/hub.js';
-import type { Store } from '../store/store.js';
+import type { LoggedEvent, Store } from '../store/store.js';
 import type { Access, Caller } from './access.js';
 
 /** How a stream starts, as its request says. */
@@ -35,4 +35,52 @@ export class FeedService {
     this.access.seen(await this.store.getSession(id), caller.user);
     return this.hub.open({ user: caller.user, key: FollowKey.session(id), session: id, ...start });
   }
+
+  /**
+   * The stream that answers a message or reply request, opened before anything is recorded (its
+   * place is reserved, and it starts from the newest event, so it replays the turn.created the
+   * record makes). It carries nothing until `follow` names the turns the request recorded; then
+   * their events, and it closes after the reply's end (its turn.updated that is no longer
+   * streaming) or the deletion that takes it.
+   */
+  async followReply(caller: Caller, session: string, start: Omit<StreamStart, 'lastEventId' | 'ticket'>): Promise<ReplyFollow> {
+    const ids = new Set<string>();
+    let reply: string | undefined;
+    const opened = await this.hub.open({
+      user: caller.user,
+      key: FollowKey.session(session),
+      session,
+      lastEventId: String(this.hub.head),
+      ticket: undefined,
+      ...start,
+      only: (e) => e.turnId !== undefined && (ids.has(e.turnId) || (reply !== undefined && takes(e, reply))),
+      last: (e) => reply !== undefined && ((e.type === 'turn.updated' && e.turnId === reply && e.status !== 'streaming') || takes(e, reply)),
+    });
+    return {
+      opened,
+      follow(turn, replyId) {
+        if (turn !== undefined) ids.add(turn);
+        ids.add(replyId);
+        reply = replyId;
+      },
+    };
+  }
+}
+
+/** A reply's stream (followReply): opened, then told which turns it follows. */
+export interface ReplyFollow {
+  readonly opened: OpenedStream;
+  /** The user turn a message recorded (undefined for a reply) and the reply. */
+  follow(turn: string | undefined, reply: string): void;
+}
+
+/**
+ * Whether a `turn.deleted` took turn `id` with it (its data names, in `ids`, every turn that went):
+ * a reply deleted under way has no end to tell, so its stream ends there.
+ */
+function takes(e: LoggedEvent, id: string): boolean {
+  if (e.type !== 'turn.deleted') return false;
+  if (e.turnId === id) return true;
+  const ids = (JSON.parse(typeof e.data === 'string' ? e.data : e.data.toString('utf8')) as { ids?: unknown }).ids;
+  return Array.isArray(ids) && ids.includes(id);
 }

@@ -204,6 +204,10 @@ export interface ChangeEvent {
   readonly project: string;
   /** The event's `data`: JSON. */
   readonly data: string | Buffer;
+  /** The turn a `turn.*` event is about (for `turn.deleted`, the turn the DELETE named). */
+  readonly turnId?: string | undefined;
+  /** The status of the turn a `turn.created` or `turn.updated` carries. */
+  readonly status?: TurnStatus | undefined;
 }
 
 /** An event as the feed's log keeps it: ids increase in commit order. */

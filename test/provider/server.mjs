@@ -34,6 +34,7 @@ export const SCENARIOS = {
   'times:K': 'the faults (status, error-after, stall-*, reset-after, rst-after, cut-after, garbage-after) apply to the first K requests of this exact model name only',
   'echo-key': "with status: the error body quotes the key the request carried; with garbage-after: the line that is not JSON does, bare, after 45 characters of words",
   'error-after:N': "after N tokens, the protocol's error in the stream (Anthropic: overloaded_error event)",
+  'error-words:N': "with error-after: the error's message is N characters of words",
   'stall-headers:MS|forever': 'wait before answering at all',
   'stall-after:N[:MS]': 'after N tokens send nothing for MS (default for ever)',
   'hold-after:N': 'after N tokens send nothing until the test calls release() on the provider (replies held together are in progress at once, whatever the machine\'s speed); once released, holds no more',
@@ -57,7 +58,7 @@ const WORDS = 'the quick brown fox jumps over a lazy dog while seven bright star
 
 /** Parses a model name into its scenario. */
 export function scenarioOf(model) {
-  const s = { model, say: undefined, tokens: undefined, rate: undefined, reasoning: 0, reasoningField: 'reasoning_content', split: 0, eol: '\n', keepalive: false, rejectStreamOptions: false, rejectMaxTokens: false, usage: true, cached: 0, status: undefined, retryAfter: undefined, times: Infinity, echoKey: false, errorAfter: undefined, stallHeaders: undefined, stallAfter: undefined, stallMs: Infinity, holdAfter: undefined, resetAfter: undefined, rstAfter: undefined, cutAfter: undefined, finish: 'stop', garbageAfter: undefined, hugeLine: false, json200: false, html200: false, streamType: undefined, noDone: false, noFinalEol: false, batch: false, stamp: false, pad: 0, counts: undefined, linger: false };
+  const s = { model, say: undefined, tokens: undefined, rate: undefined, reasoning: 0, reasoningField: 'reasoning_content', split: 0, eol: '\n', keepalive: false, rejectStreamOptions: false, rejectMaxTokens: false, usage: true, cached: 0, status: undefined, retryAfter: undefined, times: Infinity, echoKey: false, errorAfter: undefined, errorWords: undefined, stallHeaders: undefined, stallAfter: undefined, stallMs: Infinity, holdAfter: undefined, resetAfter: undefined, rstAfter: undefined, cutAfter: undefined, finish: 'stop', garbageAfter: undefined, hugeLine: false, json200: false, html200: false, streamType: undefined, noDone: false, noFinalEol: false, batch: false, stamp: false, pad: 0, counts: undefined, linger: false };
   for (const d of String(model).split('+')) {
     const [k, ...rest] = d.split(':');
     const v = rest.join(':');
@@ -79,6 +80,7 @@ export function scenarioOf(model) {
       case 'times': s.times = Number(v); break;
       case 'echo-key': s.echoKey = true; break;
       case 'error-after': s.errorAfter = Number(v); break;
+      case 'error-words': s.errorWords = Number(v); break;
       case 'stall-headers': s.stallHeaders = v === 'forever' ? Infinity : Number(v); break;
       case 'stall-after': { const [n, ms] = v.split(':'); s.stallAfter = Number(n); s.stallMs = ms === undefined || ms === 'forever' ? Infinity : Number(ms); break; }
       case 'hold-after': s.holdAfter = Number(v); break;
@@ -180,7 +182,7 @@ function openaiWire(s, body, eol) {
       if (!s.noDone) out.push(`data: [DONE]${eol}${eol}`);
       return out;
     },
-    error: () => `data: {"error":{"message":"The server had an error while processing your request. Sorry about that!","type":"server_error","param":null,"code":null}}${eol}${eol}`,
+    error: (message = 'The server had an error while processing your request. Sorry about that!') => `data: ${JSON.stringify({ error: { message, type: 'server_error', param: null, code: null } })}${eol}${eol}`,
     keepalive: `: keep-alive${eol}${eol}`,
     garbage: `data: {"id":"chatcmpl-broken","choices":[{${eol}${eol}`,
   };
@@ -227,7 +229,7 @@ function anthropicWire(s, body, eol) {
       if (s.usage) delta.usage = { output_tokens: u.output };
       return [(inText || inThinking ? close() : '') + ev('message_delta', delta) + ev('message_stop', { type: 'message_stop' })];
     },
-    error: () => ev('error', { type: 'error', error: { type: 'overloaded_error', message: 'Overloaded' } }),
+    error: (message = 'Overloaded') => ev('error', { type: 'error', error: { type: 'overloaded_error', message } }),
     keepalive: `: keep-alive${eol}${eol}`,
     garbage: `event: content_block_delta${eol}data: {"type": "content_block_delta", "index": ${eol}${eol}`,
   };
@@ -250,7 +252,7 @@ function ollamaWire(s, body) {
       const counts = s.usage ? `,"total_duration":${ns + 1334875},"load_duration":1334875,"prompt_eval_count":${u.input},"prompt_eval_duration":342546000,"eval_count":${u.output},"eval_duration":${ns}` : '';
       return [`{"model":${model},"created_at":"${at()}","message":{"role":"assistant","content":""},"done_reason":${JSON.stringify(s.finish)},"done":true${counts}}\n`];
     },
-    error: () => `{"error":"an error was encountered while running the model: unexpected EOF"}\n`,
+    error: (message = 'an error was encountered while running the model: unexpected EOF') => `${JSON.stringify({ error: message })}\n`,
     keepalive: undefined, // NDJSON has no comments
     garbage: `{"model":${model},"created_at":\n`,
   };
@@ -418,7 +420,7 @@ export async function startProvider({ port = 0, host = '127.0.0.1', log = true }
     for (let i = 0; i <= all.length; i++) {
       // the faults that come "after N tokens" (N may be 0: before the first)
       if (faulty && s.errorAfter === i) {
-        await write(wire.error());
+        await write(wire.error(s.errorWords === undefined ? undefined : 'the server had an error '.repeat(Math.ceil(s.errorWords / 24)).slice(0, s.errorWords)));
         return end();
       }
       if (faulty && s.garbageAfter === i) {

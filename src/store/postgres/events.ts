@@ -5,6 +5,7 @@
 // every event up to id N, no event with a smaller id can commit later. The transaction also
 // NOTIFYs; every instance LISTENs and reads the new rows by id.
 import { createHash } from 'node:crypto';
+import type { TurnStatus } from '../../domain/records.js';
 import type { QueryResult } from '../../pg/connection.js';
 import { Listener } from '../../pg/listen.js';
 import type { Pool, Queryable } from '../../pg/pool.js';
@@ -33,8 +34,9 @@ export function eventStatements(q: Queryable, S: string, channel: string, events
   const data: string[] = [];
   for (const e of events) {
     types.push(e.type);
-    // owner and project as JSON, which PostgreSQL's text holds whatever they contain (NUL included)
-    about.push(JSON.stringify([e.session, e.owner, e.project]));
+    // owner and project as JSON, which PostgreSQL's text holds whatever they contain (NUL included);
+    // a turn's event adds the turn and its status (rows written before they were read as none)
+    about.push(JSON.stringify(e.turnId === undefined ? [e.session, e.owner, e.project] : e.status === undefined ? [e.session, e.owner, e.project, e.turnId] : [e.session, e.owner, e.project, e.turnId, e.status]));
     data.push(typeof e.data === 'string' ? e.data : e.data.toString('utf8'));
   }
   return [
@@ -48,8 +50,8 @@ export function eventStatements(q: Queryable, S: string, channel: string, events
 }
 
 function eventOf(r: readonly (string | null)[]): LoggedEvent {
-  const [session, owner, project] = JSON.parse(r[2] as string) as [string, string, string];
-  return { id: Number(r[0]), type: r[1] as string, session, owner, project, data: r[3] as string };
+  const [session, owner, project, turnId, status] = JSON.parse(r[2] as string) as [string, string, string, string?, TurnStatus?];
+  return { id: Number(r[0]), type: r[1] as string, session, owner, project, data: r[3] as string, ...(turnId !== undefined ? { turnId } : {}), ...(status !== undefined ? { status } : {}) };
 }
 
 export class PgEventLog implements SharedEventLog {

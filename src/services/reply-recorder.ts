@@ -1,0 +1,314 @@
+// One reply's text on its way to the store: told to the live feed piece by piece as it comes,
+// written in one quiet delta per RECORD_EVERY_MS (one write at a time), and finished with its
+// status in one last write. What the store holds of it is a ReplyLedger's to say.
+import { appendPieces, appendToEnd, contentEnd, DELTA_MAX, type ContentEnd, type Piece } from '../domain/deltas.js';
+import { ERROR_MESSAGE_MAX } from '../domain/limits.js';
+import type { Part, Turn, TurnContent, TurnStatus, TurnUsage } from '../domain/records.js';
+import { ReplyLedger } from '../domain/reply-ledger.js';
+import { deltaEvents } from '../live/changes.js';
+import type { Logger } from '../log.js';
+import { QuotaExceeded, SessionNotFound, StorageUnavailable, TurnNotFound, TurnNotStreaming, TurnTooLarge, type ChangeEvent, type Store, type TurnRecord } from '../store/store.js';
+
+/** The most a reply's text waits before it is written: what a crash can lose of it. */
+export const RECORD_EVERY_MS = 250;
+/**
+ * A reply's pieces the live feed may hold unlogged: past it the reply reads no more from its
+ * provider until the feed has logged them (the provider's stream pauses and TCP holds the rest),
+ * so a shared log that lags (PostgreSQL starved of CPU) holds at most this many of a reply's events
+ * (and the pieces one provider event is cut into at DELTA_MAX, checked after the whole event).
+ */
+export const TOLD_AHEAD_MAX = 64;
+/** Bytes of BODY_LIMIT a reply's text leaves for what its end adds: its status, usage, the words of an error that says it grew too large. */
+const END_ROOM = 512;
+/** How long a reply's end is tried again while the store is unavailable (a database restarting); past it the turn is left to the sweep. */
+const END_PATIENCE_MS = 60_000;
+/** How often it is tried meanwhile. */
+const END_RETRY_MS = 1_000;
+
+/** Where the text of replies goes as it comes (the live feed's hub). */
+export interface LiveSink {
+  publish(events: readonly ChangeEvent[]): Promise<void>;
+}
+
+/** How a reply ends: its status, and what is recorded with it. */
+export interface Ending {
+  readonly status: TurnStatus;
+  readonly usage?: TurnUsage | undefined;
+  readonly error?: string | undefined;
+}
+
+/** The session as the feed's events name it (its owner and project say who sees them). */
+export interface FeedSession {
+  readonly _id: string;
+  readonly user: string;
+  readonly project: string;
+}
+
+/** The turn a stored record holds. */
+export function turnOf(record: TurnRecord): Turn {
+  return JSON.parse(record.json.toString('utf8')) as Turn;
+}
+
+/**
+ * A reply's pieces told to the live feed as they come: a shared log takes what comes within a few
+ * milliseconds in one append, and appends in the order told (so the last settles last).
+ */
+class Teller {
+  /** The feed's logging of what was told: awaited before the end is written, so the end's event comes last. */
+  told: Promise<void> = Promise.resolve();
+  /** Pieces told that the feed has not logged yet. */
+  private unlogged = 0;
+  /** Pieces the feed failed to log. */
+  untold = 0;
+
+  constructor(
+    private readonly live: LiveSink,
+    private readonly turnId: string,
+    private readonly log: Logger,
+  ) {}
+
+  tell(events: readonly ChangeEvent[]): void {
+    this.unlogged++;
+    this.told = this.live.publish(events).then(
+      () => void this.unlogged--,
+      (e: unknown) => {
+        this.unlogged--;
+        // once a reply: with the database down every piece fails alike
+        if (this.untold++ === 0) this.log.warn('a reply\'s text could not be told to the live feed (its listeners miss it; the store records it)', { turn: this.turnId, err: e });
+      },
+    );
+  }
+
+  /** While the feed holds TOLD_AHEAD_MAX pieces unlogged: until it has logged them all. Else undefined. */
+  paced(): Promise<void> | undefined {
+    return this.unlogged >= TOLD_AHEAD_MAX ? this.told : undefined;
+  }
+}
+
+export class Recorder {
+  /** Where the reply's content ends as told so far (where each next piece goes). */
+  private end: ContentEnd;
+  private readonly ledger: ReplyLedger;
+  private readonly teller: Teller | undefined;
+  private timer: NodeJS.Timeout | undefined;
+  /** The write under way, if any. */
+  private writing: Promise<void> = Promise.resolve();
+  /** The last write failed (the store away): the next failure is not logged again. */
+  private writeFailing = false;
+  /** Set when a write was refused for good (the turn too large, a quota): the reply ends so. */
+  stopped: Ending | undefined;
+  /** The status the end recorded (finish's, or the refusal's that came after the provider was done). */
+  endedAs: TurnStatus | undefined;
+
+  constructor(
+    private readonly store: Store,
+    private readonly turn: Turn,
+    private readonly session: FeedSession,
+    private readonly maxBytes: number,
+    live: LiveSink | undefined,
+    private readonly log: Logger,
+    /** Closes the provider's request: the reply cannot go on. */
+    private readonly abort: () => void,
+    /** Whether the server stops: the end is then not tried again. */
+    private readonly stopping: () => boolean,
+  ) {
+    this.end = contentEnd(turn.content);
+    this.ledger = new ReplyLedger(turn.content);
+    this.teller = live === undefined ? undefined : new Teller(live, turn._id, log);
+  }
+
+  /** A piece as it came: told to the feed now, written within RECORD_EVERY_MS. */
+  add(piece: Piece): void {
+    if (piece.text === '' || this.stopped !== undefined) return;
+    // the deltas API takes pieces of at most DELTA_MAX: a provider's larger one is cut
+    for (let i = 0; i < piece.text.length; i += DELTA_MAX) {
+      const p = i === 0 && piece.text.length <= DELTA_MAX ? piece : { kind: piece.kind, text: piece.text.slice(i, i + DELTA_MAX) };
+      const { end, place } = appendToEnd(this.end, p);
+      this.end = end;
+      this.ledger.tell(p);
+      this.teller?.tell(deltaEvents(this.session, this.turn._id, [p], [place]));
+    }
+    this.timer ??= setTimeout(() => this.write(), RECORD_EVERY_MS);
+  }
+
+  /**
+   * While the feed holds TOLD_AHEAD_MAX of this reply's pieces unlogged: until it has logged
+   * them all (the reply reads nothing from the provider meanwhile). Else undefined: go on.
+   */
+  paced(): Promise<void> | undefined {
+    return this.teller?.paced();
+  }
+
+  /** Writes what is pending, after the write before it. */
+  private write(): Promise<void> {
+    this.timer = undefined;
+    this.writing = this.writing.then(async () => {
+      if (this.stopped !== undefined) return;
+      // a write whose answer was lost is settled first, by the text the store holds: its pieces
+      // are never written twice (nothing is written while that cannot be read)
+      if (this.ledger.inDoubt && !(await this.settleDoubt())) return;
+      const pieces = this.ledger.take();
+      if (pieces.length === 0) return;
+      try {
+        await this.store.appendDelta(this.turn.session, this.turn._id, () => undefined, pieces, this.deltaMax, true);
+        this.ledger.committed();
+        this.writeFailing = false;
+      } catch (e) {
+        // refused for good: the reply ends without what was refused
+        if (e instanceof TurnTooLarge) this.refuse({ status: 'error', error: this.tooLarge() });
+        else if (e instanceof QuotaExceeded) this.refuse({ status: 'error', error: e.message });
+        // ended or deleted by someone else: nothing more to write
+        else if (e instanceof TurnNotStreaming || e instanceof TurnNotFound || e instanceof SessionNotFound) this.refuse({ status: 'interrupted' });
+        else {
+          // the store is down for now: the pieces wait for the next write (or the end); the write
+          // may have committed all the same (the connection lost after COMMIT): in doubt till read
+          this.ledger.lost();
+          // once a run of failures, not every 250 ms of it
+          if (!this.writeFailing) this.log.warn('a reply\'s text could not be written yet; it is tried again', { turn: this.turn._id, err: e });
+          this.writeFailing = true;
+        }
+      }
+    });
+    return this.writing;
+  }
+
+  /** Whether the write in doubt is settled by the turn read back; false while the store cannot be read. */
+  private async settleDoubt(): Promise<boolean> {
+    let t: TurnRecord | undefined;
+    try {
+      t = await this.store.getTurn(this.turn.session, this.turn._id);
+    } catch {
+      return false;
+    }
+    // a turn gone or ended: the next write says so
+    this.ledger.settle(t === undefined ? undefined : turnOf(t).content);
+    return true;
+  }
+
+  /** What the reply's text may grow to: BODY_LIMIT less the room its end takes. */
+  private get deltaMax(): number {
+    // (a BODY_LIMIT too small to leave the room is no limit a reply could live under anyway)
+    return Math.max(this.maxBytes - END_ROOM, this.maxBytes >> 1);
+  }
+
+  private tooLarge(): string {
+    return `The reply grew past the largest a turn may be (BODY_LIMIT, ${this.maxBytes} bytes)`;
+  }
+
+  /** A write was refused for good: the reply cannot go on, and what was not recorded never will be. */
+  private refuse(ending: Ending): void {
+    this.ledger.refused();
+    this.ledger.clear();
+    this.stopped = ending;
+    this.abort();
+  }
+
+  /** Writes the end: what is pending, the status, usage and error, in one write; the turn as recorded. */
+  async finish(ending: Ending): Promise<TurnRecord> {
+    clearTimeout(this.timer);
+    this.timer = undefined;
+    await this.writing;
+    await this.teller?.told;
+    // a write refused for good after the provider had finished (its last pieces came before the
+    // refusal did) still ends the reply so: what the provider said last does not make it complete
+    if (this.stopped !== undefined) ending = { ...this.stopped, ...(ending.usage !== undefined ? { usage: ending.usage } : {}) };
+    this.endedAs = ending.status;
+    const error = ending.error === undefined ? undefined : { message: ending.error.length > ERROR_MESSAGE_MAX ? `${ending.error.slice(0, ERROR_MESSAGE_MAX - 1)}…` : ending.error };
+    const untold = this.teller?.untold ?? 0;
+    if (untold > 1) this.log.warn('pieces of a reply\'s text could not be told to the live feed', { turn: this.turn._id, pieces: untold });
+    const usage = ending.usage !== undefined ? { usage: ending.usage } : {};
+    return this.untilStored(() => this.store.updateTurn(
+      this.turn.session,
+      this.turn._id,
+      () => undefined,
+      (t) => {
+        if (t.status !== 'streaming') throw new TurnNotStreaming();
+        // pieces whose write's answer was lost and that landed all the same are not written twice
+        const pieces = this.ledger.unrecorded(t.content);
+        const content = appendPieces(t.content, pieces);
+        // the end is never refused, but the text it carries is held to BODY_LIMIT as a delta
+        // would have been: when the store lagged, most of a reply can be pending at its end
+        let end: Pick<Turn, 'content' | 'status' | 'usage' | 'error'>;
+        if (pieces.length > 0 && Buffer.byteLength(JSON.stringify({ ...t, content })) > this.deltaMax) {
+          this.endedAs = 'error';
+          end = { content: t.content, status: 'error', ...usage, error: { message: this.tooLarge() } };
+        } else end = { content, status: ending.status, ...usage, ...(error !== undefined ? { error } : {}) };
+        // what the end adds (usage, an error's words) fits in the room the deltas left, but for a
+        // long error: then the text gives way, so the turn as recorded stays within BODY_LIMIT
+        return { ...end, content: tidy(fitted({ ...t, ...end }, this.maxBytes)) };
+      },
+      { uncharged: true },
+    ));
+  }
+
+  /**
+   * The end's write, tried again every END_RETRY_MS while the store is unavailable (a database
+   * restarting: the reply's text is all in memory, and recording it whole beats leaving the turn
+   * to the sweep), for END_PATIENCE_MS at most and never once the server stops.
+   */
+  private async untilStored(write: () => Promise<{ readonly turn: TurnRecord }>): Promise<TurnRecord> {
+    const until = Date.now() + END_PATIENCE_MS;
+    for (let attempt = 0; ; attempt++) {
+      try {
+        try {
+          return (await write()).turn;
+        } catch (e) {
+          if (!(e instanceof TurnNotStreaming)) throw e;
+          // someone else ended the turn (a client's edit of its status, a cancel through another
+          // instance), or a try whose commit went through though its answer was lost: the turn as
+          // recorded, and it counts as what it says (the message was recorded: never a 409 for it)
+          const t = await this.store.getTurn(this.turn.session, this.turn._id);
+          if (t === undefined) throw e;
+          this.endedAs = turnOf(t).status;
+          return t;
+        }
+      } catch (e) {
+        // (the read above failing while the store is away is tried again like the write)
+        if (!(e instanceof StorageUnavailable) || this.stopping() || Date.now() >= until) throw e;
+        if (attempt === 0) this.log.warn('the end of a reply cannot be recorded while the store is unavailable; trying again', { turn: this.turn._id, err: e });
+        await new Promise((resolve) => setTimeout(resolve, END_RETRY_MS));
+      }
+    }
+  }
+}
+
+/** A reply's content as it ends: parts without empty text (a provider's empty pieces leave none). */
+function tidy(content: TurnContent): TurnContent {
+  if (typeof content === 'string') return content;
+  const parts = content.filter((p: Part) => !((p.type === 'text' || p.type === 'reasoning') && p.text === ''));
+  return parts.length === 0 ? '' : parts;
+}
+
+/**
+ * The turn's content cut from its end, text and reasoning alike, until the turn's JSON is at
+ * most `maxBytes` (as it is, when it fits); never a surrogate pair cut in two.
+ */
+function fitted(t: Turn, maxBytes: number): TurnContent {
+  let content = t.content;
+  for (;;) {
+    const over = Buffer.byteLength(JSON.stringify({ ...t, content })) - maxBytes;
+    if (over <= 0) return content;
+    const cut = cutEnd(content, over);
+    if (cut === content) return content;
+    content = cut;
+  }
+}
+
+/** The content less `n` UTF-16 units from the end of its last text (a part that empties stays, tidy drops it); itself when it has no text left. */
+function cutEnd(content: TurnContent, n: number): TurnContent {
+  const shorter = (text: string): string => {
+    let keep = Math.max(0, text.length - n);
+    if (keep > 0 && text.charCodeAt(keep - 1) >= 0xd800 && text.charCodeAt(keep - 1) <= 0xdbff) keep--;
+    return text.slice(0, keep);
+  };
+  if (typeof content === 'string') return content === '' ? content : shorter(content);
+  for (let i = content.length - 1; i >= 0; i--) {
+    const p = content[i] as Part;
+    if ((p.type === 'text' || p.type === 'reasoning') && p.text !== '') {
+      const parts = content.slice();
+      parts[i] = { type: p.type, text: shorter(p.text) };
+      return parts;
+    }
+  }
+  return content;
+}
