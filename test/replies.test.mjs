@@ -292,7 +292,7 @@ describe('Replies from the model', () => {
     assert.ok(provider.requests.some((q) => q.headers.authorization === `Bearer ${KEY}`), 'the key was sent to the provider');
   });
 
-  test('"A provider that sends nothing for `PROVIDER_IDLE_TIMEOUT` (default `60s`) ends the reply with `error`"', async () => {
+  test('"A provider that sends" nothing "for `PROVIDER_IDLE_TIMEOUT` (default `60s`) ends the reply with `error`"', async () => {
     const s = await session('anthropic', 'tokens:5+stall-after:2');
     const r = await alice.post(`${B}/${s._id}/messages`, { content: 'stall' });
     const reply = r.body.data.reply;

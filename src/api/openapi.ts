@@ -2,7 +2,7 @@
 // answers all come from the declarations the server validates with, so they cannot drift.
 import { SCOPES } from '../auth/authenticate.js';
 import { contentField, USAGE } from '../domain/inputs.js';
-import { CHAT_SESSION_MODES, TURN_ROLES, TURN_STATUSES } from '../domain/records.js';
+import { CHAT_SESSION_MODES, STOP_REASONS, TURN_ROLES, TURN_STATUSES } from '../domain/records.js';
 import { bodyJsonSchema, fieldJsonSchema, mustBeGiven, NOT_BLANK, queryParameters, type BodySchema } from '../domain/schema.js';
 import type { ResponseDoc, RouteDef, SchemaName } from './route.js';
 
@@ -65,6 +65,7 @@ const RECORDS: Record<string, Json> = {
         properties: { message: { type: 'string' } },
         description: "Only on a turn that ended with `error` (a reply the provider refused or failed): what happened, in words that name the provider, never its key.",
       },
+      stopReason: { type: 'string', enum: [...STOP_REASONS], description: "Only on a reply whose provider said why it ended: `stop`, `length` (its token limit), `tool_calls` (it asks for the client's tools: answer with a `tool` message) or `content_filter` (refused)." },
       status: { type: 'string', enum: [...TURN_STATUSES], description: '`streaming` while a reply (or a client) is still writing it; `interrupted` when it was cancelled or cut by a crash.' },
       createdAt: { type: 'string', format: 'date-time' },
     },

@@ -5,7 +5,8 @@
 import { DomainError } from '../domain/errors.js';
 import { messageBody, replyBody } from '../domain/inputs.js';
 import type { TurnContent } from '../domain/records.js';
-import type { ReplyOptions } from '../providers/wire.js';
+import type { ReplyOptions, ToolChoice, ToolSpec } from '../providers/wire.js';
+import type { JsonObject, JsonValue } from '../domain/records.js';
 import type { Caller } from '../services/access.js';
 import type { ReplyRequest, ReplyService } from '../services/replies.js';
 import type { TurnRecord } from '../store/store.js';
@@ -70,6 +71,15 @@ function optionsOf(o: { temperature?: number; maxTokens?: number; topP?: number;
   };
 }
 
+/** The tools and tool choice of a request body (as its schema checked them), as the reply takes them. */
+function toolsOf(b: { readonly tools?: readonly JsonValue[] | undefined; readonly toolChoice?: JsonValue | undefined }): { tools?: ToolSpec[]; toolChoice?: ToolChoice } {
+  const tools = b.tools?.map((v): ToolSpec => {
+    const t = v as JsonObject;
+    return { name: t['name'] as string, ...(t['description'] !== undefined ? { description: t['description'] as string } : {}), ...(t['parameters'] !== undefined ? { parameters: t['parameters'] as JsonObject } : {}) };
+  });
+  return { ...(tools !== undefined ? { tools } : {}), ...(b.toolChoice !== undefined ? { toolChoice: b.toolChoice as ToolChoice } : {}) };
+}
+
 export function replyRoutes({ replies, feed }: ReplyDeps): RouteDef[] {
   /** Starts the reply and answers as the request asked. */
   async function answer(a: Asked, req: ReplyRequest): Promise<Answer> {
@@ -110,7 +120,7 @@ export function replyRoutes({ replies, feed }: ReplyDeps): RouteDef[] {
       errors: [notFound, modified, cannotReply, noStreams, tooMany],
       handle(ctx) {
         const b = ctx.body;
-        return answer(askedOf(ctx, b.background), { content: b.content as TurnContent, parentId: b.parentId, model: b.model, options: optionsOf(b.options as Parameters<typeof optionsOf>[0]) });
+        return answer(askedOf(ctx, b.background), { content: b.content as TurnContent, role: b.role as 'user' | 'tool' | undefined, parentId: b.parentId, model: b.model, options: optionsOf(b.options as Parameters<typeof optionsOf>[0]), ...toolsOf(b) });
       },
     }),
 
@@ -133,7 +143,7 @@ export function replyRoutes({ replies, feed }: ReplyDeps): RouteDef[] {
       errors: [notFound, modified, cannotReply, noStreams, tooMany],
       handle(ctx) {
         const b = ctx.body;
-        return answer(askedOf(ctx, b.background), { parentId: b.parentId, model: b.model, options: optionsOf(b.options as Parameters<typeof optionsOf>[0]) });
+        return answer(askedOf(ctx, b.background), { parentId: b.parentId, model: b.model, options: optionsOf(b.options as Parameters<typeof optionsOf>[0]), ...toolsOf(b) });
       },
     }),
 

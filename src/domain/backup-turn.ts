@@ -3,7 +3,7 @@
 import { isObjectId } from './ids.js';
 import { turnBody } from './inputs.js';
 import { ERROR_MESSAGE_MAX, ID_MAX } from './limits.js';
-import { DEFAULT_TURN_STATUS, type Turn, type TurnContent, type TurnRole, type TurnStatus, type TurnUsage } from './records.js';
+import { DEFAULT_TURN_STATUS, STOP_REASONS, type StopReason, type Turn, type TurnContent, type TurnRole, type TurnStatus, type TurnUsage } from './records.js';
 import { isPlainObject, validateBody, ValidationError, type Values } from './schema.js';
 import { isTimestamp, tooLong } from './stored.js';
 
@@ -22,6 +22,8 @@ export function turnOfBackup(v: unknown): Turn | string {
   if (!isTimestamp(v['createdAt'])) return 'turn createdAt must be an ISO 8601 UTC timestamp';
   const error = v['error'];
   if (error !== undefined && (!isPlainObject(error) || typeof error['message'] !== 'string' || tooLong(error['message'], ERROR_MESSAGE_MAX))) return `turn error must be {message} with a message of at most ${ERROR_MESSAGE_MAX} characters`;
+  const stopReason = v['stopReason'];
+  if (stopReason !== undefined && !(STOP_REASONS as readonly unknown[]).includes(stopReason)) return `turn stopReason must be one of: ${STOP_REASONS.join(', ')}`;
   let b: Values<typeof turnBody.fields>;
   try {
     b = validateBody(turnBody, v);
@@ -40,6 +42,7 @@ export function turnOfBackup(v: unknown): Turn | string {
     ...(b.metadata !== undefined ? { metadata: b.metadata } : {}),
     ...(b.usage !== undefined ? { usage: b.usage as unknown as TurnUsage } : {}),
     ...(isPlainObject(error) ? { error: { message: error['message'] as string } } : {}),
+    ...(stopReason !== undefined ? { stopReason: stopReason as StopReason } : {}),
     status: (b.status as TurnStatus | undefined) ?? DEFAULT_TURN_STATUS,
     createdAt: v['createdAt'] as string,
   };

@@ -132,6 +132,43 @@ export function appendToEnd(end: ContentEnd, piece: Piece): { readonly end: Cont
   return { end: { parts: end.parts + 1, last: kind, length: text.length, high: endsHigh(false) }, place: { at: 0, part: end.parts }, bytes: (end.parts > 0 ? 1 : 0) + partBytes(kind, text) };
 }
 
+/** A tool call of a reply and where it came: after the first `at` characters of the reply's text and reasoning. */
+export interface PlacedCall {
+  readonly at: number;
+  readonly part: Extract<Part, { type: 'tool_call' }>;
+}
+
+/**
+ * The content with each tool call put where it came among the text and reasoning (which came as
+ * pieces and were joined in their parts): a part that a call came in the middle of is cut there.
+ * Calls past the text's end (text cut to fit) go last, in order.
+ */
+export function withToolCalls(content: TurnContent, calls: readonly PlacedCall[]): TurnContent {
+  if (calls.length === 0) return content;
+  const parts: readonly Part[] = typeof content === 'string' ? (content === '' ? [] : [{ type: 'text', text: content }]) : content;
+  const out: Part[] = [];
+  let seen = 0;
+  let k = 0;
+  for (const p of parts) {
+    if (p.type !== 'text' && p.type !== 'reasoning') {
+      out.push(p);
+      continue;
+    }
+    let from = 0;
+    for (; k < calls.length && (calls[k] as PlacedCall).at < seen + p.text.length; k++) {
+      const cut = Math.max((calls[k] as PlacedCall).at - seen, 0);
+      if (cut > from) out.push({ type: p.type, text: p.text.slice(from, cut) });
+      from = Math.max(from, cut);
+      out.push((calls[k] as PlacedCall).part);
+    }
+    if (from === 0) out.push(p);
+    else if (from < p.text.length) out.push({ type: p.type, text: p.text.slice(from) });
+    seen += p.text.length;
+  }
+  for (; k < calls.length; k++) out.push((calls[k] as PlacedCall).part);
+  return out;
+}
+
 /**
  * The content with `pieces` appended in order (appendPiece's rules), in time linear in the
  * content and the pieces: the parts are copied once, and each run of pieces of one kind is joined

@@ -2,7 +2,7 @@
 // declared once in the schema language. The routes validate requests with these; import holds
 // backup turns to them (backup-turn.ts).
 import { DELTA_MAX } from './deltas.js';
-import { ID_MAX, INSTRUCTIONS_MAX_BYTES, METADATA_KEY_MAX, METADATA_KEYS, METADATA_VALUE_MAX, NAME_MAX, PART_JSON_DEPTH, PARTS_MAX, TAG_MAX, TAGS_MAX, URL_MAX } from './limits.js';
+import { ID_MAX, INSTRUCTIONS_MAX_BYTES, TOOL_DESCRIPTION_MAX, TOOL_PARAMETERS_MAX_BYTES, TOOLS_MAX, METADATA_KEY_MAX, METADATA_KEYS, METADATA_VALUE_MAX, NAME_MAX, PART_JSON_DEPTH, PARTS_MAX, TAG_MAX, TAGS_MAX, URL_MAX } from './limits.js';
 import { CHAT_SESSION_MODES, DEFAULT_TURN_STATUS, TURN_ROLES, TURN_STATUSES } from './records.js';
 import { foldForSearch } from './search.js';
 import { ValidationError, type BodyField, type BodySchema } from './schema.js';
@@ -226,10 +226,43 @@ export const REPLY_OPTIONS = {
   },
 } as const satisfies BodyField;
 
+/** A tool's name as every protocol takes it (OpenAI's rule, the narrowest). */
+export const TOOL_NAME_PATTERN = '^[A-Za-z0-9_-]{1,64}$';
+
+/** The client's tools a reply may call: declared, passed on to the provider in its protocol's form, never run here. */
+export const TOOLS = {
+  kind: 'list',
+  minItems: 0,
+  maxItems: TOOLS_MAX,
+  description: `The client's tools the model may call, at most ${TOOLS_MAX} (the server passes them on and records the calls; the client runs them and answers with a \`tool\` message).`,
+  items: {
+    kind: 'shape',
+    description: 'A tool.',
+    fields: {
+      name: { kind: 'string', required: true, pattern: { regex: TOOL_NAME_PATTERN, means: '1-64 letters, digits, _ or -' }, description: 'Its name: 1-64 letters, digits, `_` or `-`.' },
+      description: { kind: 'string', maxLength: TOOL_DESCRIPTION_MAX, description: 'What it does, for the model.' },
+      parameters: { kind: 'object', maxBytes: TOOL_PARAMETERS_MAX_BYTES, maxDepth: 64, description: 'Its arguments as a JSON Schema object (passed on as given).' },
+    },
+  },
+} as const satisfies BodyField;
+
+/** Whether the model must, may or must not call a tool, or which one it must call. */
+export const TOOL_CHOICE = {
+  kind: 'either',
+  expected: '"auto", "none", "required" or {"name": ...}',
+  description: 'Whether the model may call a tool (`auto`, the default), must not (`none`), must call one (`required`) or must call the one named (`{name}`).',
+  of: [
+    { kind: 'string', oneOf: ['auto', 'none', 'required'], description: 'auto, none or required.' },
+    { kind: 'shape', description: 'The one tool it must call.', fields: { name: { kind: 'string', required: true, pattern: { regex: TOOL_NAME_PATTERN, means: 'a tool name' }, description: 'A name of `tools`.' } } },
+  ],
+} as const satisfies BodyField;
+
 const replyFields = {
   model: { kind: 'string', notBlank: true, maxLength: ID_MAX, description: "The model to ask; absent: the session's selectedModel. It must be one of the provider's `models` when it lists some." },
   options: REPLY_OPTIONS,
   background: { kind: 'boolean', description: 'true: answer 202 at once with the reply still streaming (follow it on the session\'s events or by GET of the turn).' },
+  tools: TOOLS,
+  toolChoice: TOOL_CHOICE,
 } as const satisfies Record<string, BodyField>;
 
 /** POST .../messages: a user turn, and the model's reply to it. */
@@ -238,6 +271,7 @@ export const messageBody = {
   nullIsAbsent: true,
   example: { content: 'Say hello in five words.' },
   fields: {
+    role: { kind: 'string', oneOf: ['user', 'tool'], description: '`user` (the default), or `tool`: the content is `tool_result` parts answering the tool calls of the reply it follows, and the model is asked to go on.' },
     content: contentField(true),
     parentId: { kind: 'string', nullable: true, maxLength: ID_MAX, description: "The turn the message follows: a turn of this session; null makes a new root. Absent: the session's head." },
     ...replyFields,

@@ -24,3 +24,7 @@ export const URL_MAX = 2048;
 export const INSTRUCTIONS_MAX_BYTES = 32 * 1024;
 /** A turn's `error.message`, in characters (a provider's words are cut to fit). */
 export const ERROR_MESSAGE_MAX = 2000;
+/** Tools a reply may be offered, and the longest description and parameters (JSON Schema) of one. */
+export const TOOLS_MAX = 128;
+export const TOOL_DESCRIPTION_MAX = 4096;
+export const TOOL_PARAMETERS_MAX_BYTES = 64 * 1024;

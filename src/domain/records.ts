@@ -61,6 +61,10 @@ export const TURN_STATUSES = ['complete', 'streaming', 'interrupted', 'error'] a
 export type TurnStatus = (typeof TURN_STATUSES)[number];
 export const DEFAULT_TURN_STATUS: TurnStatus = 'complete';
 
+/** Why a reply ended, as its provider said, in the words OpenAI's API uses for them. */
+export const STOP_REASONS = ['stop', 'length', 'tool_calls', 'content_filter'] as const;
+export type StopReason = (typeof STOP_REASONS)[number];
+
 export const PART_TYPES = ['text', 'reasoning', 'tool_call', 'tool_result', 'file'] as const;
 export type PartType = (typeof PART_TYPES)[number];
 
@@ -114,6 +118,8 @@ export interface Turn {
   readonly usage?: TurnUsage;
   /** Only on a turn that ended with `error` (a reply the provider refused or failed): what happened, in words that name the provider, never its key. */
   readonly error?: TurnError;
+  /** Only on a reply whose provider said why it ended. */
+  readonly stopReason?: StopReason;
   readonly status: TurnStatus;
   readonly createdAt: string;
 }
@@ -168,6 +174,7 @@ export function turnRecord(f: Turn): Turn {
     ...(f.metadata !== undefined ? { metadata: f.metadata } : {}),
     ...(f.usage !== undefined ? { usage: f.usage } : {}),
     ...(f.error !== undefined ? { error: { message: f.error.message } } : {}),
+    ...(f.stopReason !== undefined ? { stopReason: f.stopReason } : {}),
     status: f.status ?? DEFAULT_TURN_STATUS,
     createdAt: f.createdAt,
   };

@@ -3,6 +3,7 @@
 import { StreamDecodeError, type SseEvent } from './stream-decoder.js';
 import { StreamFailure } from './failure.js';
 import {
+  ArgumentBudget,
   argumentsObject,
   bareMediaType,
   count,
@@ -16,6 +17,8 @@ import {
   type ReplyCall,
   type ReplyEvent,
   SseReader,
+  toolCallOf,
+  type ToolChoice,
   type WireClient,
   type WireRequest,
 } from './wire.js';
@@ -88,9 +91,20 @@ function request(call: ReplyCall): WireRequest {
   if (o.temperature !== undefined) body['temperature'] = o.temperature;
   if (o.topP !== undefined) body['top_p'] = o.topP;
   if (o.stop !== undefined && o.stop.length > 0) body['stop_sequences'] = o.stop;
+  if (call.tools !== undefined && call.tools.length > 0) {
+    // every tool needs an input_schema: one that takes any object when the client gave none
+    body['tools'] = call.tools.map((t) => ({ name: t.name, ...(t.description !== undefined ? { description: t.description } : {}), input_schema: t.parameters ?? { type: 'object' } }));
+    if (call.toolChoice !== undefined) body['tool_choice'] = toolChoice(call.toolChoice);
+  }
   const headers: Record<string, string> = { accept: 'text/event-stream', 'anthropic-version': ANTHROPIC_VERSION };
   if (call.provider.apiKey !== undefined) headers['x-api-key'] = call.provider.apiKey;
   return { path: '/v1/messages', headers, body };
+}
+
+/** A tool choice in Messages' words: `required` is `any`, a named tool is `{type:"tool", name}`. */
+function toolChoice(c: ToolChoice): unknown {
+  if (typeof c !== 'string') return { type: 'tool', name: c.name };
+  return { type: c === 'required' ? 'any' : c };
 }
 
 /** Anthropic's stop reasons in the words the other protocols use (and OpenAI's API): stop, length, tool_calls, content_filter. */
@@ -112,6 +126,9 @@ class MessagesReader extends SseReader {
   private cacheRead: number | undefined;
   private cacheWrite: number | undefined;
   private output: number | undefined;
+  /** The tool_use block being streamed: its id and name from its start, its input as JSON in pieces. */
+  private toolUse: { readonly index: unknown; readonly id: unknown; readonly name: string; readonly input: unknown; readonly json: string[] } | undefined;
+  private readonly budget = new ArgumentBudget();
 
   protected endedEarly(out: ReplyEvent[]): void {
     // message_delta gave the stop reason: a body cut just before message_stop's line end (which
@@ -152,7 +169,11 @@ class MessagesReader extends SseReader {
         if (!isObj(d)) return;
         if (d['type'] === 'text_delta' && typeof d['text'] === 'string' && d['text'] !== '') out.push({ kind: 'text', text: d['text'] });
         else if (d['type'] === 'thinking_delta' && typeof d['thinking'] === 'string' && d['thinking'] !== '') out.push({ kind: 'reasoning', text: d['thinking'] });
-        // signature_delta, input_json_delta, citations_delta: nothing the reply records
+        else if (d['type'] === 'input_json_delta' && typeof d['partial_json'] === 'string' && this.toolUse !== undefined && this.toolUse.index === data['index']) {
+          this.budget.take(d['partial_json']);
+          this.toolUse.json.push(d['partial_json']);
+        }
+        // signature_delta, citations_delta: nothing the reply records
         return;
       }
       case 'content_block_start': {
@@ -160,6 +181,16 @@ class MessagesReader extends SseReader {
         if (!isObj(b)) return;
         if (b['type'] === 'text' && typeof b['text'] === 'string' && b['text'] !== '') out.push({ kind: 'text', text: b['text'] });
         else if (b['type'] === 'thinking' && typeof b['thinking'] === 'string' && b['thinking'] !== '') out.push({ kind: 'reasoning', text: b['thinking'] });
+        else if (b['type'] === 'tool_use' && typeof b['name'] === 'string' && b['name'] !== '') this.toolUse = { index: data['index'], id: b['id'], name: b['name'], input: b['input'], json: [] };
+        return;
+      }
+      case 'content_block_stop': {
+        const t = this.toolUse;
+        if (t === undefined || t.index !== data['index']) return;
+        this.toolUse = undefined;
+        // the input comes as input_json_delta pieces; the start's own input (`{}`) when none came
+        const json = t.json.join('');
+        out.push({ kind: 'tool_call', call: toolCallOf(t.id, t.name, json !== '' ? json : isObj(t.input) ? (t.input as JsonValue) : {}) });
         return;
       }
       case 'message_start': {
@@ -181,7 +212,7 @@ class MessagesReader extends SseReader {
         const errType = isObj(err) && typeof err['type'] === 'string' ? err['type'] : '';
         throw new StreamFailure(`reported an error in the stream: ${errorWords(data) ?? 'no message'}`, TRANSIENT_ERRORS.has(errType));
       }
-      default: // ping, content_block_stop, and event types added later: nothing to record
+      default: // ping, and event types added later: nothing to record
     }
   }
 }

@@ -4,6 +4,7 @@ import { NdjsonDecoder, StreamDecodeError } from './stream-decoder.js';
 import { StreamFailure } from './failure.js';
 import {
   argumentsObject,
+  toolCallOf,
   count,
   errorWords,
   filePlaceholder,
@@ -73,6 +74,10 @@ function request(call: ReplyCall): WireRequest {
   if (o.stop !== undefined && o.stop.length > 0) options['stop'] = o.stop;
   const body: { [key: string]: unknown } = { model: call.model, messages: chatMessages(call), stream: true };
   if (Object.keys(options).length > 0) body['options'] = options;
+  // Ollama has no tool choice: `none` is no tools offered; `required` or a named one cannot be enforced (the model may answer in words)
+  if (call.tools !== undefined && call.tools.length > 0 && call.toolChoice !== 'none') {
+    body['tools'] = call.tools.map((t) => ({ type: 'function', function: { name: t.name, ...(t.description !== undefined ? { description: t.description } : {}), ...(t.parameters !== undefined ? { parameters: t.parameters } : {}) } }));
+  }
   const headers: Record<string, string> = { accept: 'application/x-ndjson' };
   // Ollama itself takes no key; a proxy in front of it (or ollama.com) takes a Bearer token
   if (call.provider.apiKey !== undefined) headers['authorization'] = `Bearer ${call.provider.apiKey}`;
@@ -104,11 +109,21 @@ class ChatReader implements StreamReader {
 
   private line(v: unknown, out: ReplyEvent[]): void {
     if (!isObj(v)) throw new StreamDecodeError('a line that is not a JSON object');
-    if (v['error'] !== undefined) throw new StreamFailure(`reported an error in the stream: ${errorWords(v) ?? 'no message'}`, false);
+    if (v['error'] !== undefined && v['error'] !== null) throw new StreamFailure(`reported an error in the stream: ${errorWords(v) ?? 'no message'}`, false);
     const m = v['message'];
     if (isObj(m)) {
       if (typeof m['thinking'] === 'string' && m['thinking'] !== '') out.push({ kind: 'reasoning', text: m['thinking'] });
       if (typeof m['content'] === 'string' && m['content'] !== '') out.push({ kind: 'text', text: m['content'] });
+      // each call whole, its arguments an object, most often without an id
+      const calls = m['tool_calls'];
+      if (Array.isArray(calls)) {
+        for (const c of calls) {
+          const fn = isObj(c) ? c['function'] : undefined;
+          if (!isObj(fn) || typeof fn['name'] !== 'string' || fn['name'] === '') continue;
+          const args = fn['arguments'];
+          out.push({ kind: 'tool_call', call: toolCallOf(isObj(c) ? c['id'] : undefined, fn['name'], typeof args === 'string' ? args : args === undefined ? {} : (args as JsonValue)) });
+        }
+      }
     }
     if (v['done'] !== true) return;
     this.done = true;

@@ -4,6 +4,7 @@
 import { StreamDecodeError, type SseEvent } from './stream-decoder.js';
 import { StreamFailure } from './failure.js';
 import {
+  ArgumentBudget,
   count,
   errorWords,
   filePlaceholder,
@@ -16,6 +17,8 @@ import {
   type ReplyEvent,
   type ReplyUsage,
   SseReader,
+  toolCallOf,
+  type ToolChoice,
   type WireClient,
   type WireRequest,
 } from './wire.js';
@@ -75,9 +78,17 @@ function request(call: ReplyCall, adaptations: ReadonlySet<string>): WireRequest
   if (o.topP !== undefined) body['top_p'] = o.topP;
   if (o.maxTokens !== undefined) body[adaptations.has(MAX_COMPLETION_TOKENS) ? 'max_completion_tokens' : 'max_tokens'] = o.maxTokens;
   if (o.stop !== undefined && o.stop.length > 0) body['stop'] = o.stop;
+  if (call.tools !== undefined && call.tools.length > 0) {
+    body['tools'] = call.tools.map((t) => ({ type: 'function', function: { name: t.name, ...(t.description !== undefined ? { description: t.description } : {}), ...(t.parameters !== undefined ? { parameters: t.parameters } : {}) } }));
+    if (call.toolChoice !== undefined) body['tool_choice'] = toolChoice(call.toolChoice);
+  }
   const headers: Record<string, string> = { accept: 'text/event-stream' };
   if (call.provider.apiKey !== undefined) headers['authorization'] = `Bearer ${call.provider.apiKey}`;
   return { path: '/chat/completions', headers, body };
+}
+
+function toolChoice(c: ToolChoice): unknown {
+  return typeof c === 'string' ? c : { type: 'function', function: { name: c.name } };
 }
 
 function adaptation(status: number, message: string): string | undefined {
@@ -88,8 +99,21 @@ function adaptation(status: number, message: string): string | undefined {
 }
 
 
+/** A tool call being streamed: its id and name from its first delta, its argument text in pieces. */
+interface CallInProgress {
+  id: string | undefined;
+  name: string;
+  readonly args: string[];
+}
+
 class ChatCompletionsReader extends SseReader {
   private usage: ReplyUsage | undefined;
+  /** Tool calls by the `index` their deltas carry, in the order they began. */
+  private readonly calls = new Map<number, CallInProgress>();
+  private lastIndex = 0;
+  private readonly budget = new ArgumentBudget();
+  /** The model refused (`delta.refusal`): its words are the reply's text, and it ends content_filter. */
+  private refused = false;
 
   protected endedEarly(out: ReplyEvent[]): void {
     // a server that ends the body after the finish reason without `[DONE]` has still finished
@@ -99,7 +123,52 @@ class ChatCompletionsReader extends SseReader {
 
   private finish(out: ReplyEvent[]): void {
     this.done = true;
+    this.flushCalls(out);
+    if (this.refused) this.finishReason = 'content_filter';
     if (this.usage !== undefined) out.push({ kind: 'usage', usage: this.usage });
+  }
+
+  /** The tool calls streamed so far, whole, in the order they began (once the model said why it stopped). */
+  private flushCalls(out: ReplyEvent[]): void {
+    for (const c of this.calls.values()) if (c.name !== '') out.push({ kind: 'tool_call', call: toolCallOf(c.id, c.name, c.args.join('')) });
+    this.calls.clear();
+  }
+
+  private indexOfId(id: string): number {
+    let next = 0;
+    for (const [i, c] of this.calls) {
+      if (c.id === id) return i;
+      next = Math.max(next, i + 1);
+    }
+    return next;
+  }
+
+  /**
+   * One entry of a delta's `tool_calls`: the first of a call brings its index, id and name, the
+   * next ones pieces of its arguments (several calls interleave by index). Some servers repeat
+   * the id (and name) on every piece, leave out the index, or send a whole call at once.
+   */
+  private toolCallDelta(tc: unknown): void {
+    if (!isObj(tc)) return;
+    const id = typeof tc['id'] === 'string' && tc['id'] !== '' ? tc['id'] : undefined;
+    // without an index, a piece goes to the call its id names (a new one for a new id), else to the last
+    const index = typeof tc['index'] === 'number' ? tc['index'] : id !== undefined ? this.indexOfId(id) : this.lastIndex;
+    this.lastIndex = index;
+    let c = this.calls.get(index);
+    if (c === undefined) {
+      c = { id, name: '', args: [] };
+      this.calls.set(index, c);
+    }
+    c.id ??= id;
+    const fn = tc['function'];
+    if (!isObj(fn)) return;
+    const name = fn['name'];
+    if (typeof name === 'string' && name !== '' && name !== c.name) c.name += name;
+    const args = fn['arguments'];
+    if (typeof args === 'string' && args !== '') {
+      this.budget.take(args);
+      c.args.push(args);
+    } else if (isObj(args)) c.args.push(JSON.stringify(args));
   }
 
   protected event(e: SseEvent, out: ReplyEvent[]): void {
@@ -115,7 +184,8 @@ class ChatCompletionsReader extends SseReader {
     }
     if (!isObj(chunk)) throw new StreamDecodeError('an event that is not a JSON object');
     // OpenRouter, vLLM and others report a failure inside the stream as `{"error": ...}`
-    if (chunk['error'] !== undefined || e.event === 'error') {
+    // (`"error": null` is no error: some servers put it on every chunk)
+    if ((chunk['error'] !== undefined && chunk['error'] !== null) || e.event === 'error') {
       throw new StreamFailure(`reported an error in the stream: ${errorWords(chunk) ?? 'no message'}`, false);
     }
     const choices = chunk['choices'];
@@ -128,9 +198,19 @@ class ChatCompletionsReader extends SseReader {
           if (typeof thought === 'string' && thought !== '') out.push({ kind: 'reasoning', text: thought });
           const text = delta['content'];
           if (typeof text === 'string' && text !== '') out.push({ kind: 'text', text });
+          const refusal = delta['refusal'];
+          if (typeof refusal === 'string' && refusal !== '') {
+            this.refused = true;
+            out.push({ kind: 'text', text: refusal });
+          }
+          const calls = delta['tool_calls'];
+          if (Array.isArray(calls)) for (const tc of calls) this.toolCallDelta(tc);
         }
         const reason = c['finish_reason'];
-        if (typeof reason === 'string' && reason !== '') this.finishReason = reason;
+        if (typeof reason === 'string' && reason !== '') {
+          this.finishReason = reason;
+          this.flushCalls(out);
+        }
       }
     }
     const u = chunk['usage'];

@@ -3,6 +3,9 @@
 // that the provider sees at once (the socket is destroyed, never handed back to the pool).
 import { Agent as HttpAgent, request as httpRequest, type ClientRequest, type IncomingMessage } from 'node:http';
 import { Agent as HttpsAgent, request as httpsRequest } from 'node:https';
+import type { Readable } from 'node:stream';
+import { createBrotliDecompress, createGunzip, createInflate } from 'node:zlib';
+import { StreamDecodeError } from './stream-decoder.js';
 
 // Keep-alive pools shared by every call: a thousand replies to one provider reuse their
 // connections. Free sockets close after 4 s, before a typical server's 5 s keep-alive ends,
@@ -34,6 +37,8 @@ export class ConnectionCut extends Error {
 export class Exchange {
   private readonly req: ClientRequest;
   private res: IncomingMessage | undefined;
+  /** The body as sent, or decompressed (a gzip- or br-encoded answer: some proxies compress what they pass on). */
+  private body: Readable | undefined;
   private readonly timer: NodeJS.Timeout;
   /** The reader holds the data (a caller busy with what it got): silence then is not the provider's. */
   private suspended = false;
@@ -67,7 +72,7 @@ export class Exchange {
     for (;;) {
       const chunk = this.chunks.shift();
       if (chunk !== undefined) {
-        if (this.chunks.length === 0 && this.res?.isPaused() === true) this.res.resume();
+        if (this.chunks.length === 0 && this.body?.isPaused() === true) this.body.resume();
         return chunk;
       }
       if (this.failure !== undefined) throw this.failure;
@@ -117,7 +122,7 @@ export class Exchange {
     this.suspended = false;
     this.chunks.length = 0;
     this.timer.refresh();
-    this.res?.resume();
+    this.body?.resume();
   }
 
   /** Closes the request at once: the socket is destroyed, and the provider sees it closed. */
@@ -166,16 +171,21 @@ export class Exchange {
   private onResponse(res: IncomingMessage): void {
     this.res = res;
     this.timer.refresh();
-    res.on('data', (chunk: Buffer) => {
+    const encoding = String(res.headers['content-encoding'] ?? '').trim().toLowerCase();
+    const decoder = encoding === 'gzip' || encoding === 'x-gzip' ? createGunzip() : encoding === 'br' ? createBrotliDecompress() : encoding === 'deflate' ? createInflate() : undefined;
+    const body: Readable = decoder === undefined ? res : res.pipe(decoder);
+    this.body = body;
+    if (decoder !== undefined) decoder.on('error', () => this.fail(new StreamDecodeError(`a body that cannot be decompressed (${encoding})`)));
+    body.on('data', (chunk: Buffer) => {
       // what follows the reply's end gets one idle time from finish(), however often it comes:
       // a body that never ends must not hold its socket for ever
       if (this.discarding) return;
       this.timer.refresh();
       this.chunks.push(chunk);
-      if (this.chunks.length >= HIGH_WATER_CHUNKS) res.pause();
+      if (this.chunks.length >= HIGH_WATER_CHUNKS) body.pause();
       this.notify();
     });
-    res.on('end', () => {
+    body.on('end', () => {
       if (this.failure !== undefined) return;
       this.ended = true;
       clearTimeout(this.timer);
@@ -183,7 +193,8 @@ export class Exchange {
     });
     res.on('error', (e) => this.fail(e));
     res.on('close', () => {
-      if (!this.ended) this.fail(new ConnectionCut('the connection closed before the response ended'));
+      // (a decompressed body may still be ending: what was received whole is read to its end)
+      if (!this.ended && !res.complete) this.fail(new ConnectionCut('the connection closed before the response ended'));
     });
     this.notify();
   }

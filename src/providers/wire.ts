@@ -1,6 +1,8 @@
 // What the three wire clients share: the call's input and output shapes, the contract each
 // client fills (build a request, read its stream), and the few rules for turning parts into text.
-import type { JsonValue, Part, TurnContent, TurnRole } from '../domain/records.js';
+import { randomBytes } from 'node:crypto';
+import type { JsonObject, JsonValue, Part, StopReason, TurnContent, TurnRole } from '../domain/records.js';
+import { StreamFailure } from './failure.js';
 import { SseDecoder, type SseEvent } from './stream-decoder.js';
 
 /** The provider types that can reply, each a wire protocol. */
@@ -35,6 +37,80 @@ export interface ReplyOptions {
   readonly stop?: readonly string[];
 }
 
+/** A tool the model may call, as the client declared it. */
+export interface ToolSpec {
+  readonly name: string;
+  readonly description?: string | undefined;
+  /** Its arguments' JSON Schema. */
+  readonly parameters?: JsonObject | undefined;
+}
+
+/** Whether the model may (`auto`), must not (`none`) or must (`required`) call a tool, or the one it must call. */
+export type ToolChoice = 'auto' | 'none' | 'required' | { readonly name: string };
+
+/** A tool call as the model made it (a `tool_call` part): its arguments parsed, or the raw text when it is not JSON. */
+export interface ToolCall {
+  readonly id: string;
+  readonly name: string;
+  readonly arguments: JsonValue;
+}
+
+/** The most argument text a reply's tool calls may hold, in all (a provider that never ends one is cut). */
+export const TOOL_ARGUMENTS_MAX = 8 * 1024 * 1024;
+
+/** An id for a call the provider gave none (Ollama's): `call_` and 24 random hex digits. */
+export function newCallId(): string {
+  return `call_${randomBytes(12).toString('hex')}`;
+}
+
+/**
+ * A tool call from what the provider sent: its id (a new one when it gave none) and its name,
+ * and its arguments as JSON text (parsed: `{}` when empty, the text itself when it is not JSON)
+ * or as a value already (Anthropic's and Ollama's objects).
+ */
+export function toolCallOf(id: unknown, name: string, args: string | JsonValue): ToolCall {
+  let value: JsonValue;
+  if (typeof args !== 'string') value = args;
+  else if (args.trim() === '') value = {};
+  else {
+    try {
+      value = JSON.parse(args) as JsonValue;
+    } catch {
+      value = args;
+    }
+  }
+  return { id: typeof id === 'string' && id !== '' ? id : newCallId(), name, arguments: value };
+}
+
+/** Counts the argument text of a reply's tool calls: past TOOL_ARGUMENTS_MAX the stream fails. */
+export class ArgumentBudget {
+  private used = 0;
+  take(text: string): void {
+    this.used += text.length;
+    if (this.used > TOOL_ARGUMENTS_MAX) throw new StreamFailure(`sent tool call arguments past ${TOOL_ARGUMENTS_MAX / (1024 * 1024)} MiB`, false);
+  }
+}
+
+/**
+ * A reply's stop reason from the provider's finish reason (already in OpenAI's words where the
+ * protocol has its own): one of the four, `tool_calls` when it called tools and said only `stop`
+ * (Ollama's way), absent when it said nothing or something else.
+ */
+export function stopReasonOf(finish: string | undefined, calledTools: boolean): StopReason | undefined {
+  switch (finish) {
+    case 'stop':
+      return calledTools ? 'tool_calls' : 'stop';
+    case 'length':
+    case 'tool_calls':
+    case 'content_filter':
+      return finish;
+    case 'function_call':
+      return 'tool_calls';
+    default:
+      return undefined;
+  }
+}
+
 /** Token counts as the provider reported them. `inputTokens` counts the whole prompt, cached part included. */
 export interface ReplyUsage {
   readonly inputTokens: number;
@@ -46,6 +122,7 @@ export interface ReplyUsage {
 export type ReplyEvent =
   | { readonly kind: 'text'; readonly text: string }
   | { readonly kind: 'reasoning'; readonly text: string }
+  | { readonly kind: 'tool_call'; readonly call: ToolCall }
   | { readonly kind: 'usage'; readonly usage: ReplyUsage };
 
 /** One call: who, which model, what to say. See `streamReply` in call.ts. */
@@ -57,6 +134,10 @@ export interface ReplyCall {
   /** The conversation, oldest first. `reasoning` parts are never sent. */
   readonly messages: readonly ReplyMessage[];
   readonly options?: ReplyOptions | undefined;
+  /** The client's tools the model may call; none when absent or empty. */
+  readonly tools?: readonly ToolSpec[] | undefined;
+  /** Absent: the protocol's default (auto). */
+  readonly toolChoice?: ToolChoice | undefined;
   /** Aborting closes the provider's request at once and ends the iteration without an error. */
   readonly signal?: AbortSignal | undefined;
   /** The longest the provider may send nothing (before its answer or inside it); default 60 s. */
@@ -136,6 +217,46 @@ export interface WireClient {
    * change that makes the request acceptable to them; undefined when the refusal is final.
    */
   adaptation?(status: number, providerMessage: string): string | undefined;
+}
+
+/**
+ * The conversation with its tool calls paired as every protocol wants them: a call is kept when
+ * the tool turns right after its message answer it, a result when it answers a call so kept (a
+ * conversation that moved on without answering a call, or a result posted out of place, would
+ * have the provider refuse the whole request). A message left with nothing to say is dropped.
+ */
+export function answeredCalls(messages: readonly ReplyMessage[]): ReplyMessage[] {
+  const out: ReplyMessage[] = [];
+  /** The calls of the last assistant message kept, which the tool messages after it may answer. */
+  let open = new Set<string>();
+  for (let i = 0; i < messages.length; i++) {
+    const m = messages[i] as ReplyMessage;
+    if (typeof m.content === 'string') {
+      if (m.role !== 'tool') open = new Set();
+      out.push(m);
+      continue;
+    }
+    let parts: readonly Part[] = m.content;
+    if (m.role === 'assistant') {
+      const answered = new Set<string>();
+      // the tool turns right after it, or the one user turn right after it (a client's own way to answer)
+      for (let j = i + 1; j < messages.length; j++) {
+        const next = messages[j] as ReplyMessage;
+        if (next.role !== 'tool' && next.role !== 'user') break;
+        for (const p of partsOf(next.content)) if (p.type === 'tool_result') answered.add(p.toolCallId);
+        if (next.role === 'user') break;
+      }
+      parts = parts.filter((p) => p.type !== 'tool_call' || answered.has(p.id));
+      open = new Set(parts.flatMap((p) => (p.type === 'tool_call' ? [p.id] : [])));
+    } else {
+      const answering = open;
+      parts = parts.filter((p) => p.type !== 'tool_result' || ((m.role === 'tool' || m.role === 'user') && answering.has(p.toolCallId)));
+      if (m.role !== 'tool') open = new Set();
+    }
+    if (parts.length === 0) continue;
+    out.push(parts.length === m.content.length ? m : { role: m.role, content: parts });
+  }
+  return out;
 }
 
 /** A turn's content as parts (plain text is one text part). */

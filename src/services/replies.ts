@@ -14,7 +14,7 @@ import type { ProviderCatalog } from '../providers/catalog.js';
 import { streamReply } from '../providers/call.js';
 import { modelAllowed, providerConfig } from '../providers/config.js';
 import { ProviderFailed } from '../providers/failure.js';
-import type { ProviderConfig, ReplyMessage, ReplyOptions } from '../providers/wire.js';
+import { answeredCalls, stopReasonOf, type ProviderConfig, type ReplyMessage, type ReplyOptions, type ToolChoice, type ToolSpec } from '../providers/wire.js';
 import { SessionNotFound, TurnNotFound, TurnNotStreaming, type SessionAtWrite, type Store, type TurnRecord } from '../store/store.js';
 import type { Access, Caller } from './access.js';
 import { Recorder, turnOf, type Ending, type LiveSink } from './reply-recorder.js';
@@ -36,13 +36,18 @@ export interface ReplySettings {
 
 /** What a message or a reply asks for. */
 export interface ReplyRequest {
-  /** A message's content: recorded as a user turn, which the reply answers. Absent: a reply to `parentId`. */
+  /** A message's content: recorded as a user turn (or a tool turn), which the reply answers. Absent: a reply to `parentId`. */
   readonly content?: TurnContent | undefined;
+  /** A message's role: `user` (the default), or `tool` (its `tool_result` parts answer tool calls on the path it follows). */
+  readonly role?: 'user' | 'tool' | undefined;
   /** The turn the message follows (null: a new root), or the turn to reply to; absent: the head. */
   readonly parentId?: string | null | undefined;
   /** The model to ask; absent: the session's selectedModel. */
   readonly model?: string | undefined;
   readonly options?: ReplyOptions | undefined;
+  /** The client's tools the model may call, and whether it must. */
+  readonly tools?: readonly ToolSpec[] | undefined;
+  readonly toolChoice?: ToolChoice | undefined;
 }
 
 /** A reply under way: the user turn a message recorded, the reply as it began, and the reply as recorded at its end. */
@@ -132,6 +137,9 @@ export class ReplyService {
   async begin(caller: Caller, sessionId: string, req: ReplyRequest, ifMatch: string | undefined): Promise<StartedReply> {
     // a message is a turn that says something (only a turn created streaming may start blank)
     if (req.content !== undefined) checkNewContent(req.content, undefined);
+    checkTools(req.tools, req.toolChoice);
+    // a tool message goes exactly under the turn whose path holds the calls it answers
+    if (req.content !== undefined && req.role === 'tool') req = { ...req, parentId: await this.toolTurnParent(caller, sessionId, req.content, req.parentId) };
     if (this.stopping || this.running.size + this.starting >= this.settings.maxReplies) throw new ServerBusy('Too many replies in progress', 5);
     this.starting++;
     let call: Call | undefined;
@@ -155,7 +163,7 @@ export class ReplyService {
     const turn = made.length > 1 ? made[0] : undefined;
     const r = new Running(sessionId, reply._id);
     this.running.set(reply._id, r);
-    void this.run(r, call as NonNullable<typeof call>, req.options, turnOf(reply));
+    void this.run(r, call as NonNullable<typeof call>, req, turnOf(reply));
     return { turn, reply, done: r.done };
   }
 
@@ -176,7 +184,7 @@ export class ReplyService {
     let parentId: string | null;
     let after = { session: { updatedAt: cur.session.updatedAt }, lastTurn: cur.lastTurn };
     if (req.content !== undefined) {
-      const user = newTurn(cur, who, { role: 'user', content: req.content, parentId: req.parentId });
+      const user = newTurn(cur, who, { role: req.role ?? 'user', content: req.content, parentId: req.parentId });
       out.push(user);
       parentId = user._id;
       after = { session: { updatedAt: user.createdAt }, lastTurn: { createdAt: user.createdAt, _id: user._id } };
@@ -191,16 +199,20 @@ export class ReplyService {
   }
 
   /** Generates one reply to its end, recording it as it goes. */
-  private async run(r: Running, call: Call, options: ReplyOptions | undefined, begun: Turn): Promise<void> {
+  private async run(r: Running, call: Call, req: ReplyRequest, begun: Turn): Promise<void> {
     const recorder = new Recorder(this.store, begun, { _id: begun.session, user: call.owner, project: call.project }, this.settings.maxTurnBytes, this.live, this.log, () => r.abort.abort(), () => this.stopping);
     let ending: Ending;
     try {
       const messages = await this.conversation(r.session, begun.parentId);
-      const stream = streamReply({ provider: call.provider, model: call.model, system: call.instructions, messages, options, signal: r.abort.signal, idleTimeoutMs: this.settings.idleTimeoutMs });
+      const stream = streamReply({ provider: call.provider, model: call.model, system: call.instructions, messages, options: req.options, tools: req.tools, toolChoice: req.toolChoice, signal: r.abort.signal, idleTimeoutMs: this.settings.idleTimeoutMs });
       let usage: TurnUsage | undefined;
+      let called = false;
       for await (const e of stream) {
         if (e.kind === 'usage') usage = e.usage;
-        else recorder.add({ kind: e.kind, text: e.text });
+        else if (e.kind === 'tool_call') {
+          called = true;
+          recorder.addToolCall(e.call);
+        } else recorder.add({ kind: e.kind, text: e.text });
         if (recorder.stopped !== undefined) break;
         // the provider waits while the feed lags (its silence then is not counted as idle)
         const paced = recorder.paced();
@@ -208,7 +220,7 @@ export class ReplyService {
       }
       if (recorder.stopped !== undefined) ending = recorder.stopped;
       else if (r.cancelled) ending = { status: 'interrupted', usage };
-      else ending = { status: 'complete', usage };
+      else ending = { status: 'complete', usage, stopReason: stopReasonOf(stream.finishReason, called) };
     } catch (e) {
       if (r.cancelled) ending = { status: 'interrupted' };
       else if (e instanceof ProviderFailed) ending = { status: 'error', error: e.message };
@@ -233,6 +245,33 @@ export class ReplyService {
   }
 
   /**
+   * The parent of a tool message: the turn it names, or the head as it is now, once every
+   * `tool_result` it holds names a `tool_call` on the path to that turn (400 otherwise).
+   */
+  private async toolTurnParent(caller: Caller, sessionId: string, content: TurnContent, parentId: string | null | undefined): Promise<string | null> {
+    const answers = typeof content === 'string' ? [] : content.flatMap((p) => (p.type === 'tool_result' ? [p.toolCallId] : []));
+    if (answers.length === 0) throw new ValidationError('content of a tool message must hold tool_result parts');
+    const { session } = this.access.seen(await this.store.getSession(sessionId), caller.user);
+    const parent = parentId !== undefined ? parentId : session.headTurnId;
+    const calls = new Set<string>();
+    if (parent !== null) {
+      try {
+        for await (const chunk of this.store.scanTurns(sessionId, { turnId: parent })) {
+          for (const t of chunk) {
+            const c = turnOf(t).content;
+            if (typeof c !== 'string') for (const p of c) if (p.type === 'tool_call') calls.add(p.id);
+          }
+        }
+      } catch (e) {
+        if (e instanceof TurnNotFound) throw new ValidationError('parentId must be a turn of this session');
+        throw e;
+      }
+    }
+    if (!answers.every((id) => calls.has(id))) throw new ValidationError('toolCallId must name a tool call on the path');
+    return parent;
+  }
+
+  /**
    * What the model is sent: the path from the root to the turn it answers, oldest first,
    * without turns that ended in error or said nothing (reasoning parts the clients leave out).
    */
@@ -246,7 +285,7 @@ export class ReplyService {
         out.push({ role: turn.role, content: turn.content });
       }
     }
-    return out;
+    return answeredCalls(out);
   }
 
   /**
@@ -314,4 +353,15 @@ export class ReplyService {
     await Promise.race([Promise.allSettled(all.map((r) => r.done)), new Promise((resolve) => setTimeout(resolve, STOP_WAIT_MS).unref())]);
     await this.store.broadcast()?.close();
   }
+}
+
+/** The tools of a request that a provider would refuse: names given twice, a choice of no tool offered (400). */
+function checkTools(tools: readonly ToolSpec[] | undefined, choice: ToolChoice | undefined): void {
+  const names = new Set<string>();
+  for (const [i, t] of (tools ?? []).entries()) {
+    if (names.has(t.name)) throw new ValidationError(`tools[${i}].name must be unique: ${JSON.stringify(t.name)} is given twice`);
+    names.add(t.name);
+  }
+  if (choice !== undefined && choice !== 'auto' && choice !== 'none' && names.size === 0) throw new ValidationError('toolChoice needs tools');
+  if (typeof choice === 'object' && !names.has(choice.name)) throw new ValidationError('toolChoice.name must name one of tools');
 }

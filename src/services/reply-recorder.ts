@@ -1,10 +1,11 @@
 // One reply's text on its way to the store: told to the live feed piece by piece as it comes,
 // written in one quiet delta per RECORD_EVERY_MS (one write at a time), and finished with its
 // status in one last write. What the store holds of it is a ReplyLedger's to say.
-import { appendPieces, appendToEnd, contentEnd, DELTA_MAX, type ContentEnd, type Piece } from '../domain/deltas.js';
+import { appendPieces, appendToEnd, contentEnd, DELTA_MAX, withToolCalls, type ContentEnd, type Piece, type PlacedCall } from '../domain/deltas.js';
 import { ERROR_MESSAGE_MAX } from '../domain/limits.js';
-import type { Part, Turn, TurnContent, TurnStatus, TurnUsage } from '../domain/records.js';
-import { ReplyLedger } from '../domain/reply-ledger.js';
+import type { Part, StopReason, Turn, TurnContent, TurnStatus, TurnUsage } from '../domain/records.js';
+import { charsOfContent, ReplyLedger } from '../domain/reply-ledger.js';
+import type { ToolCall } from '../providers/wire.js';
 import { deltaEvents } from '../live/changes.js';
 import type { Logger } from '../log.js';
 import { QuotaExceeded, SessionNotFound, StorageUnavailable, TurnNotFound, TurnNotStreaming, TurnTooLarge, type ChangeEvent, type Store, type TurnRecord } from '../store/store.js';
@@ -35,6 +36,7 @@ export interface Ending {
   readonly status: TurnStatus;
   readonly usage?: TurnUsage | undefined;
   readonly error?: string | undefined;
+  readonly stopReason?: StopReason | undefined;
 }
 
 /** The session as the feed's events name it (its owner and project say who sees them). */
@@ -90,6 +92,10 @@ export class Recorder {
   private end: ContentEnd;
   private readonly ledger: ReplyLedger;
   private readonly teller: Teller | undefined;
+  /** Characters of text and reasoning told so far: where a tool call comes among them. */
+  private told: number;
+  /** The reply's tool calls, each where it came: recorded whole by the end. */
+  private readonly calls: PlacedCall[] = [];
   private timer: NodeJS.Timeout | undefined;
   /** The write under way, if any. */
   private writing: Promise<void> = Promise.resolve();
@@ -114,6 +120,7 @@ export class Recorder {
   ) {
     this.end = contentEnd(turn.content);
     this.ledger = new ReplyLedger(turn.content);
+    this.told = charsOfContent(turn.content);
     this.teller = live === undefined ? undefined : new Teller(live, turn._id, log);
   }
 
@@ -125,10 +132,17 @@ export class Recorder {
       const p = i === 0 && piece.text.length <= DELTA_MAX ? piece : { kind: piece.kind, text: piece.text.slice(i, i + DELTA_MAX) };
       const { end, place } = appendToEnd(this.end, p);
       this.end = end;
+      this.told += p.text.length;
       this.ledger.tell(p);
       this.teller?.tell(deltaEvents(this.session, this.turn._id, [p], [place]));
     }
     this.timer ??= setTimeout(() => this.write(), RECORD_EVERY_MS);
+  }
+
+  /** A tool call as it came (whole): it reaches the store and the feed with the reply's end. */
+  addToolCall(call: ToolCall): void {
+    if (this.stopped !== undefined) return;
+    this.calls.push({ at: this.told, part: { type: 'tool_call', id: call.id, name: call.name, arguments: call.arguments } });
   }
 
   /**
@@ -225,14 +239,16 @@ export class Recorder {
         if (t.status !== 'streaming') throw new TurnNotStreaming();
         // pieces whose write's answer was lost and that landed all the same are not written twice
         const pieces = this.ledger.unrecorded(t.content);
-        const content = appendPieces(t.content, pieces);
+        // tool calls where they came, but for a reply that failed (it is never sent back to the model)
+        const calls = ending.status === 'error' ? [] : this.calls;
+        const content = withToolCalls(appendPieces(t.content, pieces), calls);
         // the end is never refused, but the text it carries is held to BODY_LIMIT as a delta
         // would have been: when the store lagged, most of a reply can be pending at its end
-        let end: Pick<Turn, 'content' | 'status' | 'usage' | 'error'>;
-        if (pieces.length > 0 && Buffer.byteLength(JSON.stringify({ ...t, content })) > this.deltaMax) {
+        let end: Pick<Turn, 'content' | 'status' | 'usage' | 'error' | 'stopReason'>;
+        if ((pieces.length > 0 || calls.length > 0) && Buffer.byteLength(JSON.stringify({ ...t, content })) > this.deltaMax) {
           this.endedAs = 'error';
           end = { content: t.content, status: 'error', ...usage, error: { message: this.tooLarge() } };
-        } else end = { content, status: ending.status, ...usage, ...(error !== undefined ? { error } : {}) };
+        } else end = { content, status: ending.status, ...usage, ...(error !== undefined ? { error } : {}), ...(ending.stopReason !== undefined ? { stopReason: ending.stopReason } : {}) };
         // what the end adds (usage, an error's words) fits in the room the deltas left, but for a
         // long error: then the text gives way, so the turn as recorded stays within BODY_LIMIT
         return { ...end, content: tidy(fitted({ ...t, ...end }, this.maxBytes)) };

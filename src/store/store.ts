@@ -7,7 +7,7 @@ import type { EngineName } from '../config.js';
 import { DomainError } from '../domain/errors.js';
 import type { SessionKey, TurnKey } from '../domain/order.js';
 import type { Liveness } from '../domain/retention.js';
-import type { ChatSession, JsonObject, Tokens, Turn, TurnContent, TurnError, TurnStatus, TurnUsage } from '../domain/records.js';
+import type { ChatSession, JsonObject, StopReason, Tokens, Turn, TurnContent, TurnError, TurnStatus, TurnUsage } from '../domain/records.js';
 import type { DeltaPlace, Piece } from '../domain/deltas.js';
 import type { Change, CommitListener, Held, Usage } from './changes.js';
 
@@ -80,6 +80,8 @@ export interface TurnEdit {
   readonly status?: TurnStatus;
   /** Why it ended with `error` (a reply's). */
   readonly error?: TurnError;
+  /** Why a reply ended, as its provider said. */
+  readonly stopReason?: StopReason;
 }
 
 /** A list of turns: all of a session's (none given), or one branch: the path from the root to the head or to a turn. */

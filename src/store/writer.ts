@@ -519,6 +519,7 @@ export class SerialWriter {
         ...(e.usage !== undefined ? { usage: e.usage } : {}),
         ...(e.status !== undefined ? { status: e.status } : {}),
         ...(e.error !== undefined ? { error: e.error } : {}),
+        ...(e.stopReason !== undefined ? { stopReason: e.stopReason } : {}),
       });
       const session = chatSession({ ...current.session, updatedAt: nextTimestamp(current.session.updatedAt) });
       const json = ownBytes(JSON.stringify(turn));

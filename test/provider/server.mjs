@@ -6,6 +6,7 @@
 import { createServer } from 'node:http';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { fileURLToPath } from 'node:url';
+import { brotliCompressSync, deflateSync, gzipSync } from 'node:zlib';
 
 /**
  * The model name says what the reply does: directives joined by `+`, in any order; a name
@@ -15,7 +16,7 @@ import { fileURLToPath } from 'node:url';
  * exact name gets a 429).
  */
 export const SCENARIOS = {
-  echo: 'answer with the last user text (the default)',
+  echo: 'answer with the last user text (the default); when the request offers tools (and tool_choice is not none), call the first one instead, its first required argument set to that text (an agent loop then ends with the results, as call: says)',
   'say:TEXT': 'answer with TEXT (percent-decoded)',
   'tokens:N[@R]': 'answer N generated tokens, R per second (default: as fast as the socket takes them)',
   stamp: 'each token (and reasoning token) is the time it is written instead of a word: `t` and the microseconds since the epoch (performance.timeOrigin + performance.now()), so a client on this machine can tell how long it took to reach it (the benchmark)',
@@ -52,13 +53,94 @@ export const SCENARIOS = {
   batch: 'hold every write of the answer and send them as one when it ends (a fault after N tokens comes in the same read as they do)',
   'pad:N': 'Ollama: every token line carries N bytes more in a field clients ignore, so a few thousand tokens outgrow what the kernel buffers on loopback (the provider then waits for its client to read: `blocked` in the log)',
   'n:ANY': 'ignored: makes a model name unique (for times:K)',
+  'call:NAME[:ARGS]': "after the text (say:, tokens:; none by default), a call of tool NAME with ARGS (percent-decoded text: JSON, or not for the raw-string case; default {\"city\":\"Paris\"}; empty: no arguments); repeat it for several calls. Once the conversation ends with the results of tool calls, the model answers `tool said: <results>` instead (an agent loop ends)",
+  interleave: 'OpenAI: the argument pieces of several calls interleaved by index (call 0 starts, call 1 starts, a piece of each in turn)',
+  'id-every': 'OpenAI: every piece of a call repeats its id, type and name',
+  'whole-call': 'OpenAI: each call whole in one delta',
+  'no-index': 'OpenAI: tool call deltas without `index` (with id-every, the id tells the calls apart)',
+  'no-call-id': 'OpenAI, Anthropic: calls without an id',
+  refusal: 'OpenAI: the answer comes as `delta.refusal` pieces (the model refused)',
+  'error-null': 'OpenAI: every chunk carries `"error": null`',
+  'encoding:gzip|br|deflate': 'the response body compressed so, with its Content-Encoding',
 };
+
+/**
+ * What is wrong with the tool calls and results of a request's history, as each API refuses it,
+ * or undefined: every tool result answers a call of the assistant message just before it (with
+ * only other results between), and every call is answered there (Ollama: by the tool's name).
+ */
+export function toolHistoryProblem(protocol, body) {
+  const messages = Array.isArray(body.messages) ? body.messages : [];
+  if (protocol === 'anthropic') {
+    for (let i = 0; i < messages.length; i++) {
+      const m = messages[i];
+      const blocks = Array.isArray(m.content) ? m.content : [];
+      const uses = m.role === 'assistant' ? blocks.filter((b) => b.type === 'tool_use').map((b) => b.id) : [];
+      const results = m.role === 'user' ? blocks.filter((b) => b.type === 'tool_result') : [];
+      if (results.length > 0 && blocks.findIndex((b) => b.type !== 'tool_result') >= 0 && blocks.findIndex((b) => b.type !== 'tool_result') < results.length) return `messages.${i}: tool_result blocks must come first`;
+      const before = messages[i - 1];
+      const called = before?.role === 'assistant' && Array.isArray(before.content) ? before.content.filter((b) => b.type === 'tool_use').map((b) => b.id) : [];
+      for (const r of results) if (!called.includes(r.tool_use_id)) return `messages.${i}: unexpected tool_use_id found in tool_result blocks: ${r.tool_use_id}`;
+      if (uses.length > 0) {
+        const next = messages[i + 1];
+        const answered = next?.role === 'user' && Array.isArray(next.content) ? next.content.filter((b) => b.type === 'tool_result').map((b) => b.tool_use_id) : [];
+        const missing = uses.filter((id) => !answered.includes(id));
+        if (missing.length > 0) return `messages.${i}: tool_use ids were found without tool_result blocks immediately after: ${missing.join(', ')}`;
+      }
+    }
+    return undefined;
+  }
+  for (let i = 0; i < messages.length; i++) {
+    const m = messages[i];
+    if (m.role === 'assistant' && Array.isArray(m.tool_calls) && m.tool_calls.length > 0) {
+      const key = (c) => (protocol === 'ollama' ? c.function?.name : c.id);
+      const wanted = m.tool_calls.map(key);
+      const answered = [];
+      for (let j = i + 1; j < messages.length && messages[j].role === 'tool'; j++) answered.push(protocol === 'ollama' ? messages[j].tool_name : messages[j].tool_call_id);
+      const missing = wanted.filter((k) => !answered.includes(k));
+      if (missing.length > 0) return `messages.${i}: an assistant message with 'tool_calls' must be followed by tool messages responding to each 'tool_call_id'; missing: ${missing.join(', ')}`;
+    }
+    if (m.role === 'tool') {
+      let j = i - 1;
+      while (j >= 0 && messages[j].role === 'tool') j--;
+      const calls = j >= 0 && messages[j].role === 'assistant' && Array.isArray(messages[j].tool_calls) ? messages[j].tool_calls : [];
+      const ok = protocol === 'ollama' ? calls.some((c) => c.function?.name === m.tool_name) : calls.some((c) => c.id === m.tool_call_id);
+      if (!ok) return `messages.${i}: messages with role 'tool' must be a response to a preceding message with 'tool_calls'`;
+    }
+  }
+  return undefined;
+}
+
+/** The first tool a request offers, with its first required argument's name, unless it says none may be called. */
+function toolsOffered(protocol, body) {
+  const t = Array.isArray(body.tools) ? body.tools[0] : undefined;
+  const choice = body.tool_choice;
+  if (t === undefined || choice === 'none' || choice?.type === 'none') return undefined;
+  const name = protocol === 'anthropic' ? t.name : t.function?.name;
+  const schema = protocol === 'anthropic' ? t.input_schema : t.function?.parameters;
+  return { name, required: Array.isArray(schema?.required) ? schema.required[0] : undefined };
+}
+
+/** The results a request ends with, as text, when its last message answers tool calls; else undefined. */
+function endingResults(protocol, body) {
+  const messages = Array.isArray(body.messages) ? body.messages : [];
+  const last = messages[messages.length - 1];
+  if (last === undefined) return undefined;
+  if (protocol === 'anthropic') {
+    const results = last.role === 'user' && Array.isArray(last.content) ? last.content.filter((b) => b.type === 'tool_result') : [];
+    return results.length > 0 ? results.map((r) => (typeof r.content === 'string' ? r.content : JSON.stringify(r.content))).join('; ') : undefined;
+  }
+  if (last.role !== 'tool') return undefined;
+  const out = [];
+  for (let j = messages.length - 1; j >= 0 && messages[j].role === 'tool'; j--) out.unshift(String(messages[j].content));
+  return out.join('; ');
+}
 
 const WORDS = 'the quick brown fox jumps over a lazy dog while seven bright stars hum softly above quiet hills'.split(' ');
 
 /** Parses a model name into its scenario. */
 export function scenarioOf(model) {
-  const s = { model, say: undefined, tokens: undefined, rate: undefined, reasoning: 0, reasoningField: 'reasoning_content', split: 0, eol: '\n', keepalive: false, rejectStreamOptions: false, rejectMaxTokens: false, usage: true, cached: 0, status: undefined, retryAfter: undefined, times: Infinity, echoKey: false, errorAfter: undefined, errorWords: undefined, stallHeaders: undefined, stallAfter: undefined, stallMs: Infinity, holdAfter: undefined, resetAfter: undefined, rstAfter: undefined, cutAfter: undefined, finish: 'stop', garbageAfter: undefined, hugeLine: false, json200: false, html200: false, streamType: undefined, noDone: false, noFinalEol: false, batch: false, stamp: false, pad: 0, counts: undefined, linger: false };
+  const s = { model, say: undefined, tokens: undefined, rate: undefined, reasoning: 0, reasoningField: 'reasoning_content', split: 0, eol: '\n', keepalive: false, rejectStreamOptions: false, rejectMaxTokens: false, usage: true, cached: 0, status: undefined, retryAfter: undefined, times: Infinity, echoKey: false, errorAfter: undefined, errorWords: undefined, calls: [], interleave: false, idEvery: false, wholeCall: false, noIndex: false, noCallId: false, refusal: false, errorNull: false, encoding: undefined, stallHeaders: undefined, stallAfter: undefined, stallMs: Infinity, holdAfter: undefined, resetAfter: undefined, rstAfter: undefined, cutAfter: undefined, finish: 'stop', garbageAfter: undefined, hugeLine: false, json200: false, html200: false, streamType: undefined, noDone: false, noFinalEol: false, batch: false, stamp: false, pad: 0, counts: undefined, linger: false };
   for (const d of String(model).split('+')) {
     const [k, ...rest] = d.split(':');
     const v = rest.join(':');
@@ -99,6 +181,19 @@ export function scenarioOf(model) {
       case 'batch': s.batch = true; break;
       case 'stamp': s.stamp = true; break;
       case 'pad': s.pad = Number(v); break;
+      case 'call': {
+        const [name, ...args] = rest;
+        s.calls.push({ name, args: args.length === 0 ? '{"city":"Paris"}' : decodeURIComponent(args.join(':')) });
+        break;
+      }
+      case 'interleave': s.interleave = true; break;
+      case 'id-every': s.idEvery = true; break;
+      case 'whole-call': s.wholeCall = true; break;
+      case 'no-index': s.noIndex = true; break;
+      case 'no-call-id': s.noCallId = true; break;
+      case 'refusal': s.refusal = true; break;
+      case 'error-null': s.errorNull = true; break;
+      case 'encoding': s.encoding = v; break;
       default: // a plain model name, `echo` or `n:...`
     }
   }
@@ -159,6 +254,12 @@ function pyJson(v) {
   return `{${Object.entries(v).map(([k, x]) => `${JSON.stringify(k)}: ${pyJson(x)}`).join(', ')}}`;
 }
 
+/** A text in three pieces (some may be empty), as a stream cuts a call's arguments. */
+function thirds(text) {
+  const a = Math.ceil(text.length / 3);
+  return [text.slice(0, a), text.slice(a, 2 * a), text.slice(2 * a)];
+}
+
 let serial = 0;
 const rand = (n) => Array.from({ length: n }, () => 'ABCDEFGHJKLMNPQRSTUVWXYZabcdefghijkmnopqrstuvwxyz0123456789'[Math.floor(Math.random() * 58)]).join('');
 
@@ -166,13 +267,31 @@ const rand = (n) => Array.from({ length: n }, () => 'ABCDEFGHJKLMNPQRSTUVWXYZabc
 function openaiWire(s, body, eol) {
   const withUsage = body.stream_options?.include_usage === true && s.usage;
   const head = `data: {"id":"chatcmpl-${rand(29)}","object":"chat.completion.chunk","created":${Math.floor(Date.now() / 1000)},"model":${JSON.stringify(body.model)},"system_fingerprint":"fp_local","choices":[{"index":0,"delta":`;
-  const tail = `,"logprobs":null,"finish_reason":null}]${withUsage ? ',"usage":null' : ''}}${eol}${eol}`;
+  const tail = `,"logprobs":null,"finish_reason":null}]${withUsage ? ',"usage":null' : ''}${s.errorNull ? ',"error":null' : ''}}${eol}${eol}`;
+  const toolDelta = (tc) => `${head}{"tool_calls":[${JSON.stringify(tc)}]}${tail}`;
   return {
     contentType: 'text/event-stream; charset=utf-8',
     headers: { 'x-request-id': `req_${rand(32)}`, 'openai-processing-ms': '12' },
     start: () => [`${head}{"role":"assistant","content":"","refusal":null}${tail}`],
     reasoning: (t) => `${head}{"content":null,${JSON.stringify(s.reasoningField)}:${JSON.stringify(t)}}${tail}`,
-    token: (t) => `${head}{"content":${JSON.stringify(t)}}${tail}`,
+    token: (t) => `${head}{${s.refusal ? '"refusal"' : '"content"'}:${JSON.stringify(t)}}${tail}`,
+    calls: (calls) => {
+      const start = (c, i) => ({ ...(s.noIndex ? {} : { index: i }), ...(c.id !== undefined ? { id: c.id } : {}), type: 'function', function: { name: c.name, arguments: '' } });
+      const piece = (c, i, text) => (s.idEvery ? { ...start(c, i), function: { name: c.name, arguments: text } } : { ...(s.noIndex ? {} : { index: i }), function: { arguments: text } });
+      if (s.wholeCall) return calls.map((c, i) => toolDelta({ ...start(c, i), function: { name: c.name, arguments: c.args } }));
+      const pieces = calls.map((c) => thirds(c.args));
+      const out = [];
+      if (s.interleave) {
+        calls.forEach((c, i) => out.push(toolDelta(start(c, i))));
+        for (let k = 0; k < 3; k++) calls.forEach((c, i) => pieces[i][k] !== '' && out.push(toolDelta(piece(c, i, pieces[i][k]))));
+      } else {
+        calls.forEach((c, i) => {
+          out.push(toolDelta(start(c, i)));
+          for (const p of pieces[i]) if (p !== '') out.push(toolDelta(piece(c, i, p)));
+        });
+      }
+      return out;
+    },
     end: (u) => {
       const out = [`${head}{}${tail.replace('"finish_reason":null', `"finish_reason":${JSON.stringify(s.finish)}`)}`];
       if (withUsage) {
@@ -224,8 +343,23 @@ function anthropicWire(s, body, eol) {
       }
       return out + ev('content_block_delta', { type: 'content_block_delta', index, delta: { type: 'text_delta', text: t } });
     },
+    calls: (calls) => {
+      let out = '';
+      if (inText || inThinking) {
+        out += close();
+        inText = false;
+        inThinking = false;
+      }
+      for (const c of calls) {
+        out += open({ type: 'tool_use', ...(c.id !== undefined ? { id: c.id } : {}), name: c.name, input: {} });
+        // the first delta of a tool_use block is an empty one, as the API sends it
+        if (c.args !== '') for (const p of ['', ...thirds(c.args)]) out += ev('content_block_delta', { type: 'content_block_delta', index, delta: { type: 'input_json_delta', partial_json: p } });
+        out += close();
+      }
+      return [out];
+    },
     end: (u) => {
-      const delta = { type: 'message_delta', delta: { stop_reason: s.finish === 'length' ? 'max_tokens' : 'end_turn', stop_sequence: null } };
+      const delta = { type: 'message_delta', delta: { stop_reason: s.finish === 'length' ? 'max_tokens' : s.finish === 'tool_calls' ? 'tool_use' : 'end_turn', stop_sequence: null } };
       if (s.usage) delta.usage = { output_tokens: u.output };
       return [(inText || inThinking ? close() : '') + ev('message_delta', delta) + ev('message_stop', { type: 'message_stop' })];
     },
@@ -247,6 +381,17 @@ function ollamaWire(s, body) {
     start: () => [],
     reasoning: (t) => `{"model":${model},"created_at":"${at()}","message":{"role":"assistant","content":"","thinking":${JSON.stringify(t)}},"done":false}\n`,
     token: (t) => `{"model":${model},"created_at":"${at()}","message":{"role":"assistant","content":${JSON.stringify(t)}},"done":false${pad}}\n`,
+    calls: (calls) => {
+      const args = (text) => {
+        if (text === '') return {};
+        try {
+          return JSON.parse(text);
+        } catch {
+          return text;
+        }
+      };
+      return [`{"model":${model},"created_at":"${at()}","message":{"role":"assistant","content":"","tool_calls":${JSON.stringify(calls.map((c) => ({ function: { name: c.name, arguments: args(c.args) } })))}},"done":false}\n`];
+    },
     end: (u) => {
       const ns = (Date.now() - begin) * 1e6;
       const counts = s.usage ? `,"total_duration":${ns + 1334875},"load_duration":1334875,"prompt_eval_count":${u.input},"prompt_eval_duration":342546000,"eval_count":${u.output},"eval_duration":${ns}` : '';
@@ -370,16 +515,28 @@ export async function startProvider({ port = 0, host = '127.0.0.1', log = true }
     }
     if (s.json200) return json(res, 200, protocol === 'ollama' ? { error: 'not streaming' } : { error: { message: 'Streaming is not supported by this gateway', type: 'invalid_request_error' } });
     const eol = s.eol;
+    // a history the API would refuse is refused here too, in its words
+    const problem = toolHistoryProblem(protocol, body);
+    if (problem !== undefined) return json(res, 400, protocol === 'ollama' ? { error: problem } : protocol === 'anthropic' ? { type: 'error', error: { type: 'invalid_request_error', message: problem } } : { error: { message: problem, type: 'invalid_request_error', param: 'messages', code: null } });
+    // a conversation that ends with tool results is answered in words: the agent loop ends
+    const results = endingResults(protocol, body);
+    const plain = s.say === undefined && s.tokens === undefined && s.calls.length === 0 && s.reasoning === 0;
+    const offered = toolsOffered(protocol, body);
+    if (results === undefined && plain && offered !== undefined) s.calls = [{ name: offered.name, args: JSON.stringify(offered.required !== undefined ? { [offered.required]: lastUserText(body) } : {}) }];
+    const calls = results !== undefined ? [] : s.calls.map((c) => ({ ...c, id: s.noCallId || protocol === 'ollama' ? undefined : `${protocol === 'anthropic' ? 'toolu_' : 'call_'}${rand(24)}` }));
+    if (calls.length > 0 && s.finish === 'stop') s.finish = protocol === 'ollama' ? 'stop' : 'tool_calls';
+    entry.calls = calls;
     const wire = protocol === 'openai' ? openaiWire(s, body, eol) : protocol === 'anthropic' ? anthropicWire(s, body, eol) : ollamaWire(s, body);
-    res.writeHead(200, { 'content-type': s.streamType ?? wire.contentType, 'cache-control': 'no-cache', ...wire.headers });
-    // with `batch`, every write is held and sent as one when the response ends
-    const held = s.batch ? [] : undefined;
+    res.writeHead(200, { 'content-type': s.streamType ?? wire.contentType, 'cache-control': 'no-cache', ...wire.headers, ...(s.encoding !== undefined ? { 'content-encoding': s.encoding } : {}) });
+    // with `batch` (or an encoding: the body compressed whole), every write is held and sent as one when the response ends
+    const held = s.batch || s.encoding !== undefined ? [] : undefined;
+    const compress = { gzip: gzipSync, br: brotliCompressSync, deflate: deflateSync }[s.encoding] ?? ((b) => b);
     const end = () => {
-      if (held !== undefined && held.length > 0 && !res.destroyed) res.write(held.join(''));
+      if (held !== undefined && held.length > 0 && !res.destroyed) res.write(compress(Buffer.from(held.join(''))));
       res.end();
     };
     const reasoning = reasoningTokens(s.reasoning);
-    const tokens = tokensOf(s, body);
+    const tokens = results !== undefined ? tokensOf({ ...s, tokens: undefined, say: `tool said: ${results}` }, body) : calls.length > 0 && s.say === undefined && s.tokens === undefined ? [] : tokensOf(s, body);
     const input = promptTokens(protocol, body);
     const usage = s.counts !== undefined ? { input: s.counts, output: s.counts, cached: 0, reasoning: 0 } : { input, output: reasoning.length + tokens.length, cached: Math.min(s.cached, input), reasoning: reasoning.length };
 
@@ -459,6 +616,7 @@ export async function startProvider({ port = 0, host = '127.0.0.1', log = true }
       if (!(await write(kind === 'reasoning' ? wire.reasoning(t) : wire.token(t)))) return;
       entry.written = i + 1;
     }
+    if (calls.length > 0) for (const piece of wire.calls(calls)) if (!(await write(piece))) return;
     const last = wire.end(usage);
     if (s.noFinalEol && last.length > 0) last[last.length - 1] = last[last.length - 1].replace(/[\r\n]+$/, '');
     for (const piece of last) if (!(await write(piece))) return;
