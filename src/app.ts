@@ -21,6 +21,8 @@ import { TurnService } from './services/turns.js';
 import { UsageService } from './services/usage.js';
 import { ReplyService } from './services/replies.js';
 import { replyRoutes } from './api/replies.js';
+import { openaiRoutes } from './api/openai/routes.js';
+import { DoorService } from './services/door.js';
 import { Authenticator } from './auth/authenticate.js';
 import type { Secrets } from './auth/secret.js';
 import { TicketCodec } from './auth/tickets.js';
@@ -92,13 +94,14 @@ export function createApp(p: AppParts): App {
     ...(live === undefined || feed === undefined ? [] : eventRoutes({ feed, tickets: live.tickets })),
     ...providerRoutes(p.catalog),
     ...replyRoutes({ replies, feed }),
+    ...openaiRoutes({ door: new DoorService(p.store, replies, p.catalog, undefined) }),
   ];
   openApiBody = JSON.stringify(openApiDocument(routes, p.version));
   if (config.docs) docs = docsPage(openApiBody, 'chat-session-api');
 
   const router = new Router<RuntimeRoute>();
   for (const def of routes) {
-    const paramNames = def.path.split('/').filter((s) => s.startsWith(':')).map((s) => s.slice(1));
+    const paramNames = def.path.split('/').filter((s) => s.startsWith(':') || s.startsWith('*')).map((s) => s.slice(1));
     const routeJson = JSON.stringify(def.path);
     router.add(def.method, def.path, { def, paramNames, stats: p.metrics?.forRoute(def.method, def.path), routeJson, logMiddle: requestLineMiddle(def.method, routeJson) });
   }

@@ -26,6 +26,7 @@ const STATUS: { readonly [code in ErrorCode]: number } = {
   quota_exceeded: 403,
   session_not_found: 404,
   turn_not_found: 404,
+  model_not_found: 404,
   precondition_failed: 412,
   turn_not_streaming: 409,
   reply_in_progress: 409,

@@ -85,6 +85,22 @@ const RECORDS: Record<string, Json> = {
     required: ['success', 'message'],
     properties: { success: { const: false }, message: { type: 'string' } },
   },
+  OpenAIError: {
+    type: 'object',
+    required: ['error'],
+    properties: {
+      error: {
+        type: 'object',
+        required: ['message', 'type', 'param', 'code'],
+        properties: { message: { type: 'string' }, type: { type: 'string' }, param: { type: ['string', 'null'] }, code: { type: ['string', 'null'] } },
+      },
+    },
+  },
+  Model: {
+    type: 'object',
+    required: ['id', 'object', 'created', 'owned_by'],
+    properties: { id: { type: 'string', description: '`<provider slug>/<model>`' }, object: { const: 'model' }, created: { type: 'integer' }, owned_by: { type: 'string', description: "The provider's name." } },
+  },
 };
 
 const RESPONSES: Record<SchemaName, Json> = {
@@ -169,6 +185,21 @@ const RESPONSES: Record<SchemaName, Json> = {
       reply: ref('Turn'),
     },
   }),
+  ModelList: { type: 'object', required: ['object', 'data'], properties: { object: { const: 'list' }, data: { type: 'array', items: ref('Model') } } },
+  Model: ref('Model'),
+  ChatCompletion: {
+    type: 'object',
+    required: ['id', 'object', 'created', 'model', 'choices'],
+    description: "OpenAI's chat.completion object (its stream: chat.completion.chunk objects, then data: [DONE]).",
+    properties: {
+      id: { type: 'string', description: '`chatcmpl-` and the reply turn\'s _id' },
+      object: { const: 'chat.completion' },
+      created: { type: 'integer' },
+      model: { type: 'string' },
+      choices: { type: 'array', items: { type: 'object', additionalProperties: true } },
+      usage: { type: 'object', additionalProperties: true },
+    },
+  },
   EventTicket: envelope({
     type: 'object',
     required: ['ticket', 'expiresAt'],
@@ -182,8 +213,8 @@ const RESPONSES: Record<SchemaName, Json> = {
 /** The media type of each success schema that is not JSON. */
 const MEDIA_TYPES: Partial<Record<SchemaName, string>> = { Metrics: 'text/plain', DocsPage: 'text/html', EventStream: 'text/event-stream' };
 
-function errorResponse(description: string): Json {
-  return { description, content: { 'application/json': { schema: ref('Error') } } };
+function errorResponse(description: string, openai: boolean): Json {
+  return { description, content: { 'application/json': { schema: ref(openai ? 'OpenAIError' : 'Error') } } };
 }
 
 function successResponse(r: ResponseDoc): Json {
@@ -241,7 +272,7 @@ function operation(r: RouteDef): Json {
   for (const s of r.responses) responses[String(s.status)] = successResponse(s);
   const errors = new Map<number, string>(commonErrors(r));
   for (const e of r.errors ?? []) errors.set(e.status, errors.has(e.status) ? `${errors.get(e.status) as string}; ${e.description}` : e.description);
-  for (const [status, description] of [...errors].sort((a, b) => a[0] - b[0])) responses[String(status)] = errorResponse(description);
+  for (const [status, description] of [...errors].sort((a, b) => a[0] - b[0])) responses[String(status)] = errorResponse(description, r.path.startsWith('/v1/'));
   return {
     operationId: r.operationId,
     summary: r.summary,
@@ -260,7 +291,7 @@ export function openApiDocument(routes: readonly RouteDef[], version: string): J
   const paths: Record<string, Json> = {};
   const schemas: Record<string, Json> = { ...RECORDS };
   for (const r of routes) {
-    const path = r.path.replace(/:([A-Za-z]+)/g, '{$1}');
+    const path = r.path.replace(/[:*]([A-Za-z]+)/g, '{$1}');
     paths[path] = { ...(paths[path] ?? {}), [r.method.toLowerCase()]: operation(r) };
     if (r.body !== undefined) schemas[r.body.name] = bodyJsonSchema(r.body);
   }
@@ -272,7 +303,7 @@ export function openApiDocument(routes: readonly RouteDef[], version: string): J
       description: 'Chat sessions bound to a project, an AI provider and a model, and the configured AI providers (never their keys).',
     },
     servers: [{ url: '/' }],
-    tags: [{ name: 'Chat sessions' }, { name: 'Live events' }, { name: 'Providers' }, { name: 'Service' }],
+    tags: [{ name: 'Chat sessions' }, { name: 'Live events' }, { name: 'Providers' }, { name: 'Service' }, { name: 'OpenAI', description: 'The OpenAI door: point an OpenAI client at /v1; errors here are OpenAI\'s {"error": {message, type, param, code}}.' }],
     paths,
     components: {
       schemas,

@@ -6,6 +6,9 @@ import type { Principal, Scope } from '../auth/authenticate.js';
 import type { OpenedTicket } from '../auth/tickets.js';
 import type { BodyField, BodySchema, QueryField, QuerySchema, Values } from '../domain/schema.js';
 
+/** The content type of every event stream's answer. */
+export const EVENT_STREAM_TYPE = 'text/event-stream; charset=utf-8';
+
 /** A successful answer: the status and the body, already JSON (text, or bytes). */
 export interface Reply {
   readonly status: number;
@@ -32,6 +35,10 @@ export interface StreamReply {
   readonly wholeList?: true;
   /** Called instead of reading `stream` when the answer is not sent: gives back what it holds. */
   readonly cancel?: () => Promise<void>;
+  /** Defaults to JSON; the OpenAI door's streams are text/event-stream. */
+  readonly contentType?: string;
+  /** Further header name/value pairs, flat. */
+  readonly headers?: readonly string[];
 }
 
 /**
@@ -88,7 +95,10 @@ export type SchemaName =
   | 'EventStream'
   | 'EventTicket'
   | 'Usage'
-  | 'ReplyStarted';
+  | 'ReplyStarted'
+  | 'ModelList'
+  | 'Model'
+  | 'ChatCompletion';
 
 export interface ResponseDoc {
   readonly status: number;
@@ -104,7 +114,7 @@ export interface RouteDef<Q extends Record<string, QueryField> = Record<string, 
   readonly path: string;
   readonly operationId: string;
   readonly summary: string;
-  readonly tag: 'Chat sessions' | 'Live events' | 'Providers' | 'Service';
+  readonly tag: 'Chat sessions' | 'Live events' | 'Providers' | 'Service' | 'OpenAI';
   /** Requires a Bearer token. */
   readonly auth: boolean;
   /** The token scope the route needs (tokens without a scope claim may do everything). */

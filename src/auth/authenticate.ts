@@ -6,7 +6,9 @@
 import { DomainError } from '../domain/errors.js';
 import { TokenError, verifyToken, type Claims } from './jwt.js';
 
-export const SCOPES = ['sessions:read', 'sessions:write', 'providers:read'] as const;
+export const SCOPES = ['sessions:read', 'sessions:write', 'providers:read', 'users:act'] as const;
+/** A scope no token has unless it names it: acting for the end users of a front end (the OpenAI door's X-User-Id). */
+const NAMED_ONLY: ReadonlySet<string> = new Set(['users:act']);
 export type Scope = (typeof SCOPES)[number];
 
 export interface Principal {
@@ -48,8 +50,9 @@ interface LastOnConnection {
   untilMs: number;
 }
 
+/** Whether the token may do what `scope` allows: a token without a scope claim may do everything but `users:act`. */
 export function hasScope(p: Principal, scope: Scope): boolean {
-  return p.scopes === null || p.scopes.has(scope);
+  return p.scopes === null ? !NAMED_ONLY.has(scope) : p.scopes.has(scope);
 }
 
 export class Authenticator {

@@ -11,6 +11,8 @@ export type ErrorCode =
   | 'forbidden'
   | 'session_not_found'
   | 'turn_not_found'
+  /** A model no provider serves (the OpenAI door, 404). */
+  | 'model_not_found'
   | 'precondition_failed'
   | 'quota_exceeded'
   | 'turn_not_streaming'

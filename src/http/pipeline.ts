@@ -7,7 +7,7 @@ import { randomBytes } from 'node:crypto';
 import { STATUS_CODES, type IncomingMessage, type ServerResponse } from 'node:http';
 import { isIP, type Socket } from 'node:net';
 import { hasScope, TokenError, type Authenticator, type Principal } from '../auth/authenticate.js';
-import type { Answer, EventStreamReply, RouteDef, StreamReply } from '../api/route.js';
+import { EVENT_STREAM_TYPE, type Answer, type EventStreamReply, type RouteDef, type StreamReply } from '../api/route.js';
 import type { OpenedTicket, TicketCodec } from '../auth/tickets.js';
 import { parseQuery, validateBody, validateQuery } from '../domain/schema.js';
 import { requestLineMiddle, Sparing, type Logger } from '../log.js';
@@ -20,6 +20,7 @@ import { errorBody } from '../api/envelope.js';
 import type { MemoryGuard } from './memory-guard.js';
 import { chosen, HttpError, httpErrorOf, storeAway } from '../api/errors.js';
 import { parseErrorMessage } from './parse-error.js';
+import { openaiError } from '../api/openai/errors.js';
 import type { RateLimiter } from './rate-limit.js';
 import type { Router } from './router.js';
 
@@ -57,7 +58,6 @@ export interface PipelineOptions {
 }
 
 const JSON_TYPE = 'application/json; charset=utf-8';
-const EVENT_STREAM_TYPE = 'text/event-stream; charset=utf-8';
 const SANE_REQUEST_ID = /^[A-Za-z0-9._:@/+=-]{1,128}$/;
 const bootId = randomBytes(4).toString('hex');
 let requestCounter = 0;
@@ -91,6 +91,8 @@ class Call implements BodyHold {
   route: RuntimeRoute | undefined;
   /** The pattern of a known path answered without a route (405, preflight). */
   pattern: string | undefined;
+  /** The request's path when it is under /v1 (the OpenAI door): its errors are answered in OpenAI's shape. */
+  openaiPath: string | undefined;
   user: string | undefined;
   /** `user:<sub>` once authenticated: the key of its user's rate limit and share. */
   userKey: string | undefined;
@@ -168,6 +170,7 @@ export class Pipeline {
     const qmark = url.indexOf('?');
     const path = qmark === -1 ? url : url.slice(0, qmark);
     const search = qmark === -1 ? undefined : url.slice(qmark + 1);
+    if (path === '/v1' || path.startsWith('/v1/')) call.openaiPath = path;
     const found = this.findRoute(call, path);
     if (found === undefined) return;
     const def = found.route.def;
@@ -418,8 +421,12 @@ export class Pipeline {
       }
       call.listOwner = call.owner;
     }
-    const headers = this.headers(call, JSON_TYPE);
+    const headers = this.headers(call, r.contentType ?? JSON_TYPE);
+    if (r.headers !== undefined) for (const h of r.headers) headers.push(h);
+    // nginx passes each event on as it comes instead of buffering the answer
+    if (r.contentType === EVENT_STREAM_TYPE) headers.push('x-accel-buffering', 'no');
     res.writeHead(r.status, headers);
+    if (r.contentType === EVENT_STREAM_TYPE) res.flushHeaders();
     // every piece the client takes (or that goes out without waiting) restarts the write timeout
     const progress = this.watchWrite(call, () => 0);
     const pieces = r.stream[Symbol.asyncIterator]();
@@ -495,12 +502,16 @@ export class Pipeline {
     else if (h === undefined || (h.status >= 500 && !chosen(e))) {
       this.options.log.error('request failed', { reqId: call.id, route: call.route?.def.path ?? null, err: e });
     }
-    const status = h?.status ?? 500;
-    const message = h?.message ?? 'Internal server error';
     const headerPairs: string[] = [];
     if (h !== undefined) for (const [k, v] of h.headers) headerPairs.push(k, v);
     if (h?.close === true) headerPairs.push('connection', 'close');
-    this.send(call, status, errorBody(message), undefined, headerPairs);
+    if (call.openaiPath !== undefined) {
+      const o = openaiError(h ?? new HttpError(500, 'Internal server error'), e, call.req.method ?? 'GET', call.openaiPath);
+      for (const [k, v] of o.headers) headerPairs.push(k, v);
+      this.send(call, o.status, o.body, undefined, headerPairs);
+      return;
+    }
+    this.send(call, h?.status ?? 500, errorBody(h?.message ?? 'Internal server error'), undefined, headerPairs);
   }
 
   private send(call: Call, status: number, body: string | Buffer, contentType: string | undefined, headerPairs: readonly string[] | undefined): void {

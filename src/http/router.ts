@@ -1,6 +1,7 @@
 // A segment trie: `add(method, pattern, value)` and `match(method, path)`. Patterns are
-// literal segments and `:name` parameters; a static segment wins over a parameter. One
-// trailing slash is ignored. Registering the same method and pattern twice throws.
+// literal segments and `:name` parameters, and a last `*name` that takes the rest of the path
+// (one segment or more, slashes included: an OpenAI model id); a static segment wins over a
+// parameter, a parameter over the rest. One trailing slash is ignored. Registering the same method and pattern twice throws.
 // Matching walks the path by index and compares static segments in place, so only
 // parameter values become new strings.
 
@@ -13,13 +14,15 @@ interface Node<T> {
   /** Literal children, in registration order (a node has a handful: a list beats a map). */
   readonly statics: Static<T>[];
   param: { readonly name: string; readonly node: Node<T> } | undefined;
+  /** A `*name` child: the rest of the path, whatever it holds. */
+  rest: { readonly name: string; readonly node: Node<T> } | undefined;
   readonly methods: Map<string, T>;
   /** The pattern that ends here, for error messages and logs. */
   pattern: string | undefined;
 }
 
 function node<T>(): Node<T> {
-  return { statics: [], param: undefined, methods: new Map(), pattern: undefined };
+  return { statics: [], param: undefined, rest: undefined, methods: new Map(), pattern: undefined };
 }
 
 export type RouteMatch<T> =
@@ -35,8 +38,13 @@ export class Router<T> {
   add(method: string, pattern: string, value: T): void {
     if (!pattern.startsWith('/')) throw new Error(`route pattern must start with "/": ${pattern}`);
     let n = this.root;
-    for (const seg of pattern.split('/').slice(1)) {
-      if (seg.startsWith(':')) {
+    const segs = pattern.split('/').slice(1);
+    for (const [i, seg] of segs.entries()) {
+      if (seg.startsWith('*')) {
+        if (i !== segs.length - 1) throw new Error(`route ${pattern}: *${seg.slice(1)} must be the last segment`);
+        n.rest ??= { name: seg.slice(1), node: node() };
+        n = n.rest.node;
+      } else if (seg.startsWith(':')) {
         const name = seg.slice(1);
         if (n.param === undefined) n.param = { name, node: node() };
         else if (n.param.name !== name) throw new Error(`route ${pattern}: parameter :${name} conflicts with :${n.param.name}`);
@@ -89,6 +97,10 @@ export class Router<T> {
       const found = this.walk(n.param.node, path, segEnd + 1, end, params);
       if (found !== undefined) return found;
       params.pop();
+    }
+    if (n.rest !== undefined && n.rest.node.methods.size > 0) {
+      params.push(path.slice(start, end));
+      return n.rest.node;
     }
     return undefined;
   }

@@ -72,6 +72,7 @@ function request(call: ReplyCall): WireRequest {
   if (o.topP !== undefined) options['top_p'] = o.topP;
   if (o.maxTokens !== undefined) options['num_predict'] = o.maxTokens;
   if (o.stop !== undefined && o.stop.length > 0) options['stop'] = o.stop;
+  if (o.seed !== undefined) options['seed'] = o.seed;
   const body: { [key: string]: unknown } = { model: call.model, messages: chatMessages(call), stream: true };
   if (Object.keys(options).length > 0) body['options'] = options;
   // Ollama has no tool choice: `none` is no tools offered; `required` or a named one cannot be enforced (the model may answer in words)

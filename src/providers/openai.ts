@@ -78,6 +78,7 @@ function request(call: ReplyCall, adaptations: ReadonlySet<string>): WireRequest
   if (o.topP !== undefined) body['top_p'] = o.topP;
   if (o.maxTokens !== undefined) body[adaptations.has(MAX_COMPLETION_TOKENS) ? 'max_completion_tokens' : 'max_tokens'] = o.maxTokens;
   if (o.stop !== undefined && o.stop.length > 0) body['stop'] = o.stop;
+  if (o.seed !== undefined) body['seed'] = o.seed;
   if (call.tools !== undefined && call.tools.length > 0) {
     body['tools'] = call.tools.map((t) => ({ type: 'function', function: { name: t.name, ...(t.description !== undefined ? { description: t.description } : {}), ...(t.parameters !== undefined ? { parameters: t.parameters } : {}) } }));
     if (call.toolChoice !== undefined) body['tool_choice'] = toolChoice(call.toolChoice);

@@ -35,6 +35,8 @@ export interface ReplyOptions {
   readonly maxTokens?: number;
   readonly topP?: number;
   readonly stop?: readonly string[];
+  /** Asks for a repeatable answer, where the protocol takes one (OpenAI's seed, Ollama's options.seed). */
+  readonly seed?: number;
 }
 
 /** A tool the model may call, as the client declared it. */

@@ -8,7 +8,8 @@
 import { DomainError, ServerBusy } from '../domain/errors.js';
 import { checkNewContent } from '../domain/inputs.js';
 import { ValidationError } from '../domain/schema.js';
-import type { Turn, TurnContent, TurnStatus, TurnUsage } from '../domain/records.js';
+import { appendPieces, withToolCalls, type Piece, type PlacedCall } from '../domain/deltas.js';
+import type { StopReason, Turn, TurnContent, TurnRole, TurnStatus, TurnUsage } from '../domain/records.js';
 import type { Logger } from '../log.js';
 import type { ProviderCatalog } from '../providers/catalog.js';
 import { streamReply } from '../providers/call.js';
@@ -44,15 +45,48 @@ export interface ReplyRequest {
   readonly parentId?: string | null | undefined;
   /** The model to ask; absent: the session's selectedModel. */
   readonly model?: string | undefined;
+  /** The provider to ask it of (its `_id`); absent: the session's (the OpenAI door names one per request). */
+  readonly providerId?: string | undefined;
   readonly options?: ReplyOptions | undefined;
   /** The client's tools the model may call, and whether it must. */
   readonly tools?: readonly ToolSpec[] | undefined;
   readonly toolChoice?: ToolChoice | undefined;
+  /**
+   * Turns to record first, in order, each under the one before (the first under `parentId`):
+   * the reply answers the last (the OpenAI door's messages past what the session holds).
+   */
+  readonly chain?: readonly { readonly role: TurnRole; readonly content: TurnContent }[] | undefined;
+  /** Told each piece of text and reasoning as it comes (the OpenAI door's stream). */
+  readonly onPiece?: ((piece: Piece) => void) | undefined;
+}
+
+/** What a reply that is not recorded (the OpenAI door's `X-Record: off`) asks for. */
+export interface UnrecordedRequest {
+  readonly provider: ProviderConfig;
+  readonly model: string;
+  readonly messages: readonly ReplyMessage[];
+  readonly options?: ReplyOptions | undefined;
+  readonly tools?: readonly ToolSpec[] | undefined;
+  readonly toolChoice?: ToolChoice | undefined;
+  readonly onPiece?: ((piece: Piece) => void) | undefined;
+  /** Aborted when its client leaves. */
+  readonly signal: AbortSignal;
+}
+
+/** How a reply that is not recorded ended: what a recorded one would hold. */
+export interface UnrecordedReply {
+  readonly status: TurnStatus;
+  readonly content: TurnContent;
+  readonly usage?: TurnUsage | undefined;
+  readonly stopReason?: StopReason | undefined;
+  readonly error?: string | undefined;
 }
 
 /** A reply under way: the user turn a message recorded, the reply as it began, and the reply as recorded at its end. */
 export interface StartedReply {
   readonly turn: TurnRecord | undefined;
+  /** Every turn recorded before the reply (the message's, or a chain's), in order. */
+  readonly recorded: readonly TurnRecord[];
   readonly reply: TurnRecord;
   readonly done: Promise<TurnRecord>;
 }
@@ -150,7 +184,7 @@ export class ReplyService {
         sessionId,
         (cur) => {
           check(cur);
-          call = this.callOf(cur, req.model);
+          call = this.callOf(cur, req.model, req.providerId);
           if (cur.streamingTurn() !== undefined) throw new DomainError('reply_in_progress', 'A reply is already in progress');
           return this.turnsOf(cur, caller.user, req, call.model);
         },
@@ -164,12 +198,52 @@ export class ReplyService {
     const r = new Running(sessionId, reply._id);
     this.running.set(reply._id, r);
     void this.run(r, call as NonNullable<typeof call>, req, turnOf(reply));
-    return { turn, reply, done: r.done };
+    return { turn, recorded: made.slice(0, -1), reply, done: r.done };
+  }
+
+  /** The end of a reply this instance generates, as it will be recorded; undefined when none by that id runs here. */
+  whenEnded(turnId: string): Promise<TurnRecord> | undefined {
+    return this.running.get(turnId)?.done;
+  }
+
+  /**
+   * A reply asked of a provider and answered, not recorded (the OpenAI door's title and tag
+   * requests): it counts against REPLIES_MAX and in the replies' counts like any other.
+   */
+  async unrecorded(req: UnrecordedRequest): Promise<UnrecordedReply> {
+    if (this.stopping || this.running.size + this.starting >= this.settings.maxReplies) throw new ServerBusy('Too many replies in progress', 5);
+    this.starting++;
+    const pieces: Piece[] = [];
+    const calls: PlacedCall[] = [];
+    let told = 0;
+    let out: UnrecordedReply;
+    try {
+      const stream = streamReply({ provider: req.provider, model: req.model, messages: answeredCalls(req.messages), options: req.options, tools: req.tools, toolChoice: req.toolChoice, signal: req.signal, idleTimeoutMs: this.settings.idleTimeoutMs });
+      let usage: TurnUsage | undefined;
+      for await (const e of stream) {
+        if (e.kind === 'usage') usage = e.usage;
+        else if (e.kind === 'tool_call') calls.push({ at: told, part: { type: 'tool_call', ...e.call } });
+        else {
+          pieces.push(e);
+          told += e.text.length;
+          req.onPiece?.(e);
+        }
+      }
+      const content = withToolCalls(appendPieces('', pieces), calls);
+      out = req.signal.aborted ? { status: 'interrupted', content, usage } : { status: 'complete', content, usage, stopReason: stopReasonOf(stream.finishReason, calls.length > 0) };
+    } catch (e) {
+      if (!(e instanceof ProviderFailed)) this.log.error('a reply failed for a reason of this server; it ends with error', { err: e });
+      out = { status: 'error', content: appendPieces('', pieces), error: e instanceof ProviderFailed ? e.message : 'The reply failed inside this server' };
+    } finally {
+      this.starting--;
+    }
+    this.ended.set(out.status, (this.ended.get(out.status) ?? 0) + 1);
+    return out;
   }
 
   /** The provider and model a reply of session `cur` calls, or a refusal naming them (409). */
-  private callOf(cur: SessionAtWrite, model: string | undefined): Call {
-    const id = cur.session.provider;
+  private callOf(cur: SessionAtWrite, model: string | undefined, providerId: string | undefined): Call {
+    const id = providerId ?? cur.session.provider;
     const record = this.catalog().records.get(id.toLowerCase());
     if (record === undefined) throw new DomainError('cannot_reply', `Provider ${JSON.stringify(id)} is not configured (providers.json has no provider with that _id)`);
     const provider = providerConfig(record);
@@ -188,6 +262,16 @@ export class ReplyService {
       out.push(user);
       parentId = user._id;
       after = { session: { updatedAt: user.createdAt }, lastTurn: { createdAt: user.createdAt, _id: user._id } };
+    } else if (req.chain !== undefined && req.chain.length > 0) {
+      parentId = req.parentId === undefined ? cur.session.headTurnId : req.parentId;
+      if (parentId !== null && cur.turn(parentId) === undefined) throw new ValidationError('parentId must be a turn of this session');
+      for (const t of req.chain) {
+        checkNewContent(t.content, undefined);
+        const { createdAt, _id } = turnStamp(after);
+        out.push({ _id, session: cur.session._id, parentId, user: who, role: t.role, content: t.content, status: 'complete', createdAt });
+        parentId = _id;
+        after = { session: { updatedAt: createdAt }, lastTurn: { createdAt, _id } };
+      }
     } else {
       // the head is one of the session's turns; a parent the request names must be (it was read ahead)
       if (typeof req.parentId === 'string' && cur.turn(req.parentId) === undefined) throw new ValidationError('parentId must be a turn of this session');
@@ -212,7 +296,10 @@ export class ReplyService {
         else if (e.kind === 'tool_call') {
           called = true;
           recorder.addToolCall(e.call);
-        } else recorder.add({ kind: e.kind, text: e.text });
+        } else {
+          recorder.add(e);
+          req.onPiece?.(e);
+        }
         if (recorder.stopped !== undefined) break;
         // the provider waits while the feed lags (its silence then is not counted as idle)
         const paced = recorder.paced();

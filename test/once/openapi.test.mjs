@@ -10,7 +10,18 @@ import { openEvents } from '../sse.mjs';
 
 // the sessions these tests make name the example OpenAI provider: here it is the local provider, so a message's reply is answered
 const provider = await startProvider({ log: false });
-sharedServer({ providers: [...PROVIDERS, { _id: '665f1c2a9b1e8a0012ab34c1', name: 'Local', type: 'openai', baseUrl: `${provider.url}/v1` }] });
+// and the OpenAI door's example asks for the example's local Ollama model, here the local provider too
+sharedServer({
+  providers: [
+    ...PROVIDERS,
+    { _id: '665f1c2a9b1e8a0012ab34c1', name: 'Local', type: 'openai', baseUrl: `${provider.url}/v1` },
+    { _id: '665f1c2a9b1e8a0012ab34c3', name: 'Local Ollama', type: 'ollama', baseUrl: provider.url, models: ['llama3.1:8b'] },
+  ],
+});
+
+/** The OpenAI door's routes answer errors in OpenAI's shape: `{error: {message, type, param, code}}`. */
+const isDoor = (path) => path.startsWith('/v1/');
+const messageOf = (path, body) => (isDoor(path) ? body.error?.message : body.message);
 after(() => provider.close());
 
 describe('i. One source of truth: the OpenAPI document', () => {
@@ -76,11 +87,12 @@ describe('i. One source of truth: the OpenAPI document', () => {
     return out;
   }
 
-  /** A minimal valid body from a requestBody schema: its required properties (enums: the first member). */
+  /** A minimal valid body from a requestBody schema: its required properties (enums: the first member); the door's, its example. */
   function minimalBody(op) {
     const schema = op.requestBody?.content?.['application/json']?.schema;
     if (schema === undefined) return undefined;
     const s = resolve(schema);
+    if (s.title === 'ChatCompletionRequest' || op.operationId === 'createChatCompletion') return structuredClone(s.examples[0]);
     const body = {};
     for (const name of s.required ?? []) {
       const p = resolve(s.properties[name]);
@@ -99,6 +111,7 @@ describe('i. One source of truth: the OpenAPI document', () => {
     const required = Object.values(doc.paths[path] ?? {}).flatMap((op) => op.parameters ?? []).filter((p) => p.in === 'query' && p.required === true);
     if (required.length > 0) return `${path}?${required.map((p) => `${p.name}=x`).join('&')}`;
     if (!path.includes('{')) return path;
+    if (path === '/v1/models/{model}') return '/v1/models/local-ollama%2Fllama3.1:8b';
     const id = path.startsWith('/api/v1/providers/') ? PROVIDERS[0]._id : (await create(alice))._id;
     // a turn's deltas go to a streaming turn, and a cancel stops one
     const body = path.endsWith('/deltas') || path.endsWith('/cancel') ? { role: 'assistant', content: 'so far', status: 'streaming' } : undefined;
@@ -260,8 +273,9 @@ describe('i. One source of truth: the OpenAPI document', () => {
           const what = `${method} ${path} body.${name} violating ${kind}`;
           assert.ok(op.responses['400'], `${what}: 400 is documented`);
           assert.equal(r.status, 400, `${what}: ${r.status} ${r.text}`);
-          assert.equal(r.body.success, false);
-          assert.ok(r.body.message.startsWith(name), `${what}: the message names the field: ${r.body.message}`);
+          if (isDoor(path)) assert.equal(r.body.error.param, name, `${what}: param names the field`);
+          else assert.equal(r.body.success, false);
+          assert.ok(messageOf(path, r.body).startsWith(name), `${what}: the message names the field: ${r.text}`);
           const errSchema = op.responses['400'].content['application/json'].schema;
           assert.deepEqual(check(errSchema, r.body), [], `${what}: the documented error shape`);
           tried++;
@@ -303,7 +317,9 @@ describe('i. One source of truth: the OpenAPI document', () => {
       if (stream) await withIt.close();
       assert.ok(withIt.status >= 200 && withIt.status < 300, `${method} ${path} with only ${scopes[0]}: ${withIt.status} ${withIt.text}`);
       const others = ALL_SCOPES.filter((s) => s !== scopes[0]).join(' ');
-      assert403(await server.request(method, await concretePath(path), { token: tokenFor('alice', { scope: others }), json }), `${method} ${path} without ${scopes[0]}`);
+      const refused = await server.request(method, await concretePath(path), { token: tokenFor('alice', { scope: others }), json });
+      if (isDoor(path)) assert.deepEqual([refused.status, refused.body.error.type], [403, 'permission_error'], `${method} ${path} without ${scopes[0]}`);
+      else assert403(refused, `${method} ${path} without ${scopes[0]}`);
     }
   });
 });
