@@ -26,8 +26,8 @@ function walked() {
   return walkthroughDocuments().map((doc) => ({ doc, text: read(doc), steps: parseWalkthrough(read(doc), doc) }));
 }
 
-test('the documents that show commands are walked: the front page, the API, live events, operating it, talking to a model and security', () => {
-  assert.deepEqual(walkthroughDocuments(), ['README.md', 'docs/api.md', 'docs/live-events.md', 'docs/operating.md', 'docs/replies.md', 'docs/security.md']);
+test('the documents that show commands are walked: the front page, the API, live events, the OpenAI door, operating it, talking to a model and security', () => {
+  assert.deepEqual(walkthroughDocuments(), ['README.md', 'docs/api.md', 'docs/live-events.md', 'docs/openai.md', 'docs/operating.md', 'docs/replies.md', 'docs/security.md']);
   const steps = walked().reduce((n, w) => n + w.steps.length, 0);
   assert.ok(steps >= 60, `${steps} steps found: the parser missed blocks`);
 });

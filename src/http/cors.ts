@@ -2,8 +2,29 @@
 // allowed origins. Tokens travel in the Authorization header, never in cookies, so no
 // credentials mode is involved and `*` is safe to offer.
 
-const ALLOW_HEADERS = 'Authorization, Content-Type, If-Match, X-Request-Id';
-const EXPOSE_HEADERS = 'ETag, X-Request-Id, Retry-After';
+/**
+ * What a browser may send: ours, and what the OpenAI door reads and its SDKs send (the openai
+ * SDK's `X-Stainless-*`, named in a preflight one by one, are allowed as asked).
+ */
+const ALLOW_HEADERS = [
+  'Authorization',
+  'Content-Type',
+  'If-Match',
+  'X-Request-Id',
+  'Idempotency-Key',
+  'X-Session-Id',
+  'X-Conversation-Key',
+  'X-Project-Id',
+  'X-User-Id',
+  'X-Record',
+  'X-OpenWebUI-Chat-Id',
+  'X-OpenWebUI-User-Id',
+  'X-OpenWebUI-Task',
+  'OpenAI-Organization',
+  'OpenAI-Project',
+];
+const ALLOWED = new Set(ALLOW_HEADERS.map((h) => h.toLowerCase()));
+const EXPOSE_HEADERS = 'ETag, X-Request-Id, Retry-After, X-Session-Id, X-Turn-Id, X-Should-Retry';
 
 export class Cors {
   private readonly any: boolean;
@@ -27,10 +48,17 @@ export class Cors {
     return ['access-control-allow-origin', allow, 'access-control-expose-headers', EXPOSE_HEADERS, 'vary', 'Origin'];
   }
 
-  /** Headers for a preflight (OPTIONS) answer about a path that takes `methods`. */
-  preflight(origin: string | undefined, methods: readonly string[]): string[] {
+  /**
+   * Headers for a preflight (OPTIONS) answer about a path that takes `methods`: the headers
+   * allowed are ours, and those asked for that are `X-Stainless-*`.
+   */
+  preflight(origin: string | undefined, methods: readonly string[], asked: string | undefined): string[] {
     const base = this.headers(origin);
     if (base === undefined) return ['vary', 'Origin'];
-    return [...base, 'access-control-allow-methods', methods.join(', '), 'access-control-allow-headers', ALLOW_HEADERS, 'access-control-max-age', '600'];
+    const stainless = (asked ?? '')
+      .split(',')
+      .map((h) => h.trim().toLowerCase())
+      .filter((h) => h.startsWith('x-stainless-') && /^[a-z0-9-]+$/.test(h) && !ALLOWED.has(h));
+    return [...base, 'access-control-allow-methods', methods.join(', '), 'access-control-allow-headers', [...ALLOW_HEADERS, ...new Set(stainless)].join(', '), 'access-control-max-age', '600'];
   }
 }

@@ -221,7 +221,8 @@ export class Pipeline {
     if (m.kind === 'method') {
       call.pattern = m.pattern;
       if (method === 'OPTIONS' && cors !== undefined) {
-        call.corsHeaders = cors.preflight(origin, m.allow);
+        const asked = call.req.headers['access-control-request-headers'];
+        call.corsHeaders = cors.preflight(origin, m.allow, Array.isArray(asked) ? asked.join(',') : asked);
         this.send(call, 204, '', undefined, ['allow', m.allow.join(', ')]);
         return undefined;
       }

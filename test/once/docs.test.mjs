@@ -158,7 +158,7 @@ describe('Documents', () => {
 
   test('"One document per job. The README is a front page" ... "the API, live events, replies, operating, engines, security and development each have a file under docs/, so a reader opens the one for the task at hand. Measurements live in bench/README.md, not beside the decisions."', () => {
     const readme = readFileSync(join(ROOT, 'README.md'), 'utf8');
-    const jobs = ['api.md', 'live-events.md', 'replies.md', 'operating.md', 'engines.md', 'security.md', 'development.md'];
+    const jobs = ['api.md', 'live-events.md', 'replies.md', 'openai.md', 'operating.md', 'engines.md', 'security.md', 'development.md'];
     const tasks = readdirSync(join(ROOT, 'docs')).filter((f) => f.endsWith('.md') && !['DECISIONS.md', 'TEAM-DECISIONS.md'].includes(f));
     assert.deepEqual(tasks.sort(), [...jobs].sort(), 'one file under docs/ per job, no more');
     const next = readme.slice(readme.indexOf('## Where to go next'));

@@ -271,7 +271,8 @@ export function openaiRoutes({ door }: OpenAIDeps): RouteDef[] {
     }
     queue.stop();
     const v = await end;
-    if (v.status !== 'complete') throw new HttpError(502, v.error?.message ?? 'The reply was interrupted');
+    // a provider's failure is the answer's (the SDKs try a 5xx again: a retry asks again under the same turn)
+    if (v.status !== 'complete') throw new HttpError(502, v.error?.message ?? 'The reply was interrupted', started.kind === 'recorded' ? [['x-session-id', started.session], ['x-turn-id', started.reply._id]] : []);
     return { status: 200, body: JSON.stringify(completionObject(id, created, b.model as string, v)), headers: recorded };
   }
 

@@ -1,0 +1,342 @@
+// The OpenAI door (docs/TEAM-DECISIONS.md, "The OpenAI door"; docs/DECISIONS.md, "The OpenAI
+// door"), driven by the real clients our users run: the `openai` SDK and Vercel's AI SDK
+// (@ai-sdk/openai-compatible), pointed at /v1 of the built server, with the local provider of
+// test/provider/ behind it on all three protocols; raw HTTP where a client hides what is checked
+// (the frames, the headers). Every conversation is a session of the native API. Run on every engine.
+import assert from 'node:assert/strict';
+import { request as httpRequest } from 'node:http';
+import { after, before, describe, test } from 'node:test';
+import { createOpenAICompatible } from '@ai-sdk/openai-compatible';
+import { generateText, jsonSchema, stepCountIs, streamText, tool } from 'ai';
+import OpenAI from 'openai';
+import { metric, waitFor } from './api-kit.mjs';
+import { startServer, tokenFor } from './helpers.mjs';
+import { startProvider } from './provider/server.mjs';
+
+const B = '/api/v1/chat-sessions';
+const ids = { openai: '6f0000000000000000000001', anthropic: '6f0000000000000000000002', ollama: '6f0000000000000000000003' };
+const PROTOCOLS = ['openai', 'anthropic', 'ollama'];
+/** The model id each protocol's provider answers for: `<slug>/<model>` (the slugs: the names made into one, and Ollama's own). */
+const slug = { openai: 'local-openai', anthropic: 'local-claude', ollama: 'ollama' };
+
+let provider;
+let server;
+let alice;
+/** An openai SDK client for `who`'s token (retries off unless asked: the tests count provider calls). */
+const client = (token = alice.token, opts = {}) => new OpenAI({ baseURL: `${server.url}/v1`, apiKey: token, maxRetries: 0, ...opts });
+
+before(async () => {
+  provider = await startProvider();
+  server = await startServer({
+    providers: [
+      { _id: ids.openai, name: 'Local OpenAI', type: 'openai', baseUrl: `${provider.url}/v1`, apiKey: 'sk-door-0123456789', models: ['echo', 'say:Hello%20there.'] },
+      { _id: ids.anthropic, name: 'Local Claude', type: 'anthropic', baseUrl: provider.url, apiKey: 'sk-door-0123456789', models: ['claude-x', 'shared-model'] },
+      { _id: ids.ollama, name: 'Local Ollama', slug: 'ollama', type: 'ollama', baseUrl: provider.url },
+      { _id: '6f0000000000000000000004', name: 'Twin', type: 'openai', baseUrl: `${provider.url}/v1`, models: ['shared-model'] },
+      { _id: '6f0000000000000000000005', name: 'twin!', type: 'openai', baseUrl: `${provider.url}/v1`, models: ['t'] },
+      { _id: '6f0000000000000000000006', name: 'Listing only', type: 'azure-something', baseUrl: provider.url, models: ['never'] },
+    ],
+    env: { QUOTA_SESSIONS: '1000' },
+  });
+  alice = server.as('alice');
+});
+after(async () => {
+  await server?.stop();
+  await provider?.close();
+});
+
+const sessionsOf = async (who = alice) => (await who.get(B)).body.data;
+const turnsOf = async (sid, who = alice) => (await who.get(`${B}/${sid}/turns`)).body.data;
+const lastRequest = (model) => provider.requests.filter((q) => q.model === model).at(-1);
+
+/** A raw POST to /v1/chat/completions: {status, headers, text}. */
+function rawCompletion(body, { token = alice.token, headers = {} } = {}) {
+  const payload = Buffer.from(JSON.stringify(body));
+  const url = new URL('/v1/chat/completions', server.url);
+  return new Promise((resolve, reject) => {
+    const req = httpRequest({ host: url.hostname, port: url.port, method: 'POST', path: url.pathname, headers: { 'content-type': 'application/json', 'content-length': payload.length, ...(token ? { authorization: `Bearer ${token}` } : {}), ...headers }, agent: false }, (res) => {
+      const parts = [];
+      res.on('data', (c) => parts.push(c));
+      res.on('end', () => resolve({ status: res.statusCode, headers: res.headers, text: Buffer.concat(parts).toString('utf8') }));
+      res.on('error', reject);
+    });
+    req.on('error', reject);
+    req.end(payload);
+  });
+}
+
+/** The data frames of an event stream's text, parsed (`[DONE]` as the string). */
+const framesOf = (text) => text.split('\n\n').filter((f) => f.startsWith('data: ')).map((f) => (f.slice(6) === '[DONE]' ? '[DONE]' : JSON.parse(f.slice(6))));
+
+describe('The OpenAI door', () => {
+  test('[D-door-1] "GET /v1/models lists the models of the providers that can reply", each as <slug>/<model>', async () => {
+    const list = await client().models.list();
+    const idsListed = list.data.map((m) => m.id);
+    assert.deepEqual(idsListed, ['local-claude/claude-x', 'local-claude/shared-model', 'local-openai/echo', 'local-openai/say:Hello%20there.', '6f0000000000000000000004/shared-model', '6f0000000000000000000005/t']);
+    assert.deepEqual(list.data[0], { id: 'local-claude/claude-x', object: 'model', created: list.data[0].created, owned_by: 'Local Claude' });
+    assert.ok(Number.isInteger(list.data[0].created));
+    // the SDK sends the id's / as %2F; a / answers too
+    assert.equal((await client().models.retrieve('local-openai/echo')).id, 'local-openai/echo');
+    const plain = await alice.get('/v1/models/local-openai/echo');
+    assert.deepEqual([plain.status, plain.body.id], [200, 'local-openai/echo']);
+    await assert.rejects(client().models.retrieve('local-openai/nope'), (e) => e instanceof OpenAI.NotFoundError);
+    const raw = await alice.get('/v1/models');
+    assert.ok(raw.headers['x-request-id'], 'x-request-id on every answer');
+  });
+
+  test('[D-door-2] "A model is a slug and a model, or a bare name exactly one provider lists": several 400, none 404', async () => {
+    const c = client();
+    const ask = (model) => c.chat.completions.create({ model, messages: [{ role: 'user', content: 'hi' }] });
+    assert.equal((await ask('echo')).model, 'echo', 'a bare name one provider lists');
+    assert.equal((await ask('ollama/any-model:7b')).choices[0].message.content, 'hi', 'a provider without models answers any');
+    await assert.rejects(ask('shared-model'), (e) => e instanceof OpenAI.BadRequestError && /local-claude\/shared-model/.test(e.message) && /6f0000000000000000000004\/shared-model/.test(e.message));
+    await assert.rejects(ask('nobody-lists-this'), (e) => e instanceof OpenAI.NotFoundError && e.code === 'model_not_found' && e.param === 'model');
+    await assert.rejects(ask('local-openai/not-in-models'), (e) => e instanceof OpenAI.NotFoundError && e.code === 'model_not_found');
+    await assert.rejects(ask('listing-only/never'), (e) => e instanceof OpenAI.NotFoundError, 'a provider that cannot reply has no models here');
+  });
+
+  for (const type of PROTOCOLS) {
+    test(`[D-door-3] "chat.completions.create" waits on ${type}: "A completion is recorded as a session"`, async () => {
+      const model = `${slug[type]}/${type === 'openai' ? 'echo' : type === 'anthropic' ? 'claude-x' : 'llama3'}`;
+      const { data, response } = await client()
+        .chat.completions.create({ model, messages: [{ role: 'system', content: 'Be brief.' }, { role: 'user', content: 'Hello door' }] })
+        .withResponse();
+      assert.match(data.id, /^chatcmpl-[0-9a-f]{24}$/);
+      assert.deepEqual([data.object, data.model, data.choices.length], ['chat.completion', model, 1]);
+      assert.deepEqual(data.choices[0].message, { role: 'assistant', content: 'Hello door', refusal: null });
+      assert.equal(data.choices[0].finish_reason, 'stop');
+      assert.ok(data.usage.prompt_tokens > 0 && data.usage.total_tokens === data.usage.prompt_tokens + data.usage.completion_tokens);
+      const sid = response.headers.get('x-session-id');
+      assert.equal(response.headers.get('x-turn-id'), data.id.slice('chatcmpl-'.length));
+      const session = (await alice.get(`${B}/${sid}`)).body.data;
+      assert.deepEqual([session.name, session.provider, session.project, session.headTurnId], ['Hello door', ids[type], 'default', data.id.slice(9)]);
+      const turns = await turnsOf(sid);
+      assert.deepEqual(turns.map((t) => [t.role, t.content]), [['system', 'Be brief.'], ['user', 'Hello door'], ['assistant', 'Hello door']]);
+      assert.equal(turns[2].stopReason, 'stop');
+    });
+  }
+
+  test('[D-door-4] "The stream is OpenAI\'s": role chunk, pieces, finish chunk, usage chunk with no choices, [DONE]', async () => {
+    const r = await rawCompletion({ model: 'ollama/reasoning:2+say:One%20two%20three.', messages: [{ role: 'user', content: 'count' }], stream: true, stream_options: { include_usage: true } });
+    assert.equal(r.status, 200);
+    assert.match(r.headers['content-type'], /^text\/event-stream/);
+    assert.ok(r.headers['x-session-id'] && r.headers['x-turn-id'] && r.headers['x-request-id']);
+    const frames = framesOf(r.text);
+    assert.equal(frames.at(-1), '[DONE]');
+    const chunks = frames.slice(0, -1);
+    assert.equal(new Set(chunks.map((c) => `${c.id} ${c.created} ${c.model}`)).size, 1, 'one id, created and model on every chunk');
+    assert.equal(chunks[0].id, `chatcmpl-${r.headers['x-turn-id']}`);
+    assert.deepEqual(chunks[0].choices[0].delta, { role: 'assistant', content: '', refusal: null });
+    const deltas = chunks.slice(1, -2).map((c) => c.choices[0].delta);
+    assert.equal(deltas.filter((d) => d.reasoning_content !== undefined).map((d) => d.reasoning_content).join(''), 'Let me');
+    assert.equal(deltas.filter((d) => d.content !== undefined).map((d) => d.content).join(''), 'One two three.');
+    assert.deepEqual(chunks.at(-2).choices, [{ index: 0, delta: {}, logprobs: null, finish_reason: 'stop' }]);
+    assert.deepEqual(chunks.at(-1).choices, []);
+    assert.ok(chunks.at(-1).usage.completion_tokens > 0);
+    assert.ok(chunks.slice(0, -1).every((c) => c.usage === null), 'the other chunks say usage: null');
+  });
+
+  test('[D-door-4] "The stream is OpenAI\'s": the SDK\'s strict .stream() helper accumulates it, usage included', async () => {
+    const s = client().chat.completions.stream({ model: 'local-openai/echo', messages: [{ role: 'user', content: 'stream helper words' }], stream_options: { include_usage: true } });
+    const pieces = [];
+    s.on('content', (d) => pieces.push(d));
+    const final = await s.finalChatCompletion();
+    assert.equal(final.choices[0].message.content, 'stream helper words');
+    assert.equal(pieces.join(''), 'stream helper words');
+    assert.ok(final.usage.total_tokens > 0);
+  });
+
+  for (const type of PROTOCOLS) {
+    test(`[D-door-5] "A tool loop through the door is one conversation": AI SDK generateText, streamText (${type})`, async () => {
+      const ai = createOpenAICompatible({ name: 'door', baseURL: `${server.url}/v1`, apiKey: alice.token, includeUsage: true });
+      const model = ai(`${slug[type]}/${type === 'anthropic' ? 'claude-x' : type === 'openai' ? 'echo' : 'llama3'}`);
+      const calls = [];
+      const tools = { get_weather: tool({ description: 'The weather in a city', inputSchema: jsonSchema({ type: 'object', properties: { city: { type: 'string' } }, required: ['city'] }), execute: async ({ city }) => (calls.push(city), { city, tempC: 21 }) }) };
+      const r = await generateText({ model, prompt: `Paris-${type}`, tools, stopWhen: stepCountIs(4) });
+      assert.equal(r.text, `tool said: {"city":"Paris-${type}","tempC":21}`);
+      assert.equal(r.steps.length, 2);
+      assert.equal(r.steps[0].finishReason, 'tool-calls');
+      const s = streamText({ model, prompt: `Lyon-${type}`, tools, stopWhen: stepCountIs(4) });
+      let text = '';
+      for await (const d of s.textStream) text += d;
+      assert.equal(text, `tool said: {"city":"Lyon-${type}","tempC":21}`);
+      assert.deepEqual(calls, [`Paris-${type}`, `Lyon-${type}`]);
+      // the loop's steps are one conversation of the session: user, the call, its result, the answer
+      for (const city of [`Paris-${type}`, `Lyon-${type}`]) {
+        const mine = (await sessionsOf()).filter((x) => x.name === city);
+        assert.ok(mine.length >= 1, city);
+        const paths = await Promise.all(mine.map(async (x) => (await alice.get(`${B}/${x._id}/turns?branch=head`)).body.data.map((t) => t.role).join(',')));
+        assert.ok(paths.includes('user,assistant,tool,assistant'), `${city}: ${paths}`);
+      }
+    });
+  }
+
+  test('[D-door-6] "The door\'s errors are OpenAI\'s objects" on every /v1 route; the SDK\'s error classes read them', async () => {
+    const none = await server.request('GET', '/v1/models');
+    assert.deepEqual([none.status, none.body.error.type, none.body.error.code], [401, 'authentication_error', 'invalid_api_key']);
+    await assert.rejects(client('not.a.token').chat.completions.create({ model: 'echo', messages: [{ role: 'user', content: 'x' }] }), (e) => e instanceof OpenAI.AuthenticationError && e.type === 'authentication_error');
+    await assert.rejects(client().chat.completions.create({ model: 'echo', messages: [] }), (e) => e instanceof OpenAI.BadRequestError && e.param === 'messages' && e.type === 'invalid_request_error');
+    await assert.rejects(client().chat.completions.create({ model: 'echo', messages: [{ role: 'user', content: 'x' }], n: 2 }), (e) => e instanceof OpenAI.BadRequestError && e.param === 'n');
+    await assert.rejects(client().chat.completions.create({ model: 'echo', messages: [{ role: 'user', content: 'x' }], n: 0 }), (e) => e instanceof OpenAI.BadRequestError && e.param === 'n');
+    await assert.rejects(client().chat.completions.create({ model: 'echo', messages: [{ role: 'wizard', content: 'x' }] }), (e) => e instanceof OpenAI.BadRequestError && e.param === 'messages[0].role');
+    const unknown = await alice.get('/v1/engines');
+    assert.equal(unknown.status, 404);
+    assert.deepEqual(unknown.body, { error: { message: 'Invalid URL (GET /v1/engines)', type: 'invalid_request_error', param: null, code: 'unknown_url' } });
+    assert.ok(unknown.headers['x-request-id']);
+    const wrong = await alice.del('/v1/models');
+    assert.deepEqual([wrong.status, wrong.body.error.type], [405, 'invalid_request_error']);
+    const big = await rawCompletion({ model: 'echo', messages: [{ role: 'user', content: 'x'.repeat(1_100_000) }] });
+    assert.deepEqual([big.status, JSON.parse(big.text).error.type], [413, 'invalid_request_error']);
+    const other = await client().chat.completions.create({ model: 'echo', messages: [{ role: 'user', content: 'fields OpenAI has that are ignored' }], logprobs: true, service_tier: 'auto', frequency_penalty: 0 });
+    assert.equal(other.choices[0].message.content, 'fields OpenAI has that are ignored');
+  });
+
+  test('[D-door-6] "an exceeded quota" is 429 insufficient_quota with x-should-retry: false; the SDK does not retry it', async () => {
+    const s = await startServer({ providers: [{ _id: ids.openai, name: 'Local OpenAI', type: 'openai', baseUrl: `${provider.url}/v1` }], env: { QUOTA_SESSIONS: '1' } });
+    try {
+      const c = new OpenAI({ baseURL: `${s.url}/v1`, apiKey: s.as('bob').token, maxRetries: 2 });
+      await c.chat.completions.create({ model: 'local-openai/echo', messages: [{ role: 'user', content: 'first' }] });
+      const before = provider.requests.length;
+      const raw = await s.as('bob').post('/v1/chat/completions', { model: 'local-openai/echo', messages: [{ role: 'user', content: 'second' }] });
+      assert.equal(raw.status, 429);
+      assert.equal(raw.headers['x-should-retry'], 'false');
+      assert.deepEqual([raw.body.error.type, raw.body.error.code], ['rate_limit_error', 'insufficient_quota']);
+      await assert.rejects(c.chat.completions.create({ model: 'local-openai/echo', messages: [{ role: 'user', content: 'third' }] }), (e) => e instanceof OpenAI.RateLimitError && e.code === 'insufficient_quota');
+      assert.equal(provider.requests.length, before, 'nothing asked of the provider');
+    } finally {
+      await s.stop();
+    }
+  });
+
+  test('[D-door-7] "A client that closes its connection cancels the reply": recorded interrupted', async () => {
+    const ac = new AbortController();
+    const stream = await client().chat.completions.create({ model: 'ollama/tokens:200@20+n:stop-button', messages: [{ role: 'user', content: 'a long answer' }], stream: true }, { signal: ac.signal });
+    let got = 0;
+    try {
+      for await (const c of stream) {
+        if ((c.choices[0]?.delta?.content ?? '') !== '' && ++got === 3) ac.abort();
+        if (got >= 3) break;
+      }
+    } catch (e) {
+      assert.ok(e instanceof OpenAI.APIUserAbortError || e.name === 'AbortError', String(e));
+    }
+    const session = (await sessionsOf()).find((x) => x.name === 'a long answer');
+    await waitFor(async () => (await turnsOf(session._id)).at(-1).status === 'interrupted', 'the reply to be recorded interrupted');
+    const reply = (await turnsOf(session._id)).at(-1);
+    assert.ok(reply.content.length > 0 && reply.content.length < 200 * 6, 'with the text so far');
+    const asked = lastRequest('tokens:200@20+n:stop-button');
+    await asked.closed;
+    assert.equal(asked.clientClosed, true, "the provider's request is closed");
+  });
+
+  test('[D-door-8] "Requests not recorded" (X-OpenWebUI-Task, X-Record: off) are answered and counted', async () => {
+    const before = (await sessionsOf()).length;
+    const counted = await metric(server, 'chat_session_api_replies_total\\{status="complete"\\}');
+    const a = await client().chat.completions.create({ model: 'echo', messages: [{ role: 'user', content: 'a title please' }] }, { headers: { 'X-OpenWebUI-Task': 'title_generation' } }).withResponse();
+    assert.equal(a.data.choices[0].message.content, 'a title please');
+    assert.equal(a.response.headers.get('x-session-id'), null, 'no session');
+    assert.equal(a.response.headers.get('x-turn-id'), null);
+    const b = await rawCompletion({ model: 'echo', messages: [{ role: 'user', content: 'not kept' }], stream: true }, { headers: { 'x-record': 'off' } });
+    assert.equal(framesOf(b.text).filter((f) => f !== '[DONE]').flatMap((f) => f.choices.map((c) => c.delta.content ?? '')).join(''), 'not kept');
+    assert.equal(b.headers['x-session-id'], undefined);
+    assert.equal((await sessionsOf()).length, before, 'nothing recorded');
+    assert.equal(await metric(server, 'chat_session_api_replies_total\\{status="complete"\\}'), counted + 2, 'counted');
+  });
+
+  test('[D-door-9] "A token acts for end users only with the scope" users:act: recorded as the user it names', async () => {
+    const gateway = tokenFor('open-webui', { scope: 'sessions:write providers:read users:act' });
+    const viaHeader = await client(gateway).chat.completions.create({ model: 'echo', messages: [{ role: 'user', content: 'I am carol' }] }, { headers: { 'X-OpenWebUI-User-Id': 'carol' } }).withResponse();
+    const sid = viaHeader.response.headers.get('x-session-id');
+    assert.equal((await server.as('carol').get(`${B}/${sid}`)).body.data.user, 'carol');
+    const viaUser = await client(gateway).chat.completions.create({ model: 'echo', messages: [{ role: 'user', content: 'I am dave' }], user: 'dave' }).withResponse();
+    assert.equal((await server.as('dave').get(`${B}/${viaUser.response.headers.get('x-session-id')}`)).body.data.user, 'dave');
+    // without the scope: a header naming someone is refused, a `user` string is OpenAI's tag and ignored
+    await assert.rejects(client().chat.completions.create({ model: 'echo', messages: [{ role: 'user', content: 'x' }] }, { headers: { 'X-User-Id': 'carol' } }), (e) => e instanceof OpenAI.PermissionDeniedError);
+    const tagged = await client().chat.completions.create({ model: 'echo', messages: [{ role: 'user', content: 'tagged' }], user: 'someone' }).withResponse();
+    assert.equal((await alice.get(`${B}/${tagged.response.headers.get('x-session-id')}`)).body.data.user, 'alice');
+    // a token with no scope claim may do everything but act for others
+    await assert.rejects(client().chat.completions.create({ model: 'echo', messages: [{ role: 'user', content: 'x' }] }, { headers: { 'X-User-Id': 'eve' } }), (e) => e.status === 403);
+  });
+
+  test('[D-door-10] "A retry is answered from the record": no second call, no second turns', async () => {
+    const body = { model: 'ollama/n:retry-same', messages: [{ role: 'user', content: 'asked once' }] };
+    const first = await rawCompletion(body, { headers: { 'idempotency-key': 'k-1' } });
+    const calls = provider.requests.filter((q) => q.model === 'n:retry-same').length;
+    const again = await rawCompletion(body, { headers: { 'idempotency-key': 'k-1', 'x-stainless-retry-count': '1' } });
+    assert.equal(again.status, 200);
+    assert.equal(JSON.parse(again.text).id, JSON.parse(first.text).id);
+    assert.equal(again.headers['x-turn-id'], first.headers['x-turn-id']);
+    assert.equal(provider.requests.filter((q) => q.model === 'n:retry-same').length, calls, 'no second call');
+    assert.equal((await turnsOf(first.headers['x-session-id'])).length, 2, 'no second turns');
+    // without a key, a body equal to one answered, said to be a retry
+    const noKey = await rawCompletion(body, { headers: { 'x-stainless-retry-count': '2' } });
+    assert.equal(JSON.parse(noKey.text).id, JSON.parse(first.text).id);
+    // the same body not said to be a retry is a new request (a regenerate)
+    const fresh = await rawCompletion(body);
+    assert.notEqual(JSON.parse(fresh.text).id, JSON.parse(first.text).id);
+    // streamed, a retry of a reply recorded whole comes whole
+    const streamed = await rawCompletion({ ...body, stream: true }, { headers: { 'idempotency-key': 'k-1' } });
+    assert.equal(framesOf(streamed.text).filter((f) => f !== '[DONE]').flatMap((f) => f.choices.map((c) => c.delta.content ?? '')).join(''), 'asked once');
+  });
+
+  test('[D-door-10] a retry of a reply that failed asks again: "a new reply under the same user turn"', async () => {
+    const body = { model: 'ollama/status:500+times:3+n:retry-failed', messages: [{ role: 'user', content: 'fails first' }] };
+    const first = await rawCompletion(body, { headers: { 'idempotency-key': 'k-failed' } });
+    assert.deepEqual([first.status, JSON.parse(first.text).error.type], [502, 'api_error']);
+    const again = await rawCompletion(body, { headers: { 'idempotency-key': 'k-failed', 'x-stainless-retry-count': '1' } });
+    assert.equal(again.status, 200, again.text);
+    const turns = await turnsOf(first.headers['x-session-id']);
+    assert.deepEqual(turns.map((t) => [t.role, t.status]), [['user', 'complete'], ['assistant', 'error'], ['assistant', 'complete']]);
+    assert.equal(turns[1].parentId, turns[0]._id);
+    assert.equal(turns[2].parentId, turns[0]._id, 'a new reply under the same user turn');
+  });
+
+  test('[D-door-11] X-Session-Id continues a session, an edited history "becomes a branch of the same session"; "A walk matches images as well as text"', async () => {
+    const c = client();
+    const one = await c.chat.completions.create({ model: 'echo', messages: [{ role: 'user', content: 'first question' }] }).withResponse();
+    const sid = one.response.headers.get('x-session-id');
+    const history = [{ role: 'user', content: 'first question' }, { role: 'assistant', content: one.data.choices[0].message.content }];
+    await c.chat.completions.create({ model: 'echo', messages: [...history, { role: 'user', content: 'second question' }] }, { headers: { 'X-Session-Id': sid } });
+    // the same path again with another last message: a sibling of the second question
+    await c.chat.completions.create({ model: 'echo', messages: [...history, { role: 'user', content: 'second, edited' }] }, { headers: { 'X-Session-Id': sid } });
+    const turns = await turnsOf(sid);
+    assert.deepEqual(turns.map((t) => t.content), ['first question', 'first question', 'second question', 'second question', 'second, edited', 'second, edited']);
+    assert.equal(turns[2].parentId, turns[1]._id);
+    assert.equal(turns[4].parentId, turns[1]._id, 'the edit is a branch, never a rewrite');
+    // the same words with another image: a branch too
+    const image = (url) => [{ role: 'user', content: [{ type: 'text', text: 'what is this?' }, { type: 'image_url', image_url: { url } }] }];
+    const pic = await c.chat.completions.create({ model: 'echo', messages: image('https://img.example/a.png') }).withResponse();
+    const picSid = pic.response.headers.get('x-session-id');
+    await c.chat.completions.create({ model: 'echo', messages: image('https://img.example/b.png') }, { headers: { 'X-Session-Id': picSid } });
+    const picTurns = await turnsOf(picSid);
+    assert.deepEqual(picTurns.map((t) => [t.role, t.parentId === null]), [['user', true], ['assistant', false], ['user', true], ['assistant', false]], 'two roots: the image made the difference');
+    assert.deepEqual(picTurns[2].content[1], { type: 'file', name: 'b.png', mediaType: 'image/png', url: 'https://img.example/b.png' });
+    await assert.rejects(c.chat.completions.create({ model: 'echo', messages: [{ role: 'user', content: 'x' }] }, { headers: { 'X-Session-Id': 'ffffffffffffffffffffffff' } }), (e) => e instanceof OpenAI.NotFoundError);
+    const bob = client(server.as('bob').token);
+    await assert.rejects(bob.chat.completions.create({ model: 'echo', messages: [{ role: 'user', content: 'x' }] }, { headers: { 'X-Session-Id': sid } }), (e) => e instanceof OpenAI.NotFoundError, "another user's session is not found");
+  });
+
+  test('[D-door-12] "A provider failure after the stream started is an error frame", and no [DONE]', async () => {
+    const r = await rawCompletion({ model: 'ollama/tokens:5+error-after:2', messages: [{ role: 'user', content: 'x' }], stream: true });
+    const frames = framesOf(r.text);
+    assert.notEqual(frames.at(-1), '[DONE]');
+    assert.equal(frames.at(-1).error.type, 'api_error');
+    assert.match(frames.at(-1).error.message, /Provider "Local Ollama"/);
+  });
+
+  test('[D-door-13] CORS_ORIGIN covers /v1: "The preflight of CORS_ORIGIN allows the door\'s headers"', async () => {
+    const origin = 'https://app.example';
+    const s = await startServer({ providers: [{ _id: ids.openai, name: 'Local OpenAI', type: 'openai', baseUrl: `${provider.url}/v1` }], env: { CORS_ORIGIN: origin } });
+    try {
+      const pre = await s.request('OPTIONS', '/v1/chat/completions', { headers: { origin, 'access-control-request-method': 'POST', 'access-control-request-headers': 'authorization, content-type, x-stainless-os, x-stainless-retry-count, idempotency-key, x-session-id' } });
+      assert.equal(pre.status, 204);
+      const allowed = pre.headers['access-control-allow-headers'].toLowerCase().split(/,\s*/);
+      for (const h of ['authorization', 'content-type', 'x-stainless-os', 'x-stainless-retry-count', 'idempotency-key', 'x-session-id', 'x-openwebui-chat-id']) assert.ok(allowed.includes(h), `${h} in ${allowed}`);
+      const r = await s.as('alice').post('/v1/chat/completions', { model: 'local-openai/echo', messages: [{ role: 'user', content: 'x' }] }, { headers: { origin } });
+      const exposed = r.headers['access-control-expose-headers'].toLowerCase();
+      for (const h of ['x-session-id', 'x-turn-id', 'x-request-id']) assert.ok(exposed.includes(h), `${h} exposed`);
+    } finally {
+      await s.stop();
+    }
+  });
+});
