@@ -161,12 +161,13 @@ describe('The OpenAI door', () => {
       for await (const d of s.textStream) text += d;
       assert.equal(text, `tool said: {"city":"Lyon-${type}","tempC":21}`);
       assert.deepEqual(calls, [`Paris-${type}`, `Lyon-${type}`]);
-      // the loop's steps are one conversation of the session: user, the call, its result, the answer
+      // the loop's steps are one conversation, one session: user, the call, its result, the answer
       for (const city of [`Paris-${type}`, `Lyon-${type}`]) {
         const mine = (await sessionsOf()).filter((x) => x.name === city);
-        assert.ok(mine.length >= 1, city);
-        const paths = await Promise.all(mine.map(async (x) => (await alice.get(`${B}/${x._id}/turns?branch=head`)).body.data.map((t) => t.role).join(',')));
-        assert.ok(paths.includes('user,assistant,tool,assistant'), `${city}: ${paths}`);
+        assert.equal(mine.length, 1, `${city}: one session`);
+        const turns = await turnsOf(mine[0]._id);
+        assert.deepEqual(turns.map((t) => t.role), ['user', 'assistant', 'tool', 'assistant'], city);
+        assert.deepEqual(turns.slice(1).map((t) => t.parentId), turns.slice(0, -1).map((t) => t._id), `${city}: one path`);
       }
     });
   }
@@ -314,6 +315,50 @@ describe('The OpenAI door', () => {
     await assert.rejects(c.chat.completions.create({ model: 'echo', messages: [{ role: 'user', content: 'x' }] }, { headers: { 'X-Session-Id': 'ffffffffffffffffffffffff' } }), (e) => e instanceof OpenAI.NotFoundError);
     const bob = client(server.as('bob').token);
     await assert.rejects(bob.chat.completions.create({ model: 'echo', messages: [{ role: 'user', content: 'x' }] }, { headers: { 'X-Session-Id': sid } }), (e) => e instanceof OpenAI.NotFoundError, "another user's session is not found");
+  });
+
+  test('[D-door-14] a client that sends back what it was given goes on in "the caller\'s session that holds a path equal to them"', async () => {
+    const c = client();
+    const system = { role: 'system', content: 'You are terse.' };
+    const first = await c.chat.completions.create({ model: 'echo', messages: [system, { role: 'user', content: 'rule three, first' }] }).withResponse();
+    const sid = first.response.headers.get('x-session-id');
+    const history = [system, { role: 'user', content: 'rule three, first' }, first.data.choices[0].message];
+    const second = await c.chat.completions.create({ model: 'echo', messages: [...history, { role: 'user', content: 'rule three, second' }] }).withResponse();
+    assert.equal(second.response.headers.get('x-session-id'), sid, 'no header: found by its path');
+    const third = await c.chat.completions.create({ model: 'echo', messages: [...history, { role: 'user', content: 'rule three, second' }, second.data.choices[0].message, { role: 'user', content: 'rule three, third' }] }).withResponse();
+    assert.equal(third.response.headers.get('x-session-id'), sid);
+    assert.deepEqual((await turnsOf(sid)).map((t) => t.role), ['system', 'user', 'assistant', 'user', 'assistant', 'user', 'assistant']);
+    // an earlier point of the path, with another last message: a branch of the same session
+    const edited = await c.chat.completions.create({ model: 'echo', messages: [...history, { role: 'user', content: 'rule three, edited' }] }).withResponse();
+    assert.equal(edited.response.headers.get('x-session-id'), sid);
+    assert.equal((await turnsOf(sid)).length, 9);
+    // a first message, even after the same system prompt, starts a new session
+    const fresh = await c.chat.completions.create({ model: 'echo', messages: [system, { role: 'user', content: 'rule three, first' }] }).withResponse();
+    assert.notEqual(fresh.response.headers.get('x-session-id'), sid);
+    // now two sessions hold the path (the echo answered the same): the most recently updated of them
+    const again = await c.chat.completions.create({ model: 'echo', messages: [...history, { role: 'user', content: 'rule three, once more' }] }).withResponse();
+    assert.equal(again.response.headers.get('x-session-id'), fresh.response.headers.get('x-session-id'));
+    // another user's session with the same path is not theirs to continue
+    const bob = await client(server.as('bob').token).chat.completions.create({ model: 'echo', messages: [...history, { role: 'user', content: 'rule three, bob' }] }).withResponse();
+    assert.notEqual(bob.response.headers.get('x-session-id'), sid);
+  });
+
+  test('[D-door-15] X-Conversation-Key (or X-OpenWebUI-Chat-Id, metadata.conversation_key) names "the caller\'s session whose metadata.conversationKey holds it"', async () => {
+    const c = client();
+    const a = await c.chat.completions.create({ model: 'echo', messages: [{ role: 'user', content: 'keyed one' }] }, { headers: { 'X-OpenWebUI-Chat-Id': 'chat-abc' } }).withResponse();
+    const sid = a.response.headers.get('x-session-id');
+    assert.deepEqual((await alice.get(`${B}/${sid}`)).body.data.metadata, { conversationKey: 'chat-abc' });
+    // Open WebUI sends the whole chat each time: the same key, the same session
+    const b = await c.chat.completions.create({ model: 'echo', messages: [{ role: 'user', content: 'keyed one' }, a.data.choices[0].message, { role: 'user', content: 'keyed two' }] }, { headers: { 'X-Conversation-Key': 'chat-abc' } }).withResponse();
+    assert.equal(b.response.headers.get('x-session-id'), sid);
+    const viaMeta = await c.chat.completions.create({ model: 'echo', messages: [{ role: 'user', content: 'keyed three' }], metadata: { conversation_key: 'chat-abc' } }).withResponse();
+    assert.equal(viaMeta.response.headers.get('x-session-id'), sid, 'a new first message under the same key: a new root of that session');
+    assert.deepEqual((await turnsOf(sid)).map((t) => t.content), ['keyed one', 'keyed one', 'keyed two', 'keyed two', 'keyed three', 'keyed three']);
+    // the key is the caller's: bob's same key is another session
+    const bob = await client(server.as('bob').token).chat.completions.create({ model: 'echo', messages: [{ role: 'user', content: 'keyed one' }] }, { headers: { 'X-Conversation-Key': 'chat-abc' } }).withResponse();
+    assert.notEqual(bob.response.headers.get('x-session-id'), sid);
+    // a key over 200 characters
+    await assert.rejects(c.chat.completions.create({ model: 'echo', messages: [{ role: 'user', content: 'x' }] }, { headers: { 'X-Conversation-Key': 'k'.repeat(201) } }), (e) => e instanceof OpenAI.BadRequestError);
   });
 
   test('[D-door-12] "A provider failure after the stream started is an error frame", and no [DONE]', async () => {

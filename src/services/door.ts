@@ -13,6 +13,7 @@ import type { ProviderConfig, ReplyOptions, ToolChoice, ToolSpec } from '../prov
 import { SessionNotFound, TurnNotFound, type Store, type TurnRecord } from '../store/store.js';
 import type { Piece } from '../domain/deltas.js';
 import { pathHashes, sameTurn, type DoorMessage } from './door-match.js';
+import type { Access } from './access.js';
 import type { ReplyService, UnrecordedReply } from './replies.js';
 import { turnOf } from './reply-recorder.js';
 
@@ -23,13 +24,8 @@ const RETRY_ENTRIES_MAX = 20_000;
 /** How often a retry looks at a reply another instance generates, until it ends. */
 const FOLLOW_EVERY_MS = 100;
 
-/** How the door finds a conversation without reading every session: the store's index. */
-export interface DoorIndex {
-  /** The newest of `user`'s sessions whose metadata.conversationKey is `key`. */
-  conversation(user: string, key: string): Promise<string | undefined>;
-  /** Turns of `user`'s sessions whose path from the root hashes to `hash`, the most recently updated sessions first. */
-  paths(user: string, hash: string): Promise<readonly { readonly session: string; readonly turn: string }[]>;
-}
+/** Candidates a path lookup reads at most (the sessions holding the same path, newest first: each is checked). */
+const PATH_CANDIDATES = 16;
 
 /** A Chat Completions request as the door's edge read it. */
 export interface CompletionRequest {
@@ -77,7 +73,7 @@ export class DoorService {
     private readonly store: Store,
     private readonly replies: ReplyService,
     private readonly catalog: () => ProviderCatalog,
-    private readonly index: DoorIndex | undefined,
+    private readonly access: Access,
   ) {}
 
   /** The model ids of the catalog as loaded now (made again after a reload). */
@@ -121,9 +117,13 @@ export class DoorService {
       fresh = true;
     }
     const { parentId, chain } = await this.placeIn(session, req.messages, fresh);
+    // the assistant turns recorded here are found by their path later (rule 3)
+    const hashes = pathHashes(req.messages);
+    const at = req.messages.length - chain.length;
+    const pathKeys = chain.map((m, i) => (m.role === 'assistant' ? hashes[at + i] : undefined));
     let started;
     try {
-      started = await this.replies.begin(caller, session, { parentId, chain, model: choice.model, providerId, options: req.options, tools: req.tools, toolChoice: req.toolChoice, onPiece: req.onPiece }, undefined);
+      started = await this.replies.begin(caller, session, { parentId, chain, pathKeys, model: choice.model, providerId, options: req.options, tools: req.tools, toolChoice: req.toolChoice, onPiece: req.onPiece }, undefined);
     } catch (e) {
       // a session made for this request holds nothing: it goes with the refusal
       if (fresh) await this.store.deleteSession(session, () => undefined).catch(() => undefined);
@@ -145,14 +145,14 @@ export class DoorService {
       if (r === undefined || r.session.user !== req.user) throw new SessionNotFound();
       return r.session._id;
     }
-    if (req.conversationKey !== undefined) return this.index?.conversation(req.user, req.conversationKey);
+    if (req.conversationKey !== undefined) return this.store.sessionByConversationKey(req.user, req.conversationKey, this.access.now());
     const before = req.messages.slice(0, -1);
-    if (this.index === undefined || !before.some((m) => m.role === 'assistant')) return undefined;
+    if (!before.some((m) => m.role === 'assistant')) return undefined;
     const hashes = pathHashes(before);
     // the longest prefix that ends with an assistant message and that some session holds
     for (let k = before.length - 1; k >= 0; k--) {
       if ((before[k] as DoorMessage).role !== 'assistant') continue;
-      for (const c of await this.index.paths(req.user, hashes[k] as string)) {
+      for (const c of await this.store.turnsByPathKey(req.user, hashes[k] as string, this.access.now(), PATH_CANDIDATES)) {
         if (await this.holds(c.session, c.turn, before.slice(0, k + 1))) return c.session;
       }
     }

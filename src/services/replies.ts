@@ -18,6 +18,7 @@ import { ProviderFailed } from '../providers/failure.js';
 import { answeredCalls, stopReasonOf, type ProviderConfig, type ReplyMessage, type ReplyOptions, type ToolChoice, type ToolSpec } from '../providers/wire.js';
 import { SessionNotFound, TurnNotFound, TurnNotStreaming, type SessionAtWrite, type Store, type TurnRecord } from '../store/store.js';
 import type { Access, Caller } from './access.js';
+import { pathHash } from './door-match.js';
 import { Recorder, turnOf, type Ending, type LiveSink } from './reply-recorder.js';
 import { newTurn, turnStamp } from './turns.js';
 
@@ -56,6 +57,8 @@ export interface ReplyRequest {
    * the reply answers the last (the OpenAI door's messages past what the session holds).
    */
   readonly chain?: readonly { readonly role: TurnRole; readonly content: TurnContent }[] | undefined;
+  /** The chain's turns' path keys, in its order (undefined: none), for the OpenAI door's index. */
+  readonly pathKeys?: readonly (string | undefined)[] | undefined;
   /** Told each piece of text and reasoning as it comes (the OpenAI door's stream). */
   readonly onPiece?: ((piece: Piece) => void) | undefined;
 }
@@ -188,7 +191,7 @@ export class ReplyService {
           if (cur.streamingTurn() !== undefined) throw new DomainError('reply_in_progress', 'A reply is already in progress');
           return this.turnsOf(cur, caller.user, req, call.model);
         },
-        { ...(req.parentId !== undefined ? { parentId: req.parentId } : {}), streaming: true },
+        { ...(req.parentId !== undefined ? { parentId: req.parentId } : {}), streaming: true, ...(req.pathKeys !== undefined ? { pathKeys: req.pathKeys } : {}) },
       );
     } finally {
       this.starting--;
@@ -287,7 +290,8 @@ export class ReplyService {
     const recorder = new Recorder(this.store, begun, { _id: begun.session, user: call.owner, project: call.project }, this.settings.maxTurnBytes, this.live, this.log, () => r.abort.abort(), () => this.stopping);
     let ending: Ending;
     try {
-      const messages = await this.conversation(r.session, begun.parentId);
+      const { messages, pathKey } = await this.conversation(r.session, begun.parentId);
+      recorder.pathBefore = pathKey;
       const stream = streamReply({ provider: call.provider, model: call.model, system: call.instructions, messages, options: req.options, tools: req.tools, toolChoice: req.toolChoice, signal: r.abort.signal, idleTimeoutMs: this.settings.idleTimeoutMs });
       let usage: TurnUsage | undefined;
       let called = false;
@@ -362,17 +366,20 @@ export class ReplyService {
    * What the model is sent: the path from the root to the turn it answers, oldest first,
    * without turns that ended in error or said nothing (reasoning parts the clients leave out).
    */
-  private async conversation(session: string, to: string | null): Promise<ReplyMessage[]> {
-    if (to === null) return [];
+  private async conversation(session: string, to: string | null): Promise<{ messages: ReplyMessage[]; pathKey: string }> {
+    let pathKey = '';
+    if (to === null) return { messages: [], pathKey };
     const out: ReplyMessage[] = [];
     for await (const chunk of this.store.scanTurns(session, { turnId: to })) {
       for (const t of chunk) {
         const turn = turnOf(t);
+        // the path's hash, every turn of it: what the reply's own is made from (the OpenAI door's index)
+        pathKey = pathHash(pathKey, turn);
         if (turn.status === 'error' || turn.content === '') continue;
         out.push({ role: turn.role, content: turn.content });
       }
     }
-    return answeredCalls(out);
+    return { messages: answeredCalls(out), pathKey };
   }
 
   /**

@@ -6,6 +6,7 @@ import { ERROR_MESSAGE_MAX } from '../domain/limits.js';
 import type { Part, StopReason, Turn, TurnContent, TurnStatus, TurnUsage } from '../domain/records.js';
 import { charsOfContent, ReplyLedger } from '../domain/reply-ledger.js';
 import type { ToolCall } from '../providers/wire.js';
+import { pathHash } from './door-match.js';
 import { deltaEvents } from '../live/changes.js';
 import type { Logger } from '../log.js';
 import { QuotaExceeded, SessionNotFound, StorageUnavailable, TurnNotFound, TurnNotStreaming, TurnTooLarge, type ChangeEvent, type Store, type TurnRecord } from '../store/store.js';
@@ -105,6 +106,8 @@ export class Recorder {
   stopped: Ending | undefined;
   /** The status the end recorded (finish's, or the refusal's that came after the provider was done). */
   endedAs: TurnStatus | undefined;
+  /** The hash of the path the reply answers (read with the conversation): its own, made at its end, is the OpenAI door's index. */
+  pathBefore: string | undefined;
 
   constructor(
     private readonly store: Store,
@@ -251,7 +254,10 @@ export class Recorder {
         } else end = { content, status: ending.status, ...usage, ...(error !== undefined ? { error } : {}), ...(ending.stopReason !== undefined ? { stopReason: ending.stopReason } : {}) };
         // what the end adds (usage, an error's words) fits in the room the deltas left, but for a
         // long error: then the text gives way, so the turn as recorded stays within BODY_LIMIT
-        return { ...end, content: tidy(fitted({ ...t, ...end }, this.maxBytes)) };
+        const recorded = tidy(fitted({ ...t, ...end }, this.maxBytes));
+        // a reply a client can send back (complete, or stopped with its text) is found by its path
+        const pathKey = this.pathBefore !== undefined && end.status !== 'error' ? pathHash(this.pathBefore, { role: 'assistant', content: recorded }) : undefined;
+        return { ...end, content: recorded, ...(pathKey !== undefined ? { pathKey } : {}) };
       },
       { uncharged: true },
     ));

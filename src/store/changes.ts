@@ -56,6 +56,8 @@ export type Change =
       /** What the session's turns hold with it. */
       readonly held: Held;
       readonly usage: UsageDelta;
+      /** The hash of its path from the root (the OpenAI door's index), for an assistant turn the door records. */
+      readonly pathKey?: string | undefined;
     }
   | {
       readonly kind: 'editTurn';
@@ -69,6 +71,8 @@ export type Change =
       readonly lastTurn: TurnKey | undefined;
       readonly held: Held;
       readonly usage: UsageDelta;
+      /** Its path key: a reply's as it ends; null, none any more (its content changed); undefined, as it was. */
+      readonly pathKey?: string | null | undefined;
     }
   | {
       readonly kind: 'deleteTurns';

@@ -25,6 +25,8 @@ export interface Dialect {
   bool(value: boolean): string;
   /** Whether `needle` occurs in `hay`. */
   contains(hay: string, needle: string): string;
+  /** A session's metadata.conversationKey from its unqualified `json` column, as the engine's index on it writes it. */
+  readonly conversationKey: string;
 }
 
 /**
@@ -94,4 +96,22 @@ export function pathSql(d: Dialect, start: string, session: string, after?: stri
   return `path(id, parent_id, created_at) AS (
       SELECT id, parent_id, created_at FROM ${turns} WHERE ${start} AND session = ${session}
       UNION ALL SELECT t.id, t.parent_id, t.created_at FROM ${turns} t JOIN path p ON t.id = p.parent_id ${after === undefined ? '' : `WHERE (t.created_at, t.id) > ${after}`})`;
+}
+
+/**
+ * The OpenAI door's index, a path: `session, id` of the turns whose path key is the parameter,
+ * in `user`'s live sessions, the most recently updated first (the key's index, then each turn's
+ * session by its primary key: the cost is the turns found, not the user's sessions).
+ */
+export function pathKeySql(d: Dialect, user: string, pathKey: string, live: Liveness, limit: number): string {
+  return `SELECT t.session, t.id FROM ${d.table('turns')} t JOIN ${d.table('sessions')} s ON s.id = t.session
+    WHERE t.path_key = ${d.param(pathKey)} AND s.${d.owner} = ${d.param(user)} AND ${liveSql(d, live)}
+    ORDER BY s.updated_at DESC, s.id DESC LIMIT ${d.param(limit)}`;
+}
+
+/** The OpenAI door's index, a conversation: the id of `user`'s most recently updated live session whose metadata.conversationKey is `key`. */
+export function conversationKeySql(d: Dialect, user: string, key: string, live: Liveness): string {
+  const sessions = d.table('sessions');
+  return `SELECT id FROM ${sessions} WHERE ${d.owner} = ${d.param(user)} AND ${d.conversationKey} = ${d.param(key)} AND ${liveSql(d, live, sessions)}
+    ORDER BY updated_at DESC, id DESC LIMIT 1`;
 }

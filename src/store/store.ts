@@ -82,6 +82,8 @@ export interface TurnEdit {
   readonly error?: TurnError;
   /** Why a reply ended, as its provider said. */
   readonly stopReason?: StopReason;
+  /** The hash of the turn's path from the root as it ends (a reply's, for the OpenAI door's index). */
+  readonly pathKey?: string;
 }
 
 /** A list of turns: all of a session's (none given), or one branch: the path from the root to the head or to a turn. */
@@ -277,6 +279,13 @@ export interface Store {
   /** One turn of a session, or undefined when the session has none by that id. */
   getTurn(sessionId: string, turnId: string): Promise<TurnRecord | undefined>;
   /**
+   * The OpenAI door's index: turns of `user`'s live sessions whose path key (the hash of their path
+   * from the root, kept for assistant turns) is `pathKey`, most recently updated sessions first.
+   */
+  turnsByPathKey(user: string, pathKey: string, live: Liveness, limit: number): Promise<readonly { readonly session: string; readonly turn: string }[]>;
+  /** The OpenAI door's index: the id of `user`'s most recently updated live session whose metadata.conversationKey is `key`. */
+  sessionByConversationKey(user: string, key: string, live: Liveness): Promise<string | undefined>;
+  /**
    * Every turn of a session (or of one branch) as of one moment, oldest first, in chunks. An
    * unknown branch turn rejects the first chunk with TurnNotFound.
    */
@@ -399,6 +408,8 @@ export interface WriteHint {
   readonly headTurnId?: string;
   /** The write asks which of the session's turns are streaming (SessionAtWrite.streamingTurn). */
   readonly streaming?: boolean;
+  /** The path keys of the turns appendTurns records, in their order (the OpenAI door's index; undefined: none). */
+  readonly pathKeys?: readonly (string | undefined)[];
 }
 
 export class TurnNotFound extends DomainError {

@@ -498,7 +498,8 @@ export class SerialWriter {
       view.stage(sessionId, { session: last.session, lastTurn: last.lastTurn, held: last.held, json: last.sessionJson });
       const tree = view.tree(sessionId);
       for (const m of made) tree.added.set(m.turn._id, treeTurnOf(m.turn, m.json));
-      return made.map((m): Change => ({ kind: 'turn', turn: m.turn, json: m.json, session: m.session, sessionJson: m.sessionJson, version: versionOfSession(m.sessionJson, m.lastTurn), raised: m.raised, held: m.held, usage: m.usage }));
+      const keys = hint?.pathKeys;
+      return made.map((m, i): Change => ({ kind: 'turn', turn: m.turn, json: m.json, session: m.session, sessionJson: m.sessionJson, version: versionOfSession(m.sessionJson, m.lastTurn), raised: m.raised, held: m.held, usage: m.usage, ...(keys?.[i] !== undefined ? { pathKey: keys[i] } : {}) }));
     }, (changes) => (Array.isArray(changes) ? changes : [changes]).map(turnResult));
   }
 
@@ -529,7 +530,9 @@ export class SerialWriter {
       const held = heldPlus(current.held, 0, json.length - found.bytes, tokens);
       view.stage(sessionId, { session, lastTurn: current.lastTurn, held, json: sessionJson });
       view.put(view.tree(sessionId), treeTurnOf(turn, json));
-      return { kind: 'editTurn', turn, json, session, sessionJson, version: versionOfSession(sessionJson, current.lastTurn), lastTurn: current.lastTurn, held, usage };
+      // a turn whose content changed no longer has the path it was indexed by; a reply's end gives its own
+      const pathKey = e.pathKey !== undefined ? e.pathKey : e.content !== undefined ? null : undefined;
+      return { kind: 'editTurn', turn, json, session, sessionJson, version: versionOfSession(sessionJson, current.lastTurn), lastTurn: current.lastTurn, held, usage, ...(pathKey !== undefined ? { pathKey } : {}) };
     }, (c) => {
       if (c.kind !== 'editTurn') throw new Error(`a ${c.kind} change has no turn update answer`);
       return { turn: { _id: c.turn._id, createdAt: c.turn.createdAt, json: c.json }, session: { session: c.session, json: c.sessionJson, version: c.version } };

@@ -7,9 +7,11 @@ import { treeContract } from './tree-cases.mjs';
 import { findingContract } from './finding-cases.mjs';
 import { searchContract } from './search-cases.mjs';
 import { deltaContract } from './delta-cases.mjs';
+import { doorIndexContract } from './door-index-cases.mjs';
 
 after(contract(STORE));
 after(treeContract(STORE));
 after(findingContract(STORE));
 after(searchContract(STORE));
 after(deltaContract(STORE));
+after(doorIndexContract(STORE));

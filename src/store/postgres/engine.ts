@@ -45,7 +45,7 @@ import { keysetFrom, walkBudget, walkSearch, type TurnsFrom, type WalkSource } f
 import { SerialWrites } from '../serial-writes.js';
 import { SerialWriter, type Group, type GroupSource, type TreeNeeds } from '../writer.js';
 import { INDEXING, keptColumns, NO_INDEXING, postgresDialect, sqlText, storeError, textArray, wordsSql, type Indexing } from './values.js';
-import { expiredSql, liveSql, pathSql } from '../sql.js';
+import { conversationKeySql, expiredSql, liveSql, pathKeySql, pathSql } from '../sql.js';
 import { channelOf, eventStatements, PgBroadcast, PgEventLog } from './events.js';
 import { deltasSql, finish, insertTurnSql, PgGroup, rowOf, SESSION_ROW, turnBytesSql, type GroupEvents } from './group.js';
 import { withDeltas } from '../pieces.js';
@@ -348,6 +348,18 @@ export class PostgresStore extends SerialWrites implements Store, GroupSource {
     return row === undefined ? undefined : turnOf(row);
   }
 
+  async turnsByPathKey(user: string, pathKey: string, live: Liveness, limit: number): Promise<readonly { readonly session: string; readonly turn: string }[]> {
+    const params: string[] = [];
+    const rows = (await this.pool.query(pathKeySql(postgresDialect(this.S, params), user, pathKey, live, limit), params).catch(rethrow)).rows;
+    return rows.map((r) => ({ session: r[0] as string, turn: r[1] as string }));
+  }
+
+  async sessionByConversationKey(user: string, key: string, live: Liveness): Promise<string | undefined> {
+    const params: string[] = [];
+    const row = (await this.pool.query(conversationKeySql(postgresDialect(this.S, params), user, key, live), params).catch(rethrow)).rows[0];
+    return row === undefined ? undefined : (row[0] as string);
+  }
+
   async *scanTurns(sessionId: string, branch?: Branch): AsyncIterable<readonly TurnRecord[]> {
     const hasTurn = (q: Queryable, id: string): Promise<boolean> => this.hasTurn(q, sessionId, id);
     yield* this.inSnapshot(async function* (q: Queryable, S: string) {
@@ -608,7 +620,7 @@ export class PostgresStore extends SerialWrites implements Store, GroupSource {
             sent.push(q.query(`DELETE FROM ${S}.turns WHERE id = $1`, [t.turn._id]));
           }
           const tokens = tokensOf(t.turn.usage);
-          sent.push(q.query(insertTurnSql(S), [t.turn._id, t.turn.session, t.turn.parentId, t.turn.createdAt, t.json.toString('utf8'), this.index.turn(t.json), String(tokens.inputTokens), String(tokens.outputTokens), String(tokens.cachedTokens)]));
+          sent.push(q.query(insertTurnSql(S), [t.turn._id, t.turn.session, t.turn.parentId, t.turn.createdAt, t.json.toString('utf8'), this.index.turn(t.json), String(tokens.inputTokens), String(tokens.outputTokens), String(tokens.cachedTokens), null]));
         }
         // the sessions whose turns changed (here or by a replaced turn elsewhere) get their newest turn and counts again
         const touched = new Set<string>([...plan.sessions.map((s) => s._id), ...plan.turns.flatMap((t) => [t.turn.session, ...(t.replaces !== undefined ? [t.replaces] : [])])]);

@@ -407,7 +407,7 @@ export class PgGroup implements Group {
             break;
           }
           case 'turn': {
-            sent.push(q.query(insertTurnSql(S), [c.turn._id, c.session._id, c.turn.parentId, c.turn.createdAt, c.json.toString('utf8'), this.index.turn(c.json), ...tokensParams(tokensOf(c.turn.usage))]));
+            sent.push(q.query(insertTurnSql(S), [c.turn._id, c.session._id, c.turn.parentId, c.turn.createdAt, c.json.toString('utf8'), this.index.turn(c.json), ...tokensParams(tokensOf(c.turn.usage)), c.pathKey ?? null]));
             // the writer made it the session's newest turn
             setSession(c.session, c.sessionJson, c.version, { createdAt: c.turn.createdAt, _id: c.turn._id }, c.held);
             break;
@@ -415,12 +415,11 @@ export class PgGroup implements Group {
           case 'editTurn': {
             // an edit's text is found at once; a delta's waits for the turn's next edit (docs/DECISIONS.md). The edit holds its deltas' text (the writer folded it in): their rows go
             sent.push(
-              q.query(`UPDATE ${S}.turns SET json = $1, streamed_at = ${streamedAtSql('$1::text')}, words = ${wordsSql('$3')}, input_tokens = $4, output_tokens = $5, cached_tokens = $6 WHERE id = $2`, [
-                c.json.toString('utf8'),
-                c.turn._id,
-                this.index.turn(c.json),
-                ...tokensParams(tokensOf(c.turn.usage)),
-              ]),
+              q.query(
+                `UPDATE ${S}.turns SET json = $1, streamed_at = ${streamedAtSql('$1::text')}, words = ${wordsSql('$3')}, input_tokens = $4, output_tokens = $5, cached_tokens = $6,
+                   path_key = CASE WHEN $7::boolean THEN $8::text ELSE path_key END WHERE id = $2`,
+                [c.json.toString('utf8'), c.turn._id, this.index.turn(c.json), ...tokensParams(tokensOf(c.turn.usage)), c.pathKey === undefined ? 'false' : 'true', c.pathKey ?? null],
+              ),
             );
             sent.push(q.query(`DELETE FROM ${S}.turn_pieces WHERE turn = $1`, [c.turn._id]));
             setSession(c.session, c.sessionJson, c.version, c.lastTurn, c.held);
@@ -562,10 +561,10 @@ export function isStreamingSql(json: string): string {
   return `substr(${json}, length(${json}) - ${STREAMING_MARK_FROM_END - 1}, ${STREAMING_MARK.length}) = '${STREAMING_MARK}'`;
 }
 
-/** A turn's row ($1-$6: id, session, parent, createdAt, JSON, words; $7-$9: its usage's tokens), its depth and jump pointer made from its parent's. */
+/** A turn's row ($1-$6: id, session, parent, createdAt, JSON, words; $7-$9: its usage's tokens; $10: its path key or null), its depth and jump pointer made from its parent's. */
 export function insertTurnSql(S: string): string {
-  return `INSERT INTO ${S}.turns (id, session, parent_id, created_at, json, depth, skip_id, streamed_at, words, input_tokens, output_tokens, cached_tokens)
-    SELECT $1, $2, $3, $4, $5, coalesce(p.depth + 1, 0), CASE WHEN p.id IS NULL THEN NULL WHEN p.depth % ${JUMP} = 0 THEN p.id ELSE p.skip_id END, ${streamedAtSql('$5::text')}, ${wordsSql('$6::text')}, $7, $8, $9
+  return `INSERT INTO ${S}.turns (id, session, parent_id, created_at, json, depth, skip_id, streamed_at, words, input_tokens, output_tokens, cached_tokens, path_key)
+    SELECT $1, $2, $3, $4, $5, coalesce(p.depth + 1, 0), CASE WHEN p.id IS NULL THEN NULL WHEN p.depth % ${JUMP} = 0 THEN p.id ELSE p.skip_id END, ${streamedAtSql('$5::text')}, ${wordsSql('$6::text')}, $7, $8, $9, $10
     FROM (SELECT 1) one LEFT JOIN ${S}.turns p ON p.id = $3`;
 }
 

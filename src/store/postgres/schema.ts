@@ -7,9 +7,9 @@ import { StoreOpenFailed } from '../store.js';
 import { placesSql } from '../tree-index.js';
 import { isStreamingSql } from './group.js';
 import { indexedTurnWords, indexedWords } from '../../domain/search.js';
-import { textArray, wordsSql } from './values.js';
+import { CONVERSATION_KEY_PG, textArray, wordsSql } from './values.js';
 
-export const SCHEMA_VERSION = 7;
+export const SCHEMA_VERSION = 8;
 
 /** Each step takes the schema from version i to i + 1; `S` stands for the quoted schema name. */
 const MIGRATIONS: readonly ((S: string) => string)[] = [
@@ -175,6 +175,14 @@ const MIGRATIONS: readonly ((S: string) => string)[] = [
   UPDATE ${S}.usage u SET input_tokens = x.i, output_tokens = x.o, cached_tokens = x.c
     FROM (SELECT owner, sum(input_tokens) AS i, sum(output_tokens) AS o, sum(cached_tokens) AS c FROM ${S}.sessions GROUP BY owner) x
     WHERE u.owner = x.owner;
+  `,
+  // 8: the OpenAI door's index: a turn's path key (the hash of its path from the root, kept for
+  // the assistant turns recorded from this release on), and the sessions by their
+  // metadata.conversationKey, each read by one index however many sessions a user has
+  (S) => `
+  ALTER TABLE ${S}.turns ADD COLUMN path_key text COLLATE "C";
+  CREATE INDEX turns_by_path_key ON ${S}.turns (path_key) WHERE path_key IS NOT NULL;
+  CREATE INDEX sessions_by_conversation ON ${S}.sessions (owner, ${CONVERSATION_KEY_PG}) WHERE ${CONVERSATION_KEY_PG} IS NOT NULL;
   `,
 ];
 

@@ -38,9 +38,12 @@ export function sqlText(s: string): string {
   return s.includes('\0') || s.includes('\\') ? s.replace(/[\\\0]/g, (c) => (c === '\\' ? '\\\\' : '\\0')) : s;
 }
 
+/** A session's metadata.conversationKey, as its index (schema.ts, step 8) and the door's lookup write it: the same expression, or the index is not used. */
+export const CONVERSATION_KEY_PG = "(json::json -> 'metadata' ->> 'conversationKey')";
+
 /** A statement's dialect for PostgreSQL: its values (as text the database holds, see sqlText) pushed to `params`, its tables in schema `S`. */
 export function postgresDialect(S: string, params: string[]): Dialect {
-  return { param: (v) => `$${params.push(sqlText(String(v)))}`, isSet: (c) => c, yes: 'true', table: (n) => `${S}.${n}`, owner: 'owner', bool: (b) => String(b), contains: (hay, needle) => `strpos(${hay}, ${needle}) > 0` };
+  return { param: (v) => `$${params.push(sqlText(String(v)))}`, isSet: (c) => c, yes: 'true', table: (n) => `${S}.${n}`, owner: 'owner', bool: (b) => String(b), contains: (hay, needle) => `strpos(${hay}, ${needle}) > 0`, conversationKey: CONVERSATION_KEY_PG };
 }
 
 /** The columns of a session that lists by tag and the purge read: its folded tags, its own expiry and whether it is kept for good. */

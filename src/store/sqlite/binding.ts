@@ -71,7 +71,10 @@ export function int(v: SqlValue | undefined): number {
   throw new Error('expected an INTEGER column');
 }
 
+/** A session's metadata.conversationKey, as its index (schema.ts, step 10) and the door's lookup write it: the same expression, or the index is not used. */
+export const CONVERSATION_KEY_SQLITE = "json_extract(CAST(json AS TEXT), '$.metadata.conversationKey')";
+
 /** A statement's dialect (../sql.ts) for sqlite, its values pushed to `params` in text order (`?` is positional). */
 export function sqliteDialect(params: SqlValue[]): Dialect {
-  return { param: (v) => (params.push(v), '?'), isSet: (c) => `${c} = 1`, yes: '1', table: (n) => n, owner: 'user', bool: (b) => (b ? '1' : '0'), contains: (hay, needle) => `instr(${hay}, ${needle}) > 0` };
+  return { param: (v) => (params.push(v), '?'), isSet: (c) => `${c} = 1`, yes: '1', table: (n) => n, owner: 'user', bool: (b) => (b ? '1' : '0'), contains: (hay, needle) => `instr(${hay}, ${needle}) > 0`, conversationKey: CONVERSATION_KEY_SQLITE };
 }

@@ -79,7 +79,7 @@ import {
   unreadable,
 } from './schema.js';
 import { endText, piecesText, tailOfJson, tailOfRow, withDeltas, type Tail } from '../pieces.js';
-import { expiredSql } from '../sql.js';
+import { conversationKeySql, expiredSql, pathKeySql } from '../sql.js';
 import { holdName } from '../../data-dir-lock.js';
 import { reserveFileOf } from './reserve.js';
 import {
@@ -491,6 +491,18 @@ export class SqliteStore extends SerialWrites implements Store, GroupSource, Gro
   getTurn(sessionId: string, turnId: string): Promise<TurnRecord | undefined> {
     const row = this.reader.prepare(`SELECT ${TURN_COLUMNS} FROM turns WHERE id = ? AND session = ?`).get(turnId, sessionId);
     return Promise.resolve(row === undefined ? undefined : turnOf(row));
+  }
+
+  turnsByPathKey(user: string, pathKey: string, live: Liveness, limit: number): Promise<readonly { readonly session: string; readonly turn: string }[]> {
+    const params: SqlValue[] = [];
+    const sql = pathKeySql(sqliteDialect(params), user, pathKey, live, limit);
+    return Promise.resolve(this.reader.prepare(sql).all(...params).map((r) => ({ session: text(r['session']), turn: text(r['id']) })));
+  }
+
+  sessionByConversationKey(user: string, key: string, live: Liveness): Promise<string | undefined> {
+    const params: SqlValue[] = [];
+    const row = this.reader.prepare(conversationKeySql(sqliteDialect(params), user, key, live)).get(...params);
+    return Promise.resolve(row === undefined ? undefined : text(row['id']));
   }
 
   async *scanTurns(sessionId: string, branch?: Branch): AsyncIterable<readonly TurnRecord[]> {
@@ -969,8 +981,8 @@ function noWords(): null {
   return null;
 }
 
-function turnRowOf(turn: Turn, json: Buffer, words: (t: Turn) => string | true | null): TurnRow {
-  return { id: turn._id, parentId: turn.parentId, createdAt: turn.createdAt, json, words: words(turn), tokens: tokensOf(turn.usage) };
+function turnRowOf(turn: Turn, json: Buffer, words: (t: Turn) => string | true | null, pathKey: string | null = null): TurnRow {
+  return { id: turn._id, parentId: turn.parentId, createdAt: turn.createdAt, json, words: words(turn), tokens: tokensOf(turn.usage), pathKey };
 }
 
 function opOf(c: Change, words: (t: Turn) => string | true | null): Op {
@@ -979,9 +991,9 @@ function opOf(c: Change, words: (t: Turn) => string | true | null): Op {
     case 'update':
       return { op: 'put', s: putOf(c.session, c.json, c.version), usage: c.usage };
     case 'turn':
-      return { op: 'turn', session: c.session._id, t: turnRowOf(c.turn, c.json, words), after: afterOf(c, { createdAt: c.turn.createdAt, _id: c.turn._id }) };
+      return { op: 'turn', session: c.session._id, t: turnRowOf(c.turn, c.json, words, c.pathKey ?? null), after: afterOf(c, { createdAt: c.turn.createdAt, _id: c.turn._id }) };
     case 'editTurn':
-      return { op: 'editTurn', session: c.session._id, id: c.turn._id, json: c.json, words: words(c.turn), tokens: tokensOf(c.turn.usage), after: afterOf(c, c.lastTurn) };
+      return { op: 'editTurn', session: c.session._id, id: c.turn._id, json: c.json, words: words(c.turn), tokens: tokensOf(c.turn.usage), after: afterOf(c, c.lastTurn), pathKey: c.pathKey };
     case 'delta':
       return { op: 'delta', session: c.session._id, turn: c.turnId, seq: c.seq, pieces: piecesText(c.pieces), bytes: c.bytes, end: endText(c.end), held: c.held, usage: c.usage };
     case 'deleteTurns':

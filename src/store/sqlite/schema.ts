@@ -8,7 +8,7 @@ import { STREAMING_MARK, STREAMING_MARK_FROM_END } from '../../domain/deltas.js'
 import { placesSql } from '../tree-index.js';
 import { indexedWords, plainAscii, textHolds, turnText, turnTextOfJson } from '../../domain/search.js';
 import type { JsonValue } from '../../domain/records.js';
-import { sqliteCode, type Database } from './binding.js';
+import { CONVERSATION_KEY_SQLITE, sqliteCode, type Database } from './binding.js';
 
 /** Whether the turn JSON in column `json` says `status: "streaming"`. */
 export function streamingSql(json: string): string {
@@ -20,7 +20,7 @@ export const STREAMING_WHERE = streamingSql('json');
 
 /** 'csap' in ASCII: marks the file as this service's (PRAGMA application_id). */
 const APPLICATION_ID = 0x63736170;
-export const SCHEMA_VERSION = 9;
+export const SCHEMA_VERSION = 10;
 
 /** The SQL functions the search index's triggers call: the words of a session's JSON's name, of a turn's JSON. */
 export function registerSearchFunctions(db: Database): void {
@@ -326,6 +326,14 @@ const MIGRATIONS: readonly string[] = [
   INSERT INTO counters (name, value) SELECT 'input_tokens', coalesce(sum(input_tokens), 0) FROM sessions;
   INSERT INTO counters (name, value) SELECT 'output_tokens', coalesce(sum(output_tokens), 0) FROM sessions;
   INSERT INTO counters (name, value) SELECT 'cached_tokens', coalesce(sum(cached_tokens), 0) FROM sessions;
+  `,
+  // 10: the OpenAI door's index: a turn's path key (the hash of its path from the root, kept for
+  // the assistant turns recorded from this release on), and the sessions by their
+  // metadata.conversationKey, each read by one index however many sessions a user has
+  `
+  ALTER TABLE turns ADD COLUMN path_key TEXT;
+  CREATE INDEX turns_by_path_key ON turns (path_key) WHERE path_key IS NOT NULL;
+  CREATE INDEX sessions_by_conversation ON sessions (user, ${CONVERSATION_KEY_SQLITE}) WHERE ${CONVERSATION_KEY_SQLITE} IS NOT NULL;
   `,
 ];
 

@@ -66,6 +66,8 @@ export interface TurnRow {
   readonly words: string | true | null;
   /** Its usage's tokens (kept so that deleting it gives them back without reading its JSON). */
   readonly tokens: Tokens;
+  /** The hash of its path from the root (the OpenAI door's index), or null. */
+  readonly pathKey: string | null;
 }
 
 /**
@@ -83,7 +85,17 @@ export type Op =
       /** The session as the turn leaves it, what it holds and adds; undefined for an import, which leaves the session as it put it. */
       readonly after: SessionAfter | undefined;
     }
-  | { readonly op: 'editTurn'; readonly session: string; readonly id: string; readonly json: Uint8Array; readonly words: string | true | null; readonly tokens: Tokens; readonly after: SessionAfter }
+  | {
+      readonly op: 'editTurn';
+      readonly session: string;
+      readonly id: string;
+      readonly json: Uint8Array;
+      readonly words: string | true | null;
+      readonly tokens: Tokens;
+      readonly after: SessionAfter;
+      /** Its path key: set, cleared (null), or kept (undefined). */
+      readonly pathKey: string | null | undefined;
+    }
   /** A streaming turn's delta, a row of its own (../pieces.ts): its session changes only in what its turns hold. */
   | { readonly op: 'delta'; readonly session: string; readonly turn: string; readonly seq: number; readonly pieces: string; readonly bytes: number; readonly end: string; readonly held: Held; readonly usage: UsageDelta }
   | { readonly op: 'dropTurns'; readonly session: string; readonly ids: readonly string[]; readonly after: SessionAfter }
@@ -556,10 +568,10 @@ class Writes {
     );
     this.dropTags = db.prepare('DELETE FROM session_tags WHERE session = ?');
     this.addTag = db.prepare('INSERT INTO session_tags (session, tag, user, project, archived, updated_at) VALUES (?, ?, ?, ?, ?, ?)');
-    this.insertTurn = db.prepare('INSERT INTO turns (id, session, parent_id, created_at, json, depth, skip_id, input_tokens, output_tokens, cached_tokens) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)');
+    this.insertTurn = db.prepare('INSERT INTO turns (id, session, parent_id, created_at, json, depth, skip_id, input_tokens, output_tokens, cached_tokens, path_key) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)');
     this.placeOf = db.prepare('SELECT id, depth, skip_id FROM turns WHERE id = ?');
     this.replace = db.prepare(placesSql('turns', 'session = ?'));
-    this.setTurnJson = db.prepare('UPDATE turns SET json = ?, input_tokens = ?, output_tokens = ?, cached_tokens = ? WHERE id = ?');
+    this.setTurnJson = db.prepare('UPDATE turns SET json = ?, input_tokens = ?, output_tokens = ?, cached_tokens = ?, path_key = CASE WHEN ? THEN ? ELSE path_key END WHERE id = ?');
     this.insertDelta = db.prepare('INSERT INTO turn_pieces (turn, seq, pieces, bytes, tail) VALUES (?, ?, ?, ?, ?)');
     this.foldDeltas = db.prepare('DELETE FROM turn_pieces WHERE turn = ?');
     this.unindexTurn = db.prepare('DELETE FROM turn_words WHERE rowid = (SELECT rowid FROM turns WHERE id = ?)');
@@ -657,7 +669,7 @@ class Writes {
   }
 
   private insert(session: string, t: TurnRow, place: TreePlace): void {
-    const rowid = this.insertTurn.run(t.id, session, t.parentId, t.createdAt, t.json, place.depth, place.skipId, t.tokens.inputTokens, t.tokens.outputTokens, t.tokens.cachedTokens).lastInsertRowid;
+    const rowid = this.insertTurn.run(t.id, session, t.parentId, t.createdAt, t.json, place.depth, place.skipId, t.tokens.inputTokens, t.tokens.outputTokens, t.tokens.cachedTokens, t.pathKey).lastInsertRowid;
     this.queueNewTurn.run(rowid, ...queuedColumns(t.words));
   }
 
@@ -684,7 +696,7 @@ class Writes {
         const t = this.turnSession.get(op.id);
         if (t === undefined || text(t['session']) !== op.session) throw new Error(`turn ${op.id} of session ${op.session} is not stored`);
         // the edit holds the text of its deltas (the writer folded them in): their rows go
-        this.setTurnJson.run(op.json, op.tokens.inputTokens, op.tokens.outputTokens, op.tokens.cachedTokens, op.id);
+        this.setTurnJson.run(op.json, op.tokens.inputTokens, op.tokens.outputTokens, op.tokens.cachedTokens, op.pathKey === undefined ? 0 : 1, op.pathKey ?? null, op.id);
         this.foldDeltas.run(op.id);
         // an edit's text is found at once (search reads a queued turn by its text); a delta's waits for the turn's next edit (docs/DECISIONS.md)
         this.unindexTurn.run(op.id);
