@@ -94,7 +94,7 @@ export function createApp(p: AppParts): App {
     ...(live === undefined || feed === undefined ? [] : eventRoutes({ feed, tickets: live.tickets })),
     ...providerRoutes(p.catalog),
     ...replyRoutes({ replies, feed }),
-    ...openaiRoutes({ door: new DoorService(p.store, replies, p.catalog, access) }),
+    ...openaiRoutes({ door: new DoorService(p.store, replies, p.catalog, access), pingMs: config.events?.heartbeatMs ?? 15_000 }),
   ];
   openApiBody = JSON.stringify(openApiDocument(routes, p.version));
   if (config.docs) docs = docsPage(openApiBody, 'chat-session-api');

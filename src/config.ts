@@ -169,7 +169,7 @@ export const SETTINGS: readonly Setting[] = [
   { env: 'EVENTS', flag: '--events', def: 'on', help: 'on or off: the live feed (GET /api/v1/events, the event streams, their tickets)' },
   { env: 'EVENTS_WINDOW', flag: '--events-window', def: '10000', help: 'events kept for clients that come back with Last-Event-ID; older ones get reset' },
   { env: 'EVENTS_WINDOW_MEMORY', flag: '--events-window-memory', def: '64mb', help: 'sqlite: memory those kept events may take at most' },
-  { env: 'EVENTS_HEARTBEAT', flag: '--events-heartbeat', def: '15s', help: 'a heartbeat comment on every event stream this often, so proxies keep it open (ms, s, m)' },
+  { env: 'EVENTS_HEARTBEAT', flag: '--events-heartbeat', def: '15s', help: 'a heartbeat comment on every event stream this often, so proxies keep it open (ms, s, m); the OpenAI door\'s streams send `: ping` after as long a silence' },
   { env: 'EVENTS_BUFFER', flag: '--events-buffer', def: '1mb', help: 'unsent bytes an event stream may hold; past it the stream ends with a final event saying so' },
   { env: 'MAX_STREAMS', flag: '--max-streams', def: 'MAX_CONNECTIONS / 2', help: 'event streams open at once; past it 503 (below MAX_CONNECTIONS: streams are never idle)' },
   { env: 'MAX_STREAMS_PER_USER', flag: '--max-streams-per-user', def: '16 (below MAX_REQUESTS_PER_USER)', help: 'event streams one user may have open at once; past it 429 (below MAX_REQUESTS_PER_USER: a stream is a request in flight)' },

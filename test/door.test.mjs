@@ -146,6 +146,32 @@ describe('The OpenAI door', () => {
     assert.ok(final.usage.total_tokens > 0);
   });
 
+  test('[D-door-4] "a `: ping` comment every 15 s of silence" (EVENTS_HEARTBEAT): a provider that pauses keeps its stream', async () => {
+    const s = await startServer({ providers: [{ _id: ids.ollama, name: 'Local Ollama', slug: 'ollama', type: 'ollama', baseUrl: provider.url }], env: { EVENTS_HEARTBEAT: '1s' } });
+    try {
+      const payload = Buffer.from(JSON.stringify({ model: 'ollama/tokens:3+stall-after:1:3500', messages: [{ role: 'user', content: 'x' }], stream: true }));
+      const url = new URL('/v1/chat/completions', s.url);
+      const text = await new Promise((resolve, reject) => {
+        const req = httpRequest({ host: url.hostname, port: url.port, method: 'POST', path: url.pathname, headers: { 'content-type': 'application/json', 'content-length': payload.length, authorization: `Bearer ${s.as('alice').token}` } }, (res) => {
+          let t = '';
+          res.setEncoding('utf8');
+          res.on('data', (c) => (t += c));
+          res.on('end', () => resolve(t));
+        });
+        req.on('error', reject);
+        req.end(payload);
+      });
+      const frames = text.split('\n\n').filter((f) => f !== '');
+      const pings = frames.filter((f) => f === ': ping');
+      assert.ok(pings.length >= 2, `pings during the pause: ${JSON.stringify(frames.map((f) => f.slice(0, 30)))}`);
+      const firstPing = frames.indexOf(': ping');
+      assert.ok(frames.slice(0, firstPing).some((f) => f.includes('"content":"the"')), 'after the first piece');
+      assert.equal(frames.at(-1), 'data: [DONE]', 'and the stream ends as any other');
+    } finally {
+      await s.stop();
+    }
+  });
+
   for (const type of PROTOCOLS) {
     test(`[D-door-5] "A tool loop through the door is one conversation": AI SDK generateText, streamText (${type})`, async () => {
       const ai = createOpenAICompatible({ name: 'door', baseURL: `${server.url}/v1`, apiKey: alice.token, includeUsage: true });

@@ -15,11 +15,11 @@ import { HttpError } from '../errors.js';
 import { EVENT_STREAM_TYPE, route, type Answer, type Context, type RouteDef } from '../route.js';
 import { ChunkWriter, completionObject, messagesOf, sessionIdOf, toolChoiceOf, toolsOf, type ReplyView } from './wire.js';
 
-/** A `: ping` comment after this long without a frame, so proxies keep the stream. */
-const PING_MS = 15_000;
 
 export interface OpenAIDeps {
   readonly door: DoorService;
+  /** A `: ping` comment after this long without a frame, so proxies keep the stream (EVENTS_HEARTBEAT, 15 s by default). */
+  readonly pingMs: number;
 }
 
 const messageShape = {
@@ -101,7 +101,7 @@ function viewOf(t: ReturnType<typeof turnOf>): ReplyView {
 
 /**
  * The pieces of one reply as they come, for its stream: waits for the next, for the reply's end,
- * or for PING_MS of silence.
+ * or for a ping's time of silence.
  */
 class PieceQueue {
   private pieces: Piece[] = [];
@@ -109,11 +109,11 @@ class PieceQueue {
   private readonly timer: NodeJS.Timeout;
   pinged = false;
 
-  constructor() {
+  constructor(pingMs: number) {
     this.timer = setTimeout(() => {
       this.pinged = true;
       this.notify();
-    }, PING_MS);
+    }, pingMs);
   }
 
   readonly push = (p: Piece): void => {
@@ -195,7 +195,7 @@ async function* chunks(w: ChunkWriter, queue: PieceQueue, end: Promise<ReplyView
   }
 }
 
-export function openaiRoutes({ door }: OpenAIDeps): RouteDef[] {
+export function openaiRoutes({ door, pingMs }: OpenAIDeps): RouteDef[] {
   const modelObject = (e: { id: string; ownedBy: string }, created: number) => ({ id: e.id, object: 'model', created, owned_by: e.ownedBy });
 
   async function complete(ctx: Context<Record<string, never>, typeof chatCompletionBody.fields>): Promise<Answer> {
@@ -234,7 +234,7 @@ export function openaiRoutes({ door }: OpenAIDeps): RouteDef[] {
     const stream = b.stream === true;
     const includeUsage = stream && (b.stream_options as { include_usage?: boolean } | undefined)?.include_usage === true;
     const created = Math.floor(Date.now() / 1000);
-    const queue = new PieceQueue();
+    const queue = new PieceQueue(pingMs);
     const abort = new AbortController();
     const socket = ctx.req.socket;
     const onClose = (): void => abort.abort();
