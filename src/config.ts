@@ -154,14 +154,14 @@ export const SETTINGS: readonly Setting[] = [
   { env: 'SEARCH', flag: '--search', def: 'on', help: 'on or off: GET /api/v1/search and the word index it reads (off: writes index nothing; on again, what was written meanwhile is indexed at start)' },
   { env: 'SEARCH_WALK_FROM', flag: '--search-walk-from', def: '5000', help: "search reads a word's matches from its index when fewer, and walks the caller's sessions newest first when it starts at least this many documents" },
   { env: 'RETENTION_DAYS', flag: '--retention-days', def: '(off)', help: 'sessions without their own expiresAt are gone (404, out of lists) this many days after their last activity' },
-  { env: 'PURGE_INTERVAL', flag: '--purge-interval', def: '1m', help: 'how often the storage of expired sessions is deleted, in batches of 100 (ms, s, m); off: never (the purge command still can)' },
-  { env: 'STREAMING_IDLE', flag: '--streaming-idle', def: '5m', help: 'STORE=postgres: a streaming turn that takes no delta for this long is marked interrupted (ms, s, m)' },
+  { env: 'PURGE_INTERVAL', flag: '--purge-interval', def: '1m', help: 'how often the storage of expired sessions is deleted, in batches of 100 (ms, s, m, h); off: never (the purge command still can)' },
+  { env: 'STREAMING_IDLE', flag: '--streaming-idle', def: '5m', help: 'STORE=postgres: a streaming turn that takes no delta for this long is marked interrupted (ms, s, m, h)' },
   { env: 'GROUP_COMMIT', flag: '--group-commit', def: 'on', help: 'off only to measure what sharing commits buys: one write per commit' },
   { env: 'MAX_CONNECTIONS', flag: '--max-connections', def: '1000', help: 'open connections at most; past it an idle one is closed, the oldest of whoever holds the most (keep below the descriptor limit)' },
   { env: 'MAX_REQUESTS_PER_USER', flag: '--max-requests-per-user', def: 'MAX_CONNECTIONS / 4, from 2 to 64', help: 'requests one user (or one address without a token) may have in flight at once, event streams included; past it 429 and the connection closed' },
   { env: 'BODY_MEMORY', flag: '--body-memory', def: '64mb', help: 'request body bytes held at once over all requests; past it 503 (at least BODY_LIMIT)' },
-  { env: 'BODY_TIMEOUT', flag: '--body-timeout', def: '15s', help: 'a request body must arrive within this time of its headers, else 408 (ms, s, m)' },
-  { env: 'WRITE_TIMEOUT', flag: '--write-timeout', def: '30s', help: 'a client that takes no byte of its answer for this long is cut off (ms, s, m)' },
+  { env: 'BODY_TIMEOUT', flag: '--body-timeout', def: '15s', help: 'a request body must arrive within this time of its headers, else 408 (ms, s, m, h)' },
+  { env: 'WRITE_TIMEOUT', flag: '--write-timeout', def: '30s', help: 'a client that takes no byte of its answer for this long is cut off (ms, s, m, h)' },
   { env: 'MEMORY_LIMIT', flag: '--memory-limit', def: 'auto', help: "memory the process may use: auto (the cgroup's limit, else the machine's), a size, or off; writes get 503 past 85% of it or 80% of V8's heap limit" },
   { env: 'QUOTA_SESSIONS', flag: '--quota-sessions', def: '(off)', help: 'sessions one user may own at most; past it 403 Quota exceeded' },
   { env: 'QUOTA_TURNS', flag: '--quota-turns', def: '(off)', help: "turns one user's sessions may hold at most (whoever wrote them)" },
@@ -169,7 +169,7 @@ export const SETTINGS: readonly Setting[] = [
   { env: 'EVENTS', flag: '--events', def: 'on', help: 'on or off: the live feed (GET /api/v1/events, the event streams, their tickets)' },
   { env: 'EVENTS_WINDOW', flag: '--events-window', def: '10000', help: 'events kept for clients that come back with Last-Event-ID; older ones get reset' },
   { env: 'EVENTS_WINDOW_MEMORY', flag: '--events-window-memory', def: '64mb', help: 'sqlite: memory those kept events may take at most' },
-  { env: 'EVENTS_HEARTBEAT', flag: '--events-heartbeat', def: '15s', help: 'a heartbeat comment on every event stream this often, so proxies keep it open (ms, s, m)' },
+  { env: 'EVENTS_HEARTBEAT', flag: '--events-heartbeat', def: '15s', help: 'a heartbeat comment on every event stream this often, so proxies keep it open (ms, s, m, h)' },
   { env: 'EVENTS_BUFFER', flag: '--events-buffer', def: '1mb', help: 'unsent bytes an event stream may hold; past it the stream ends with a final event saying so' },
   { env: 'MAX_STREAMS', flag: '--max-streams', def: 'MAX_CONNECTIONS / 2', help: 'event streams open at once; past it 503 (below MAX_CONNECTIONS: streams are never idle)' },
   { env: 'MAX_STREAMS_PER_USER', flag: '--max-streams-per-user', def: '16 (below MAX_REQUESTS_PER_USER)', help: 'event streams one user may have open at once; past it 429 (below MAX_REQUESTS_PER_USER: a stream is a request in flight)' },
@@ -210,14 +210,14 @@ export function parseSize(name: string, text: string): number {
   return n;
 }
 
-const DURATION = /^(\d+)\s*(ms|s|m)$/i;
-const DURATION_UNITS: Record<string, number> = { ms: 1, s: 1000, m: 60_000 };
+const DURATION = /^(\d+)\s*(ms|s|m|h)$/i;
+const DURATION_UNITS: Record<string, number> = { ms: 1, s: 1000, m: 60_000, h: 3_600_000 };
 
-/** A duration in milliseconds from text such as 500ms, 15s or 2m. */
+/** A duration in milliseconds from text such as 500ms, 15s, 2m or 1h. */
 export function parseDuration(name: string, text: string): number {
   const m = DURATION.exec(text.trim());
   const n = m === null ? NaN : Number(m[1]) * (DURATION_UNITS[(m[2] as string).toLowerCase()] as number);
-  if (!Number.isSafeInteger(n) || n < 1 || n > 2 ** 31 - 1) throw new ConfigError(`${name} must be a duration such as 500ms, 15s or 2m (got "${text}")`);
+  if (!Number.isSafeInteger(n) || n < 1 || n > 2 ** 31 - 1) throw new ConfigError(`${name} must be a duration such as 500ms, 15s, 2m or 1h (got "${text}")`);
   return n;
 }
 
