@@ -13,6 +13,9 @@ export class ConfigError extends Error {
 
 export type AccessMode = 'shared' | 'owner';
 
+/** Where the key set of AUTH_JWKS is read from. */
+export type JwksLocation = { readonly kind: 'url'; readonly url: URL } | { readonly kind: 'file'; readonly path: string };
+
 export interface RateLimit {
   /** Tokens added per second. */
   readonly rate: number;
@@ -35,6 +38,14 @@ export interface Config {
   readonly authPreviousSecretsFile: string | undefined;
   readonly authIssuer: string | undefined;
   readonly authAudience: string | undefined;
+  /** AUTH_JWKS: the identity provider's key set, a file path (resolved) or an http(s) URL; undefined: HS256 tokens only. */
+  readonly authJwks: JwksLocation | undefined;
+  /** How often the key set is fetched again (AUTH_JWKS_REFRESH). */
+  readonly authJwksRefreshMs: number;
+  /** The claim of a token from the key set that is the user id (AUTH_USER_CLAIM). */
+  readonly authUserClaim: string;
+  /** false with AUTH_HS256=off: tokens signed with AUTH_SECRET are refused. */
+  readonly authHs256: boolean;
   readonly access: AccessMode;
   readonly bodyLimit: number;
   readonly logLevel: LogLevel;
@@ -133,7 +144,11 @@ export const SETTINGS: readonly Setting[] = [
   { env: 'AUTH_PREVIOUS_SECRETS', flag: '--auth-previous-secrets', def: '(none)', help: 'comma-separated keys still accepted for verification (rotation)' },
   { env: 'AUTH_PREVIOUS_SECRETS_FILE', flag: '--auth-previous-secrets-file', def: '(none)', help: 'file of keys still accepted for verification, one per line (instead of AUTH_PREVIOUS_SECRETS)' },
   { env: 'AUTH_ISSUER', flag: '--auth-issuer', def: '(none)', help: 'when set, tokens must carry this iss' },
-  { env: 'AUTH_AUDIENCE', flag: '--auth-audience', def: '(none)', help: 'when set, tokens must carry this aud' },
+  { env: 'AUTH_AUDIENCE', flag: '--auth-audience', def: '(none)', help: 'when set, a token\'s aud must be or contain this' },
+  { env: 'AUTH_JWKS', flag: '--auth-jwks', def: '(none)', help: 'your identity provider\'s JSON Web Key Set, a file or an http(s):// URL: tokens it signs are accepted' },
+  { env: 'AUTH_JWKS_REFRESH', flag: '--auth-jwks-refresh', def: '1h', help: 'how often AUTH_JWKS is fetched again (s, m, h); also at most once a minute for a token with an unknown kid' },
+  { env: 'AUTH_USER_CLAIM', flag: '--auth-user-claim', def: 'sub', help: 'the claim of an AUTH_JWKS token that is the user id (preferred_username, email, oid...)' },
+  { env: 'AUTH_HS256', flag: '--auth-hs256', def: 'on', help: 'off: refuse the HS256 tokens of AUTH_SECRET (the token command\'s); needs AUTH_JWKS' },
   { env: 'ACCESS', flag: '--access', def: 'shared', help: 'shared: any signed-in user may use any session by id; owner: only its creator' },
   { env: 'BODY_LIMIT', flag: '--body-limit', def: '1mb', help: 'largest request body (b, kb, mb); larger gets 413' },
   { env: 'LOG_LEVEL', flag: '--log-level', def: 'info', help: 'debug, info, warn, error or silent; JSON lines on stdout' },
@@ -245,6 +260,21 @@ function parseRateLimit(text: string): RateLimit {
   return { rate: perSecond, burst: Math.max(1, Math.ceil(perSecond)), text: text.trim() };
 }
 
+/** AUTH_JWKS: an http(s) URL, or else a file path (relative to the working directory). */
+function parseJwksLocation(text: string, cwd: string): JwksLocation {
+  if (/^https?:\/\//i.test(text)) {
+    let url: URL;
+    try {
+      url = new URL(text);
+    } catch {
+      throw new ConfigError(`AUTH_JWKS must be a file path or an http(s):// URL (got "${text}")`);
+    }
+    return { kind: 'url', url };
+  }
+  if (/^[a-z][a-z0-9+.-]*:\/\//i.test(text)) throw new ConfigError(`AUTH_JWKS must be a file path or an http(s):// URL (got "${text}")`);
+  return { kind: 'file', path: resolve(cwd, text) };
+}
+
 function optional(v: string | undefined): string | undefined {
   return v === undefined || v.trim() === '' ? undefined : v;
 }
@@ -273,6 +303,17 @@ export function loadConfig(env: NodeJS.ProcessEnv, flags: Raw = new Map(), cwd: 
   if (previous.length > 0 && previousFileText !== undefined) {
     throw new ConfigError('AUTH_PREVIOUS_SECRETS and AUTH_PREVIOUS_SECRETS_FILE are both set; set one of them');
   }
+
+  const jwksText = get('AUTH_JWKS');
+  const authJwks = jwksText === undefined ? undefined : parseJwksLocation(jwksText.trim(), cwd);
+  const authHs256 = parseSwitch('AUTH_HS256', get('AUTH_HS256') ?? 'on');
+  for (const name of ['AUTH_JWKS_REFRESH', 'AUTH_USER_CLAIM']) {
+    if (authJwks === undefined && get(name) !== undefined) throw new ConfigError(`${name} is about the tokens of AUTH_JWKS, which is not set`);
+  }
+  if (!authHs256 && authJwks === undefined) throw new ConfigError('AUTH_HS256=off needs AUTH_JWKS: no token could be accepted');
+  const authJwksRefreshMs = parseDuration('AUTH_JWKS_REFRESH', get('AUTH_JWKS_REFRESH') ?? '1h');
+  if (authJwksRefreshMs < 1000) throw new ConfigError(`AUTH_JWKS_REFRESH must be at least 1s (got "${get('AUTH_JWKS_REFRESH') ?? ''}")`);
+  const authUserClaim = (get('AUTH_USER_CLAIM') ?? 'sub').trim();
 
   const access = (get('ACCESS') ?? 'shared').trim();
   if (access !== 'shared' && access !== 'owner') throw new ConfigError(`ACCESS must be shared or owner (got "${access}")`);
@@ -351,6 +392,10 @@ export function loadConfig(env: NodeJS.ProcessEnv, flags: Raw = new Map(), cwd: 
     authPreviousSecretsFile: previousFileText === undefined ? undefined : resolve(cwd, previousFileText),
     authIssuer: get('AUTH_ISSUER'),
     authAudience: get('AUTH_AUDIENCE'),
+    authJwks,
+    authJwksRefreshMs,
+    authUserClaim,
+    authHs256,
     access,
     bodyLimit,
     logLevel: logLevel as LogLevel,
