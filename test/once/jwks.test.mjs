@@ -4,7 +4,7 @@
 // so the server is checked against an independent implementation, not against our own reading.
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
-import { existsSync, readdirSync, writeFileSync } from 'node:fs';
+import { existsSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
@@ -499,4 +499,11 @@ describe('The key set, read and read again', () => {
       assert.equal(await joseAccepts(`${t.split('.').slice(0, 2).join('.')}.${sig.toString('base64url')}`, set), false, `${alg} flipped`);
     }
   });
+});
+
+test('"jose to check our tokens; none of them enters dist/server.js": the build refuses a bundle with a package in it, and the file holds none of jose', () => {
+  const build = readFileSync(join(SERVER, '..', '..', 'build.mjs'), 'utf8');
+  assert.match(build, /must hold src\/ and node: only/);
+  const dist = readFileSync(SERVER, 'utf8');
+  for (const mark of ['node_modules', 'JWSSignatureVerificationFailed', 'createLocalJWKSet', 'panva']) assert.equal(dist.includes(mark), false, mark);
 });
