@@ -21,7 +21,7 @@ after(async () => {
   await idp?.close();
 });
 
-test('"A Keycloak-style set of keys signs users in": RS256 and ES256 users keep their own sessions on this engine', async () => {
+test('"the server accepts its access tokens as they are": a Keycloak-style set signs RS256 and ES256 users in, on this engine', async () => {
   const tokens = {
     ana: signWith(rsa, claimsFor('f1e2-uuid-ana', { preferred_username: 'ana', scope: 'openid profile email' })),
     ben: signWith(ec, claimsFor('f1e2-uuid-ben', { preferred_username: 'ben', scope: 'openid sessions:read' })),
