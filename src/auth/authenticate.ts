@@ -113,6 +113,11 @@ export class Authenticator {
       throw new NoCredentials();
     }
     const token = header.slice(7).trim();
+    if (token.length === 0 || token.length > MAX_TOKEN) {
+      const e = invalid('malformed token');
+      this.refused(e);
+      throw e;
+    }
     const now = Date.now();
     const signature = token.slice(token.lastIndexOf('.') + 1);
     const hit = this.cache.get(signature);
@@ -121,7 +126,6 @@ export class Authenticator {
       this.cache.delete(signature);
     }
     try {
-      if (token.length === 0 || token.length > MAX_TOKEN) throw invalid('malformed token');
       const t = readCompact(token);
       if (t.alg === 'HS256') return this.remember(signature, token, this.ownToken(t, now), undefined, now);
       if (this.settings.keySet === undefined || !isSetAlg(t.alg)) throw invalid('algorithm not accepted', { alg: quoted(t.alg) });
