@@ -1,6 +1,7 @@
 // Bundles src/ into dist/server.js: one CommonJS file that runs with `node dist/server.js`
 // on Node.js 22.13+, alone in an empty folder (no package.json beside it, hence CommonJS).
 // GET /docs's browser script and style (src/api/docs/) are inlined as text.
+// It fails when anything but src/ and the standard library would go into dist/server.js.
 // It also bundles dist/testkit.cjs, the internals the in-process tests drive (the store
 // engines, the PostgreSQL client); that file is for the tests only and is never shipped.
 import { build } from 'esbuild';
@@ -22,7 +23,16 @@ const common = {
   logLevel: 'warning',
 };
 
-await Promise.all([
-  build({ ...common, entryPoints: ['src/main.ts'], outfile: 'dist/server.js', banner: { js: '#!/usr/bin/env node' } }),
+const [server] = await Promise.all([
+  build({ ...common, entryPoints: ['src/main.ts'], outfile: 'dist/server.js', banner: { js: '#!/usr/bin/env node' }, metafile: true }),
   build({ ...common, entryPoints: ['src/testkit.ts'], outfile: 'dist/testkit.cjs' }),
 ]);
+
+// the shipped file is our source and the standard library alone: no package of node_modules (the
+// dev dependencies: jose, the SDKs the tests drive) may be bundled into it, nor required by it
+const bundled = [...new Set(Object.keys(server.metafile.inputs).filter((f) => !f.startsWith('src/')).map((f) => /node_modules\/((?:@[^/]+\/)?[^/]+)/.exec(f)?.[1] ?? f))];
+const required = Object.values(server.metafile.outputs).flatMap((o) => o.imports.filter((i) => i.external && !/^node:|^[a-z_]+$/.test(i.path)).map((i) => i.path));
+if (bundled.length > 0 || required.length > 0) {
+  console.error(`build.mjs: dist/server.js must hold src/ and node: only; it took ${[...bundled, ...required].join(', ')}`);
+  process.exit(1);
+}

@@ -18,6 +18,7 @@ import { buildRequest, percentile } from './loadgen.mjs';
 import { engineMissing, seededStore, soakEngine } from './soak.mjs';
 import { live, report, runDir, runLoadScenario, sections, start, startApi, startBaseline } from './measure.mjs';
 import { opts, progress } from './options.mjs';
+import { JWKS_ALGS, tokenOf, verifyCostSection, writeKeySet } from './jwks.mjs';
 
 const PROVIDER = '665f1c2a9b1e8a0012ab34c1';
 export const READ_CONNS = 50;
@@ -146,6 +147,32 @@ const loadScenarios = [
     prepare: seedLists,
     request: (ids) => {
       const bufs = Array.from({ length: READ_CONNS }, (_, c) => ids.map((id) => buildRequest('GET', `/api/v1/chat-sessions/${id}`, { headers: bearer(`reader-${c}`) })));
+      return (c, seq) => bufs[c][seq % bufs[c].length];
+    },
+  },
+  {
+    // each request carries another token than the one before it on its connection (four per
+    // connection, taken in turn), so every request goes past the connection's remembered header
+    // to the token cache: the per-request cost of a token by its algorithm, once verified
+    name: 'get-jwks',
+    title: 'GET /chat-sessions/:id, a token by algorithm (AUTH_JWKS; 4 tokens per connection in turn)',
+    conns: READ_CONNS,
+    bothOrders: true,
+    // the run's directory exists only once the run starts
+    get targets() {
+      const file = writeKeySet(runDir);
+      return JWKS_ALGS.map((alg) => ({ label: alg, env: { AUTH_JWKS: file }, alg }));
+    },
+    prepare: async (p) => {
+      if (!sections.some((s) => s.startsWith('### One signature check'))) sections.push(verifyCostSection());
+      return seedLists(p);
+    },
+    request: (ids, t) => {
+      const TOKENS = 4;
+      const bufs = Array.from({ length: READ_CONNS }, (_, c) => {
+        const headers = Array.from({ length: TOKENS }, (_, k) => ({ authorization: `Bearer ${tokenOf(t.alg, `reader-${c}-${k}`)}` }));
+        return Array.from({ length: TOKENS * ids.length }, (_, i) => buildRequest('GET', `/api/v1/chat-sessions/${ids[i % ids.length]}`, { headers: headers[i % TOKENS] }));
+      });
       return (c, seq) => bufs[c][seq % bufs[c].length];
     },
   },
@@ -391,6 +418,7 @@ export const scenarios = [
 ];
 export const groups = {
   reads: ['get', 'list-user', 'list-project', 'providers'],
+  auth: ['get', 'get-jwks'],
   list: ['list-user', 'list-project'],
   search: ['search-rare', 'search-common', 'search-prefix', 'search-scale', 'index-cost'],
   create: ['create-1', 'create-16', 'create-64', 'fsync'],

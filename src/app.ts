@@ -24,6 +24,7 @@ import { replyRoutes } from './api/replies.js';
 import { openaiRoutes } from './api/openai/routes.js';
 import { DoorService } from './services/door.js';
 import { Authenticator } from './auth/authenticate.js';
+import type { JwksSource } from './auth/jwks-source.js';
 import type { Secrets } from './auth/secret.js';
 import { TicketCodec } from './auth/tickets.js';
 import type { Config } from './config.js';
@@ -49,6 +50,8 @@ export interface AppParts {
   readonly version: string;
   readonly log: Logger;
   readonly secrets: Secrets;
+  /** The identity provider's keys (AUTH_JWKS), read at start. */
+  readonly keySet?: JwksSource | undefined;
   readonly store: Store;
   readonly catalog: () => ProviderCatalog;
   readonly metrics: Metrics | undefined;
@@ -134,7 +137,14 @@ export function createApp(p: AppParts): App {
   if (p.metrics !== undefined) p.metrics.memory = memory;
   pipeline = new Pipeline({
     router,
-    auth: new Authenticator({ keys: [p.secrets.current, ...p.secrets.previous], issuer: config.authIssuer, audience: config.authAudience }),
+    auth: new Authenticator({
+      keys: config.authHs256 ? [p.secrets.current, ...p.secrets.previous] : [],
+      issuer: config.authIssuer,
+      audience: config.authAudience,
+      keySet: p.keySet,
+      userClaim: config.authUserClaim,
+      log: p.log,
+    }),
     log: p.log,
     body: { limit: config.bodyLimit, budget, timeoutMs: limits.bodyTimeoutMs },
     writeTimeoutMs: limits.writeTimeoutMs,
@@ -159,6 +169,7 @@ export function createApp(p: AppParts): App {
     drain: () => void replies.stop().finally(() => live?.hub.drain()),
     close: async () => {
       limiter?.stop();
+      p.keySet?.close();
       await replies.stop();
       await live?.hub.close();
     },

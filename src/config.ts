@@ -13,6 +13,9 @@ export class ConfigError extends Error {
 
 export type AccessMode = 'shared' | 'owner';
 
+/** Where the key set of AUTH_JWKS is read from. */
+export type JwksLocation = { readonly kind: 'url'; readonly url: URL } | { readonly kind: 'file'; readonly path: string };
+
 export interface RateLimit {
   /** Tokens added per second. */
   readonly rate: number;
@@ -35,6 +38,14 @@ export interface Config {
   readonly authPreviousSecretsFile: string | undefined;
   readonly authIssuer: string | undefined;
   readonly authAudience: string | undefined;
+  /** AUTH_JWKS: the identity provider's key set, a file path (resolved) or an http(s) URL; undefined: HS256 tokens only. */
+  readonly authJwks: JwksLocation | undefined;
+  /** How often the key set is fetched again (AUTH_JWKS_REFRESH). */
+  readonly authJwksRefreshMs: number;
+  /** The claim of a token from the key set that is the user id (AUTH_USER_CLAIM). */
+  readonly authUserClaim: string;
+  /** false with AUTH_HS256=off: tokens signed with AUTH_SECRET are refused. */
+  readonly authHs256: boolean;
   readonly access: AccessMode;
   readonly bodyLimit: number;
   readonly logLevel: LogLevel;
@@ -133,7 +144,11 @@ export const SETTINGS: readonly Setting[] = [
   { env: 'AUTH_PREVIOUS_SECRETS', flag: '--auth-previous-secrets', def: '(none)', help: 'comma-separated keys still accepted for verification (rotation)' },
   { env: 'AUTH_PREVIOUS_SECRETS_FILE', flag: '--auth-previous-secrets-file', def: '(none)', help: 'file of keys still accepted for verification, one per line (instead of AUTH_PREVIOUS_SECRETS)' },
   { env: 'AUTH_ISSUER', flag: '--auth-issuer', def: '(none)', help: 'when set, tokens must carry this iss' },
-  { env: 'AUTH_AUDIENCE', flag: '--auth-audience', def: '(none)', help: 'when set, tokens must carry this aud' },
+  { env: 'AUTH_AUDIENCE', flag: '--auth-audience', def: '(none)', help: 'when set, a token\'s aud must be or contain this' },
+  { env: 'AUTH_JWKS', flag: '--auth-jwks', def: '(none)', help: 'your identity provider\'s JSON Web Key Set, a file or an http(s):// URL: tokens it signs are accepted' },
+  { env: 'AUTH_JWKS_REFRESH', flag: '--auth-jwks-refresh', def: '1h', help: 'how often AUTH_JWKS is fetched again (s, m, h); also at most once a minute for a token with an unknown kid' },
+  { env: 'AUTH_USER_CLAIM', flag: '--auth-user-claim', def: 'sub', help: 'the claim of an AUTH_JWKS token that is the user id (preferred_username, email, oid...)' },
+  { env: 'AUTH_HS256', flag: '--auth-hs256', def: 'on', help: 'off: refuse the HS256 tokens of AUTH_SECRET (the token command\'s); needs AUTH_JWKS' },
   { env: 'ACCESS', flag: '--access', def: 'shared', help: 'shared: any signed-in user may use any session by id; owner: only its creator' },
   { env: 'BODY_LIMIT', flag: '--body-limit', def: '1mb', help: 'largest request body (b, kb, mb); larger gets 413' },
   { env: 'LOG_LEVEL', flag: '--log-level', def: 'info', help: 'debug, info, warn, error or silent; JSON lines on stdout' },
@@ -154,14 +169,14 @@ export const SETTINGS: readonly Setting[] = [
   { env: 'SEARCH', flag: '--search', def: 'on', help: 'on or off: GET /api/v1/search and the word index it reads (off: writes index nothing; on again, what was written meanwhile is indexed at start)' },
   { env: 'SEARCH_WALK_FROM', flag: '--search-walk-from', def: '5000', help: "search reads a word's matches from its index when fewer, and walks the caller's sessions newest first when it starts at least this many documents" },
   { env: 'RETENTION_DAYS', flag: '--retention-days', def: '(off)', help: 'sessions without their own expiresAt are gone (404, out of lists) this many days after their last activity' },
-  { env: 'PURGE_INTERVAL', flag: '--purge-interval', def: '1m', help: 'how often the storage of expired sessions is deleted, in batches of 100 (ms, s, m); off: never (the purge command still can)' },
-  { env: 'STREAMING_IDLE', flag: '--streaming-idle', def: '5m', help: 'STORE=postgres: a streaming turn that takes no delta for this long is marked interrupted (ms, s, m)' },
+  { env: 'PURGE_INTERVAL', flag: '--purge-interval', def: '1m', help: 'how often the storage of expired sessions is deleted, in batches of 100 (ms, s, m, h); off: never (the purge command still can)' },
+  { env: 'STREAMING_IDLE', flag: '--streaming-idle', def: '5m', help: 'STORE=postgres: a streaming turn that takes no delta for this long is marked interrupted (ms, s, m, h)' },
   { env: 'GROUP_COMMIT', flag: '--group-commit', def: 'on', help: 'off only to measure what sharing commits buys: one write per commit' },
   { env: 'MAX_CONNECTIONS', flag: '--max-connections', def: '1000', help: 'open connections at most; past it an idle one is closed, the oldest of whoever holds the most (keep below the descriptor limit)' },
   { env: 'MAX_REQUESTS_PER_USER', flag: '--max-requests-per-user', def: 'MAX_CONNECTIONS / 4, from 2 to 64', help: 'requests one user (or one address without a token) may have in flight at once, event streams included; past it 429 and the connection closed' },
   { env: 'BODY_MEMORY', flag: '--body-memory', def: '64mb', help: 'request body bytes held at once over all requests; past it 503 (at least BODY_LIMIT)' },
-  { env: 'BODY_TIMEOUT', flag: '--body-timeout', def: '15s', help: 'a request body must arrive within this time of its headers, else 408 (ms, s, m)' },
-  { env: 'WRITE_TIMEOUT', flag: '--write-timeout', def: '30s', help: 'a client that takes no byte of its answer for this long is cut off (ms, s, m)' },
+  { env: 'BODY_TIMEOUT', flag: '--body-timeout', def: '15s', help: 'a request body must arrive within this time of its headers, else 408 (ms, s, m, h)' },
+  { env: 'WRITE_TIMEOUT', flag: '--write-timeout', def: '30s', help: 'a client that takes no byte of its answer for this long is cut off (ms, s, m, h)' },
   { env: 'MEMORY_LIMIT', flag: '--memory-limit', def: 'auto', help: "memory the process may use: auto (the cgroup's limit, else the machine's), a size, or off; writes get 503 past 85% of it or 80% of V8's heap limit" },
   { env: 'QUOTA_SESSIONS', flag: '--quota-sessions', def: '(off)', help: 'sessions one user may own at most; past it 403 Quota exceeded' },
   { env: 'QUOTA_TURNS', flag: '--quota-turns', def: '(off)', help: "turns one user's sessions may hold at most (whoever wrote them)" },
@@ -169,7 +184,7 @@ export const SETTINGS: readonly Setting[] = [
   { env: 'EVENTS', flag: '--events', def: 'on', help: 'on or off: the live feed (GET /api/v1/events, the event streams, their tickets)' },
   { env: 'EVENTS_WINDOW', flag: '--events-window', def: '10000', help: 'events kept for clients that come back with Last-Event-ID; older ones get reset' },
   { env: 'EVENTS_WINDOW_MEMORY', flag: '--events-window-memory', def: '64mb', help: 'sqlite: memory those kept events may take at most' },
-  { env: 'EVENTS_HEARTBEAT', flag: '--events-heartbeat', def: '15s', help: 'a heartbeat comment on every event stream this often, so proxies keep it open (ms, s, m); the OpenAI door\'s streams send `: ping` after as long a silence' },
+  { env: 'EVENTS_HEARTBEAT', flag: '--events-heartbeat', def: '15s', help: 'a heartbeat comment on every event stream this often, so proxies keep it open (ms, s, m, h); the OpenAI door\'s streams send `: ping` after as long a silence' },
   { env: 'EVENTS_BUFFER', flag: '--events-buffer', def: '1mb', help: 'unsent bytes an event stream may hold; past it the stream ends with a final event saying so' },
   { env: 'MAX_STREAMS', flag: '--max-streams', def: 'MAX_CONNECTIONS / 2', help: 'event streams open at once; past it 503 (below MAX_CONNECTIONS: streams are never idle)' },
   { env: 'MAX_STREAMS_PER_USER', flag: '--max-streams-per-user', def: '16 (below MAX_REQUESTS_PER_USER)', help: 'event streams one user may have open at once; past it 429 (below MAX_REQUESTS_PER_USER: a stream is a request in flight)' },
@@ -210,14 +225,14 @@ export function parseSize(name: string, text: string): number {
   return n;
 }
 
-const DURATION = /^(\d+)\s*(ms|s|m)$/i;
-const DURATION_UNITS: Record<string, number> = { ms: 1, s: 1000, m: 60_000 };
+const DURATION = /^(\d+)\s*(ms|s|m|h)$/i;
+const DURATION_UNITS: Record<string, number> = { ms: 1, s: 1000, m: 60_000, h: 3_600_000 };
 
-/** A duration in milliseconds from text such as 500ms, 15s or 2m. */
+/** A duration in milliseconds from text such as 500ms, 15s, 2m or 1h. */
 export function parseDuration(name: string, text: string): number {
   const m = DURATION.exec(text.trim());
   const n = m === null ? NaN : Number(m[1]) * (DURATION_UNITS[(m[2] as string).toLowerCase()] as number);
-  if (!Number.isSafeInteger(n) || n < 1 || n > 2 ** 31 - 1) throw new ConfigError(`${name} must be a duration such as 500ms, 15s or 2m (got "${text}")`);
+  if (!Number.isSafeInteger(n) || n < 1 || n > 2 ** 31 - 1) throw new ConfigError(`${name} must be a duration such as 500ms, 15s, 2m or 1h (got "${text}")`);
   return n;
 }
 
@@ -243,6 +258,21 @@ function parseRateLimit(text: string): RateLimit {
   if (m === null || !(n > 0)) throw new ConfigError(`RATE_LIMIT must look like 100/s or 600/m (got "${text}")`);
   const perSecond = (m[2] as string).toLowerCase().startsWith('m') ? n / 60 : n;
   return { rate: perSecond, burst: Math.max(1, Math.ceil(perSecond)), text: text.trim() };
+}
+
+/** AUTH_JWKS: an http(s) URL, or else a file path (relative to the working directory). */
+function parseJwksLocation(text: string, cwd: string): JwksLocation {
+  if (/^https?:\/\//i.test(text)) {
+    let url: URL;
+    try {
+      url = new URL(text);
+    } catch {
+      throw new ConfigError(`AUTH_JWKS must be a file path or an http(s):// URL (got "${text}")`);
+    }
+    return { kind: 'url', url };
+  }
+  if (/^[a-z][a-z0-9+.-]*:\/\//i.test(text)) throw new ConfigError(`AUTH_JWKS must be a file path or an http(s):// URL (got "${text}")`);
+  return { kind: 'file', path: resolve(cwd, text) };
 }
 
 function optional(v: string | undefined): string | undefined {
@@ -273,6 +303,17 @@ export function loadConfig(env: NodeJS.ProcessEnv, flags: Raw = new Map(), cwd: 
   if (previous.length > 0 && previousFileText !== undefined) {
     throw new ConfigError('AUTH_PREVIOUS_SECRETS and AUTH_PREVIOUS_SECRETS_FILE are both set; set one of them');
   }
+
+  const jwksText = get('AUTH_JWKS');
+  const authJwks = jwksText === undefined ? undefined : parseJwksLocation(jwksText.trim(), cwd);
+  const authHs256 = parseSwitch('AUTH_HS256', get('AUTH_HS256') ?? 'on');
+  for (const name of ['AUTH_JWKS_REFRESH', 'AUTH_USER_CLAIM']) {
+    if (authJwks === undefined && get(name) !== undefined) throw new ConfigError(`${name} is about the tokens of AUTH_JWKS, which is not set`);
+  }
+  if (!authHs256 && authJwks === undefined) throw new ConfigError('AUTH_HS256=off needs AUTH_JWKS: no token could be accepted');
+  const authJwksRefreshMs = parseDuration('AUTH_JWKS_REFRESH', get('AUTH_JWKS_REFRESH') ?? '1h');
+  if (authJwksRefreshMs < 1000) throw new ConfigError(`AUTH_JWKS_REFRESH must be at least 1s (got "${get('AUTH_JWKS_REFRESH') ?? ''}")`);
+  const authUserClaim = (get('AUTH_USER_CLAIM') ?? 'sub').trim();
 
   const access = (get('ACCESS') ?? 'shared').trim();
   if (access !== 'shared' && access !== 'owner') throw new ConfigError(`ACCESS must be shared or owner (got "${access}")`);
@@ -351,6 +392,10 @@ export function loadConfig(env: NodeJS.ProcessEnv, flags: Raw = new Map(), cwd: 
     authPreviousSecretsFile: previousFileText === undefined ? undefined : resolve(cwd, previousFileText),
     authIssuer: get('AUTH_ISSUER'),
     authAudience: get('AUTH_AUDIENCE'),
+    authJwks,
+    authJwksRefreshMs,
+    authUserClaim,
+    authHs256,
     access,
     bodyLimit,
     logLevel: logLevel as LogLevel,

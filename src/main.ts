@@ -5,6 +5,7 @@ import { resolve } from 'node:path';
 import { ExportFailed, exportFrom, ImportRejected, parseBackup } from './services/backup.js';
 import { MAX_SUB, signToken } from './auth/jwt.js';
 import { SCOPES } from './auth/authenticate.js';
+import { KeySetUnavailable } from './auth/jwks-source.js';
 import { loadSecrets, SECRET_FILE } from './auth/secret.js';
 import { ConfigError, loadConfig, parseFlags, settingsHelp, type Config } from './config.js';
 import { Logger } from './log.js';
@@ -139,6 +140,7 @@ function tokenCommand(argv: string[]): void {
     if (words.length === 0) throw new ConfigError(`--scope needs at least one of: ${SCOPES.join(', ')} (an empty scope allows nothing)`);
   }
   const config = loadCheckedConfig(argv);
+  if (!config.authHs256) throw new ConfigError('AUTH_HS256=off: the server refuses the tokens this command signs; sign in through the identity provider of AUTH_JWKS');
   const secrets = loadSecrets(config, false);
   const now = Math.floor(Date.now() / 1000);
   const claims: Record<string, unknown> = {
@@ -386,7 +388,7 @@ if (!runSqliteWriterIfWorker()) main(process.argv.slice(2)).catch((e: unknown) =
   const message = (e instanceof Error ? e.message : String(e)).replace(/\s*\n\s*/g, ' ');
   process.stderr.write(`${NAME}: ${message}\n`);
   if (e instanceof ConfigError) process.exit(2);
-  const expected = e instanceof StartFailed || e instanceof ProvidersFileError || e instanceof DataDirLocked || e instanceof JournalDamaged || e instanceof JournalHasCrlf || e instanceof ImportRejected || e instanceof ImportConflict || e instanceof ExportFailed || e instanceof StoreOpenFailed;
+  const expected = e instanceof StartFailed || e instanceof KeySetUnavailable || e instanceof ProvidersFileError || e instanceof DataDirLocked || e instanceof JournalDamaged || e instanceof JournalHasCrlf || e instanceof ImportRejected || e instanceof ImportConflict || e instanceof ExportFailed || e instanceof StoreOpenFailed;
   if (!expected && process.env['LOG_LEVEL']?.trim().toLowerCase() === 'debug' && e instanceof Error) process.stderr.write(`${e.stack ?? ''}\n`);
   process.exit(1);
 });

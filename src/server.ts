@@ -5,6 +5,7 @@ import { mkdirSync } from 'node:fs';
 import { createServer, type Server } from 'node:http';
 import { createServer as createNetServer, type AddressInfo } from 'node:net';
 import { createApp } from './app.js';
+import { JwksSource } from './auth/jwks-source.js';
 import { loadSecrets } from './auth/secret.js';
 import type { Config } from './config.js';
 import type { Logger } from './log.js';
@@ -27,6 +28,8 @@ export async function serve(config: Config, log: Logger, version: string): Promi
   // a start that cannot have its address must leave a new data directory as it found it (no
   // secret, no store): the address is tried before anything is written, and let go for the listen
   await tryAddress(config.port, config.host);
+  // the identity provider's keys before anything is written: a start that cannot have them fails
+  const keySet = config.authJwks === undefined ? undefined : await JwksSource.open(config.authJwks, config.authJwksRefreshMs, log);
   // one server per data directory, whatever the engine (its secret, its providers, and for the
   // journal and sqlite its data live there; several postgres instances each have their own)
   const unguarded = await guardDataDir(config.dataDir);
@@ -66,7 +69,7 @@ export async function serve(config: Config, log: Logger, version: string): Promi
     }
   };
 
-  const app = createApp({ config, version, log, secrets, store, catalog: () => catalog, metrics });
+  const app = createApp({ config, version, log, secrets, keySet, store, catalog: () => catalog, metrics });
   try {
     await app.start();
   } catch (e) {

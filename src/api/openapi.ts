@@ -312,7 +312,7 @@ export function openApiDocument(routes: readonly RouteDef[], version: string): J
           type: 'http',
           scheme: 'bearer',
           bearerFormat: 'JWT',
-          description: `HS256 JWT; sub = user id. An optional scope (or scp) claim limits it to: ${SCOPES.join(', ')}.`,
+          description: `A JWT: HS256 with the server's secret (sub = user id), or, with AUTH_JWKS, signed by a key of the identity provider's set (the user id from AUTH_USER_CLAIM). An optional scope (or scp) claim limits it to: ${SCOPES.join(', ')}; a provider's token whose scope holds none of them may do everything.`,
         },
         ...(routes.some((r) => r.eventStream === true)
           ? {

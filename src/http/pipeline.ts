@@ -175,14 +175,34 @@ export class Pipeline {
     if (found === undefined) return;
     const def = found.route.def;
     const principal = def.auth ? this.authenticate(call, def, search) : undefined;
+    if (principal instanceof Promise) {
+      // the token named a key the identity provider's set lacked: the set is being read again
+      principal.then(
+        (p) => {
+          try {
+            this.admitted(call, found.route, found.values, search, p);
+          } catch (e) {
+            this.fail(call, e);
+          }
+        },
+        (e: unknown) => this.fail(call, e),
+      );
+      return;
+    }
     if (!def.auth && def.unlimited !== true) this.limit(this.addressOf(req));
+    this.admitted(call, found.route, found.values, search, principal);
+  }
+
+  /** The steps after authentication: hold the request, decode its parameters and body, run it. */
+  private admitted(call: Call, route: RuntimeRoute, values: readonly string[], search: string | undefined, principal: Principal | undefined): void {
+    const def = route.def;
     this.hold(call);
     // writes that add data wait for memory; reads and deletes (which free it) go on
     if ((def.method === 'POST' || def.method === 'PUT') && this.options.memory?.low() === true) {
       this.options.memory.refuse();
       throw new HttpError(503, 'Server is low on memory', [['retry-after', '5']], def.body !== undefined);
     }
-    const params = pathParams(found.route, found.values);
+    const params = pathParams(route, values);
     const query = def.query === undefined ? NO_VALUES : validateQuery(def.query, parseQuery(search ?? ''));
     // a whole list past the owner's few is refused before the store is asked (and again, should
     // the owner's others have started meanwhile, when it turns out to be sent in pieces: stream)
@@ -192,7 +212,7 @@ export class Pipeline {
       return;
     }
     const schema = def.body;
-    readJsonObject(req, this.options.body, call).then(
+    readJsonObject(call.req, this.options.body, call).then(
       (raw) => {
         let body;
         try {
@@ -238,8 +258,8 @@ export class Pipeline {
    * Who is asking, from the Authorization header or, on an event stream, a ticket in the query;
    * a failed attempt counts against the address's rate limit, a principal against its user's.
    */
-  private authenticate(call: Call, def: RouteDef, search: string | undefined): Principal {
-    let principal: Principal;
+  private authenticate(call: Call, def: RouteDef, search: string | undefined): Principal | Promise<Principal> {
+    let principal: Principal | Promise<Principal>;
     try {
       const ticket = def.eventStream === true && this.options.tickets !== undefined && search !== undefined ? ticketIn(search) : undefined;
       if (ticket !== undefined) {
@@ -251,6 +271,20 @@ export class Pipeline {
       this.limit(this.addressOf(call.req));
       throw e;
     }
+    if (principal instanceof Promise) {
+      return principal.then(
+        (p) => this.admit(call, def, p),
+        (e: unknown) => {
+          this.limit(this.addressOf(call.req));
+          throw e;
+        },
+      );
+    }
+    return this.admit(call, def, principal);
+  }
+
+  /** A principal found: counted against its user's rate limit, and held to the route's scope. */
+  private admit(call: Call, def: RouteDef, principal: Principal): Principal {
     call.user = principal.user;
     call.userKey = `user:${principal.user}`;
     this.limit(call.userKey);

@@ -355,7 +355,7 @@ describe('Settings that bound memory and connections', () => {
       [{ MAX_CONNECTIONS: '0' }, /MAX_CONNECTIONS must be a whole number/],
       [{ MAX_CONNECTIONS: 'many' }, /MAX_CONNECTIONS/],
       [{ BODY_MEMORY: 'lots' }, /BODY_MEMORY/],
-      [{ BODY_TIMEOUT: '15' }, /BODY_TIMEOUT must be a duration such as 500ms, 15s or 2m/],
+      [{ BODY_TIMEOUT: '15' }, /BODY_TIMEOUT must be a duration such as 500ms, 15s, 2m or 1h/],
       [{ WRITE_TIMEOUT: 'soon' }, /WRITE_TIMEOUT/],
     ];
     for (const [env, re] of cases) {
