@@ -76,6 +76,8 @@ export interface OpenedStream {
  */
 export type EndReason = 'slow' | 'expired' | 'shutdown' | 'deleted' | 'done' | 'gone';
 
+/** How long a shutdown waits for the feed to deliver what was committed before it ends the streams. */
+const DRAIN_CATCH_UP_MS = 2_000;
 /** Events read from the log per step of a replay. */
 const REPLAY_PAGE = 256;
 /** A replay waits for the client to read once this much is unsent. */
@@ -264,8 +266,14 @@ export class Hub {
   }
 
   /** SIGTERM: every stream gets its final event and ends; new ones end as they open. */
-  drain(): void {
+  /**
+   * Ends every stream with its final event, for the shutdown: once the feed has delivered what
+   * was committed before (at most DRAIN_CATCH_UP_MS), so the end of a reply recorded just before
+   * (SIGTERM interrupts every reply) reaches its streams ahead of their final event.
+   */
+  async drain(): Promise<void> {
     this.draining = true;
+    await this.feed.caughtUp(DRAIN_CATCH_UP_MS).catch(() => undefined);
     const n = this.streams.size;
     for (const s of this.streams) this.end(s, 'shutdown');
     if (n > 0) this.log.info('ended the event streams for shutdown', { streams: n });

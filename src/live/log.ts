@@ -32,6 +32,11 @@ export interface FeedLog {
   unlogged(): number;
   /** Housekeeping, called on the feed's timer: forget expired tickets, trim, catch up. */
   tick(nowMs: number): void;
+  /**
+   * Resolves once every event committed before the call is delivered (at once in memory, where a
+   * commit delivers its events itself; on a shared log, once it is read back), or after `ms`.
+   */
+  caughtUp(ms: number): Promise<void>;
   close(): Promise<void>;
 }
 
@@ -90,6 +95,10 @@ export class MemoryFeedLog implements FeedLog {
 
   unlogged(): number {
     return 0;
+  }
+
+  caughtUp(): Promise<void> {
+    return Promise.resolve();
   }
 
   /** Gives events their ids, keeps them for Last-Event-ID and delivers them. */
@@ -261,6 +270,15 @@ export class SharedFeedLog implements FeedLog {
     this.head = last.id;
     for (const e of fresh) this.recent.keep(e);
     this.deliver?.(fresh);
+  }
+
+  async caughtUp(ms: number): Promise<void> {
+    const until = Date.now() + ms;
+    const { newest } = await this.shared.bounds();
+    while (this.head < newest && !this.closed && Date.now() < until) {
+      this.catchUp();
+      await new Promise((resolve) => setTimeout(resolve, 10));
+    }
   }
 
   /** Reads what was committed after `head` and delivers it; one read at a time, again if asked meanwhile. */
