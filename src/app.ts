@@ -23,6 +23,8 @@ import { ReplyService } from './services/replies.js';
 import { replyRoutes } from './api/replies.js';
 import { openaiRoutes } from './api/openai/routes.js';
 import { DoorService } from './services/door.js';
+import { ResponsesService } from './services/responses.js';
+import { responsesRoutes } from './api/openai/responses.js';
 import { Authenticator } from './auth/authenticate.js';
 import type { JwksSource } from './auth/jwks-source.js';
 import type { Secrets } from './auth/secret.js';
@@ -80,6 +82,9 @@ export function createApp(p: AppParts): App {
   if (p.metrics !== undefined) p.metrics.replies = () => replies.counts;
   const usage = new UsageService(p.store);
   const feed = live === undefined ? undefined : new FeedService(live.hub, p.store, access);
+  const door = new DoorService(p.store, replies, p.catalog, access);
+  /** The OpenAI door's streams send `: ping` after as long a silence as the event streams' heartbeat. */
+  const pingMs = config.events?.heartbeatMs ?? 15_000;
   const sessionDeps: SessionDeps = {
     sessions: new SessionService(p.store, access),
     turns: new TurnService(p.store, access),
@@ -97,7 +102,8 @@ export function createApp(p: AppParts): App {
     ...(live === undefined || feed === undefined ? [] : eventRoutes({ feed, tickets: live.tickets })),
     ...providerRoutes(p.catalog),
     ...replyRoutes({ replies, feed }),
-    ...openaiRoutes({ door: new DoorService(p.store, replies, p.catalog, access), pingMs: config.events?.heartbeatMs ?? 15_000 }),
+    ...openaiRoutes({ door, pingMs }),
+    ...responsesRoutes({ responses: new ResponsesService(p.store, replies, door), pingMs }),
   ];
   openApiBody = JSON.stringify(openApiDocument(routes, p.version));
   if (config.docs) docs = docsPage(openApiBody, 'chat-session-api');

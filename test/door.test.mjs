@@ -318,7 +318,7 @@ describe('The OpenAI door', () => {
     assert.equal(turns[2].parentId, turns[0]._id, 'a new reply under the same user turn');
   });
 
-  test('[D-door-11] X-Session-Id continues a session, an edited history "becomes a branch of the same session"; "A walk matches images as well as text"', async () => {
+  test('[D-door-11] an edited history "becomes a branch of the same session"; "A walk matches images as well as text"', async () => {
     const c = client();
     const one = await c.chat.completions.create({ model: 'echo', messages: [{ role: 'user', content: 'first question' }] }).withResponse();
     const sid = one.response.headers.get('x-session-id');
@@ -343,7 +343,7 @@ describe('The OpenAI door', () => {
     await assert.rejects(bob.chat.completions.create({ model: 'echo', messages: [{ role: 'user', content: 'x' }] }, { headers: { 'X-Session-Id': sid } }), (e) => e instanceof OpenAI.NotFoundError, "another user's session is not found");
   });
 
-  test('[D-door-14] a client that sends back what it was given goes on in "the caller\'s session that holds a path equal to them"', async () => {
+  test('[D-door-14] a client sending back what it got goes on in "the caller\'s session that holds a path equal to them"', async () => {
     const c = client();
     const system = { role: 'system', content: 'You are terse.' };
     const first = await c.chat.completions.create({ model: 'echo', messages: [system, { role: 'user', content: 'rule three, first' }] }).withResponse();
@@ -369,7 +369,7 @@ describe('The OpenAI door', () => {
     assert.notEqual(bob.response.headers.get('x-session-id'), sid);
   });
 
-  test('[D-door-15] X-Conversation-Key (or X-OpenWebUI-Chat-Id, metadata.conversation_key) names "the caller\'s session whose metadata.conversationKey holds it"', async () => {
+  test('[D-door-15] a conversation key names "the caller\'s session whose metadata.conversationKey holds it"', async () => {
     const c = client();
     const a = await c.chat.completions.create({ model: 'echo', messages: [{ role: 'user', content: 'keyed one' }] }, { headers: { 'X-OpenWebUI-Chat-Id': 'chat-abc' } }).withResponse();
     const sid = a.response.headers.get('x-session-id');

@@ -204,7 +204,7 @@ describe('Tools in replies', () => {
     });
   }
 
-  test('[D-tools-7] "toolCallId must name a tool call on the path": 400 and nothing recorded; a tool message needs tool_result parts', async () => {
+  test('[D-tools-7] "toolCallId must name a tool call on the path": 400, nothing recorded; a tool message needs results', async () => {
     const s = await session('openai', 'call:get_weather+n:path');
     const { reply } = await send(s._id, { content: 'weather?', tools: [WEATHER] });
     const before = (await alice.get(`${B}/${s._id}/turns`)).body.data;

@@ -185,6 +185,11 @@ const RESPONSES: Record<SchemaName, Json> = {
       reply: ref('Turn'),
     },
   }),
+  Response: { type: 'object', required: ['id', 'object', 'created_at', 'status', 'model', 'output'], description: "OpenAI's response object (its stream: response.* events, each with a sequence_number).", properties: { id: { type: 'string', description: '`resp_` and the reply turn\'s _id' }, object: { const: 'response' }, created_at: { type: 'integer' }, status: { type: 'string' }, model: { type: 'string' }, output: { type: 'array', items: { type: 'object', additionalProperties: true } } } },
+  ItemList: { type: 'object', required: ['object', 'data', 'first_id', 'last_id', 'has_more'], properties: { object: { const: 'list' }, data: { type: 'array', items: { type: 'object', additionalProperties: true } }, first_id: { type: ['string', 'null'] }, last_id: { type: ['string', 'null'] }, has_more: { type: 'boolean' } } },
+  Item: { type: 'object', required: ['id', 'type'], properties: { id: { type: 'string' }, type: { type: 'string' } }, additionalProperties: true },
+  Conversation: { type: 'object', required: ['id', 'object', 'created_at', 'metadata'], properties: { id: { type: 'string', description: '`conv_` and the session\'s _id' }, object: { const: 'conversation' }, created_at: { type: 'integer' }, metadata: { type: 'object', additionalProperties: { type: 'string' } } } },
+  OpenAIDeleted: { type: 'object', required: ['id', 'object', 'deleted'], properties: { id: { type: 'string' }, object: { type: 'string' }, deleted: { const: true } } },
   ModelList: { type: 'object', required: ['object', 'data'], properties: { object: { const: 'list' }, data: { type: 'array', items: ref('Model') } } },
   Model: ref('Model'),
   ChatCompletion: {

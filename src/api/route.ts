@@ -98,7 +98,12 @@ export type SchemaName =
   | 'ReplyStarted'
   | 'ModelList'
   | 'Model'
-  | 'ChatCompletion';
+  | 'ChatCompletion'
+  | 'Response'
+  | 'ItemList'
+  | 'Item'
+  | 'Conversation'
+  | 'OpenAIDeleted';
 
 export interface ResponseDoc {
   readonly status: number;

@@ -142,6 +142,7 @@ export const USAGE = {
     inputTokens: { kind: 'number', integer: true, min: 0, required: true, description: 'Tokens read.' },
     outputTokens: { kind: 'number', integer: true, min: 0, required: true, description: 'Tokens written.' },
     cachedTokens: { kind: 'number', integer: true, min: 0, description: 'Of the input, tokens served from a cache.' },
+    reasoningTokens: { kind: 'number', integer: true, min: 0, description: "Of the output, tokens of the model's reasoning." },
     costUsd: { kind: 'number', integer: false, min: 0, description: 'What the turn cost, in US dollars.' },
   },
 } as const satisfies BodyField;

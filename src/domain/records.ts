@@ -84,6 +84,8 @@ export interface TurnUsage {
   readonly inputTokens: number;
   readonly outputTokens: number;
   readonly cachedTokens?: number;
+  /** Of the output, tokens of the model's reasoning (as OpenAI reports them). */
+  readonly reasoningTokens?: number;
   readonly costUsd?: number;
 }
 

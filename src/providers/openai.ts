@@ -221,7 +221,9 @@ class ChatCompletionsReader extends SseReader {
       if (input !== undefined || output !== undefined) {
         const details = u['prompt_tokens_details'];
         const cached = isObj(details) ? count(details['cached_tokens']) : undefined;
-        this.usage = { inputTokens: input ?? 0, outputTokens: output ?? 0, ...(cached !== undefined ? { cachedTokens: cached } : {}) };
+        const out = u['completion_tokens_details'];
+        const reasoning = isObj(out) ? count(out['reasoning_tokens']) : undefined;
+        this.usage = { inputTokens: input ?? 0, outputTokens: output ?? 0, ...(cached !== undefined ? { cachedTokens: cached } : {}), ...(reasoning !== undefined && reasoning > 0 ? { reasoningTokens: reasoning } : {}) };
       }
     }
   }

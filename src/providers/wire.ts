@@ -118,6 +118,8 @@ export interface ReplyUsage {
   readonly inputTokens: number;
   readonly outputTokens: number;
   readonly cachedTokens?: number;
+  /** Of the output, the reasoning's (OpenAI's completion_tokens_details). */
+  readonly reasoningTokens?: number;
 }
 
 /** What a reply stream yields: answer text, reasoning text, and at most one usage report. */

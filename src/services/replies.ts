@@ -9,7 +9,7 @@ import { DomainError, ServerBusy } from '../domain/errors.js';
 import { checkNewContent } from '../domain/inputs.js';
 import { ValidationError } from '../domain/schema.js';
 import { appendPieces, withToolCalls, type Piece, type PlacedCall } from '../domain/deltas.js';
-import type { StopReason, Turn, TurnContent, TurnRole, TurnStatus, TurnUsage } from '../domain/records.js';
+import type { JsonObject, StopReason, Turn, TurnContent, TurnRole, TurnStatus, TurnUsage } from '../domain/records.js';
 import type { Logger } from '../log.js';
 import type { ProviderCatalog } from '../providers/catalog.js';
 import { streamReply } from '../providers/call.js';
@@ -61,12 +61,18 @@ export interface ReplyRequest {
   readonly pathKeys?: readonly (string | undefined)[] | undefined;
   /** Told each piece of text and reasoning as it comes (the OpenAI door's stream). */
   readonly onPiece?: ((piece: Piece) => void) | undefined;
+  /** The system message of this reply alone, in place of the session's instructions (OpenAI's Responses `instructions`). */
+  readonly instructions?: string | undefined;
+  /** The reply turn's metadata (what OpenAI's Responses keep of a response). */
+  readonly replyMetadata?: JsonObject | undefined;
 }
 
 /** What a reply that is not recorded (the OpenAI door's `X-Record: off`) asks for. */
 export interface UnrecordedRequest {
   readonly provider: ProviderConfig;
   readonly model: string;
+  /** The system message (OpenAI's Responses `instructions`). */
+  readonly system?: string | undefined;
   readonly messages: readonly ReplyMessage[];
   readonly options?: ReplyOptions | undefined;
   readonly tools?: readonly ToolSpec[] | undefined;
@@ -188,6 +194,7 @@ export class ReplyService {
         (cur) => {
           check(cur);
           call = this.callOf(cur, req.model, req.providerId);
+          if (req.instructions !== undefined) call = { ...call, instructions: req.instructions };
           if (cur.streamingTurn() !== undefined) throw new DomainError('reply_in_progress', 'A reply is already in progress');
           return this.turnsOf(cur, caller.user, req, call.model);
         },
@@ -221,7 +228,7 @@ export class ReplyService {
     let told = 0;
     let out: UnrecordedReply;
     try {
-      const stream = streamReply({ provider: req.provider, model: req.model, messages: answeredCalls(req.messages), options: req.options, tools: req.tools, toolChoice: req.toolChoice, signal: req.signal, idleTimeoutMs: this.settings.idleTimeoutMs });
+      const stream = streamReply({ provider: req.provider, model: req.model, system: req.system, messages: answeredCalls(req.messages), options: req.options, tools: req.tools, toolChoice: req.toolChoice, signal: req.signal, idleTimeoutMs: this.settings.idleTimeoutMs });
       let usage: TurnUsage | undefined;
       for await (const e of stream) {
         if (e.kind === 'usage') usage = e.usage;
@@ -281,7 +288,7 @@ export class ReplyService {
       parentId = req.parentId ?? cur.session.headTurnId;
     }
     const { createdAt, _id } = turnStamp(after);
-    out.push({ _id, session: cur.session._id, parentId, user: who, role: 'assistant', content: '', model, status: 'streaming', createdAt });
+    out.push({ _id, session: cur.session._id, parentId, user: who, role: 'assistant', content: '', model, ...(req.replyMetadata !== undefined ? { metadata: req.replyMetadata } : {}), status: 'streaming', createdAt });
     return out;
   }
 

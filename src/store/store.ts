@@ -283,6 +283,8 @@ export interface Store {
    * from the root, kept for assistant turns) is `pathKey`, most recently updated sessions first.
    */
   turnsByPathKey(user: string, pathKey: string, live: Liveness, limit: number): Promise<readonly { readonly session: string; readonly turn: string }[]>;
+  /** The session a turn is of, by the turn's id alone (OpenAI's response ids name a turn, not its session); undefined when there is none. */
+  sessionOfTurn(turnId: string): Promise<string | undefined>;
   /** The OpenAI door's index: the id of `user`'s most recently updated live session whose metadata.conversationKey is `key`. */
   sessionByConversationKey(user: string, key: string, live: Liveness): Promise<string | undefined>;
   /**

@@ -44,13 +44,14 @@ function run(code, i) {
   });
 }
 
-test('docs/openai.md and the README: "the `openai` SDK" and the AI SDK examples run as written against the server', async () => {
+test('docs/openai.md and the README: "the `openai` SDK" and the AI SDK examples, Responses too, run as written', async () => {
   const blocks = [...jsBlocks('README.md'), ...jsBlocks('docs/openai.md')];
-  assert.equal(blocks.length, 3, 'the README\'s example, and the two of docs/openai.md');
+  assert.equal(blocks.length, 4, 'the README\'s example, and the three of docs/openai.md');
   const out = [];
   for (const [i, b] of blocks.entries()) out.push(await run(b, i));
   for (const [i, r] of out.entries()) assert.equal(r.code, 0, `block ${i}: ${r.stderr}`);
   assert.equal(out[0].stdout, 'Hello!\n', 'the local provider answers with the question\'s words');
   assert.equal(out[1].stdout, 'Hello!\n');
   assert.equal(out[2].stdout, 'tool said: {"city":"Weather in Paris?","tempC":21}\n', 'the tool loop ran to its answer');
+  assert.equal(out[3].stdout, 'Hello! / And again.\n', 'a response, and one under it');
 });

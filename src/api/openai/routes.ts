@@ -4,7 +4,6 @@
 // pieces become OpenAI's chunks. Errors under /v1 are answered in OpenAI's shape by the pipeline.
 import type { IncomingHttpHeaders } from 'node:http';
 import { hasScope, type Principal } from '../../auth/authenticate.js';
-import type { Piece } from '../../domain/deltas.js';
 import { ID_MAX } from '../../domain/limits.js';
 import type { JsonValue } from '../../domain/records.js';
 import { ValidationError, type BodySchema } from '../../domain/schema.js';
@@ -13,6 +12,7 @@ import { bodyKey, type CompletionStarted, type DoorService } from '../../service
 import { turnOf } from '../../services/reply-recorder.js';
 import { HttpError } from '../errors.js';
 import { EVENT_STREAM_TYPE, route, type Answer, type Context, type RouteDef } from '../route.js';
+import { PieceQueue, relay, type Frames } from './pieces.js';
 import { ChunkWriter, completionObject, messagesOf, sessionIdOf, toolChoiceOf, toolsOf, type ReplyView } from './wire.js';
 
 
@@ -66,13 +66,13 @@ export const chatCompletionBody = {
 } as const satisfies BodySchema;
 
 /** A header's value, once (a repeated one is the first). */
-function header(h: IncomingHttpHeaders, name: string): string | undefined {
+export function header(h: IncomingHttpHeaders, name: string): string | undefined {
   const v = h[name];
   return Array.isArray(v) ? v[0] : v;
 }
 
 /** A header or metadata value that names something: at most ID_MAX characters, else a 400 naming it. */
-function named(value: unknown, what: string): string | undefined {
+export function named(value: unknown, what: string): string | undefined {
   if (value === undefined || value === null || value === '') return undefined;
   if (typeof value !== 'string' || value.length > ID_MAX) throw new ValidationError(`${what} must be a string of at most ${ID_MAX} characters`);
   return value;
@@ -82,7 +82,7 @@ function named(value: unknown, what: string): string | undefined {
  * The user a request is recorded for: the end user a token with `users:act` names (X-User-Id,
  * X-OpenWebUI-User-Id, or a string `user`), else the token's own.
  */
-function actingUser(p: Principal, h: IncomingHttpHeaders, user: JsonValue | undefined): string {
+export function actingUser(p: Principal, h: IncomingHttpHeaders, user: JsonValue | undefined): string {
   const given = named(header(h, 'x-user-id') ?? header(h, 'x-openwebui-user-id'), 'X-User-Id');
   const acts = hasScope(p, 'users:act');
   if (given !== undefined) {
@@ -99,100 +99,14 @@ function viewOf(t: ReturnType<typeof turnOf>): ReplyView {
   return { status: t.status, content: t.content, usage: t.usage, stopReason: t.stopReason, error: t.error };
 }
 
-/**
- * The pieces of one reply as they come, for its stream: waits for the next, for the reply's end,
- * or for a ping's time of silence.
- */
-class PieceQueue {
-  private pieces: Piece[] = [];
-  private wake: (() => void) | undefined;
-  private readonly timer: NodeJS.Timeout;
-  pinged = false;
-
-  constructor(pingMs: number) {
-    this.timer = setTimeout(() => {
-      this.pinged = true;
-      this.notify();
-    }, pingMs);
-  }
-
-  readonly push = (p: Piece): void => {
-    this.pieces.push(p);
-    this.notify();
+/** The frames of a Chat Completions stream: the role chunk, each piece, then the end (or an error frame and no [DONE]). */
+function chunkFrames(w: ChunkWriter): Frames<ReplyView> {
+  return {
+    first: () => w.role(),
+    piece: (p) => (p.kind === 'text' ? w.content(p.text) : w.reasoning(p.text)),
+    last: (v) => (v.status === 'complete' ? w.end(v) : ChunkWriter.error(v.error?.message ?? 'The reply was interrupted', v.status === 'error' ? 'provider_error' : 'reply_interrupted')),
+    failed: () => ChunkWriter.error('The reply could not be recorded', 'server_error'),
   };
-
-  notify(): void {
-    const w = this.wake;
-    this.wake = undefined;
-    w?.();
-  }
-
-  take(): Piece[] {
-    const out = this.pieces;
-    if (out.length > 0) this.pieces = [];
-    return out;
-  }
-
-  next(): Promise<void> {
-    return new Promise((resolve) => {
-      this.wake = resolve;
-    });
-  }
-
-  /** A frame went out: the silence starts again. */
-  wrote(): void {
-    this.pinged = false;
-    this.timer.refresh();
-  }
-
-  stop(): void {
-    clearTimeout(this.timer);
-  }
-}
-
-/** The stream of a reply: the role, its pieces as they come, then its end (or an error frame and no [DONE]). */
-async function* chunks(w: ChunkWriter, queue: PieceQueue, end: Promise<ReplyView>, cancel: () => void): AsyncGenerator<string> {
-  let over = false;
-  const ended = end.then(
-    (v) => ({ v }),
-    (e: unknown) => ({ e }),
-  );
-  void ended.then(() => {
-    over = true;
-    queue.notify();
-  });
-  try {
-    yield w.role();
-    queue.wrote();
-    for (;;) {
-      const pieces = queue.take();
-      if (pieces.length > 0) {
-        let out = '';
-        for (const p of pieces) out += p.kind === 'text' ? w.content(p.text) : w.reasoning(p.text);
-        yield out;
-        queue.wrote();
-        continue;
-      }
-      if (over) break;
-      if (queue.pinged) {
-        yield ': ping\n\n';
-        queue.wrote();
-        continue;
-      }
-      await queue.next();
-    }
-    const r = await ended;
-    if ('e' in r) {
-      yield ChunkWriter.error('The reply could not be recorded', 'server_error');
-      return;
-    }
-    if (r.v.status === 'complete') yield w.end(r.v);
-    else yield ChunkWriter.error(r.v.error?.message ?? 'The reply was interrupted', r.v.status === 'error' ? 'provider_error' : 'reply_interrupted');
-  } finally {
-    queue.stop();
-    // the client left before the end: the reply is cancelled
-    if (!over) cancel();
-  }
 }
 
 export function openaiRoutes({ door, pingMs }: OpenAIDeps): RouteDef[] {
@@ -267,7 +181,7 @@ export function openaiRoutes({ door, pingMs }: OpenAIDeps): RouteDef[] {
           else for (const part of content) if (part.type === 'text' || part.type === 'reasoning') queue.push({ kind: part.type, text: part.text });
         }, () => undefined);
       }
-      return { status: 200, contentType: EVENT_STREAM_TYPE, headers: recorded, stream: chunks(w, queue, end, () => abort.abort()) };
+      return { status: 200, contentType: EVENT_STREAM_TYPE, headers: recorded, stream: relay(queue, end, chunkFrames(w), () => abort.abort()) };
     }
     queue.stop();
     const v = await end;

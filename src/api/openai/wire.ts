@@ -27,7 +27,7 @@ function plainText(content: JsonValue | undefined, at: string): string {
 }
 
 /** An image_url part as a file part: its bytes when it is a data: URL, else its link. */
-function imagePart(url: unknown, at: string): Part {
+export function imagePart(url: unknown, at: string): Part {
   if (typeof url !== 'string' || url === '') throw new ValidationError(`${at}.image_url.url is required`);
   const data = /^data:([A-Za-z0-9][A-Za-z0-9!#$&^_.+-]*\/[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]*)(?:;[^,]*)?;base64,([A-Za-z0-9+/]*={0,2})$/.exec(url);
   if (data !== null) return { type: 'file', name: `image.${(data[1] as string).split('/')[1]}`, mediaType: (data[1] as string).toLowerCase(), data: data[2] as string };
@@ -179,7 +179,7 @@ export function usageOf(u: TurnUsage | undefined): JsonObject | undefined {
     completion_tokens: u.outputTokens,
     total_tokens: Math.min(u.inputTokens + u.outputTokens, Number.MAX_SAFE_INTEGER),
     prompt_tokens_details: { cached_tokens: u.cachedTokens ?? 0 },
-    completion_tokens_details: { reasoning_tokens: (u as { reasoningTokens?: number }).reasoningTokens ?? 0 },
+    completion_tokens_details: { reasoning_tokens: u.reasoningTokens ?? 0 },
   };
 }
 

@@ -354,6 +354,11 @@ export class PostgresStore extends SerialWrites implements Store, GroupSource {
     return rows.map((r) => ({ session: r[0] as string, turn: r[1] as string }));
   }
 
+  async sessionOfTurn(turnId: string): Promise<string | undefined> {
+    const row = (await this.pool.query(`SELECT session FROM ${this.S}.turns WHERE id = $1`, [sqlText(turnId)]).catch(rethrow)).rows[0];
+    return row === undefined ? undefined : (row[0] as string);
+  }
+
   async sessionByConversationKey(user: string, key: string, live: Liveness): Promise<string | undefined> {
     const params: string[] = [];
     const row = (await this.pool.query(conversationKeySql(postgresDialect(this.S, params), user, key, live), params).catch(rethrow)).rows[0];

@@ -499,6 +499,11 @@ export class SqliteStore extends SerialWrites implements Store, GroupSource, Gro
     return Promise.resolve(this.reader.prepare(sql).all(...params).map((r) => ({ session: text(r['session']), turn: text(r['id']) })));
   }
 
+  sessionOfTurn(turnId: string): Promise<string | undefined> {
+    const row = this.reader.prepare('SELECT session FROM turns WHERE id = ?').get(turnId);
+    return Promise.resolve(row === undefined ? undefined : text(row['session']));
+  }
+
   sessionByConversationKey(user: string, key: string, live: Liveness): Promise<string | undefined> {
     const params: SqlValue[] = [];
     const row = this.reader.prepare(conversationKeySql(sqliteDialect(params), user, key, live)).get(...params);

@@ -1,0 +1,285 @@
+// OpenAI's stateful API as a use case over sessions and turns: a response is a reply turn (its
+// previous_response_id its parent), a conversation a session, its items the turns of its current
+// path. Every id is its caller's own: another user's response or conversation is not found,
+// whatever ACCESS says. The replies are ReplyService's; this is where they go and what they keep.
+import { DomainError } from '../domain/errors.js';
+import { newObjectId } from '../domain/ids.js';
+import { DEFAULT_MODE, chatSession, nextTimestamp, type ChatSession, type JsonObject, type Part, type Turn } from '../domain/records.js';
+import type { ProviderConfig, ReplyOptions, ToolChoice, ToolSpec } from '../providers/wire.js';
+import { TurnNotFound, type SessionRecord, type Store, type TurnRecord } from '../store/store.js';
+import type { Piece } from '../domain/deltas.js';
+import type { DoorMessage } from './door-match.js';
+import { textOf, type DoorService } from './door.js';
+import type { ReplyService, UnrecordedReply } from './replies.js';
+import { turnOf } from './reply-recorder.js';
+import { turnStamp as stampAfter } from './turns.js';
+
+/** The instructions a response keeps to show them again: longer ones are used, not kept (a turn's metadata is at most 16 KiB). */
+const KEPT_INSTRUCTIONS_MAX = 4096;
+
+export class ResponseNotFound extends DomainError {
+  constructor() {
+    super('turn_not_found', 'Response not found');
+  }
+}
+
+export class ConversationNotFound extends DomainError {
+  constructor() {
+    super('session_not_found', 'Conversation not found');
+  }
+}
+
+export class ItemNotFound extends DomainError {
+  constructor() {
+    super('turn_not_found', 'Item not found');
+  }
+}
+
+/** A POST /v1/responses as the edge read it. */
+export interface ResponseRequest {
+  readonly user: string;
+  /** The request's `model`, as it is answered. */
+  readonly model: string;
+  readonly input: readonly DoorMessage[];
+  readonly instructions?: string | undefined;
+  /** The turn id of previous_response_id. */
+  readonly previousResponse?: string | undefined;
+  /** The session id of `conversation`. */
+  readonly conversation?: string | undefined;
+  readonly store: boolean;
+  readonly background: boolean;
+  readonly options: ReplyOptions;
+  readonly maxOutputTokens?: number | undefined;
+  readonly tools?: readonly ToolSpec[] | undefined;
+  readonly toolChoice?: ToolChoice | undefined;
+  readonly metadata?: JsonObject | undefined;
+  /** X-Project-Id, for a new session. */
+  readonly projectId: string;
+  readonly onPiece: (piece: Piece) => void;
+  /** Aborted when the client of a response it waits for (not a background one) closes its connection. */
+  readonly signal: AbortSignal;
+}
+
+export type ResponseStarted =
+  | { readonly kind: 'recorded'; readonly session: string; readonly reply: TurnRecord; readonly done: Promise<TurnRecord> }
+  | { readonly kind: 'unrecorded'; readonly reply: Turn; readonly done: Promise<UnrecordedReply> };
+
+export class ResponsesService {
+  constructor(
+    private readonly store: Store,
+    private readonly replies: ReplyService,
+    private readonly door: DoorService,
+  ) {}
+
+  /** The caller's session of this id, or ConversationNotFound. */
+  async session(user: string, id: string): Promise<SessionRecord> {
+    const r = await this.store.getSession(id);
+    if (r === undefined || r.session.user !== user) throw new ConversationNotFound();
+    return r;
+  }
+
+  /** One of the caller's turns by its id alone, with its session; `missing` when it is none of theirs. */
+  async turn(user: string, id: string, missing: () => DomainError): Promise<{ session: string; turn: Turn }> {
+    const session = await this.store.sessionOfTurn(id);
+    if (session === undefined) throw missing();
+    const s = await this.store.getSession(session);
+    const t = s === undefined || s.session.user !== user ? undefined : await this.store.getTurn(session, id);
+    if (t === undefined) throw missing();
+    return { session, turn: turnOf(t) };
+  }
+
+  /** The caller's response (a reply turn). */
+  async response(user: string, id: string): Promise<{ session: string; turn: Turn }> {
+    const r = await this.turn(user, id, () => new ResponseNotFound());
+    if (r.turn.role !== 'assistant') throw new ResponseNotFound();
+    return r;
+  }
+
+  /** What an item id of the caller's names (an `item_reference`), as the turn it would be; undefined: reasoning, never sent back. */
+  async referenced(user: string, turnId: string, index: number | undefined, kind: string): Promise<DoorMessage | undefined> {
+    const { turn } = await this.turn(user, turnId, () => new ItemNotFound());
+    const parts: readonly Part[] = typeof turn.content === 'string' ? [{ type: 'text', text: turn.content }] : turn.content;
+    if (kind === 'rs') return undefined;
+    if (kind === 'fc' || kind === 'fco') {
+      const wanted = parts.filter((p) => p.type === (kind === 'fc' ? 'tool_call' : 'tool_result'));
+      const one = wanted[index ?? -1];
+      if (one === undefined) throw new ItemNotFound();
+      return { role: kind === 'fc' ? 'assistant' : 'tool', content: [one] };
+    }
+    // a reply's message is its text alone
+    if (turn.role === 'assistant') return { role: 'assistant', content: parts.filter((p) => p.type === 'text').map((p) => (p as { text: string }).text).join('') };
+    return { role: turn.role, content: turn.content };
+  }
+
+  /** Starts a response: under previous_response_id, at the conversation's head, or in a new session; or, with store: false, not recorded. */
+  async create(req: ResponseRequest): Promise<ResponseStarted> {
+    const { choice, provider, providerId } = this.door.choose(req.model);
+    if (req.previousResponse !== undefined && req.conversation !== undefined) throw new DomainError('invalid', 'previous_response_id and conversation cannot both be given');
+    const options: ReplyOptions = { ...req.options, ...(req.maxOutputTokens !== undefined ? { maxTokens: req.maxOutputTokens } : {}) };
+    if (!req.store) return this.unrecorded(req, provider, choice.model, options);
+    let session: string;
+    let parentId: string | null;
+    let fresh = false;
+    if (req.previousResponse !== undefined) {
+      const prev = await this.turn(req.user, req.previousResponse, () => new DomainError('invalid', 'previous_response_id must name one of your responses'));
+      if (prev.turn.role !== 'assistant') throw new DomainError('invalid', 'previous_response_id must name one of your responses');
+      session = prev.session;
+      parentId = prev.turn._id;
+    } else if (req.conversation !== undefined) {
+      const s = await this.session(req.user, req.conversation);
+      session = s.session._id;
+      parentId = s.session.headTurnId;
+    } else {
+      session = await this.newSession(req.user, req.projectId, providerId, choice.model, req.input);
+      parentId = null;
+      fresh = true;
+    }
+    const kept: JsonObject = {
+      model: req.model,
+      previous_response_id: req.previousResponse !== undefined ? `resp_${req.previousResponse}` : null,
+      ...(req.instructions !== undefined && req.instructions.length <= KEPT_INSTRUCTIONS_MAX ? { instructions: req.instructions } : {}),
+      ...(req.maxOutputTokens !== undefined ? { max_output_tokens: req.maxOutputTokens } : {}),
+      background: req.background,
+      ...(req.metadata !== undefined ? { metadata: req.metadata } : {}),
+      ...(req.conversation !== undefined ? { conversation: session } : {}),
+    };
+    try {
+      const started = await this.replies.begin(
+        { user: req.user },
+        session,
+        { parentId, chain: req.input, model: choice.model, providerId, options, tools: req.tools, toolChoice: req.toolChoice, onPiece: req.onPiece, instructions: req.instructions, replyMetadata: { response: kept } },
+        undefined,
+      );
+      if (!req.background) {
+        // a client that closes its connection before the end cancels the response (not a background one)
+        const cancel = (): void => void this.replies.cancel({ user: req.user }, session, started.reply._id).catch(() => undefined);
+        req.signal.addEventListener('abort', cancel, { once: true });
+        const off = (): void => req.signal.removeEventListener('abort', cancel);
+        started.done.then(off, off);
+      }
+      return { kind: 'recorded', session, reply: started.reply, done: started.done };
+    } catch (e) {
+      if (fresh) await this.store.deleteSession(session, () => undefined).catch(() => undefined);
+      throw e;
+    }
+  }
+
+  private async unrecorded(req: ResponseRequest, provider: ProviderConfig, model: string, options: ReplyOptions): Promise<ResponseStarted> {
+    const before: DoorMessage[] = [];
+    if (req.previousResponse !== undefined) {
+      const prev = await this.response(req.user, req.previousResponse);
+      for await (const chunk of this.store.scanTurns(prev.session, { turnId: prev.turn._id })) for (const t of chunk) before.push(turnOf(t));
+    } else if (req.conversation !== undefined) {
+      const s = await this.session(req.user, req.conversation);
+      if (s.session.headTurnId !== null) for await (const chunk of this.store.scanTurns(s.session._id, 'head')) for (const t of chunk) before.push(turnOf(t));
+    }
+    const now = new Date().toISOString();
+    const id = newObjectId(Date.parse(now));
+    const reply: Turn = { _id: id, session: '', parentId: null, user: req.user, role: 'assistant', content: '', model, metadata: { response: { model: req.model, background: false } }, status: 'streaming', createdAt: now };
+    const done = this.replies.unrecorded({ provider, model, system: req.instructions, messages: [...before, ...req.input].map((m) => ({ role: m.role, content: m.content })), options, tools: req.tools, toolChoice: req.toolChoice, onPiece: req.onPiece, signal: req.signal });
+    return { kind: 'unrecorded', reply, done };
+  }
+
+  /** A new session for a response or a conversation: named after its first user text, its provider and model those of its first response ('' for a conversation made before one). */
+  async newSession(user: string, projectId: string, providerId: string, model: string, input: readonly DoorMessage[], metadata?: JsonObject): Promise<string> {
+    const now = Date.now();
+    const at = new Date(now).toISOString();
+    const first = input.find((m) => m.role === 'user');
+    const name = first === undefined ? '' : [...textOf(first.content).replace(/\s+/g, ' ').trim()].slice(0, 80).join('');
+    const r = await this.store.createSession(
+      chatSession({
+        _id: newObjectId(now),
+        name,
+        provider: providerId,
+        selectedModel: model,
+        mode: DEFAULT_MODE,
+        user,
+        project: projectId,
+        createdAt: at,
+        updatedAt: at,
+        archived: false,
+        headTurnId: null,
+        ...(metadata !== undefined && Object.keys(metadata).length > 0 ? { metadata: metadata as { [k: string]: string } } : {}),
+      }),
+    );
+    return r.session._id;
+  }
+
+  /** Stops a response in progress (background, or streaming to its client): the turn as recorded. */
+  async cancel(user: string, id: string): Promise<Turn> {
+    const r = await this.response(user, id);
+    return turnOf(await this.replies.cancel({ user }, r.session, id));
+  }
+
+  /** Deletes a response: its turn and what grew under it. */
+  async deleteResponse(user: string, id: string): Promise<void> {
+    const r = await this.response(user, id);
+    await this.store.deleteTurn(r.session, id, () => undefined);
+  }
+
+  /** The input of a response: the turns between the reply before it on its path and it. */
+  async inputOf(user: string, id: string): Promise<Turn[]> {
+    const r = await this.response(user, id);
+    const path: Turn[] = [];
+    for await (const chunk of this.store.scanTurns(r.session, { turnId: id })) for (const t of chunk) path.push(turnOf(t));
+    path.pop();
+    let from = path.length;
+    while (from > 0 && (path[from - 1] as Turn).role !== 'assistant') from--;
+    return path.slice(from);
+  }
+
+  /** The turns of a conversation's current path, oldest first. */
+  async pathOf(user: string, sessionId: string): Promise<{ session: SessionRecord; turns: Turn[] }> {
+    const s = await this.session(user, sessionId);
+    const turns: Turn[] = [];
+    if (s.session.headTurnId !== null) for await (const chunk of this.store.scanTurns(sessionId, 'head')) for (const t of chunk) turns.push(turnOf(t));
+    return { session: s, turns };
+  }
+
+  /** Records items at a conversation's head, in order: the turns made. */
+  async addItems(user: string, sessionId: string, items: readonly DoorMessage[]): Promise<Turn[]> {
+    await this.session(user, sessionId);
+    const made = await this.store.appendTurns(sessionId, (cur) => {
+      let parentId = cur.session.headTurnId;
+      let after = { session: { updatedAt: cur.session.updatedAt }, lastTurn: cur.lastTurn };
+      return items.map((m): Turn => {
+        const stamp = stampAfter(after);
+        const t: Turn = { _id: stamp._id, session: sessionId, parentId, user, role: m.role, content: m.content, status: 'complete', createdAt: stamp.createdAt };
+        parentId = t._id;
+        after = { session: { updatedAt: t.createdAt }, lastTurn: { createdAt: t.createdAt, _id: t._id } };
+        return t;
+      });
+    });
+    return made.map(turnOf);
+  }
+
+  /** Replaces a conversation's metadata (a conversation key the chat door keeps stays). */
+  async updateMetadata(user: string, sessionId: string, metadata: JsonObject): Promise<ChatSession> {
+    const r = await this.store.updateSession(sessionId, (cur) => {
+      if (cur.session.user !== user) throw new ConversationNotFound();
+      const key = cur.session.metadata?.['conversationKey'];
+      const next = { ...(key !== undefined ? { conversationKey: key } : {}), ...(metadata as { [k: string]: string }) };
+      return chatSession({ ...cur.session, metadata: next, updatedAt: nextTimestamp(cur.session.updatedAt) });
+    });
+    return r.session;
+  }
+
+  /** Deletes a conversation: its session and its turns. */
+  async deleteConversation(user: string, sessionId: string): Promise<void> {
+    await this.store.deleteSession(sessionId, (cur) => {
+      if (cur.session.user !== user) throw new ConversationNotFound();
+    });
+  }
+
+  /** Deletes one turn of a conversation (an item) and what grew under it. */
+  async deleteItem(user: string, sessionId: string, turnId: string): Promise<void> {
+    await this.session(user, sessionId);
+    try {
+      await this.store.deleteTurn(sessionId, turnId, () => undefined);
+    } catch (e) {
+      if (e instanceof TurnNotFound) throw new ItemNotFound();
+      throw e;
+    }
+  }
+}
+
