@@ -123,7 +123,7 @@ describe('Security (docs/DECISIONS.md)', () => {
     assert.equal(r.headers['access-control-allow-origin'], 'https://app.example');
     assert.equal(r.headers['access-control-allow-credentials'], undefined);
     const exposed = r.headers['access-control-expose-headers'].split(',').map((h) => h.trim().toLowerCase()).sort();
-    assert.deepEqual(exposed, ['etag', 'retry-after', 'x-request-id']);
+    assert.deepEqual(exposed, ['etag', 'retry-after', 'x-request-id', 'x-session-id', 'x-should-retry', 'x-turn-id']);
   });
 
   test('"Provider _ids are answered in lowercase", whatever case the providers file writes them in', async () => {

@@ -38,8 +38,13 @@ export function sqlText(s: string): string {
   return s.includes('\0') || s.includes('\\') ? s.replace(/[\\\0]/g, (c) => (c === '\\' ? '\\\\' : '\\0')) : s;
 }
 
-/** A session's metadata.conversationKey, as its index (schema.ts, step 8) and the door's lookup write it: the same expression, or the index is not used. */
-export const CONVERSATION_KEY_PG = "(json::json -> 'metadata' ->> 'conversationKey')";
+/**
+ * A session's metadata.conversationKey, as its index (schema.ts, step 8) and the door's lookup
+ * write it: the same expression, or the index is not used. A session whose JSON holds a NUL
+ * (`\u0000`, which PostgreSQL's text cannot hold) has none: taking a field out of it would fail,
+ * and the index is computed as the row is written.
+ */
+export const CONVERSATION_KEY_PG = "(CASE WHEN strpos(json, '\"conversationKey\":') > 0 AND strpos(json, '\\u0000') = 0 THEN json::json -> 'metadata' ->> 'conversationKey' END)";
 
 /** A statement's dialect for PostgreSQL: its values (as text the database holds, see sqlText) pushed to `params`, its tables in schema `S`. */
 export function postgresDialect(S: string, params: string[]): Dialect {
