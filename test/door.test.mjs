@@ -306,6 +306,18 @@ describe('The OpenAI door', () => {
     assert.equal(framesOf(streamed.text).filter((f) => f !== '[DONE]').flatMap((f) => f.choices.map((c) => c.delta.content ?? '')).join(''), 'asked once');
   });
 
+  test('[D-door-10] a retry while the first answer still streams is followed to its end: one call, one reply', async () => {
+    const body = { model: 'ollama/tokens:30@60+n:retry-streaming', messages: [{ role: 'user', content: 'long enough' }] };
+    const first = rawCompletion(body, { headers: { 'idempotency-key': 'k-streaming' } });
+    await provider.waitForRequest((q) => q.model === 'tokens:30@60+n:retry-streaming');
+    const again = await rawCompletion(body, { headers: { 'idempotency-key': 'k-streaming', 'x-stainless-retry-count': '1' } });
+    const one = await first;
+    assert.deepEqual([one.status, again.status], [200, 200]);
+    assert.equal(JSON.parse(again.text).id, JSON.parse(one.text).id);
+    assert.equal(JSON.parse(again.text).choices[0].message.content, JSON.parse(one.text).choices[0].message.content, 'the whole reply');
+    assert.equal(provider.requests.filter((q) => q.model === 'tokens:30@60+n:retry-streaming').length, 1);
+  });
+
   test('[D-door-10] a retry of a reply that failed asks again: "a new reply under the same user turn"', async () => {
     const body = { model: 'ollama/status:500+times:3+n:retry-failed', messages: [{ role: 'user', content: 'fails first' }] };
     const first = await rawCompletion(body, { headers: { 'idempotency-key': 'k-failed' } });

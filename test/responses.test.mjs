@@ -200,6 +200,20 @@ describe("OpenAI's stateful API: Responses and conversations", () => {
     assert.deepEqual(left.data.map((i) => i.content[0].text), ['keep me']);
   });
 
+  test('[D-responses-3] a response cut by max_output_tokens ends response.incomplete; a provider failure response.failed', async () => {
+    const c = client();
+    const cut = c.responses.stream({ model: 'local-openai/say:a+b+c+finish:length', input: 'x', max_output_tokens: 3 });
+    const types = [];
+    for await (const e of cut) types.push(e.type);
+    assert.equal(types.at(-1), 'response.incomplete');
+    const got = await c.responses.retrieve((await cut.finalResponse()).id);
+    assert.deepEqual([got.status, got.incomplete_details, got.max_output_tokens], ['incomplete', { reason: 'max_output_tokens' }, 3]);
+    assert.equal(provider.requests.filter((q) => q.protocol === 'openai').at(-1).body.max_tokens, 3, 'passed on as the protocol\'s max tokens');
+    const failed = await c.responses.create({ model: 'local-openai/tokens:3+error-after:1', input: 'x' });
+    assert.deepEqual([failed.status, failed.error.code], ['failed', 'server_error']);
+    assert.match(failed.error.message, /Provider "Local OpenAI"/);
+  });
+
   test('[D-responses-9] "Ids are the caller\'s own": another user\'s response or conversation is 404', async () => {
     const mine = await client().responses.create({ model: 'local-openai/echo', input: 'private' });
     const conv = await client().conversations.create({});
