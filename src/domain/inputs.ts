@@ -207,6 +207,17 @@ export const forkBody = {
 } as const satisfies BodySchema;
 
 
+/** Where the model stops: one sequence or up to 4 (a reply's `options.stop`, the OpenAI door's `stop`). */
+export const STOP_SEQUENCES = {
+  kind: 'either',
+  expected: 'a string or an array of strings',
+  description: 'Where the model stops: a string, or up to 4.',
+  of: [
+    { kind: 'string', present: true, maxLength: 200, description: 'One stop sequence.' },
+    { kind: 'list', minItems: 1, maxItems: 4, items: { kind: 'string', present: true, maxLength: 200, description: 'A stop sequence.' }, description: 'Up to 4 stop sequences.' },
+  ],
+} as const satisfies BodyField;
+
 /** What a reply is asked with: the generation settings, passed on to the provider in its own names. */
 export const REPLY_OPTIONS = {
   kind: 'shape',
@@ -215,15 +226,7 @@ export const REPLY_OPTIONS = {
     temperature: { kind: 'number', integer: false, min: 0, max: 2, description: 'Sampling temperature, 0 to 2.' },
     maxTokens: { kind: 'number', integer: true, min: 1, max: 1_000_000, description: 'The most tokens the reply may have.' },
     topP: { kind: 'number', integer: false, min: 0, max: 1, description: 'Nucleus sampling, 0 to 1.' },
-    stop: {
-      kind: 'either',
-      expected: 'a string or an array of strings',
-      description: 'Where the model stops: a string, or up to 4.',
-      of: [
-        { kind: 'string', present: true, maxLength: 200, description: 'One stop sequence.' },
-        { kind: 'list', minItems: 1, maxItems: 4, items: { kind: 'string', present: true, maxLength: 200, description: 'A stop sequence.' }, description: 'Up to 4 stop sequences.' },
-      ],
-    },
+    stop: STOP_SEQUENCES,
   },
 } as const satisfies BodyField;
 

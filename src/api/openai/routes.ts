@@ -4,6 +4,7 @@
 // pieces become OpenAI's chunks. Errors under /v1 are answered in OpenAI's shape by the pipeline.
 import type { IncomingHttpHeaders } from 'node:http';
 import { hasScope, type Principal } from '../../auth/authenticate.js';
+import { STOP_SEQUENCES } from '../../domain/inputs.js';
 import { ID_MAX } from '../../domain/limits.js';
 import type { JsonValue } from '../../domain/records.js';
 import { ValidationError, type BodySchema } from '../../domain/schema.js';
@@ -47,15 +48,7 @@ export const chatCompletionBody = {
     tool_choice: { kind: 'json', maxDepth: 4, description: '"auto", "none", "required" or {type: "function", function: {name}}.' },
     temperature: { kind: 'number', integer: false, min: 0, max: 2, description: 'Sampling temperature.' },
     top_p: { kind: 'number', integer: false, min: 0, max: 1, description: 'Nucleus sampling.' },
-    stop: {
-      kind: 'either',
-      expected: 'a string or an array of strings',
-      description: 'Up to 4 stop sequences.',
-      of: [
-        { kind: 'string', present: true, maxLength: 200, description: 'One stop sequence.' },
-        { kind: 'list', minItems: 1, maxItems: 4, items: { kind: 'string', present: true, maxLength: 200, description: 'A stop sequence.' }, description: 'Up to 4.' },
-      ],
-    },
+    stop: STOP_SEQUENCES,
     seed: { kind: 'number', integer: true, min: Number.MIN_SAFE_INTEGER, max: Number.MAX_SAFE_INTEGER, description: 'For a repeatable answer, where the provider takes one.' },
     max_tokens: { kind: 'number', integer: true, min: 1, max: 1_000_000, description: 'The most tokens the reply may have.' },
     max_completion_tokens: { kind: 'number', integer: true, min: 1, max: 1_000_000, description: 'The same, under its newer name (it wins).' },
