@@ -113,7 +113,7 @@ export class DoorService {
     let session = found;
     let fresh = false;
     if (session === undefined) {
-      session = await this.newSession(req, choice, providerId);
+      session = await newSession(this.store, { user: req.user, projectId: req.projectId, providerId, model: choice.model, messages: req.messages, ...(req.conversationKey !== undefined ? { metadata: { conversationKey: req.conversationKey } } : {}) });
       fresh = true;
     }
     const { parentId, chain } = await this.placeIn(session, req.messages, fresh);
@@ -169,30 +169,6 @@ export class DoorService {
       throw e;
     }
     return path.length === messages.length && path.every((t, i) => sameTurn(t, messages[i] as DoorMessage));
-  }
-
-  private async newSession(req: CompletionRequest, choice: ModelChoice, providerId: string): Promise<string> {
-    const now = Date.now();
-    const at = new Date(now).toISOString();
-    const firstUser = req.messages.find((m) => m.role === 'user');
-    const name = firstUser === undefined ? '' : [...textOf(firstUser.content).replace(/\s+/g, ' ').trim()].slice(0, 80).join('');
-    const r = await this.store.createSession(
-      chatSession({
-        _id: newObjectId(now),
-        name,
-        provider: providerId,
-        selectedModel: choice.model,
-        mode: DEFAULT_MODE,
-        user: req.user,
-        project: req.projectId,
-        createdAt: at,
-        updatedAt: at,
-        archived: false,
-        headTurnId: null,
-        ...(req.conversationKey !== undefined ? { metadata: { conversationKey: req.conversationKey } } : {}),
-      }),
-    );
-    return r.session._id;
   }
 
   /**
@@ -298,4 +274,36 @@ export function textOf(content: TurnContent): string {
 /** The retry key of a body: its hash, per user. */
 export function bodyKey(user: string, body: unknown): string {
   return `b:${createHash('sha256').update(user).update('\n').update(JSON.stringify(body)).digest('base64url')}`;
+}
+
+/**
+ * A new session for a conversation the OpenAI door records: the caller's, in `projectId`, of the
+ * provider and model its first reply names ('' for a conversation made before one), named after
+ * the first 80 characters of its first user message.
+ */
+export async function newSession(
+  store: Store,
+  s: { readonly user: string; readonly projectId: string; readonly providerId: string; readonly model: string; readonly messages: readonly DoorMessage[]; readonly metadata?: { readonly [key: string]: string } | undefined },
+): Promise<string> {
+  const now = Date.now();
+  const at = new Date(now).toISOString();
+  const first = s.messages.find((m) => m.role === 'user');
+  const name = first === undefined ? '' : [...textOf(first.content).replace(/\s+/g, ' ').trim()].slice(0, 80).join('');
+  const r = await store.createSession(
+    chatSession({
+      _id: newObjectId(now),
+      name,
+      provider: s.providerId,
+      selectedModel: s.model,
+      mode: DEFAULT_MODE,
+      user: s.user,
+      project: s.projectId,
+      createdAt: at,
+      updatedAt: at,
+      archived: false,
+      headTurnId: null,
+      ...(s.metadata !== undefined && Object.keys(s.metadata).length > 0 ? { metadata: s.metadata } : {}),
+    }),
+  );
+  return r.session._id;
 }

@@ -4,12 +4,12 @@
 // whatever ACCESS says. The replies are ReplyService's; this is where they go and what they keep.
 import { DomainError } from '../domain/errors.js';
 import { newObjectId } from '../domain/ids.js';
-import { DEFAULT_MODE, chatSession, nextTimestamp, type ChatSession, type JsonObject, type Part, type Turn } from '../domain/records.js';
+import { chatSession, nextTimestamp, type ChatSession, type JsonObject, type Part, type Turn } from '../domain/records.js';
 import type { ProviderConfig, ReplyOptions, ToolChoice, ToolSpec } from '../providers/wire.js';
 import { TurnNotFound, type SessionRecord, type Store, type TurnRecord } from '../store/store.js';
 import type { Piece } from '../domain/deltas.js';
 import type { DoorMessage } from './door-match.js';
-import { textOf, type DoorService } from './door.js';
+import { newSession, type DoorService } from './door.js';
 import type { ReplyService, UnrecordedReply } from './replies.js';
 import { turnOf } from './reply-recorder.js';
 import { turnStamp as stampAfter } from './turns.js';
@@ -180,29 +180,9 @@ export class ResponsesService {
     return { kind: 'unrecorded', reply, done };
   }
 
-  /** A new session for a response or a conversation: named after its first user text, its provider and model those of its first response ('' for a conversation made before one). */
-  async newSession(user: string, projectId: string, providerId: string, model: string, input: readonly DoorMessage[], metadata?: JsonObject): Promise<string> {
-    const now = Date.now();
-    const at = new Date(now).toISOString();
-    const first = input.find((m) => m.role === 'user');
-    const name = first === undefined ? '' : [...textOf(first.content).replace(/\s+/g, ' ').trim()].slice(0, 80).join('');
-    const r = await this.store.createSession(
-      chatSession({
-        _id: newObjectId(now),
-        name,
-        provider: providerId,
-        selectedModel: model,
-        mode: DEFAULT_MODE,
-        user,
-        project: projectId,
-        createdAt: at,
-        updatedAt: at,
-        archived: false,
-        headTurnId: null,
-        ...(metadata !== undefined && Object.keys(metadata).length > 0 ? { metadata: metadata as { [k: string]: string } } : {}),
-      }),
-    );
-    return r.session._id;
+  /** A new session for a response or a conversation (the door's newSession). */
+  newSession(user: string, projectId: string, providerId: string, model: string, input: readonly DoorMessage[], metadata?: JsonObject): Promise<string> {
+    return newSession(this.store, { user, projectId, providerId, model, messages: input, ...(metadata !== undefined ? { metadata: metadata as { [k: string]: string } } : {}) });
   }
 
   /** Stops a response in progress (background, or streaming to its client): the turn as recorded. */
