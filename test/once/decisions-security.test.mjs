@@ -113,7 +113,7 @@ describe('Security (docs/DECISIONS.md)', () => {
     }
   });
 
-  test('"CORS. Exact origins (comma-separated) or *; no credentials mode (tokens travel in a header); preflights cached for 10 minutes; ETag, X-Request-Id, Retry-After exposed."', async () => {
+  test('"CORS. Exact origins (comma-separated) or *; no credentials mode (tokens travel in a header); preflights cached for 10 minutes; ETag, X-Request-Id, Retry-After exposed", and the door\'s headers', async () => {
     const preflight = await server.request('OPTIONS', '/api/v1/chat-sessions', { headers: { origin: 'https://app.example', 'access-control-request-method': 'POST', 'access-control-request-headers': 'authorization, content-type' } });
     assert.equal(preflight.status, 204);
     assert.equal(preflight.headers['access-control-max-age'], '600');
