@@ -105,7 +105,7 @@ describe('OpenAI Chat Completions', () => {
     assert.equal(r.reasoning, 'Let me think');
     assert.equal(r.text, 'the quick brown fox jumps');
     assert.deepEqual(r.events.map((e) => e.kind), ['reasoning', 'reasoning', 'reasoning', 'text', 'text', 'text', 'text', 'text', 'usage']);
-    assert.deepEqual(r.usages, [{ inputTokens: 3, outputTokens: 8, cachedTokens: 1 }]);
+    assert.deepEqual(r.usages, [{ inputTokens: 3, outputTokens: 8, cachedTokens: 1, reasoningTokens: 3 }], 'the reasoning\'s count from completion_tokens_details');
     assert.equal(r.finishReason, 'stop');
   });
 
