@@ -606,7 +606,7 @@ export class SqliteStore extends SerialWrites implements Store, GroupSource, Gro
 
   /** Group (and reads): a user's usage as committed. */
   usageOf(user: string): Usage {
-    const row = this.reader.prepare(`SELECT ${countColumns('sessions', 'turns', 'bytes', 'input_tokens', 'output_tokens', 'cached_tokens')} FROM users WHERE user = ?`).get(user);
+    const row = this.reader.prepare(USAGE_SQL).get(user);
     return row === undefined ? NO_USAGE : { sessions: int(row['sessions']), turns: int(row['turns']), bytes: int(row['bytes']), ...tokensOfRow(row) };
   }
 
@@ -765,10 +765,7 @@ export class SqliteStore extends SerialWrites implements Store, GroupSource, Gro
 
   subtree(session: string, id: string): readonly TurnNode[] | undefined {
     const rows = this.reader
-      .prepare(
-        `WITH RECURSIVE sub(id) AS (SELECT id FROM turns WHERE id = ?1 AND session = ?2 UNION ALL SELECT t.id FROM turns t JOIN sub s ON t.parent_id = s.id)
-         SELECT t.id, t.created_at, t.parent_id, ${turnBytesSql('t')} AS bytes, ${countColumns('t.input_tokens', 't.output_tokens', 't.cached_tokens')} FROM sub JOIN turns t ON t.id = sub.id`,
-      )
+      .prepare(SUBTREE_SQL)
       .all(id, session);
     if (rows.length === 0) return undefined;
     return rows.map((r) => ({ _id: text(r['id']), createdAt: text(r['created_at']), parentId: textOrUndefined(r['parent_id']) ?? null, bytes: int(r['bytes']), tokens: tokensOfRow(r) }));
@@ -783,7 +780,7 @@ export class SqliteStore extends SerialWrites implements Store, GroupSource, Gro
   }
 
   current(id: string): SessionState | undefined {
-    const row = this.reader.prepare(`SELECT json, version, last_turn_at, last_turn_id, ${countColumns('turn_count', 'turn_bytes', 'input_tokens', 'output_tokens', 'cached_tokens')} FROM sessions WHERE id = ?`).get(id);
+    const row = this.reader.prepare(CURRENT_SQL).get(id);
     if (row === undefined) return undefined;
     const createdAt = textOrUndefined(row['last_turn_at']);
     const _id = textOrUndefined(row['last_turn_id']);
@@ -956,14 +953,24 @@ async function writerHolds(file: string): Promise<boolean> {
   return false;
 }
 
+// the counts a read takes, each in range whatever the file holds (./numbers.ts)
 /** What the purge reads of an expired session. */
 const EXPIRED_COLUMNS = `json, ${countColumns('turn_count')}`;
+/** A user's usage row. */
+const USAGE_SQL = `SELECT ${countColumns('sessions', 'turns', 'bytes', 'input_tokens', 'output_tokens', 'cached_tokens')} FROM users WHERE user = ?`;
+/** A session's row as a write decides against it. */
+const CURRENT_SQL = `SELECT json, version, last_turn_at, last_turn_id, ${countColumns('turn_count', 'turn_bytes', 'input_tokens', 'output_tokens', 'cached_tokens')} FROM sessions WHERE id = ?`;
+/** A turn (?1, of session ?2) and its descendants, with their bytes and tokens. */
+const SUBTREE_SQL = `WITH RECURSIVE sub(id) AS (SELECT id FROM turns WHERE id = ?1 AND session = ?2 UNION ALL SELECT t.id FROM turns t JOIN sub s ON t.parent_id = s.id)
+  SELECT t.id, t.created_at, t.parent_id, ${turnBytesSql('t')} AS bytes, ${countColumns('t.input_tokens', 't.output_tokens', 't.cached_tokens')} FROM sub JOIN turns t ON t.id = sub.id`;
+/** The store's counters. */
+const COUNTERS_SQL = `SELECT name, ${countSql('value')} AS value FROM counters`;
 
 /** The store's counters, each the sum of a Usage figure over every user. */
 function countersOf(c: Connection): Usage {
   const out = { ...NO_USAGE };
   const figures: { readonly [name: string]: keyof Usage } = { sessions: 'sessions', turns: 'turns', bytes: 'bytes', input_tokens: 'inputTokens', output_tokens: 'outputTokens', cached_tokens: 'cachedTokens' };
-  for (const row of c.prepare(`SELECT name, ${countSql('value')} AS value FROM counters`).all()) {
+  for (const row of c.prepare(COUNTERS_SQL).all()) {
     const figure = figures[text(row['name'])];
     if (figure !== undefined) out[figure] = int(row['value']);
   }
