@@ -44,7 +44,7 @@ const USERS_OUT_OF_RANGE = `NOT (${['sessions', 'turns', 'bytes', 'input_tokens'
 
 /** One session's turns counted again from their rows (a streaming turn's bytes are its last delta's: ../pieces.ts). */
 export const RECOUNT_SESSION_SQL = `UPDATE sessions SET (turn_count, turn_bytes, input_tokens, output_tokens, cached_tokens) = (
-    SELECT count(*), ${totalSql('coalesce((SELECT p.bytes FROM turn_pieces p WHERE p.turn = t.id ORDER BY p.seq DESC LIMIT 1), length(t.json))')},
+    SELECT count(*), CAST(min(total(coalesce((SELECT p.bytes FROM turn_pieces p WHERE p.turn = t.id ORDER BY p.seq DESC LIMIT 1), length(t.json))), ${MAX}) AS INTEGER),
       ${totalSql('t.input_tokens')}, ${totalSql('t.output_tokens')}, ${totalSql('t.cached_tokens')}
     FROM turns t WHERE t.session = sessions.id)
   WHERE id = ?`;
@@ -56,7 +56,7 @@ export const RECOUNT_SESSION_TOKENS_SQL = `UPDATE sessions SET (input_tokens, ou
 
 /** One user's usage row made again from their sessions' rows (after the user's row was deleted; none when they have no session). */
 export const RECOUNT_USER_SQL = `INSERT INTO users (user, sessions, turns, bytes, input_tokens, output_tokens, cached_tokens)
-  SELECT user, count(*), ${totalSql('turn_count')}, ${totalSql(`${countSql('json_bytes')} + ${countSql('turn_bytes')}`)},
+  SELECT user, count(*), ${totalSql('turn_count')}, CAST(min(total(${countSql('json_bytes')}) + total(${countSql('turn_bytes')}), ${MAX}) AS INTEGER),
     ${totalSql('input_tokens')}, ${totalSql('output_tokens')}, ${totalSql('cached_tokens')}
   FROM sessions WHERE user = ? GROUP BY user`;
 
