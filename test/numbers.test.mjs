@@ -94,7 +94,7 @@ describe('Numbers (issue #38)', () => {
       const alice = s.as('alice');
       const mine = await session(alice);
       const t = await turn(alice, mine._id, { inputTokens: 1, outputTokens: 1 });
-      for (const field of ['inputTokens', 'outputTokens', 'cachedTokens']) {
+      for (const field of ['inputTokens', 'outputTokens', 'cachedTokens', 'reasoningTokens']) {
         for (const bad of [2 ** 53, 1.5, -1, 1e300]) {
           const usage = { inputTokens: 1, outputTokens: 1, [field]: bad };
           const message = `usage.${field} must be an integer from 0 to 9007199254740991`;

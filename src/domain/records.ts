@@ -108,7 +108,7 @@ export function tokensOf(usage: TurnUsage | undefined): Tokens {
   return { inputTokens: countIn(usage.inputTokens), outputTokens: countIn(usage.outputTokens), cachedTokens: countIn(usage.cachedTokens ?? 0) };
 }
 
-/** The counts a turn's usage may report (reasoningTokens: as a later release may store it). */
+/** The counts a turn's usage may report. */
 const USAGE_COUNTS = ['inputTokens', 'outputTokens', 'cachedTokens', 'reasoningTokens'] as const;
 
 /**
