@@ -198,7 +198,7 @@ export class Metrics {
     lines.push(`${p}_turns ${g.store.turns}`);
     meta(`${p}_store_bytes`, 'gauge', 'UTF-8 bytes of the JSON of every stored session and turn (the same on every engine).');
     lines.push(`${p}_store_bytes ${g.store.bytes}`);
-    meta(`${p}_store_tokens`, 'gauge', "Tokens of the usage of every stored turn, by kind: input, output, cached (what GET /api/v1/usage counts, over every user).");
+    meta(`${p}_store_tokens`, 'gauge', "Tokens of the usage of every stored turn, by kind: input, output, cached (what GET /api/v1/usage counts, over every user; at most 2^53 - 1).");
     lines.push(`${p}_store_tokens{kind="input"} ${g.store.inputTokens}`, `${p}_store_tokens{kind="output"} ${g.store.outputTokens}`, `${p}_store_tokens{kind="cached"} ${g.store.cachedTokens}`);
     if (this.purged !== undefined) {
       meta(`${p}_purged_sessions_total`, 'counter', 'Expired sessions whose storage the background purge deleted (by this instance).');

@@ -2,6 +2,7 @@
 // answers all come from the declarations the server validates with, so they cannot drift.
 import { SCOPES } from '../auth/authenticate.js';
 import { contentField, USAGE } from '../domain/inputs.js';
+import { COUNT_MAX } from '../domain/numbers.js';
 import { CHAT_SESSION_MODES, STOP_REASONS, TURN_ROLES, TURN_STATUSES } from '../domain/records.js';
 import { bodyJsonSchema, fieldJsonSchema, mustBeGiven, NOT_BLANK, queryParameters, type BodySchema } from '../domain/schema.js';
 import type { ResponseDoc, RouteDef, SchemaName } from './route.js';
@@ -154,9 +155,9 @@ const RESPONSES: Record<SchemaName, Json> = {
       sessions: { type: 'integer', minimum: 0, description: 'Sessions the caller owns, archived ones included.' },
       turns: { type: 'integer', minimum: 0, description: 'The turns of those sessions, whoever wrote them.' },
       bytes: { type: 'integer', minimum: 0, description: 'UTF-8 bytes of the JSON of those sessions and turns (the same figure on every engine).' },
-      inputTokens: { type: 'integer', minimum: 0, description: "The `inputTokens` of those turns' usage, summed (a reply's as the provider reported it, a client's as given)." },
-      outputTokens: { type: 'integer', minimum: 0, description: "The `outputTokens` of those turns' usage, summed." },
-      cachedTokens: { type: 'integer', minimum: 0, description: "The `cachedTokens` of those turns' usage, summed (0 where a turn gives none)." },
+      inputTokens: { type: 'integer', minimum: 0, maximum: COUNT_MAX, description: "The `inputTokens` of those turns' usage, summed (a reply's as the provider reported it, a client's as given); a sum past 2^53 - 1 is 2^53 - 1." },
+      outputTokens: { type: 'integer', minimum: 0, maximum: COUNT_MAX, description: "The `outputTokens` of those turns' usage, summed; a sum past 2^53 - 1 is 2^53 - 1." },
+      cachedTokens: { type: 'integer', minimum: 0, maximum: COUNT_MAX, description: "The `cachedTokens` of those turns' usage, summed (0 where a turn gives none); a sum past 2^53 - 1 is 2^53 - 1." },
     },
   }),
   OpenApi: { type: 'object', description: 'This document.' },

@@ -3,6 +3,7 @@
 // backup turns to them (backup-turn.ts).
 import { DELTA_MAX } from './deltas.js';
 import { ID_MAX, INSTRUCTIONS_MAX_BYTES, TOOL_DESCRIPTION_MAX, TOOL_PARAMETERS_MAX_BYTES, TOOLS_MAX, METADATA_KEY_MAX, METADATA_KEYS, METADATA_VALUE_MAX, NAME_MAX, PART_JSON_DEPTH, PARTS_MAX, TAG_MAX, TAGS_MAX, URL_MAX } from './limits.js';
+import { COUNT_MAX } from './numbers.js';
 import { CHAT_SESSION_MODES, DEFAULT_TURN_STATUS, TURN_ROLES, TURN_STATUSES } from './records.js';
 import { foldForSearch } from './search.js';
 import { ValidationError, type BodyField, type BodySchema } from './schema.js';
@@ -134,16 +135,16 @@ export function checkNewContent(content: unknown, status: string | undefined): v
   if (typeof content === 'string' && content.trim() === '' && status !== 'streaming') throw new ValidationError('content is required');
 }
 
-/** The token usage of a turn. */
+/** The token usage of a turn: counts in 0..2^53 - 1 (numbers.ts), so that no total of them can break a read. */
 export const USAGE = {
   kind: 'shape',
   description: 'Token usage of the turn.',
   fields: {
-    inputTokens: { kind: 'number', integer: true, min: 0, required: true, description: 'Tokens read.' },
-    outputTokens: { kind: 'number', integer: true, min: 0, required: true, description: 'Tokens written.' },
-    cachedTokens: { kind: 'number', integer: true, min: 0, description: 'Of the input, tokens served from a cache.' },
-    reasoningTokens: { kind: 'number', integer: true, min: 0, description: "Of the output, tokens of the model's reasoning." },
-    costUsd: { kind: 'number', integer: false, min: 0, description: 'What the turn cost, in US dollars.' },
+    inputTokens: { kind: 'number', integer: true, min: 0, max: COUNT_MAX, required: true, description: 'Tokens read.' },
+    outputTokens: { kind: 'number', integer: true, min: 0, max: COUNT_MAX, required: true, description: 'Tokens written.' },
+    cachedTokens: { kind: 'number', integer: true, min: 0, max: COUNT_MAX, description: 'Of the input, tokens served from a cache.' },
+    reasoningTokens: { kind: 'number', integer: true, min: 0, max: COUNT_MAX, description: "Of the output, tokens of the model's reasoning." },
+    costUsd: { kind: 'number', integer: false, min: 0, description: 'What the turn cost, in US dollars (a finite number).' },
   },
 } as const satisfies BodyField;
 

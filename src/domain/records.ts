@@ -1,5 +1,6 @@
 // The records this service keeps, in the spec's words: ChatSession, ChatSessionMode, Turn.
 // Field order here is the order clients see in JSON.
+import { countIn, isCount } from './numbers.js';
 
 export const CHAT_SESSION_MODES = ['Build', 'Plan', 'Ask'] as const;
 export type ChatSessionMode = (typeof CHAT_SESSION_MODES)[number];
@@ -98,10 +99,48 @@ export interface Tokens {
 
 export const NO_TOKENS: Tokens = { inputTokens: 0, outputTokens: 0, cachedTokens: 0 };
 
-/** The tokens of a turn's `usage` (absent: none). */
+/**
+ * The tokens of a turn's `usage` (absent: none), each a count (numbers.ts): what a turn an
+ * earlier release stored out of range counts for, whatever its JSON says.
+ */
 export function tokensOf(usage: TurnUsage | undefined): Tokens {
   if (usage === undefined) return NO_TOKENS;
-  return { inputTokens: usage.inputTokens, outputTokens: usage.outputTokens, cachedTokens: usage.cachedTokens ?? 0 };
+  return { inputTokens: countIn(usage.inputTokens), outputTokens: countIn(usage.outputTokens), cachedTokens: countIn(usage.cachedTokens ?? 0) };
+}
+
+/** The counts a turn's usage may report. */
+const USAGE_COUNTS = ['inputTokens', 'outputTokens', 'cachedTokens', 'reasoningTokens'] as const;
+
+/**
+ * A stored turn's usage with every figure in its range, or undefined when it is in range
+ * already: a count as countIn takes it (a required one missing or not a number is 0, an
+ * optional one is left out), a cost that is not a finite non-negative number left out, the
+ * other fields and the order as they were. For what an earlier release stored: this release
+ * refuses such numbers where they enter.
+ */
+export function usageInRange(usage: unknown): TurnUsage | undefined {
+  const given = usage !== null && typeof usage === 'object' && !Array.isArray(usage) ? (usage as JsonObject) : {};
+  const out: Record<string, JsonValue> = { ...given };
+  for (const k of USAGE_COUNTS) {
+    const v = given[k];
+    if (isCount(v)) continue;
+    if (typeof v === 'number') out[k] = countIn(v);
+    else if (k === 'inputTokens' || k === 'outputTokens') out[k] = 0;
+    else delete out[k];
+  }
+  const cost = given['costUsd'];
+  if (cost !== undefined && !(typeof cost === 'number' && Number.isFinite(cost) && cost >= 0)) delete out['costUsd'];
+  return JSON.stringify(out) === JSON.stringify(usage) ? undefined : (out as unknown as TurnUsage);
+}
+
+/**
+ * A stored turn's JSON with its usage taken into range (usageInRange), or undefined when it is
+ * in range already; and the tokens the turn counts for.
+ */
+export function turnJsonInRange(json: string): { readonly json: string | undefined; readonly tokens: Tokens } {
+  const turn = JSON.parse(json) as Turn;
+  const usage = turn.usage === undefined ? undefined : usageInRange(turn.usage);
+  return { json: usage === undefined ? undefined : JSON.stringify(turnRecord({ ...turn, usage })), tokens: tokensOf(usage ?? turn.usage) };
 }
 
 /**

@@ -7,6 +7,7 @@ import {
   argumentsObject,
   bareMediaType,
   count,
+  countOfSum,
   errorWords,
   filePlaceholder,
   isInlineImage,
@@ -141,7 +142,7 @@ class MessagesReader extends SseReader {
     this.done = true;
     if (this.input !== undefined || this.output !== undefined) {
       // input_tokens leaves out the cached part of the prompt; inputTokens counts the whole prompt
-      const inputTokens = count((this.input ?? 0) + (this.cacheRead ?? 0) + (this.cacheWrite ?? 0)) ?? 0;
+      const inputTokens = countOfSum(this.input, this.cacheRead, this.cacheWrite);
       out.push({ kind: 'usage', usage: { inputTokens, outputTokens: this.output ?? 0, ...(this.cacheRead !== undefined ? { cachedTokens: this.cacheRead } : {}) } });
     }
   }

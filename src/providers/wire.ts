@@ -1,6 +1,7 @@
 // What the three wire clients share: the call's input and output shapes, the contract each
 // client fills (build a request, read its stream), and the few rules for turning parts into text.
 import { randomBytes } from 'node:crypto';
+import { COUNT_MAX, isCount } from '../domain/numbers.js';
 import type { JsonObject, JsonValue, Part, StopReason, TurnContent, TurnRole } from '../domain/records.js';
 import { StreamFailure } from './failure.js';
 import { SseDecoder, type SseEvent } from './stream-decoder.js';
@@ -309,12 +310,17 @@ export function argumentsObject(value: JsonValue): { readonly [key: string]: Jso
 }
 
 /**
- * A count the provider reported, or undefined when it is not a whole number from 0 to 2^53 - 1:
- * a client's usage is held to the same, and PostgreSQL keeps counts as bigint (a fraction or
- * 1e300 there refused the reply's end).
+ * A count the provider reported, or undefined when it is not a whole number from 0 to 2^53 - 1
+ * (../domain/numbers.ts): a client's usage is held to the same, and PostgreSQL keeps counts as
+ * bigint (a fraction or 1e300 there refused the reply's end).
  */
 export function count(v: unknown): number | undefined {
-  return Number.isSafeInteger(v) && (v as number) >= 0 ? (v as number) : undefined;
+  return isCount(v) ? v : undefined;
+}
+
+/** Counts the provider reported apart, added up into one (Anthropic's prompt): a sum past 2^53 - 1 is 2^53 - 1, as a total is. */
+export function countOfSum(...parts: readonly (number | undefined)[]): number {
+  return Math.min(COUNT_MAX, parts.reduce<number>((sum, p) => sum + (p ?? 0), 0));
 }
 
 /** The provider's own words in a JSON error value, whichever of the usual shapes it has. */

@@ -6,10 +6,19 @@ import type { ContentEnd, DeltaPlace, Piece } from '../domain/deltas.js';
 import type { TurnKey } from '../domain/order.js';
 import type { ChatSession, Tokens, Turn } from '../domain/records.js';
 
-/** What one session's turns hold: how many, the UTF-8 bytes of their JSON, and the tokens of their usage. */
+/**
+ * What one session's turns hold: how many, the UTF-8 bytes of their JSON, and the tokens of their
+ * usage, each token figure saturating at COUNT_MAX (../domain/numbers.ts).
+ */
 export interface Held extends Tokens {
   readonly turns: number;
   readonly turnBytes: number;
+  /**
+   * The writer took tokens from a figure at the top, which says only "at least": the engine
+   * counts the session's tokens again from its turns as the group leaves them (the figures here
+   * are then the top, or exact where they were below it).
+   */
+  readonly recount?: true;
 }
 
 export const NOTHING_HELD: Held = { turns: 0, turnBytes: 0, inputTokens: 0, outputTokens: 0, cachedTokens: 0 };

@@ -11,7 +11,7 @@ import { basename, dirname, join } from 'node:path';
 import type { Config } from '../config.js';
 import { fsyncDir } from '../files.js';
 import type { Logger } from '../log.js';
-import type { ChatSession, Turn } from '../domain/records.js';
+import { turnRecord, usageInRange, type ChatSession, type Turn } from '../domain/records.js';
 import { COMMITTED_FILE, JOURNAL_FILE, JournalImage, journalFiles, MIGRATED_SUFFIX, NEXT_FILE } from './journal/reader.js';
 import { crashpoint } from './faults.js';
 import { sqliteDatabase } from './sqlite/binding.js';
@@ -148,15 +148,21 @@ async function copyInto(store: Store, image: JournalImage, log: Logger, steps: b
       log.info('migrating the journal', { sessions: done.sessions, ofSessions: total.sessions, turns: done.turns, ofTurns: total.turns });
     }
   };
+  let inRange = 0;
   for (const item of image.sessions()) {
     sessions.push(item.session);
-    for (const t of item.turns) {
+    for (const given of item.turns) {
+      // a journal's turns were checked as their release checked them: their counts are taken into range here (../domain/numbers.ts)
+      const usage = given.usage === undefined ? undefined : usageInRange(given.usage);
+      const t = usage === undefined ? given : turnRecord({ ...given, usage });
+      if (usage !== undefined) inRange++;
       turns.push(t);
       bytes += typeof t.content === 'string' ? t.content.length : 256;
     }
     if (steps && (turns.length >= BATCH_TURNS || bytes >= BATCH_BYTES)) await flush();
   }
   await flush();
+  if (inRange > 0) log.warn("turns of the journal held usage out of range: taken into 0..2^53-1 as they were copied; no turn was lost", { turns: inRange });
   return done;
 }
 

@@ -10,6 +10,7 @@ import { appendPieces, appendToEnd, isStreamingJson, type DeltaPlace, type Piece
 import type { Change, CommitListener, TurnWithJson, UsageDelta } from './changes.js';
 import { newObjectId } from '../domain/ids.js';
 import { turnBefore, type TurnKey } from '../domain/order.js';
+import { COUNT_MAX, countIn } from '../domain/numbers.js';
 import { chatSession, nextTimestamp, NO_TOKENS, raisedByTurn, tokensOf, turnRecord, type ChatSession, type Tokens, type Turn } from '../domain/records.js';
 import { versionOfSession } from '../domain/version.js';
 import type { Quotas } from '../config.js';
@@ -870,17 +871,32 @@ function sumOf(a: UsageDelta, b: UsageDelta): UsageDelta {
   };
 }
 
+/** The tokens of several turns added up, each figure saturating at COUNT_MAX as a total does. */
 function plus(a: Tokens, b: Tokens): Tokens {
-  return { inputTokens: a.inputTokens + b.inputTokens, outputTokens: a.outputTokens + b.outputTokens, cachedTokens: a.cachedTokens + b.cachedTokens };
+  return { inputTokens: Math.min(COUNT_MAX, a.inputTokens + b.inputTokens), outputTokens: Math.min(COUNT_MAX, a.outputTokens + b.outputTokens), cachedTokens: Math.min(COUNT_MAX, a.cachedTokens + b.cachedTokens) };
 }
 
+/** The change from tokens `b` to tokens `a` (each figure a count: the difference is exact). */
 function minus(a: Tokens, b: Tokens): Tokens {
   return { inputTokens: a.inputTokens - b.inputTokens, outputTokens: a.outputTokens - b.outputTokens, cachedTokens: a.cachedTokens - b.cachedTokens };
 }
 
-/** What a session's turns hold once `turns` turns, `bytes` bytes and `tokens` are added (negative: taken away). */
+/**
+ * What a session's turns hold once `turns` turns, `bytes` bytes and `tokens` are added (negative:
+ * taken away). Token figures saturate at COUNT_MAX; taking from one at the top leaves a figure
+ * not known here, so the held says `recount` and the engine counts the session's tokens again.
+ */
 function heldPlus(h: Held, turns: number, bytes: number, tokens: Tokens): Held {
-  return { turns: h.turns + turns, turnBytes: h.turnBytes + bytes, ...plus(h, tokens) };
+  let recount = h.recount === true;
+  const figure = (k: keyof Tokens): number => {
+    if (tokens[k] < 0 && h[k] >= COUNT_MAX) {
+      recount = true;
+      return COUNT_MAX;
+    }
+    return countIn(h[k] + tokens[k]);
+  };
+  const next: Held = { turns: h.turns + turns, turnBytes: h.turnBytes + bytes, inputTokens: figure('inputTokens'), outputTokens: figure('outputTokens'), cachedTokens: figure('cachedTokens') };
+  return recount ? { ...next, recount: true } : next;
 }
 
 /** UTF-8 bytes of a session's JSON as it stands before a write. */

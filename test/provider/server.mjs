@@ -29,7 +29,7 @@ export const SCENARIOS = {
   'reject-max-tokens': 'OpenAI: 400 asking for max_completion_tokens when the request has max_tokens',
   'no-usage': 'report no token counts',
   'cached:K': 'report K of the prompt tokens as cached',
-  'counts:V': 'report V (a JSON number, e.g. 1e300, 1.5, -3) as every token count: the prompt\'s and the answer\'s',
+  'counts:V': 'report V (a JSON number, e.g. 1e300, 1.5, -3) as every token count: the prompt\'s and the answer\'s (Anthropic: its input_tokens, beside the K of `cached:K` read from the cache)',
   'status:CODE': "answer the HTTP status with the protocol's error body",
   'retry-after:V': 'with status: a Retry-After header (seconds, or `dateS` for an HTTP date S seconds ahead)',
   'times:K': 'the faults (status, error-after, stall-*, reset-after, rst-after, cut-after, garbage-after) apply to the first K requests of this exact model name only',
@@ -320,7 +320,7 @@ function anthropicWire(s, body, eol) {
     headers: { 'request-id': `req_${rand(24)}`, 'anthropic-organization-id': '00000000-0000-0000-0000-000000000000' },
     start: (u) => {
       const message = { id: `msg_${rand(24)}`, type: 'message', role: 'assistant', content: [], model: body.model, stop_reason: null, stop_sequence: null };
-      if (s.usage) message.usage = { input_tokens: u.input - u.cached, cache_creation_input_tokens: 0, cache_read_input_tokens: u.cached, output_tokens: 1 };
+      if (s.usage) message.usage = { input_tokens: s.counts !== undefined ? u.input : u.input - u.cached, cache_creation_input_tokens: 0, cache_read_input_tokens: u.cached, output_tokens: 1 };
       return [ev('message_start', { type: 'message_start', message })];
     },
     reasoning: (t) => {
@@ -538,7 +538,7 @@ export async function startProvider({ port = 0, host = '127.0.0.1', log = true }
     const reasoning = reasoningTokens(s.reasoning);
     const tokens = results !== undefined ? tokensOf({ ...s, tokens: undefined, say: `tool said: ${results}` }, body) : calls.length > 0 && s.say === undefined && s.tokens === undefined ? [] : tokensOf(s, body);
     const input = promptTokens(protocol, body);
-    const usage = s.counts !== undefined ? { input: s.counts, output: s.counts, cached: 0, reasoning: 0 } : { input, output: reasoning.length + tokens.length, cached: Math.min(s.cached, input), reasoning: reasoning.length };
+    const usage = s.counts !== undefined ? { input: s.counts, output: s.counts, cached: s.cached, reasoning: 0 } : { input, output: reasoning.length + tokens.length, cached: Math.min(s.cached, input), reasoning: reasoning.length };
 
     const write = async (text) => {
       if (res.destroyed) return false;

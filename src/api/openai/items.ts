@@ -4,6 +4,7 @@
 // `function_call_output` `fco_<turn id>_<n>` per result), a reply turn is a response
 // `resp_<turn id>`, a session a conversation `conv_<session id>`. Input items become turns the
 // other way. Pure functions; the routes (./responses.ts) put them together.
+import { COUNT_MAX } from '../../domain/numbers.js';
 import { isObjectId } from '../../domain/ids.js';
 import { ID_MAX } from '../../domain/limits.js';
 import type { JsonObject, JsonValue, Part, Turn, TurnContent, TurnUsage } from '../../domain/records.js';
@@ -107,7 +108,8 @@ export function responseUsage(u: TurnUsage | undefined): JsonObject | null {
     input_tokens_details: { cached_tokens: u.cachedTokens ?? 0 },
     output_tokens: u.outputTokens,
     output_tokens_details: { reasoning_tokens: u.reasoningTokens ?? 0 },
-    total_tokens: Math.min(u.inputTokens + u.outputTokens, Number.MAX_SAFE_INTEGER),
+    // a total saturates as the store's do (../../domain/numbers.ts)
+    total_tokens: Math.min(u.inputTokens + u.outputTokens, COUNT_MAX),
   };
 }
 

@@ -4,6 +4,7 @@
 // usage, [DONE]). Small pure functions; the route (./routes.ts) puts them together.
 import { isHexObjectId } from '../../domain/ids.js';
 import { TOOL_NAME_PATTERN } from '../../domain/inputs.js';
+import { COUNT_MAX } from '../../domain/numbers.js';
 import { ID_MAX, TOOL_DESCRIPTION_MAX, TOOL_PARAMETERS_MAX_BYTES, TOOLS_MAX, URL_MAX } from '../../domain/limits.js';
 import type { JsonObject, JsonValue, Part, StopReason, TurnContent, TurnStatus, TurnUsage } from '../../domain/records.js';
 import { ValidationError } from '../../domain/schema.js';
@@ -177,7 +178,8 @@ export function usageOf(u: TurnUsage | undefined): JsonObject | undefined {
   return {
     prompt_tokens: u.inputTokens,
     completion_tokens: u.outputTokens,
-    total_tokens: Math.min(u.inputTokens + u.outputTokens, Number.MAX_SAFE_INTEGER),
+    // a total saturates as the store's do (../../domain/numbers.ts)
+    total_tokens: Math.min(u.inputTokens + u.outputTokens, COUNT_MAX),
     prompt_tokens_details: { cached_tokens: u.cachedTokens ?? 0 },
     completion_tokens_details: { reasoning_tokens: u.reasoningTokens ?? 0 },
   };

@@ -44,13 +44,14 @@ import { budgetedTurnPage } from '../turn-page.js';
 import { keysetFrom, walkBudget, walkSearch, type TurnsFrom, type WalkSource } from '../search-walk.js';
 import { SerialWrites } from '../serial-writes.js';
 import { SerialWriter, type Group, type GroupSource, type TreeNeeds } from '../writer.js';
-import { INDEXING, keptColumns, NO_INDEXING, postgresDialect, sqlText, storeError, textArray, wordsSql, type Indexing } from './values.js';
+import { countOf, INDEXING, keptColumns, NO_INDEXING, postgresDialect, sqlText, storeError, textArray, totalSql, wordsSql, type Indexing } from './values.js';
 import { conversationKeySql, expiredSql, liveSql, pathKeySql, pathSql } from '../sql.js';
 import { channelOf, eventStatements, PgBroadcast, PgEventLog } from './events.js';
 import { deltasSql, finish, insertTurnSql, PgGroup, rowOf, SESSION_ROW, turnBytesSql, type GroupEvents } from './group.js';
 import { withDeltas } from '../pieces.js';
 import { pageSql, scanSql } from './lists.js';
 import { prepareSchema, quotedSchema, reindexRows } from './schema.js';
+import { logRepaired } from '../totals.js';
 import { pageByDepthSql, placesSql } from '../tree-index.js';
 
 export interface PostgresOptions {
@@ -103,7 +104,7 @@ const USAGE_SUMS = ['sessions', 'turns', 'bytes', 'input_tokens', 'output_tokens
 
 /** A Usage from a row of its six figures, in Usage's order. */
 function usageOfRow(r: Row): Usage {
-  return { sessions: Number(r[0]), turns: Number(r[1]), bytes: Number(r[2]), inputTokens: Number(r[3]), outputTokens: Number(r[4]), cachedTokens: Number(r[5]) };
+  return { sessions: countOf(r[0]), turns: countOf(r[1]), bytes: countOf(r[2]), inputTokens: countOf(r[3]), outputTokens: countOf(r[4]), cachedTokens: countOf(r[5]) };
 }
 
 /** A connection of its own until `done` is called. */
@@ -174,8 +175,9 @@ export class PostgresStore extends SerialWrites implements Store, GroupSource {
     const started = Date.now();
     for (let attempt = 1; ; attempt++) {
       try {
-        const reindexed = await prepareSchema(pool, opts.schema, where, opts.readOnly !== true, opts.search ?? true);
+        const { reindexed, repaired } = await prepareSchema(pool, opts.schema, where, opts.readOnly !== true, opts.search ?? true);
         if (reindexed !== undefined) opts.log.info('search is on again: indexed every name and turn written while it was off', { documents: reindexed });
+        if (repaired !== undefined) logRepaired(opts.log, `${where} schema ${opts.schema}`, repaired);
         break;
       } catch (e) {
         const unavailable = e instanceof PgError && e.unavailable;
@@ -437,8 +439,9 @@ export class PostgresStore extends SerialWrites implements Store, GroupSource {
   async exportAll(): Promise<ExportSnapshot> {
     // the counts and the items from one snapshot: the generator holds it from its first step
     const it = this.inSnapshot(async function* (q: Queryable, S: string): AsyncIterable<{ counts: Usage } | ExportItem> {
-      const totals = (await q.query(`SELECT coalesce(sum(sessions), 0), coalesce(sum(turns), 0) FROM ${S}.usage`)).rows[0] ?? ['0', '0'];
-      yield { counts: { ...NO_USAGE, sessions: Number(totals[0]), turns: Number(totals[1]) } };
+      // counted, not summed from the usage rows: the header of a store an earlier release left with sums out of range must still match its lines
+      const totals = (await q.query(`SELECT (SELECT count(*) FROM ${S}.sessions), (SELECT count(*) FROM ${S}.turns)`)).rows[0] ?? ['0', '0'];
+      yield { counts: { ...NO_USAGE, sessions: countOf(totals[0]), turns: countOf(totals[1]) } };
       let after = '';
       for (;;) {
         const rows = (await q.query(`SELECT id, json, version FROM ${S}.sessions WHERE id > $1 ORDER BY id LIMIT $2`, [after, String(CHUNK)])).rows;
@@ -485,7 +488,7 @@ export class PostgresStore extends SerialWrites implements Store, GroupSource {
       const idle: string[] = [];
       rows.push(...(await this.pool.query(expiredSql(postgresDialect(this.S, idle), 'idle', live.cutoff, limit - rows.length, 'json, turn_count'), idle).catch(rethrow)).rows);
     }
-    return rows.map((r) => ({ session: JSON.parse(r[0] as string) as ChatSession, turns: Number(r[1]) }));
+    return rows.map((r) => ({ session: JSON.parse(r[0] as string) as ChatSession, turns: countOf(r[1]) }));
   }
 
   async usage(user: string): Promise<Usage> {
@@ -640,7 +643,7 @@ export class PostgresStore extends SerialWrites implements Store, GroupSource {
             `UPDATE ${S}.sessions s SET turn_count = coalesce(t.n, 0), turn_bytes = coalesce(t.bytes, 0), last_turn_at = t.last_at, last_turn_id = t.last_id,
                input_tokens = coalesce(t.i, 0), output_tokens = coalesce(t.o, 0), cached_tokens = coalesce(t.c, 0)
              FROM (SELECT id FROM unnest($1::text[]) AS id) ids
-             LEFT JOIN (SELECT session, count(*) AS n, sum(${turnBytesSql(S, 'x')}) AS bytes, sum(input_tokens) AS i, sum(output_tokens) AS o, sum(cached_tokens) AS c,
+             LEFT JOIN (SELECT session, count(*) AS n, sum(${turnBytesSql(S, 'x')}) AS bytes, ${totalSql('input_tokens')} AS i, ${totalSql('output_tokens')} AS o, ${totalSql('cached_tokens')} AS c,
                           (array_agg(created_at ORDER BY created_at DESC, id DESC))[1] AS last_at, (array_agg(id ORDER BY created_at DESC, id DESC))[1] AS last_id
                         FROM ${S}.turns x WHERE session = ANY($1::text[]) GROUP BY session) t ON t.session = ids.id
              WHERE s.id = ids.id`,
@@ -656,7 +659,7 @@ export class PostgresStore extends SerialWrites implements Store, GroupSource {
         await q.query(`DELETE FROM ${S}.usage`);
         await q.query(
           `INSERT INTO ${S}.usage (owner, sessions, turns, bytes, input_tokens, output_tokens, cached_tokens)
-           SELECT owner, count(*), sum(turn_count), sum(json_bytes + turn_bytes), sum(input_tokens), sum(output_tokens), sum(cached_tokens) FROM ${S}.sessions GROUP BY owner`,
+           SELECT owner, count(*), sum(turn_count), sum(json_bytes + turn_bytes), ${totalSql('input_tokens')}, ${totalSql('output_tokens')}, ${totalSql('cached_tokens')} FROM ${S}.sessions GROUP BY owner`,
         );
         // instances serving beside the import tell their subscribers to read everything again
         const events = this.events;

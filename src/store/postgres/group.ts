@@ -21,7 +21,8 @@ import { injectedFault } from '../faults.js';
 import { JUMP, placesOfChain } from '../tree-index.js';
 import { STREAMING_MARK, STREAMING_MARK_FROM_END } from '../../domain/deltas.js';
 import { eventStatements } from './events.js';
-import { keptColumns, postgresDialect, sqlText, storeError, textArray, wordsSql, type Indexing } from './values.js';
+import { countOf, keptColumns, postgresDialect, settledSql, sqlText, storeError, textArray, totalSql, wordsSql, type Indexing } from './values.js';
+import { TOKEN_FIGURES, TotalDelta, type TokenFigure } from '../totals.js';
 import { pathSql } from '../sql.js';
 
 /** How a group logs the live feed's events of its changes (absent with EVENTS=off). */
@@ -46,7 +47,7 @@ export function rowOf(r: readonly (string | null)[]): SessionRow {
     json: json as string,
     version: version as string,
     lastTurn: lastAt === null || lastId === null || lastAt === undefined || lastId === undefined ? undefined : { createdAt: lastAt, _id: lastId },
-    held: { turns: Number(turnCount), turnBytes: Number(turnBytes), inputTokens: Number(input), outputTokens: Number(output), cachedTokens: Number(cached) },
+    held: { turns: countOf(turnCount), turnBytes: countOf(turnBytes), inputTokens: countOf(input), outputTokens: countOf(output), cachedTokens: countOf(cached) },
   };
 }
 
@@ -94,7 +95,7 @@ const subtreeSql = (S: string): string => `WITH RECURSIVE sub(id) AS (
 /** The columns treeTurnOf reads, of the turns table `t`. */
 const treeTurnColumns = (S: string, t: string): string => `${t}.id, ${t}.session, ${t}.created_at, ${t}.parent_id, ${t}.json, ${deltasSql(S, t)}, ${t}.input_tokens, ${t}.output_tokens, ${t}.cached_tokens`;
 
-const tokensOfRow = (r: Row, from: number): Tokens => ({ inputTokens: Number(r[from]), outputTokens: Number(r[from + 1]), cachedTokens: Number(r[from + 2]) });
+const tokensOfRow = (r: Row, from: number): Tokens => ({ inputTokens: countOf(r[from]), outputTokens: countOf(r[from + 1]), cachedTokens: countOf(r[from + 2]) });
 
 const treeTurnOf = (r: Row): TreeTurn => {
   const json = withDeltas(Buffer.from(r[4] as string), r[5]);
@@ -178,7 +179,7 @@ export class PgGroup implements Group {
       for (const r of locked.rows) rows.set(r[0] as string, rowOf(r));
       const usage = new Map<string, Usage>();
       // what quotas hold: tokens have none
-      for (const row of used?.rows ?? []) usage.set(row[0] as string, { ...NO_USAGE, sessions: Number(row[1]), turns: Number(row[2]), bytes: Number(row[3]) });
+      for (const row of used?.rows ?? []) usage.set(row[0] as string, { ...NO_USAGE, sessions: countOf(row[1]), turns: countOf(row[2]), bytes: countOf(row[3]) });
       const reads: Promise<void>[] = [];
       const ahead = new Map<string, ReadAhead>();
       for (const need of needs) {
@@ -362,10 +363,16 @@ export class PgGroup implements Group {
   private async write(changes: readonly Change[]): Promise<void> {
     const { S, q } = this;
     // what the writer decided each change adds to its owner, added up per owner (owners as stored: see sqlText)
-    const usage = new Map<string, Usage>();
+    const usage = new Map<string, TotalDelta>();
     const charge = (u: UsageDelta): void => {
       const owner = sqlText(u.owner);
-      usage.set(owner, plus(usage.get(owner) ?? NO_USAGE, u));
+      let d = usage.get(owner);
+      if (d === undefined) usage.set(owner, (d = new TotalDelta()));
+      d.add(u);
+    };
+    /** The session's tokens counted again from its turns as the group leaves them, when the writer took from a figure at the top. */
+    const recountIfAsked = (id: string, held: Held): void => {
+      if (held.recount === true) sent.push(q.query(recountTokensSql(S), [id]));
     };
     const sent: Promise<QueryResult>[] = this.begun ? [] : [q.query('BEGIN')];
     this.begun = true;
@@ -378,6 +385,7 @@ export class PgGroup implements Group {
           [s.updatedAt, json, String(Buffer.byteLength(json)), version, s.headTurnId, lastTurn?.createdAt ?? null, lastTurn?._id ?? null, ...heldParams(held), s._id],
         ),
       );
+      recountIfAsked(s._id, held);
     };
     /** Consecutive creates, inserted by one statement: a group of creates is one INSERT, not one per session. */
     let creates: SessionColumns[] = [];
@@ -429,6 +437,7 @@ export class PgGroup implements Group {
             // a row of its own: the turn's row (its JSON, its indexes) is not touched
             sent.push(q.query(`INSERT INTO ${S}.turn_pieces (turn, seq, pieces, bytes, tail) VALUES ($1, $2, $3, $4, $5)`, [c.turnId, String(c.seq), piecesText(c.pieces), String(c.bytes), endText(c.end)]));
             sent.push(q.query(`UPDATE ${S}.sessions SET turn_count = $1, turn_bytes = $2, input_tokens = $3, output_tokens = $4, cached_tokens = $5 WHERE id = $6`, [...heldParams(c.held), c.session._id]));
+            recountIfAsked(c.session._id, c.held);
             break;
           }
           case 'deleteTurns': {
@@ -488,18 +497,28 @@ export class PgGroup implements Group {
       // same owners cannot deadlock on their rows
       const owners = [...usage.keys()].sort();
       if (owners.length > 0) {
-        const figures = owners.map((o) => usage.get(o) as Usage);
-        const column = (k: keyof Usage): string => `{${figures.map((u) => u[k]).join(',')}}`;
+        const figures = owners.map((o) => usage.get(o) as TotalDelta);
+        const column = (k: 'sessions' | 'turns' | 'bytes'): string => `{${figures.map((u) => u[k]).join(',')}}`;
+        // a figure counted again adds nothing here: the statement after this one counts it
+        const tokens = (k: TokenFigure): string => `{${figures.map((u) => (u.token(k).recount ? 0 : u.token(k).delta)).join(',')}}`;
+        const settled = (c: string): string => `${c} = ${settledSql(`usage.${c}`, `excluded.${c}`, `(SELECT ${totalSql(`s.${c}`)} FROM ${S}.sessions s WHERE s.owner = usage.owner)`)}`;
         sent.push(
           q.query(
             `INSERT INTO ${S}.usage (owner, sessions, turns, bytes, input_tokens, output_tokens, cached_tokens)
              SELECT * FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::bigint[], $5::numeric[], $6::numeric[], $7::numeric[])
              ON CONFLICT (owner) DO UPDATE SET sessions = usage.sessions + excluded.sessions, turns = usage.turns + excluded.turns, bytes = usage.bytes + excluded.bytes,
-               input_tokens = usage.input_tokens + excluded.input_tokens, output_tokens = usage.output_tokens + excluded.output_tokens, cached_tokens = usage.cached_tokens + excluded.cached_tokens`,
-            [textArray(owners), column('sessions'), column('turns'), column('bytes'), column('inputTokens'), column('outputTokens'), column('cachedTokens')],
+               ${TOKEN_COLUMNS.map(settled).join(', ')}`,
+            [textArray(owners), column('sessions'), column('turns'), column('bytes'), tokens('inputTokens'), tokens('outputTokens'), tokens('cachedTokens')],
           ),
         );
-        const shrunk = owners.filter((_, i) => (figures[i] as Usage).sessions < 0);
+        // the rows are this transaction's now (locked by the statement above): counting them again takes no lock in another order
+        owners.forEach((owner, i) => {
+          const recount = TOKEN_FIGURES.map((k) => (figures[i] as TotalDelta).token(k).recount);
+          if (!recount.some((r) => r)) return;
+          const again = TOKEN_COLUMNS.filter((_, j) => recount[j]).map((c) => `${c} = (SELECT ${totalSql(`s.${c}`)} FROM ${S}.sessions s WHERE s.owner = usage.owner)`);
+          sent.push(q.query(`UPDATE ${S}.usage SET ${again.join(', ')} WHERE owner = $1`, [owner]));
+        });
+        const shrunk = owners.filter((_, i) => (figures[i] as TotalDelta).sessions < 0);
         if (shrunk.length > 0) sent.push(q.query(`DELETE FROM ${S}.usage WHERE owner = ANY($1::text[]) AND sessions = 0`, [textArray(shrunk)]));
       }
       // last before COMMIT: the events' ids are taken under a lock held until COMMIT (./events.ts)
@@ -515,17 +534,12 @@ export class PgGroup implements Group {
   }
 }
 
-/** Two usages added up. */
-function plus(a: Usage, b: Usage): Usage {
-  return {
-    sessions: a.sessions + b.sessions,
-    turns: a.turns + b.turns,
-    bytes: a.bytes + b.bytes,
-    inputTokens: a.inputTokens + b.inputTokens,
-    outputTokens: a.outputTokens + b.outputTokens,
-    cachedTokens: a.cachedTokens + b.cachedTokens,
-  };
-}
+/** The token columns of the usage and sessions rows, in TOKEN_FIGURES' order. */
+const TOKEN_COLUMNS = ['input_tokens', 'output_tokens', 'cached_tokens'] as const;
+
+/** One session's tokens ($1) counted again from its turns' rows (a Held that says `recount`). */
+const recountTokensSql = (S: string): string =>
+  `UPDATE ${S}.sessions SET (input_tokens, output_tokens, cached_tokens) = (SELECT ${TOKEN_COLUMNS.map((c) => totalSql(`t.${c}`)).join(', ')} FROM ${S}.turns t WHERE t.session = $1) WHERE id = $1`;
 
 /** What a session's turns hold, as the columns turn_count, turn_bytes and the three tokens take it. */
 function heldParams(h: Held): [string, string, string, string, string] {

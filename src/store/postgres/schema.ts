@@ -8,8 +8,12 @@ import { placesSql } from '../tree-index.js';
 import { isStreamingSql } from './group.js';
 import { indexedTurnWords, indexedWords } from '../../domain/search.js';
 import { CONVERSATION_KEY_PG, textArray, wordsSql } from './values.js';
+import { jsonCountSql, repairNumbers, SESSIONS_OUT_OF_RANGE, TURNS_OUT_OF_RANGE } from './numbers.js';
+import type { NumbersRepaired } from '../totals.js';
 
-export const SCHEMA_VERSION = 8;
+export const SCHEMA_VERSION = 9;
+/** The oldest schema an export of this release reads as it is: step 9 adds only the indexes of the start's repair, which an export does not use. */
+const READS_FROM = 8;
 
 /** Each step takes the schema from version i to i + 1; `S` stands for the quoted schema name. */
 const MIGRATIONS: readonly ((S: string) => string)[] = [
@@ -150,7 +154,9 @@ const MIGRATIONS: readonly ((S: string) => string)[] = [
   // turn that is still streamed (leftStreaming). The group that deletes turns deletes their
   // rows: a foreign key would lock the turn's row for every delta. Usage counts the tokens of
   // the turns' usage: each turn keeps its own, each session and owner their sums (numeric:
-  // sums of a client's numbers cannot overflow), made here from the turns' JSON.
+  // sums of a client's numbers cannot overflow), made here from the turns' JSON; a number there
+  // that is not a count is -1 in its column, which step 9's index finds for the start's repair
+  // (a cast of 1.5 or 1e300 to bigint stopped the step).
   (S) => `
   CREATE TABLE ${S}.turn_pieces (
     turn text COLLATE "C" NOT NULL,
@@ -165,9 +171,9 @@ const MIGRATIONS: readonly ((S: string) => string)[] = [
   ALTER TABLE ${S}.sessions ADD COLUMN input_tokens numeric NOT NULL DEFAULT 0, ADD COLUMN output_tokens numeric NOT NULL DEFAULT 0, ADD COLUMN cached_tokens numeric NOT NULL DEFAULT 0;
   ALTER TABLE ${S}.usage ADD COLUMN input_tokens numeric NOT NULL DEFAULT 0, ADD COLUMN output_tokens numeric NOT NULL DEFAULT 0, ADD COLUMN cached_tokens numeric NOT NULL DEFAULT 0;
   UPDATE ${S}.turns SET
-    input_tokens = coalesce((json::json -> 'usage' ->> 'inputTokens')::bigint, 0),
-    output_tokens = coalesce((json::json -> 'usage' ->> 'outputTokens')::bigint, 0),
-    cached_tokens = coalesce((json::json -> 'usage' ->> 'cachedTokens')::bigint, 0)
+    input_tokens = ${jsonCountSql("(json::json -> 'usage')", 'inputTokens')},
+    output_tokens = ${jsonCountSql("(json::json -> 'usage')", 'outputTokens')},
+    cached_tokens = ${jsonCountSql("(json::json -> 'usage')", 'cachedTokens')}
     WHERE strpos(json, '"usage":') > 0;
   UPDATE ${S}.sessions s SET input_tokens = t.i, output_tokens = t.o, cached_tokens = t.c
     FROM (SELECT session, sum(input_tokens) AS i, sum(output_tokens) AS o, sum(cached_tokens) AS c FROM ${S}.turns GROUP BY session) t
@@ -183,6 +189,14 @@ const MIGRATIONS: readonly ((S: string) => string)[] = [
   ALTER TABLE ${S}.turns ADD COLUMN path_key text COLLATE "C";
   CREATE INDEX turns_by_path_key ON ${S}.turns (path_key) WHERE path_key IS NOT NULL;
   CREATE INDEX sessions_by_conversation ON ${S}.sessions (owner, ${CONVERSATION_KEY_PG}) WHERE ${CONVERSATION_KEY_PG} IS NOT NULL;
+  `,
+  // 9: numbers in range (./numbers.ts). Two indexes hold only the turns and sessions whose counts
+  // are not counts (none, once the start has repaired them; a write only evaluates their
+  // condition), so every start finds what an earlier release stored out of range without reading
+  // the tables. Made here, they hold what is in the database already.
+  (S) => `
+  CREATE INDEX turns_out_of_range ON ${S}.turns (session) WHERE ${TURNS_OUT_OF_RANGE};
+  CREATE INDEX sessions_out_of_range ON ${S}.sessions (owner) WHERE ${SESSIONS_OUT_OF_RANGE};
   `,
 ];
 
@@ -230,19 +244,26 @@ export function quotedSchema(name: string): string {
   return `"${name}"`;
 }
 
+/** What a start did beyond the schema's steps, for its log. */
+export interface Prepared {
+  /** How many names and turns it indexed again: after a start with SEARCH=off, the first start with search on indexes everything. */
+  readonly reindexed?: number | undefined;
+  /** The numbers an earlier release stored out of range that it put back in range (./numbers.ts). */
+  readonly repaired?: NumbersRepaired | undefined;
+}
+
 /**
- * Creates or migrates the schema in one transaction, holding an advisory lock named after it.
- * With `migrate` false (export, beside servers that may be of another release) it only checks
- * that the schema is this release's. Answers how many names and turns it indexed again: after a
- * start with SEARCH=off, the first start with search on indexes everything (undefined: nothing).
+ * Creates or migrates the schema in one transaction, holding an advisory lock named after it,
+ * and in the same transaction repairs numbers out of range. With `migrate` false (export, beside
+ * servers that may be of another release) it only checks that the schema is this release's.
  */
-export async function prepareSchema(pool: Pool, schema: string, where: string, migrate = true, search = true): Promise<number | undefined> {
+export async function prepareSchema(pool: Pool, schema: string, where: string, migrate = true, search = true): Promise<Prepared> {
   const S = quotedSchema(schema);
   if (!migrate) {
     const exists = (await pool.query('SELECT to_regclass($1) IS NOT NULL', [`${S}.meta`])).rows[0]?.[0] === 't';
     const row = exists ? (await pool.query(`SELECT value FROM ${S}.meta WHERE key = 'schema_version'`)).rows[0] : undefined;
     const version = row === undefined ? 0 : Number(row[0]);
-    if (version === SCHEMA_VERSION) return undefined;
+    if (version >= READS_FROM && version <= SCHEMA_VERSION) return {};
     throw new StoreOpenFailed(
       version === 0
         ? `${where}: schema ${schema} holds no chat-session-api data (is DATABASE_SCHEMA right?)`
@@ -276,9 +297,10 @@ export async function prepareSchema(pool: Pool, schema: string, where: string, m
     if (version < SCHEMA_VERSION) {
       await tx.query(`INSERT INTO ${S}.meta (key, value) VALUES ('schema_version', $1) ON CONFLICT (key) DO UPDATE SET value = excluded.value`, [String(SCHEMA_VERSION)]);
     }
+    const repaired = await repairNumbers(tx, S);
     // SEARCH=off writes no words: the schema says so until a start with search on indexes everything again
     if (!search) await tx.query(`INSERT INTO ${S}.meta (key, value) VALUES ('search_index', 'behind') ON CONFLICT (key) DO NOTHING`);
-    else if ((await tx.query(`DELETE FROM ${S}.meta WHERE key = 'search_index' RETURNING value`)).rows.length > 0) return reindexRows(tx, S);
-    return undefined;
+    else if ((await tx.query(`DELETE FROM ${S}.meta WHERE key = 'search_index' RETURNING value`)).rows.length > 0) return { reindexed: await reindexRows(tx, S), repaired };
+    return { repaired };
   });
 }

@@ -1,7 +1,8 @@
 // Between the store and PostgreSQL: what the client's failures mean to the store (a database
 // that cannot be used right now is StorageUnavailable, 503; a transaction that lost a deadlock
-// is a GroupConflict, tried again; anything else stays what it was, 500), and text as the
-// database can hold it.
+// is a GroupConflict, tried again; anything else stays what it was, 500), text as the database
+// can hold it, and counts as the store reads them whatever the database holds.
+import { COUNT_MAX, countIn } from '../../domain/numbers.js';
 import type { ChatSession } from '../../domain/records.js';
 import { foldedTags } from '../../domain/search.js';
 import { indexedTurnWords, indexedWords } from '../../domain/search.js';
@@ -68,4 +69,34 @@ export const NO_INDEXING: Indexing = { name: () => '', turn: () => '' };
 /** A tsvector from one text parameter holding the domain's words joined by spaces (src/domain/search.ts indexedWords). */
 export function wordsSql(param: string): string {
   return `array_to_tsvector(string_to_array(${param}, ' '))`;
+}
+
+const MAX = String(COUNT_MAX);
+
+/**
+ * A count as the database gives it (a bigint or numeric column, as text), read as a count
+ * whatever it holds (../../domain/numbers.ts): numeric sums are exact, but a JavaScript number
+ * past 2^53 is not, and an earlier release stored sums past it.
+ */
+export function countOf(v: string | null | undefined): number {
+  return v === null || v === undefined ? 0 : countIn(Number(v));
+}
+
+/** `c` (a bigint or numeric column or expression) taken as a count in SQL: below 0 is 0, a fraction rounded down, past the top the top. */
+export function countSql(c: string): string {
+  return `least(${MAX}, greatest(0, trunc(${c}::numeric)))`;
+}
+
+/** The saturating sum of `c` over a query's rows (0 for none), each row taken as countSql takes it. */
+export function totalSql(c: string): string {
+  return `least(${MAX}, coalesce(sum(${countSql(c)}), 0))`;
+}
+
+/**
+ * A total of tokens `c` after a group's delta (`delta`, within -COUNT_MAX..COUNT_MAX), as
+ * ../totals.ts decides it: `again` (its count from its parts) when it takes from a total at the
+ * top, else the delta added, within 0..COUNT_MAX.
+ */
+export function settledSql(c: string, delta: string, again: string): string {
+  return `CASE WHEN ${delta} < 0 AND ${c} >= ${MAX} THEN ${again} ELSE least(${MAX}, greatest(0, ${c} + ${delta})) END`;
 }

@@ -93,6 +93,8 @@ import {
   type WriterData,
 } from './worker.js';
 import { recordOf, sessionRows, narrowed, pageOfRows, listRows } from './lists.js';
+import { countColumns, countSql, repairNumbers } from './numbers.js';
+import { logRepaired, type NumbersRepaired } from '../totals.js';
 import { deltasSql, turnBytesSql, TURN_COLUMNS, TREE_TURN_COLUMNS, turnOf, tokensOfRow, treeTurnOf, branchKeysSql, branchParams, branchPageSql, branchTurns, turnChunks, chunksOf } from './turns.js';
 import { filterWords, WALK_SESSIONS, searchPart } from './search.js';
 import { Connection, isDamage, openReader } from './connection.js';
@@ -218,11 +220,18 @@ export class SqliteStore extends SerialWrites implements Store, GroupSource, Gro
     } catch (e) {
       throw unreadable(opts.file, e);
     }
+    let repaired: NumbersRepaired | undefined;
     try {
       prepareSchema(setup, opts.file, opts.search ?? true);
+      try {
+        repaired = repairNumbers(setup);
+      } catch (e) {
+        throw unreadable(opts.file, e);
+      }
     } finally {
       setup.close();
     }
+    if (repaired !== undefined) logRepaired(opts.log, opts.file, repaired);
     const store = new SqliteStore(opts, openReader(opts.file, opts.cacheBytes));
     try {
       await store.startWorker();
@@ -250,7 +259,7 @@ export class SqliteStore extends SerialWrites implements Store, GroupSource, Gro
   static async openReadOnly(opts: SqliteOptions): Promise<SqliteStore> {
     if (!(await writerHolds(opts.file))) checkFiles(opts.file);
     const reader = openReader(opts.file, opts.cacheBytes);
-    checkSchema(reader, opts.file);
+    checkSchema(reader, opts.file, true);
     return new SqliteStore(opts, reader);
   }
 
@@ -550,7 +559,9 @@ export class SqliteStore extends SerialWrites implements Store, GroupSource, Gro
     let counts: { sessions: number; turns: number };
     try {
       c.db.exec('BEGIN');
-      counts = countersOf(c);
+      // counted, not the counters: the header of a store an earlier release left with counters out of range must still match its lines
+      const row = c.prepare('SELECT (SELECT count(*) FROM sessions) AS sessions, (SELECT count(*) FROM turns) AS turns').get();
+      counts = { sessions: int(row?.['sessions']), turns: int(row?.['turns']) };
     } catch (e) {
       this.giveBackScan(c);
       throw e;
@@ -573,10 +584,10 @@ export class SqliteStore extends SerialWrites implements Store, GroupSource, Gro
   /** From the two expiry indexes: own expiries passed, then (RETENTION_DAYS) activity before the cutoff, each oldest first. */
   expiredSessions(live: Liveness, limit: number): Promise<readonly ExpiredSession[]> {
     const own: SqlValue[] = [];
-    const rows = this.reader.prepare(expiredSql(sqliteDialect(own), 'own', live.now, limit, 'json, turn_count')).all(...own);
+    const rows = this.reader.prepare(expiredSql(sqliteDialect(own), 'own', live.now, limit, EXPIRED_COLUMNS)).all(...own);
     if (live.cutoff !== undefined && rows.length < limit) {
       const idle: SqlValue[] = [];
-      rows.push(...this.reader.prepare(expiredSql(sqliteDialect(idle), 'idle', live.cutoff, limit - rows.length, 'json, turn_count')).all(...idle));
+      rows.push(...this.reader.prepare(expiredSql(sqliteDialect(idle), 'idle', live.cutoff, limit - rows.length, EXPIRED_COLUMNS)).all(...idle));
     }
     return Promise.resolve(rows.map((r) => ({ session: JSON.parse(text(r['json'])) as ChatSession, turns: int(r['turn_count']) })));
   }
@@ -595,7 +606,7 @@ export class SqliteStore extends SerialWrites implements Store, GroupSource, Gro
 
   /** Group (and reads): a user's usage as committed. */
   usageOf(user: string): Usage {
-    const row = this.reader.prepare('SELECT sessions, turns, bytes, input_tokens, output_tokens, cached_tokens FROM users WHERE user = ?').get(user);
+    const row = this.reader.prepare(USAGE_SQL).get(user);
     return row === undefined ? NO_USAGE : { sessions: int(row['sessions']), turns: int(row['turns']), bytes: int(row['bytes']), ...tokensOfRow(row) };
   }
 
@@ -754,10 +765,7 @@ export class SqliteStore extends SerialWrites implements Store, GroupSource, Gro
 
   subtree(session: string, id: string): readonly TurnNode[] | undefined {
     const rows = this.reader
-      .prepare(
-        `WITH RECURSIVE sub(id) AS (SELECT id FROM turns WHERE id = ?1 AND session = ?2 UNION ALL SELECT t.id FROM turns t JOIN sub s ON t.parent_id = s.id)
-         SELECT t.id, t.created_at, t.parent_id, ${turnBytesSql('t')} AS bytes, t.input_tokens, t.output_tokens, t.cached_tokens FROM sub JOIN turns t ON t.id = sub.id`,
-      )
+      .prepare(SUBTREE_SQL)
       .all(id, session);
     if (rows.length === 0) return undefined;
     return rows.map((r) => ({ _id: text(r['id']), createdAt: text(r['created_at']), parentId: textOrUndefined(r['parent_id']) ?? null, bytes: int(r['bytes']), tokens: tokensOfRow(r) }));
@@ -772,7 +780,7 @@ export class SqliteStore extends SerialWrites implements Store, GroupSource, Gro
   }
 
   current(id: string): SessionState | undefined {
-    const row = this.reader.prepare('SELECT json, version, last_turn_at, last_turn_id, turn_count, turn_bytes, input_tokens, output_tokens, cached_tokens FROM sessions WHERE id = ?').get(id);
+    const row = this.reader.prepare(CURRENT_SQL).get(id);
     if (row === undefined) return undefined;
     const createdAt = textOrUndefined(row['last_turn_at']);
     const _id = textOrUndefined(row['last_turn_id']);
@@ -945,11 +953,24 @@ async function writerHolds(file: string): Promise<boolean> {
   return false;
 }
 
+// the counts a read takes, each in range whatever the file holds (./numbers.ts)
+/** What the purge reads of an expired session. */
+const EXPIRED_COLUMNS = `json, ${countColumns('turn_count')}`;
+/** A user's usage row. */
+const USAGE_SQL = `SELECT ${countColumns('sessions', 'turns', 'bytes', 'input_tokens', 'output_tokens', 'cached_tokens')} FROM users WHERE user = ?`;
+/** A session's row as a write decides against it. */
+const CURRENT_SQL = `SELECT json, version, last_turn_at, last_turn_id, ${countColumns('turn_count', 'turn_bytes', 'input_tokens', 'output_tokens', 'cached_tokens')} FROM sessions WHERE id = ?`;
+/** A turn (?1, of session ?2) and its descendants, with their bytes and tokens. */
+const SUBTREE_SQL = `WITH RECURSIVE sub(id) AS (SELECT id FROM turns WHERE id = ?1 AND session = ?2 UNION ALL SELECT t.id FROM turns t JOIN sub s ON t.parent_id = s.id)
+  SELECT t.id, t.created_at, t.parent_id, ${turnBytesSql('t')} AS bytes, ${countColumns('t.input_tokens', 't.output_tokens', 't.cached_tokens')} FROM sub JOIN turns t ON t.id = sub.id`;
+/** The store's counters. */
+const COUNTERS_SQL = `SELECT name, ${countSql('value')} AS value FROM counters`;
+
 /** The store's counters, each the sum of a Usage figure over every user. */
 function countersOf(c: Connection): Usage {
   const out = { ...NO_USAGE };
   const figures: { readonly [name: string]: keyof Usage } = { sessions: 'sessions', turns: 'turns', bytes: 'bytes', input_tokens: 'inputTokens', output_tokens: 'outputTokens', cached_tokens: 'cachedTokens' };
-  for (const row of c.prepare('SELECT name, value FROM counters').all()) {
+  for (const row of c.prepare(COUNTERS_SQL).all()) {
     const figure = figures[text(row['name'])];
     if (figure !== undefined) out[figure] = int(row['value']);
   }

@@ -9,6 +9,7 @@ import { placesSql } from '../tree-index.js';
 import { indexedWords, plainAscii, textHolds, turnText, turnTextOfJson } from '../../domain/search.js';
 import type { JsonValue } from '../../domain/records.js';
 import { CONVERSATION_KEY_SQLITE, sqliteCode, type Database } from './binding.js';
+import { SESSIONS_OUT_OF_RANGE, totalSql, TURNS_OUT_OF_RANGE } from './numbers.js';
 
 /** Whether the turn JSON in column `json` says `status: "streaming"`. */
 export function streamingSql(json: string): string {
@@ -20,7 +21,7 @@ export const STREAMING_WHERE = streamingSql('json');
 
 /** 'csap' in ASCII: marks the file as this service's (PRAGMA application_id). */
 const APPLICATION_ID = 0x63736170;
-export const SCHEMA_VERSION = 10;
+export const SCHEMA_VERSION = 11;
 
 /** The SQL functions the search index's triggers call: the words of a session's JSON's name, of a turn's JSON. */
 export function registerSearchFunctions(db: Database): void {
@@ -293,6 +294,8 @@ const MIGRATIONS: readonly string[] = [
   // trigger takes them with their turn. Usage counts the tokens of the turns' usage: each turn
   // keeps its own, each session and user their sums, the counters the store's; all made here
   // from the turns' JSON (a streaming turn of an earlier release holds its text in its JSON).
+  // The turns' columns take the JSON's numbers as they are (step 11's index finds those that are
+  // not counts); the sums saturate, so no number there stops the step.
   `
   CREATE TABLE turn_pieces (
     turn TEXT NOT NULL,
@@ -320,12 +323,12 @@ const MIGRATIONS: readonly string[] = [
     cached_tokens = coalesce(json_extract(CAST(json AS TEXT), '$.usage.cachedTokens'), 0)
     WHERE instr(json, CAST('"usage":' AS BLOB)) > 0;
   UPDATE sessions SET (input_tokens, output_tokens, cached_tokens) = (
-    SELECT coalesce(sum(input_tokens), 0), coalesce(sum(output_tokens), 0), coalesce(sum(cached_tokens), 0) FROM turns WHERE turns.session = sessions.id);
+    SELECT ${totalSql('input_tokens')}, ${totalSql('output_tokens')}, ${totalSql('cached_tokens')} FROM turns WHERE turns.session = sessions.id);
   UPDATE users SET (input_tokens, output_tokens, cached_tokens) = (
-    SELECT coalesce(sum(input_tokens), 0), coalesce(sum(output_tokens), 0), coalesce(sum(cached_tokens), 0) FROM sessions WHERE sessions.user = users.user);
-  INSERT INTO counters (name, value) SELECT 'input_tokens', coalesce(sum(input_tokens), 0) FROM sessions;
-  INSERT INTO counters (name, value) SELECT 'output_tokens', coalesce(sum(output_tokens), 0) FROM sessions;
-  INSERT INTO counters (name, value) SELECT 'cached_tokens', coalesce(sum(cached_tokens), 0) FROM sessions;
+    SELECT ${totalSql('input_tokens')}, ${totalSql('output_tokens')}, ${totalSql('cached_tokens')} FROM sessions WHERE sessions.user = users.user);
+  INSERT INTO counters (name, value) SELECT 'input_tokens', ${totalSql('input_tokens')} FROM sessions;
+  INSERT INTO counters (name, value) SELECT 'output_tokens', ${totalSql('output_tokens')} FROM sessions;
+  INSERT INTO counters (name, value) SELECT 'cached_tokens', ${totalSql('cached_tokens')} FROM sessions;
   `,
   // 10: the OpenAI door's index: a turn's path key (the hash of its path from the root, kept for
   // the assistant turns recorded from this release on), and the sessions by their
@@ -334,6 +337,14 @@ const MIGRATIONS: readonly string[] = [
   ALTER TABLE turns ADD COLUMN path_key TEXT;
   CREATE INDEX turns_by_path_key ON turns (path_key) WHERE path_key IS NOT NULL;
   CREATE INDEX sessions_by_conversation ON sessions (user, ${CONVERSATION_KEY_SQLITE}) WHERE ${CONVERSATION_KEY_SQLITE} IS NOT NULL;
+  `,
+  // 11: numbers in range (./numbers.ts). Two indexes hold only the turns and sessions whose counts
+  // are not counts (none, once the start has repaired them; a write only evaluates their
+  // condition), so every start finds what an earlier release stored out of range without reading
+  // the tables. Made here, they hold what is in the file already.
+  `
+  CREATE INDEX turns_out_of_range ON turns (session) WHERE ${TURNS_OUT_OF_RANGE};
+  CREATE INDEX sessions_out_of_range ON sessions (user) WHERE ${SESSIONS_OUT_OF_RANGE};
   `,
 ];
 
@@ -355,8 +366,14 @@ const BEFORE: Readonly<Record<number, string>> = {
   1: `SELECT count(*) FROM turns WHERE NOT (substr(json, 1, 8) = CAST('{"_id":"' AS BLOB) AND substr(json, 33, 13) = CAST('","session":"' AS BLOB) AND substr(json, 70, 1) = CAST('"' AS BLOB) AND substr(json, length(json) - 39, 14) = CAST(',"createdAt":"' AS BLOB))`,
 };
 
-/** Tables and indexes the current schema must have: a file missing one fails its check. */
-const REQUIRED = ['sessions', 'sessions_by_user', 'sessions_by_project', 'turns', 'turns_by_session', 'turns_by_parent', 'turns_streaming', 'counters', 'users', 'session_tags', 'session_tags_by_user', 'session_tags_by_project', 'session_tags_follow', 'session_tags_gone', 'sessions_by_expiry', 'sessions_by_activity', 'name_words', 'turn_words', 'names_unindexed', 'turns_unindexed', 'name_words_add', 'name_words_rename', 'name_words_gone', 'turn_words_gone', 'turn_pieces', 'turn_pieces_gone'];
+/**
+ * Tables and indexes a file must have to be read (export, beside a server). Step 11's indexes
+ * only serve the start's repair, so an export reads a file of the release
+ * before as it is (its counts read in range: ./numbers.ts).
+ */
+const REQUIRED_TO_READ = ['sessions', 'sessions_by_user', 'sessions_by_project', 'turns', 'turns_by_session', 'turns_by_parent', 'turns_streaming', 'counters', 'users', 'session_tags', 'session_tags_by_user', 'session_tags_by_project', 'session_tags_follow', 'session_tags_gone', 'sessions_by_expiry', 'sessions_by_activity', 'name_words', 'turn_words', 'names_unindexed', 'turns_unindexed', 'name_words_add', 'name_words_rename', 'name_words_gone', 'turn_words_gone', 'turn_pieces', 'turn_pieces_gone'];
+/** Tables and indexes the current schema must have: a file missing one fails its check at start. */
+const REQUIRED = [...REQUIRED_TO_READ, 'turns_out_of_range', 'sessions_out_of_range'];
 
 function scalar(db: Database, sql: string): number {
   const row = db.prepare(sql).get();
@@ -419,9 +436,10 @@ export function prepareSchema(db: Database, file: string, search = true): void {
 /**
  * The structural check made at every start: every table and index of the schema is there, and
  * every table's first rows can be read (its root page and the pages down to its first leaf: a
- * few pages each, where a damaged root would fail every query of the table).
+ * few pages each, where a damaged root would fail every query of the table). `toRead`: for a
+ * read beside a server (export), which needs fewer (REQUIRED_TO_READ).
  */
-export function checkSchema(db: Database, file: string): void {
+export function checkSchema(db: Database, file: string, toRead = false): void {
   let names: Set<string>;
   try {
     const rows = db.prepare('SELECT type, name, sql FROM sqlite_schema').all();
@@ -433,7 +451,7 @@ export function checkSchema(db: Database, file: string): void {
   } catch (e) {
     throw unreadable(file, e);
   }
-  const missing = REQUIRED.filter((n) => !names.has(n));
+  const missing = (toRead ? REQUIRED_TO_READ : REQUIRED).filter((n) => !names.has(n));
   if (missing.length > 0) {
     throw refuse(file, `fails its check at start (missing ${missing.join(', ')})`, 'restore it from a backup (`import` into a new SQLITE_FILE), or move it aside to start a new one');
   }

@@ -9,6 +9,7 @@ import { withDeltas } from '../pieces.js';
 import { pageByDepthSql } from '../tree-index.js';
 import { pathSql, type Dialect } from '../sql.js';
 import { Connection } from './connection.js';
+import { countColumns } from './numbers.js';
 
 /**
  * A turn's deltas (../pieces.ts), read beside its row by the same statement (one moment: the
@@ -28,7 +29,7 @@ export function turnBytesSql(t: string): string {
 export const TURN_COLUMNS = `id, created_at, json, ${deltasSql('turns')} AS deltas`;
 
 /** The columns treeTurnOf reads. */
-export const TREE_TURN_COLUMNS = `${TURN_COLUMNS}, parent_id, input_tokens, output_tokens, cached_tokens`;
+export const TREE_TURN_COLUMNS = `${TURN_COLUMNS}, parent_id, ${countColumns('input_tokens', 'output_tokens', 'cached_tokens')}`;
 
 export const turnOf = (row: Row): TurnRecord => ({ _id: text(row['id']), createdAt: text(row['created_at']), json: withDeltas(bytesOf(row['json']), textOrUndefined(row['deltas'])) });
 

@@ -14,6 +14,9 @@ import { int, sqliteCode, sqliteDatabase, text, textOrUndefined, type Database, 
 import { runFullCheckIfAsked } from './full-check.js';
 import { placesOfChain, placesSql, placeUnder, type TreePlace } from '../tree-index.js';
 import { QUEUED_WORDS_SQL, registerSearchFunctions } from './schema.js';
+import { RECOUNT_COUNTERS_SQL, RECOUNT_SESSION_SQL, RECOUNT_SESSION_TOKENS_SQL, RECOUNT_USER_SQL, settledSql, totalSql } from './numbers.js';
+import { TOKEN_FIGURES, TotalDelta, type TokenFigure } from '../totals.js';
+import { COUNT_MAX } from '../../domain/numbers.js';
 import { reserveFileOf, SpaceReserve } from './reserve.js';
 
 export const WRITER_ROLE = 'chat-session-api:sqlite-writer';
@@ -534,9 +537,11 @@ class Writes {
   private readonly newestTurn: Statement;
   private readonly setLastTurn: Statement;
   private readonly setHeld: Statement;
+  private readonly recountTokens: Statement;
   private readonly deleteTurns: Statement;
   private readonly deleteSession: Statement;
   private readonly addCounter: Statement;
+  private readonly settleCounter: Readonly<Record<TokenFigure, Statement>>;
   private readonly addUsage: Statement;
   private readonly dropIdleUser: Statement;
   private readonly setTurnJson: Statement;
@@ -582,6 +587,7 @@ class Writes {
          turn_count = ?, turn_bytes = ?, input_tokens = ?, output_tokens = ?, cached_tokens = ? WHERE id = ?`,
     );
     this.setHeld = db.prepare('UPDATE sessions SET turn_count = ?, turn_bytes = ?, input_tokens = ?, output_tokens = ?, cached_tokens = ? WHERE id = ?');
+    this.recountTokens = db.prepare(RECOUNT_SESSION_TOKENS_SQL);
     this.turnSession = db.prepare('SELECT session FROM turns WHERE id = ?');
     this.deleteTurn = db.prepare('DELETE FROM turns WHERE id = ?');
     this.newestTurn = db.prepare('SELECT created_at, id FROM turns WHERE session = ? ORDER BY created_at DESC, id DESC LIMIT 1');
@@ -589,50 +595,58 @@ class Writes {
     this.deleteTurns = db.prepare('DELETE FROM turns WHERE session = ?');
     this.deleteSession = db.prepare('DELETE FROM sessions WHERE id = ?');
     this.addCounter = db.prepare('UPDATE counters SET value = value + ? WHERE name = ?');
+    // a token counter settles as ../totals.ts says, counted again from the users' rows (written before it)
+    const counter = (c: string): Statement => db.prepare(`UPDATE counters SET value = ${settledSql('value', '?1', '?2', `(SELECT ${totalSql(c)} FROM users)`)} WHERE name = '${c}'`);
+    this.settleCounter = { inputTokens: counter('input_tokens'), outputTokens: counter('output_tokens'), cachedTokens: counter('cached_tokens') };
+    // ?1 the user, ?2-?4 sessions, turns and bytes added; ?5-?7 each token figure's delta, ?8-?10 whether it is counted again (from the user's sessions)
+    const tokens = TOKEN_COLUMNS.map((c, i) => ({ c, delta: `?${5 + i}`, recount: `?${8 + i}`, again: `(SELECT ${totalSql(`s.${c}`)} FROM sessions s WHERE s.user = ?1)` }));
     this.addUsage = db.prepare(
-      `INSERT INTO users (user, sessions, turns, bytes, input_tokens, output_tokens, cached_tokens) VALUES (?, ?, ?, ?, ?, ?, ?)
+      `INSERT INTO users (user, sessions, turns, bytes, input_tokens, output_tokens, cached_tokens)
+         VALUES (?1, ?2, ?3, ?4, ${tokens.map((t) => `CASE WHEN ${t.recount} = 1 THEN ${t.again} ELSE max(0, min(${COUNT_MAX}, ${t.delta})) END`).join(', ')})
        ON CONFLICT (user) DO UPDATE SET sessions = sessions + excluded.sessions, turns = turns + excluded.turns, bytes = bytes + excluded.bytes,
-         input_tokens = input_tokens + excluded.input_tokens, output_tokens = output_tokens + excluded.output_tokens, cached_tokens = cached_tokens + excluded.cached_tokens`,
+         ${tokens.map((t) => `${t.c} = ${settledSql(`users.${t.c}`, t.delta, t.recount, t.again)}`).join(', ')}`,
     );
     this.dropIdleUser = db.prepare('DELETE FROM users WHERE user = ? AND sessions = 0');
-    // a streaming turn's bytes are its last delta's, when it has one (../pieces.ts)
-    this.recountSession = db.prepare(
-      `UPDATE sessions SET (turn_count, turn_bytes, input_tokens, output_tokens, cached_tokens) = (
-         SELECT count(*), coalesce(sum(coalesce((SELECT p.bytes FROM turn_pieces p WHERE p.turn = t.id ORDER BY p.seq DESC LIMIT 1), length(t.json))), 0),
-           coalesce(sum(t.input_tokens), 0), coalesce(sum(t.output_tokens), 0), coalesce(sum(t.cached_tokens), 0)
-         FROM turns t WHERE t.session = sessions.id)
-       WHERE id = ?`,
-    );
+    this.recountSession = db.prepare(RECOUNT_SESSION_SQL);
     this.dropUser = db.prepare('DELETE FROM users WHERE user = ?');
-    this.recountUser = db.prepare(
-      `INSERT INTO users (user, sessions, turns, bytes, input_tokens, output_tokens, cached_tokens)
-       SELECT user, count(*), sum(turn_count), sum(json_bytes + turn_bytes), sum(input_tokens), sum(output_tokens), sum(cached_tokens) FROM sessions WHERE user = ? GROUP BY user`,
-    );
-    this.recountCounters = db.prepare(
-      `UPDATE counters SET value = (SELECT coalesce(sum(CASE counters.name WHEN 'sessions' THEN sessions WHEN 'turns' THEN turns WHEN 'bytes' THEN bytes
-         WHEN 'input_tokens' THEN input_tokens WHEN 'output_tokens' THEN output_tokens ELSE cached_tokens END), 0) FROM users)`,
-    );
+    this.recountUser = db.prepare(RECOUNT_USER_SQL);
+    this.recountCounters = db.prepare(RECOUNT_COUNTERS_SQL);
   }
 
   /** One group: every op in one transaction, all of them committed or none. */
   commit(ops: readonly Op[]): void {
     this.begin.run();
     try {
-      const users = new Map<string, UsageDelta>();
+      const users = new Map<string, TotalDelta>();
+      const total = new TotalDelta();
+      let charged = false;
       const imported = new Set<string>();
       for (const op of ops) {
         this.apply(op);
         const usage = usageOfOp(op);
-        if (usage !== undefined) users.set(usage.owner, added(users.get(usage.owner), usage));
+        if (usage !== undefined) {
+          let u = users.get(usage.owner);
+          if (u === undefined) users.set(usage.owner, (u = new TotalDelta()));
+          u.add(usage);
+          total.add(usage);
+          charged = true;
+        }
         if ((op.op === 'turn' && op.after === undefined) || op.op === 'dropTurn') imported.add(op.session);
       }
       // an import may give a stored turn another parent: its session's depths are made again
       for (const session of imported) this.replace.run(session);
-      const total = [...users.values()].reduce((sum, u) => added(sum, u), undefined as UsageDelta | undefined);
-      if (total !== undefined) for (const [name, key] of COUNTERS) if (total[key] !== 0) this.addCounter.run(total[key], name);
+      // the users first: a token counter is counted again from them
       for (const [user, u] of users) {
-        this.addUsage.run(user, u.sessions, u.turns, u.bytes, u.inputTokens, u.outputTokens, u.cachedTokens);
+        const t = TOKEN_FIGURES.map((k) => u.token(k));
+        this.addUsage.run(user, u.sessions, u.turns, u.bytes, ...t.map((x) => x.delta), ...t.map((x) => (x.recount ? 1 : 0)));
         if (u.sessions < 0) this.dropIdleUser.run(user);
+      }
+      if (charged) {
+        for (const [name, key] of COUNTERS) if (total[key] !== 0) this.addCounter.run(total[key], name);
+        for (const k of TOKEN_FIGURES) {
+          const t = total.token(k);
+          if (t.delta !== 0 || t.recount) this.settleCounter[k].run(t.delta, t.recount ? 1 : 0);
+        }
       }
       const fault = injectedFault('commit');
       if (fault !== undefined) throw fault;
@@ -666,6 +680,18 @@ class Writes {
     const last = after.lastTurn;
     const h = after.held;
     this.setSessionAfter.run(after.updatedAt, after.json, Buffer.byteLength(after.json), after.version, after.head, last?.createdAt ?? null, last?._id ?? null, h.turns, h.turnBytes, h.inputTokens, h.outputTokens, h.cachedTokens, id);
+    this.recountIfAsked(id, h);
+  }
+
+  /** What a session's turns hold, written as the writer decided it. */
+  private setHeldOf(id: string, h: Held): void {
+    this.setHeld.run(h.turns, h.turnBytes, h.inputTokens, h.outputTokens, h.cachedTokens, id);
+    this.recountIfAsked(id, h);
+  }
+
+  /** The session's tokens counted again from its turns as this group leaves them, when the writer took from a figure at the top. */
+  private recountIfAsked(id: string, h: Held): void {
+    if (h.recount === true) this.recountTokens.run(id);
   }
 
   private insert(session: string, t: TurnRow, place: TreePlace): void {
@@ -707,8 +733,7 @@ class Writes {
       case 'delta': {
         // the turn's row is not touched: the index keeps the text it had before its deltas, until its next edit
         this.insertDelta.run(op.turn, op.seq, op.pieces, op.bytes, op.end);
-        const h = op.held;
-        this.setHeld.run(h.turns, h.turnBytes, h.inputTokens, h.outputTokens, h.cachedTokens, op.session);
+        this.setHeldOf(op.session, op.held);
         return;
       }
       case 'dropTurns': {
@@ -727,8 +752,7 @@ class Writes {
         op.turns.forEach((t, i) => this.insert(s.id, t, places[i] as TreePlace));
         const last = op.lastTurn;
         this.setLastTurn.run(s.version, last?.createdAt ?? null, last?._id ?? null, s.id);
-        const h = op.held;
-        this.setHeld.run(h.turns, h.turnBytes, h.inputTokens, h.outputTokens, h.cachedTokens, s.id);
+        this.setHeldOf(s.id, op.held);
         return;
       }
       case 'dropTurn': {
@@ -761,15 +785,15 @@ class Writes {
   }
 }
 
-/** The counters' rows, by the Usage figure each sums. */
+/** The counters' rows that sum a Usage figure as it is (the token counters saturate: settleCounter). */
 const COUNTERS = [
   ['sessions', 'sessions'],
   ['turns', 'turns'],
   ['bytes', 'bytes'],
-  ['input_tokens', 'inputTokens'],
-  ['output_tokens', 'outputTokens'],
-  ['cached_tokens', 'cachedTokens'],
 ] as const;
+
+/** The token columns of the users' rows, in TOKEN_FIGURES' order. */
+const TOKEN_COLUMNS = ['input_tokens', 'output_tokens', 'cached_tokens'] as const;
 
 /** What an op adds to its owner's usage, as the writer decided it (none for an import's ops). */
 function usageOfOp(op: Op): UsageDelta | undefined {
@@ -787,20 +811,6 @@ function usageOfOp(op: Op): UsageDelta | undefined {
     default:
       return undefined;
   }
-}
-
-/** Two deltas of one owner added up (the first absent: the second). */
-function added(a: UsageDelta | undefined, b: UsageDelta): UsageDelta {
-  if (a === undefined) return b;
-  return {
-    owner: a.owner,
-    sessions: a.sessions + b.sessions,
-    turns: a.turns + b.turns,
-    bytes: a.bytes + b.bytes,
-    inputTokens: a.inputTokens + b.inputTokens,
-    outputTokens: a.outputTokens + b.outputTokens,
-    cachedTokens: a.cachedTokens + b.cachedTokens,
-  };
 }
 
 /** A queued turn's words and content_as_is columns. */
