@@ -6,7 +6,7 @@ import { createServer, type Server } from 'node:http';
 import { createServer as createNetServer, type AddressInfo } from 'node:net';
 import { createApp } from './app.js';
 import { JwksSource } from './auth/jwks-source.js';
-import { loadSecrets } from './auth/secret.js';
+import { checkSecrets, loadSecrets } from './auth/secret.js';
 import type { Config } from './config.js';
 import type { Logger } from './log.js';
 import { capYoungGeneration } from './memory.js';
@@ -25,6 +25,9 @@ const HEADERS_TIMEOUT_MS = 15_000;
 /** Starts serving; resolves once listening. Start-up errors are thrown for main to report. */
 export async function serve(config: Config, log: Logger, version: string): Promise<Server> {
   capYoungGeneration();
+  // every setting is checked before the address is tried: a bad one is reported whatever holds the port
+  checkSecrets(config);
+  let catalog: ProviderCatalog = loadProviders(config.providersFile, config.providersFileSet);
   // a start that cannot have its address must leave a new data directory as it found it (no
   // secret, no store): the address is tried before anything is written, and let go for the listen
   await tryAddress(config.port, config.host);
@@ -41,7 +44,6 @@ export async function serve(config: Config, log: Logger, version: string): Promi
     log.warn('STREAMING_IDLE is not longer than PROVIDER_IDLE_TIMEOUT: a reply waiting on a slow provider may be marked interrupted as if its instance had died', { streamingIdleMs: config.streamingIdleMs, providerIdleTimeoutMs: config.providerIdleTimeoutMs });
   }
 
-  let catalog: ProviderCatalog = loadProviders(config.providersFile, config.providersFileSet);
   if (catalog.fromFile) log.info('providers loaded', { count: catalog.count, file: config.providersFile });
   else log.warn('no providers file; the provider list is empty until one is created and SIGHUP is sent', { file: config.providersFile });
 

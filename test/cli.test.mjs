@@ -5,7 +5,7 @@ import { copyFileSync, existsSync, mkdirSync, readdirSync, readFileSync, statSyn
 import { createServer } from 'node:net';
 import { join } from 'node:path';
 import { describe, test } from 'node:test';
-import { SERVER, STORE_FILE, newSession, removeDir, runCli, startServer, tempDir } from './helpers.mjs';
+import { SECRET, SERVER, STORE_FILE, newSession, removeDir, runCli, startServer, tempDir } from './helpers.mjs';
 
 describe('Running it', () => {
   test('--help lists every setting with its default, without starting anything', () => {
@@ -233,6 +233,44 @@ describe('Running it', () => {
     assert.match(r.stderr, /already in use/);
     assert.equal(existsSync(join(dir, 'lock')), false, 'the lock is released');
     removeDir(dir);
+  });
+
+  test('[D-papercuts-1] "every setting is checked before the server binds": a bad one is named while another process holds PORT', async () => {
+    const blocker = createServer();
+    await new Promise((r) => blocker.listen(0, '127.0.0.1', r));
+    const PORT = String(blocker.address().port);
+    const dir = tempDir();
+    try {
+      const short = join(dir, 'short-secret');
+      writeFileSync(short, 'short\n', { mode: 0o600 });
+      const cases = [
+        [{ AUTH_SECRET: 'short' }, 2, /AUTH_SECRET must be at least 32 bytes \(got 5\)/],
+        [{ AUTH_SECRET_FILE: join(dir, 'missing') }, 2, /AUTH_SECRET_FILE: cannot read .*missing \(ENOENT\)/],
+        [{ AUTH_SECRET_FILE: short }, 2, /AUTH_SECRET_FILE must be at least 32 bytes/],
+        [{ AUTH_SECRET: SECRET, AUTH_PREVIOUS_SECRETS: 'short' }, 2, /AUTH_PREVIOUS_SECRETS entry 1 must be at least 32 bytes/],
+        [{ AUTH_SECRET: SECRET, PROVIDERS_FILE: join(dir, 'no-providers.json') }, 1, /providers file .* does not exist/],
+      ];
+      for (const [env, code, re] of cases) {
+        const r = runCli([], { env: { DATA_DIR: join(dir, 'data'), PORT, ...env } });
+        assert.equal(r.code, code, `${JSON.stringify(env)}: ${r.stderr}`);
+        assert.match(r.stderr, re);
+        assert.doesNotMatch(r.stderr, /in use/);
+        assert.equal(existsSync(join(dir, 'data')), false, 'nothing was created');
+      }
+      // the data directory's own secret is checked as well, when it exists
+      mkdirSync(join(dir, 'data'));
+      writeFileSync(join(dir, 'data', 'auth-secret'), 'short\n', { mode: 0o600 });
+      const own = runCli([], { env: { DATA_DIR: join(dir, 'data'), PORT } });
+      assert.equal(own.code, 2, own.stderr);
+      assert.match(own.stderr, /auth-secret must be at least 32 bytes/);
+      // with the settings good, the port is what stops it
+      const taken = runCli([], { env: { DATA_DIR: join(dir, 'data'), PORT, AUTH_SECRET: SECRET } });
+      assert.equal(taken.code, 1);
+      assert.match(taken.stderr, /the address is already in use/);
+    } finally {
+      blocker.close();
+      removeDir(dir);
+    }
   });
 
   test('SIGTERM / SIGINT: stop accepting, let in-flight requests finish, flush the store, exit 0', async () => {

@@ -311,11 +311,14 @@ export class ServerProcess {
   }
 }
 
-/** Runs the server file as a command (token, export, import, --help...) and waits for it. */
+/**
+ * Runs the server file as a command (token, export, import, --help...) and waits for it. PORT is
+ * 0 unless `env` names one: a start that gets that far never takes a port another program has.
+ */
 export function runCli(args, { env = {}, cwd, input, script = SERVER, node = process.execPath } = {}) {
   const r = spawnSync(node, [script, ...args], {
     cwd,
-    env: { PATH: process.env.PATH, HOME: process.env.HOME, ...storeEnv(env.DATA_DIR ?? (cwd === undefined ? undefined : join(cwd, 'data'))), ...env },
+    env: { PATH: process.env.PATH, HOME: process.env.HOME, PORT: '0', ...storeEnv(env.DATA_DIR ?? (cwd === undefined ? undefined : join(cwd, 'data'))), ...env },
     input,
     encoding: 'utf8',
     // a bound on a command that hangs, not a timing assertion: under a load average of 17 an

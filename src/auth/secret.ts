@@ -58,6 +58,16 @@ function previousKeys(config: Config): { keys: Buffer[]; warnings: string[] } {
 }
 
 /**
+ * Checks the configured keys as loadSecrets does, creating nothing: the server calls it before it
+ * tries its address, so a bad key is reported whatever holds the port. A missing
+ * `$DATA_DIR/auth-secret` is no error here (the server makes it once it has its address).
+ */
+export function checkSecrets(config: Config): void {
+  if (config.authSecret === undefined && config.authSecretFile === undefined && !existsSync(join(config.dataDir, SECRET_FILE))) previousKeys(config);
+  else loadSecrets(config, false);
+}
+
+/**
  * Finds the key the server signs and verifies with. With no key configured it is
  * `$DATA_DIR/auth-secret`, created when missing if `create` (the server); without `create`
  * (the token command) a missing file is an error: a token signed with a key no server has
