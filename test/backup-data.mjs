@@ -55,12 +55,13 @@ export async function populate(server) {
   const q = await say(alice, { role: 'user', content: 'Fix the failing test.' });
   const a1 = await say(alice, { role: 'assistant', content: [{ type: 'reasoning', text: 'It fails on null.' }, { type: 'text', text: 'Here is a fix.' }], model: 'gpt-4o', usage: { inputTokens: 120, outputTokens: 40 } });
   const call = await say(alice, { role: 'assistant', content: [{ type: 'tool_call', id: 'call_1', name: 'run_tests', arguments: { only: ['a.test.ts'], watch: false } }], status: 'streaming' });
+  // finished before its result is posted under it (a turn under one still streaming is refused)
+  assert.equal((await alice.put(`/api/v1/chat-sessions/${tree._id}/turns/${call._id}`, { status: 'complete', metadata: { edited: true } })).status, 200);
   await say(bob, { role: 'tool', content: [{ type: 'tool_result', toolCallId: 'call_1', content: { passed: 3, failed: 1 }, isError: true }] });
   const a2 = await say(alice, { role: 'assistant', content: 'A second answer.', parentId: q._id, usage: { inputTokens: 120, outputTokens: 55, cachedTokens: 100, costUsd: 0.0012 } });
   const doomed = await say(alice, { role: 'user', content: [{ type: 'file', name: 'log.txt', mediaType: 'text/plain', data: 'aGVsbG8=' }, { type: 'file', name: 'spec', mediaType: 'application/pdf', url: 'https://example.com/spec.pdf' }] });
   await say(alice, { role: 'assistant', content: 'below the doomed turn' });
   await say(alice, { role: 'user', content: 'a second root', parentId: null });
-  assert.equal((await alice.put(`/api/v1/chat-sessions/${tree._id}/turns/${call._id}`, { status: 'complete', metadata: { edited: true } })).status, 200);
   assert.equal((await alice.put(`/api/v1/chat-sessions/${tree._id}/turns/${a1._id}`, { content: [{ type: 'text', text: 'Here is a better fix.' }] })).status, 200);
   assert.equal((await alice.del(`/api/v1/chat-sessions/${tree._id}/turns/${doomed._id}`)).status, 200);
   assert.equal((await alice.put(`/api/v1/chat-sessions/${tree._id}`, { headTurnId: a2._id })).status, 200);

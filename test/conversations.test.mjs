@@ -220,7 +220,7 @@ describe('Conversations (docs/TEAM-DECISIONS.md)', () => {
     assert.deepEqual(t.content, parts);
     assert.deepEqual(t.usage, { inputTokens: 1200, outputTokens: 340, cachedTokens: 1000, costUsd: 0.0042 });
     assert.equal(t.status, 'streaming');
-    assert.equal((await say(alice, s._id, 'plain')).status, 'complete', 'complete by default');
+    assert.equal((await say(alice, s._id, 'plain', { parentId: null })).status, 'complete', 'complete by default');
     const cases = [
       [{ content: [] }, 'content must not be empty'],
       [{ content: [{ type: 'text', text: 'ok' }, { type: 'video' }] }, 'content[1].type must be one of: text, reasoning, tool_call, tool_result, file'],

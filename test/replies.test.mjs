@@ -231,6 +231,31 @@ describe('Replies from the model', () => {
     assert.equal((await alice.post(`${B}/${(await session('openai'))._id}/messages`, { content: 'elsewhere' })).status, 201);
   });
 
+  test('"A turn posted (POST .../turns) under a turn that is still streaming" -> 409, nothing recorded; elsewhere allowed', async () => {
+    // a reply that goes on making progress (the server's idle timeout is 1 s) for 100 s, until it is cancelled
+    const s = await session('openai', 'tokens:2000@20');
+    const root = (await alice.post(`${B}/${s._id}/turns`, { role: 'user', content: 'an earlier question' })).body.data;
+    const first = await alice.post(`${B}/${s._id}/messages`, { content: 'first', background: true });
+    assert.equal(first.status, 202);
+    const { turn: user, reply } = first.body.data;
+    const ids = async () => (await alice.get(`${B}/${s._id}/turns`)).body.data.map((t) => t._id);
+    const before = await ids();
+    for (const under of [{}, { parentId: reply._id }, { status: 'streaming', content: '' }]) {
+      const r = await alice.post(`${B}/${s._id}/turns`, { role: 'user', content: 'typed meanwhile', ...under });
+      assert.deepEqual([r.status, r.body], [409, { success: false, message: 'Turn is still streaming' }], JSON.stringify(under));
+    }
+    assert.deepEqual(await ids(), before, 'nothing recorded');
+    assert.equal((await alice.get(`${B}/${s._id}`)).body.data.headTurnId, reply._id, 'the head is the reply still');
+    // elsewhere in the tree turns are still allowed: under the user turn, under another, a new root
+    for (const parentId of [user._id, root._id, null]) {
+      const r = await alice.post(`${B}/${s._id}/turns`, { role: 'assistant', content: 'beside it', parentId });
+      assert.equal(r.status, 201, r.text);
+    }
+    assert.equal((await alice.post(`${B}/${s._id}/turns/${reply._id}/cancel`, {})).status, 200);
+    const after = await alice.post(`${B}/${s._id}/turns`, { role: 'user', content: 'once it ended', parentId: reply._id });
+    assert.equal(after.status, 201, 'under the interrupted reply');
+  });
+
   test('"Refused before anything is recorded: the session\'s provider not configured, of a type that cannot reply, or the model outside its `models` -> 409 naming the provider or model" ("not configured, a type that cannot reply, a model outside models are 409 naming them")', async () => {
     const cases = [
       [{ providerId: '6f00000000000000000000ff', selectedModel: 'echo' }, /^Provider "6f00000000000000000000ff" is not configured/],

@@ -89,7 +89,7 @@ describe('Streaming turns', () => {
     const r = await alice.post(`${BASE}/${s._id}/turns/${a._id}/deltas`, { text: 'swer' });
     assert.deepEqual(r.body.data, { _id: a._id, session: s._id, at: 2, part: 1 });
     const call = [{ type: 'tool_call', id: 'c1', name: 'search', arguments: { q: 'x' } }];
-    const b = (await alice.post(`${BASE}/${s._id}/turns`, { role: 'assistant', content: call, status: 'streaming' })).body.data;
+    const b = (await alice.post(`${BASE}/${s._id}/turns`, { role: 'assistant', content: call, status: 'streaming', parentId: null })).body.data;
     const r2 = await alice.post(`${BASE}/${s._id}/turns/${b._id}/deltas`, { text: 'Found it' });
     assert.deepEqual(r2.body.data, { _id: b._id, session: s._id, at: 0, part: 1 });
     const read = (await alice.get(`${BASE}/${s._id}/turns`)).body.data;

@@ -29,6 +29,7 @@ const STATUS: { readonly [code in ErrorCode]: number } = {
   model_not_found: 404,
   precondition_failed: 412,
   turn_not_streaming: 409,
+  turn_still_streaming: 409,
   reply_in_progress: 409,
   cannot_reply: 409,
   turn_too_large: 413,

@@ -30,6 +30,7 @@ const turnsQuery = {
 const turnBody_ = (t: TurnRecord): Buffer => Buffer.concat([DATA_HEAD, t.json, DATA_TAIL]);
 
 const notStreaming = { status: 409, description: 'Turn is not streaming' } as const;
+const stillStreaming = { status: 409, description: 'Turn is still streaming: the parent (parentId, or the head) is a turn being written; nothing was recorded' } as const;
 const turnTooLarge = { status: 413, description: 'Turn too large (its JSON would pass BODY_LIMIT)' } as const;
 
 export function turnRoutes({ turns, cursors, maxTurnBytes }: SessionDeps): RouteDef[] {
@@ -93,7 +94,7 @@ export function turnRoutes({ turns, cursors, maxTurnBytes }: SessionDeps): Route
       body: turnBody,
       ifMatch: true,
       responses: [{ status: 201, description: 'The new turn', schema: 'Turn' }],
-      errors: [notFound, modified],
+      errors: [notFound, stillStreaming, modified],
       async handle(ctx) {
         const { role, content, parentId, model, metadata, usage, status } = ctx.body;
         const turn = await turns.append(

@@ -16,6 +16,8 @@ export type ErrorCode =
   | 'precondition_failed'
   | 'quota_exceeded'
   | 'turn_not_streaming'
+  /** A turn posted under a turn still `streaming` (409). */
+  | 'turn_still_streaming'
   | 'turn_too_large'
   | 'reply_in_progress'
   | 'cannot_reply'

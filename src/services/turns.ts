@@ -5,7 +5,7 @@ import { newObjectId } from '../domain/ids.js';
 import { checkNewContent } from '../domain/inputs.js';
 import { DEFAULT_TURN_STATUS, nextTimestamp, type JsonObject, type Turn, type TurnContent, type TurnRole, type TurnStatus, type TurnUsage } from '../domain/records.js';
 import { ValidationError } from '../domain/schema.js';
-import { TurnNotFound, type Branch, type Page, type SessionAtWrite, type SessionRecord, type Store, type TurnDelta, type TurnEdit, type TurnKey, type TurnRecord, type TurnUpdate } from '../store/store.js';
+import { TurnNotFound, TurnStillStreaming, type Branch, type Page, type SessionAtWrite, type SessionRecord, type Store, type TurnDelta, type TurnEdit, type TurnKey, type TurnRecord, type TurnUpdate } from '../store/store.js';
 import { stateOf, type Access, type Caller } from './access.js';
 
 /** A turn as a request records it. */
@@ -101,9 +101,12 @@ export class TurnService {
       id,
       (cur) => {
         check(cur);
+        // under a reply still being written, the turn would take the head from it mid-stream
+        const parent = t.parentId === undefined ? cur.session.headTurnId : t.parentId;
+        if (parent !== null && cur.isStreaming(parent)) throw new TurnStillStreaming();
         return newTurn(cur, caller.user, t);
       },
-      t.parentId === undefined ? undefined : { parentId: t.parentId },
+      { ...(t.parentId === undefined ? {} : { parentId: t.parentId }), streaming: true },
     );
   }
 

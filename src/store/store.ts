@@ -70,6 +70,8 @@ export interface SessionAtWrite extends SessionState {
   lastTurnAfterRemoving(removed: ReadonlySet<string>): TurnKey | undefined;
   /** One of its turns whose status is `streaming` (a reply in progress), if any. */
   streamingTurn(): string | undefined;
+  /** Whether turn `id` is `streaming` (the write must hint `streaming`, as for streamingTurn). */
+  isStreaming(id: string): boolean;
 }
 
 /** What a turn's edit may change (PUT .../turns/:turnId); absent fields stay as they are. */
@@ -426,6 +428,14 @@ export class TurnNotStreaming extends DomainError {
   override readonly name = 'TurnNotStreaming';
   constructor() {
     super('turn_not_streaming', 'Turn is not streaming');
+  }
+}
+
+/** A turn posted under a turn that is still `streaming`: it would go under a reply that is not written yet. */
+export class TurnStillStreaming extends DomainError {
+  override readonly name = 'TurnStillStreaming';
+  constructor() {
+    super('turn_still_streaming', 'Turn is still streaming');
   }
 }
 

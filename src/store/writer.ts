@@ -240,6 +240,7 @@ class GroupView {
       subtree: (t) => this.subtree(id, t),
       lastTurnAfterRemoving: (removed) => (lastTurn === undefined || !removed.has(lastTurn._id) ? lastTurn : this.lastTurnExcept(id, removed)),
       streamingTurn: () => this.streamingTurn(id),
+      isStreaming: (t) => this.isStreaming(id, t),
     };
   }
 
@@ -252,6 +253,18 @@ class GroupView {
     }
     for (const id of this.group.streamingTurns(session)) if (t === undefined || (!t.removed.has(id) && !t.edited.has(id))) return id;
     return undefined;
+  }
+
+  /** Whether turn `id` is streaming as the group's earlier writes leave it. */
+  isStreaming(session: string, id: string): boolean {
+    const t = this.trees.get(session);
+    if (t !== undefined) {
+      if (t.removed.has(id)) return false;
+      const x = t.added.get(id) ?? t.edited.get(id);
+      if (x !== undefined) return isStreamingJson(x.json);
+      if (t.fresh) return false;
+    }
+    return this.group.streamingTurns(session).includes(id);
   }
 
   stage(id: string, s: Staged | null): void {

@@ -221,6 +221,46 @@ export function deltaContract(engine) {
       });
     });
 
+    test('"under a turn that is still streaming": isStreaming sees committed turns and the group\'s earlier writes', async () => {
+      const run = (together) =>
+        withStore(async (store) => {
+          const s = await store.createSession(session());
+          const sid = s.session._id;
+          const a = (await store.appendTurn(sid, turnAt(10, '')))._id;
+          const b = (await store.appendTurn(sid, turnAt(11, 'done', { status: 'complete' })))._id;
+          const c = newObjectId(BASE + 12);
+          // a write that only asks, then refuses: it records nothing
+          const ask = (ids) => () => {
+            const answered = new Error('answered');
+            return store.appendTurn(sid, (cur) => {
+              answered.answers = ids.map((id) => cur.isStreaming(id));
+              throw answered;
+            }, { streaming: true }).catch((e) => {
+              if (e !== answered) throw e;
+              return answered.answers;
+            });
+          };
+          const writes = [
+            ask([a, b]),
+            () => store.updateTurn(sid, a, () => {}, () => ({ status: 'complete' })),
+            ask([a]),
+            () => store.appendTurn(sid, turnAt(12, '', { _id: c })),
+            ask([c]),
+            () => store.deleteTurn(sid, c, () => {}),
+            ask([c]),
+          ];
+          if (!together) {
+            const out = [];
+            for (const w of writes) out.push(await w());
+            return out.filter(Array.isArray);
+          }
+          return (await Promise.all(writes.map((w) => w()))).filter(Array.isArray);
+        });
+      const expected = [[true, false], [false], [true], [false]];
+      assert.deepEqual(await run(false), expected, 'one write after the other');
+      assert.deepEqual(await run(true), expected, 'in one group');
+    });
+
     test('"Usage counts tokens as it counts bytes: what your sessions hold": a turn\'s usage given when it is recorded or by an edit counts, an edit that changes it changes the count, deleting turns and sessions gives them back, a fork\'s copies count for the fork\'s owner', async () => {
       await withStore(async (store) => {
         const s = await store.createSession(session());
