@@ -12,7 +12,8 @@ import { openEvents } from './sse.mjs';
 
 const B = '/api/v1/chat-sessions';
 const KEY = 'sk-test-secret-key-0123456789abcdef';
-const ids = { openai: '6f0000000000000000000001', anthropic: '6f0000000000000000000002', ollama: '6f0000000000000000000003', listing: '6f0000000000000000000004', picky: '6f0000000000000000000005' };
+const ids = { openai: '6f0000000000000000000001', anthropic: '6f0000000000000000000002', ollama: '6f0000000000000000000003', listing: '6f0000000000000000000004', picky: '6f0000000000000000000005', crowded: '6f0000000000000000000006' };
+const CROWDED = Array.from({ length: 25 }, (_, i) => `model-${i + 1}`);
 
 let provider;
 let server;
@@ -25,6 +26,7 @@ function providersFor(url) {
     { _id: ids.ollama, name: 'Local Ollama', type: 'ollama', baseUrl: url },
     { _id: ids.listing, name: 'A listing only', type: 'azure-something', baseUrl: url },
     { _id: ids.picky, name: 'Picky', type: 'openai', baseUrl: `${url}/v1`, models: ['echo'] },
+    { _id: ids.crowded, name: 'Crowded', type: 'openai', baseUrl: `${url}/v1`, models: CROWDED },
   ];
 }
 
@@ -260,7 +262,7 @@ describe('Replies from the model', () => {
     const cases = [
       [{ providerId: '6f00000000000000000000ff', selectedModel: 'echo' }, /^Provider "6f00000000000000000000ff" is not configured/],
       [{ providerId: ids.listing, selectedModel: 'echo' }, /^Provider "A listing only" is of type "azure-something", which cannot reply/],
-      [{ providerId: ids.picky, selectedModel: 'gpt-4o' }, /^Model "gpt-4o" is not one of provider "Picky"'s models/],
+      [{ providerId: ids.picky, selectedModel: 'gpt-4o' }, /^Model "gpt-4o" is not one of provider "Picky"'s models: "echo"$/],
     ];
     for (const [over, message] of cases) {
       const s = (await alice.post(B, newSession(over))).body.data;
@@ -271,6 +273,15 @@ describe('Replies from the model', () => {
     }
     const picky = (await alice.post(B, newSession({ providerId: ids.picky, selectedModel: 'gpt-4o' }))).body.data;
     assert.equal((await alice.post(`${B}/${picky._id}/messages`, { content: 'hello', model: 'echo' })).status, 201, 'a model the provider lists, asked by the message');
+  });
+
+  test('[D-papercuts-2] a model outside models is refused "naming the allowed ones": the first 20, then "and N more"', async () => {
+    const s = await session('crowded', 'model-1');
+    const r = await alice.post(`${B}/${s._id}/messages`, { content: 'hello', model: 'gpt-4o' });
+    assert.equal(r.status, 409, r.text);
+    const named = CROWDED.slice(0, 20).map((m) => `"${m}"`).join(', ');
+    assert.equal(r.body.message, `Model "gpt-4o" is not one of provider "Crowded"'s models: ${named}, and 5 more`);
+    assert.deepEqual((await alice.get(`${B}/${s._id}/turns`)).body.data, [], 'nothing recorded');
   });
 
   test('"`POST /api/v1/chat-sessions/:id/replies` ... a reply to an existing turn (default the head) without a new user turn: regenerating an answer is a reply to its user turn, and the new reply becomes a sibling of the old one"', async () => {

@@ -67,3 +67,13 @@ export function providerConfig(record: { readonly [key: string]: unknown }): Pro
 export function modelAllowed(provider: ProviderConfig, model: string): boolean {
   return provider.models === undefined || provider.models.length === 0 || provider.models.includes(model);
 }
+
+/** How many of a provider's `models` a refusal names before it counts the rest. */
+const NAMED_MODELS = 20;
+
+/** The models a refusal offers instead, for a message: `"a", "b", and 3 more` (the first 20 named). */
+export function allowedModels(provider: ProviderConfig): string {
+  const all = provider.models ?? [];
+  const named = all.slice(0, NAMED_MODELS).map((m) => JSON.stringify(m));
+  return all.length > NAMED_MODELS ? `${named.join(', ')}, and ${all.length - NAMED_MODELS} more` : named.join(', ');
+}

@@ -13,7 +13,7 @@ import type { JsonObject, StopReason, Turn, TurnContent, TurnRole, TurnStatus, T
 import type { Logger } from '../log.js';
 import type { ProviderCatalog } from '../providers/catalog.js';
 import { streamReply } from '../providers/call.js';
-import { modelAllowed, providerConfig } from '../providers/config.js';
+import { allowedModels, modelAllowed, providerConfig } from '../providers/config.js';
 import { ProviderFailed } from '../providers/failure.js';
 import { answeredCalls, stopReasonOf, type ProviderConfig, type ReplyMessage, type ReplyOptions, type ToolChoice, type ToolSpec } from '../providers/wire.js';
 import { SessionNotFound, TurnNotFound, TurnNotStreaming, type SessionAtWrite, type Store, type TurnRecord } from '../store/store.js';
@@ -258,7 +258,7 @@ export class ReplyService {
     if (record === undefined) throw new DomainError('cannot_reply', `Provider ${JSON.stringify(id)} is not configured (providers.json has no provider with that _id)`);
     const provider = providerConfig(record);
     const chosen = model ?? cur.session.selectedModel;
-    if (!modelAllowed(provider, chosen)) throw new DomainError('cannot_reply', `Model ${JSON.stringify(chosen)} is not one of provider ${JSON.stringify(provider.name)}'s models`);
+    if (!modelAllowed(provider, chosen)) throw new DomainError('cannot_reply', `Model ${JSON.stringify(chosen)} is not one of provider ${JSON.stringify(provider.name)}'s models: ${allowedModels(provider)}`);
     return { provider, model: chosen, instructions: cur.session.instructions, owner: cur.session.user, project: cur.session.project };
   }
 
