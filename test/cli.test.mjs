@@ -133,6 +133,9 @@ describe('Running it', () => {
       assert.ok(Math.abs(claims.exp - claims.iat - 900) <= 1);
       const created = await s.request('POST', '/api/v1/chat-sessions', { token, json: newSession() });
       assert.equal(created.body.data.user, 'bob');
+      // "A token lasts one hour" (the README) unless --ttl says otherwise
+      const hour = JSON.parse(Buffer.from(runCli(['token', '--sub', 'bob'], { env: { DATA_DIR: s.dataDir } }).stdout.split('.')[1], 'base64url').toString());
+      assert.equal(hour.exp - hour.iat, 3600);
       const never = runCli(['token', '--sub', 'bob', '--ttl', 'never'], { env: { DATA_DIR: s.dataDir } });
       assert.equal(JSON.parse(Buffer.from(never.stdout.split('.')[1], 'base64url').toString()).exp, undefined);
       const bad = runCli(['token', '--sub', 'bob', '--ttl', 'soon'], { env: { DATA_DIR: s.dataDir } });
