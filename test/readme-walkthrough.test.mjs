@@ -9,7 +9,7 @@ import { join } from 'node:path';
 import { test } from 'node:test';
 import { newSession, removeDir, ROOT, startServer } from './helpers.mjs';
 import { openEvents } from './sse.mjs';
-import { parseWalkthrough, runWalkthrough, walkthroughDocuments } from './walkthrough.mjs';
+import { driftedTimes, matchOutput, parseWalkthrough, runWalkthrough, walkthroughDocuments } from './walkthrough.mjs';
 
 function haveCurl(t) {
   if (spawnSync('curl', ['--version']).status === 0) return true;
@@ -41,6 +41,16 @@ test('"Every document\'s walkthrough is run by a test": every console block of t
       assert.equal(report.join('\n'), '', `outputs that differ (node_modules/.bin/node test/walkthrough.mjs --write ${doc} updates them, for review)`);
     });
   }
+});
+
+test('[D-papercuts-3] "A document\'s outputs are one run\'s": a record\'s createdAt is the same wherever shown', () => {
+  for (const { doc, steps } of walked()) {
+    const drifted = driftedTimes(steps).map((d) => `${doc} line ${d.line}: ${d.id} was created at ${d.was}, and at ${d.now} here`);
+    assert.deepEqual(drifted, [], `outputs of different runs (node_modules/.bin/node test/walkthrough.mjs --write ${doc} makes them one run's)`);
+  }
+  // what --write puts in place of the document's timestamps, the matched outputs' too
+  const matched = matchOutput('{"createdAt":"2026-01-01T00:00:00.000Z",...,"updatedAt":"2026-01-01T00:00:00.000Z"}', '{"createdAt":"2027-02-03T04:05:06.789Z","n":1,"updatedAt":"2027-02-03T04:05:07.000Z"}', new Map());
+  assert.deepEqual(matched.times, ['2027-02-03T04:05:06.789Z', '2027-02-03T04:05:07.000Z']);
 });
 
 test('"Every document\'s walkthrough ... creates what it uses": in each document $TOKEN and $H are set before any command uses them, no session is used after its delete, and the reader is told to use their own ids', () => {

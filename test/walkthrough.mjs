@@ -9,7 +9,10 @@
 // What differs from run to run is matched, not compared: record ids, cursors and ETags are
 // bound the first time the document shows them (the document's value stands for this run's
 // value from then on, in later outputs and in later commands), timestamps match any timestamp,
-// and `...` in a printed output stands for any text within the line. `localhost:3000` is this
+// and `...` in a printed output stands for any text within the line. A document's outputs are
+// one run's all the same: a record's createdAt is the same wherever a document shows it
+// (readme-walkthrough.test.mjs checks it), and --write keeps it so, writing each instant of this
+// run as the document first showed it. `localhost:3000` is this
 // run's server. A comment `<!-- walkthrough: restart NAME=value ... -->` right before a block
 // restarts the server on the same data with those settings, as the document tells the reader to.
 // A document holding `<!-- walkthrough: local provider -->` is walked with the tests' local
@@ -17,8 +20,11 @@
 // answers every model the way a real one streams, with the question's own words.
 //
 //   node_modules/.bin/node test/walkthrough.mjs --write [FILE...]
-//     rewrites the outputs that no longer match with this run's (ids mapped back to the
-//     document's), for review; every document, or those named
+//     rewrites the outputs that no longer match with this run's (ids and instants mapped back
+//     to the document's), and the timestamps of those that match but show an instant otherwise
+//     than the document did before, for review; every document, or those named
+//   node_modules/.bin/node test/walkthrough.mjs --write --fresh FILE...
+//     the same, every timestamp this run's: the document's outputs made one run's again
 import { spawn, spawnSync } from 'node:child_process';
 import { readdirSync, readFileSync, statSync, symlinkSync, writeFileSync } from 'node:fs';
 import { dirname, join, relative, resolve } from 'node:path';
@@ -84,19 +90,24 @@ function variablesOf(text) {
   return out;
 }
 
+/** The timestamps of a text, in order. */
+const timestampsOf = (text) => [...text.matchAll(VARIABLE)].filter((m) => m[2] !== undefined).map((m) => m[2]);
+
 /**
- * Matches an actual output against the document's text. Returns the new bindings (document's
- * value -> actual value) on success, or undefined.
+ * Matches an actual output against the document's text. Returns, on success, the new bindings
+ * (document's value -> actual value) and the actual timestamps where the document shows its
+ * own, in order; undefined when it does not match.
  */
 export function matchOutput(expected, actual, bindings) {
   let source = '';
   let at = 0;
   const groups = [];
+  let times = 0;
   for (const m of expected.matchAll(VARIABLE)) {
     source += escape(expected.slice(at, m.index));
     at = m.index + m[0].length;
     if (m[1] !== undefined) source += '[^\\n]*?';
-    else if (m[2] !== undefined) source += '\\d{4}-\\d\\d-\\d\\dT\\d\\d:\\d\\d:\\d\\d\\.\\d{3}Z';
+    else if (m[2] !== undefined) source += `(?<t${times++}>\\d{4}-\\d\\d-\\d\\dT\\d\\d:\\d\\d:\\d\\d\\.\\d{3}Z)`;
     else {
       const kind = [3, 4, 5].find((k) => m[k] !== undefined);
       const value = m[kind];
@@ -117,7 +128,24 @@ export function matchOutput(expected, actual, bindings) {
   const found = new Map(groups.map((value, i) => [value, m.groups[`g${i}`]]));
   const taken = new Set(bindings.values());
   for (const v of found.values()) if (taken.has(v)) return undefined; // two of the document's values for one real one
-  return found;
+  return { found, times: Array.from({ length: times }, (_, i) => m.groups[`t${i}`]) };
+}
+
+/**
+ * The records a document's outputs show more than once with different `createdAt`s (which
+ * never changes): [{id, line, was, now}]. Outputs of one run never have one.
+ */
+export function driftedTimes(steps) {
+  const seen = new Map();
+  const out = [];
+  for (const s of steps) {
+    for (const m of s.expected.text.matchAll(/"_id":"([0-9a-f]{24})"(?:(?!"_id")[^\n])*?"createdAt":"([^"]+)"/g)) {
+      const was = seen.get(m[1]);
+      if (was === undefined) seen.set(m[1], { at: m[2], line: s.line });
+      else if (was.at !== m[2]) out.push({ id: m[1], line: s.line, was: `${was.at} (line ${was.line})`, now: m[2] });
+    }
+  }
+  return out;
 }
 
 /** One bash session: `run(command)` types it and resolves its output (stdout and stderr, as a terminal shows them). */
@@ -158,9 +186,12 @@ function shell(cwd, env) {
 
 /**
  * Runs the walkthrough of `text` (a document). Returns {steps, failures: [{step, actual}], bindings}.
- * With `write`, every failed step also gets `replacement`: this run's output in the document's ids.
+ * With `write`, every failed step also gets `replacement`: this run's output in the document's
+ * ids and instants; and `refreshed` lists the steps that matched but show an instant of this run
+ * otherwise than the document showed it before, each with its `replacement`: its text with the
+ * instants as first shown.
  */
-export async function runWalkthrough(text, { write = false, name = 'README.md' } = {}) {
+export async function runWalkthrough(text, { write = false, fresh = false, name = 'README.md' } = {}) {
   const steps = parseWalkthrough(text, name);
   const dir = tempDir('csa-walkthrough-');
   symlinkSync(join(ROOT, 'dist'), join(dir, 'dist'));
@@ -178,6 +209,13 @@ export async function runWalkthrough(text, { write = false, name = 'README.md' }
   const sh = shell(dir, { PATH: `${dirname(process.execPath)}:${process.env.PATH}`, HOME: dir, LANG: 'C.UTF-8', ...storeEnv(join(dir, 'data')) });
   const bindings = new Map();
   const failures = [];
+  const refreshed = [];
+  // each instant of this run, as the document first showed it (fresh: as it is)
+  const instants = new Map();
+  const shownAs = (real, shown = real) => {
+    if (!instants.has(real)) instants.set(real, fresh ? real : shown);
+    return instants.get(real);
+  };
   try {
     for (const step of steps) {
       if (step.restart !== undefined) {
@@ -192,9 +230,15 @@ export async function runWalkthrough(text, { write = false, name = 'README.md' }
       actual = actual.split(`localhost:${server.port}`).join('localhost:3000');
       // the reader's providers.json names Ollama's address, not the local provider's
       if (provider !== undefined) actual = actual.split(provider.url).join('http://127.0.0.1:11434');
-      const found = matchOutput(step.expected.text, actual, bindings);
-      if (found !== undefined) {
-        for (const [k, v] of found) bindings.set(k, v);
+      const matched = matchOutput(step.expected.text, actual, bindings);
+      if (matched !== undefined) {
+        for (const [k, v] of matched.found) bindings.set(k, v);
+        const shown = timestampsOf(step.expected.text);
+        const consistent = matched.times.map((real, i) => shownAs(real, shown[i]));
+        if (write && consistent.some((t, i) => t !== shown[i])) {
+          let i = 0;
+          refreshed.push({ step, replacement: step.expected.text.replace(VARIABLE, (all, _dots, time) => (time !== undefined ? consistent[i++] : all)) });
+        }
         continue;
       }
       const failure = { step, actual };
@@ -210,6 +254,7 @@ export async function runWalkthrough(text, { write = false, name = 'README.md' }
       }
       let replacement = actual;
       for (const [shown, value] of bindings) replacement = replacement.split(value).join(shown);
+      replacement = replacement.replace(/\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z/g, (real) => shownAs(real));
       failure.replacement = replacement;
     }
   } finally {
@@ -218,7 +263,7 @@ export async function runWalkthrough(text, { write = false, name = 'README.md' }
     await provider?.close();
     removeDir(dir);
   }
-  return { steps, failures, bindings };
+  return { steps, failures, refreshed, bindings };
 }
 
 /** The document with the outputs of `failures` replaced. */
@@ -232,13 +277,14 @@ export function rewrite(text, failures) {
 }
 
 if (process.argv[1] !== undefined && import.meta.url === pathToFileURL(process.argv[1]).href && process.argv[2] === '--write') {
-  const named = process.argv.slice(3).map((f) => relative(ROOT, resolve(f)));
+  const fresh = process.argv[3] === '--fresh';
+  const named = process.argv.slice(fresh ? 4 : 3).map((f) => relative(ROOT, resolve(f)));
   for (const doc of named.length > 0 ? named : walkthroughDocuments()) {
     const file = join(ROOT, doc);
     const text = readFileSync(file, 'utf8');
-    const { steps, failures } = await runWalkthrough(text, { write: true, name: doc });
-    writeFileSync(file, rewrite(text, failures));
-    console.log(`${doc}: ${steps.length} steps, ${failures.length} outputs rewritten${failures.length > 0 ? `: review them (git diff ${doc})` : ''}`);
+    const { steps, failures, refreshed } = await runWalkthrough(text, { write: true, fresh, name: doc });
+    writeFileSync(file, rewrite(text, [...failures, ...refreshed]));
+    console.log(`${doc}: ${steps.length} steps, ${failures.length} outputs rewritten, the timestamps of ${refreshed.length} more${failures.length > 0 ? `: review them (git diff ${doc})` : ''}`);
     for (const f of failures) console.log(`  ${doc} line ${f.step.line}: ${f.step.command.split('\n')[0]}`);
   }
 }
