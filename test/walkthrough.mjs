@@ -15,6 +15,9 @@
 // run as the document first showed it. `localhost:3000` is this
 // run's server. A comment `<!-- walkthrough: restart NAME=value ... -->` right before a block
 // restarts the server on the same data with those settings, as the document tells the reader to.
+// A comment `<!-- walkthrough: file NAME -->` right before a code block (```js, say) saves that
+// block as NAME in the reader's folder before the next command, as the document tells the reader
+// to save it (its `localhost:3000` this run's server, as in commands).
 // A document holding `<!-- walkthrough: local provider -->` is walked with the tests' local
 // provider (test/provider/server.mjs) in place of the example's Ollama at 127.0.0.1:11434: it
 // answers every model the way a real one streams, with the question's own words.
@@ -49,11 +52,23 @@ export function walkthroughDocuments() {
   return out.filter((doc) => readFileSync(join(ROOT, doc), 'utf8').split('\n').includes('```console'));
 }
 
-/** The steps of every console block: {line, command, expected: {from, to, text}, restart?}. */
+/**
+ * The steps of every console block: {line, command, expected: {from, to, text}, restart?,
+ * files?}; `files` are the code blocks to save before the step runs, [{name, content}].
+ */
 export function parseWalkthrough(text, name = 'README.md') {
   const lines = text.split('\n');
   const steps = [];
+  let files = [];
   for (let i = 0; i < lines.length; i++) {
+    const save = /^<!-- walkthrough: file (\S+) -->$/.exec(lines[i - 1] ?? '');
+    if (save && lines[i].startsWith('```')) {
+      let j = i + 1;
+      while (j < lines.length && lines[j] !== '```') j++;
+      files.push({ name: save[1], content: `${lines.slice(i + 1, j).join('\n')}\n` });
+      i = j;
+      continue;
+    }
     if (lines[i] !== '```console') continue;
     const directive = /^<!-- walkthrough: restart(.*)-->$/.exec(lines[i - 1] ?? '');
     let restart = directive ? Object.fromEntries(directive[1].trim().split(/\s+/).filter((w) => w !== '').map((w) => w.split('='))) : undefined;
@@ -68,11 +83,13 @@ export function parseWalkthrough(text, name = 'README.md') {
       while (j < lines.length && lines[j] !== '```' && !lines[j].startsWith('$ ')) j++;
       let to = j;
       while (to > from && lines[to - 1] === '') to--;
-      steps.push({ line, command: command.join('\n'), expected: { from, to, text: lines.slice(from, to).join('\n') }, restart });
+      steps.push({ line, command: command.join('\n'), expected: { from, to, text: lines.slice(from, to).join('\n') }, restart, ...(files.length > 0 ? { files } : {}) });
       restart = undefined;
+      files = [];
     }
     i = j;
   }
+  if (files.length > 0) throw new Error(`${name}: ${files.map((f) => f.name).join(', ')} saved by no command after it`);
   return steps;
 }
 
@@ -222,6 +239,7 @@ export async function runWalkthrough(text, { write = false, fresh = false, name 
         await server.stop();
         server = await startServer(startOpts(step.restart));
       }
+      for (const f of step.files ?? []) writeFileSync(join(dir, f.name), f.content.replace(/localhost:3000/g, `localhost:${server.port}`));
       let command = step.command.replace(/localhost:3000/g, `localhost:${server.port}`);
       for (const [shown, real] of [...bindings].sort((a, b) => b[0].length - a[0].length)) command = command.split(shown).join(real);
       let actual = (await sh.run(command)).replace(/\r/g, '');
