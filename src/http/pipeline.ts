@@ -12,7 +12,8 @@ import type { OpenedTicket, TicketCodec } from '../auth/tickets.js';
 import { parseQuery, validateBody, validateQuery } from '../domain/schema.js';
 import { requestLineMiddle, Sparing, type Logger } from '../log.js';
 import type { Metrics, RouteStats } from '../metrics.js';
-import { readJsonObject, releaseBody, type BodyHold, type BodyRules } from './body.js';
+import { hasBody, readJsonObject, releaseBody, type BodyHold, type BodyRules } from './body.js';
+import { closeLingering, lingerAfterAnswer } from './linger.js';
 import type { Connection, ConnectionGuard } from './connections.js';
 import { OverShare, type InFlight } from './in-flight.js';
 import type { Cors } from './cors.js';
@@ -64,12 +65,12 @@ let requestCounter = 0;
 /** An id for a request that brought none we accept: this process's boot id and a counter. */
 const nextRequestId = (): string => `${bootId}-${(++requestCounter).toString(36)}`;
 const NO_VALUES = {};
+/** Sockets answered outside HTTP's flow (answerRaw), closing lingering. */
+const lingering = new WeakSet<Socket>();
 /** Answers larger than this are written in slices of it, so the write timeout sees progress. */
 const WRITE_SLICE = 64 * 1024;
 /** A request meeting the store away is logged at most this often (with a count of the others). */
 const STORE_AWAY_LOG_MS = 10_000;
-/** How long a connection answered outside HTTP's flow may take to read that answer before it is closed. */
-const RAW_LINGER_MS = 1_000;
 
 /** The path and query of an absolute-form request target (`http://host/path?q`), which RFC 9112 says servers accept. */
 function originForm(url: string): string {
@@ -351,6 +352,8 @@ export class Pipeline {
    * with a request id, logged and counted like any other answer.
    */
   readonly rejectRaw = (err: NodeJS.ErrnoException, socket: Socket): void => {
+    // answered already, and lingering: the parser refuses each further piece of what it reads and drops
+    if (lingering.has(socket)) return;
     if (!socket.writable || err.code === 'ECONNRESET') {
       socket.destroy();
       return;
@@ -382,19 +385,18 @@ export class Pipeline {
 
   /**
    * Writes a whole answer on a socket outside node:http's request flow, logs and counts it,
-   * and closes the connection: what the client still sends is read and dropped, so the
-   * answer is not lost to a reset, and after RAW_LINGER_MS the socket is destroyed anyway.
+   * and closes the connection lingering: what the client still sends is read and dropped, so
+   * the answer is not lost to a reset (closeLingering).
    */
   private answerRaw(socket: Socket, status: number, message: string, id: string, method: string | null, logExtra: string, headers: string): void {
     const body = errorBody(message);
     socket.on('error', () => socket.destroy());
-    socket.resume();
-    socket.end(
+    socket.write(
       `HTTP/1.1 ${status} ${STATUS_CODES[status] ?? ''}\r\ncontent-type: ${JSON_TYPE}\r\ncache-control: no-store\r\nx-content-type-options: nosniff\r\n` +
         `x-request-id: ${id}\r\n${headers}content-length: ${body.length}\r\nconnection: close\r\n\r\n${body}`,
     );
-    const linger = setTimeout(() => socket.destroy(), RAW_LINGER_MS);
-    socket.once('close', () => clearTimeout(linger));
+    lingering.add(socket);
+    closeLingering(socket, socket);
     this.options.metrics?.forUnrouted(method ?? 'other', undefined).observe(status, 0);
     if (this.options.log.enabled('info')) {
       this.options.log.raw(
@@ -561,6 +563,12 @@ export class Pipeline {
     const headers = this.headers(call, contentType ?? JSON_TYPE);
     headers.push('content-length', String(length));
     if (headerPairs !== undefined) for (let i = 0; i < headerPairs.length; i++) headers.push(headerPairs[i] as string);
+    // answered before its body came (401, 404, 413...): the connection closes, lingering, rather
+    // than read a body of any size to keep it; the client still sending is not reset
+    if (!call.req.complete && hasBody(call.req)) {
+      if (!headers.includes('connection')) headers.push('connection', 'close');
+      lingerAfterAnswer(call.req);
+    }
     res.writeHead(status, headers);
     let notHandedOver = NOTHING_LEFT;
     if (length <= WRITE_SLICE) res.end(body);
