@@ -2,11 +2,16 @@
 // sends, and the page itself in headless Chromium: it lists every operation of the OpenAPI
 // document, loads nothing from anywhere, and its try-it form calls the API with a pasted token.
 import assert from 'node:assert/strict';
+import { execFile } from 'node:child_process';
 import { createHash } from 'node:crypto';
+import { mkdtempSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { Script } from 'node:vm';
 import { after, before, describe, test } from 'node:test';
 import { Browser, chromiumOrSkip } from '../chromium.mjs';
-import { removeDir, runCli, SECRET, startServer } from '../helpers.mjs';
+import { removeDir, ROOT, runCli, SECRET, startServer } from '../helpers.mjs';
+import { startProvider } from '../provider/server.mjs';
 
 /** The text of every inline <script> (without a type) and <style> of a page. */
 function inlineBlocks(html) {
@@ -150,8 +155,8 @@ describe('The reference page', () => {
   });
 });
 
-/** Opens /docs of `server` in `browser`, and collects what goes wrong in the page (errors logged, exceptions). */
-async function openDocs(browser) {
+/** Opens /docs of `on` (the file's server unless told) in `browser`, and collects what goes wrong in the page (errors logged, exceptions). */
+async function openDocs(browser, on = server) {
   const problems = [];
   browser.on((method, p) => {
     if (method === 'Log.entryAdded' && p.entry.level === 'error') problems.push(`${p.entry.source}: ${p.entry.text}`);
@@ -159,7 +164,7 @@ async function openDocs(browser) {
   });
   await Promise.all([browser.send('Page.enable'), browser.send('Log.enable'), browser.send('Runtime.enable')]);
   const loaded = browser.waitFor('Page.loadEventFired');
-  await browser.send('Page.navigate', { url: `${server.url}/docs` });
+  await browser.send('Page.navigate', { url: `${on.url}/docs` });
   await loaded;
   return problems;
 }
@@ -433,5 +438,129 @@ describe('The OpenAPI document', () => {
     assert.equal(r.body.data.mode, 'Build');
     const s = r.body.data;
     assert.equal((await u.put(`/api/v1/chat-sessions/${s._id}`, { mode: '' })).status, 400);
+  });
+});
+
+describe('The quick start and a streamed reply in the page (issue 45, item 6)', () => {
+  const LOCAL = '6f0000000000000000000001';
+  let local;
+  let provider;
+  before(async () => {
+    provider = await startProvider();
+    local = await startServer({ providers: [{ _id: LOCAL, name: 'Local', type: 'openai', baseUrl: `${provider.url}/v1`, apiKey: 'sk-test-0123456789abcdef0123' }] });
+  });
+  after(async () => {
+    await local?.stop();
+    await provider?.close();
+    if (local !== undefined) removeDir(local.dataDir);
+  });
+
+  test('[D-papercuts-5] "/docs opens with a quick start" and a table of contents; its commands and code run as shown', async (t) => {
+    if (!chromiumOrSkip(t)) return;
+    const browser = await Browser.launch();
+    let shown;
+    try {
+      await browser.send('Emulation.setDeviceMetricsOverride', { width: 1280, height: 800, deviceScaleFactor: 1, mobile: false });
+      const problems = await openDocs(browser, local);
+      shown = await browser.evaluate(`(() => {
+        const quick = document.getElementById('quick-start');
+        const toc = document.getElementById('contents');
+        const before = (a, b) => (a.compareDocumentPosition(b) & Node.DOCUMENT_POSITION_FOLLOWING) !== 0;
+        return {
+          order: before(quick, toc) && before(toc, document.querySelector('nav')) && before(toc, document.querySelector('section.op')),
+          top: quick.getBoundingClientRect().top,
+          snippets: [...document.querySelectorAll('#quick-start pre')].map((p) => p.textContent),
+          links: [...toc.querySelectorAll('a')].map((a) => ({ text: a.textContent, there: document.getElementById(a.getAttribute('href').slice(1)) !== null })),
+          quickLinks: [...document.querySelectorAll('#quick-start a')].map((a) => document.getElementById(a.getAttribute('href').slice(1)) !== null),
+        };
+      })()`);
+      assert.equal(shown.order, true, 'the quick start, then the contents, before the menu and any operation');
+      assert.ok(shown.top < 800, `the quick start is on the first screen (${shown.top} px down)`);
+      const tags = [...new Set([...(doc.tags ?? []).map((x) => x.name), ...Object.values(doc.paths).flatMap((item) => Object.values(item).flatMap((op) => op.tags ?? ['Other']))])];
+      assert.deepEqual(shown.links.map((l) => l.text), ['Quick start', ...tags, 'Schemas']);
+      assert.ok(shown.links.every((l) => l.there), 'every entry of the contents leads somewhere');
+      assert.ok(shown.quickLinks.length >= 3 && shown.quickLinks.every(Boolean), 'the quick start links the forms it names');
+      assert.equal(shown.snippets.length, 4, 'a token, a session, a message, the openai SDK');
+      assert.deepEqual(problems, []);
+    } finally {
+      await browser.close();
+    }
+    // the commands as shown, the placeholders filled in as the reader would
+    const token = runCli(['token', '--sub', 'quick'], { env: { AUTH_SECRET: SECRET } }).stdout.trim();
+    // run without blocking this process: the local provider answers from it
+    const run = (file, args) =>
+      new Promise((resolve) => {
+        execFile(file, args, { env: { PATH: process.env.PATH, TOKEN: token }, encoding: 'utf8', timeout: 60_000 }, (err, stdout, stderr) => resolve({ status: err === null ? 0 : (err.code ?? 1), stdout, stderr }));
+      });
+    const bash = (script) => run('bash', ['--noprofile', '--norc', '-c', script]);
+    assert.equal(shown.snippets[0], 'TOKEN=$(node dist/server.js token --sub alice)');
+    const created = await bash(shown.snippets[1].replace('<provider _id>', LOCAL).replace('<model>', 'say:Hello%20from%20the%20quick%20start.'));
+    assert.equal(created.status, 0, created.stderr);
+    const session = JSON.parse(created.stdout).data;
+    assert.equal(session.provider, LOCAL);
+    const streamed = await bash(shown.snippets[2].replace('<session _id>', session._id));
+    assert.equal(streamed.status, 0, streamed.stderr);
+    assert.match(streamed.stdout, /event: turn\.delta\n/);
+    assert.match(streamed.stdout, /"content":"Hello from the quick start\.".*"status":"complete"/);
+    // the openai SDK's lines, run by Node with the real SDK
+    const dir = mkdtempSync(join(tmpdir(), 'csa-quick-start-'));
+    try {
+      symlinkSync(join(ROOT, 'node_modules'), join(dir, 'node_modules'));
+      writeFileSync(join(dir, 'quick.mjs'), shown.snippets[3].replace('<slug>/<model>', 'local/say:Five%20words%20from%20the%20SDK.'));
+      const r = await run(process.execPath, [join(dir, 'quick.mjs')]);
+      assert.equal(r.status, 0, r.stderr);
+      assert.equal(r.stdout, 'Five words from the SDK.');
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
+  test('[D-papercuts-5] "the try-it form of .../messages can stream": it shows the reply\'s pieces as they come', async (t) => {
+    if (!chromiumOrSkip(t)) return;
+    const who = local.as('streamer');
+    // two pieces, then the provider holds the rest until the test lets it go
+    const s = (await who.post('/api/v1/chat-sessions', { projectId: 'p', providerId: LOCAL, selectedModel: 'reasoning:2+say:One%20two%20three%20four.+hold-after:4' })).body.data;
+    const browser = await Browser.launch();
+    try {
+      const problems = await openDocs(browser, local);
+      const streamable = await browser.evaluate(`[...document.querySelectorAll('form.try input[name=stream]')].map((b) => b.closest('form').dataset.operationId).sort()`);
+      assert.deepEqual(streamable, ['askReply', 'sendMessage'], 'the routes that answer JSON or, when asked, a stream');
+      await browser.evaluate(`(() => {
+        const input = document.getElementById('token');
+        input.value = ${JSON.stringify(who.token)};
+        input.dispatchEvent(new Event('input'));
+        const form = document.querySelector('form.try[data-operation-id="sendMessage"]');
+        form.querySelector('input[name="id"]').value = ${JSON.stringify(s._id)};
+        form.querySelector('input[name="stream"]').checked = true;
+        form.querySelector('button[type=submit]').click();
+      })()`);
+      const until = (condition) => browser.evaluate(`new Promise((resolve) => {
+        const form = document.querySelector('form.try[data-operation-id="sendMessage"]');
+        const pieces = form.querySelector('.pieces');
+        const check = () => {
+          if (${condition}) {
+            resolve({ state: form.dataset.state, pieces: pieces.textContent, answer: form.querySelector('.answer').textContent });
+            return true;
+          }
+          return false;
+        };
+        if (!check()) new MutationObserver((_, o) => check() && o.disconnect()).observe(form, { attributes: true, subtree: true, childList: true, characterData: true });
+      })`);
+      // the reasoning and the first two words are shown while the reply is still being written
+      const partial = await until(`pieces.textContent.endsWith('One two')`);
+      assert.equal(partial.state, 'streaming');
+      assert.equal(partial.pieces, '(reasoning) Let me\nOne two');
+      assert.match(partial.answer, /^POST \/api\/v1\/chat-sessions\/[0-9a-f]{24}\/messages\nHTTP 200 OK\ncontent-type: text\/event-stream/);
+      provider.release();
+      const done = await until(`form.dataset.state === 'answered'`);
+      assert.equal(done.pieces, '(reasoning) Let me\nOne two three four.\n(complete)');
+      assert.match(done.answer, /event: turn\.updated\n/);
+      const turns = (await who.get(`/api/v1/chat-sessions/${s._id}/turns`)).body.data;
+      assert.deepEqual(turns.map((x) => x.role), ['user', 'assistant']);
+      assert.equal(turns[1].status, 'complete');
+      assert.deepEqual(problems, []);
+    } finally {
+      await browser.close();
+    }
   });
 });

@@ -1,7 +1,9 @@
 // The script of GET /docs, inlined into the page by build.mjs: renders the OpenAPI document
-// embedded beside it (every operation, its parameters, body, answers and errors, and the
-// schemas) and runs the try-it forms with the token pasted at the top. Browser JavaScript,
-// no dependency; it loads nothing and talks only to the server that served it.
+// embedded beside it (a quick start and the contents first, then every operation, its
+// parameters, body, answers and errors, and the schemas) and runs the try-it forms with the
+// token pasted at the top; a form whose route can answer with an event stream can ask for one
+// and shows the reply's pieces as they come. Browser JavaScript, no dependency; it loads
+// nothing and talks only to the server that served it.
 (function () {
   'use strict';
   const doc = JSON.parse(document.getElementById('openapi').textContent);
@@ -246,6 +248,12 @@
     const body = media ? el('textarea', { name: 'body', rows: 6, spellcheck: 'false', 'aria-label': 'request body (JSON)' }) : undefined;
     if (body) body.value = exampleBody(media.schema);
     const answer = el('pre', { class: 'answer', 'aria-live': 'polite' });
+    // a route that answers JSON or, when asked (Accept: text/event-stream), an event stream
+    const types = Object.entries(op.responses).filter(([status]) => status.startsWith('2')).flatMap(([, r]) => Object.keys(r.content || {}));
+    const canStream = types.includes('text/event-stream') && types.includes('application/json');
+    const streamBox = canStream ? el('input', { type: 'checkbox', name: 'stream', id: `stream-${op.operationId}` }) : undefined;
+    /** The reply's text as its pieces come (turn.delta), above the events themselves. */
+    const pieces = el('output', { class: 'pieces', 'aria-live': 'polite' });
     const send = el('button', { type: 'submit' }, 'Send');
     const form = el(
       'form',
@@ -253,7 +261,9 @@
       el('h4', null, 'Try it'),
       inputs.map((i) => el('div', { class: 'field' }, i.label, el('div', null, i.boxes, i.more))),
       body ? el('div', { class: 'field' }, el('label', null, 'body (JSON)'), body) : '',
+      streamBox ? el('div', { class: 'field' }, el('label', { for: streamBox.id }, 'stream the answer'), el('div', null, streamBox, ' ', el('code', null, 'Accept: text/event-stream'), ': the reply as it is written')) : '',
       send,
+      pieces,
       answer,
     );
     /** Set while an event stream is shown: the Send button then stops it. */
@@ -278,6 +288,8 @@
       if (q !== '') url += `?${q}`;
       const needsToken = Array.isArray(op.security) && op.security.length > 0;
       if (needsToken && token !== '') headers.Authorization = `Bearer ${token}`;
+      if (streamBox && streamBox.checked) headers.Accept = 'text/event-stream';
+      pieces.textContent = '';
       const init = { method: method.toUpperCase(), headers, cache: 'no-store', credentials: 'omit' };
       if (body && body.value.trim() !== '') {
         headers['Content-Type'] = 'application/json';
@@ -301,12 +313,15 @@
           stop = () => controller.abort();
           const reader = res.body.getReader();
           const decoder = new TextDecoder();
+          const reply = replyPieces(pieces);
           let shown = '';
           try {
             for (;;) {
               const { value, done } = await reader.read();
               if (done) break;
-              shown = (shown + decoder.decode(value, { stream: true })).slice(-20000);
+              const text = decoder.decode(value, { stream: true });
+              reply.add(text);
+              shown = (shown + text).slice(-20000);
               answer.textContent = head + shown;
             }
           } catch {
@@ -343,6 +358,47 @@
     return form;
   }
 
+  /**
+   * Reads an event stream's text as it comes and shows, in `out`, the text of the reply: the
+   * turn.delta pieces of the turn whose turn.created has role assistant (a message's stream
+   * opens with the user turn's turn.created first), reasoning apart from the answer.
+   */
+  function replyPieces(out) {
+    let pending = '';
+    let replyId;
+    let reasoning = '';
+    let text = '';
+    let status = '';
+    const show = () => {
+      out.textContent = `${reasoning !== '' ? `(reasoning) ${reasoning}\n` : ''}${text}${status !== '' ? `\n(${status})` : ''}`;
+    };
+    return {
+      add(chunk) {
+        pending += chunk.replace(/\r\n?/g, '\n');
+        for (let end = pending.indexOf('\n\n'); end !== -1; end = pending.indexOf('\n\n')) {
+          const block = pending.slice(0, end);
+          pending = pending.slice(end + 2);
+          const event = /^event: ?(.*)$/m.exec(block);
+          const data = /^data: ?(.*)$/m.exec(block);
+          if (!event || !data) continue;
+          let d;
+          try {
+            d = JSON.parse(data[1]);
+          } catch {
+            continue;
+          }
+          if (event[1] === 'turn.created' && d.role === 'assistant') replyId = d._id;
+          else if (event[1] === 'turn.delta' && d._id === replyId) {
+            if (d.type === 'reasoning') reasoning += d.text;
+            else text += d.text;
+          } else if (event[1] === 'turn.updated' && d._id === replyId) status = d.error ? `${d.status}: ${d.error.message}` : d.status;
+          else continue;
+          show();
+        }
+      },
+    };
+  }
+
   function operationSection({ path, method, op }) {
     const pointer = down('#/paths', path, method);
     const needsToken = Array.isArray(op.security) && op.security.length > 0;
@@ -361,6 +417,75 @@
       tryIt(path, method, op),
     );
   }
+
+  /** A command or a few lines of code, shown to be copied. */
+  const snippet = (text) => el('pre', { class: 'snippet' }, el('code', null, text));
+
+  /** How to start: a token, a session, a message whose reply streams, and the same through the OpenAI door. */
+  function quickStart() {
+    const origin = location.origin;
+    const steps = [
+      el(
+        'li',
+        null,
+        el('p', null, 'Mint a token on the server\'s machine (it lasts an hour; ', el('code', null, '--ttl 7d'), ' for longer), and paste it in the box above for the forms of this page:'),
+        snippet('TOKEN=$(node dist/server.js token --sub alice)'),
+      ),
+      el(
+        'li',
+        null,
+        el('p', null, 'Create a session on a provider (its ', el('code', null, '_id'), ' from ', el('a', { href: '#op-listProviders' }, 'GET /api/v1/providers'), ') and one of its models:'),
+        snippet(`curl -s -H "Authorization: Bearer $TOKEN" -H 'Content-Type: application/json' \\\n  -d '{"projectId":"demo","providerId":"<provider _id>","selectedModel":"<model>"}' \\\n  ${origin}/api/v1/chat-sessions`),
+      ),
+      el(
+        'li',
+        null,
+        el('p', null, 'Send a message: the server asks the model and records its reply, which comes as it is written with ', el('code', null, 'Accept: text/event-stream'), ' (without it, the answer waits for the whole reply). ', el('a', { href: '#op-sendMessage' }, 'Its form'), ' below can stream too.'),
+        snippet(`curl -sN -H "Authorization: Bearer $TOKEN" -H 'Accept: text/event-stream' -H 'Content-Type: application/json' \\\n  -d '{"content":"Say hello in five words."}' \\\n  ${origin}/api/v1/chat-sessions/<session _id>/messages`),
+      ),
+    ];
+    if (doc.paths['/v1/chat/completions']) {
+      steps.push(
+        el(
+          'li',
+          null,
+          el('p', null, 'Or the same with the ', el('code', null, 'openai'), ' SDK (', el('code', null, 'npm install openai'), '): the token is its API key, the model a ', el('code', null, '<slug>/<model>'), ' of ', el('a', { href: '#op-listModels' }, 'GET /v1/models'), ', and the conversation is recorded as a session:'),
+          snippet(
+            [
+              "import OpenAI from 'openai';",
+              `const client = new OpenAI({ baseURL: '${origin}/v1', apiKey: process.env.TOKEN });`,
+              'const stream = await client.chat.completions.create({',
+              "  model: '<slug>/<model>',",
+              "  messages: [{ role: 'user', content: 'Say hello in five words.' }],",
+              '  stream: true,',
+              '});',
+              "for await (const chunk of stream) process.stdout.write(chunk.choices[0]?.delta?.content ?? '');",
+            ].join('\n'),
+          ),
+        ),
+      );
+    }
+    return el('section', { id: 'quick-start', class: 'quick-start' }, el('h2', null, 'Quick start'), el('ol', null, steps));
+  }
+
+  /** The page's parts: the quick start, each group of operations, the schemas. */
+  function contents(tags, ops) {
+    const count = (t) => ops.filter(({ op }) => (op.tags || ['Other']).includes(t)).length;
+    return el(
+      'div',
+      { class: 'toc', id: 'contents', role: 'navigation', 'aria-label': 'contents' },
+      el('h2', null, 'Contents'),
+      el(
+        'ul',
+        null,
+        el('li', null, el('a', { href: '#quick-start' }, 'Quick start')),
+        tags.map((t) => el('li', null, el('a', { href: `#${tagId(t)}` }, t), ` (${count(t)})`)),
+        el('li', null, el('a', { href: '#schemas' }, 'Schemas'), ` (${Object.keys(doc.components.schemas).length})`),
+      ),
+    );
+  }
+
+  const tagId = (t) => `tag-${t.toLowerCase().replace(/[^a-z0-9]+/g, '-')}`;
 
   function render() {
     const ops = operations();
@@ -385,6 +510,8 @@
           tokenInput,
           el('p', { class: 'hint' }, scheme && scheme.description ? scheme.description : '', ' Mint one with ', el('code', null, 'node dist/server.js token --sub <user>'), '. It is kept in this page only and sent as Authorization: Bearer.'),
         ),
+        quickStart(),
+        contents(tags, ops),
       ),
       el(
         'nav',
@@ -405,10 +532,10 @@
       el(
         'main',
         null,
-        tags.map((t) => el('div', { class: 'tag' }, el('h2', null, t), ops.filter(({ op }) => (op.tags || ['Other']).includes(t)).map(operationSection))),
+        tags.map((t) => el('div', { class: 'tag', id: tagId(t) }, el('h2', null, t), ops.filter(({ op }) => (op.tags || ['Other']).includes(t)).map(operationSection))),
         el(
           'div',
-          { class: 'schemas' },
+          { class: 'schemas', id: 'schemas' },
           el('h2', null, 'Schemas'),
           Object.entries(doc.components.schemas).map(([name, s]) =>
             el('section', { id: `schema-${name}`, class: 'schema' }, el('h3', null, name), s.description ? el('p', null, prose(s.description)) : '', schemaBlock(s, down('#/components/schemas', name))),
