@@ -81,7 +81,7 @@ describe('d. Archive', () => {
     assert.equal((await get(u, s._id)).headers.etag, un.headers.etag);
   });
 
-  test('"archiving twice is idempotent" (same record, same updatedAt, same ETag; unarchiving twice too: "archiving an archived session, unarchiving an active one")', async () => {
+  test('[D-sessions-9] archiving twice, or unarchiving twice, changes nothing: same record, updatedAt and ETag', async () => {
     const u = freshUser('arch-twice');
     const s = await create(u);
     const first = await u.post(`${BASE}/${s._id}/archive`);
@@ -129,7 +129,7 @@ describe('d. Archive', () => {
     assert.ok(!ids((await alice.get(BASE)).body.data).includes(s._id), "and from the owner's own list");
   });
 
-  test('"Archived sessions still take updates and turns; archiving only hides them from lists"', async () => {
+  test('[D-sessions-10] archived sessions still take updates and turns; archiving only hides them from lists', async () => {
     const u = freshUser('arch-use');
     const s = await create(u);
     await u.post(`${BASE}/${s._id}/archive`);

@@ -113,7 +113,7 @@ describe('Backup while running: export', () => {
     removeDir(server.dataDir);
   });
 
-  test('export writes every live session and turn as NDJSON to stdout: a header with format, version and counts, then one record per line; counts equal the lines', async () => {
+  test('export writes every live session and turn as NDJSON: a header with counts, then one record per line', async () => {
     const r = await runCliAsync(['export'], { env: { DATA_DIR: server.dataDir } });
     assert.equal(r.code, 0, r.stderr);
     const { header, sessions } = checkExport(r.stdout);
@@ -160,7 +160,7 @@ describe('Backup while running: export', () => {
     }
   });
 
-  test('--out writes atomically: into a non-existent directory it exits non-zero with one clear line naming the path, and leaves nothing', async () => {
+  test('--out into a missing directory exits non-zero with one line naming the path, and leaves nothing', async () => {
     const dir = tempDir('csa-out-');
     try {
       const target = join(dir, 'missing', 'backup.ndjson');
@@ -189,7 +189,7 @@ describe('Backup while running: export', () => {
     }
   });
 
-  test('"writes --out FILE through FILE.partial + fsync + rename, so a failed export never looks complete": a failed export never replaces an existing backup under the final name, nor leaves a partial file beside it (damaged store: non-zero exit, old file intact; 20 tries, 10 at a time)', async () => {
+  test('[D-backup-1] a failed export never replaces a backup under the final name, nor leaves a partial file', async () => {
     const dirs = Array.from({ length: 20 }, () => {
       const dir = tempDir('csa-out-');
       writeFileSync(join(dir, 'backup.ndjson'), 'yesterday\n');
@@ -216,7 +216,7 @@ describe('Backup while running: export', () => {
     }
   });
 
-  test('"It refuses to write over files of the data directory": export --out never replaces a file of the data directory it reads: --out $DATA_DIR/chat-sessions.db (or providers.json) is refused and the live store stays intact', async () => {
+  test('[D-backup-1] export --out refuses a file of the data directory it reads; the live store stays intact', async () => {
     const s = await startServer();
     try {
       const u = s.as('alice');
@@ -245,7 +245,7 @@ describe('Backup while running: export', () => {
     }
   });
 
-  test('export from a DATA_DIR that holds no store fails with a clear line instead of writing an empty backup (a mistyped DATA_DIR must not look like a good backup; postgres: a mistyped DATABASE_SCHEMA)', () => {
+  test('export from a DATA_DIR (or schema) that holds no store fails in one line rather than write an empty backup', () => {
     const dir = tempDir('csa-out-');
     try {
       const r = runCli(['export', '--out', join(dir, 'backup.ndjson')], { env: { DATA_DIR: join(dir, 'typo') } });
@@ -260,7 +260,7 @@ describe('Backup while running: export', () => {
 });
 
 describe('Backup while running: export under concurrent writes', () => {
-  test('"Export reads one snapshot through the store, beside running servers": export while a writer hammers the server: every export is consistent as of one moment, imports cleanly, every session complete; the server answered every request with 2xx', async () => {
+  test('[D-backup-1] exports beside a busy writer: each consistent as of one moment, each importing cleanly', async () => {
     const server = await startServer();
     const work = tempDir('csa-hammer-');
     try {
@@ -361,7 +361,7 @@ describe('Backup while running: export under concurrent writes', () => {
 });
 
 describe('Backup while running: export and refused writes', () => {
-  test('an export never contains a write the server refused: with every commit failing (so every write is answered 500 and rolled back), no export holds a single session', async () => {
+  test('an export never contains a write the server refused: with every commit failing, it holds no session', async () => {
     // every commit fails: each transaction is rolled back. Every one, not the first 4,000: an
     // idle machine made more than that in the test's 2.5 s (a regression)
     const faults = 'commit:*';
@@ -473,7 +473,7 @@ describe('Restore: import', () => {
     refused('badmode', join_(ls), new RegExp(`line ${n}: session mode`));
   });
 
-  test('import refuses other malformed records, naming the line (bad _id, missing field, bad role, bad timestamp, over the API\'s length limits, not a record)', () => {
+  test('import refuses other malformed records, naming the line (bad _id, missing field, bad role, too long...)', () => {
     const sLine = lineNo((l) => l.startsWith('{"session":'));
     const tLine = firstTurnLine();
     const edit = (n, f) => {
@@ -545,7 +545,7 @@ describe('Restore: import', () => {
     assert.deepEqual(filesOf(target), before);
   });
 
-  test('import refuses while a server holds the data directory: non-zero exit, the message names the holding process, nothing written', async () => {
+  test('import refuses while a server holds the data directory, naming the holder, writing nothing', async () => {
     const s = await startServer();
     try {
       await s.as('erin').post('/api/v1/chat-sessions', newSession({ name: 'live one' }));
@@ -566,7 +566,7 @@ describe('Restore: import', () => {
     }
   });
 
-  test('re-importing the same file is a no-op: the second run says nothing to import and the store is byte-identical (on sqlite, since "A store that closes indexes what is still queued first")', () => {
+  test('[D-backup-3] [D-search-13] importing the same file again says nothing to import; the store is byte-identical', () => {
     const dir = tempDir();
     try {
       const first = runCli(['import', backup], { env: { DATA_DIR: dir } });
@@ -597,7 +597,7 @@ describe('Restore: import', () => {
     }
   });
 
-  test('THE test: export -> wipe the data directory (keep providers.json) -> import -> start -> every response identical (each session with its ETag, every list incl. ?archived=all and ?projectId=, every turns list, paging with limit)', async () => {
+  test('THE test: export, wipe, import, start: every response identical (sessions, ETags, every list and page)', async () => {
     let s = await startServer();
     const dir = s.dataDir;
     try {
@@ -654,7 +654,7 @@ describe('Restore: import', () => {
     }
   });
 
-  test('import does not let a backup carry fields the API does not have: a turn with an extra field is refused or the field is dropped, never served', async () => {
+  test('import does not let a backup carry fields the API does not have: refused or dropped, never served', async () => {
     const tLine = firstTurnLine();
     const ls = [...lines];
     const v = JSON.parse(ls[tLine - 1]);
@@ -743,7 +743,7 @@ describe('Restore: import, the file\'s version of a record (regressions from rev
     }
   });
 
-  test('import holds turns to the API\'s rules too (a bad role, long model or user, deep metadata: one clear line, nothing written; blank content imports, as a reply that ended before its first word has it)', async () => {
+  test("import holds turns to the API's rules too; blank content imports, as a reply cut before its first word", async () => {
     const work = tempDir();
     const { dir, file, records } = await oneSessionBackup(work);
     try {

@@ -77,7 +77,7 @@ describe('Running it', () => {
     }
   });
 
-  test('First start with no secret configured: generate $DATA_DIR/auth-secret (mode 0600), reuse it on later starts, and log how to mint a token', async () => {
+  test('a first start with no secret generates $DATA_DIR/auth-secret (0600), reuses it later, logs how to mint a token', async () => {
     const dir = tempDir();
     const first = await startServer({ dataDir: dir, env: { AUTH_SECRET: undefined } });
     let token;
@@ -104,7 +104,7 @@ describe('Running it', () => {
     }
   });
 
-  test('"token never creates a secret. Where none exists ... it refuses (exit 2), naming the file it looked for"; once the server has made one, token signs with it', async () => {
+  test('[D-security-2] token refuses where no secret exists, naming the file; once the server made one, it signs', async () => {
     const dir = tempDir();
     const t = runCli(['token', '--sub', 'early'], { env: { DATA_DIR: dir } });
     assert.equal(t.code, 2);
@@ -165,7 +165,7 @@ describe('Running it', () => {
     }
   });
 
-  test('"One CommonJS file." ... "the file runs alone in any folder": dist/server.js runs with node even when copied ALONE into an empty folder', async () => {
+  test('[D-running-2] dist/server.js runs with node even when copied alone into an empty folder', async () => {
     const dir = tempDir('csa-alone-');
     const copy = join(dir, 'server.js');
     copyFileSync(SERVER, copy);
@@ -215,7 +215,7 @@ describe('Running it', () => {
     }
   });
 
-  test('"One server per data directory, on both engines": a second one refuses to start and says which process holds it', async () => {
+  test('[D-datadir-1] a second server on a data directory refuses to start, naming the holder', async () => {
     const s = await startServer();
     try {
       await assert.rejects(startServer({ dataDir: s.dataDir }), new RegExp(`in use by process ${s.child.pid}`));

@@ -46,7 +46,7 @@ async function conversation(who = alice) {
 }
 
 describe('Conversations (docs/TEAM-DECISIONS.md)', () => {
-  test('"Turns form a tree. A turn has parentId (a turn of the same session, or null for a root). A session has headTurnId (the newest turn of the active branch; null with no turns)."', async () => {
+  test('"Turns form a tree": a turn has parentId (null for a root), a session headTurnId (null with no turns)', async () => {
     const s = await create();
     assert.equal(s.headTurnId, null);
     const { q, a1, a2, q2, a3, s: t } = await conversation();
@@ -58,7 +58,7 @@ describe('Conversations (docs/TEAM-DECISIONS.md)', () => {
     assert.equal((await alice.get(`${BASE}/${t._id}`)).body.data.headTurnId, a3._id);
   });
 
-  test('"POST .../turns takes an optional parentId; without it the parent is the session\'s head. A parentId that is not a turn of this session -> 400 parentId must be a turn of this session. Every new turn becomes the session\'s head."', async () => {
+  test(`POST .../turns takes a parentId of this session (default the head); "Every new turn becomes the session's head"`, async () => {
     const { s, q, a1 } = await conversation();
     const other = await conversation();
     for (const parentId of [other.q._id, MISSING, 'nope', '']) {
@@ -74,7 +74,7 @@ describe('Conversations (docs/TEAM-DECISIONS.md)', () => {
     assert.equal(q.parentId, null);
   });
 
-  test('"GET .../turns lists all turns, oldest first (the spec\'s rule). ?branch=head or ?branch=<turnId> lists only the path from the root to that turn, oldest first; an unknown turn -> 404 Turn not found."', async () => {
+  test('GET .../turns lists every turn oldest first; ?branch=head or ?branch=<turnId> the path to it; unknown: 404', async () => {
     const { s, a1, q2, a3 } = await conversation();
     assert.deepEqual(contents(await turns(alice, s._id)), ['question', 'answer 1', 'answer 2', 'follow-up', 'answer 3']);
     assert.deepEqual(contents(await turns(alice, s._id, '?branch=head')), ['question', 'answer 2', 'follow-up', 'answer 3']);
@@ -91,7 +91,7 @@ describe('Conversations (docs/TEAM-DECISIONS.md)', () => {
     assert.deepEqual(await turns(alice, MISSING, `?branch=${a1._id}`), []);
   });
 
-  test('"PUT /api/v1/chat-sessions/:id also takes headTurnId (a turn of this session) to switch branch." ("The head moves with the writes" ... "PUT with headTurnId switches it. headTurnId: null is refused")', async () => {
+  test('[D-conversations-2] PUT with headTurnId switches the branch; headTurnId: null is refused', async () => {
     const { s, a1 } = await conversation();
     const r = await alice.put(`${BASE}/${s._id}`, { headTurnId: a1._id });
     assert.equal(r.status, 200, r.text);
@@ -136,7 +136,7 @@ describe('Conversations (docs/TEAM-DECISIONS.md)', () => {
     assertError(await alice.get(`${BASE}/${s._id}/turns?branch=${a3._id}`), 404, 'Turn not found', 'a deleted descendant');
   });
 
-  test('"Both honour If-Match on the session\'s ETag, move the session\'s updatedAt and ETag, and answer 404 Turn not found for an unknown turn." ("The answers of turn writes carry the session\'s ETag" ... "A missing turn is 404 Turn not found after the session\'s own checks; an empty :turnId is 400 Turn ID is required")', async () => {
+  test('[D-conversations-6] turn writes honour If-Match, move the session and its ETag; a missing turn is 404', async () => {
     const { s, a1, a3 } = await conversation();
     let etag = (await alice.get(`${BASE}/${s._id}`)).headers.etag;
     for (const [method, path, json] of [
@@ -170,7 +170,7 @@ describe('Conversations (docs/TEAM-DECISIONS.md)', () => {
     assert.deepEqual(r.body, { success: true, message: 'Turn deleted' });
   });
 
-  test('"POST /api/v1/chat-sessions/:id/fork with optional {turnId, name} -> 201 a new session owned by the caller, same project, provider, model and mode, name defaulting to the source\'s, holding copies (new ids, same contents and createdAt) of the path from the root to turnId (default: the head), and forkedFrom: {session, turn}."', async () => {
+  test("POST .../fork copies the path to turnId (default the head) into a new session of the caller's, with forkedFrom", async () => {
     const { s, a1, a3 } = await conversation();
     await alice.put(`${BASE}/${s._id}`, { name: 'source', mode: 'Plan' });
     const source = (await alice.get(`${BASE}/${s._id}`)).body.data;
@@ -205,7 +205,7 @@ describe('Conversations (docs/TEAM-DECISIONS.md)', () => {
     assert.equal((await turns(alice, s._id)).length, 5);
   });
 
-  test('"content is a non-empty string or a non-empty array of parts" with "Unknown part types -> 400 naming the index"; "usage ... non-negative numbers"; "status is complete (default), streaming, interrupted or error"; "Parts are kept with their declared fields only, in a fixed order" ... "A message names the field and the part"; "Usage: inputTokens and outputTokens required, cachedTokens optional"', async () => {
+  test('[D-conversations-9] [D-conversations-10] content, parts, usage and status are held to their shapes, 400 naming what', async () => {
     const s = await create();
     const parts = [
       { type: 'text', text: 'Here is the fix.' },
@@ -273,7 +273,7 @@ describe('Conversations (docs/TEAM-DECISIONS.md)', () => {
 });
 
 describe('Conversations (docs/DECISIONS.md)', () => {
-  test('"parentId: null makes a root" (a new first message beside the others); leaving parentId out continues the head', async () => {
+  test('[D-conversations-1] parentId: null makes a root beside the others; leaving it out continues the head', async () => {
     const { s, q } = await conversation();
     const root = await say(alice, s._id, 'edited first question', { parentId: null });
     assert.equal(root.parentId, null);
@@ -282,7 +282,7 @@ describe('Conversations (docs/DECISIONS.md)', () => {
     assert.equal(q.parentId, null);
   });
 
-  test('"Any turn may be deleted", a root or an ancestor of the head included: the head goes to the deleted turn\'s parent, null for a root even when other roots remain', async () => {
+  test('[D-conversations-3] any turn may be deleted; the head goes to its parent, null for a root even beside others', async () => {
     const { s, q } = await conversation();
     const other = await say(alice, s._id, 'another root', { parentId: null });
     await alice.put(`${BASE}/${s._id}`, { headTurnId: (await turns(alice, s._id))[3]._id });
@@ -295,7 +295,7 @@ describe('Conversations (docs/DECISIONS.md)', () => {
     assert.equal(next.parentId, null, 'with no head, a new turn is a root');
   });
 
-  test('"A turn\'s edit" takes null for no field (as the session\'s update), and a body that names none of its fields answers the turn unchanged without writing', async () => {
+  test("[D-conversations-4] a turn's edit refuses null for any field, and one naming no field writes nothing", async () => {
     const { s, a1 } = await conversation();
     for (const field of ['content', 'metadata', 'usage', 'status']) {
       assert.equal((await alice.put(`${BASE}/${s._id}/turns/${a1._id}`, { [field]: null })).status, 400, field);
@@ -310,7 +310,7 @@ describe('Conversations (docs/DECISIONS.md)', () => {
     assertError(await alice.put(`${BASE}/${s._id}/turns/${MISSING}`, {}), 404, 'Turn not found');
   });
 
-  test('"Status: any value may follow any other."', async () => {
+  test("[D-conversations-5] a turn's status may go from any value to any other", async () => {
     const { s, a3 } = await conversation();
     for (const status of ['streaming', 'complete', 'error', 'streaming', 'interrupted', 'complete']) {
       const r = await alice.put(`${BASE}/${s._id}/turns/${a3._id}`, { status });
@@ -318,7 +318,7 @@ describe('Conversations (docs/DECISIONS.md)', () => {
     }
   });
 
-  test('"A fork honours If-Match on the source (it forks exactly the version seen); it may be made from an archived session (the fork is active) and from one without turns" (forkedFrom.turn null)', async () => {
+  test('[D-conversations-7] a fork honours If-Match; it may be made from an archived session or one without turns', async () => {
     const { s } = await conversation();
     const etag = (await alice.get(`${BASE}/${s._id}`)).headers.etag;
     assertError(await alice.post(`${BASE}/${s._id}/fork`, {}, { headers: { 'if-match': '"old"' } }), 412, 'Chat session was modified');
@@ -333,7 +333,7 @@ describe('Conversations (docs/DECISIONS.md)', () => {
     assert.equal(e.body.data.headTurnId, null);
   });
 
-  test('"Branch lists page like the whole list" ... "with cursors bound to their branch"', async () => {
+  test('[D-conversations-8] branch lists page like the whole list, with cursors bound to their branch', async () => {
     const { s, a1 } = await conversation();
     for (let i = 0; i < 5; i++) await say(alice, s._id, `more ${i}`);
     const walk = async (query) => {
@@ -355,7 +355,7 @@ describe('Conversations (docs/DECISIONS.md)', () => {
     assert.deepEqual(contents(rest.body.data), contents(await turns(alice, s._id, '?branch=head')).slice(2), 'a cursor without limit: the rest of the branch');
   });
 
-  test('ACCESS=owner: another user\'s session does not exist for the new routes (404), its branches read as []; a fork of one\'s own session is one\'s own', async () => {
+  test("ACCESS=owner: another user's session is 404 on the new routes, its branches []; a fork of one's own is one's own", async () => {
     owners = await startServer({ env: { ACCESS: 'owner' } });
     const a = owners.as('alice');
     const b = owners.as('bob');
@@ -372,7 +372,7 @@ describe('Conversations (docs/DECISIONS.md)', () => {
     assertError(await b.get(`${BASE}/${f.body.data._id}`), 404, 'Chat session not found');
   });
 
-  test('scopes: the branch list needs sessions:read ("sessions:write does not imply sessions:read"); editing and deleting a turn, switching branch and forking need sessions:write', async () => {
+  test('[D-security-6] a branch list needs sessions:read; editing, deleting, switching and forking need sessions:write', async () => {
     const { s, a1, a2 } = await conversation();
     const read = server.as('alice', { scope: 'sessions:read' });
     const write = server.as('alice', { scope: 'sessions:write' });

@@ -114,7 +114,7 @@ async function verify(server, model) {
 }
 
 describe('Crash safety (SIGKILL)', () => {
-  test(`SIGKILL under load at a random moment, ${KILLS} times: every acknowledged change is there exactly, deleted stays deleted, nothing half-written`, async (t) => {
+  test(`SIGKILL under load, ${KILLS} times: every acknowledged change is there, deleted stays deleted, nothing half-written`, async (t) => {
     const dataDir = tempDir('csa-crash-');
     const model = new Model();
     const env = {};

@@ -21,7 +21,7 @@ const strace = spawnSync('strace', ['-V']).status === 0;
 if (!strace) process.stderr.write('\n*** SKIPPING the no-AF_UNIX lock test: strace is not installed (apt-get install strace) ***\n\n');
 
 describe('One server per data directory', { skip: linux ? false : 'the exclusive takeover uses a Linux abstract socket' }, () => {
-  test('"Taking over a stale lock is exclusive.": a second starter arriving while the first is between its check and its act refuses to start', async () => {
+  test('[D-datadir-3] a second starter arriving while the first is between its check and its act refuses to start', async () => {
     const dir = tempDir();
     const pauseDir = tempDir('csa-pause-');
     writeFileSync(join(dir, 'lock'), JSON.stringify({ pid: deadPid(), host: hostname(), startedAt: '2020-01-01T00:00:00.000Z' }));
@@ -62,7 +62,7 @@ describe('One server per data directory', { skip: linux ? false : 'the exclusive
     }
   });
 
-  test('"where AF_UNIX is forbidden the server warns and starts on the lock file": where the socket name cannot be made (a sandbox without AF_UNIX), the lock file alone keeps other servers out', { skip: strace ? false : 'strace is not installed' }, async () => {
+  test('[D-datadir-3] without AF_UNIX (a sandbox) the server warns, and the lock file alone keeps other servers out', { skip: strace ? false : 'strace is not installed' }, async () => {
     const dir = tempDir();
     // the server's first socket() tries its address (a start that cannot have it makes nothing); the second is the guard's: strace fails it as a seccomp filter would
     const child = spawn('strace', ['-f', '-qq', '-o', '/dev/null', '-e', 'trace=socket', '-e', 'inject=socket:error=EPERM:when=2', process.execPath, SERVER], {

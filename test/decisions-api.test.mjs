@@ -44,7 +44,7 @@ function rawGet(port, path, token) {
 }
 
 describe('Sessions, turns and conversations (docs/DECISIONS.md)', () => {
-  test('"`null`. On create and turn bodies an explicit `null` in an optional field is the same as leaving it out, but for the two where `null` says something: `parentId` (a root) and `expiresAt` (never)." ... "(tags must be an array, metadata must be an object), except that expiresAt: null means never and instructions: null removes them"', async () => {
+  test('[D-sessions-1] null is absent on create but for parentId and expiresAt; on update it is a type error but for two', async () => {
     const u = freshUser('nulls');
     const plain = await create(u, { name: 'n' });
     const nulls = await create(u, { name: 'n', mode: null, tags: null, metadata: null, instructions: null });
@@ -70,14 +70,14 @@ describe('Sessions, turns and conversations (docs/DECISIONS.md)', () => {
     assert.deepEqual([cleared.tags, cleared.metadata], [['t'], { k: 'v' }]);
   });
 
-  test('"`providerId` is not checked against the providers file": a session names a provider no providers file lists, and is kept as given', async () => {
+  test('[D-sessions-4] a session may name a provider no providers file lists, and is kept as given', async () => {
     const r = await alice.post(BASE, newSession({ providerId: 'not-configured-anywhere' }));
     assert.equal(r.status, 201, r.text);
     assert.equal(r.body.data.provider, 'not-configured-anywhere');
     assert.equal((await alice.put(`${BASE}/${r.body.data._id}`, { provider: 'nor-this-one' })).body.data.provider, 'nor-this-one');
   });
 
-  test('"A fork" ... "Its createdAt is the time of the fork; each copy keeps the user who wrote the original"; "A branch of a session that does not exist ... is [], like its turns"', async () => {
+  test("[D-conversations-7] [D-conversations-8] a fork's copies keep their user; a missing session's branch is []", async () => {
     const s = await create(alice);
     const bob = server.as('bob');
     const q = (await alice.post(`${BASE}/${s._id}/turns`, { role: 'user', content: 'by alice' })).body.data;
@@ -97,7 +97,7 @@ describe('Sessions, turns and conversations (docs/DECISIONS.md)', () => {
 });
 
 describe('Paging and finding (docs/DECISIONS.md)', () => {
-  test('"Cursors are signed with a key derived from the current secret and name the list they came from" ... "a cursor from another list is 400 cursor belongs to another list or query, a forged one 400 Invalid cursor. Rotating the secret makes outstanding cursors invalid: clients start the list again."', async () => {
+  test('[D-paging-5] a cursor of another list is 400, a forged one 400, and a new secret makes every cursor invalid', async () => {
     const first = await startServer();
     const user = 'cursor-rotation';
     try {
@@ -128,7 +128,7 @@ describe('Paging and finding (docs/DECISIONS.md)', () => {
     }
   });
 
-  test('"The list\'s q stays a substring of the name: serving it from the word index would change what it finds (q=ode finds "Kubernetes node" as a substring, not as the start of a word)"', async () => {
+  test(`[D-search-18] the list's q stays a substring: q=ode finds "Kubernetes node"`, async () => {
     const u = freshUser('q-substring');
     const s = await create(u, { name: 'Kubernetes node' });
     assert.deepEqual((await u.get(`${BASE}?q=ode`)).body.data.map((x) => x._id), [s._id], 'the list finds a substring');
@@ -137,7 +137,7 @@ describe('Paging and finding (docs/DECISIONS.md)', () => {
     assert.deepEqual((await u.get('/api/v1/search?q=node')).body.data.map((h) => h.session._id), [s._id]);
   });
 
-  test('"Whole lists (no limit, the spec\'s lists) are one snapshot read in chunks and streamed as the client reads (chunked past 256 KiB)" and "Whole lists are sent in pieces of about 64 KiB: small items are gathered until a piece reaches 64 KiB, and an item that large or larger goes on its own"', async () => {
+  test('[D-paging-4] [D-limits-14] a whole list is one snapshot, streamed in pieces of about 64 KiB as the client reads', async () => {
     const u = freshUser('pieces');
     const small = await create(u);
     const whole = await rawGet(server.port, `${BASE}/${small._id}/turns`, u.token);
@@ -162,7 +162,7 @@ describe('Paging and finding (docs/DECISIONS.md)', () => {
     }
   });
 
-  test('"The purge deletes through the serial writer, in batches of 100 sessions queued together": 250 expired sessions go in three batches, each one or two group commits, and a session of the same user that did not expire stays', async () => {
+  test('[D-finding-9] 250 expired sessions go in three batches, each one or two group commits; the unexpired stay', async () => {
     const first = await startServer({ env: { PURGE_INTERVAL: 'off' } });
     try {
       const u = first.as('batches');
@@ -188,7 +188,7 @@ describe('Paging and finding (docs/DECISIONS.md)', () => {
 });
 
 describe('Operating it (docs/DECISIONS.md)', () => {
-  test('"/healthz also gives version, store and providers: {count, loadedAt}", without a token', async () => {
+  test('[D-logs-1] /healthz also gives version, store and providers {count, loadedAt}, without a token', async () => {
     const r = await server.request('GET', '/healthz');
     assert.equal(r.status, 200);
     const { version } = JSON.parse(readFileSync(join(ROOT, 'package.json'), 'utf8'));
@@ -199,7 +199,7 @@ describe('Operating it (docs/DECISIONS.md)', () => {
     assert.match(r.body.data.providers.loadedAt, /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z$/);
   });
 
-  test('"Event streams in the document: the event routes answer text/event-stream, described event by event; the ticket is a second security scheme on those routes only"', async () => {
+  test('[D-openapi-9] the event routes answer text/event-stream, event by event; the ticket is their own security scheme', async () => {
     const doc = (await server.request('GET', '/api/v1/openapi.json')).body;
     const eventRoutes = ['/api/v1/events', '/api/v1/chat-sessions/{id}/events'];
     for (const path of eventRoutes) {

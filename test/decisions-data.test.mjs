@@ -34,7 +34,7 @@ function journal(records) {
 }
 
 describe('The data directory (docs/DECISIONS.md)', () => {
-  test('"The lock records pid, host, start time and the process start tick from /proc, so a reused pid is not mistaken for the holder. A lock from another host is never taken over (shared storage): the message says which file to remove if it is stale."', { skip: procStart(process.pid) === undefined && 'no /proc here' }, async () => {
+  test("[D-datadir-2] the lock records pid, host, start time and start tick; another host's lock is never taken over", { skip: procStart(process.pid) === undefined && 'no /proc here' }, async () => {
     const dir = tempDir('csa-lock-');
     const lock = join(dir, 'lock');
     try {
@@ -69,7 +69,7 @@ describe('The data directory (docs/DECISIONS.md)', () => {
 });
 
 describe('Finding and keeping (docs/DECISIONS.md)', () => {
-  test('"erase-user --user ID erases the sessions the user owns, archived and expired ones included, with every turn in them whoever wrote it (the figures of /usage). Turns the user wrote in others\' sessions stay: they belong to those conversations."', async () => {
+  test("[D-finding-12] erase-user erases the user's sessions, archived and expired, and keeps their turns in others'", async () => {
     const s = await startServer({ env: { PURGE_INTERVAL: 'off' } });
     try {
       const alice = s.as('alice');
@@ -106,7 +106,7 @@ describe('Finding and keeping (docs/DECISIONS.md)', () => {
 });
 
 describe('Storage engines (docs/DECISIONS.md)', () => {
-  test('"GROUP_COMMIT=off exists only to measure what group commit buys, like FSYNC=off": with it, writes sent together are committed one by one (a commit each), and every one is answered and kept', async () => {
+  test('[D-engines-8] with GROUP_COMMIT=off writes sent together commit one by one, each answered and kept', async () => {
     const s = await startServer({ env: { GROUP_COMMIT: 'off' } });
     try {
       const u = s.as('alice');
@@ -122,7 +122,7 @@ describe('Storage engines (docs/DECISIONS.md)', () => {
     }
   });
 
-  test('"sqlite is the default and the one embedded engine": with no STORE the data is a sqlite file in the data directory', SQLITE, async () => {
+  test('[D-sqlite-1] with no STORE the data is a sqlite file in the data directory', SQLITE, async () => {
     const s = await startServer({ env: { STORE: undefined } });
     try {
       assert.equal((await s.request('GET', '/healthz')).body.data.store, 'sqlite');
@@ -134,7 +134,7 @@ describe('Storage engines (docs/DECISIONS.md)', () => {
     }
   });
 
-  test('sqlite: "The file: made mode 0600 (its WAL takes the same); WAL" ... "and a truncating one when it closes last": the database and its log are 0600 while it serves, the file is in WAL mode, and a clean stop leaves no log behind', SQLITE, async () => {
+  test('[D-sqlite-4] the database and its log are 0600, the file is in WAL mode, and a clean stop leaves no log', SQLITE, async () => {
     const s = await startServer();
     try {
       assert.equal((await s.as('alice').post(BASE, newSession())).status, 201);
@@ -149,7 +149,7 @@ describe('Storage engines (docs/DECISIONS.md)', () => {
     }
   });
 
-  test('PostgreSQL: "A schema of its own (DATABASE_SCHEMA), so the service can share a database. Text PostgreSQL cannot hold (a NUL in a user id or a name) is escaped in the indexed columns; the JSON answered is untouched."', POSTGRES, async () => {
+  test('[D-postgres-1] a schema of its own; a NUL in a user id or name is escaped in the indexed columns, not the JSON', POSTGRES, async () => {
     const s = await startServer();
     try {
       const u = s.as('nul\u0000user');
@@ -181,7 +181,7 @@ describe('Storage engines (docs/DECISIONS.md)', () => {
 });
 
 describe("The journal's retirement (docs/DECISIONS.md)", () => {
-  test('"Turns whose session is missing (impossible through the API) are dropped with a warning", and "The migration\'s log line names the journal it read"', () => {
+  test('[D-journal-10] turns whose session is missing are dropped with a warning; the log names the journal read', () => {
     const dir = tempDir('csa-orphans-');
     try {
       const session = { _id: '6b0000000000000000000001', name: 'kept', provider: 'p', selectedModel: 'm', mode: 'Build', user: 'alice', project: 'p1', createdAt: '2026-01-01T00:00:01.000Z', updatedAt: '2026-01-01T00:00:01.000Z', archived: false, headTurnId: null };

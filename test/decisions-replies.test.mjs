@@ -41,7 +41,7 @@ const turnsOf = async (sid, who = alice) => (await who.get(`${B}/${sid}/turns`))
 const textOf = (content) => (typeof content === 'string' ? content : content.filter((p) => p.type === 'text').map((p) => p.text).join(''));
 
 describe('Talking to a model (docs/DECISIONS.md)', () => {
-  test('"A message and the start of its reply are one write (appendTurns): the user turn and the streaming reply (content: "") under it, all or none, so a refusal records nothing and two messages cannot both pass the one-at-a-time check": of eight messages sent at once, one is taken and seven refused, and the session holds one user turn and one reply', async () => {
+  test('[D-replies-1] of eight messages sent at once, one is taken and seven refused: one user turn, one reply', async () => {
     const s = await session('stall-after:1');
     const sent = await Promise.all(Array.from({ length: 8 }, (_, i) => alice.post(`${B}/${s._id}/messages`, { content: `at once ${i}`, background: true })));
     const taken = sent.filter((r) => r.status === 202);
@@ -53,7 +53,7 @@ describe('Talking to a model (docs/DECISIONS.md)', () => {
     assert.equal((await alice.post(`${B}/${s._id}/turns/${turns[1]._id}/cancel`, {})).status, 200);
   });
 
-  test('"One reply at a time means one streaming turn: a session that has any turn streaming (a reply, or a client\'s own streaming turn) refuses a message or reply with 409"; once it is finished, replies come again', async () => {
+  test('[D-replies-2] a session with any turn streaming refuses a message or reply with 409, then takes them again', async () => {
     const s = await session();
     const own = (await alice.post(`${B}/${s._id}/turns`, { role: 'assistant', content: '', status: 'streaming' })).body.data;
     for (const [path, body] of [['messages', { content: 'hello?' }], ['replies', {}]]) {
@@ -65,7 +65,7 @@ describe('Talking to a model (docs/DECISIONS.md)', () => {
     assert.equal((await alice.post(`${B}/${s._id}/messages`, { content: 'now' })).status, 201);
   });
 
-  test('"The provider and the model are checked at the serial point too, from the catalog as loaded (a SIGHUP\'s new list applies to the next reply)"', async () => {
+  test('[D-replies-3] the provider and model are checked at the serial point, from the catalog as loaded', async () => {
     const s = await startServer({ providers: providersFor(provider.url) });
     try {
       const u = s.as('alice');
@@ -86,7 +86,7 @@ describe('Talking to a model (docs/DECISIONS.md)', () => {
     }
   });
 
-  test('"Text goes to the feed first, to the store a quarter of a second behind." ... "A piece longer than a delta may be is cut into deltas": a word of 150,000 characters comes as deltas of 65,536 at most, which make the text recorded', async () => {
+  test('[D-replies-4] a word of 150,000 characters comes as deltas of 65,536 at most, which make the text recorded', async () => {
     const s = await session('echo');
     const word = 'w'.repeat(150_000);
     const stream = await openEvents(server.url, `${B}/${s._id}/messages`, { token: alice.token, method: 'POST', json: { content: word } });
@@ -100,7 +100,7 @@ describe('Talking to a model (docs/DECISIONS.md)', () => {
     assert.deepEqual([last.event, last.data.status, last.data.content], ['turn.updated', 'complete', word]);
   });
 
-  test('"The end is never refused for a quota (it is counted): a reply that would pass QUOTA_BYTES or BODY_LIMIT on a delta ends error saying so": a reply longer than BODY_LIMIT ends error, with what fitted recorded', async () => {
+  test('[D-replies-6] a reply longer than BODY_LIMIT ends error, with what fitted recorded', async () => {
     const s = await startServer({ providers: providersFor(provider.url), env: { BODY_LIMIT: '16kb' } });
     try {
       const u = s.as('alice');
@@ -118,7 +118,7 @@ describe('Talking to a model (docs/DECISIONS.md)', () => {
     }
   });
 
-  test('"The reply\'s own bound (BODY_LIMIT) counts the bytes of the turn as recorded": its end\'s long error fits too', async () => {
+  test('[D-replies-6] an end that adds a long error to text just under BODY_LIMIT records a turn within it', async () => {
     // regression: text just under the bound, then an end that adds 2,000 characters of error, recorded a turn past BODY_LIMIT
     // (what came first reached that size by how the writes fell, so a test above failed now and then); all in one read here
     const s = await startServer({ providers: providersFor(provider.url), env: { BODY_LIMIT: '16kb' } });
@@ -140,7 +140,7 @@ describe('Talking to a model (docs/DECISIONS.md)', () => {
     }
   });
 
-  test('"The end is never refused for a quota (it is counted): a reply that would pass QUOTA_BYTES or BODY_LIMIT on a delta ends error saying so": a reply whose whole text comes before its first delta is written (the store behind it) is held to BODY_LIMIT by its end the same way', async () => {
+  test('[D-replies-6] a reply whose whole text comes before its first delta is written is held to BODY_LIMIT too', async () => {
     const s = await startServer({ providers: providersFor(provider.url), env: { BODY_LIMIT: '16kb' } });
     try {
       const u = s.as('alice');
@@ -159,7 +159,7 @@ describe('Talking to a model (docs/DECISIONS.md)', () => {
     }
   });
 
-  test('"A streaming answer is a stream of the hub opened before the write (its place among MAX_STREAMS reserved, so a refusal there records nothing)"', async () => {
+  test("[D-replies-7] an answer's stream is opened before the write: a refusal at MAX_STREAMS records nothing", async () => {
     const s = await startServer({ providers: providersFor(provider.url), env: { MAX_STREAMS: '1' } });
     const held = [];
     try {
@@ -178,7 +178,7 @@ describe('Talking to a model (docs/DECISIONS.md)', () => {
     }
   });
 
-  test('"Cancel" ... "a streaming turn nobody ends (its instance gone, a client\'s own) is marked interrupted by the cancel itself" ... "one write ends it (the status is checked at the serial point), and the answer is the turn as recorded"', async () => {
+  test('[D-replies-9] a cancel of a streaming turn nobody ends marks it interrupted itself, in one write', async () => {
     const s = await session();
     const own = (await alice.post(`${B}/${s._id}/turns`, { role: 'assistant', content: 'half of', status: 'streaming' })).body.data;
     const c = await alice.post(`${B}/${s._id}/turns/${own._id}/cancel`, {});
@@ -189,7 +189,7 @@ describe('Talking to a model (docs/DECISIONS.md)', () => {
     assert.deepEqual([again.status, again.body.message], [409, 'Turn is not streaming']);
   });
 
-  test('"SIGTERM ends every reply in progress interrupted (recorded, waiting requests answered) before the event streams end and the store closes"', async () => {
+  test('[D-replies-13] SIGTERM ends every reply interrupted, answers the waiting requests, then closes', async () => {
     const s = await startServer({ providers: providersFor(provider.url) });
     try {
       const u = s.as('alice');
@@ -229,7 +229,7 @@ describe('Talking to a model (docs/DECISIONS.md)', () => {
     }
   });
 
-  test('"What the model is sent: the path to the turn answered, without error turns, turns that said nothing ("": a reply cut before its first word) and reasoning parts"', async () => {
+  test('[D-replies-14] the model is not sent error turns, turns that said nothing, or reasoning parts', async () => {
     const s = await session('echo');
     const say = async (body) => (await alice.post(`${B}/${s._id}/turns`, body)).body.data;
     const q1 = await say({ role: 'user', content: 'first question' });
@@ -244,7 +244,7 @@ describe('Talking to a model (docs/DECISIONS.md)', () => {
     assert.deepEqual(sent, [['user', 'first question'], ['assistant', 'the first answer'], ['user', 'second question']]);
   });
 
-  test('"A turn\'s error.message is at most 2,000 characters (a longer one is cut with …). An import accepts a turn with blank content whatever its status"', async () => {
+  test('[D-replies-15] an error.message is cut at 2,000 characters; an import takes blank content whatever its status', async () => {
     const s = await session('status:400', { providerId: LONG_NAME });
     const r = await alice.post(`${B}/${s._id}/messages`, { content: 'fail with a long name' });
     const reply = r.body.data.reply;
@@ -274,7 +274,7 @@ describe('Talking to a model (docs/DECISIONS.md)', () => {
     }
   });
 
-  test('"The local provider picks its reply by the model name: directives joined by +" ... "so concurrent tests never share a switch": a fault asked by one name touches no other request', async () => {
+  test('[D-providers-17] a fault asked by one model name touches no other request', async () => {
     assert.deepEqual(
       (({ tokens, rate, status, retryAfter, times }) => ({ tokens, rate, status, retryAfter, times }))(scenarioOf('tokens:100@50+status:429+retry-after:1+times:1')),
       { tokens: 100, rate: 50, status: 429, retryAfter: '1', times: 1 },

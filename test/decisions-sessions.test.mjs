@@ -39,7 +39,7 @@ describe('Identifiers and records', () => {
     assert.equal(t.session, a._id);
   });
 
-  test('"Chat session as returned: {_id, name, provider, selectedModel, mode, user, project, createdAt, updatedAt, archived}" (these keys first, in this order, in every answer; then "headTurnId", always present)', async () => {
+  test('"Chat session as returned": these keys first, in this order, in every answer, then headTurnId', async () => {
     const u = freshUser('shape');
     const created = await u.post(BASE, newSession({ projectId: 'shape-proj', name: 'n', extra: 'ignored', providerId: 'pv' }));
     assert.equal(created.status, 201);
@@ -122,7 +122,7 @@ describe('Identifiers and records', () => {
     assert.equal((await alice.get(`${BASE}/${s._id}`)).body.data.mode, 'Build', 'nothing was changed');
   });
 
-  test('"Turn as returned: {_id, session, user, role, content, model?, metadata?, createdAt}; role is one of user, assistant, system, tool" (with "parentId" after session and "status" before createdAt, always present)', async () => {
+  test('"Turn as returned": its keys in order, parentId after session and status before createdAt, always there', async () => {
     const s = await create();
     const plain = await addTurn(alice, s._id, { role: 'user', content: 'q' });
     assert.deepEqual(Object.keys(plain), ['_id', 'session', 'parentId', 'user', 'role', 'content', 'status', 'createdAt'], 'model and metadata absent when not given');
@@ -176,7 +176,7 @@ describe("Sessions, beyond the spec's rows", () => {
     assert400(await alice.post(BASE, { projectId: 'p', providerId: 5 }), 'providerId must be a string');
   });
 
-  test('"Limits: ids and selectedModel at most 200 characters, name at most 500 -> 400 X must be at most N characters" ("Lengths are counted in Unicode code points (an emoji is one character)")', async () => {
+  test('[D-sessions-3] "ids and selectedModel at most 200 characters, name at most 500", in code points', async () => {
     const u = freshUser('limits');
     for (const [field, max] of [
       ['projectId', 200],
@@ -208,7 +208,7 @@ describe("Sessions, beyond the spec's rows", () => {
     }
   });
 
-  test('"Update: each present field must be a string" (on update "null is present and gets X must be a string")', async () => {
+  test('[D-sessions-1] "Update: each present field must be a string": null is present and gets X must be a string', async () => {
     const s = await create(alice, { name: 'keep' });
     for (const field of ['name', 'provider', 'selectedModel', 'mode']) {
       for (const v of [null, 0, false, true, [], {}, ['x']]) {
@@ -219,7 +219,7 @@ describe("Sessions, beyond the spec's rows", () => {
     assert.deepEqual(now, s, 'a refused update changes nothing');
   });
 
-  test('"Update: ... provider and selectedModel non-blank" (-> 400 "X must not be blank"; name may be cleared)', async () => {
+  test('[D-sessions-2] "provider and selectedModel non-blank" on update (X must not be blank); name may be cleared', async () => {
     const s = await create(alice, { name: 'has a name' });
     for (const field of ['provider', 'selectedModel']) {
       for (const v of ['', ' ', '\t\n', '\u00a0']) {
@@ -261,7 +261,7 @@ describe("Sessions, beyond the spec's rows", () => {
     assert.equal((await alice.get(`${BASE}/${MISSING}`)).status, 404, 'no session appeared under the _id of the body');
   });
 
-  test('"An update with no recognized field returns the session unchanged" ("A write that changes nothing" ... "writes nothing and returns the session unchanged, with the same updatedAt and ETag")', async () => {
+  test('[D-sessions-9] "An update with no recognized field returns the session unchanged", same updatedAt and ETag', async () => {
     const created = await alice.post(BASE, newSession({ name: 'still' }));
     const s = created.body.data;
     const tag = created.headers.etag;
@@ -419,7 +419,7 @@ describe("Sessions, beyond the spec's rows", () => {
     }
   });
 
-  test('"Optional paging on both lists: limit (1-1000) and cursor ... nextCursor (string, or null on the last page) ... Without limit, the whole list ... A bad limit or cursor gets 400"', async () => {
+  test('"Optional paging on both lists": limit 1-1000, cursor, nextCursor null on the last page, a bad one 400', async () => {
     const u = freshUser('paging');
     const made = [];
     for (let i = 0; i < 5; i++) made.push(await create(u));
@@ -437,7 +437,7 @@ describe("Sessions, beyond the spec's rows", () => {
     assert.deepEqual(t.body, { success: true, data: [], nextCursor: null });
   });
 
-  test('"Recording turns: POST /api/v1/chat-sessions/:id/turns with {role, content, model?, metadata?} -> 201 {success:true, data:<turn>}; unknown session 404 Chat session not found. It bumps the session\'s updatedAt."', async () => {
+  test('"Recording turns": POST .../turns answers 201 with the turn, 404 for an unknown session, bumps updatedAt', async () => {
     const s = await create();
     await clockPast(s.updatedAt);
     const r = await alice.post(`${BASE}/${s._id}/turns`, { role: 'user', content: 'hello', model: 'm', metadata: { a: 1 } });
@@ -449,7 +449,7 @@ describe("Sessions, beyond the spec's rows", () => {
     assert404(await alice.post(`${BASE}/${MISSING}/turns`, { role: 'user', content: 'x' }));
   });
 
-  test('"Optimistic concurrency: session responses carry an ETag; PUT/DELETE with If-Match that no longer matches get 412 Chat session was modified"', async () => {
+  test('"Optimistic concurrency": answers carry an ETag; a PUT or DELETE whose If-Match no longer matches gets 412', async () => {
     const c = await alice.post(BASE, newSession());
     const tag = c.headers.etag;
     assert.match(tag, /^"[^"]+"$/);
@@ -472,7 +472,7 @@ describe("Sessions, beyond the spec's rows", () => {
     assert.deepEqual((await u.get(`${BASE}?q=quarterly`)).body.data.map((s) => s.user), [a.user], "without projectId only the caller's own");
   });
 
-  test('"Archive: POST /api/v1/chat-sessions/:id/archive and /unarchive; lists leave archived sessions out unless archived=true (only archived) or archived=all"', async () => {
+  test('"Archive": archive and unarchive; lists leave archived sessions out unless archived=true or archived=all', async () => {
     const u = freshUser('archive');
     const a = await create(u);
     const b = await create(u);
@@ -486,7 +486,7 @@ describe("Sessions, beyond the spec's rows", () => {
     assert.equal((await u.get(BASE)).body.data.length, 2);
   });
 
-  test('"Scoped tokens: an optional scope claim (sessions:read sessions:write providers:read); no scope = everything; a missing scope -> 403 Forbidden"', async () => {
+  test('"Scoped tokens": an optional scope claim; no scope is everything; a missing scope -> 403 Forbidden', async () => {
     const reader = server.as('scoped', { scope: 'sessions:read' });
     const all = server.as('scoped');
     assert.equal((await reader.get(BASE)).status, 200);

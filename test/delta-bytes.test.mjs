@@ -31,7 +31,7 @@ const STARTS = [
   [{ type: 'text', text: 'x' }, { type: 'file', name: 'a.png', mediaType: 'image/png', url: 'https://x/a.png' }],
 ];
 
-test('"A delta costs what it adds, whatever the length of its turn": its place, its bytes and where the content then ends follow from where the content ended, to the byte of the whole turn\'s JSON, whatever it holds (escapes, multi-byte text, a surrogate pair cut between two deltas, reasoning after text)', () => {
+test("[D-streaming-7] a delta's place and bytes follow from the turn's tail, to the byte, whatever the text holds", () => {
   const random = rng(20_260_101);
   for (let round = 0; round < 400; round++) {
     let turn = turnRecord({ _id: '6b0000000000000000000001', session: '6b0000000000000000000002', parentId: null, user: 'u', role: 'assistant', content: STARTS[round % STARTS.length], status: 'streaming', createdAt: '2026-01-01T00:00:00.000Z' });
@@ -51,7 +51,7 @@ test('"A delta costs what it adds, whatever the length of its turn": its place, 
   }
 });
 
-test('a streaming turn read with its delta rows folded in is the JSON a turn that took each delta into its row had: the same bytes', () => {
+test('[D-streaming-8] a streaming turn read with its delta rows folded in is the same bytes as one rewritten by each', () => {
   const random = rng(7);
   for (let round = 0; round < 50; round++) {
     const base = turnRecord({ _id: '6b0000000000000000000001', session: '6b0000000000000000000002', parentId: null, user: 'u', role: 'assistant', content: STARTS[round % STARTS.length], model: 'm', status: 'streaming', createdAt: '2026-01-01T00:00:00.000Z' });

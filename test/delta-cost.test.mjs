@@ -36,7 +36,7 @@ async function written(server) {
 }
 
 test(
-  '"A delta costs what it adds, whatever the length of its turn": the bytes the engine writes for a delta are the same for the deltas after the 2,000th of a turn as for its first ones (sqlite: what the server process writes; PostgreSQL: the WAL it generates)',
+  '[D-streaming-7] a delta after the 2,000th of a turn writes as many bytes as its first ones',
   { skip: STORE === 'postgres' && postgresMissing() !== undefined ? 'PostgreSQL is not installed' : process.platform !== 'linux' ? 'reads /proc' : false },
   async (t) => {
     const env = { EVENTS: 'off', FSYNC: 'off', BODY_LIMIT: '1mb', ...(STORE === 'postgres' ? { DATABASE_URL: cluster.url(USERS.admin.user), DATABASE_SCHEMA: 'cost' } : {}) };

@@ -31,7 +31,7 @@ function refusedStart(dir, env) {
 }
 
 describe('Starting an engine', () => {
-  test('"Node.js 22.13 or newer (... Node.js 20 ... gets one line saying which Node is needed)": a start on an older Node stops with one line, and makes nothing: "every command but --help and --version checks the version first and stops with one line naming the Node.js it found"', (t) => {
+  test('[D-running-1] a start on an older Node stops with one line naming the Node.js found, and makes nothing', (t) => {
     if (OLD_NODE === undefined) return t.skip('no Node.js older than 22.13 on this machine to start it with');
     const dir = join(tempDir(), 'data');
     try {
@@ -46,7 +46,7 @@ describe('Starting an engine', () => {
     }
   });
 
-  test('sqlite: "a file that is not a database, or fails its check at start, stops the start naming the file and what to do; never a silent reset"', (t) => {
+  test('[D-sqlite-3] a file that is not a database, or fails its check, stops the start naming it; never a reset', (t) => {
     if (STORE !== 'sqlite') return t.skip(`about the sqlite engine; this run tests STORE=${STORE}`);
     const { DatabaseSync } = process.getBuiltinModule('node:sqlite');
     const cases = [
@@ -67,7 +67,7 @@ describe('Starting an engine', () => {
     }
   });
 
-  test('sqlite: "A SQLITE_FILE serves one server at a time, whatever their DATA_DIR": a second server, or a command, naming the file a running server writes from another data directory stops with one line, and the first serves on', async (t) => {
+  test('[D-sqlite-5] a second server or command naming a file another data directory serves stops; the first serves on', async (t) => {
     if (STORE !== 'sqlite') return t.skip(`about the sqlite engine; this run tests STORE=${STORE}`);
     if (process.platform !== 'linux') return t.skip('the guard is a name the Linux kernel holds');
     const shared = tempDir();
@@ -108,7 +108,7 @@ describe('Starting an engine', () => {
     }
   });
 
-  test('sqlite: "the schema is versioned, with migrations inside the file; a newer schema than the binary knows stops the start with one clear line", and a file missing a table fails its check', async (t) => {
+  test('[D-sqlite-3] a newer schema than the binary knows stops the start with one line; a file missing a table too', async (t) => {
     if (STORE !== 'sqlite') return t.skip(`about the sqlite engine; this run tests STORE=${STORE}`);
     const { DatabaseSync } = process.getBuiltinModule('node:sqlite');
     const s = await startServer();
@@ -133,7 +133,7 @@ describe('Starting an engine', () => {
     }
   });
 
-  test('postgres: "a database with a newer schema than the binary knows stops the start with one clear line"; a schema holding another application\'s tables is refused; neither is changed', async (t) => {
+  test("[D-postgres-2] a newer schema, or one holding another application's tables, stops the start; neither changed", async (t) => {
     if (STORE !== 'postgres') return t.skip(`about the postgres engine; this run tests STORE=${STORE}`);
     const { Pool } = createRequire(import.meta.url)('../dist/testkit.cjs');
     const pool = new Pool(process.env.CSA_TEST_DATABASE_URL, { max: 1 });

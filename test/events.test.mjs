@@ -64,7 +64,7 @@ describe('Live events', () => {
     await stop(server);
   });
 
-  test('"Events carry the record as the API answers it." session.created, session.updated, turn.created (with the session.updated of its new head), session.deleted, in order, with increasing ids; the stream is text/event-stream, not buffered by nginx, and begins with `ready`', async () => {
+  test("[D-live-1] each change's event carries the record as the API answers it, in order, after `ready`", async () => {
     const s = await follow('/api/v1/events', alice);
     assert.match(s.headers['content-type'], /^text\/event-stream/);
     assert.equal(s.headers['cache-control'], 'no-store');
@@ -94,7 +94,7 @@ describe('Live events', () => {
     assert.ok(ids.every(Number.isSafeInteger));
   });
 
-  test('"Every change of a conversation is an event." An edit of a turn is `turn.updated`, a deletion of turns one `turn.deleted` naming every turn that went, a switch of head a `session.updated`, each followed by the session as it leaves it; a fork is one `session.created`', async () => {
+  test("[D-live-2] a turn's edit, a deletion of turns, a head switch and a fork are each an event", async () => {
     const made = (await alice.post(BASE, newSession({ name: 'tree' }))).body.data;
     const list = await follow('/api/v1/events', alice);
     const own = await follow(`${BASE}/${made._id}/events`, alice);
@@ -137,7 +137,7 @@ describe('Live events', () => {
     assert.ok(!own.events.some((e) => e.event === 'session.created' && e.data._id === fork.body.data._id), "a fork is not an event of its source's stream");
   });
 
-  test('"The lists\' feed is what the caller may list." Without `projectId`, the caller\'s own sessions; with it, the project\'s (ACCESS=shared), whoever owns them; a session\'s own feed takes only that session; an unknown session is 404', async () => {
+  test("[D-live-3] the lists' feed: own sessions, or with projectId the project's; a session's feed takes only it", async () => {
     const mine = await follow('/api/v1/events', alice);
     const project = await follow('/api/v1/events?projectId=shared-room', alice);
     const bobs = (await bob.post(BASE, newSession({ projectId: 'shared-room', name: 'bob in the room' }))).body.data;
@@ -157,7 +157,7 @@ describe('Live events', () => {
     assert.deepEqual(JSON.parse(unknown.text), { success: false, message: 'Chat session not found' });
   });
 
-  test('"The lists\' feed is what the caller may list." ... "to the caller\'s own sessions of it under `ACCESS=owner`"; "under `ACCESS=owner` another user\'s session is 404"', async () => {
+  test("[D-live-3] under ACCESS=owner the project's feed is the caller's own sessions; another's session is 404", async () => {
     const owner = await startServer({ env: { ACCESS: 'owner' } });
     const streams = [];
     try {
@@ -181,7 +181,7 @@ describe('Live events', () => {
     }
   });
 
-  test('"Every stream says when it is live." ... "Event ids increase in commit order, and a gap is never silent.": Last-Event-ID replays what followed, then `ready`; `lastEventId` in the query does the same, the header winning', async () => {
+  test('[D-live-4] [D-live-5] Last-Event-ID (or lastEventId) replays what followed, then `ready`', async () => {
     const first = await follow('/api/v1/events', alice);
     const made = (await alice.post(BASE, newSession({ name: 'replayed' }))).body.data;
     const seen = await first.waitFor((e) => e.event === 'session.created' && e.data._id === made._id);
@@ -200,7 +200,7 @@ describe('Live events', () => {
     assert.deepEqual(both.events.map((e) => e.event), ['ready'], 'the header wins');
   });
 
-  test('"an id older than the window, from an earlier run, or that this server never gave gets `reset`"', async () => {
+  test('[D-live-5] an id older than the window, from an earlier run, or never given gets `reset`', async () => {
     const s = await follow('/api/v1/events', alice);
     const made = (await alice.post(BASE, newSession({ name: 'window' }))).body.data;
     const early = await s.waitFor((e) => e.event === 'session.created' && e.data._id === made._id);
@@ -224,7 +224,7 @@ describe('Live events', () => {
     assert.deepEqual(r.events.map((e) => e.data?.name ?? e.event), ['push 43', 'push 44', 'ready']);
   });
 
-  test('"A value that is no id at all (not one integer: two ids, a word) is a client\'s mistake, not a gap: 400 `Last-Event-ID must be one event id (an integer)`" ... "before the session is looked up": on both routes, and `lastEventId` alike; the stream opens for none of them (issue 31, item 7)', async () => {
+  test('[D-live-5] a Last-Event-ID that is no id is 400 on both routes, before the session is looked up', async () => {
     const made = (await alice.post(BASE, newSession({ name: 'bad ids' }))).body.data;
     for (const bad of ['not-an-id', '1795368503168004 1795368503168005', '1795368503168004, 1795368503168005', '-1', '1.5', '0x10']) {
       for (const path of ['/api/v1/events', `${BASE}/${made._id}/events`, `${BASE}/${MISSING}/events`]) {
@@ -247,7 +247,7 @@ describe('Live events', () => {
     }
   });
 
-  test('"A header value that holds a line break" ... "for `Last-Event-ID` what it must be": ids on two lines, as curl sends a variable that captured two, get a 400 naming Last-Event-ID (issue 31, item 7: a bare 400 Bad request)', async () => {
+  test('[D-http-4] a Last-Event-ID of two lines gets a 400 naming the header and what it must be', async () => {
     const s = await follow('/api/v1/events', alice);
     await alice.post(BASE, newSession({ name: 'two ids' }));
     await s.waitFor((e) => e.event === 'session.created' && e.data.name === 'two ids');
@@ -272,7 +272,7 @@ describe('Live events', () => {
     await s.close();
   });
 
-  test('"Heartbeats carry the newest id." A quiet stream gets `: heartbeat` with the id of the newest event, even one it was not shown', async () => {
+  test("[D-live-8] a quiet stream's heartbeat carries the newest event's id, even one it was not shown", async () => {
     const s = await follow('/api/v1/events', alice);
     const bobs = await follow('/api/v1/events', bob);
     await bob.post(BASE, newSession({ name: 'not for alice' }));
@@ -281,7 +281,7 @@ describe('Live events', () => {
     assert.ok(!s.events.some((e) => e.data?.name === 'not for alice'));
   });
 
-  test('"A heartbeat goes only to a stream written nothing for a whole interval": a stream just opened has its `ready` and gets its first heartbeat a whole EVENTS_HEARTBEAT (300 ms here) after it asked, never at once', async () => {
+  test('[D-live-9] a stream just opened gets its first heartbeat a whole interval after it asked, never at once', async () => {
     for (let i = 0; i < 5; i++) {
       const asked = performance.now();
       const s = await follow('/api/v1/events', alice);
@@ -292,7 +292,7 @@ describe('Live events', () => {
     }
   });
 
-  test('"A session\'s stream ends when the session is deleted": after `session.deleted` comes `end` with `{"reason":"deleted"}`, and the connection closes', async () => {
+  test('[D-live-10] after `session.deleted` comes `end` {"reason":"deleted"}, and the connection closes', async () => {
     const made = (await alice.post(BASE, newSession({ name: 'to delete' }))).body.data;
     const s = await follow(`${BASE}/${made._id}/events`, alice);
     await alice.del(`${BASE}/${made._id}`);
@@ -302,7 +302,7 @@ describe('Live events', () => {
     assert.equal(s.events.at(-1).id, s.events.at(-2).id, 'the final event carries no id of its own');
   });
 
-  test('"Tickets are sealed, not stored." POST /api/v1/events/tickets answers 201 {ticket, expiresAt} (60 s); the ticket opens one stream as its user, once; "A used, expired or forged ticket is 401"', async () => {
+  test('[D-live-12] a ticket opens one stream as its user, once; a used, expired or forged one is 401', async () => {
     const before = Date.now();
     const r = await alice.post('/api/v1/events/tickets');
     assert.equal(r.status, 201, r.text);
@@ -332,7 +332,7 @@ describe('Live events', () => {
     assert.equal((await openEvents(server.url, `/api/v1/events?ticket=${alien.toString('base64url')}`)).status, 401);
   });
 
-  test('"A ticket is accepted only as `?ticket=` on the two event routes; a Bearer token is never accepted in a URL."', async () => {
+  test('[D-live-12] a ticket is taken only as ?ticket= on the event routes; a Bearer token never in a URL', async () => {
     const ticket = () => alice.post('/api/v1/events/tickets').then((r) => r.body.data.ticket);
     const made = (await alice.post(BASE, newSession())).body.data;
     for (const path of [BASE, `${BASE}/${made._id}`, `${BASE}/${made._id}/turns`, '/api/v1/providers']) {
@@ -350,7 +350,7 @@ describe('Live events', () => {
     assert.equal(s.status, 200);
   });
 
-  test('a ticket carries its token\'s scopes: minting needs `sessions:read` (403 without), and "Authentication comes before any validation" on the event routes as elsewhere', async () => {
+  test(`a ticket carries its token's scopes: "Authentication comes before any validation" on the event routes`, async () => {
     const writer = server.as('alice', { scope: 'sessions:write' });
     assert.equal((await writer.post('/api/v1/events/tickets')).status, 403);
     assert.equal((await openEvents(server.url, '/api/v1/events', { token: writer.token })).status, 403);
@@ -364,7 +364,7 @@ describe('Live events', () => {
     assert.equal((await openEvents(server.url, `/api/v1/events?lastEventId=${'9'.repeat(40)}`, { token: alice.token })).status, 400);
   });
 
-  test('"`expired`: the token (or the ticket\'s token) that opened the stream expired, within a heartbeat of its `exp` plus the 30 s leeway"', async () => {
+  test("[D-live-11] a stream ends `expired` within a heartbeat of its token's exp plus the leeway", async () => {
     // exp 25 s ago: accepted (30 s of leeway) for about 5 s more
     const now = Math.floor(Date.now() / 1000);
     const token = tokenFor('carol', { exp: now - 25 });
@@ -381,7 +381,7 @@ describe('Live events', () => {
     }
   });
 
-  test('"A ticket is accepted only as `?ticket=`" ... with CORS_ORIGIN set, the event routes and the ticket route answer CORS like the others (EventSource on another origin, its preflight for the ticket)', async () => {
+  test('[D-live-12] with CORS_ORIGIN set, the event routes and the ticket route answer CORS like the others', async () => {
     const cors = await startServer({ env: { CORS_ORIGIN: 'http://app.example.test' } });
     try {
       const pre = await cors.request('OPTIONS', '/api/v1/events/tickets', { headers: { origin: 'http://app.example.test', 'access-control-request-method': 'POST', 'access-control-request-headers': 'authorization' } });
@@ -430,7 +430,7 @@ describe('Live events', () => {
 });
 
 describe('Live events: limits, slow consumers, shutdown', () => {
-  test('"Limits." ... "past it 429 `Too many event streams`"; MAX_STREAMS: "past it 503 `Server is busy`"; /metrics counts open streams, and a closed stream frees its place', async () => {
+  test('[D-live-13] past MAX_STREAMS_PER_USER 429, past MAX_STREAMS 503; a closed stream frees its place', async () => {
     const server = await startServer({ env: { MAX_STREAMS_PER_USER: '2', MAX_STREAMS: '3' } });
     const streams = [];
     try {
@@ -459,7 +459,7 @@ describe('Live events: limits, slow consumers, shutdown', () => {
     }
   });
 
-  test('"A stream holds its connection as a request in flight, so `MAX_CONNECTIONS` never closes it as idle"', async () => {
+  test('[D-live-13] a stream holds its connection as a request in flight: MAX_CONNECTIONS never closes it', async () => {
     const server = await startServer({ env: { MAX_CONNECTIONS: '6', MAX_STREAMS: '2', MAX_REQUESTS_PER_USER: '4' } });
     const sockets = [];
     const streams = [];
@@ -488,7 +488,7 @@ describe('Live events: limits, slow consumers, shutdown', () => {
     }
   });
 
-  test('"`slow`: a stream whose unsent bytes pass `EVENTS_BUFFER` (default 1 MiB) when its next event comes is cut off" with a final `end` `{"reason":"slow"}`; the server holds no more for it', async () => {
+  test('[D-live-11] a stream whose unsent bytes pass EVENTS_BUFFER ends `slow`, and nothing more is held for it', async () => {
     const server = await startServer({ env: { EVENTS_BUFFER: '64kb' } });
     const a = server.as('alice');
     const made = (await a.post(BASE, newSession({ name: 'firehose' }))).body.data;
@@ -528,7 +528,7 @@ describe('Live events: limits, slow consumers, shutdown', () => {
     }
   });
 
-  test('"`shutdown`: SIGTERM ends every stream with its final event, then the server drains as usual" (exit 0, nothing left for the drain period to cut)', async () => {
+  test('[D-live-11] SIGTERM ends every stream with `end` `shutdown`, then the server drains as usual', async () => {
     const server = await startServer();
     const streams = [];
     for (const who of ['alice', 'bob', 'carol']) {
@@ -547,7 +547,7 @@ describe('Live events: limits, slow consumers, shutdown', () => {
     removeDir(server.dataDir);
   });
 
-  test('"EVENTS=off removes the three routes" (404, absent from the OpenAPI document); --help lists the live feed\'s settings', async () => {
+  test("[D-live-18] EVENTS=off removes the three routes; --help lists the live feed's settings", async () => {
     const server = await startServer({ env: { EVENTS: 'off' } });
     try {
       const a = server.as('alice');
@@ -569,7 +569,7 @@ describe('Live events: limits, slow consumers, shutdown', () => {
     assert.match(bad.stderr, /MAX_STREAMS must be below MAX_CONNECTIONS/);
   });
 
-  test('"The window is in memory (`EVENTS_WINDOW_MEMORY`, default 64 MiB, bounds its data too)": past it the oldest events go, and an id among them gets `reset`', async (t) => {
+  test('[D-live-7] past EVENTS_WINDOW_MEMORY the oldest events go, and an id among them gets `reset`', async (t) => {
     if (STORE === 'postgres') {
       t.skip('the window of STORE=postgres is in the database');
       return;
@@ -601,7 +601,7 @@ describe('Live events: limits, slow consumers, shutdown', () => {
     }
   });
 
-  test('"Event ids increase in commit order" across a restart; ' + (STORE === 'postgres' ? 'on PostgreSQL the window is in the database and survives it' : '"a client that comes back after one gets `reset`"'), async () => {
+  test("[D-live-5] [D-live-7] event ids increase across a restart; sqlite's window does not survive it, PostgreSQL's does", async () => {
     const server = await startServer();
     const a = server.as('alice');
     const s = await openEvents(server.url, '/api/v1/events', { token: a.token });
@@ -652,7 +652,7 @@ describe('Live events across instances (STORE=postgres)', PG, () => {
     return s;
   };
 
-  test('"Events cross instances, and so does `Last-Event-ID`": a change made through one instance reaches the streams of every instance, and an id seen on one replays on the other', async () => {
+  test("[D-live-16] a change through one instance reaches every instance's streams; an id replays on either", async () => {
     const alice = tokenFor('alice');
     const onA = await open(0, '/api/v1/events', alice);
     const onB = await open(1, '/api/v1/events', alice);
@@ -668,7 +668,7 @@ describe('Live events across instances (STORE=postgres)', PG, () => {
     assert.deepEqual(resumed.events.map((e) => e.data?.name ?? e.event), ['renamed on A', 'ready']);
   });
 
-  test('"PostgreSQL: ids in commit order across instances." Writes racing through both instances: each stream, on either instance, sees every event once, in one order, ids increasing by one', async () => {
+  test('[D-live-16] writes racing through two instances reach each stream once, in one order, ids up by one', async () => {
     const user = `racer-${process.pid}`;
     const token = tokenFor(user);
     const onA = await open(0, '/api/v1/events', token);
@@ -684,7 +684,7 @@ describe('Live events across instances (STORE=postgres)', PG, () => {
     assert.equal(new Set(all(onA).map((e) => e.data._id)).size, n);
   });
 
-  test('"PostgreSQL: ids in commit order across instances" for a reply\'s text too ("A reply\'s text crosses the shared event log in as few statements as the load allows"), which the instance that logs it hands to its streams without reading it back: two replies generated at once, one by each instance, while sessions are created through both, reach each session\'s stream on either instance once, in one order, ids increasing; and a stream that resumes from the middle with Last-Event-ID replays exactly the rest, on either instance', async () => {
+  test("[D-live-16] [D-postgres-7] two replies' text, one per instance, reach every stream once, in order", async () => {
     const user = `replier-${process.pid}`;
     const token = tokenFor(user);
     const sessions = [];
@@ -720,7 +720,7 @@ describe('Live events across instances (STORE=postgres)', PG, () => {
     }
   });
 
-  test('"so a ticket opens one stream on all instances together": minted on one instance, it opens a stream on the other once, and is refused after on both', async () => {
+  test('[D-live-12] a ticket minted on one instance opens one stream on the other, once, then neither', async () => {
     const alice = tokenFor('alice');
     const { ticket } = (await servers[0].request('POST', '/api/v1/events/tickets', { token: alice })).body.data;
     const s = await openEvents(servers[1].url, `/api/v1/events?ticket=${ticket}`);
@@ -729,7 +729,7 @@ describe('Live events across instances (STORE=postgres)', PG, () => {
     for (const i of [0, 1]) assert.equal((await openEvents(servers[i].url, `/api/v1/events?ticket=${ticket}`)).status, 401, `instance ${i}`);
   });
 
-  test('"a gap is never silent" across instances: an instance whose feed missed events another trimmed (it lagged more than EVENTS_WINDOW behind) sends `reset` `{"reason":"gone"}` to its streams, whose lists\' streams go on live, and a reply\'s stream closes after it (its last event may be among those missed; the hang of the replies memory test on PostgreSQL)', async () => {
+  test("[D-live-6] an instance that missed events another trimmed sends `reset` gone; a reply's stream closes", async () => {
     const provider = await startProvider({ log: false });
     const providerId = '6f00000000000000000000d7';
     const gapSchema = `gap_${process.pid}`;
@@ -778,7 +778,7 @@ describe('Live events across instances (STORE=postgres)', PG, () => {
     }
   });
 
-  test('"An import on PostgreSQL sends `reset` to every stream" of the instances serving beside it', async () => {
+  test('[D-live-17] an import on PostgreSQL sends `reset` to every stream of the instances beside it', async () => {
     const alice = tokenFor('alice');
     const onA = await open(0, '/api/v1/events', alice);
     const onB = await open(1, '/api/v1/events', alice);

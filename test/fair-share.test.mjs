@@ -73,7 +73,7 @@ function assertRefused(r, what) {
 }
 
 describe('Fair share per user (MAX_REQUESTS_PER_USER)', () => {
-  test('"One valid token must not be enough to lock everyone else out": with a user holding every request it may (bodies that never finish, answers it never reads, event streams, a reply\'s event stream) and idle connections up to the cap, "another user\'s request is answered at once": its GET, create, event stream and a whole list; the hoarder\'s further requests (a third whole list among them: "one user is sent at most 2 whole lists at once") get 429 `Too many requests in flight` with Retry-After and their connection closed, /metrics counts them, memory stays bounded and the server keeps serving', async () => {
+  test("[D-limits-3] [D-limits-5] a user holding all it may, another's requests are answered at once; the hoarder's get 429", async () => {
     const provider = await startProvider({ log: false });
     // MAX_CONNECTIONS 40: the share is a quarter, 10; the waits the hoarder's requests could end by are out of reach
     const s = await startServer({
@@ -187,7 +187,7 @@ describe('Fair share per user (MAX_REQUESTS_PER_USER)', () => {
     }
   });
 
-  test('One user\'s "request bodies may hold at most a quarter of BODY_MEMORY" (at least BODY_LIMIT): past it 429 `Too many requests in flight` and the connection closed, while another user\'s body is read', async () => {
+  test("[D-limits-5] one user's bodies hold a quarter of BODY_MEMORY at most: past it 429, another user's body is read", async () => {
     // a quarter of 4 MiB: 1 MiB; each held body has 400,000 bytes in
     const s = await startServer({ env: { BODY_MEMORY: '4mb', BODY_LIMIT: '512kb', BODY_TIMEOUT: '10m' } });
     const stalled = [];
@@ -216,7 +216,7 @@ describe('Fair share per user (MAX_REQUESTS_PER_USER)', () => {
     }
   });
 
-  test('"requests without a token count against their client address, the one rate limits use": answers one address does not read hold at most its share; its next request gets 429 `Too many requests in flight`, while another address is served', async () => {
+  test('[D-limits-4] requests without a token count against their address: past its share 429, another address served', async () => {
     const s = await startServer({ env: { MAX_REQUESTS_PER_USER: '2', EVENTS: 'off', WRITE_TIMEOUT: '10m' } });
     const hoard = [];
     try {
@@ -252,7 +252,7 @@ describe('Fair share per user (MAX_REQUESTS_PER_USER)', () => {
     }
   });
 
-  test('MAX_STREAMS_PER_USER stays below MAX_REQUESTS_PER_USER: "a stream counts in both, and a user with every stream it may open keeps room for its other requests"; streams and requests together hold at most its share', async () => {
+  test("[D-limits-4] a user's streams and other requests together hold at most its share, streams leaving room", async () => {
     // MAX_STREAMS_PER_USER's default follows: one less, 3
     const s = await startServer({ env: { MAX_REQUESTS_PER_USER: '4', BODY_TIMEOUT: '10m' } });
     const streams = [];
@@ -285,7 +285,7 @@ describe('Fair share per user (MAX_REQUESTS_PER_USER)', () => {
 });
 
 describe('Connections at the cap: whoever holds the most gives one up', () => {
-  test('At the cap a newcomer closes "the oldest idle connection of the owners holding the most connections" (ConnectionGuard): "a user\'s single keep-alive connection goes only when everyone holds as few"', () => {
+  test('[D-limits-1] at the cap a newcomer closes an idle connection of the most-holding owners, a single one last', () => {
     const evicted = [];
     const guard = new ConnectionGuard(4, { refuse: () => assert.fail('nothing is refused while one is idle'), evicted: () => evicted.push(1) });
     const socket = (remoteAddress) => Object.assign(new EventEmitter(), { remoteAddress, destroyed: false, destroy() { this.destroyed = true; this.emit('close'); } });
@@ -318,7 +318,7 @@ describe('Connections at the cap: whoever holds the most gives one up', () => {
     assert.equal(guard.count, 4);
   });
 
-  test('At the cap a newcomer closes "the oldest idle connection of the owners holding the most connections": "a flood of silent ones from one address closes its own first", not a slow client\'s of another address', async () => {
+  test("[D-limits-1] at the cap a flood of silent connections from one address closes its own, not another's", async () => {
     const s = await startServer({ env: { MAX_CONNECTIONS: '10' } });
     const flood = [];
     let slow;
@@ -354,7 +354,7 @@ describe('The settings', () => {
     assert.match(r.stdout, /MAX_STREAMS_PER_USER \/ --max-streams-per-user .*\[default: 16 \(below MAX_REQUESTS_PER_USER\)\]/);
   });
 
-  test('a start refuses, with one line naming the settings, a MAX_REQUESTS_PER_USER that is no number, one not below MAX_CONNECTIONS, and a MAX_STREAMS_PER_USER not below it', () => {
+  test('a start refuses, in one line, a MAX_REQUESTS_PER_USER that is no number or not below MAX_CONNECTIONS', () => {
     const cases = [
       [{ MAX_REQUESTS_PER_USER: '0' }, /MAX_REQUESTS_PER_USER must be a whole number/],
       [{ MAX_REQUESTS_PER_USER: 'many' }, /MAX_REQUESTS_PER_USER/],

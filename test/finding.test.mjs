@@ -19,7 +19,7 @@ async function say(who, id, content) {
 const names = (r) => r.body.data.map((s) => s.name);
 
 describe('Usage', () => {
-  test('"GET /api/v1/usage -> {success:true, data:{sessions, turns, bytes}} for the caller" ("Usage is by owner"): "the sessions they own (archived ones included), every turn in them whoever wrote it"', async () => {
+  test("[D-engines-2] [D-finding-1] GET /api/v1/usage counts the caller's sessions, archived too, and every turn in them", async () => {
     const carol = server.as('carol');
     const dave = server.as('dave');
     const none = { inputTokens: 0, outputTokens: 0, cachedTokens: 0 };
@@ -50,7 +50,7 @@ describe('Usage', () => {
 });
 
 describe('Tags and metadata', () => {
-  test('"Sessions take tags (at most 20 strings of 1-50 characters, matched case-insensitively)": list filter "tag (repeatable: all must match)", on every list', async () => {
+  test('"Sessions take tags (at most 20 strings of 1-50 characters, matched case-insensitively)", a filter on every list', async () => {
     const erin = server.as('erin');
     await create(erin, { name: 'a', tags: ['Bug', 'ui'], projectId: 'p-tags' });
     await create(erin, { name: 'b', tags: ['bug'], projectId: 'p-tags' });
@@ -68,7 +68,7 @@ describe('Tags and metadata', () => {
     assertError(await erin.get(`${BASE}?tag=ui&limit=1&cursor=${page.body.nextCursor}`), 400, 'cursor belongs to another list or query');
   });
 
-  test('"A tag given twice (ignoring case) is kept once", as first spelled; "tags, metadata and expiresAt are in a session\'s JSON only when it has them"', async () => {
+  test('[D-finding-3] [D-finding-4] a tag given twice is kept once; tags, metadata and expiresAt only when set', async () => {
     const s = await create(alice, { name: 'twice', tags: ['Deploy', 'deploy', 'ops'] });
     assert.deepEqual(s.tags, ['Deploy', 'ops']);
     const plain = await create(alice, { name: 'plain', tags: [], metadata: {} });
@@ -76,7 +76,7 @@ describe('Tags and metadata', () => {
     assert.equal('metadata' in plain, false);
   });
 
-  test('"metadata (at most 16 keys of at most 64 characters, string values of at most 512)"; an update replaces tags and metadata whole; [] and {} remove them', async () => {
+  test('"metadata (at most 16 keys of at most 64 characters, string values of at most 512)"; updates replace whole', async () => {
     const s = await create(alice, { name: 'meta', tags: ['x'], metadata: { ticket: 'OPS-12', team: 'web' } });
     assert.deepEqual(s.metadata, { ticket: 'OPS-12', team: 'web' });
     let r = await alice.put(`${BASE}/${s._id}`, { metadata: { ticket: 'OPS-13' } });
@@ -90,7 +90,7 @@ describe('Tags and metadata', () => {
     assert.deepEqual(names(await alice.get(`${BASE}?tag=x`)).includes('meta'), false);
   });
 
-  test('tags and metadata out of bounds are 400 envelopes with messages naming the field ("tag may be given up to 20 times")', async () => {
+  test('[D-finding-6] tags and metadata out of bounds are 400s naming the field; tag may be given 20 times', async () => {
     const cases = [
       [{ tags: 'x' }, 'tags must be an array'],
       [{ tags: Array.from({ length: 21 }, (_, i) => `t${i}`) }, 'tags must have at most 20 items'],
@@ -112,7 +112,7 @@ describe('Tags and metadata', () => {
     assertError(await alice.get(`${BASE}?${Array.from({ length: 21 }, (_, i) => `tag=t${i}`).join('&')}`), 400, 'tag must be given at most 20 times');
   });
 
-  test('"A fork keeps the source\'s tags and metadata", not its expiresAt', async () => {
+  test("[D-finding-5] a fork keeps the source's tags and metadata, not its expiresAt", async () => {
     const s = await create(alice, { name: 'src', tags: ['fork-me'], metadata: { a: 'b' }, expiresAt: '2999-01-01T00:00:00Z' });
     const r = await alice.post(`${BASE}/${s._id}/fork`, {});
     assert.equal(r.status, 201, r.text);
@@ -124,7 +124,7 @@ describe('Tags and metadata', () => {
 });
 
 describe('Retention', () => {
-  test('"An expired session is gone for the API at once (404, absent from lists...)": an own expiresAt in the past hides it from get, update, delete, turns, fork and every list ("An expired session is 404 for everything, out of every list")', async () => {
+  test('[D-finding-8] an expired session is 404 for get, update, delete, turns and fork, and out of every list', async () => {
     const gina = server.as('gina');
     const soon = new Date(Date.now() + 1500).toISOString();
     const s = await create(gina, { name: 'short-lived', expiresAt: soon, tags: ['gone'] });
@@ -145,7 +145,7 @@ describe('Retention', () => {
     assertError(await gina.del(`${BASE}/${s._id}`), 404, 'Chat session not found');
   });
 
-  test('"expiresAt (ISO time or null = never)" ("expiresAt is given with a time zone, kept in UTC"): given with any time zone it is kept in UTC with milliseconds; a time that is not ISO 8601 with a zone is a 400', async () => {
+  test('[D-finding-7] expiresAt given in any time zone is kept in UTC; one without a zone is a 400', async () => {
     const s = await create(alice, { name: 'tz', expiresAt: '2999-01-31T01:00:00+01:00' });
     assert.equal(s.expiresAt, '2999-01-31T00:00:00.000Z');
     for (const bad of ['tomorrow', '2999-01-31', '2999-01-31T00:00:00', '2999-13-40T00:00:00Z', 5]) {

@@ -29,7 +29,7 @@ function seeded(bob) {
 }
 
 describe('What a list request costs', () => {
-  test('"Under ACCESS=owner a project list walks the caller\'s own sessions" ... "its cost and its paging say nothing of other users\' sessions in that project": 5,000 newer sessions of another user in that project change nothing in the caller\'s answer or its paging (no page ends early at the scan budget)', async () => {
+  test("[D-paging-3] 5,000 newer sessions of another user in the project change nothing in the owner's list or paging", async () => {
     const dir = seeded(5000);
     const s = await startServer({ dataDir: dir, env: { ACCESS: 'owner' } });
     try {
@@ -52,7 +52,7 @@ describe('What a list request costs', () => {
     }
   });
 
-  test('"no request costs more than a bounded amount of work however many of the list\'s items the filters leave out": a name search that matches none of 5,000 sessions answers a page that ends early with a cursor; walking the cursors finds exactly what matches', async () => {
+  test('[D-paging-1] a name filter that matches none of 5,000 sessions ends pages early; the cursors find exactly the rest', async () => {
     const dir = seeded(5000);
     const s = await startServer({ dataDir: dir });
     try {

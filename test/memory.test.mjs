@@ -39,7 +39,7 @@ function countItems(s, path, user) {
 }
 
 describe('Writes wait for memory; reads go on', () => {
-  test('"The server refuses writes with 503 Server is low on memory before the process runs out of memory": past MEMORY_LIMIT, creates, updates and turns get 503 with Retry-After ("Every POST and PUT gets 503 Server is low on memory with Retry-After: 5"); "Reads and deletes go on", and /metrics says so', async () => {
+  test('[D-limits-9] past MEMORY_LIMIT creates, updates and turns get 503 with Retry-After; reads and deletes go on', async () => {
     const first = await startServer();
     const u = first.as('alice');
     const ids = [];
@@ -76,7 +76,7 @@ describe('Writes wait for memory; reads go on', () => {
     }
   });
 
-  test('"always starts on a data set it wrote" ("Proven under a real ceiling: fill until refused, read everything, kill, start again"): in a memory cgroup (the kernel\'s OOM killer as the ceiling), one client appending 1 MiB turns is refused before the ceiling, never killed; the whole turn list is streamed; killed and started again under the same ceiling, it serves every turn it accepted', async (t) => {
+  test('[D-limits-9] in a memory cgroup, appends are refused before the OOM killer; after a kill it serves every turn', async (t) => {
     const cgroup = memoryCgroup(t, 256 * 1024 * 1024);
     if (cgroup === undefined) return;
     // the feed is not what is measured: on PostgreSQL it would log every 1 MiB turn once more
@@ -128,7 +128,7 @@ async function inParallel(n, width, fn, stop = () => false) {
 }
 
 describe('Under V8\'s heap limit', () => {
-  test('"always starts on a data set it wrote": under a small heap (--max-old-space-size=48), creates are refused before the heap runs out; whole lists and every page stream what was accepted; "The record cache follows the heap"; after a kill the server starts again under the same heap', async () => {
+  test('[D-limits-13] under a 48 MiB heap creates are refused before it runs out; a restart serves what was accepted', async () => {
     const nodeArgs = ['--max-old-space-size=48'];
     const env = { FSYNC: 'off', MEMORY_LIMIT: 'off' };
     const name = 'n'.repeat(490);
@@ -187,7 +187,7 @@ describe('Under V8\'s heap limit', () => {
 });
 
 describe('Clients that stop reading', () => {
-  test('"Whole-list answers (the spec\'s lists without limit) are streamed with backpressure, never built in memory whole; a client that stops reading is cut off after a timeout": ten clients (ten users) that never read a 64 MiB turn list hold no copy of it (in a 256 MiB memory cgroup), /healthz answers meanwhile, and WRITE_TIMEOUT cuts them off', async (t) => {
+  test('[D-limits-14] [D-limits-8] ten clients that never read a 64 MiB list hold no copy of it, and are cut off', async (t) => {
     const cgroup = memoryCgroup(t, 256 * 1024 * 1024);
     if (cgroup === undefined) return;
     // the live feed's window would keep up to EVENTS_WINDOW_MEMORY of these 1 MiB turns' events,
@@ -236,7 +236,7 @@ describe('V8\'s young generation', () => {
     return Number(m[1]);
   }
 
-  test('"V8\'s young generation grows to 8 MiB at most", "unless the operator sized it": after 8,000 creates of 2 KB (each kept by the record cache and the live feed\'s window, so they outlive scavenges) the new space is at most 16 MiB (the cap, and one of V8\'s doublings past it); started with --semi-space-growth-factor=2 on the command line, the same load grows it past that', async (t) => {
+  test("[D-limits-10] 8,000 creates keep the new space at 16 MiB at most, unless node's flag sizes it", async (t) => {
     const grown = [];
     for (const nodeArgs of [[], ['--semi-space-growth-factor=2']]) {
       const s = await startServer({ nodeArgs, env: { FSYNC: 'off' } });

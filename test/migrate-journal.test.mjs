@@ -94,8 +94,10 @@ async function assertAnswersAsBefore(dir, name) {
 }
 
 describe('The journal retires behind a migration', () => {
+  // how the last release left each journal of test/fixtures
+  const left = { clean: 'stopped cleanly', torn: 'torn at its end', killed: 'killed mid-stream', 'two-files': 'in two files' };
   for (const name of ['clean', 'torn', 'killed', 'two-files']) {
-    test(`"A data directory that holds a journal and no database is migrated ... every acknowledged record carried over": a journal the last release left ${name === 'clean' ? 'after a clean stop' : name === 'torn' ? 'with a torn final write' : name === 'killed' ? 'killed with a turn streaming' : 'in two files, a compaction cut short'} answers exactly as that release answered, ETags, lists, usage and search included; "The journal is kept, renamed, never deleted" and "Streaming turns are carried over as streaming and interrupted by the start that follows"; after a restart nothing changes`, async () => {
+    test(`[D-journal-2] [D-journal-4] a journal ${left[name]} migrates: answers as before, kept renamed, streaming interrupted`, async () => {
       const dir = fixtureDir(name);
       try {
         const before = journalFiles(dir);
@@ -119,7 +121,7 @@ describe('The journal retires behind a migration', () => {
     });
   }
 
-  test('"The journal of the first release" (version 1) migrates with each turn under the one before it and each head its newest turn, with the ETags that release answered', async () => {
+  test('[D-journal-3] a journal of the first release migrates with parents in order and the ETags it answered', async () => {
     const dir = tempDir('csa-migrate-v1-');
     const answers = JSON.parse(readFileSync(join(V1, 'answers.json'), 'utf8')).journal;
     try {
@@ -143,7 +145,7 @@ describe('The journal retires behind a migration', () => {
     }
   });
 
-  test('"A data directory holding both never silently serves either: the start stops with one line saying what it found and what to do"; nothing is changed ("A data directory holding both a journal and a sqlite database is never served" ... "With STORE=postgres a directory holding a journal is refused too")', async () => {
+  test('[D-journal-5] a directory holding a journal and a database, or a journal under STORE=postgres, is not served', async () => {
     const dir = tempDir('csa-migrate-both-');
     try {
       const first = await startServer({ dataDir: dir });
@@ -169,7 +171,7 @@ describe('The journal retires behind a migration', () => {
     }
   });
 
-  test('"... resumable after a crash": a migration SIGKILLed while it copies, or after the journal is renamed but before its database is in place, is finished by the next start with every record', { skip: STORE !== 'sqlite' && 'the start migrates into sqlite' }, async () => {
+  test('[D-journal-2] a migration SIGKILLed while copying, or mid-swap, is finished by the next start with every record', { skip: STORE !== 'sqlite' && 'the start migrates into sqlite' }, async () => {
     for (const point of ['migrate-middle', 'migrate-written', 'migrate-kept']) {
       const dir = fixtureDir('clean');
       try {
@@ -186,7 +188,7 @@ describe('The journal retires behind a migration', () => {
     }
   });
 
-  test('"A `migrate` command does the same offline": it says what it carried over and where the journal is kept; run again it has nothing to do', async () => {
+  test('[D-journal-6] migrate says what it carried over and where the journal is kept; run again it has nothing to do', async () => {
     const dir = fixtureDir('clean');
     try {
       const r = runCli(['migrate'], { env: { DATA_DIR: dir } });
@@ -203,7 +205,7 @@ describe('The journal retires behind a migration', () => {
     }
   });
 
-  test('"`export` reads the engine the data directory holds, never a stale one": "a journal never migrated is read as it is" (exported, the same records the migrated store exports), and the directory is left as it was', { skip: STORE !== 'sqlite' && 'a directory with a journal and STORE=postgres is refused' }, async () => {
+  test('[D-journal-7] export reads a journal never migrated as it is, and leaves the directory as it was', { skip: STORE !== 'sqlite' && 'a directory with a journal and STORE=postgres is refused' }, async () => {
     const dir = fixtureDir('clean');
     try {
       const files = readdirSync(dir).sort();
@@ -223,7 +225,7 @@ describe('The journal retires behind a migration', () => {
     }
   });
 
-  test('"The journal engine of earlier releases is retired" ("STORE is sqlite (the default) or postgres; STORE=journal stops the start with one line"): STORE=journal stops the start with one line saying the engine is retired and what to set', () => {
+  test('[D-journal-1] STORE=journal stops the start with one line saying the engine is retired and what to set', () => {
     const r = runCli([], { env: { DATA_DIR: tempDir('csa-migrate-store-'), STORE: 'journal' } });
     assert.equal(r.code, 2);
     assert.match(r.stderr, /^chat-session-api: STORE=journal: the journal engine is retired; leave STORE unset \(sqlite: the first start migrates the journal of DATA_DIR\) or set it to postgres\n$/);

@@ -9,7 +9,7 @@ import { assert400, BASE, bob, create, EMOJI, freshUser, ids, listOrder, sharedS
 sharedServer();
 
 describe('c. Search', () => {
-  test('"q on the session list matches the name case-insensitively" ("The name filter q is a case-insensitive substring of name")', async () => {
+  test('[D-paging-6] q on the session list matches the name case-insensitively, as a substring', async () => {
     const u = freshUser('q');
     const names = ['Alpha Planning', 'alphabet soup', 'ALPHA', 'beta', 'the alPHa team', ''];
     const made = {};

@@ -22,7 +22,7 @@ describe('f. Owner-only access (ACCESS=owner)', () => {
     removeDir(owner.dataDir);
   });
 
-  test('"get, update, delete, archive, unarchive, turns list and turn append on another user\'s session behave as if it did not exist"', async () => {
+  test("each route on another user's session behaves as if it did not exist (get, update, delete, archive, turns)", async () => {
     const c = await ann.post(BASE, newSession({ projectId: 'owner-p', name: 'ann only' }));
     assert.equal(c.status, 201);
     const s = c.body.data;

@@ -58,7 +58,7 @@ describe('b. Paging on the session list and the turns list', () => {
     assert.deepEqual(empty.body, { success: true, data: [], nextCursor: null });
   });
 
-  test('"walking all pages yields exactly the whole list in order with no skip and no repeat, INCLUDING when many sessions share the same updatedAt"', async () => {
+  test('walking all pages yields the whole list in order, no skip, no repeat, with many sessions sharing an updatedAt', async () => {
     const u = freshUser('walk');
     const project = unique('walk-proj');
     const made = await createWithTies(u, 60, { projectId: project, name: 'walk' });
@@ -79,7 +79,7 @@ describe('b. Paging on the session list and the turns list', () => {
     }
   });
 
-  test('"walking all pages" of a list longer than the store keeps in one piece (1,300 sessions; it keeps lists in chunks of 512): in order, through updates, deletions and a restart', async () => {
+  test('walking all pages of 1,300 sessions: in order, through updates, deletions and a restart', async () => {
     const own = await startServer({ providers: PROVIDERS });
     try {
       const u = own.as('long-list');
@@ -195,7 +195,7 @@ describe('b. Paging on the session list and the turns list', () => {
     assert.equal((await server.request('GET', '/healthz')).status, 200);
   });
 
-  test('"a cursor from another list (a turns cursor used on sessions, a cursor from another projectId, another user\'s list, another q or archived filter) -> 400"', async () => {
+  test('a cursor from another list (turns, project, user, q or archived filter) -> 400', async () => {
     const u = freshUser('other-list');
     const v = freshUser('other-list');
     const p1 = unique('ol-proj');
@@ -284,7 +284,7 @@ describe('b. Paging on the session list and the turns list', () => {
     assert.deepEqual((await u.get(withParams(`${BASE}/${s._id}/turns`, { limit: 1, cursor: tc }))).body, { success: true, data: [], nextCursor: null });
   });
 
-  test('"without limit the spec\'s whole list" ("A cursor given without limit returns the rest of the list", still without nextCursor)', async () => {
+  test('[D-paging-4] a cursor given without limit returns the rest of the list, without nextCursor', async () => {
     const u = freshUser('whole');
     const s = await create(u);
     for (let i = 0; i < 29; i++) await create(u);

@@ -5,7 +5,7 @@ import { describe, test } from 'node:test';
 import { newSession, removeDir, startServer } from './helpers.mjs';
 
 describe('Quotas and streaming turns', () => {
-  test('"A delta of a streaming turn counts the bytes it adds, so a stream that never ends stops at QUOTA_BYTES as any other growth does"', async () => {
+  test('[D-streaming-6] a stream that never ends stops at QUOTA_BYTES as any other growth does', async () => {
     const s = await startServer({ env: { QUOTA_BYTES: '16kb' } });
     try {
       const alice = s.as('alice');

@@ -8,7 +8,7 @@ const refusal = (quota, limit) => ({ status: 403, body: { success: false, messag
 const answer = (r) => ({ status: r.status, body: r.body });
 
 describe('Quotas', () => {
-  test('"Quotas per user: QUOTA_SESSIONS, QUOTA_TURNS, QUOTA_BYTES (default off)" ... "Past one: 403 Quota exceeded: sessions (at most N per user)": other users are not affected; "a delete gives its share back once committed"', async () => {
+  test('[D-limits-11] past a quota 403 Quota exceeded naming it, other users unaffected; a delete gives back its share', async () => {
     const s = await startServer({ env: { QUOTA_SESSIONS: '3' } });
     try {
       const alice = s.as('alice');
@@ -25,7 +25,7 @@ describe('Quotas', () => {
     }
   });
 
-  test('"Usage is counted by session owner: a turn counts against the owner of its session, whoever wrote it" (ACCESS=shared); past QUOTA_TURNS 403 Quota exceeded naming it', async () => {
+  test("[D-limits-11] a turn counts against its session's owner, whoever wrote it; past QUOTA_TURNS 403", async () => {
     const s = await startServer({ env: { QUOTA_TURNS: '4' } });
     try {
       const alice = s.as('alice');
@@ -43,7 +43,7 @@ describe('Quotas', () => {
     }
   });
 
-  test('"bytes are the UTF-8 bytes of the JSON of the user\'s sessions and of their turns"; a write that would pass QUOTA_BYTES gets 403 Quota exceeded naming it; "Only what grows is checked"', async () => {
+  test("[D-limits-11] QUOTA_BYTES counts the JSON of a user's sessions and turns; only what grows is checked", async () => {
     const s = await startServer({ env: { QUOTA_BYTES: '8kb' } });
     try {
       const alice = s.as('alice');
@@ -65,7 +65,7 @@ describe('Quotas', () => {
     }
   });
 
-  test('"A quota is enforced at the serial point (the store\'s one writer), against the committed usage plus what the earlier writes of the same group add, so writes sent together cannot pass it": 40 turns sent at once against QUOTA_TURNS=10 give exactly 10 turns and 30 refusals, and a restart shows exactly those 10', async () => {
+  test('[D-limits-11] 40 turns at once against QUOTA_TURNS=10 give exactly 10, and a restart shows those 10', async () => {
     const s = await startServer({ env: { QUOTA_TURNS: '10' } });
     try {
       const alice = s.as('alice');
@@ -86,7 +86,7 @@ describe('Quotas', () => {
     }
   });
 
-  test('"A fork counts against its caller, who owns it: the new session and all its copied turns; an edit counts what it adds to the turn\'s JSON; deleting turns gives back theirs at once"', async () => {
+  test('[D-limits-11] a fork counts its copies against its caller, an edit what it adds; deleting turns gives back', async () => {
     const s = await startServer({ env: { QUOTA_TURNS: '5', QUOTA_BYTES: '8kb', ACCESS: 'shared' } });
     try {
       const alice = s.as('alice');
@@ -115,7 +115,7 @@ describe('Quotas', () => {
     }
   });
 
-  test('quotas are off by default, --help lists them and MEMORY_LIMIT with their defaults, and a bad value stops the start with one line naming the setting', () => {
+  test('quotas are off by default, --help lists them, and a bad value stops the start with one line naming it', () => {
     const help = runCli(['--help']).stdout;
     for (const line of ['QUOTA_SESSIONS / --quota-sessions', 'QUOTA_TURNS / --quota-turns', 'QUOTA_BYTES / --quota-bytes', 'MEMORY_LIMIT / --memory-limit']) assert.ok(help.includes(line), line);
     assert.match(help, /QUOTA_SESSIONS[^\n]*\[default: \(off\)\]/);

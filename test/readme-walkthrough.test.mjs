@@ -26,13 +26,13 @@ function walked() {
   return walkthroughDocuments().map((doc) => ({ doc, text: read(doc), steps: parseWalkthrough(read(doc), doc) }));
 }
 
-test('the documents that show commands are walked: the front page, the API, live events, the OpenAI door, operating it, talking to a model and security', () => {
+test('the documents that show commands are walked: the front page, API, live events, OpenAI door, operating, replies, security', () => {
   assert.deepEqual(walkthroughDocuments(), ['README.md', 'docs/api.md', 'docs/live-events.md', 'docs/openai.md', 'docs/operating.md', 'docs/replies.md', 'docs/security.md']);
   const steps = walked().reduce((n, w) => n + w.steps.length, 0);
   assert.ok(steps >= 60, `${steps} steps found: the parser missed blocks`);
 });
 
-test('"Every document\'s walkthrough is run by a test": every console block of the README and of docs/, document by document, prints what the document prints', { timeout: 600_000 }, async (t) => {
+test('[D-docs-7] every console block of the README and of docs/, document by document, prints what it shows', { timeout: 600_000 }, async (t) => {
   if (!haveCurl(t)) return;
   for (const doc of walkthroughDocuments()) {
     await t.test(doc, { timeout: 240_000 }, async () => {
@@ -53,7 +53,7 @@ test('[D-papercuts-3] "A document\'s outputs are one run\'s": a record\'s create
   assert.deepEqual(matched.times, ['2027-02-03T04:05:06.789Z', '2027-02-03T04:05:07.000Z']);
 });
 
-test('"Every document\'s walkthrough ... creates what it uses": in each document $TOKEN and $H are set before any command uses them, no session is used after its delete, and the reader is told to use their own ids', () => {
+test('[D-docs-7] each walkthrough sets $TOKEN and $H before use, uses no deleted session, and says to use your ids', () => {
   let deletes = 0;
   for (const { doc, text, steps } of walked()) {
     const firstH = steps.findIndex((s) => s.command.includes('"$H"'));
@@ -76,7 +76,7 @@ test('"Every document\'s walkthrough ... creates what it uses": in each document
   assert.match(read('docs/api.md'), /send that string back as `cursor`/, 'cursors are explained');
 });
 
-test('"the first `curl` keeps the id of the last event it saw": each `LAST=$(...)` of the documents, on a stream that prints several ids, keeps one, the last, from which a resume misses nothing; and the walkthrough runs each (issue 31, item 7: it captured two or three ids)', async (t) => {
+test('each LAST=$(...) of the documents keeps one id, the last, from which a resume misses nothing', async (t) => {
   if (!haveCurl(t)) return;
   const recipes = [];
   for (const { doc, steps } of walked()) {

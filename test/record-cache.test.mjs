@@ -28,7 +28,7 @@ const FAKETIME = (() => {
 const getAlone = (who, id) => request(server.url, 'GET', `${BASE}/${id}`, { token: who.token, keepAlive: false });
 
 describe('The cache of hot sessions and pages (sqlite; on postgres, which has none, the same answers)', () => {
-  test('"a cached record is never older than an acknowledged write": renames and turn appends, each followed at once by reads from many connections, while other clients read the same sessions all along', async () => {
+  test('[D-sqlite-2] renames and appends read at once from many connections are never older than acknowledged', async () => {
     const u = freshUser('cache-fresh');
     const sessions = [];
     for (let i = 0; i < 6; i++) sessions.push((await create(u))._id);
@@ -78,7 +78,7 @@ describe('The cache of hot sessions and pages (sqlite; on postgres, which has no
     if (STORE === 'sqlite') assert.ok((await metric(server, 'chat_session_api_sqlite_record_cache_hits_total')) > 0, 'the reads went through the cache');
   });
 
-  test('"a deleted session is 404 at once": a session read (and kept) is 404 on every connection as soon as its DELETE is answered; a deleted turn moves the head at once', async () => {
+  test('[D-sqlite-2] a kept session is 404 everywhere once its DELETE is answered; a deleted turn moves the head at once', async () => {
     const u = freshUser('cache-delete');
     const s = (await u.post(BASE, newSession())).body.data;
     for (let i = 0; i < 3; i++) assert.equal((await u.get(`${BASE}/${s._id}`)).status, 200);
@@ -94,7 +94,7 @@ describe('The cache of hot sessions and pages (sqlite; on postgres, which has no
     assert.equal(after.body.data.headTurnId, first._id, 'the head moved back with the deletion');
   });
 
-  test('"never serving a deleted or expired record": a session read (and kept) while live is 404 once its expiresAt has passed', async () => {
+  test('[D-sqlite-2] a session kept while live is 404 once its expiresAt has passed', async () => {
     const u = freshUser('cache-expiry');
     const expiresAt = new Date(Date.now() + 1500).toISOString();
     const s = (await u.post(BASE, newSession({ expiresAt }))).body.data;
@@ -105,7 +105,7 @@ describe('The cache of hot sessions and pages (sqlite; on postgres, which has no
     assert404(await getAlone(u, s._id), 'expired, another connection');
   });
 
-  test('"a page of a list is never older than an acknowledged write": a user\'s page read (and kept) shows at once each create, rename, turn append, archive and delete of their sessions, from any connection', async () => {
+  test('[D-sqlite-2] a kept page shows at once each create, rename, append, archive and delete of its sessions', async () => {
     const u = freshUser('cache-page');
     const page = async () => {
       const a = await u.get(`${BASE}?limit=50`);
@@ -133,7 +133,7 @@ describe('The cache of hot sessions and pages (sqlite; on postgres, which has no
     assert.deepEqual(await names(), ['s1', 'renamed']);
   });
 
-  test('"never serving a deleted or expired record": a page read (and kept) while a session of it is live leaves it out once its expiresAt has passed', async () => {
+  test('[D-sqlite-2] a kept page leaves a session out once its expiresAt has passed', async () => {
     const u = freshUser('cache-page-expiry');
     const expiresAt = new Date(Date.now() + 1500).toISOString();
     const kept = (await u.post(BASE, newSession({ name: 'kept' }))).body.data;
@@ -143,7 +143,7 @@ describe('The cache of hot sessions and pages (sqlite; on postgres, which has no
     assert.deepEqual((await u.get(`${BASE}?limit=10`)).body.data.map((x) => x._id), [kept._id], 'expired: out of the page');
   });
 
-  test('"never serving a deleted or expired record": with RETENTION_DAYS=1, a page read (and kept) is empty and its session 404 once the clock has passed its last activity + 1 day (the server under libfaketime, its clock stepped 2 days on)', { skip: FAKETIME === undefined && 'libfaketime not found (apt-get install faketime)' }, async () => {
+  test('[D-sqlite-2] with RETENTION_DAYS=1 and the clock stepped 2 days on, a kept page is empty, its session 404', { skip: FAKETIME === undefined && 'libfaketime not found (apt-get install faketime)' }, async () => {
     const clockDir = tempDir('csa-clock-');
     const offset = join(clockDir, 'offset');
     writeFileSync(offset, '+0\n');
@@ -165,7 +165,7 @@ describe('The cache of hot sessions and pages (sqlite; on postgres, which has no
     }
   });
 
-  test('"The record cache follows the heap": under --max-old-space-size=64 (a budget of 1 MiB) reading 600 sessions of about 3.5 KiB each keeps the cache within its budget, and the last ones read are answered from it', { skip: STORE !== 'sqlite' && 'the cache is sqlite\'s' }, async () => {
+  test('[D-limits-13] under a 64 MiB heap the cache stays within its 1 MiB and answers the last sessions read', { skip: STORE !== 'sqlite' && 'the cache is sqlite\'s' }, async () => {
     const s = await startServer({ nodeArgs: ['--max-old-space-size=64'], env: { FSYNC: 'off', MEMORY_LIMIT: 'off' } });
     try {
       const u = s.as('alice');

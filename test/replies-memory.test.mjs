@@ -95,7 +95,7 @@ async function listenThenStop(port, token, session) {
 /** The server's resident memory at its highest so far (VmHWM), in bytes. */
 const peakRss = (pid) => Number(/^VmHWM:\s+(\d+) kB/m.exec(readFileSync(`/proc/${pid}/status`, 'utf8'))[1]) * 1024;
 
-test('"memory stays bounded with a thousand replies in progress and slow listeners": in a 512 MiB memory cgroup, a thousand replies held in progress at once, every listener stopped reading: every reply completes and is recorded whole, the listeners whose replies outgrow EVENTS_BUFFER are cut off as slow, the others read their reply to its end, the server is not killed and its peak RSS stays under 384 MiB', async (t) => {
+test('"memory stays bounded with a thousand replies in progress and slow listeners": all recorded whole, unkilled', async (t) => {
   const cgroup = memoryCgroup(t, CEILING);
   if (cgroup === undefined) return;
   const provider = await startProvider({ log: false });

@@ -52,7 +52,7 @@ const textOf = (content) => (typeof content === 'string' ? content : content.fil
 
 describe('Replies from the model', () => {
   for (const type of ['openai', 'anthropic', 'ollama']) {
-    test(`"POST /api/v1/chat-sessions/:id/messages ... records the user turn ..., then asks the session's provider for a reply ... and records the reply as an assistant turn under it (model = the model used ...)": ${type}, answered 201 once recorded ("Otherwise the request waits")`, async () => {
+    test(`"records the user turn", asks the provider, records the reply under it: ${type}, 201 once recorded`, async () => {
       const s = await session(type, 'say:Hello%20there%2C%20friend.');
       const r = await alice.post(`${B}/${s._id}/messages`, { content: 'Say hello.' });
       assert.equal(r.status, 201, r.text);
@@ -69,7 +69,7 @@ describe('Replies from the model', () => {
     });
   }
 
-  test('"The system message is the session\'s `instructions` ... none when absent. Turns with status `error` and `reasoning` parts are not sent back to the model", and "`options`: `temperature`, `maxTokens`, `topP`, `stop`, passed on" ("What the model is sent: the path to the turn answered, without error turns")', async () => {
+  test('[D-replies-14] the model is sent the instructions and the path, without error turns or reasoning; options passed on', async () => {
     const s = await session('openai', 'echo', { instructions: 'Answer in French.' });
     await alice.post(`${B}/${s._id}/turns`, { role: 'user', content: 'an old question' });
     await alice.post(`${B}/${s._id}/turns`, { role: 'assistant', content: [{ type: 'reasoning', text: 'secret thoughts' }, { type: 'text', text: 'an old answer' }] });
@@ -89,7 +89,7 @@ describe('Replies from the model', () => {
     assert.equal(provider.requests.filter((x) => x.protocol === 'openai').at(-1).system, undefined, 'no system message without instructions');
   });
 
-  test('"`Accept: text/event-stream`: 200 and a stream of the session\'s own event kinds: `turn.created` (the user turn ...), `turn.created` (the reply, `status:"streaming"`, `content:""`), `turn.delta` for each piece of text, then `turn.updated` with the reply as recorded at the end, after which the stream closes. Event ids are those of `GET /api/v1/chat-sessions/:id/events`" ("its turn.updated is the last event"; "closing after the reply\'s last turn.updated with no end event")', async () => {
+  test("[D-replies-4] [D-replies-7] `Accept: text/event-stream`: the turns' events, deltas, the last turn.updated, then close", async () => {
     const s = await session('ollama', 'tokens:6');
     const follow = await openEvents(server.url, `${B}/${s._id}/events`, { token: alice.token });
     await follow.waitFor((e) => e.event === 'ready');
@@ -112,7 +112,7 @@ describe('Replies from the model', () => {
     await follow.close();
   });
 
-  test('"A reply\'s event stream closes after the `turn.deleted` that takes its turn": deleting the reply, the message it answers or an earlier turn under which both sit, while it streams, ends the answer\'s stream with that event, not holding it (and its place among `MAX_STREAMS`) open for ever', async () => {
+  test("[D-replies-8] deleting the reply, its message or a turn above them ends the answer's stream with that event", async () => {
     for (const which of ['reply', 'message', 'ancestor']) {
       const s = await session('openai', `tokens:10+stall-after:3+n:${which}`);
       const first = (await alice.post(`${B}/${s._id}/turns`, { role: 'user', content: 'an earlier turn' })).body.data;
@@ -131,7 +131,7 @@ describe('Replies from the model', () => {
     }
   });
 
-  test('"`background: true`: 202 `{success:true, data:{turn, reply}}` at once (`reply` still `streaming`); follow it on the session\'s events or by `GET` of the turn"', async () => {
+  test('"`background: true`: 202" at once with the reply still streaming; follow it by events or GET', async () => {
     const s = await session('openai', 'tokens:20@100');
     const r = await alice.post(`${B}/${s._id}/messages`, { content: 'in the background', background: true });
     assert.equal(r.status, 202, r.text);
@@ -144,7 +144,7 @@ describe('Replies from the model', () => {
     assert.equal(textOf(done.content).split(' ').length, 20);
   });
 
-  test('"Event ids increase in commit order, and a gap is never silent" for a reply of 5,000 pieces: the session\'s stream opened afterwards with the Last-Event-ID of its first piece replays every later piece once, in order, then `ready` (on PostgreSQL past the newest 4,096 events an instance keeps in memory: the older ones are read back from the shared log)', async () => {
+  test("[D-live-5] a reply of 5,000 pieces replays from its first piece's Last-Event-ID, every piece once, in order", async () => {
     const N = 5_000;
     const s = await session('ollama', `tokens:${N}`);
     const live = await openEvents(server.url, `${B}/${s._id}/messages`, { token: alice.token, method: 'POST', json: { content: 'count' } });
@@ -179,7 +179,7 @@ describe('Replies from the model', () => {
     assert.equal(asked.clientClosed, false, "the provider's request was not closed");
   });
 
-  test('"`POST /api/v1/chat-sessions/:id/turns/:turnId/cancel` stops it (the provider\'s request is closed), records the text so far with status `interrupted` and then answers 200 with the turn; a turn that is not streaming -> 409 `Turn is not streaming`" ("Cancel: a reply this instance generates is aborted and its end recorded interrupted, then answered")', async () => {
+  test("[D-replies-9] a cancel stops the provider's request, records the text interrupted and answers 200", async () => {
     const s = await session('ollama', 'stall-after:3');
     const r = await alice.post(`${B}/${s._id}/messages`, { content: 'go on and stall', background: true });
     const replyId = r.body.data.reply._id;
@@ -200,7 +200,7 @@ describe('Replies from the model', () => {
     assert.equal((await alice.post(`${B}/${s._id}/turns/0123456789abcdef01234567/cancel`, {})).status, 404);
   });
 
-  test('"A reply whose turn someone else ended ... is answered as recorded": a client\'s edit that ends the streaming reply (`PUT` of its `status`) gets the waiting request 201 with the turn as the edit left it, not a 409 `Turn is not streaming` for a message that was recorded', async () => {
+  test("[D-replies-11] a client's PUT that ends the streaming reply gets the waiting request 201 with the turn as left", async () => {
     const s = await session('openai', 'tokens:6+stall-after:3');
     const waiting = alice.post(`${B}/${s._id}/messages`, { content: 'go on' });
     let replyId;
@@ -218,7 +218,7 @@ describe('Replies from the model', () => {
     assert.deepEqual(await turn(s._id, replyId), edited.body.data);
   });
 
-  test('"One reply at a time per session: a message or reply while one is streaming -> 409 `A reply is already in progress`, and nothing is recorded"', async () => {
+  test('"One reply at a time per session": a message or reply while one streams is 409, nothing recorded', async () => {
     const s = await session('openai', 'stall-after:1');
     const first = await alice.post(`${B}/${s._id}/messages`, { content: 'first', background: true });
     assert.equal(first.status, 202);
@@ -258,7 +258,7 @@ describe('Replies from the model', () => {
     assert.equal(after.status, 201, 'under the interrupted reply');
   });
 
-  test('"Refused before anything is recorded: the session\'s provider not configured, of a type that cannot reply, or the model outside its `models` -> 409 naming the provider or model" ("not configured, a type that cannot reply, a model outside models are 409 naming them")', async () => {
+  test('[D-replies-3] an unconfigured provider, a type that cannot reply or an unlisted model: 409, nothing recorded', async () => {
     const cases = [
       [{ providerId: '6f00000000000000000000ff', selectedModel: 'echo' }, /^Provider "6f00000000000000000000ff" is not configured/],
       [{ providerId: ids.listing, selectedModel: 'echo' }, /^Provider "A listing only" is of type "azure-something", which cannot reply/],
@@ -284,7 +284,7 @@ describe('Replies from the model', () => {
     assert.deepEqual((await alice.get(`${B}/${s._id}/turns`)).body.data, [], 'nothing recorded');
   });
 
-  test('"`POST /api/v1/chat-sessions/:id/replies` ... a reply to an existing turn (default the head) without a new user turn: regenerating an answer is a reply to its user turn, and the new reply becomes a sibling of the old one"', async () => {
+  test('"a reply to an existing turn" (default the head): regenerating makes a sibling of the old reply', async () => {
     const s = await session('ollama', 'say:first');
     const m = (await alice.post(`${B}/${s._id}/messages`, { content: 'question' })).body.data;
     const again = await alice.post(`${B}/${s._id}/replies`, { parentId: m.turn._id, model: 'say:second' });
@@ -299,7 +299,7 @@ describe('Replies from the model', () => {
     assert.equal((await alice.post(`${B}/${s._id}/replies`, { parentId: '0123456789abcdef01234567' })).body.message, 'parentId must be a turn of this session');
   });
 
-  test('"The provider\'s transient failures before the first piece of text (connection refused, 429, 500, 502, 503, 529) are tried again, at most twice, honouring `Retry-After`"; a failure that lasts ends the reply with `error`, naming the provider, never its key', async () => {
+  test('transient failures before the first piece are "tried again, at most twice", then the reply ends error', async () => {
     const s = await session('openai');
     const once = await alice.post(`${B}/${s._id}/messages`, { content: 'retry me', model: 'status:503+retry-after:0+times:1+n:a' });
     assert.equal(once.body.data.reply.status, 'complete', once.text);
@@ -311,7 +311,7 @@ describe('Replies from the model', () => {
     assert.equal(provider.requests.filter((q) => q.model === 'status:500+retry-after:0+n:b').length, 3, 'tried three times in all');
   });
 
-  test('"A reply ends ... `error` (with `error: {message}`: the provider\'s refusal or failure, in words that name the provider, never its key)": the key is in no answer, event, log line or export, even when the provider quotes it', async () => {
+  test("a reply's error names the provider, never its key: in no answer, event, log line or export", async () => {
     const s = await session('openai');
     const follow = await openEvents(server.url, `${B}/${s._id}/events`, { token: alice.token });
     await follow.waitFor((e) => e.event === 'ready');
@@ -337,7 +337,7 @@ describe('Replies from the model', () => {
     assert.equal(textOf(reply.content).split(' ').length, 2, 'what came before the stall is kept');
   });
 
-  test('"A provider\'s body that goes on after the reply\'s end is read and dropped for at most `PROVIDER_IDLE_TIMEOUT`, then its connection is closed": a provider that never ends its body does not keep a socket for ever, on each protocol', async () => {
+  test('[D-providers-10] a provider that never ends its body keeps no socket for ever, on each protocol', async () => {
     for (const type of ['openai', 'anthropic', 'ollama']) {
       const model = `say:done%20here+linger+n:${type}`;
       const s = await session(type, model);
@@ -350,7 +350,7 @@ describe('Replies from the model', () => {
     }
   });
 
-  test('"A body that ends without the line end of its last event ... still ends the reply as that event says": `data: [DONE]`, Anthropic\'s `message_stop` or Ollama\'s done line with no line end after it gets the reply recorded complete with its usage, on each protocol', async () => {
+  test('[D-providers-15] a last event without its line end still ends the reply complete with usage, on each protocol', async () => {
     for (const type of ['openai', 'anthropic', 'ollama']) {
       const s = await session(type, 'say:all%20of%20it+no-final-eol');
       const r = await alice.post(`${B}/${s._id}/messages`, { content: 'the end?' });
@@ -360,7 +360,7 @@ describe('Replies from the model', () => {
     }
   });
 
-  test('reasoning text (`reasoning_content`, Anthropic `thinking`, Ollama `thinking`) is "recorded as a `reasoning` part before the answer\'s `text` part, never as the answer", and told as `turn.delta` with `type: "reasoning"`', async () => {
+  test('reasoning text is "recorded as a `reasoning` part before the answer\'s `text` part" and told as its own deltas', async () => {
     for (const type of ['openai', 'anthropic', 'ollama']) {
       const s = await session(type, 'reasoning:3+tokens:2');
       const stream = await openEvents(server.url, `${B}/${s._id}/messages`, { token: alice.token, method: 'POST', json: { content: 'think first' } });
@@ -375,7 +375,7 @@ describe('Replies from the model', () => {
     }
   });
 
-  test('"Scopes: sending needs `sessions:write`"; a session the caller may not see is 404 under `ACCESS=owner`; the cancel needs `sessions:write` too', async () => {
+  test('"Scopes: sending needs `sessions:write`", the cancel too; another\'s session is 404 under ACCESS=owner', async () => {
     const s = await session('openai');
     const reader = server.as('alice', { scope: 'sessions:read' });
     assert.deepEqual([(await reader.post(`${B}/${s._id}/messages`, { content: 'hi' })).status, (await reader.post(`${B}/${s._id}/replies`, {})).status], [403, 403]);
@@ -393,7 +393,7 @@ describe('Replies from the model', () => {
     }
   });
 
-  test('"It carries `usage` `{inputTokens, outputTokens, cachedTokens?}` as the provider reported it (absent when it reported none), counted in `GET /api/v1/usage`": a reply\'s tokens are in its owner\'s usage; "a client\'s as it sent it (`POST` or `PUT` of a turn): the same count"; "A deleted turn or session takes its tokens with it"', async () => {
+  test("[D-finding-2] a reply's tokens and a client's turn usage count alike in /usage; a deleted turn takes its own", async () => {
     const tina = server.as('tina');
     const tokens = async () => {
       const u = (await tina.get('/api/v1/usage')).body.data;
@@ -424,7 +424,7 @@ describe('Replies from the model', () => {
     assert.deepEqual(await tokens(), [10, 1, 0]);
   });
 
-  test('"A token count that is not a whole number from 0 to 2^53 - 1 ... is taken as not reported": a provider reporting 1e300, 1.5, -3 or 1e19 tokens gets its reply recorded complete with its text and without those counts, and `GET /api/v1/usage` stays whole numbers (on PostgreSQL the end\'s write was refused and the turn left streaming with its text lost)', async () => {
+  test('[D-providers-6] token counts of 1e300, 1.5, -3 or 1e19 are not reported; the reply is recorded complete', async () => {
     const ursula = server.as('ursula');
     for (const type of ['openai', 'anthropic', 'ollama']) {
       for (const v of ['1e300', '1.5', '-3', '1e19']) {
@@ -442,7 +442,7 @@ describe('Replies from the model', () => {
     assert.deepEqual([u.inputTokens, u.outputTokens, u.cachedTokens], [0, 4, 0]);
   });
 
-  test('"`GET /api/v1/chat-sessions/:id/turns/:turnId` -> 200 `{success:true, data:<turn>}`; an unknown turn -> 404 `Turn not found`"', async () => {
+  test('"`GET /api/v1/chat-sessions/:id/turns/:turnId` -> 200"; an unknown turn -> 404 `Turn not found`', async () => {
     const s = await session('openai');
     const t = (await alice.post(`${B}/${s._id}/turns`, { role: 'user', content: 'one turn' })).body.data;
     const r = await alice.get(`${B}/${s._id}/turns/${t._id}`);
@@ -452,7 +452,7 @@ describe('Replies from the model', () => {
     assert.equal((await alice.get(`${B}/0123456789abcdef01234567/turns/${t._id}`)).status, 404);
   });
 
-  test('"Streaming turns: create with `status:"streaming"` (its `content` may be `""`: a reply that has produced nothing yet)"; `""` for any other status is still "content is required"', async () => {
+  test('[D-sessions-5] a turn created streaming may have content "", any other status may not', async () => {
     const s = await session('openai');
     const r = await alice.post(`${B}/${s._id}/turns`, { role: 'assistant', content: '', status: 'streaming' });
     assert.equal(r.status, 201, r.text);
@@ -466,7 +466,7 @@ describe('Replies from the model', () => {
     }
   });
 
-  test('"The system message is the session\'s `instructions` (optional string, at most 32 KiB, set at create or update)": kept and answered; "" or null on update removes them; larger is a 400', async () => {
+  test('"The system message is the session\'s `instructions`": kept, answered, removed by "" or null, at most 32 KiB', async () => {
     const s = await session('openai', 'echo', { instructions: 'Be terse.' });
     assert.equal(s.instructions, 'Be terse.');
     assert.equal((await alice.put(`${B}/${s._id}`, { instructions: 'Be kind.' })).body.data.instructions, 'Be kind.');
@@ -477,7 +477,7 @@ describe('Replies from the model', () => {
 });
 
 describe('Bounds of replies', () => {
-  test('"`REPLIES_MAX` replies in progress per instance; one more gets `503 Too many replies in progress` with `Retry-After: 5`": nothing is recorded for the one refused', async () => {
+  test('"`REPLIES_MAX` replies in progress per instance"; one more gets 503 and nothing is recorded', async () => {
     const s = await startServer({ providers: providersFor(provider.url), env: { REPLIES_MAX: '1' } });
     try {
       const u = s.as('alice');
@@ -496,7 +496,7 @@ describe('Bounds of replies', () => {
     }
   });
 
-  test('a reply streamed to a client that stops reading holds at most EVENTS_BUFFER for it: the stream is cut off as `slow`, the reply goes on to its end and is recorded whole ("A client that goes away never stops a reply")', async () => {
+  test('"A client that goes away never stops a reply": cut off as slow, the reply is recorded whole', async () => {
     const s = await startServer({ providers: providersFor(provider.url), env: { EVENTS_BUFFER: '64kb' } });
     const u = s.as('alice');
     // some 100,000 events of 150 bytes: well past what the kernel's buffers may hold (several MiB on loopback)
@@ -529,7 +529,7 @@ describe('Bounds of replies', () => {
     }
   });
 
-  test('"RATE_LIMIT counts these requests, and the quotas count the turns" ("The end is never refused for a quota"): a message past QUOTA_TURNS is 403 `Quota exceeded` before anything is recorded; a reply that grows past QUOTA_BYTES ends `error` with the quota\'s words, keeping what fitted; past RATE_LIMIT a message is 429', async () => {
+  test('[D-replies-6] quotas and RATE_LIMIT: a message past a quota is 403, a reply past QUOTA_BYTES ends error', async () => {
     const s = await startServer({ providers: providersFor(provider.url), env: { QUOTA_TURNS: '3', QUOTA_BYTES: '6kb' } });
     try {
       const u = s.as('alice');
@@ -566,7 +566,7 @@ describe('Bounds of replies', () => {
     }
   });
 
-  test('"With EVENTS=off it cannot be given: 406", and nothing is recorded', async () => {
+  test('[D-replies-7] with EVENTS=off an event-stream answer is 406 and nothing is recorded', async () => {
     const s = await startServer({ providers: providersFor(provider.url), env: { EVENTS: 'off' } });
     try {
       const u = s.as('alice');
@@ -580,7 +580,7 @@ describe('Bounds of replies', () => {
     }
   });
 
-  test('"a crash loses at most that much, and the next start marks the reply `interrupted` with what was recorded": a SIGKILL in the middle of a reply leaves the text recorded until then, and the next start interrupts it', { skip: STORE === 'postgres' && 'on PostgreSQL a reply whose instance died is interrupted after STREAMING_IDLE (postgres/multi-instance.test.mjs)' }, async () => {
+  test('a SIGKILL mid-reply keeps the text recorded so far, and "the next start marks the reply `interrupted`"', { skip: STORE === 'postgres' && 'on PostgreSQL a reply whose instance died is interrupted after STREAMING_IDLE (postgres/multi-instance.test.mjs)' }, async () => {
     const dir = tempDir('csa-reply-crash-');
     const s = await startServer({ dataDir: dir, providers: providersFor(provider.url) });
     try {

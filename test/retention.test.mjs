@@ -50,7 +50,7 @@ async function say(who, id, content) {
 }
 
 describe('Retention: the background purge', () => {
-  test('expired sessions are purged in the background with their turns: usage and the purge counters in /metrics follow, live sessions stay', async () => {
+  test('expired sessions are purged in the background with their turns: usage and /metrics follow, live ones stay', async () => {
     const s = await start({ PURGE_INTERVAL: '100ms' });
     const hana = s.as('hana');
     // made, given its turns, then expired by an update: no race with the clock on a slow machine
@@ -81,7 +81,7 @@ describe('Retention: the background purge', () => {
 });
 
 describe('Retention: an expired session\'s event stream', () => {
-  test('"An expired session\'s event stream is 404 at open; a stream already open stays open until the purge deletes the session": opening the stream of an expired session is 404; a stream open when its session expires ends with `end` {"reason":"deleted"} once the purge takes it', async () => {
+  test("[D-finding-10] an expired session's stream is 404; an open one ends `deleted` once the purge takes it", async () => {
     const s = await start({ PURGE_INTERVAL: '100ms' });
     const jo = s.as('jo');
     const past = await create(jo, { name: 'past', expiresAt: PAST });
@@ -99,7 +99,7 @@ describe('Retention: an expired session\'s event stream', () => {
 });
 
 describe('Retention: the purge and erase-user commands', () => {
-  test('"purge --dry-run reads a snapshot, like export, so it is safe beside a running server; purge and erase-user write, so they take the data directory as import does": purge --dry-run lists each expired session with its expiry and a count, beside a running server; purge and erase-user refuse while a server holds the data directory, then do their work once it is stopped', async () => {
+  test('[D-finding-11] purge --dry-run lists beside a running server; purge and erase-user wait for the directory', async () => {
     const s = await start({ PURGE_INTERVAL: 'off' });
     const kai = s.as('kai');
     const lea = s.as('lea');

@@ -39,7 +39,7 @@ async function search(who, query) {
 const hits = (body) => body.data.map((h) => [h.session.name, h.turnId]);
 
 describe('Search', () => {
-  test('"every query word starts a word of the name or of the turn" (prefix or whole word, case ignored); the answer is {session, turnId|null, snippet}', async () => {
+  test('[D-search-1] every query word starts a word of the name or turn, case ignored; a hit is {session, turnId, snippet}', async () => {
     const u = server.as('s-words');
     const s = await create(u, { name: 'Kubernetes upgrade plan' });
     const t = await say(u, s._id, 'We should UPGRADE the cluster before Friday.');
@@ -59,7 +59,7 @@ describe('Search', () => {
     assert.equal((await search(u, { q: 'kubernetes friday' })).data.length, 0);
   });
 
-  test('"Words are runs of letters and digits, folded the same way on every engine": Unicode case folding, punctuation separates words', async () => {
+  test('[D-search-2] words are folded alike on every engine: Unicode case folding, punctuation separates them', async () => {
     const u = server.as('s-fold');
     const s = await create(u, { name: 'Straße' });
     await say(u, s._id, 'ÉTÉ à Paris: café-crème, 42km');
@@ -68,7 +68,7 @@ describe('Search', () => {
     assert.equal((await search(u, { q: 'km' })).data.length, 0);
   });
 
-  test('"Hits are newest first: a turn by its createdAt, a name by its session\'s updatedAt", paged with limit and cursor', async () => {
+  test("[D-search-4] hits are newest first, a turn by createdAt, a name by its session's updatedAt, paged", async () => {
     const u = server.as('s-order');
     const a = await create(u, { name: 'zebra one' });
     const t1 = await say(u, a._id, 'zebra crossing');
@@ -105,7 +105,7 @@ describe('Search', () => {
     assert.deepEqual(paged, hits(all));
   });
 
-  test('"A search is always paged": without limit it answers 20 hits and a nextCursor', async () => {
+  test('[D-search-5] a search is always paged: without limit, 20 hits and a nextCursor', async () => {
     const u = server.as('s-page');
     const s = await create(u, { name: 'pages' });
     for (let i = 0; i < 22; i++) await say(u, s._id, `walrus ${i}`);
@@ -120,7 +120,7 @@ describe('Search', () => {
     assert.deepEqual(other.body, { success: false, message: 'cursor belongs to another list or query' });
   });
 
-  test('"Search reads the sessions the list would": own sessions, a project\'s with projectId under ACCESS, archived only with archived=true|all, expired never', async () => {
+  test("[D-search-6] search reads the sessions the list would: own, a project's, archived on request, expired never", async () => {
     const ann = server.as('s-ann');
     const ben = server.as('s-ben');
     await create(ann, { name: 'okapi mine', projectId: 'p-okapi' });
@@ -148,7 +148,7 @@ describe('Search', () => {
     }
   });
 
-  test('"The index follows every change": a rename, an edited turn, a deleted turn and a deleted session', async () => {
+  test('[D-search-9] the index follows a rename, an edited turn, a deleted turn and a deleted session', async () => {
     const u = server.as('s-change');
     const s = await create(u, { name: 'ibis' });
     const t = await say(u, s._id, 'heron');
@@ -167,7 +167,7 @@ describe('Search', () => {
     assert.deepEqual(hits(await search(u, { q: 'egret' })), []);
   });
 
-  test('"q is 1-200 characters with at least one letter or digit", else 400 in the envelope', async () => {
+  test('[D-search-3] q is 1-200 characters with a letter or digit, else 400 in the envelope', async () => {
     const u = server.as('s-bad');
     for (const [path, message] of [
       [SEARCH, 'q is required'],
@@ -182,7 +182,7 @@ describe('Search', () => {
     assert.equal((await u.get(`${SEARCH}?q=${'a'.repeat(200)}`)).status, 200);
   });
 
-  test('"The index survives a restart": what was written before is found after', async () => {
+  test('[D-search-15] what was written before a restart is found after it', async () => {
     const first = await startServer();
     const dataDir = first.dataDir;
     try {
@@ -203,7 +203,7 @@ describe('Search', () => {
     }
   });
 
-  test('"Indexing is off the commit path": every turn acknowledged before the process is killed is found after the restart (sqlite indexes its queue then)', async () => {
+  test('[D-search-10] every turn acknowledged before a kill is found after the restart', async () => {
     const first = await startServer();
     const dataDir = first.dataDir;
     const made = [];
@@ -232,7 +232,7 @@ describe('Search', () => {
     }
   });
 
-  test('sqlite: "FTS5 merges 16 segments of a level at a time" as it writes (a whole level at once only at 64), and "a server with time to spare merges its search index" further: its segments become fewer and every turn is still found', { skip: STORE !== 'sqlite' && 'about the sqlite engine' }, async () => {
+  test("[D-search-11] sqlite merges its index's segments as it writes and when idle: fewer, every turn still found", { skip: STORE !== 'sqlite' && 'about the sqlite engine' }, async () => {
     const { DatabaseSync } = await import('node:sqlite');
     const file = (dataDir) => join(dataDir, 'chat-sessions.db');
     /** How many segments each index has, and its automerge setting, read from the file. */
@@ -301,7 +301,7 @@ describe('Search', () => {
     }
   });
 
-  test('"`SEARCH=off`" removes the route (404, absent from the OpenAPI document) and keeps no index; what was written meanwhile is found once the server starts with it on again', async () => {
+  test('[D-search-14] SEARCH=off removes the route and keeps no index; turned on again, what was written is found', async () => {
     const first = await startServer({ env: { SEARCH: 'off' } });
     const dataDir = first.dataDir;
     try {
@@ -325,7 +325,7 @@ describe('Search', () => {
     }
   });
 
-  test('"reindex builds the search index again" on sqlite and PostgreSQL, under the data-directory lock', async () => {
+  test('[D-search-17] reindex builds the search index again on either engine, under the data-directory lock', async () => {
     const first = await startServer();
     const dataDir = first.dataDir;
     try {

@@ -16,7 +16,7 @@ describe('Endpoints table (chat sessions)', () => {
     assert.deepEqual(r.body.data, [s]);
   });
 
-  test('POST /api/v1/chat-sessions | projectId, providerId, selectedModel, mode?, name? | 201 {success: true, data: <chat session>}', async () => {
+  test('POST /api/v1/chat-sessions | projectId, providerId, selectedModel, mode?, name? | 201 the session', async () => {
     const r = await alice.post(BASE, newSession({ projectId: 'row-create', name: 'Planning', mode: 'Plan' }));
     assert.equal(r.status, 201);
     assert.equal(r.body.success, true);
@@ -37,7 +37,7 @@ describe('Endpoints table (chat sessions)', () => {
     assert.deepEqual(r.body, { success: true, data: s });
   });
 
-  test('PUT /api/v1/chat-sessions/:id | any of name, provider, selectedModel, mode | 200 {success: true, data: <updated chat session>}', async () => {
+  test('PUT /api/v1/chat-sessions/:id | any of name, provider, selectedModel, mode | 200 the updated session', async () => {
     const s = await create();
     const r = await alice.put(`${BASE}/${s._id}`, { name: 'n2', provider: 'p2', selectedModel: 'm2', mode: 'Ask' });
     assert.equal(r.status, 200);

@@ -33,8 +33,8 @@ function assertOneLine(stderr, re) {
   assert.doesNotMatch(stderr, /\n\s+at /, 'no stack trace');
 }
 
-describe('"Start-up failures are one line on stderr in every case"', () => {
-  test('"a HOST that does not resolve or is not this machine\'s" (exit 1)', () => {
+describe('[D-running-4] start-up failures are one line on stderr in every case', () => {
+  test("a HOST that does not resolve or is not this machine's (exit 1)", () => {
     const unresolvable = start({ HOST: 'no-such-host.invalid' });
     assert.equal(unresolvable.code, 1);
     assertOneLine(unresolvable.stderr, new RegExp(`^${NAME}: HOST no-such-host\\.invalid does not resolve to an address \\((ENOTFOUND|EAI_AGAIN|EAI_FAIL|EAI_NONAME), getaddrinfo\\)$`));
@@ -44,7 +44,7 @@ describe('"Start-up failures are one line on stderr in every case"', () => {
     assertOneLine(foreign.stderr, new RegExp(`^${NAME}: HOST 192\\.0\\.2\\.1 is not an address of this machine \\(EADDRNOTAVAIL, listen\\)$`));
   });
 
-  test('"a DATA_DIR that is a file (exit 2)", for every command', () => {
+  test('a DATA_DIR that is a file (exit 2), for every command', () => {
     const dir = tempDir();
     try {
       const file = join(dir, 'not-a-dir');
@@ -68,7 +68,7 @@ describe('"Start-up failures are one line on stderr in every case"', () => {
     return dir;
   }
 
-  test('"a journal of an unsupported version" (exit 1, the file left as it was)', (t) => {
+  test('a journal of an unsupported version (exit 1, the file left as it was)', (t) => {
     if (STORE !== 'sqlite') return t.skip('a start migrates a journal into sqlite (with postgres the directory is refused)');
     const dir = futureJournal();
     try {
@@ -82,13 +82,13 @@ describe('"Start-up failures are one line on stderr in every case"', () => {
     }
   });
 
-  test('"no space for the lock or the store" (ENOSPC writing the lock: exit 1, one line naming the data directory)', () => {
+  test('no space for the lock or the store (ENOSPC writing the lock: exit 1, naming the data directory)', () => {
     const r = start({}, ['--require', join(ROOT, 'test', 'fixtures', 'enospc-lock.cjs')]);
     assert.equal(r.code, 1);
     assertOneLine(r.stderr, new RegExp(`^${NAME}: no space left for the data directory .*data \\(ENOSPC, write\\); free some and start again$`));
   });
 
-  test('"LOG_LEVEL=debug adds the stack of an unexpected one"', (t) => {
+  test('LOG_LEVEL=debug adds the stack of an unexpected one', (t) => {
     if (STORE !== 'sqlite') return t.skip('the unexpected failure it provokes is the journal reader\'s, on the way to sqlite');
     const dir = futureJournal(); // a plain Error from the journal reader: not one of the named failures
     try {
@@ -107,7 +107,7 @@ describe('"Start-up failures are one line on stderr in every case"', () => {
 });
 
 describe('A start that fails leaves a new data directory as it found it (issue 31, item 9)', () => {
-  test('"A failed start leaves a new data directory as it found it": with the port held by another socket, the start fails (exit 1, one line) and the folder is as it was, missing or holding only what npm start put there (issue 31, item 9)', async () => {
+  test('[D-running-5] with its port taken, a start fails in one line and leaves the folder as it was', async () => {
     const holder = createNetServer();
     await new Promise((resolve) => holder.listen(0, '127.0.0.1', resolve));
     const port = holder.address().port;
@@ -137,8 +137,8 @@ describe('A start that fails leaves a new data directory as it found it (issue 3
   });
 });
 
-describe('"An explicitly configured PROVIDERS_FILE must exist"', () => {
-  test('"a missing one stops the start (exit 1)" ... "Only the default $DATA_DIR/providers.json may be missing (no providers)"', async () => {
+describe('[D-running-6] an explicitly configured PROVIDERS_FILE must exist', () => {
+  test('a missing one stops the start (exit 1); the default one may be missing (no providers)', async () => {
     const dir = tempDir();
     try {
       const missing = join(dir, 'providers-typo.json');
@@ -158,7 +158,7 @@ describe('"An explicitly configured PROVIDERS_FILE must exist"', () => {
     }
   });
 
-  test('"a reload that finds it gone keeps the old list"', async () => {
+  test('a reload that finds it gone keeps the old list', async () => {
     const dir = tempDir();
     const file = join(dir, 'providers.json');
     writeFileSync(file, JSON.stringify([{ _id: 'aaaaaaaaaaaaaaaaaaaaaaa1', name: 'Kept' }]));
@@ -182,7 +182,7 @@ describe('"An explicitly configured PROVIDERS_FILE must exist"', () => {
 });
 
 describe('The CLI', () => {
-  test('"export to a reader that goes away (export | head) ends quietly: nothing on stderr, exit 141, as a program killed by SIGPIPE"', async () => {
+  test('[D-running-7] export into a reader that goes away ends quietly, exit 141 as SIGPIPE would', async () => {
     const dir = tempDir();
     try {
       // enough sessions that the export is still writing when the reader is gone
@@ -218,7 +218,7 @@ describe('The CLI', () => {
     }
   });
 
-  test('"A repeated option is refused" ... "repeated option --sub: give it once, exit 2"', () => {
+  test('[D-running-8] a repeated option is refused: `repeated option --sub: give it once`, exit 2', () => {
     const cases = [
       [['token', '--sub', 'a', '--sub', 'b'], '--sub'],
       [['token', '--sub=a', '--sub', 'b'], '--sub'],
@@ -235,7 +235,7 @@ describe('The CLI', () => {
     }
   });
 
-  test('"It refuses what the server would refuse too: a --sub over 200 characters, a --scope with an unknown word or with no word"', async () => {
+  test('[D-security-2] token refuses what the server would: a --sub over 200 characters, an unknown or empty --scope', async () => {
     const env = { AUTH_SECRET: SECRET };
     const long = runCli(['token', '--sub', 'a'.repeat(201)], { env });
     assert.equal(long.code, 2);
@@ -260,7 +260,7 @@ describe('The CLI', () => {
     }
   });
 
-  test('"AUTH_PREVIOUS_SECRETS_FILE holds the previous keys, one per line" ... "set it or AUTH_PREVIOUS_SECRETS, not both"', async () => {
+  test('[D-security-3] AUTH_PREVIOUS_SECRETS_FILE holds previous keys, one a line; not with AUTH_PREVIOUS_SECRETS', async () => {
     const dir = tempDir();
     try {
       const old1 = 'old-key-one-0123456789abcdef0123456789abcdef';
@@ -298,7 +298,7 @@ describe('The CLI', () => {
   });
 });
 
-test('the harness: a server that does not exit after its signal is killed and the stop fails, saying so (a hung shutdown is a failure, never a stalled run)', async () => {
+test('the harness: a server that does not exit after its signal is killed and the stop fails, saying so', async () => {
   const s = await startServer();
   try {
     // a stopped process takes its SIGTERM only once continued: it cannot exit by itself

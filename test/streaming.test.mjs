@@ -41,7 +41,7 @@ describe('Streaming turns', () => {
     return s;
   };
 
-  test('"Streaming turns: create with status:\"streaming\"" ... "append text with POST /api/v1/chat-sessions/:id/turns/:turnId/deltas {text}" ... "finish with PUT status:\"complete\"": the text grows in order, each delta a `turn.delta` of the session\'s stream with where it went; the lists\' feed has none of them ("A delta goes through the serial writer like any write" ... "A delta moves neither updatedAt nor the ETag")', async () => {
+  test("[D-streaming-1] a turn created streaming grows by deltas, each a turn.delta of its session's stream, then completes", async () => {
     const s = (await alice.post(BASE, newSession({ name: 'a story' }))).body.data;
     const own = await follow(`${BASE}/${s._id}/events`);
     const list = await follow('/api/v1/events');
@@ -81,7 +81,7 @@ describe('Streaming turns', () => {
     assertError(await alice.post(`${BASE}/${s._id}/turns/${turn._id}/deltas`, { text: 'more' }), 409, 'Turn is not streaming', 'a delta after complete');
   });
 
-  test('"Deltas go to the text they continue": to a string content it is appended; to content of parts, to the last part when that is a `text` part (`part` says which), else as a new `text` part', async () => {
+  test('[D-streaming-2] a delta is appended to a string content, else to a last text part, else as a new text part', async () => {
     const s = (await alice.post(BASE, newSession())).body.data;
     const own = await follow(`${BASE}/${s._id}/events`);
     const parts = [{ type: 'reasoning', text: 'thinking' }, { type: 'text', text: 'An' }];
@@ -99,7 +99,7 @@ describe('Streaming turns', () => {
     assert.deepEqual(delta.data, { _id: b._id, session: s._id, text: 'Found it', at: 0, part: 1 });
   });
 
-  test('"A delta is refused with a clear 4xx": to a turn not streaming 409 `Turn is not streaming`, no or empty `text` 400, `text` too long 400, a turn that would pass BODY_LIMIT 413 `Turn too large`, an unknown turn or session 404; a refused delta changes nothing', async () => {
+  test('[D-streaming-3] refused deltas: 409 not streaming, 400 bad text, 413 Turn too large, 404; nothing changes', async () => {
     const s = (await alice.post(BASE, newSession())).body.data;
     const done = (await alice.post(`${BASE}/${s._id}/turns`, { role: 'user', content: 'finished' })).body.data;
     const live = await streamingTurn(alice, s._id, 'x');
@@ -129,7 +129,7 @@ describe('Streaming turns', () => {
     assert.ok(Buffer.byteLength(JSON.stringify(read[1])) <= 4096);
   });
 
-  test('"A delta is refused with a clear 4xx" ... too long: `text` of more than 65536 characters is 400', async () => {
+  test("[D-streaming-3] a delta's text of more than 65536 characters is 400", async () => {
     const big = await startServer({ env: { BODY_LIMIT: '1mb' } });
     try {
       const a = big.as('alice');
@@ -142,7 +142,7 @@ describe('Streaming turns', () => {
     }
   });
 
-  test('"owner-only access" and scopes apply to deltas: another user\'s session under ACCESS=owner is 404; a token without sessions:write is 403', async () => {
+  test(`"owner-only access" and scopes apply to deltas: another's session is 404, no sessions:write is 403`, async () => {
     const owner = await startServer({ env: { ACCESS: 'owner' } });
     try {
       const a = owner.as('alice');
@@ -160,7 +160,7 @@ describe('Streaming turns', () => {
 });
 
 describe('Streaming turns and crashes', () => {
-  test('"each acknowledged append is durable": SIGKILL of the server while a delta is in flight loses none that were acknowledged; "A turn left streaming by a crash becomes interrupted at the next start"', async () => {
+  test('[D-streaming-4] a SIGKILL loses no acknowledged delta, and the next start marks the turn interrupted', async () => {
     const first = await startServer();
     const a = first.as('alice');
     const s = (await a.post(BASE, newSession())).body.data;
@@ -192,7 +192,7 @@ describe('Streaming turns and crashes', () => {
     }
   });
 
-  test('postgres: a start warns when STREAMING_IDLE is not longer than PROVIDER_IDLE_TIMEOUT (a reply waiting on a silent provider would look left by a crash)', { skip: STORE === 'postgres' ? false : `STREAMING_IDLE is a PostgreSQL setting; this run tests STORE=${STORE}` }, async () => {
+  test('postgres: a start warns when STREAMING_IDLE is not longer than PROVIDER_IDLE_TIMEOUT', { skip: STORE === 'postgres' ? false : `STREAMING_IDLE is a PostgreSQL setting; this run tests STORE=${STORE}` }, async () => {
     const s = await startServer({ env: { STREAMING_IDLE: '30s', PROVIDER_IDLE_TIMEOUT: '30s' } });
     try {
       const line = s.logs().find((l) => /STREAMING_IDLE is not longer than PROVIDER_IDLE_TIMEOUT/.test(l.msg));
@@ -203,7 +203,7 @@ describe('Streaming turns and crashes', () => {
     }
   });
 
-  test('"On PostgreSQL a streaming turn is interrupted once no delta came for STREAMING_IDLE": an instance that starts beside one that streams a turn does not cut it', { skip: STORE === 'postgres' ? false : `several instances need STORE=postgres; this run tests STORE=${STORE}` }, async () => {
+  test('[D-streaming-5] an instance that starts beside one streaming a turn does not cut it', { skip: STORE === 'postgres' ? false : `several instances need STORE=postgres; this run tests STORE=${STORE}` }, async () => {
     const schema = `streaming_${process.pid}`;
     const one = await startServer({ env: { DATABASE_SCHEMA: schema } });
     let two;

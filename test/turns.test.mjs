@@ -60,7 +60,7 @@ describe('a. Turns, fully', () => {
     assert.equal((await server.request('GET', '/healthz')).status, 200, 'still serving');
   });
 
-  test('"non-object metadata (array, string, ...) -> 400 metadata must be a JSON object"; null on create-style bodies is treated as absent', async () => {
+  test('"non-object metadata" -> 400 metadata must be a JSON object; null on create-style bodies is absent', async () => {
     const s = await create(alice);
     for (const metadata of [[], [1], [{}], 'x', '', '{}', 0, 1, -1, true, false]) {
       assert400(await alice.post(`${BASE}/${s._id}/turns`, { role: 'user', content: 'c', metadata }), 'metadata must be a JSON object', JSON.stringify(metadata));
@@ -89,7 +89,7 @@ describe('a. Turns, fully', () => {
     assert.equal((await alice.get(`${BASE}/${s._id}`)).body.data.polluted, undefined);
   });
 
-  test('"roles exactly user|assistant|system|tool (others, case variants -> 400 role must be one of: user, assistant, system, tool)"', async () => {
+  test('roles exactly user|assistant|system|tool; others and case variants -> 400 role must be one of them', async () => {
     const s = await create(alice);
     for (const role of ['user', 'assistant', 'system', 'tool']) assert.equal((await addTurn(alice, s._id, { role, content: 'c' })).role, role);
     const msg = 'role must be one of: user, assistant, system, tool';
@@ -105,7 +105,7 @@ describe('a. Turns, fully', () => {
     assert.equal((await turnsOf(alice, s._id)).length, 4);
   });
 
-  test('"content required" (missing, null or blank -> "content is required"; not a string -> "content must be a string", since conversations: "content must be a string or an array of parts")', async () => {
+  test('[D-sessions-5] content missing, null or blank -> "content is required"; not a string or parts -> 400', async () => {
     const s = await create(alice);
     for (const content of [undefined, null, '', ' ', '\n\t']) {
       assert400(await alice.post(`${BASE}/${s._id}/turns`, { role: 'user', content }), 'content is required', JSON.stringify(content));
@@ -187,7 +187,7 @@ describe('a. Turns, fully', () => {
     }
   });
 
-  test('"Record ids ... ObjectId layout (4-byte seconds ...)", "Timestamps are ISO 8601 UTC": under a burst of appends a turn\'s createdAt is still when it was recorded (never after its 201 answer) and its _id\'s seconds are its createdAt second', async () => {
+  test("under a burst of appends a turn's createdAt is when it was recorded, its _id's seconds that second", async () => {
     const u = freshUser('burst');
     const s = await create(u);
     const answers = await Promise.all(

@@ -36,7 +36,7 @@ function upgraded(turn, parentId) {
 }
 
 describe('Upgrading from the first release', () => {
-  test('"Journals ... written before these fields load; their turns get parents in order" ("The first release\'s data is upgraded at the first start on either engine" ... "versions (ETags) do not change"): every session and turn the first release answered, with the ETag it answered, each turn\'s parent the one before it, each head the newest turn; after a restart too', async () => {
+  test("[D-conversations-11] the first release's data answers as it did, ETags too, each turn under the one before", async () => {
     const dir = await firstReleaseStore();
     const answers = JSON.parse(readFileSync(join(FIXTURES, 'answers.json'), 'utf8'))[STORE];
     try {
@@ -62,7 +62,7 @@ describe('Upgrading from the first release', () => {
     }
   });
 
-  test('"The migration indexes the existing turns": every word of a name or a turn the first release wrote is found by search after the upgrade (sqlite schema 5, PostgreSQL schema 6)', async () => {
+  test('[D-search-16] every word the first release wrote is found by search after the upgrade', async () => {
     const dir = await firstReleaseStore();
     const answers = JSON.parse(readFileSync(join(FIXTURES, 'answers.json'), 'utf8'))[STORE];
     const server = await startServer({ dataDir: dir });
@@ -88,7 +88,7 @@ describe('Upgrading from the first release', () => {
     }
   });
 
-  test('sqlite: "SEARCH=off keeps no index" through the upgrade to schema 7, whose indexes keep "which documents hold a word, not where": every name and turn is queued, none indexed; the first start with search on indexes them and search finds them', { skip: STORE !== 'sqlite' && 'about the sqlite engine' }, async () => {
+  test('[D-search-14] [D-search-12] with SEARCH=off the upgrade to schema 7 queues every turn; search on indexes them', { skip: STORE !== 'sqlite' && 'about the sqlite engine' }, async () => {
     const dir = await firstReleaseStore();
     const answers = JSON.parse(readFileSync(join(FIXTURES, 'answers.json'), 'utf8'))[STORE];
     const documents = Object.values(answers.sessions).reduce((n, was) => n + 1 + was.turns.length, 0);
@@ -124,7 +124,7 @@ describe('Upgrading from the first release', () => {
     }
   });
 
-  test('"... and exports written before these fields load; their turns get parents in order" ("Export files are version 2 since conversations; version 1 still imports"): a backup of the first release imports with each turn under the one before it (turns sharing a millisecond by _id) and each head its newest turn', async () => {
+  test('[D-backup-2] a version-1 backup imports with each turn under the one before it, each head its newest turn', async () => {
     const dir = tempDir('csa-upgrade-import-');
     try {
       const r = runCli(['import', join(FIXTURES, 'export.ndjson')], { env: { DATA_DIR: dir } });
@@ -158,7 +158,7 @@ describe('Upgrading from the first release', () => {
     }
   });
 
-  test('"Backups hold their trees: in a version-2 export a turn\'s parent must be an older turn of its session listed above it", a head one of its turns in the file; a turn stored under another session is refused; nothing is written', async () => {
+  test('[D-conversations-12] a version-2 export whose parents or heads are out of place, or turns moved, is refused', async () => {
     const dir = tempDir('csa-upgrade-refuse-');
     const file = join(dir, 'b.ndjson');
     const header = (n, m) => JSON.stringify({ format: 'chat-session-api/export', version: 2, exportedAt: '2026-01-01T00:00:00.000Z', sessions: n, turns: m });
@@ -212,7 +212,7 @@ async function storeBeforeTokens() {
 }
 
 describe('Upgrading to deltas of their own and usage with tokens', () => {
-  test('"The migration makes the sums from the turns": the usage of each user counts the tokens of the turns its sessions held (a deleted session\'s not), the rest of usage and every turn as the release before answered them; a turn left streaming keeps its text and takes deltas after it; after a restart too', async () => {
+  test("[D-finding-2] the migration sums each user's tokens from the turns its sessions hold; the rest as it was", async () => {
     const dir = await storeBeforeTokens();
     const answers = JSON.parse(readFileSync(join(BEFORE_TOKENS, 'answers.json'), 'utf8'))[STORE];
     let server = await startServer({ dataDir: dir });

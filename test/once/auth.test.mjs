@@ -68,7 +68,7 @@ describe('Authentication decisions', () => {
     assertUnauthorized(await status(server, `Bearer ${noAlg}`), { invalidToken: true });
   });
 
-  test('signature compared in constant time, with a length check first: wrong, short, long or non-canonical signatures are rejected', async () => {
+  test('signature compared in constant time, length first: wrong, short, long or non-canonical signatures rejected', async () => {
     const good = tokenFor('alice');
     const [h, p, sig] = good.split('.');
     const flip = sig[0] === 'A' ? 'B' : 'A';
@@ -160,7 +160,7 @@ describe('Authentication decisions', () => {
     }
   });
 
-  test('"each connection also remembers the last Authorization header it passed": one keep-alive connection remembers only its last header: another token on it is verified as itself, a bad one is refused, and an expired one stops working when it expires', async () => {
+  test('[D-security-5] a connection remembers its last Authorization only: another token is verified, a bad one refused', async () => {
     const port = new URL(server.url).port;
     const socket = connect(Number(port), '127.0.0.1');
     await new Promise((resolve, reject) => socket.once('connect', resolve).once('error', reject));

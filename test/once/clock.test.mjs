@@ -51,7 +51,7 @@ async function serverWithClock(env = {}) {
 }
 
 describe('A step of the wall clock', { skip: SKIP }, () => {
-  test('rate limits measure time on the monotonic clock ("Buckets run on the monotonic clock, so a step of the wall clock neither locks anyone out"): the wall clock stepped back 600 s, or forward a day and back, locks nobody out', async () => {
+  test('[D-logs-3] the wall clock stepped back 600 s, or a day forward and back, locks nobody out of a rate limit', async () => {
     const { s, set, cleanup } = await serverWithClock({ RATE_LIMIT: '100/s' });
     try {
       const token = tokenFor('alice', { exp: undefined }); // no exp: valid whatever the server's clock says
@@ -72,7 +72,7 @@ describe('A step of the wall clock', { skip: SKIP }, () => {
     }
   });
 
-  test('"Timestamps follow the clock and never go backwards for one record.": a record changed while the clock ran a day ahead creeps on from that time, a millisecond a change, until the clock passes it; records made after the step take the clock\'s time', async () => {
+  test('[D-sessions-6] a record changed while the clock ran a day ahead creeps on a millisecond a change until it passes', async () => {
     const { s, set, cleanup } = await serverWithClock();
     try {
       const u = s.as('alice', { exp: undefined });

@@ -19,7 +19,7 @@ describe('CORS: CORS_ORIGIN', () => {
   const preflight = (srv, path, origin, method = 'PUT') =>
     srv.request('OPTIONS', path, { headers: { origin, 'access-control-request-method': method, 'access-control-request-headers': 'authorization, content-type, if-match' } });
 
-  test('preflight OPTIONS with Origin and Access-Control-Request-Method answers 204 ("then a preflight is 204") with Allow-Origin, Allow-Methods (the route\'s methods), Allow-Headers (Authorization, Content-Type, If-Match), Max-Age; no token needed', async () => {
+  test("[D-http-6] a preflight answers 204 with Allow-Origin, the route's methods, the allowed headers, Max-Age", async () => {
     const cases = [
       ['/api/v1/chat-sessions/665f1c2a9b1e8a0012ab34c1', 'PUT', ['GET', 'PUT', 'DELETE'], ['POST']],
       ['/api/v1/chat-sessions', 'POST', ['GET', 'POST'], ['PUT', 'DELETE']],
@@ -43,7 +43,7 @@ describe('CORS: CORS_ORIGIN', () => {
     }
   });
 
-  test('responses to an allowed origin carry Access-Control-Allow-Origin, expose ETag and X-Request-Id, and Vary: Origin (errors too, so the browser can read them)', async () => {
+  test('answers to an allowed origin carry Allow-Origin, expose ETag and X-Request-Id, and Vary: Origin', async () => {
     const created = await alice.post('/api/v1/chat-sessions', newSession(), { headers: { origin: ORIGIN } });
     assert.equal(created.status, 201);
     const got = await alice.get(`/api/v1/chat-sessions/${created.body.data._id}`, { headers: { origin: ORIGIN } });
@@ -62,7 +62,7 @@ describe('CORS: CORS_ORIGIN', () => {
     }
   });
 
-  test('a disallowed origin gets no Access-Control-Allow-Origin (preflight or request); neither does a look-alike (other scheme, port or subdomain)', async () => {
+  test('a disallowed origin, or a look-alike (scheme, port or subdomain), gets no Access-Control-Allow-Origin', async () => {
     for (const origin of ['https://evil.example.com', 'http://chat.example.com', 'https://chat.example.com:8443', 'https://chat.example.com.evil.net', 'null']) {
       const p = await preflight(s, '/api/v1/chat-sessions', origin, 'POST');
       assert.equal(p.headers['access-control-allow-origin'], undefined, origin);
@@ -128,7 +128,7 @@ describe('CORS: CORS_ORIGIN', () => {
     }
   });
 
-  test('without CORS_ORIGIN: no CORS headers at all, and "OPTIONS is 405 unless CORS_ORIGIN is set" (405 Method not allowed)', async () => {
+  test('[D-http-6] without CORS_ORIGIN: no CORS headers at all, and OPTIONS is 405', async () => {
     const none = await startServer();
     try {
       const p = await preflight(none, '/api/v1/chat-sessions', ORIGIN, 'POST');

@@ -40,7 +40,7 @@ function raw(bytes, ms = 5_000) {
 }
 
 describe('HTTP (docs/DECISIONS.md)', () => {
-  test('"404 and 405 come before authentication (routing, not validation); 405 lists HEAD wherever GET is allowed, and HEAD is answered like GET without a body"', async () => {
+  test('[D-http-1] 404 and 405 come before authentication; 405 lists HEAD beside GET, and HEAD answers like GET, bodiless', async () => {
     for (const headers of [{}, { authorization: 'Bearer not-a-token' }]) {
       const unknown = await server.request('GET', '/api/v1/nothing-here', { headers });
       assert.deepEqual([unknown.status, unknown.body], [404, { success: false, message: 'Not found' }]);
@@ -55,7 +55,7 @@ describe('HTTP (docs/DECISIONS.md)', () => {
     assert.deepEqual([head.status, head.text, head.headers['content-type']], [200, '', get.headers['content-type']]);
   });
 
-  test('"Paths and queries." "A malformed percent-escape in the path is 400 Invalid percent-encoding in the path, in the query 400 Invalid query string. A query parameter given twice is 400 X must be given at most once. An empty value (?projectId=) is absent. Unknown query parameters are ignored, as unknown body fields are."', async () => {
+  test('[D-http-2] bad percent-escapes, repeated parameters: 400; an empty value is absent, an unknown one ignored', async () => {
     const u = server.as('paths-and-queries');
     const mine = (await u.post('/api/v1/chat-sessions', newSession({ projectId: 'pq-project' }))).body.data;
     const cases = [
@@ -76,7 +76,7 @@ describe('HTTP (docs/DECISIONS.md)', () => {
     assert.deepEqual((await u.get('/api/v1/chat-sessions?colour=blue&projectId=&sort=name')).body, own, 'unknown parameters are ignored');
   });
 
-  test('"Bodies." "A 413 or 415 closes the connection instead of reading the rest of the body"', async () => {
+  test('[D-http-3] a 413 or 415 closes the connection instead of reading the rest of the body', async () => {
     // a body announced much larger than what is sent: the answer comes, and the connection closes without waiting for the rest
     const head = (type, length) => `POST /api/v1/chat-sessions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${token}\r\nContent-Type: ${type}\r\nContent-Length: ${length}\r\n\r\n{"projectId":`;
     const unsupported = await raw(head('text/plain', 500));
@@ -91,13 +91,13 @@ describe('HTTP (docs/DECISIONS.md)', () => {
     assert.equal((await server.request('GET', '/healthz')).status, 200);
   });
 
-  test('"An Upgrade header is ignored": a request asking to switch protocols is answered as HTTP/1.1 like any other', async () => {
+  test('[D-http-8] an Upgrade header is ignored: the request is answered as HTTP/1.1 like any other', async () => {
     const r = await raw('GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: Upgrade, close\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n');
     assert.match(r.text, /^HTTP\/1\.1 200 OK\r\n/);
     assert.match(r.text, /\{"success":true,"data":\{"status":"ok"/);
   });
 
-  test('"Server timeouts." ... "keepAliveTimeout 5 s, headers at most 16 KiB": the keep-alive answer says timeout=5; 15,000 bytes of headers pass, 17,000 get 431 in the envelope', async () => {
+  test('[D-running-10] keep-alive says timeout=5; 15,000 bytes of headers pass, 17,000 get 431 in the envelope', async () => {
     const r = await raw('GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n', 500);
     assert.match(r.text, /\r\nKeep-Alive: timeout=5\r\n/);
     const padded = (n) => `GET /healthz HTTP/1.1\r\nHost: x\r\nX-Pad: ${'a'.repeat(n)}\r\nConnection: close\r\n\r\n`;
@@ -109,7 +109,7 @@ describe('HTTP (docs/DECISIONS.md)', () => {
 });
 
 describe('Running it (docs/DECISIONS.md)', () => {
-  test('"Exit codes. 2 for a bad setting or command line, 1 for anything else that stops a start (providers file, lock, damaged store, port in use); one plain line on stderr either way."', async () => {
+  test('[D-running-3] exit 2 for a bad setting or command line, 1 for what else stops a start; one line on stderr', async () => {
     const run = (dir, env = {}, args = []) => runCli(args, { env: { DATA_DIR: dir, PORT: '0', AUTH_SECRET: SECRET, ...env } });
     const judge = (r, code, what, re) => {
       assert.equal(r.code, code, `${what}: exit ${r.code}: ${r.stderr}`);
@@ -147,7 +147,7 @@ describe('Running it (docs/DECISIONS.md)', () => {
     }
   });
 
-  test('"Commands log to stderr; their own output (a token, an export, a summary) is on stdout, so it can be piped"', () => {
+  test('[D-running-12] commands log to stderr; their own output is on stdout, so it can be piped', () => {
     const dir = tempDir('csa-commands-');
     try {
       cpSync(join(ROOT, 'test', 'fixtures', 'journal', 'clean', 'sessions.journal'), join(dir, 'sessions.journal'));
@@ -173,7 +173,7 @@ describe('Running it (docs/DECISIONS.md)', () => {
     }
   });
 
-  test('"An uncaught exception is logged with its stack and ends the process (exit 1)": a throw no request owns (injected by a preload on SIGUSR2) is logged with its stack, the server exits 1, and a restart serves what it had acknowledged', async () => {
+  test('[D-running-11] an uncaught exception is logged with its stack, exits 1, and a restart serves what was acknowledged', async () => {
     const preload = `data:text/javascript,${encodeURIComponent("process.on('SIGUSR2', () => setImmediate(() => { throw new Error('injected for the test') }))")}`;
     const s = await startServer({ nodeArgs: ['--import', preload] });
     try {
@@ -198,7 +198,7 @@ describe('Running it (docs/DECISIONS.md)', () => {
     }
   });
 
-  test('"Settings beyond the shared list" ... "--help lists them all": every setting of --help is a row of the settings table of docs/operating.md, and every row is in --help', () => {
+  test("[D-running-9] every setting of --help is a row of docs/operating.md's settings table, and every row is in --help", () => {
     const help = runCli(['--help']).stdout;
     const inHelp = new Set([...help.matchAll(/^ {2}([A-Z][A-Z0-9_]+) \/ (--[a-z0-9-]+) /gm)].map((m) => `${m[1]} ${m[2]}`));
     const doc = readFileSync(join(ROOT, 'docs', 'operating.md'), 'utf8');

@@ -25,7 +25,7 @@ after(async () => {
 const status = async (token, path = '/api/v1/chat-sessions') => (await server.request('GET', path, { token })).status;
 
 describe('Security (docs/DECISIONS.md)', () => {
-  test('"The generated secret is 32 random bytes written as 64 hex characters; the HMAC key is that text" ... "so any HS256 issuer given the same text mints tokens this server accepts. A secret file others can read is logged as a warning."', async () => {
+  test('[D-security-1] the generated secret is 64 hex characters, the HMAC key that text; a readable file is warned of', async () => {
     const dir = tempDir('csa-secret-');
     try {
       const first = await startServer({ dataDir: dir, env: { AUTH_SECRET: undefined } });
@@ -53,7 +53,7 @@ describe('Security (docs/DECISIONS.md)', () => {
     }
   });
 
-  test('"Strictness." ... "sub at most 200 characters (it is stored as user); a crit header is refused; typ is not checked" ... "tokens longer than 8 KiB are refused" ... "claims of the wrong type make the token invalid." "401 comes before 403, 403 before validation."', async () => {
+  test('[D-security-4] sub, crit, typ, length and claim types as decided; 401 before 403, 403 before validation', async () => {
     assert.equal(await status(sign({ sub: 'x'.repeat(200), exp: now() + 60 })), 200, 'a sub of 200 characters');
     assert.equal(await status(sign({ sub: 'x'.repeat(201), exp: now() + 60 })), 401, 'a sub of 201 characters');
     for (const typ of [undefined, 'JWT', 'at+jwt', 'anything']) {
@@ -87,7 +87,7 @@ describe('Security (docs/DECISIONS.md)', () => {
     assert.equal((await server.request('POST', '/api/v1/chat-sessions', { token: tokenFor('order'), ...bad })).status, 400);
   });
 
-  test('"A syntax error in the providers file is reported by line and column only: the JSON parser\'s own message quotes the file, keys and all", at the start and on a reload', async () => {
+  test("[D-security-9] a providers file's syntax error is told by line and column only, at the start and on a reload", async () => {
     const dir = tempDir('csa-syntax-');
     const file = join(dir, 'providers.json');
     const key = 'sk-do-not-echo-0123456789';
@@ -113,7 +113,7 @@ describe('Security (docs/DECISIONS.md)', () => {
     }
   });
 
-  test('"CORS. Exact origins (comma-separated) or *; no credentials mode (tokens travel in a header); preflights cached for 10 minutes; ETag, X-Request-Id, Retry-After exposed", and the door\'s headers', async () => {
+  test("[D-security-10] CORS: exact origins or *, no credentials, preflights cached 10 minutes, the client's headers exposed", async () => {
     const preflight = await server.request('OPTIONS', '/api/v1/chat-sessions', { headers: { origin: 'https://app.example', 'access-control-request-method': 'POST', 'access-control-request-headers': 'authorization, content-type' } });
     assert.equal(preflight.status, 204);
     assert.equal(preflight.headers['access-control-max-age'], '600');
@@ -126,7 +126,7 @@ describe('Security (docs/DECISIONS.md)', () => {
     assert.deepEqual(exposed, ['etag', 'retry-after', 'x-request-id', 'x-session-id', 'x-should-retry', 'x-turn-id']);
   });
 
-  test('"Provider _ids are answered in lowercase", whatever case the providers file writes them in', async () => {
+  test('[D-security-8] provider _ids are answered in lowercase, whatever case the providers file writes them in', async () => {
     const token = tokenFor('ids');
     const list = (await server.request('GET', '/api/v1/providers', { token })).body.data;
     assert.deepEqual(list.map((p) => p._id), ['abcdef0123456789abcdef01']);

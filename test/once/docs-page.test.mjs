@@ -41,7 +41,7 @@ after(async () => {
 
 describe('The reference page', () => {
 
-  test('"GET /docs is an HTML page rendered from the OpenAPI document the server builds from its route table" (no token; the document in the page is the one /api/v1/openapi.json serves; /docs is in it)', async () => {
+  test('[D-openapi-4] GET /docs needs no token and holds the document /api/v1/openapi.json serves, /docs in it', async () => {
     const r = await server.request('GET', '/docs');
     assert.equal(r.status, 200);
     assert.equal(r.headers['content-type'], 'text/html; charset=utf-8');
@@ -55,7 +55,7 @@ describe('The reference page', () => {
     assert.doesNotThrow(() => new Script(scripts[0]), 'the page script parses');
   });
 
-  test('"Self-contained. The document, the script and the style are in the page; it loads nothing else" ... "Content-Security-Policy: default-src \'none\' with the script and style allowed by their SHA-256 hashes and connect-src \'self\'"', async () => {
+  test('[D-openapi-8] the page holds its script and style, loads nothing else, and is sent with a hash-based CSP', async () => {
     const r = await server.request('GET', '/docs');
     const csp = r.headers['content-security-policy'];
     assert.ok(csp, 'a Content-Security-Policy is sent');
@@ -72,7 +72,7 @@ describe('The reference page', () => {
     assert.doesNotMatch(r.text.replace(/<script type="application\/json"[\s\S]*?<\/script>/, ''), /https?:\/\//, 'no address outside this server');
   });
 
-  test('"DOCS=off removes the route (404 and absent from the OpenAPI document), like METRICS=off"', async () => {
+  test('[D-openapi-8] DOCS=off removes the route: 404 and absent from the OpenAPI document', async () => {
     const off = await startServer({ env: { DOCS: 'off' } });
     try {
       assert.equal((await off.request('GET', '/docs')).status, 404);
@@ -86,7 +86,7 @@ describe('The reference page', () => {
     assert.match(help.stdout, /DOCS \/ --docs\s+on or off: GET \/docs/);
   });
 
-  test('"The browser test drives Debian\'s Chromium over the DevTools protocol on a pipe": the page lists every operation of the document, its requests go to this server only, no error is logged (a CSP refusal would be), and a try-it call of GET /api/v1/providers with a minted token shows the answer', async (t) => {
+  test('[D-openapi-10] in Chromium the page lists every operation, calls this server only, and try-it shows an answer', async (t) => {
     if (!chromiumOrSkip(t)) return;
     const browser = await Browser.launch();
     try {
@@ -193,7 +193,7 @@ function expectedShapes(schema, pointer, into = []) {
 }
 
 describe('The reference page in a browser (issue 31, item 6)', () => {
-  test('"Every schema is shown as its fields, as deep as it goes" ... "a test in Chromium compares what the page draws with a walk of the document and fails on a schema left out, and on any `[object ...]`" (issue 31: [object HTMLElement] in 127 places, Turn.content unreadable)', async (t) => {
+  test('[D-openapi-5] what the page draws is a walk of the document: no schema left out, no [object ...]', async (t) => {
     if (!chromiumOrSkip(t)) return;
     const browser = await Browser.launch();
     try {
@@ -275,7 +275,7 @@ async function send(browser, token, operationId, values = {}) {
 }
 
 describe('The try-it forms (issue 31, item 10)', () => {
-  test('"Every body schema carries one example" ... "the try-it form starts with it, so Send works as the form opens": create, update, fork, record a turn, append a delta, finish it (issue 31: the forms started with empty bodies)', async (t) => {
+  test('[D-openapi-6] every try-it form with a body starts with its example, and Send works as it opens', async (t) => {
     if (!chromiumOrSkip(t)) return;
     const browser = await Browser.launch();
     try {
@@ -314,7 +314,7 @@ describe('The try-it forms (issue 31, item 10)', () => {
     }
   });
 
-  test('"A parameter given once per value (`tag`) gets a box per value and a `+` button", and Send gives each (tag=a&tag=b) (issue 31: a parameter could not be repeated)', async (t) => {
+  test('[D-openapi-6] a repeatable parameter (tag) gets a box per value and a + button; Send gives each', async (t) => {
     if (!chromiumOrSkip(t)) return;
     const who = server.as('docs-tags');
     await who.post('/api/v1/chat-sessions', { projectId: 'p', providerId: 'x', selectedModel: 'm', name: 'both', tags: ['red', 'blue'] });
@@ -341,7 +341,7 @@ describe('The try-it forms (issue 31, item 10)', () => {
     }
   });
 
-  test('"Paths wrap after a `/` only": on a narrow screen, every path of the page that wraps does so right after a slash (issue 31: paths wrapped mid-word)', async (t) => {
+  test('[D-openapi-7] on a narrow screen every path that wraps does so right after a slash', async (t) => {
     if (!chromiumOrSkip(t)) return;
     const browser = await Browser.launch();
     try {
@@ -382,7 +382,7 @@ describe('The OpenAPI document', () => {
     return doc.components.schemas[ref.replace('#/components/schemas/', '')];
   };
 
-  test('"A body with a required field is required: true (create a session, record a turn); an update body may be left out"', async () => {
+  test('[D-openapi-1] a body with a required field is required: true; an update body may be left out', async () => {
     assert.equal(doc.paths['/api/v1/chat-sessions'].post.requestBody.required, true);
     assert.equal(doc.paths['/api/v1/chat-sessions/{id}/turns'].post.requestBody.required, true);
     assert.equal(doc.paths['/api/v1/chat-sessions/{id}'].put.requestBody.required, false);
@@ -401,7 +401,7 @@ describe('The OpenAPI document', () => {
     assert.equal((await server.request('POST', '/api/v1/chat-sessions', { token: u.token })).status, 400);
   });
 
-  test('"A string refused when blank (a required field, provider and selectedModel on update, the session id in the path) has minLength: 1 and pattern: "\\S""', async () => {
+  test('[D-openapi-2] a string refused when blank has minLength: 1 and a pattern that wants a non-space', async () => {
     const create = schemaOf('/api/v1/chat-sessions', 'post');
     for (const f of ['projectId', 'providerId', 'selectedModel']) {
       assert.equal(create.properties[f].minLength, 1, f);
@@ -426,7 +426,7 @@ describe('The OpenAPI document', () => {
     assert.equal(new RegExp(create.properties.projectId.pattern, 'u').test(' \t'), false);
   });
 
-  test('"An enum lists what is accepted: on create, mode lists "" beside the member names, since an empty mode means Build there"', async () => {
+  test('[D-openapi-3] on create, the mode enum lists "" beside the member names', async () => {
     const create = schemaOf('/api/v1/chat-sessions', 'post');
     assert.deepEqual(create.properties.mode.enum, ['Build', 'Plan', 'Ask', '']);
     assert.match(create.properties.mode.description, /Build, Plan, Ask/);

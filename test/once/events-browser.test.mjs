@@ -47,7 +47,7 @@ after(async () => {
 });
 
 describe('The live feed in a browser', () => {
-  test('"The browser test drives Debian\'s Chromium over the DevTools protocol on a pipe": a page on another origin trades a token minted with the CLI for a ticket, opens an EventSource on a session\'s stream with it, and sees the turns recorded through the API arrive, and a streaming turn with its deltas; reloaded, a new EventSource with a new ticket and `lastEventId` gets the turn it missed', async (t) => {
+  test('[D-openapi-10] in Chromium, an EventSource on another origin with a ticket gets turns, deltas, and resumes', async (t) => {
     if (!chromiumOrSkip(t, 'the live feed was not tried in a browser')) return;
     const minted = runCli(['token', '--sub', 'browser-user'], { env: { AUTH_SECRET: SECRET } });
     assert.equal(minted.code, 0, minted.stderr);

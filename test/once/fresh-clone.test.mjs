@@ -13,7 +13,7 @@ function seed(env) {
 }
 
 describe('A fresh clone', () => {
-  test('"npm start copies it to $DATA_DIR/providers.json (default data/) when no providers file is there, and never over one; with PROVIDERS_FILE set it copies nothing"', () => {
+  test('[D-docs-9] npm start copies the example providers file only where none is, never over one or PROVIDERS_FILE', () => {
     const dir = tempDir();
     try {
       const pkg = JSON.parse(readFileSync(join(ROOT, 'package.json'), 'utf8'));
@@ -37,7 +37,7 @@ describe('A fresh clone', () => {
     }
   });
 
-  test('"`npm start` creates `data/providers.json` mode 0600: it holds API keys", whatever the mode of the example it copies (issue 31, item 9: it was 0644)', () => {
+  test('[D-docs-10] npm start makes data/providers.json 0600, whatever the mode of the example it copies', () => {
     const dir = tempDir();
     try {
       const file = join(dir, 'data', 'providers.json');
@@ -51,7 +51,7 @@ describe('A fresh clone', () => {
     }
   });
 
-  test('"data/ is ignored by git as a whole, so a user\'s providers, secret and database never show in git status"', (t) => {
+  test('[D-docs-9] data/ is ignored by git as a whole: providers, secret and database never show in git status', (t) => {
     const inRepo = spawnSync('git', ['rev-parse', '--is-inside-work-tree'], { cwd: ROOT, encoding: 'utf8' });
     if (inRepo.status !== 0) {
       console.log('# SKIPPED: not a git checkout (or no git): the .gitignore rule for data/ is not checked');
@@ -65,7 +65,7 @@ describe('A fresh clone', () => {
     assert.equal(tracked.stdout, '', 'nothing under data/ is tracked');
   });
 
-  test('"The tests use their own test/fixtures/providers.json: editing the example or data/ changes no test"', () => {
+  test('[D-docs-9] the tests use their own providers file: editing the example or data/ changes no test', () => {
     const helpers = readFileSync(join(ROOT, 'test', 'helpers.mjs'), 'utf8');
     assert.match(helpers, /copyFileSync\(TEST_PROVIDERS, join\(dataDir, 'providers\.json'\)\)/, 'the harness default');
     assert.equal(TEST_PROVIDERS, join(ROOT, 'test', 'fixtures', 'providers.json'));
@@ -76,7 +76,7 @@ describe('A fresh clone', () => {
   });
 });
 
-test('"LICENSE holds the license package.json names" (MIT); .gitignore names no file that does not exist (data/README.md)', () => {
+test('[D-docs-11] LICENSE holds the license package.json names; .gitignore names no missing file', () => {
   const pkg = JSON.parse(readFileSync(join(ROOT, 'package.json'), 'utf8'));
   assert.equal(pkg.license, 'MIT');
   const license = readFileSync(join(ROOT, 'LICENSE'), 'utf8');

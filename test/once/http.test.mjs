@@ -218,7 +218,7 @@ describe('HTTP behaviour decisions', () => {
     assert.notEqual(a.headers['x-request-id'], b.headers['x-request-id']);
   });
 
-  test('X-Request-Id and Authorization are read as node:http reads them (the pipeline reads them from the raw lines): any case, a repeated X-Request-Id is not taken, a repeated Authorization counts its first line', async () => {
+  test('X-Request-Id and Authorization are read as node:http reads them: any case; repeats as node:http takes them', async () => {
     const s = (await alice.post('/api/v1/chat-sessions', newSession())).body.data;
     const get = (lines) => raw(`GET /api/v1/chat-sessions/${s._id} HTTP/1.1\r\nHost: x\r\n${lines.join('\r\n')}\r\nConnection: close\r\n\r\n`);
     const upper = await get([`AUTHORIZATION: Bearer ${alice.token}`, 'X-REQUEST-ID: upper-1']);
@@ -369,7 +369,7 @@ describe('Malformed requests: a 4xx envelope, and the server stays up', () => {
     await stillServing();
   });
 
-  test('"A header value that holds a line break (a shell variable of two lines in `curl -H`) breaks HTTP before any route sees it; the 400 names the header, never its value" ... "other malformed HTTP stays `Bad request`" (issue 31, item 7)', async () => {
+  test('[D-http-4] a header value with a line break gets a 400 naming the header, never the value; else Bad request', async () => {
     const cases = [
       ['GET /healthz HTTP/1.1\r\nHost: x\r\nX-Request-Id: a\nb\r\n\r\n', 'Bad request: the X-Request-Id header holds a line break'], // what curl sends for -H "X: $(printf 'a\nb')"
       ['GET /healthz HTTP/1.1\r\nHost: x\r\nX-Trace: a\r\nb\r\n\r\n', 'Bad request: the X-Trace header holds a line break'],
@@ -388,7 +388,7 @@ describe('Malformed requests: a 4xx envelope, and the server stays up', () => {
     await stillServing();
   });
 
-  test('"Absolute-form request targets (GET http://host/path) are served like their path" (RFC 9112)', async () => {
+  test('[D-http-5] absolute-form request targets (GET http://host/path) are served like their path', async () => {
     const a = await raw(`GET http://127.0.0.1:${server.port}/healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n`);
     assert.match(a, /^HTTP\/1\.1 200 /);
     const b = await raw(`GET http://127.0.0.1:${server.port}/api/v1/providers?x=1 HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer ${alice.token}\r\nConnection: close\r\n\r\n`);

@@ -9,14 +9,14 @@ import { fileURLToPath } from 'node:url';
 import { test } from 'node:test';
 import { check, FLOORS } from '../../scripts/check-imports.mjs';
 
-test('"A reader can follow one request from main.ts to the store and back without a step going up a floor": no import of src/ goes up a floor or breaks a floor\'s rule (so "Use cases take plain inputs": services/ import no node:http, nor the routes above them), and no module imports itself back', () => {
+test("[D-house-1] [D-house-2] no import of src/ goes up a floor, breaks a floor's rule, or comes back to itself", () => {
   const r = check();
   assert.deepEqual(r.problems, []);
   assert.ok(r.files > 50 && r.imports > 200, `${r.files} modules, ${r.imports} imports read`);
   assert.equal(new Set(FLOORS.map((f) => f.floor)).size, FLOORS.length, 'each floor once');
 });
 
-test('"Domain errors carry a code (src/domain/errors.ts); src/api/errors.ts is the one table from codes to statuses" ... "used by the pipeline\'s error edge": every code has its status in that table, the pipeline alone turns what is thrown into an answer, and only the API and HTTP floors make an HttpError', () => {
+test('[D-house-3] every code has its status in the one table; only the pipeline turns a throw into an answer', () => {
   const ROOT = fileURLToPath(new URL('../..', import.meta.url));
   const read = (f) => readFileSync(join(ROOT, f), 'utf8');
   const codes = [...read('src/domain/errors.ts').matchAll(/^\s*\|\s*'([a-z_]+)'/gm)].map((m) => m[1]);
@@ -39,7 +39,7 @@ test('"Domain errors carry a code (src/domain/errors.ts); src/api/errors.ts is t
   assert.deepEqual(using(/\bnew HttpError\(/).filter((f) => !f.startsWith('src/api/') && !f.startsWith('src/http/')), [], 'below the API, errors are domain errors');
 });
 
-test('"The rules both engines write in SQL are written once", in src/store/sql.ts: no engine file spells the session lists\' halves or filters, the liveness rule, the expiry queries or the walk up a path itself', () => {
+test('[D-engines-4] no engine file spells a rule src/store/sql.ts writes once', () => {
   const ROOT = fileURLToPath(new URL('../..', import.meta.url));
   const engineFiles = ['src/store/sqlite', 'src/store/postgres'].flatMap((d) => readdirSync(join(ROOT, d)).map((f) => `${d}/${f}`));
   for (const [what, re] of [

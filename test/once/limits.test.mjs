@@ -86,7 +86,7 @@ const CREATE = (token, length) =>
   `POST /api/v1/chat-sessions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${token}\r\nContent-Type: application/json\r\nContent-Length: ${length}\r\n\r\n`;
 
 describe('Connections (MAX_CONNECTIONS)', () => {
-  test('"At the cap a new connection closes an idle one (no request in flight), so a flood of idle sockets cannot lock anyone out": /healthz keeps answering under a flood of idle connections', async () => {
+  test('[D-limits-1] at the cap a new connection closes an idle one: /healthz answers under a flood of idle ones', async () => {
     const s = await startServer({ env: { MAX_CONNECTIONS: '20' } });
     const clients = [];
     try {
@@ -117,7 +117,7 @@ describe('Connections (MAX_CONNECTIONS)', () => {
     }
   });
 
-  test('"when none is idle, 8 more are let in for /healthz and /metrics only": when every connection has a request in flight, /healthz and /metrics still answer on a few extra connections, other routes get 503 Server is busy', async () => {
+  test('[D-limits-2] with every connection busy, /healthz and /metrics answer on a few more; other routes get 503', async () => {
     const s = await startServer({ env: { MAX_CONNECTIONS: '4', BODY_LIMIT: '2mb', FSYNC: 'off' } });
     const clients = [];
     try {
@@ -148,7 +148,7 @@ describe('Connections (MAX_CONNECTIONS)', () => {
     }
   });
 
-  test('"past those a newcomer is answered 503 Server is busy and closed": past the cap and its headroom, with nothing idle, a newcomer is refused and nothing is closed for it (ConnectionGuard)', () => {
+  test('[D-limits-2] past the cap and its headroom a newcomer is refused, and nothing is closed for it', () => {
     const refused = [];
     let evicted = 0;
     const guard = new ConnectionGuard(2, { refuse: (sock) => refused.push(sock), evicted: () => evicted++ });
@@ -180,7 +180,7 @@ describe('Connections (MAX_CONNECTIONS)', () => {
 });
 
 describe('Request bodies (BODY_MEMORY, BODY_TIMEOUT)', () => {
-  test('request bodies in flight hold at most BODY_MEMORY bytes, "counted as bytes arrive" and "given back when the answer is sent": "A chunk that would pass it gets 503 Server is busy with Retry-After: 1 and the connection closed"', async () => {
+  test('[D-limits-6] bodies hold BODY_MEMORY at most, counted as they arrive; a chunk past it gets 503 and a close', async () => {
     const s = await startServer({ env: { BODY_MEMORY: '75000', BODY_LIMIT: '48kb' } });
     const token = tokenFor('alice');
     const head = JSON.stringify(newSession({ pad: 'x'.repeat(39_000) }));
@@ -218,7 +218,7 @@ describe('Request bodies (BODY_MEMORY, BODY_TIMEOUT)', () => {
     }
   });
 
-  test('a body that has not arrived within BODY_TIMEOUT ("from the headers to the end of the body: 408 Request timeout, connection closed") gets 408 Request timeout in the envelope, logged with its route, and the connection closes', async () => {
+  test('[D-limits-7] a body not in within BODY_TIMEOUT gets 408 in the envelope, logged, and the connection closes', async () => {
     const s = await startServer({ env: { BODY_TIMEOUT: '300ms' } });
     try {
       const c = await raw(s.port);
@@ -243,7 +243,7 @@ describe('Request bodies (BODY_MEMORY, BODY_TIMEOUT)', () => {
 });
 
 describe('Slow readers (WRITE_TIMEOUT)', () => {
-  test('"An answer of which the client takes no byte for that long is cut off and a warning logged": the connection is destroyed and the warning names the request id', async () => {
+  test('[D-limits-8] an answer not read for WRITE_TIMEOUT is cut off, and the warning names the request id', async () => {
     const s = await startServer({ env: { WRITE_TIMEOUT: '1s', BODY_LIMIT: '2mb', FSYNC: 'off' } });
     try {
       const c = await unreadTurns(s, await bigTurns(s), 'slow-reader-1');
@@ -263,7 +263,7 @@ describe('Slow readers (WRITE_TIMEOUT)', () => {
     }
   });
 
-  test('"the time counts from the last byte the kernel took, so a slow but steady reader is never cut"', async () => {
+  test('[D-limits-8] the time counts from the last byte the kernel took: a slow but steady reader is never cut', async () => {
     const s = await startServer({ env: { WRITE_TIMEOUT: '3s', BODY_LIMIT: '2mb', FSYNC: 'off' } });
     try {
       const { id, token } = await bigTurns(s);
@@ -295,7 +295,7 @@ describe('Slow readers (WRITE_TIMEOUT)', () => {
 });
 
 describe('HTTP node:http would answer bare', () => {
-  test('"Expect other than 100-continue gets 417 Expectation failed in the envelope and the connection closes", with a request id, logged and counted', async () => {
+  test('[D-http-7] Expect other than 100-continue gets 417 in the envelope, logged and counted; the connection closes', async () => {
     const s = await startServer();
     try {
       const c = await raw(s.port);
@@ -318,7 +318,7 @@ describe('HTTP node:http would answer bare', () => {
     }
   });
 
-  test('"CONNECT gets 405 with an empty Allow (RFC 9110: the target allows no method; this server makes no tunnels), and the connection closes": 405 Method not allowed in the envelope, logged and counted', async () => {
+  test('[D-http-8] CONNECT gets 405 with an empty Allow in the envelope, logged and counted; the connection closes', async () => {
     const s = await startServer();
     try {
       const c = await raw(s.port);

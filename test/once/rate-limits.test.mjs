@@ -30,7 +30,7 @@ describe('Rate limits: RATE_LIMIT and TRUST_PROXY', () => {
     return Object.assign(responses.at(-1), { index: responses.length - 1 });
   }
 
-  test('RATE_LIMIT=5/s: the 6th quick request by the same user gets 429 {success:false, message:"Too many requests"} with Retry-After (integer seconds >= 1); another user is not affected; after Retry-After seconds the user is served again', async () => {
+  test('RATE_LIMIT=5/s: the 6th quick request of a user gets 429 with Retry-After; others unaffected; then served', async () => {
     const s = await startServer({ env: { RATE_LIMIT: '5/s' } });
     try {
       const alice = s.as('alice');
@@ -59,7 +59,7 @@ describe('Rate limits: RATE_LIMIT and TRUST_PROXY', () => {
     }
   });
 
-  test('unauthenticated requests (no or bad token) are limited per client address: the 401s turn into 429 past the limit; a signed-in user at the same address is not affected', async () => {
+  test('[D-logs-3] requests without a valid token are limited per client address; a signed-in user there is not', async () => {
     const s = await startServer({ env: { RATE_LIMIT: '5/s' } });
     try {
       const limited = await untilLimited(5, 5, (i) => s.request('GET', '/api/v1/chat-sessions', i % 2 === 0 ? {} : { token: 'bad.token.here' }), 401);
@@ -142,7 +142,7 @@ describe('Rate limits: RATE_LIMIT and TRUST_PROXY', () => {
   });
 
   // one request a second, bucket of one: the second request from the same client within a second is refused
-  test('TRUST_PROXY=on takes the client address from the last X-Forwarded-For entry: two clients behind a proxy get separate buckets, and a spoofed first entry does not help', async () => {
+  test('[D-logs-3] TRUST_PROXY=on takes the last X-Forwarded-For entry: two clients behind a proxy, two buckets', async () => {
     const s = await startServer({ env: { RATE_LIMIT: '60/m', TRUST_PROXY: 'on' } });
     try {
       const from = (xff) => s.request('GET', '/api/v1/chat-sessions', { headers: { 'x-forwarded-for': xff } });
@@ -156,7 +156,7 @@ describe('Rate limits: RATE_LIMIT and TRUST_PROXY', () => {
     }
   });
 
-  test('TRUST_PROXY=on only trusts an IP address as the last X-Forwarded-For entry: anything else counts against the socket address (so junk values cannot mint buckets)', async () => {
+  test("[D-logs-3] TRUST_PROXY=on trusts only an IP address as that entry; anything else counts as the socket's", async () => {
     const s = await startServer({ env: { RATE_LIMIT: '60/m', TRUST_PROXY: 'on' } });
     try {
       const from = (xff) => s.request('GET', '/api/v1/chat-sessions', { headers: { 'x-forwarded-for': xff } });

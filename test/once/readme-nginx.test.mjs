@@ -8,7 +8,7 @@ import { join } from 'node:path';
 import { test } from 'node:test';
 import { findExecutable, removeDir, ROOT, tempDir } from '../helpers.mjs';
 
-test('"The nginx block of docs/operating.md passes nginx -t on Debian 12\'s nginx 1.22 (so no http2 on;, which needs 1.25.1)"', (t) => {
+test("[D-docs-8] the nginx block of docs/operating.md passes nginx -t on Debian 12's nginx 1.22", (t) => {
   const nginx = findExecutable('nginx', ['/usr/sbin', '/sbin']);
   const openssl = findExecutable('openssl');
   if (nginx === undefined || openssl === undefined) {

@@ -102,13 +102,15 @@ const CASES = [
 
 describe('The router, on a table of cases', () => {
   const r = table();
+  /** What a case expects, as its test's name says it. */
+  const expected = (want) => (want.kind === 'found' ? want.value : want.kind === 'method' ? `405 (${want.allow.join(', ')})` : 'nothing');
   for (const [m, path, want] of CASES) {
-    test(`${m} ${JSON.stringify(path)} -> ${want.kind === 'found' ? want.value : want.kind === 'method' ? `405 (${want.allow.join(', ')})` : 'nothing'}`, () => {
+    test(`${m} ${JSON.stringify(path)} -> ${expected(want)}`, () => {
       assert.deepEqual(r.match(m, path), want);
     });
   }
 
-  test('a table that could not be matched unambiguously is refused when it is built: the same method and pattern twice, two names for one parameter, an empty segment, no leading slash', () => {
+  test('a table that could not be matched unambiguously is refused when built (duplicates, conflicts, empty segments)', () => {
     const r2 = table();
     assert.throws(() => r2.add('GET', '/api/v1/chat-sessions/:id', 'again'), /duplicate route: GET \/api\/v1\/chat-sessions\/:id/);
     assert.throws(() => r2.add('GET', '/api/v1/chat-sessions/:sessionId/x', 'renamed'), /parameter :sessionId conflicts with :id/);

@@ -28,7 +28,7 @@ describe('g. Scoped tokens', () => {
   }
   const call = (token, [method, path, , , json]) => server.request(method, path, { token, json });
 
-  test('"check each route\'s needed scope (GET lists/get/turns need sessions:read; POST/PUT/DELETE/archive/unarchive/turn append need sessions:write; providers need providers:read)"', async () => {
+  test("each route's scope: reads need sessions:read, writes sessions:write, providers providers:read", async () => {
     const id = (await create(alice))._id;
     for (const r of routes(id)) {
       const [method, path, needed, okStatus] = r;
@@ -72,7 +72,7 @@ describe('g. Scoped tokens', () => {
     assert403(await server.request('GET', '/api/v1/providers/not-an-id', { token: tokenFor('alice', { scope: 'sessions:read' }) }), 'bad provider id');
   });
 
-  test('"a scope string with unknown words (they are ignored; \\"sessions:read bogus\\" can read)" ("Unknown words are ignored")', async () => {
+  test('[D-security-6] unknown words of a scope are ignored: "sessions:read bogus" can read', async () => {
     const id = (await create(alice))._id;
     const t = tokenFor('alice', { scope: 'sessions:read bogus admin *' });
     assert.equal((await server.request('GET', BASE, { token: t })).status, 200);
@@ -124,7 +124,7 @@ describe('g. Scoped tokens', () => {
     }
   });
 
-  test('"`scp` is read as `scope` is (a space-separated string or an array)": Azure AD\'s string and Okta\'s array limit the token like `scope`; `scope` may be an array too', async () => {
+  test("[D-security-7] scp is read as scope is: Azure AD's string and Okta's array; scope may be an array too", async () => {
     const id = (await create(alice))._id;
     for (const claims of [
       { scp: 'sessions:read' },
@@ -147,7 +147,7 @@ describe('g. Scoped tokens', () => {
     }
   });
 
-  test('"Decide what happens when both are present (the intersection is the safe answer)": with `scope` and `scp`, only the words in both are granted ("a token with both gets only the words found in both, so neither can widen the other")', async () => {
+  test('[D-security-7] with both scope and scp, only the words in both are granted', async () => {
     const id = (await create(alice))._id;
     const cases = [
       [{ scope: 'sessions:read sessions:write', scp: ['sessions:read', 'providers:read'] }, ['sessions:read']],

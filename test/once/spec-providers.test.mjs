@@ -27,7 +27,7 @@ after(async () => {
 });
 
 describe('Endpoints table (providers)', () => {
-  test('GET /api/v1/providers | none | 200 {success: true, data: [<provider>, ...]} sorted by name ascending, each without apiKey', async () => {
+  test('GET /api/v1/providers | none | 200 {success: true, data: [<provider>, ...]} by name, without apiKey', async () => {
     const r = await alice.get('/api/v1/providers');
     assert.equal(r.status, 200);
     assert.equal(r.body.success, true);
@@ -113,7 +113,7 @@ describe('Providers decisions', () => {
     assert.deepEqual(emile.config, { headers: { Authorization: '***' } });
   });
 
-  test('fields named like credentials (x-api-key, authorization, client_secret, token, password) keep their name but not their value', async () => {
+  test('fields named like credentials (x-api-key, authorization, client_secret, token...) keep their name, not value', async () => {
     const r = await alice.get('/api/v1/providers/aaaaaaaaaaaaaaaaaaaaaaa6');
     // every value under headers is masked, whatever the header's name (docs/DECISIONS.md, Providers)
     assert.deepEqual(r.body.data.headers, { 'x-api-key': '***', authorization: '***', 'Content-Type': '***' });

@@ -83,7 +83,7 @@ describe('PostgreSQL client: pool', { skip: missing }, () => {
     assert.equal(p.stats().inFlight, 0);
   });
 
-  test('"The PostgreSQL client gathers one-off queries": queries made together join the connection whose write is being gathered (one write, one backend), up to pipelineDepth, rather than one idle connection each', async () => {
+  test('[D-postgres-9] queries made together join the connection being gathered, up to pipelineDepth', async () => {
     const p = pool({ max: 4, pipelineDepth: 8 });
     // four connections open and idle
     await Promise.all(Array.from({ length: 4 }, () => p.query('SELECT pg_sleep(0.05)')));
@@ -96,7 +96,7 @@ describe('PostgreSQL client: pool', { skip: missing }, () => {
     assert.equal(new Set(more.map((r) => r.rows[0][0])).size, 2, 'nine made together: eight on one backend, the ninth on another');
   });
 
-  test('reserveNow: a connection of its own at once (idle or new), undefined when the caller would have to wait; done gives it back, once', async () => {
+  test('reserveNow: a connection of its own at once, undefined when the caller would wait; done gives it back once', async () => {
     const p = pool({ max: 2 });
     const a = p.reserveNow();
     const b = p.reserveNow();
@@ -118,7 +118,7 @@ describe('PostgreSQL client: pool', { skip: missing }, () => {
     b.done();
   });
 
-  test('"An instance does not read the shared event log again for its own notification": servedBy tells the backends of the pool\'s own connections from any other', async () => {
+  test("[D-postgres-6] servedBy tells the backends of the pool's own connections from any other", async () => {
     const p = pool({ max: 2 });
     const other = pool({ max: 1 });
     const [a, b] = await Promise.all([p.query('SELECT pg_backend_pid(), pg_sleep(0.05)'), p.query('SELECT pg_backend_pid(), pg_sleep(0.05)')]);
@@ -285,7 +285,7 @@ describe('PostgreSQL client: pool', { skip: missing }, () => {
     await ended;
   });
 
-  test('a backend terminated mid-query: that query fails admin_shutdown, those behind it connection_lost, the pool replaces the connection', async () => {
+  test('a backend terminated mid-query: it fails admin_shutdown, those behind connection_lost; the connection replaced', async () => {
     const p = pool({ max: 1 });
     await noneUnhandled(async () => {
       // handled from the start: they fail while the test still waits for psql

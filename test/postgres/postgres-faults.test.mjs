@@ -27,7 +27,7 @@ describe('PostgreSQL engine: the database fails', skip === undefined ? {} : { sk
   /** A server on the cluster, in a schema of its own. */
   const serve = (env = {}, providers = undefined) => startServer({ env: { DATABASE_URL: cluster.url(USERS.scram.user), DATABASE_SCHEMA: `f_${Math.random().toString(16).slice(2, 10)}`, ...env }, providers });
 
-  test('"While running: an unreachable database answers 503 Storage unavailable (and /healthz), and recovers by itself": the database restarted under load: every write answered 2xx is there afterwards, the others got 503 Storage unavailable (never a 500, a hang or a crash), /healthz said so, and service resumed by itself; "a database that cannot be used is logged once every 10 s, with how many requests met it in between", not once a request or a write group', async () => {
+  test('[D-postgres-3] [D-postgres-4] the database restarted under load: 2xx writes kept, the rest 503, logged every 10 s', async () => {
     const s = await serve();
     try {
       const u = s.as('alice');
@@ -101,7 +101,7 @@ describe('PostgreSQL engine: the database fails', skip === undefined ? {} : { sk
     }
   });
 
-  test('"A reply\'s end waits for a database that is away": PostgreSQL stopped in the middle of a reply, the end is tried again each second and recorded whole once it is back (the waiting answer 201, the turn complete with every token); "pieces the live feed could not log are warned about once a reply", not once a piece', async () => {
+  test('[D-replies-10] PostgreSQL stopped mid-reply: the end is tried each second and recorded whole once it is back', async () => {
     const TOKENS = 300;
     const provider = await startProvider();
     const providerId = '6f00000000000000000000e1';
@@ -150,7 +150,7 @@ describe('PostgreSQL engine: the database fails', skip === undefined ? {} : { sk
     }
   });
 
-  test('"A reply\'s end waits for a database that is away", and a try that "finds the turn ended answers it as recorded": the instance generating a reply loses its database (the one it reaches through is cut) while another instance still has it and cancels the reply there; once back, the end\'s next try finds the turn interrupted: the waiting answer is the turn as recorded, and the instance counts the reply interrupted, not complete', async () => {
+  test('[D-replies-10] [D-replies-11] an end that finds its turn cancelled meanwhile answers it as recorded', async () => {
     const provider = await startProvider();
     const providerId = '6f00000000000000000000e2';
     const providers = [{ _id: providerId, name: 'Local Ollama', type: 'ollama', baseUrl: provider.url }];
@@ -194,7 +194,7 @@ describe('PostgreSQL engine: the database fails', skip === undefined ? {} : { sk
     }
   });
 
-  test('"a reply\'s text is never written twice": a write of its text whose COMMIT went through but whose answer was lost (the connection cut after it) is settled by reading the turn back, and the reply holds every token once', async () => {
+  test('[D-replies-12] a text write committed but unanswered is settled by reading the turn back: every token once', async () => {
     const TOLD = 20;
     const provider = await startProvider();
     const providerId = '6f00000000000000000000e3';

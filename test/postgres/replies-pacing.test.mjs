@@ -95,7 +95,7 @@ async function whilePaced(name, fn) {
 /** The reply's stream to its end, which comes after the reply's last turn.updated (a generous bound: a reply that never ends fails the test rather than hang the suite). */
 const ended = (stream) => stream.until(() => stream.ended, 120_000, 'the reply to end once appends commit again');
 
-test('"A reply with 64 pieces the live feed has not logged yet waits for them before it reads more from its provider" (STORE=postgres): while no append to the shared event log can commit, the reply holds exactly 64 unlogged events and its provider waits on a full socket; once appends commit again, the reply ends whole and its stream has every piece as a turn.delta of its own', PG, async () => {
+test('[D-replies-5] while the log cannot commit, a reply holds 64 unlogged pieces and its provider waits; then whole', PG, async () => {
   await whilePaced('pacing', async ({ s, u, sid, stream, call, unlock }) => {
     assert.equal(await metric(s, 'chat_session_api_events_unlogged'), TOLD_AHEAD_MAX);
     assert.equal(call.ended, false);
@@ -116,7 +116,7 @@ test('"A reply with 64 pieces the live feed has not logged yet waits for them be
   });
 });
 
-test('"A reply with 64 pieces the live feed has not logged yet waits for them ...": a cancel meanwhile closes the provider\'s connection at once, while the log still cannot take a piece; its answer, the turn `interrupted` with every piece the stream told, comes once the log has them (the end\'s turn.updated follows them)', PG, async () => {
+test('[D-replies-5] a cancel while pieces wait closes the provider at once, answered once the log has the pieces', PG, async () => {
   await whilePaced('pacing_cancel', async ({ s, u, sid, stream, call, unlock }) => {
     const replyId = stream.of('turn.delta')[0].data._id;
     let answered = false;

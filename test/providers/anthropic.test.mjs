@@ -21,7 +21,7 @@ describe('Anthropic Messages', () => {
 
   const reply = (model, extra = {}) => collect({ provider, model, messages: [{ role: 'user', content: 'Hello there, model' }], retryBaseMs: 10, ...extra });
 
-  test('"Messages, streamed, at {baseUrl}/v1/messages, x-api-key, anthropic-version: 2023-06-01"; "Options in each protocol\'s names."', async () => {
+  test('Messages, streamed, at {baseUrl}/v1/messages with x-api-key and anthropic-version; options in its own names', async () => {
     const model = fresh('echo');
     const r = await collect({ provider, model, system: 'You are terse.', messages: [{ role: 'user', content: 'Hi' }], options: { temperature: 0.2, topP: 0.9, maxTokens: 50, stop: ['END'] } });
     assert.equal(r.error, undefined);
@@ -33,7 +33,7 @@ describe('Anthropic Messages', () => {
     assert.deepEqual(req.body, { model, max_tokens: 50, messages: [{ role: 'user', content: [{ type: 'text', text: 'Hi' }] }], stream: true, system: 'You are terse.', temperature: 0.2, top_p: 0.9, stop_sequences: ['END'] });
   });
 
-  test('"Anthropic\'s max_tokens defaults to 4096"', async () => {
+  test("[D-providers-3] Anthropic's max_tokens defaults to 4096", async () => {
     assert.equal(kit.ANTHROPIC_DEFAULT_MAX_TOKENS, 4096);
     const model = fresh('echo');
     await reply(model);
@@ -41,7 +41,7 @@ describe('Anthropic Messages', () => {
     assert.equal(requestsFor(p, model)[0].body.system, undefined, 'no system when there is none');
   });
 
-  test('"for Anthropic every system turn, wherever it is, is added in order to the top-level system after the session\'s instructions"; parts in Anthropic\'s blocks', async () => {
+  test('[D-providers-4] every system turn joins the top-level system in order, after the instructions; parts as blocks', async () => {
     const model = fresh('echo');
     const r = await collect({ provider, model, system: 'You are helpful.', messages: CONVERSATION });
     assert.equal(r.error, undefined);
@@ -63,7 +63,7 @@ describe('Anthropic Messages', () => {
     assert.ok(!JSON.stringify(req.body).includes('thoughts'));
   });
 
-  test('"a tool_result block first in a user message"; "(https only) to Anthropic"; an image of another type is a placeholder; empty text is left out', async () => {
+  test('a tool_result block first in a user message; images by https only; another type a placeholder; no empty text', async () => {
     const model = fresh('echo');
     await collect({
       provider,
@@ -80,7 +80,7 @@ describe('Anthropic Messages', () => {
     ]);
   });
 
-  test('the answer from text_delta, "Anthropic\'s thinking_delta" as reasoning (signature and ping ignored), "Anthropic\'s message_start and message_delta counts" as usage', async () => {
+  test('the answer from text_delta, thinking_delta as reasoning, message_start and message_delta counts as usage', async () => {
     const r = await reply(fresh('reasoning:3+tokens:5+cached:2'));
     assert.equal(r.error, undefined);
     assert.equal(r.reasoning, 'Let me think');
@@ -115,7 +115,7 @@ describe('Anthropic Messages', () => {
     assert.equal(r.error.message, 'Provider "Local test provider" reported an error in the stream: overloaded_error: Overloaded');
   });
 
-  test('"an Anthropic error event of overloaded_error, api_error or rate_limit_error (the 529, 500 and 429 of a stream)" before any text is tried again', async () => {
+  test('an overloaded, api or rate-limit error event before any text is tried again', async () => {
     const model = fresh('tokens:3+error-after:0+times:1');
     const r = await reply(model);
     assert.equal(r.error, undefined);

@@ -46,7 +46,7 @@ describe('the rules streamReply owns, against the local provider', () => {
     assert.equal(requestsFor(p, model).length, 3, 'never a fourth try');
   });
 
-  test('a refusal (400, 401, 403, 404, 422) is not tried again ("Failures are one error, ProviderFailed, worded to be shown" ... "with transient and status for the caller")', async () => {
+  test('[D-providers-12] a refusal (400, 401, 403, 404, 422) is one ProviderFailed, not transient, not tried again', async () => {
     for (const status of [400, 401, 403, 404, 422]) {
       const model = fresh(`status:${status}`);
       const r = await collect(call(openai, model));
@@ -58,7 +58,7 @@ describe('the rules streamReply owns, against the local provider', () => {
     }
   });
 
-  test('"a response cut or ended before its end" before any text is tried again (the connection cut after the head, a TCP reset, a clean end too early)', async () => {
+  test('a response cut or ended early before any text is tried again (cut after the head, a reset, an early end)', async () => {
     for (const fault of ['reset-after:0', 'rst-after:0', 'cut-after:0']) {
       const model = fresh(`${fault}+times:1`);
       const r = await collect(call(openai, model));
@@ -68,7 +68,7 @@ describe('the rules streamReply owns, against the local provider', () => {
     }
   });
 
-  test('a cut after the first piece of text is not tried again, the reply ends with what came; "A piece of reasoning counts as a first piece"', async () => {
+  test('[D-providers-8] a cut after the first piece is not tried again; a piece of reasoning counts as a first piece', async () => {
     const model = fresh('tokens:6+reset-after:3+times:1');
     const r = await collect(call(openai, model));
     assert.equal(r.text, 'the quick brown');
@@ -133,7 +133,7 @@ describe('the rules streamReply owns, against the local provider', () => {
     assert.ok(c.at - b.at >= 190, `second wait ${c.at - b.at} ms`);
   });
 
-  test('"An idle provider ends the call: the idle limit counts from the request to the response\'s head" (a stall before any answer); "running out is not retried"; the provider sees its connection closed', async () => {
+  test('[D-providers-9] a stall before any answer ends the call, not retried; the provider sees its connection closed', async () => {
     assert.equal(DEFAULT_IDLE_TIMEOUT_MS, 60_000);
     const model = fresh('stall-headers:forever');
     const r = await collect(call(openai, model, { idleTimeoutMs: 150 }));
@@ -146,7 +146,7 @@ describe('the rules streamReply owns, against the local provider', () => {
     assert.equal(requestsFor(p, model).length, 1);
   });
 
-  test('"An idle provider ends the call." ... "and between reads of its body" (a stall in the middle of the answer, after the text so far)', async () => {
+  test('[D-providers-9] a stall between reads of the body ends the call after the text so far', async () => {
     const model = fresh('tokens:5+stall-after:2');
     const r = await collect(call(anthropic, model, { idleTimeoutMs: 2000 }));
     assert.equal(r.text, 'the quick');
@@ -173,7 +173,7 @@ describe('the rules streamReply owns, against the local provider', () => {
     assert.equal(r.text.split(' ').length, 20000);
   });
 
-  test('"An abort ends the iteration quietly" ... "The caller\'s AbortSignal ... destroys the request\'s socket (the provider sees its connection closed, it never goes back to the pool)"', async () => {
+  test("[D-providers-11] the caller's abort ends the iteration quietly and destroys the socket, never pooled again", async () => {
     const model = fresh('tokens:1000@50');
     const ac = new AbortController();
     const r = await collect(call(openai, model, { signal: ac.signal }), {
@@ -222,7 +222,7 @@ describe('the rules streamReply owns, against the local provider', () => {
     assert.equal(entry.clientClosed, true);
   });
 
-  test('"The key never appears in a message, whatever the provider echoes."', async () => {
+  test('[D-providers-13] the key never appears in a message, whatever the provider echoes', async () => {
     for (const provider of [openai, anthropic, localProvider(p, 'ollama', { apiKey: KEY })]) {
       const r = await collect(call(provider, fresh('status:401+echo-key')));
       assert.ok(r.error instanceof ProviderFailed);
@@ -236,7 +236,7 @@ describe('the rules streamReply owns, against the local provider', () => {
     assert.ok(!r.error.message.includes('hdr-secret-value-42'), r.error.message);
   });
 
-  test('"Configured headers are sent after the protocol\'s own and may replace them" ... "but not content-length, transfer-encoding or connection"', async () => {
+  test("[D-providers-2] configured headers follow the protocol's own and may replace them, but not the framing ones", async () => {
     const model = fresh('echo');
     const provider = localProvider(p, 'openai', { apiKey: KEY, headers: { 'X-Title': 'chat-session-api tests', authorization: 'Bearer from-headers', 'content-length': '1' } });
     const r = await collect(call(provider, model));
@@ -258,7 +258,7 @@ describe('the rules streamReply owns, against the local provider', () => {
     assert.ok(!r.error.message.includes('pa@ss-w0rd'), r.error.message);
   });
 
-  test('"Written on node:http, with keep-alive pools": sequential calls to one provider reuse one connection', async () => {
+  test('[D-providers-1] sequential calls to one provider reuse one connection of the pool', async () => {
     const ports = new Set();
     for (let i = 0; i < 5; i++) {
       const model = fresh('tokens:3');
@@ -278,7 +278,7 @@ describe('the rules streamReply owns, against the local provider', () => {
     }
   });
 
-  test('"A line or an event over 8 MiB, a line that is not JSON, or a 200 whose body is JSON rather than a stream is the provider\'s failure" (not tried again)', async () => {
+  test("[D-providers-16] an oversized line or event, a line that is not JSON, or a JSON 200 is the provider's failure", async () => {
     const garbage = fresh('tokens:3+garbage-after:1');
     const r = await collect(call(openai, garbage));
     assert.equal(r.error.message, 'Provider "Local test provider" sent a stream that cannot be read: an event that is not JSON');
@@ -295,7 +295,7 @@ describe('the rules streamReply owns, against the local provider', () => {
     assert.equal(requestsFor(p, json).length, 1);
   });
 
-  test('"A 200 whose body is an HTML page is the provider\'s failure, not tried again", in words that say so and without the page: on each protocol; "told by its first character, `<`", not by its content type: a stream labelled `text/html` is read (it read as a stream closed early, tried three times, or, for Ollama, quoted the page)', async () => {
+  test('[D-providers-14] an HTML page is a failure saying so, not quoted, not retried; a text/html stream is read', async () => {
     const ollama = localProvider(p, 'ollama');
     for (const provider of [openai, anthropic, ollama]) {
       const model = fresh('html-200');
@@ -309,7 +309,7 @@ describe('the rules streamReply owns, against the local provider', () => {
     }
   });
 
-  test('"The key never appears in a message, whatever the provider echoes": a line that is not JSON is scrubbed before it is cut to the 60 characters quoted, so no piece of a key without a known shape is left where the cut fell', async () => {
+  test('[D-providers-13] a line that is not JSON is scrubbed before it is cut to the 60 characters quoted', async () => {
     const key = '0123456789abcdef0123456789abcdef'; // a vLLM --api-key: no prefix, too short for the long-run rule
     const ollama = localProvider(p, 'ollama', { apiKey: key });
     const r = await collect(call(ollama, fresh('tokens:3+garbage-after:1+echo-key')));
@@ -318,7 +318,7 @@ describe('the rules streamReply owns, against the local provider', () => {
     for (let i = 0; i + 8 <= key.length; i++) assert.ok(!r.error.message.includes(key.slice(i, i + 8)), `a piece of the key: ${r.error.message}`);
   });
 
-  test('a stream that ends before the provider said it was done is "a response cut or ended before its end" (transient: tried again only when no text came)', async () => {
+  test('a stream that ends before the provider said it was done is transient: tried again only when no text came', async () => {
     const model = fresh('tokens:4+cut-after:2');
     const r = await collect(call(anthropic, model));
     assert.equal(r.text, 'the quick');
@@ -353,7 +353,7 @@ describe('scrubCredentials: "The provider\'s words are quoted only scrubbed."', 
     assert.equal(scrub('AIzaSyA1234567890abcdefghijklmnopq is a Google key'), '*** is a Google key');
   });
 
-  test('"the values of credential-like names (key=, token=, secret=, password=, api_key: , x-api-key: and the like, but not max_tokens)"', () => {
+  test('[D-providers-13] the values of credential-like names (key=, token=, api_key: ...) are scrubbed, max_tokens kept', () => {
     assert.equal(scrub('GET /v1?key=abc123&x=1'), 'GET /v1?key=***&x=1');
     assert.equal(scrub('token=t0k3n secret=s3cr3t password=hunter2'), 'token=*** secret=*** password=***');
     assert.equal(scrub('{"api_key": "zzz", "model": "m"}'), '{"api_key": "***", "model": "m"}');
@@ -371,15 +371,15 @@ describe('scrubCredentials: "The provider\'s words are quoted only scrubbed."', 
   });
 });
 
-describe('"A provider record is read for calling by providerConfig."', () => {
-  test('"Without baseUrl, the vendor\'s own API (https://api.openai.com/v1, https://api.anthropic.com) or a local Ollama" ... "a trailing slash is dropped" ... "A blank apiKey is none."', () => {
+describe('[D-providers-2] a provider record is read for calling by providerConfig', () => {
+  test("without baseUrl the vendor's own API or a local Ollama; a trailing slash is dropped; a blank apiKey is none", () => {
     const c = providerConfig({ name: 'P', type: 'openai', baseUrl: 'http://h:1/v1/', apiKey: ' k ', headers: { 'X-A': 'b' }, models: ['m'] });
     assert.deepEqual({ ...c }, { name: 'P', type: 'openai', baseUrl: 'http://h:1/v1', apiKey: 'k', headers: { 'x-a': 'b' }, models: ['m'] });
     for (const type of ['openai', 'anthropic', 'ollama']) assert.equal(providerConfig({ name: 'P', type }).baseUrl, DEFAULT_BASE_URLS[type]);
     assert.equal(providerConfig({ name: 'P', type: 'ollama', apiKey: '  ' }).apiKey, undefined);
   });
 
-  test('"Other types are listed as before but cannot reply": "a provider of another type is refused before any call (the type cannot reply)"', () => {
+  test('"Other types are listed as before but cannot reply": refused before any call', () => {
     assert.equal(canReply('openai'), true);
     assert.equal(canReply('gemini'), false);
     assert.throws(() => providerConfig({ name: 'G', type: 'gemini' }), (e) => e instanceof ProviderUnusable && e.message === 'Provider "G" is of type "gemini", which cannot reply (the types that can are openai, anthropic, ollama)');

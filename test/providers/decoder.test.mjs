@@ -59,7 +59,7 @@ const EXPECTED = [
   { event: 'message', data: '世界', id: '7' },
 ];
 
-test('SSE: the same events whatever the cut between two reads (every offset, inside CRLF pairs and UTF-8 characters): "lines end at CR, LF or CRLF (even cut between reads)"', () => {
+test('[D-providers-16] SSE: the same events wherever the cut between two reads falls, in CRLF pairs and UTF-8 too', () => {
   assert.deepEqual(sse([STREAM]), EXPECTED);
   for (let i = 0; i <= STREAM.length; i++) assert.deepEqual(sse(cutAt(STREAM, i)), EXPECTED, `cut at ${i}`);
 });
@@ -106,7 +106,7 @@ test('SSE (WHATWG): an event not ended by a blank line when the body ends is dis
   assert.deepEqual(sse(['data: complete\n\ndata: cut off\n']), [{ event: 'message', data: 'complete', id: undefined }]);
 });
 
-test('SSE (WHATWG): a byte order mark opening the stream is ignored, comments and unknown fields too, an id with NUL is ignored', () => {
+test('SSE (WHATWG): an opening byte order mark, comments, unknown fields and an id with NUL are ignored', () => {
   assert.deepEqual(sse(['\uFEFFdata: a\nretry: 10\nfoo: bar\n: note\nid: 1\n\nid: x\u0000y\ndata: b\n\n']), [
     { event: 'message', data: 'a', id: '1' },
     { event: 'message', data: 'b', id: '1' },
@@ -116,7 +116,7 @@ test('SSE (WHATWG): a byte order mark opening the stream is ignored, comments an
   assert.deepEqual(sse(cutAt(bom, 1)), [{ event: 'message', data: 'a', id: undefined }]);
 });
 
-test('"Streams are read by the WHATWG rules, bounded" ... "a line or an event over 8 MiB is the provider\'s failure", not unbounded memory', () => {
+test("[D-providers-16] a line or an event over 8 MiB is the provider's failure, not unbounded memory", () => {
   assert.equal(MAX_LINE_BYTES, 8 * 1024 * 1024);
   const d = new LineDecoder();
   const piece = Buffer.alloc(1024 * 1024, 0x61);

@@ -20,7 +20,7 @@ describe('Ollama /api/chat', () => {
 
   const reply = (model, extra = {}) => collect({ provider, model, messages: [{ role: 'user', content: 'Hello there, model' }], retryBaseMs: 10, ...extra });
 
-  test('{baseUrl}/api/chat: stream true, the system text first, "options.temperature, top_p, num_predict, stop (Ollama)", no key sent when none is configured', async () => {
+  test("{baseUrl}/api/chat: streamed, the system text first, options in Ollama's names, no key when none is set", async () => {
     const model = fresh('echo');
     const r = await collect({ provider, model, system: 'You are terse.', messages: [{ role: 'user', content: 'Hi' }], options: { temperature: 0.2, topP: 0.9, maxTokens: 50, stop: ['END'] } });
     assert.equal(r.error, undefined);
@@ -54,7 +54,7 @@ describe('Ollama /api/chat', () => {
     assert.ok(!JSON.stringify(req.body).includes('thoughts'));
   });
 
-  test('message.content is the answer, "Ollama\'s message.thinking are reasoning", "Ollama\'s prompt_eval_count / eval_count" as usage, done_reason as finishReason', async () => {
+  test('message.content is the answer, message.thinking reasoning, the eval counts usage, done_reason the finish', async () => {
     const r = await reply(fresh('reasoning:2+tokens:4'));
     assert.equal(r.error, undefined);
     assert.equal(r.reasoning, 'Let me');

@@ -22,7 +22,7 @@ describe('OpenAI Chat Completions', () => {
 
   const reply = (model, extra = {}) => collect({ provider, model, messages: [{ role: 'user', content: 'Hello there, model' }], retryBaseMs: 10, ...extra });
 
-  test('"Chat Completions, streamed, at {baseUrl}/chat/completions, Authorization: Bearer <apiKey>" with stream_options.include_usage; "Options in each protocol\'s names."', async () => {
+  test('Chat Completions, streamed, at {baseUrl}/chat/completions with a Bearer key and include_usage; its option names', async () => {
     const model = fresh('echo');
     const r = await collect({ provider, model, system: 'You are terse.', messages: [{ role: 'user', content: 'Hi' }], options: { temperature: 0.2, topP: 0.9, maxTokens: 50, stop: ['END'] } });
     assert.equal(r.error, undefined);
@@ -57,7 +57,7 @@ describe('OpenAI Chat Completions', () => {
     assert.equal(req.body.messages[0].role, 'user', 'no system message when there is no system text');
   });
 
-  test('"Parts are mapped to each protocol\'s own shapes." ... "reasoning parts are never sent"; "A system turn in the middle of the history stays where it is for OpenAI and Ollama."', async () => {
+  test("[D-providers-4] parts in OpenAI's shapes; reasoning parts are never sent; a system turn stays where it is", async () => {
     const model = fresh('echo');
     const r = await collect({ provider, model, system: 'You are helpful.', messages: CONVERSATION });
     assert.equal(r.error, undefined);
@@ -99,7 +99,7 @@ describe('OpenAI Chat Completions', () => {
     ]);
   });
 
-  test('"What a reply stream yields: text and reasoning pieces as they come (each protocol\'s reasoning deltas are never answer text)": the answer as it comes; "OpenAI\'s reasoning_content (DeepSeek, vLLM)" deltas are reasoning; "Usage comes once, at the end"; the finish reason', async () => {
+  test('[D-providers-5] the answer as it comes, reasoning_content as reasoning, usage once at the end, the finish reason', async () => {
     const r = await reply(fresh('reasoning:3+tokens:5+cached:1'));
     assert.equal(r.error, undefined);
     assert.equal(r.reasoning, 'Let me think');
@@ -115,7 +115,7 @@ describe('OpenAI Chat Completions', () => {
     assert.equal(r.text, 'the quick');
   });
 
-  test('"A 400 (or 422) whose message names stream_options is tried again at once without it" ("Servers that refuse a parameter are asked again without it"): no usage then', async () => {
+  test('[D-providers-7] a 400 or 422 naming stream_options is tried again at once without it, then without usage', async () => {
     const model = fresh('reject-stream-options+tokens:3');
     const r = await reply(model);
     assert.equal(r.error, undefined);
@@ -147,7 +147,7 @@ describe('OpenAI Chat Completions', () => {
     assert.equal(r.finishReason, 'length');
   });
 
-  test('"a CRLF cut between two reads is one line end" ... "a character cut between reads arrives whole": written byte by byte, CRLF or CR line ends, keep-alive comments', async () => {
+  test('[D-providers-16] a CRLF or a character cut between reads arrives whole, written byte by byte', async () => {
     const say = 'Grüße, 世界! 😀 ok';
     for (const faults of ['split:1', 'split:1+eol:crlf', 'split:2+eol:cr', 'split:3+keepalive', 'keepalive+eol:crlf']) {
       const r = await reply(fresh(`say:${encodeURIComponent(say)}+reasoning:2+${faults}`));

@@ -49,7 +49,7 @@ async function sessionsOf(s, user) {
 }
 
 describe('Deletes on a full disk', { skip: STORE !== 'sqlite' ? "the reserve is the sqlite engine's (PostgreSQL's disk is the database's)" : false }, () => {
-  test('"sqlite keeps a reserve for deletes: a file of 16 MiB beside its database (an eighth of a smaller file system) that only writes taking data away may use": on a disk filled until writes are refused, DELETE of a session and of a turn answer 200 (one sent among appends too), erase-user and purge succeed on the stopped server (killed, then stopped cleanly), a SIGKILL and a restart on the still-full disk show every delete held, and writes succeed once space is freed', async (t) => {
+  test('[D-sqlite-11] on a disk full to refusal, deletes, erase-user and purge succeed, and survive a kill', async (t) => {
     const disk = smallDisk(t, DISK);
     if (disk === undefined) return;
     let s;
@@ -140,7 +140,7 @@ describe('Deletes on a full disk', { skip: STORE !== 'sqlite' ? "the reserve is 
     }
   });
 
-  test('"sqlite keeps a reserve for deletes: a file of 16 MiB beside its database" ... "A clean stop removes the file": on an ordinary disk the reserve is 16 MiB while the server runs, and gone after a clean stop', async (t) => {
+  test('[D-sqlite-11] the reserve is 16 MiB while the server runs, and gone after a clean stop', async (t) => {
     const s = await startServer();
     try {
       const fs = statfsSync(s.dataDir);

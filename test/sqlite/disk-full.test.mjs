@@ -37,7 +37,7 @@ async function keptSession(s) {
 // with STORE=postgres the data is the database's, on its own disk: a full disk there fails the
 // commit, a 500 for that write like any database failure (test/postgres/postgres-faults.test.mjs)
 describe('A full disk', { skip: STORE === 'postgres' ? "the data of STORE=postgres is on the database's disk, not DATA_DIR's" : false }, () => {
-  test('"A full disk never stops the server: every write-path error becomes a 500 for that write; the server keeps serving reads": writes get 500 Storage write failed on a full disk, reads and /healthz go on, the server never dies, and writes succeed again once space is freed', async (t) => {
+  test('[D-datadir-4] on a full disk writes get 500, reads and /healthz go on, and writes succeed once space is freed', async (t) => {
     const disk = smallDisk(t, '4m');
     if (disk === undefined) return;
     const s = await startServer({ dataDir: disk.dir, });
@@ -75,7 +75,7 @@ describe('A full disk', { skip: STORE === 'postgres' ? "the data of STORE=postgr
     }
   });
 
-  test('"a start that can (a killed run left its lock to reuse) serves reads and answers writes 500 until there is room": a start on a full disk that still has room for its lock serves reads, answers writes 500 Storage write failed, and takes writes once space is back', async (t) => {
+  test('[D-datadir-4] a start on a full disk with room for its lock serves reads, answers writes 500, until room is back', async (t) => {
     const disk = smallDisk(t, '4m');
     if (disk === undefined) return;
     try {
@@ -100,7 +100,7 @@ describe('A full disk', { skip: STORE === 'postgres' ? "the data of STORE=postgr
     }
   });
 
-  test('"Start-up failures are one line on stderr in every case" ... "A start that cannot write its lock stops with one line": a start on a full disk fails with one line naming the data directory, exit 1, and leaves no lock file behind; with space back it starts on everything acknowledged', async (t) => {
+  test('[D-running-4] [D-datadir-4] a start that cannot write its lock fails in one line, leaving no lock file', async (t) => {
     const disk = smallDisk(t, '4m');
     if (disk === undefined) return;
     try {
@@ -134,7 +134,7 @@ describe('A full disk', { skip: STORE === 'postgres' ? "the data of STORE=postgr
 });
 
 describe('A migration on a full disk', { skip: STORE !== 'sqlite' ? 'the start migrates a journal into sqlite' : false }, () => {
-  test('"all or nothing": a journal migrated on a disk too full for its database stops the start with one line naming the data directory, leaves the journal as it was and no database; once space is freed the next start migrates it whole', async (t) => {
+  test('[D-journal-2] a journal migrated on a full disk stops the start, left as it was; with space it migrates whole', async (t) => {
     const disk = smallDisk(t, '4m');
     if (disk === undefined) return;
     try {

@@ -40,7 +40,7 @@ function lineStart(buf, n) {
 }
 
 describe('The journal reader: torn final writes', sqliteOnly, () => {
-  test('"a torn tail is dropped with a warning": a last record cut at any of its bytes reads as the journal without it, with a warning saying how many bytes were dropped; whole, it is read', () => {
+  test('[D-journal-8] a last record cut at any byte reads as the journal without it, with a warning of the bytes', () => {
     const lastStart = CLEAN.lastIndexOf(0x0a, CLEAN.length - 2) + 1;
     const lastLen = CLEAN.length - lastStart;
     const without = exported(CLEAN.subarray(0, lastStart));
@@ -90,7 +90,7 @@ describe('The journal reader: damage that is not a torn tail', sqliteOnly, () =>
     }
   }
 
-  test('a checksum mismatch in the middle stops the start with a message naming file, line and byte offset, and what to do; nothing is changed', () => {
+  test('[D-journal-8] a checksum mismatch mid-file stops the start naming file, line and offset; nothing is changed', () => {
     const offset = lineStart(CLEAN, 3);
     const r = refused((buf) => {
       buf[offset + 30] ^= 0x01;
@@ -124,7 +124,7 @@ describe('The journal reader: damage that is not a torn tail', sqliteOnly, () =>
     assert.ok(r.untouched);
   });
 
-  test('a damaged header with records after it stops the start; "Damage at the header never suggests cutting the file there, which would keep nothing"', () => {
+  test('[D-journal-9] a damaged header with records after it stops the start, never suggesting to cut the file there', () => {
     const r = refused((buf) => {
       buf[12] = 'X'.charCodeAt(0);
       return buf;
@@ -135,7 +135,7 @@ describe('The journal reader: damage that is not a torn tail', sqliteOnly, () =>
     assert.match(r.stderr, /restore from a backup/);
   });
 
-  test('"A journal with Windows line endings (CRLF), as a copy through a text-mode tool leaves, is not damaged: the start stops with one line saying how to convert it back" (never `truncate -s 0`), nothing is changed, and after the conversion it migrates whole', () => {
+  test('[D-journal-9] a journal with CRLF line ends stops the start saying how to convert it; converted, it migrates', () => {
     const crlf = Buffer.from(CLEAN.toString('latin1').replace(/\n/g, '\r\n'), 'latin1');
     const dir = journalDir(crlf);
     try {

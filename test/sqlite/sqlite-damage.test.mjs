@@ -105,7 +105,7 @@ async function killedWithLog(commits) {
 }
 
 describe('The sqlite write-ahead log is checked before SQLite replays it', SQLITE, () => {
-  test('"Damage to the store stops the start with a message naming the file and what to do, never a silent loss": a few bytes overwritten in a frame in the middle of the -wal after SIGKILL stop the start with one line naming the -wal file; nothing is changed on disk, and export refuses it too', async () => {
+  test('[D-engines-5] a frame overwritten mid-WAL after SIGKILL stops the start naming the -wal; nothing changed', async () => {
     const { dir, acknowledged } = await killedWithLog(6);
     const copy = tempDir('csa-wal-copy-');
     try {
@@ -140,7 +140,7 @@ describe('The sqlite write-ahead log is checked before SQLite replays it', SQLIT
     }
   });
 
-  test('"A damaged header is damage unless no whole frame follows it (an interrupted first write)": a header with frames after it stops the start naming the -wal file; a header alone, or cut short, or with part of a frame after it does not', async () => {
+  test('[D-sqlite-7] a damaged WAL header with frames after it is damage; alone, cut short or before half a frame not', async () => {
     const { dir } = await killedWithLog(2);
     const copies = [];
     try {
@@ -172,7 +172,7 @@ describe('The sqlite write-ahead log is checked before SQLite replays it', SQLIT
     }
   });
 
-  test('a log whose checksums read big-endian words (magic 0x377f0683, as a big-endian machine writes it) is checked the same: sound, the start goes on with every acknowledged write; damaged in the middle, it stops', async () => {
+  test('[D-sqlite-7] a log with big-endian checksums is checked the same: sound it starts, damaged mid-way it stops', async () => {
     const { dir, acknowledged } = await killedWithLog(4);
     const copy = tempDir('csa-wal-be-');
     try {
@@ -195,7 +195,7 @@ describe('The sqlite write-ahead log is checked before SQLite replays it', SQLIT
     }
   });
 
-  test('"A torn tail (a transaction a crash cut off, which was never acknowledged) ... is not damage": a transaction cut by SIGKILL, its last frame cut short or its last bytes overwritten, or a bad frame followed by valid frames that never commit (what a rollback after a spill leaves), does not stop the start, and every acknowledged write is there', async () => {
+  test('[D-sqlite-7] a torn tail, or a bad frame followed by frames that never commit, is no damage: every write is there', async () => {
     const { dir, acknowledged } = await killedWithLog(2);
     const copies = [];
     try {
@@ -238,7 +238,7 @@ describe('The sqlite write-ahead log is checked before SQLite replays it', SQLIT
     }
   });
 
-  test('"Frames whose salts are not the header\'s are leftovers of the log before a checkpoint started it afresh, and are ignored": after a checkpoint started the log afresh, the older frames after the valid ones do not stop the start, and every acknowledged write is there', async () => {
+  test('[D-sqlite-7] frames left from before a checkpoint restarted the log are ignored: every acknowledged write is there', async () => {
     const { dir, acknowledged } = await killedWithLog(4);
     try {
       const file = join(dir, DB);
@@ -295,7 +295,7 @@ function middleTurnsPage(dir) {
 }
 
 describe('Damage inside the sqlite file', SQLITE, () => {
-  test('"damage that only a full check can find is looked for in the background after the start, and once found, writes get 503 `Storage damaged`, `/healthz` is not ok, and the log names the file" ("The full check is PRAGMA quick_check in a process of its own at low priority, on a read-only connection"): reads go on; a check of a sound file changes nothing', async () => {
+  test('[D-sqlite-6] [D-sqlite-9] the full check finds damage after the start: writes 503 Storage damaged, reads go on', async () => {
     const { dir, kept } = await stoppedWithTurns();
     const env = { CHAT_SESSION_API_FAULTS: 'hurry:sqlite-check' };
     try {
@@ -339,7 +339,7 @@ describe('Damage inside the sqlite file', SQLITE, () => {
     }
   });
 
-  test('A read that meets damage marks the store damaged: "by a read or a commit that SQLite reports malformed, which answers 503 rather than 500" (regression: it was a 500); writes get 503 `Storage damaged` and `/healthz` is not ok from then on, and the log names the file', async () => {
+  test('[D-sqlite-10] a read that meets damage answers 503, not 500, and marks the store damaged from then on', async () => {
     const { dir, kept, long } = await stoppedWithTurns();
     damagePage(dir, middleTurnsPage(dir));
     const s = await startServer({ dataDir: dir });
@@ -361,7 +361,7 @@ describe('Damage inside the sqlite file', SQLITE, () => {
     }
   });
 
-  test('A commit that meets damage marks the store damaged the same: "by a read or a commit that SQLite reports malformed, which answers 503 rather than 500"', async () => {
+  test('[D-sqlite-10] a commit that meets damage marks the store damaged the same way', async () => {
     const dir = tempDir('csa-commit-');
     let s = await startServer({ dataDir: dir });
     const u = s.as('alice');
@@ -392,7 +392,7 @@ describe('Damage inside the sqlite file', SQLITE, () => {
     }
   });
 
-  test('"the cheap check at start" (the header, the pages against the file\'s length and its log, the schema and every table\'s first page readable) stops the start with one line naming the file; nothing is changed', async () => {
+  test('[D-sqlite-8] the cheap check at start stops a damaged file with one line naming it; nothing is changed', async () => {
     const { dir } = await stoppedWithTurns();
     const file = join(dir, DB);
     const sound = readFileSync(file);
@@ -420,7 +420,7 @@ describe('Damage inside the sqlite file', SQLITE, () => {
     }
   });
 
-  test('"every page up to the database\'s size must be in the file or in the log": a checkpoint cut short by a kill (the first page written, the pages past the file\'s end still only in the log) is not damage', async () => {
+  test('[D-sqlite-8] a checkpoint cut short by a kill, later pages still in the log, is not damage', async () => {
     const { dir } = await stoppedWithTurns();
     try {
       const file = join(dir, DB);

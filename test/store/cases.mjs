@@ -83,7 +83,7 @@ export function contract(engine) {
   };
 
   describe(`Store contract: ${engine}`, () => {
-    test('list order with ties: updatedAt newest first, ties by _id descending, on the user list, the project list and archived=all, page by page and whole', async () => {
+    test('list order: updatedAt newest first, ties by _id descending, on every list, page by page and whole', async () => {
       await withStore(async (store) => {
         const made = [];
         for (let i = 0; i < 30; i++) made.push(await store.createSession(session({ ms: (i % 4) * 10, archived: i % 5 === 0, project: i % 2 === 0 ? 'even' : 'odd' })));
@@ -103,7 +103,7 @@ export function contract(engine) {
       });
     });
 
-    test('keyset paging across deletes: a page resumes strictly after its key even when that item is gone, skipping and repeating nothing', async () => {
+    test('keyset paging across deletes: a page resumes strictly after its key, skipping and repeating nothing', async () => {
       await withStore(async (store) => {
         const ids = [];
         for (let i = 0; i < 12; i++) ids.push((await store.createSession(session({ ms: Math.floor(i / 3) }))).session._id);
@@ -132,7 +132,7 @@ export function contract(engine) {
       });
     });
 
-    test('every filter: a project, a user, owner-only (a project and a user), archived false|true|all, a name contains (case folded, non-ASCII too), together', async () => {
+    test('every filter: project, user, owner-only, archived false|true|all, a name contains (case folded), together', async () => {
       await withStore(async (store) => {
         const rows = [
           { user: 'alice', project: 'p1', name: 'Über Plan', archived: false },
@@ -163,7 +163,7 @@ export function contract(engine) {
       });
     });
 
-    test('"Pages break the same on both engines": a page ends (no resume key) exactly when its list has nothing after it: active and archived sessions are two lists on every engine, so pages break the same everywhere', async () => {
+    test('[D-paging-2] a page ends exactly when its list has nothing after it: active and archived are two lists', async () => {
       await withStore(async (store) => {
         // an archived session older than active ones, and one newer
         await store.createSession(session({ ms: 0, archived: true }));
@@ -184,7 +184,7 @@ export function contract(engine) {
       });
     });
 
-    test(`a page examines at most ${PAGE_SCAN_BUDGET} items: when a filter leaves most out, the page ends early with a key to resume from, and walking on finds the rest`, async () => {
+    test(`[D-paging-1] a page examines at most ${PAGE_SCAN_BUDGET} items, then ends early with a key; walking on finds the rest`, async () => {
       await withStore(async (store) => {
         const n = PAGE_SCAN_BUDGET + 300;
         const wanted = [];
@@ -203,7 +203,7 @@ export function contract(engine) {
       });
     });
 
-    test(`"A page that reaches it before filling up ends early with a cursor": a page of turns ends once it holds ${PAGE_BYTE_BUDGET} bytes of JSON (at least one turn, whatever its size), with a key to resume from`, async () => {
+    test(`[D-paging-1] a page of turns ends once it holds ${PAGE_BYTE_BUDGET} bytes of JSON (one turn at least), with a key`, async () => {
       await withStore(async (store) => {
         const s = (await store.createSession(session())).session;
         const big = 'b'.repeat(Math.ceil(PAGE_BYTE_BUDGET * 0.4));
@@ -223,7 +223,7 @@ export function contract(engine) {
       });
     });
 
-    test(`"the event loop is free between chunks however few items a filter keeps": a whole list yields to it between chunks of ${SCAN_CHUNK} items`, async () => {
+    test(`[D-limits-14] a whole list yields to the event loop between chunks of ${SCAN_CHUNK} items, whatever a filter keeps`, async () => {
       await withStore(async (store) => {
         const n = SCAN_CHUNK * 4;
         for (let i = 0; i < n; i += 256) await Promise.all(Array.from({ length: 256 }, (_, k) => store.createSession(session({ ms: i + k, name: 'hay' }))));
@@ -253,7 +253,7 @@ export function contract(engine) {
       });
     });
 
-    test('N concurrent conditional writes on one version: exactly one wins, every other is refused, and the winner is what is stored', async () => {
+    test('N concurrent conditional writes on one version: exactly one wins, and the winner is what is stored', async () => {
       await withStore(async (store) => {
         const s = await store.createSession(session());
         const v = s.version;
@@ -311,7 +311,7 @@ export function contract(engine) {
       });
     });
 
-    test('"A group of creates alone reads nothing before its decisions" (PostgreSQL), yet a create whose id a stored session holds is refused alone on every engine: the creates beside it go through, and the stored session is as it was', async () => {
+    test('[D-postgres-5] a create whose id is taken is refused alone; the creates beside it go through', async () => {
       await withStore(async (store) => {
         const stored = await store.createSession(session({ name: 'first' }));
         const before = await everything(store);
@@ -329,7 +329,7 @@ export function contract(engine) {
       });
     });
 
-    test("a turn becomes its session's head and raises its updatedAt to the turn's createdAt, moves its version, and moves it to the front of its lists; a turn older than its session or its newest turn is refused and changes nothing", async () => {
+    test("a turn becomes the head and raises its session's updatedAt, version and place; an older turn is refused", async () => {
       await withStore(async (store) => {
         const a = await store.createSession(session({ ms: 0 }));
         const b = await store.createSession(session({ ms: 5 }));
@@ -397,7 +397,7 @@ export function contract(engine) {
       });
     });
 
-    test('stats: sessions, turns and bytes follow every write ("Byte figures (chat_session_api_store_bytes, usage) count the UTF-8 bytes of the JSON of every session and turn")', async () => {
+    test('[D-logs-4] stats: sessions, turns and the bytes of their JSON follow every write', async () => {
       await withStore(async (store) => {
         const a = await store.createSession(session({ name: 'ünïcødé' }));
         const b = await store.createSession(session({ ms: 1 }));
@@ -414,7 +414,7 @@ export function contract(engine) {
       });
     });
 
-    test("\"What a change adds to usage is decided once, in the writer\" and each engine applies it: usage, what a user's sessions hold (sessions, their turns whoever wrote them, the bytes of all their JSON) follows every write and every import", async () => {
+    test('[D-engines-3] [D-engines-2] usage (sessions, their turns, their bytes) follows every write and every import', async () => {
       await withStore(async (store) => {
         const usageNow = async (user) => {
           const all = await everything(store);
@@ -520,7 +520,7 @@ export function contract(engine) {
       }
     });
 
-    test('a failed write rejects, changes nothing, and the next write goes through; after reopening the store holds exactly what was acknowledged', async () => {
+    test('a failed write rejects and changes nothing; after reopening the store holds exactly what was acknowledged', async () => {
       const dir = fresh();
       setFaultPlan(`${caps.fault}:2,${caps.fault}:4`);
       let store;
@@ -545,7 +545,7 @@ export function contract(engine) {
       }
     });
 
-    test('"The serial writer announces each group\'s changes after the group is committed and before any of its writes is answered; a group that fails to commit is never announced": once, in commit order, and a refused write is never announced either', async () => {
+    test('[D-live-15] each group is announced once, in commit order, after its commit; a failed or refused write never', async () => {
       const dir = fresh();
       setFaultPlan(`${caps.fault}:3`);
       let store;
@@ -611,7 +611,7 @@ export function contract(engine) {
       });
     });
 
-    test("import: the file's version of a stored record wins, records not in the file stay, and a session is raised to its newest turn", async () => {
+    test("[D-backup-3] import: the file's version wins, other records stay, a session is raised to its newest turn", async () => {
       await withStore(async (store) => {
         const keep = await store.createSession(session({ name: 'not in the file' }));
         const s = await store.createSession(session({ ms: 1, name: 'old name' }));

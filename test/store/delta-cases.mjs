@@ -91,7 +91,7 @@ export function deltaContract(engine) {
   };
 
   describe(`Store contract, deltas and tokens: ${engine}`, () => {
-    test('"A streaming turn reads as if each delta had rewritten it": the turn, pages, whole lists, branches, search hits and export show its text so far to the byte, while "the session\'s updatedAt and ETag do not move"', async () => {
+    test("[D-streaming-8] a streaming turn reads with its text so far everywhere, its session's updatedAt and ETag still", async () => {
       await withStore(async (store) => {
         const { sid, tid, base, version } = await streaming(store, 'Once upon');
         const pieces = [];
@@ -115,7 +115,7 @@ export function deltaContract(engine) {
       });
     });
 
-    test('"The next edit folds the deltas into the turn for good": the end of a reply writes the turn whole (its text, status and usage), later deltas are refused, and search finds the whole text', async () => {
+    test("[D-streaming-9] a reply's end folds the deltas in for good: later deltas are refused, search finds the text", async () => {
       await withStore(async (store) => {
         const { sid, tid, base } = await streaming(store);
         const pieces = [text('reasoning', 'thinking'), text('text', 'The answer'), text('text', ' is a walrus')];
@@ -141,7 +141,7 @@ export function deltaContract(engine) {
       });
     });
 
-    test('deltas and the end that arrive together share one group and keep their order: each delta goes after the one before it, the end holds them all', async () => {
+    test('deltas and the end that arrive together share one group and keep their order', async () => {
       await withStore(async (store) => {
         const { sid, tid, base } = await streaming(store);
         const pieces = Array.from({ length: 20 }, (_, i) => text(i % 7 === 3 ? 'reasoning' : 'text', `piece ${i} `));
@@ -157,7 +157,7 @@ export function deltaContract(engine) {
       });
     });
 
-    test('"Turn too large" is checked against the turn with its deltas: a delta that makes its JSON exactly the limit passes, one byte more is refused and changes nothing', async () => {
+    test("[D-streaming-3] Turn too large counts a turn's deltas: exactly the limit passes, one byte more is refused", async () => {
       await withStore(async (store) => {
         const { sid, tid, base } = await streaming(store, 'start');
         await store.appendDelta(sid, tid, () => {}, [text('text', 'é'.repeat(50))], 1_000_000);
@@ -171,7 +171,7 @@ export function deltaContract(engine) {
       });
     });
 
-    test('"A delta of a streaming turn counts the bytes it adds": QUOTA_BYTES refuses the delta that would pass it, counted from the turn with its deltas', async () => {
+    test('[D-streaming-6] QUOTA_BYTES refuses the delta that would pass it, counted from the turn with its deltas', async () => {
       await withStore(
         async (store) => {
           const { sid, tid } = await streaming(store, 'hi');
@@ -186,7 +186,7 @@ export function deltaContract(engine) {
       );
     });
 
-    test('a fork copies a streaming turn with its text so far; deleting the turn or the session gives back its bytes with its deltas; an export of it imports as it was, and importing again changes nothing', async () => {
+    test("a fork copies a streaming turn's text so far; a delete gives back its deltas' bytes; export imports it as it was", async () => {
       const exported = await withStore(async (store) => {
         const { sid, tid, base } = await streaming(store, 'so far');
         const pieces = [text('text', ' and on'), text('reasoning', 'hmm')];
@@ -261,7 +261,7 @@ export function deltaContract(engine) {
       assert.deepEqual(await run(true), expected, 'in one group');
     });
 
-    test('"Usage counts tokens as it counts bytes: what your sessions hold": a turn\'s usage given when it is recorded or by an edit counts, an edit that changes it changes the count, deleting turns and sessions gives them back, a fork\'s copies count for the fork\'s owner', async () => {
+    test("[D-finding-2] a turn's usage counts, an edit changes it, deletes give it back, a fork's copies count for its owner", async () => {
       await withStore(async (store) => {
         const s = await store.createSession(session());
         const sid = s.session._id;
@@ -292,7 +292,7 @@ export function deltaContract(engine) {
     });
 
     test(
-      '"Deltas to one turn through several PostgreSQL instances are numbered in commit order": two stores on one schema append to one turn in turns and together, and the turn holds every delta once, where each was answered',
+      '[D-streaming-10] two stores on one schema append to one turn: every delta once, where it was answered',
       { skip: ENGINES[engine].instances === true ? false : `several instances need STORE=postgres; this run tests STORE=${engine}` },
       async () => {
         const dir = fresh();
@@ -322,7 +322,7 @@ export function deltaContract(engine) {
       },
     );
 
-    test('"each acknowledged append is durable": deltas acknowledged before SIGKILL of the writing process are in the turn, in order, and usage counts them, three times', async () => {
+    test('"each acknowledged append is durable": deltas acknowledged before SIGKILL are there, in order, three times', async () => {
       const dir = fresh();
       for (let round = 0; round < 3; round++) {
         const child = spawn(process.execPath, [CHILD, engine, dir, String(round)], { stdio: ['ignore', 'pipe', 'inherit'] });

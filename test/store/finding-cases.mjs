@@ -46,7 +46,7 @@ export function findingContract(engine) {
   };
 
   describe(`Store contract, finding and keeping: ${engine}`, () => {
-    test('"`tag` lists are read from the tag\'s own index": a tag reads the list of its sessions in list order (user, project, owner-only, archived false|true|all), more tags must all match, page by page and whole, after a reopen too', async () => {
+    test('[D-finding-6] a tag reads its own list, in list order, on every list; more tags must all match; paged and whole', async () => {
       await withStore(async (store, reopen) => {
         const tagsOf = (i) => [i % 2 === 0 ? 'Even' : 'odd', ...(i % 3 === 0 ? ['three'] : [])];
         const made = [];
@@ -74,7 +74,7 @@ export function findingContract(engine) {
       });
     });
 
-    test("tag lists follow every write: a turn moves its session to the front, archive moves it between halves, new tags move it between lists, delete removes it", async () => {
+    test('tag lists follow every write: a turn, an archive, new tags and a delete move a session between them', async () => {
       await withStore(async (store, reopen) => {
         const a = (await store.createSession(session({ ms: 0, tags: ['x'] }))).session;
         const b = (await store.createSession(session({ ms: 1, tags: ['x', 'y'] }))).session;
@@ -97,7 +97,7 @@ export function findingContract(engine) {
     });
 
 
-    test('a page with gone sessions among its rows still holds `limit` live sessions: pages and whole lists leave out exactly the expired ones (own expiry, RETENTION_DAYS), in list order', async () => {
+    test('[D-finding-8] a page with gone sessions among its rows still holds `limit` live ones, in list order', async () => {
       await withStore(async (store) => {
         const made = [];
         // every third session gone by its own expiry, every fifth (without one) by RETENTION_DAYS: updated before the cutoff
@@ -139,7 +139,7 @@ export function findingContract(engine) {
         assert.equal(never.expiresAt, null);
       });
     });
-    test('expired sessions are found by their own expiry and by RETENTION_DAYS, kept ones never; the purge deletes them with their turns and usage follows, after a reopen too', async () => {
+    test('expired sessions are found by their own expiry and by RETENTION_DAYS; the purge deletes them, usage follows', async () => {
       await withStore(async (store, reopen) => {
         const now = Date.UTC(2026, 0, 1) + 100 * 86_400_000;
         const own = await store.createSession(session({ ms: 0, expiresAt: at(50 * 86_400_000) })); // gone at day 50
@@ -189,7 +189,7 @@ export function findingContract(engine) {
       });
     });
 
-    test('"The background purge pauses after each batch as long as the batch took": the wait comes after every full batch, told its duration, and pausedLike waits at least that long', async () => {
+    test('[D-finding-9] the background purge waits after every full batch as long as it took', async () => {
       await withStore(async (store) => {
         const n = 2 * PURGE_BATCH + 3;
         for (let i = 0; i < n; i++) await store.createSession(session({ ms: i, expiresAt: at(i) }));

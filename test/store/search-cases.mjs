@@ -80,7 +80,7 @@ function turnRows(db) {
 
 export function searchContract(engine) {
   describe(`Store contract, search: ${engine}`, () => {
-    test('"Served from an index": every engine answers what reading every name and turn would, in the same order ("Hits are newest first: a turn by its createdAt, a name by its session\'s updatedAt"), page by page, after edits, deletes, a fork, an import, a reopen and a reindex, and the same when "A common word walks the caller\'s sessions instead"', async () => {
+    test('[D-search-7] [D-search-4] [D-search-8] every engine answers what reading every turn would, through every change', async () => {
       const dir = mkdtempSync(join(tmpdir(), `csa-search-${engine}-`));
       // sqlite indexes what a commit queued after it: held here, every name and turn is still queued when first searched
       setFaultPlan('hold:index');
@@ -182,7 +182,7 @@ export function searchContract(engine) {
       }
     });
 
-    test('"SEARCH=off keeps no index": what was written while it was off is found once a start has it on again (sqlite indexes its queue, PostgreSQL indexes again at start)', async () => {
+    test('[D-search-14] what was written while SEARCH was off is found once a start has it on again', async () => {
       const dir = mkdtempSync(join(tmpdir(), `csa-search-off-${engine}-`));
       let store = await openOn(engine, dir, { SEARCH: 'off' });
       try {
@@ -207,7 +207,7 @@ export function searchContract(engine) {
       }
     });
 
-    test('"Words are runs of letters and digits, folded the same way on every engine": ASCII text takes a shorter path to the same words as NFKC with upper then lower case, and a text is checked for the words without its word list the same way', () => {
+    test('[D-search-2] ASCII text takes a shorter path to the same words as NFKC with upper then lower case', () => {
       const WORD = /[\p{L}\p{N}]+/gu;
       const general = (text) => [...new Set([...text.matchAll(WORD)].flatMap((m) => m[0].normalize('NFKC').toUpperCase().toLowerCase().replace(/ς/g, 'σ').match(WORD) ?? []))];
       let seed = 7;
@@ -228,7 +228,7 @@ export function searchContract(engine) {
     });
 
     if (engine === 'sqlite') {
-      test('"sqlite gives FTS5 plain ASCII text as it is": where plainAscii says so, FTS5\'s ascii tokenizer cuts a text into the words indexedWordList makes, and the other texts are not plain ASCII', async () => {
+      test('[D-search-10] sqlite gives FTS5 plain ASCII text as it is, which its ascii tokenizer cuts into the same words', async () => {
         const { DatabaseSync } = await import('node:sqlite');
         const db = new DatabaseSync(':memory:');
         try {
@@ -252,7 +252,7 @@ export function searchContract(engine) {
     }
 
     if (engine === 'sqlite') {
-      test('sqlite\'s indexer: "It goes on at once only while a whole batch waits": while commits keep coming, it indexes whole batches of 1,024, not what each commit queued', async () => {
+      test("[D-search-10] sqlite's indexer goes on at once only while a whole batch of 1,024 waits", async () => {
         const { DatabaseSync } = await import('node:sqlite');
         const db = new DatabaseSync(':memory:');
         prepareSchema(db, ':memory:', true);
@@ -283,7 +283,7 @@ export function searchContract(engine) {
         }
       });
 
-      test('sqlite\'s indexer: after a batch that failed, what is queued is indexed as commits keep coming (how many wait is unknown again, as at start)', async () => {
+      test('[D-search-10] after a failed batch, what is queued is indexed as commits keep coming', async () => {
         const { DatabaseSync } = await import('node:sqlite');
         const dir = mkdtempSync(join(tmpdir(), 'csa-indexer-'));
         const db = new DatabaseSync(join(dir, 'db'));
@@ -323,7 +323,7 @@ export function searchContract(engine) {
         }
       });
 
-      test('"sqlite reads a turn\'s plain ASCII text with its JSON functions" and "A write says when a turn\'s content is read as it is": for every kind of turn, what its indexer gives FTS5 (from its JSON, or as a write queues it) is what parsing the turn in JavaScript gives', async () => {
+      test("[D-search-10] for every kind of turn, sqlite's indexer gives FTS5 what parsing the turn in JavaScript gives", async () => {
         const { DatabaseSync } = await import('node:sqlite');
         const db = new DatabaseSync(':memory:');
         try {

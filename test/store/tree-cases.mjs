@@ -125,7 +125,7 @@ export function treeContract(engine) {
   };
 
   describe(`Store contract, conversations: ${engine}`, () => {
-    test('"Turns form a tree": a turn\'s parent is the head unless it names one (null: a root), "every new turn becomes the session\'s head"; a branch is the path from the root to the head or to a turn, oldest first, whole and page by page; the whole list is every turn', async () => {
+    test('"Turns form a tree": a turn goes under the head or a named parent, becomes the head; branches whole and paged', async () => {
       await withStore(async (store) => {
         const empty = await store.createSession(session({ ms: 1 }));
         assert.equal(empty.session.headTurnId, null, 'headTurnId null with no turns');
@@ -155,7 +155,7 @@ export function treeContract(engine) {
       });
     });
 
-    test('"each turn also keeps its depth and a jump pointer to an ancestor at a multiple of 32": a branch deeper than the jump index\'s stride (32) pages the same with every page size, and a cursor that left the path (the head moved, its turn deleted) resumes strictly after its key', async () => {
+    test('[D-engines-7] a branch deeper than the jump stride pages the same at every size; a cursor off the path resumes', async () => {
       await withStore(async (store) => {
         const s = await store.createSession(session());
         const id = s.session._id;
@@ -190,7 +190,7 @@ export function treeContract(engine) {
       });
     });
 
-    test('"PUT .../turns/:turnId changes content, metadata, usage, status of one turn": its id, place, author, role and createdAt stay; the session\'s updatedAt moves forward (a millisecond at least) and with it its version; head and newest turn stay', async () => {
+    test("a turn's edit keeps its id, place, author, role and createdAt; the session's updatedAt and version move", async () => {
       await withStore(async (store) => {
         const { id, t } = await tree(store);
         const before = await store.getSession(id);
@@ -224,7 +224,7 @@ export function treeContract(engine) {
       });
     });
 
-    test('every write moves updatedAt strictly forward: edits while the clock is behind the session step it by a millisecond each, so each state has its own version', async () => {
+    test('[D-sessions-6] every write moves updatedAt strictly forward, a millisecond each while the clock is behind', async () => {
       await withStore(async (store) => {
         const future = Date.UTC(2100, 0, 1);
         const s = await store.createSession(session({ createdAt: new Date(future).toISOString(), updatedAt: new Date(future).toISOString() }));
@@ -240,7 +240,7 @@ export function treeContract(engine) {
       });
     });
 
-    test('"DELETE of a turn removes it and its descendants (the head moves to the deleted turn\'s parent when it was among them)"; the newest turn, and so the version, is what remains; usage and stats follow', async () => {
+    test('deleting a turn removes its descendants and moves the head up; the version, usage and stats follow', async () => {
       await withStore(async (store) => {
         const { id, t } = await tree(store);
         const before = await store.getSession(id);
@@ -274,7 +274,7 @@ export function treeContract(engine) {
       });
     });
 
-    test('"fork ... holding copies (new ids, same contents and createdAt) of the path from the root to turnId (default: the head), and forkedFrom: {session, turn}"; the source is unchanged; the fork counts for its owner', async () => {
+    test('a fork copies the path from the root to turnId (new ids, same contents); the source is unchanged', async () => {
       await withStore(async (store) => {
         const { id, t } = await tree(store);
         await store.updateTurn(id, t.t3, () => {}, () => ({ content: [{ type: 'tool_call', id: 'c1', name: 'grep', arguments: { q: 'x' } }], usage: { inputTokens: 1, outputTokens: 2 } }));
@@ -311,7 +311,7 @@ export function treeContract(engine) {
       });
     });
 
-    test('"Decisions need the tree at the serial point" ... "the caller\'s check or change runs against the committed state plus the group\'s earlier changes": writes of one group that build on each other (appends under the head and under a named parent, an edit of a turn made in the same group, a deletion, a switch of head, a fork) decide as they would one after the other', async () => {
+    test('[D-engines-6] [D-engines-1] writes of one group that build on each other decide as they would one after another', async () => {
       const run = async (store, together) => {
         const { id, t } = await tree(store);
         const a = newObjectId(BASE + 100);
@@ -347,7 +347,7 @@ export function treeContract(engine) {
       assert.deepEqual(serial.forkAtA.head, ['t5', 't6', 'a edited']);
     });
 
-    test('export then import keeps trees, heads, forks, parts, usage and status: the same sessions, versions, turns and branches, and importing again changes nothing', async () => {
+    test('export then import keeps trees, heads, forks, parts, usage and status; importing again changes nothing', async () => {
       await withStore(async (source) => {
         const { id, t } = await tree(source, { user: 'bob' });
         await source.updateTurn(id, t.t2, () => {}, () => ({ content: [{ type: 'file', name: 'a.png', mediaType: 'image/png', url: 'https://x/a.png' }], usage: { inputTokens: 1, outputTokens: 1 }, status: 'interrupted' }));
@@ -370,7 +370,7 @@ export function treeContract(engine) {
       });
     });
 
-    test('a switched head, edits, a deleted subtree and a fork survive reopening and an import (a regression: a compacted journal once gave every session its newest turn as head)', async () => {
+    test('a switched head, edits, a deleted subtree and a fork survive reopening and an import', async () => {
       const dir = fresh();
       let store = await openOn(engine, dir);
       let before;
@@ -410,7 +410,7 @@ export function treeContract(engine) {
       }
     });
 
-    test('the same history gives the same JSON and versions on every engine (appends under parents, an edit, a deletion, a switch of head, a fork)', async () => {
+    test('the same history gives the same JSON and versions on every engine', async () => {
       await withStore(async (store) => {
         // a session ahead of the clock: every write steps its updatedAt by exactly a millisecond
         const t0 = Date.UTC(2100, 0, 1);
@@ -440,7 +440,7 @@ export function treeContract(engine) {
       });
     });
 
-    test('"Journals and exports written before these fields load; their turns get parents in order": a store the first release wrote opens with each turn\'s parent the turn before it, each head the newest turn, status complete, and the versions (ETags) it answered', async () => {
+    test('[D-conversations-11] a store of the first release opens with parents in order, heads, and the ETags it answered', async () => {
       const dir = fresh();
       await installFixture(engine, dir);
       const answers = JSON.parse(readFileSync(join(FIXTURES, 'answers.json'), 'utf8'))[engine];
@@ -478,7 +478,7 @@ export function treeContract(engine) {
       }
     });
 
-    test('acknowledged appends, edits, deletions of turns and forks survive SIGKILL of the writing process at a random moment, three times', async () => {
+    test('acknowledged appends, edits, deletions of turns and forks survive SIGKILL of the writer, three times', async () => {
       const dir = fresh();
       // what was acknowledged, and what was under way (it may or may not be there)
       const acked = { turns: new Map(), edits: new Map(), editing: new Map(), deleted: new Set(), deleting: new Set(), forks: new Map() };
