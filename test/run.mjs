@@ -56,6 +56,9 @@ function summary(name, file, seconds, ok) {
     ok = false;
   }
   rmSync(dirname(file), { recursive: true, force: true });
+  // a name over the limit fails the pass, each counted as a failed test (test/counter.mjs)
+  for (const n of c.long ?? []) console.error(`✖ ${name}: a test's name is over 120 characters (docs/development.md, "Tests"): ${n}`);
+  c.fail += c.long?.length ?? 0;
   return { ...c, seconds, text: `${ok && c.fail === 0 ? '✔' : '✖'} ${name}: ${c.pass} passed, ${c.fail} failed, ${c.skip} skipped, in ${c.files} files, ${Math.round(seconds)} s` };
 }
 for (const pass of passes) {
@@ -93,8 +96,9 @@ for (const pass of passes) {
     env: { ...process.env, CSA_TEST_STORE: pass.store, ...(cluster !== undefined ? { CSA_TEST_DATABASE_URL: cluster.url('postgres') } : {}) },
   });
   await cluster?.destroy();
-  summaries.push(summary(`STORE=${pass.store}`, counts, (performance.now() - started) / 1000, r.status === 0));
-  if (r.status !== 0) {
+  const line = summary(`STORE=${pass.store}`, counts, (performance.now() - started) / 1000, r.status === 0);
+  summaries.push(line);
+  if (r.status !== 0 || line.fail > 0) {
     console.error(`\n✖ the suite failed on STORE=${pass.store} (Node.js ${version})`);
     failed = true;
   }

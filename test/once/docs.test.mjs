@@ -1,16 +1,18 @@
 // The repository carries its own documents: the contract (docs/spec/api-v1.md), the team's
-// decisions (docs/TEAM-DECISIONS.md) and the project's (docs/DECISIONS.md). A user who clones
-// it can follow every link of the README and the docs, what a test name quotes is there, and
-// every decision of docs/DECISIONS.md is quoted by the name of the test that pins it.
+// decisions (docs/TEAM-DECISIONS.md), the project's (docs/DECISIONS.md) and their history
+// (CHANGELOG.md). A user who clones it can follow every link of the README and the docs, what a
+// test name quotes is there, every decision of docs/DECISIONS.md is a short record whose id the
+// name of the test that pins it gives, no test name is over 120 characters, and the layout map
+// of docs/development.md names what is in the tree.
 import assert from 'node:assert/strict';
 import { existsSync, readdirSync, readFileSync, statSync } from 'node:fs';
 import { join, relative, resolve, sep } from 'node:path';
 import { describe, test } from 'node:test';
 import { ROOT } from '../helpers.mjs';
 
-/** README.md and every Markdown file under docs/, as paths relative to the root. */
+/** README.md, CHANGELOG.md and every Markdown file under docs/, as paths relative to the root. */
 function documents() {
-  const out = ['README.md'];
+  const out = ['README.md', 'CHANGELOG.md'];
   const walk = (dir) => {
     for (const name of readdirSync(join(ROOT, dir))) {
       const rel = `${dir}/${name}`;
@@ -62,7 +64,7 @@ const normalize = (s) =>
     .trim()
     .toLowerCase();
 
-/** Every file under test/ that may name tests (the test files and the contract's case files), relative to test/. */
+/** Every file under test/ that may name tests (the test files and the contract's case files), relative to the root. */
 function testSources(dir = 'test') {
   const out = [];
   for (const name of readdirSync(join(ROOT, dir))) {
@@ -74,30 +76,78 @@ function testSources(dir = 'test') {
 }
 
 /**
- * The quotes of the test names: each phrase in double quotes of a `test(...)` or `describe(...)`
- * name, cut at `...` (words left out), as {file, piece}; pieces under three words are no quote.
+ * The string literal that starts at `at` in `src` (quotes or a template), as {value, end}, or
+ * undefined when none starts there. A template's `${...}` is kept as its source text.
+ */
+function literalAt(src, at) {
+  const open = src[at];
+  if (!`'"\``.includes(open)) return undefined;
+  let depth = 0;
+  for (let i = at + 1; i < src.length; i++) {
+    const c = src[i];
+    if (c === '\\') i++;
+    else if (open === '`' && c === '$' && src[i + 1] === '{' && depth === 0) {
+      depth = 1;
+      i++;
+    }
+    else if (depth > 0) depth += c === '{' ? 1 : c === '}' ? -1 : 0;
+    else if (c === open) return { value: src.slice(at + 1, i).replace(/\\(['`"\\])/g, '$1'), end: i + 1 };
+  }
+  return undefined;
+}
+
+/**
+ * Every test and suite name under test/: the name given to each test and describe call of a
+ * file that imports node:test, as {file, line, name}. A name is one literal, so that it can be
+ * read here (a template's `${...}` counting as its source); any other name (a variable, pieces
+ * joined with +) has `name` undefined. (A subtest's `t.test(` is not read here: the runner's
+ * reporter, test/counter.mjs, holds every name as it ran to the same length.)
+ */
+function testNames() {
+  const out = [];
+  for (const file of testSources()) {
+    const src = readFileSync(join(ROOT, file), 'utf8');
+    if (!/from 'node:test'/.test(src)) continue;
+    for (const m of src.matchAll(/(?<![.\w$])(?:test|describe)\(\s*/g)) {
+      const lit = literalAt(src, m.index + m[0].length);
+      const whole = lit !== undefined && /^\s*[,)]/.test(src.slice(lit.end));
+      out.push({ file, line: src.slice(0, m.index).split('\n').length, name: whole ? lit.value : undefined });
+    }
+  }
+  return out;
+}
+
+/** The longest a test's name may be. */
+const LONGEST_NAME = 120;
+
+/**
+ * The quotes of the test names: each phrase in double quotes of a name, cut at `...` (words
+ * left out), as {file, piece}; pieces under three words are no quote.
  */
 function testNameQuotes() {
   const out = [];
-  for (const rel of testSources()) {
-    const src = readFileSync(join(ROOT, rel), 'utf8');
-    for (const m of src.matchAll(/(?<![.\w$])(?:test|describe)\(\s*(['`"])((?:\\.|(?!\1)[^\\])*)\1/g)) {
-      const name = m[2].replace(/\\(['`"\\])/g, '$1');
-      for (const q of name.matchAll(/"((?:[^"\\]|\\.)*)"/g)) {
-        for (const piece of q[1].replace(/\\"/g, '"').split(/\s*\.\.\.\s*/)) {
-          if (piece.split(' ').length >= 3) out.push({ file: rel.slice('test/'.length), piece });
-        }
+  for (const { file, name } of testNames()) {
+    for (const q of (name ?? '').matchAll(/"((?:[^"\\]|\\.)*)"/g)) {
+      for (const piece of q[1].replace(/\\"/g, '"').split(/\s*\.\.\.\s*/)) {
+        if (piece.split(' ').length >= 3) out.push({ file: file.slice('test/'.length), piece });
       }
     }
   }
   return out;
 }
 
+/** A decision's id: `D-`, the area (a lowercase word), `-`, a number from 1. */
+const ID = /^D-[a-z][a-z0-9]*-[1-9][0-9]*$/;
+
+/** The ids a test's name gives: each `[D-...]` in it, well-formed or not. */
+const idsIn = (name) => [...name.matchAll(/\[(D-[^\]\s]*)\]/g)].map((m) => m[1]);
+
 /**
- * The bullets of docs/DECISIONS.md after its table of contents (which comes before the first
- * heading of a section): each from its `- ` to the next bullet, heading, blank line or prose.
+ * The records of docs/DECISIONS.md after its table of contents (which comes before the first
+ * heading of a section): each bullet from its `- ` through its indented lines, as {line, lines,
+ * id, text}, `id` undefined when the bullet does not open with `**[D-<area>-<n>]**`.
  */
-function decisionBullets() {
+function decisionRecords() {
   const lines = readFileSync(join(ROOT, 'docs', 'DECISIONS.md'), 'utf8').split('\n');
   const out = [];
   let current;
@@ -106,31 +156,36 @@ function decisionBullets() {
     if (line.startsWith('## ')) started = true;
     if (!started) return;
     if (line.startsWith('- ')) {
-      current = { line: i + 1, text: line.slice(2) };
+      current = { line: i + 1, lines: 1, id: /^- \*\*\[([^\]]*)\]\*\* \S/.exec(line)?.[1], text: line.slice(2) };
       out.push(current);
-    } else if (current !== undefined && /^\s+\S/.test(line)) current.text += ` ${line.trim()}`;
-    else current = undefined;
+    } else if (current !== undefined && /^\s+\S/.test(line)) {
+      current.lines++;
+      current.text += ` ${line.trim()}`;
+    } else current = undefined;
   });
   return out;
 }
 
+/** The longest docs/DECISIONS.md may be, in lines. */
+const DECISIONS_LINES = 600;
+
 /**
- * Bullets of docs/DECISIONS.md no test can pin, by their bold lead phrase, each with why. A
- * bullet that is not a decision (a pointer, an aside) is prose, not a bullet, rather than here.
+ * Decisions no test can pin, by id, each with why. A bullet that is not a decision (a pointer,
+ * an aside) is prose between the records, not a record, rather than here.
  */
 const NO_TEST_CAN_PIN = new Map([
   [
-    'One serialization per event.',
+    'D-live-14',
     'how an event\'s bytes are made (once) and written (one system call per stream and delivery, before the write is answered) is a cost no client can see but in time: bench/live.mjs measures it (bench/README.md, "The live feed")',
   ],
   [
-    "The event log's transactions keep `synchronous_commit`.",
+    'D-postgres-8',
     'a setting left as PostgreSQL has it: only a crash of the database\'s machine between a commit and its WAL flush could show the difference, which a test cannot cause on purpose',
   ],
 ]);
 
 describe('Documents', () => {
-  test('"Every document is in the repository." ... "every link of the README and of docs/ resolves to a file of the repository"', () => {
+  test('[D-docs-1] every link of the README, the CHANGELOG and docs/ resolves to a file of the repository', () => {
     const docs = documents();
     assert.ok(docs.includes('docs/spec/api-v1.md') && docs.includes('docs/TEAM-DECISIONS.md') && docs.includes('docs/DECISIONS.md'));
     for (const doc of docs) {
@@ -144,9 +199,12 @@ describe('Documents', () => {
       }
       assert.doesNotMatch(text, /\.\.\/shared\//, `${doc} still points at ../shared/`);
     }
+    for (const doc of ['README.md', 'docs/DECISIONS.md']) {
+      assert.match(readFileSync(join(ROOT, doc), 'utf8'), /\]\((\.\.\/)?CHANGELOG\.md\)/, `${doc} links the CHANGELOG`);
+    }
   });
 
-  test('"Test names quote the documents. A phrase quoted in a test\'s name is found as written in the README or in docs/" (phrases of three words or more)', () => {
+  test('[D-docs-3] a phrase quoted in a test\'s name is found as written in the README, the CHANGELOG or docs/', () => {
     const corpus = normalize(documents().map((d) => readFileSync(join(ROOT, d), 'utf8')).join('\n'));
     // the test files at the top of test/ (those of test/store/, test/pg/ and test/providers/ are not held to it yet)
     const quotes = testNameQuotes().filter((q) => /^[^/]+\.test\.mjs$/.test(q.file) && !QUOTE_THE_FEATURES_ISSUE.has(q.file));
@@ -156,7 +214,7 @@ describe('Documents', () => {
     assert.deepEqual(missing, []);
   });
 
-  test('"One document per job. The README is a front page" ... "the API, live events, replies, operating, engines, security and development each have a file under docs/, so a reader opens the one for the task at hand. Measurements live in bench/README.md, not beside the decisions."', () => {
+  test('[D-docs-2] one document per job under docs/, each in the README\'s "Where to go next"; no figures by the decisions', () => {
     const readme = readFileSync(join(ROOT, 'README.md'), 'utf8');
     const jobs = ['api.md', 'live-events.md', 'replies.md', 'openai.md', 'operating.md', 'engines.md', 'security.md', 'development.md'];
     const tasks = readdirSync(join(ROOT, 'docs')).filter((f) => f.endsWith('.md') && !['DECISIONS.md', 'TEAM-DECISIONS.md'].includes(f));
@@ -169,21 +227,59 @@ describe('Documents', () => {
     assert.doesNotMatch(decisions, /×|\b\d[\d,.]*\s*(req|requests|writes|ops|queries|creates)\/s\b/, 'no measured figure beside the decisions');
   });
 
-  test('"Each entry is pinned by a test whose name quotes it" ("Every decision is quoted by a test\'s name."): every bullet of docs/DECISIONS.md (its table of contents aside) holds a quote of three words or more from some test\'s name, unless it is one of the few no test can pin', () => {
-    const quotes = [...new Set(testNameQuotes().map((q) => normalize(q.piece)))];
-    const bullets = decisionBullets();
-    assert.ok(bullets.length > 150, `only ${bullets.length} bullets found: the scan is broken`);
-    const lead = (b) => /^\*\*(.+?)\*\*/.exec(b.text)?.[1] ?? b.text.slice(0, 60);
-    const leads = new Set(bullets.map(lead));
-    for (const exempt of NO_TEST_CAN_PIN.keys()) assert.ok(leads.has(exempt), `the exemption "${exempt}" names no bullet of docs/DECISIONS.md`);
-    const unquoted = bullets
-      .filter((b) => !NO_TEST_CAN_PIN.has(lead(b)))
-      .filter((b) => {
-        const text = normalize(b.text);
-        return !quotes.some((q) => text.includes(q));
-      })
-      .map((b) => `docs/DECISIONS.md:${b.line} ${lead(b)}`);
-    assert.deepEqual(unquoted, []);
+  test('[D-docs-4] every record of docs/DECISIONS.md has a well-formed id of its own and is one to three lines', () => {
+    const records = decisionRecords();
+    assert.ok(records.length > 150, `only ${records.length} records found: the scan is broken`);
+    const where = (r) => `docs/DECISIONS.md:${r.line}`;
+    assert.deepEqual(records.filter((r) => r.id === undefined || !ID.test(r.id)).map((r) => `${where(r)} ${r.text.slice(0, 40)}`), [], 'each opens with **[D-<area>-<n>]**');
+    const seen = new Map();
+    for (const r of records) {
+      assert.ok(!seen.has(r.id), `${r.id} at ${where(r)} and at docs/DECISIONS.md:${seen.get(r.id)}`);
+      seen.set(r.id, r.line);
+    }
+    assert.deepEqual(records.filter((r) => r.lines > 3).map((r) => `${where(r)} ${r.id}: ${r.lines} lines`), []);
+  });
+
+  test('[D-docs-4] every record is named by a test (or cannot be pinned, saying why), and every id named is a record', () => {
+    const records = new Set(decisionRecords().map((r) => r.id));
+    const named = new Map();
+    for (const { file, line, name } of testNames()) {
+      for (const id of idsIn(name ?? '')) named.set(id, [...(named.get(id) ?? []), `${file}:${line}`]);
+    }
+    assert.ok(named.size > 150, `only ${named.size} ids named: the scan is broken`);
+    const unknown = [...named].filter(([id]) => !ID.test(id) || !records.has(id)).map(([id, at]) => `[${id}] in ${at.join(', ')}`);
+    assert.deepEqual(unknown, [], 'an id a test names is a record of docs/DECISIONS.md');
+    for (const [id, why] of NO_TEST_CAN_PIN) {
+      assert.ok(records.has(id), `the exemption ${id} names no record of docs/DECISIONS.md`);
+      assert.ok(!named.has(id), `${id} is pinned by ${named.get(id)}: drop its exemption`);
+      assert.ok(why.length > 40, `${id}: say why no test can pin it`);
+    }
+    assert.deepEqual([...records].filter((id) => !named.has(id) && !NO_TEST_CAN_PIN.has(id)), [], 'records no test names');
+  });
+
+  test(`[D-docs-5] every test and suite name under test/ is one literal of at most ${LONGEST_NAME} characters`, () => {
+    const names = testNames();
+    assert.ok(names.length > 800, `only ${names.length} names found: the scan is broken`);
+    assert.deepEqual(names.filter((n) => n.name === undefined).map((n) => `${n.file}:${n.line}`), [], 'a name the scan cannot read');
+    const long = names.filter((n) => n.name !== undefined && n.name.length > LONGEST_NAME);
+    assert.deepEqual(long.map((n) => `${n.file}:${n.line} (${n.name.length}) ${n.name.slice(0, 60)}...`), []);
+  });
+
+  test(`[D-docs-5] docs/DECISIONS.md is at most ${DECISIONS_LINES} lines`, () => {
+    const lines = readFileSync(join(ROOT, 'docs', 'DECISIONS.md'), 'utf8').replace(/\n$/, '').split('\n').length;
+    assert.ok(lines <= DECISIONS_LINES, `docs/DECISIONS.md has ${lines} lines: shorten records, their history goes to CHANGELOG.md`);
+  });
+
+  test('[D-docs-6] every path the layout map of docs/development.md names exists, and it names every entry of src/', () => {
+    const doc = readFileSync(join(ROOT, 'docs', 'development.md'), 'utf8');
+    const from = doc.indexOf('```', doc.indexOf('## Layout'));
+    const map = doc.slice(from + 3, doc.indexOf('```', from + 3));
+    const paths = [...map.matchAll(/(?<![\w./-])((?:src|test|docs|bench|examples|scripts)\/[\w./-]*\w\/?)/g)].map((m) => m[1]);
+    assert.ok(paths.length > 30, `only ${paths.length} paths found in the map: the scan is broken`);
+    assert.deepEqual(paths.filter((p) => !existsSync(join(ROOT, p)) || p.endsWith('/') !== statSync(join(ROOT, p)).isDirectory()), [], 'paths of the map that are not in the tree (a folder ends with /)');
+    const named = new Set(paths.map((p) => p.replace(/\/$/, '')));
+    const entries = readdirSync(join(ROOT, 'src')).map((e) => `src/${e}`);
+    assert.deepEqual(entries.filter((e) => !named.has(e)), [], 'entries of src/ the map leaves out');
   });
 
   test('the table of schema versions in docs/operating.md ends at the versions this release writes (sqlite and PostgreSQL)', () => {
