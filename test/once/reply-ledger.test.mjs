@@ -32,7 +32,7 @@ describe('ReplyLedger: what of a reply the store holds', () => {
     assert.deepEqual(l.take(), [t('c')]);
   });
 
-  test('a lost write puts its pieces in doubt at the head, in order; nothing is taken until they are settled', () => {
+  test('[D-replies-12] a lost write puts its pieces in doubt at the head, in order; nothing is taken until they are settled', () => {
     const l = new ReplyLedger('');
     l.tell(t('ab'));
     l.take();
