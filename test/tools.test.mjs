@@ -56,7 +56,7 @@ const texts = (content) => (typeof content === 'string' ? content : content.filt
 
 describe('Tools in replies', () => {
   for (const type of PROTOCOLS) {
-    test(`[D-tools-1] "passed on in each protocol's form": tools and toolChoice reach ${type} as its API takes them`, async () => {
+    test(`[D-tools-1] tools and toolChoice reach ${type} in its own form, as its API takes them`, async () => {
       const model = `say:ok+n:offer-${type}`;
       const s = await session(type, model);
       const choices = type === 'ollama' ? ['auto', 'none'] : ['auto', 'none', 'required', { name: 'get_weather' }];
@@ -81,7 +81,7 @@ describe('Tools in replies', () => {
     });
   }
 
-  test('[D-tools-2] tools and toolChoice are checked: "a clear 400 naming the field", nothing recorded', async () => {
+  test('[D-tools-2] tools and toolChoice are checked: a clear 400 naming the field, nothing recorded', async () => {
     const s = await session('openai', 'echo');
     const cases = [
       [{ tools: [{ name: 'has space' }] }, /^tools\[0\]\.name must be 1-64 letters, digits, _ or -/],
@@ -108,7 +108,7 @@ describe('Tools in replies', () => {
   });
 
   for (const type of PROTOCOLS) {
-    test(`[D-tools-3] "recorded as tool_call parts": ${type}'s call, its arguments parsed, stopReason tool_calls`, async () => {
+    test(`[D-tools-3] ${type}'s call is recorded as a tool_call part, its arguments parsed, stopReason tool_calls`, async () => {
       const model = `say:Let%20me%20look.+call:get_weather+call:get_time:${encodeURIComponent('{"zone":"CET","h":[1,2]}')}`;
       const s = await session(type, model);
       const { reply } = await send(s._id, { content: 'weather and time?', tools: [WEATHER, { name: 'get_time' }] });
@@ -161,7 +161,7 @@ describe('Tools in replies', () => {
     ['cut across reads byte by byte', 'split:7', PROTOCOLS],
     ['without ids', 'no-call-id', ['openai', 'anthropic']],
   ]) {
-    test(`[D-tools-4] "read as its users meet them": calls ${name}, recorded whole, in order (${types.join(', ')})`, async () => {
+    test(`[D-tools-4] OpenAI's calls ${name} are recorded whole, in order (${types.join(', ')})`, async () => {
       for (const type of types) {
         const model = `call:first:${encodeURIComponent('{"a":"ü€😀","n":1}')}+call:second:${encodeURIComponent('{"b":[true,null]}')}+call:third+${directives}`;
         const s = await session(type, model);
@@ -175,7 +175,7 @@ describe('Tools in replies', () => {
     });
   }
 
-  test('[D-tools-5] "Arguments that are not JSON are kept as the raw string"; no arguments are {}', async () => {
+  test('[D-tools-5] arguments that are not JSON are kept as the raw string; no arguments are {}', async () => {
     for (const type of ['openai', 'anthropic']) {
       const s = await session(type, `call:shell:${encodeURIComponent('ls -la /tmp')}+call:ping:`);
       const { reply } = await send(s._id, { content: 'go', tools: [{ name: 'shell' }, { name: 'ping' }] });
@@ -184,7 +184,7 @@ describe('Tools in replies', () => {
   });
 
   for (const type of PROTOCOLS) {
-    test(`[D-tools-6] "An agent loop runs on the messages route" (${type}): a call, a tool message with its result, the answer`, async () => {
+    test(`[D-tools-6] an agent loop on the messages route (${type}): a call, a tool message with its result, the answer`, async () => {
       const model = `call:get_weather+n:loop-${type}`;
       const s = await session(type, model);
       const first = await send(s._id, { content: 'What is the weather in Paris?', tools: [WEATHER] });
@@ -204,7 +204,7 @@ describe('Tools in replies', () => {
     });
   }
 
-  test('[D-tools-7] "toolCallId must name a tool call on the path": 400, nothing recorded; a tool message needs results', async () => {
+  test('[D-tools-7] a result naming no call on the path is 400, nothing recorded; a tool message needs tool_result parts', async () => {
     const s = await session('openai', 'call:get_weather+n:path');
     const { reply } = await send(s._id, { content: 'weather?', tools: [WEATHER] });
     const before = (await alice.get(`${B}/${s._id}/turns`)).body.data;
@@ -224,7 +224,7 @@ describe('Tools in replies', () => {
     assert.deepEqual((await alice.get(`${B}/${s._id}/turns`)).body.data, before, 'nothing recorded');
   });
 
-  test('[D-tools-8] text and reasoning stream as turn.delta; tool calls "come whole in the closing turn.updated"', async () => {
+  test('[D-tools-8] text and reasoning stream as turn.delta; tool calls come whole in the closing turn.updated', async () => {
     const s = await session('anthropic', 'reasoning:3+say:Checking.+call:get_weather');
     const f = await openEvents(server.url, `${B}/${s._id}/messages`, { token: alice.token, method: 'POST', json: { content: 'weather?', tools: [WEATHER] } });
     await f.finished;
@@ -237,7 +237,7 @@ describe('Tools in replies', () => {
     assert.equal(last.data.stopReason, 'tool_calls');
   });
 
-  test('[D-tools-9] "stopReason is one of the four" as the provider said it, absent when it said another or none', async () => {
+  test('[D-tools-9] stopReason is one of the four as the provider said it, absent when it said another or none', async () => {
     for (const type of PROTOCOLS) {
       const s = await session(type, 'say:a+b+c+finish:length');
       assert.equal((await send(s._id, { content: 'x' })).reply.stopReason, 'length', type);
@@ -253,13 +253,13 @@ describe('Tools in replies', () => {
     assert.deepEqual([failed.status, 'stopReason' in failed], ['error', false]);
   });
 
-  test('[D-tools-10] "A provider\'s refusal text" (OpenAI) is the reply\'s text, with stopReason content_filter', async () => {
+  test("[D-tools-10] OpenAI's refusal text is the reply's text, with stopReason content_filter", async () => {
     const s = await session('openai', `say:${encodeURIComponent("I can't help with that.")}+refusal`);
     const { reply } = await send(s._id, { content: 'something bad' });
     assert.deepEqual([reply.content, reply.stopReason, reply.status], ["I can't help with that.", 'content_filter', 'complete']);
   });
 
-  test('[D-tools-11] "A compressed provider answer is decoded": gzip, br and deflate, on every protocol', async () => {
+  test('[D-tools-11] a compressed provider answer is decoded: gzip, br and deflate, on every protocol', async () => {
     for (const type of PROTOCOLS) {
       for (const encoding of ['gzip', 'br', 'deflate']) {
         const s = await session(type, `say:squeezed%20words+encoding:${encoding}`);
@@ -269,13 +269,13 @@ describe('Tools in replies', () => {
     }
   });
 
-  test('[D-tools-12] "An error field that is null is no error" in an otherwise good stream', async () => {
+  test('[D-tools-12] an error field that is null is no error in an otherwise good stream', async () => {
     const s = await session('openai', 'say:all%20good+error-null');
     const { reply } = await send(s._id, { content: 'x' });
     assert.deepEqual([reply.status, reply.content], ['complete', 'all good']);
   });
 
-  test('[D-tools-13] "Calls nobody answered are left out of what the model is sent" (the conversation moved on)', async () => {
+  test('[D-tools-13] calls nobody answered are left out of what the model is sent (the conversation moved on)', async () => {
     for (const type of PROTOCOLS) {
       const model = `call:get_weather+n:moved-on-${type}`;
       const s = await session(type, model);
