@@ -69,7 +69,7 @@ function rawCompletion(body, { token = alice.token, headers = {} } = {}) {
 const framesOf = (text) => text.split('\n\n').filter((f) => f.startsWith('data: ')).map((f) => (f.slice(6) === '[DONE]' ? '[DONE]' : JSON.parse(f.slice(6))));
 
 describe('The OpenAI door', () => {
-  test('[D-door-1] "GET /v1/models lists the models of the providers that can reply", each as <slug>/<model>', async () => {
+  test('[D-door-1] GET /v1/models lists the models of the providers that can reply, each as <slug>/<model>', async () => {
     const list = await client().models.list();
     const idsListed = list.data.map((m) => m.id);
     assert.deepEqual(idsListed, ['local-claude/claude-x', 'local-claude/shared-model', 'local-openai/echo', 'local-openai/say:Hello%20there.', '6f0000000000000000000004/shared-model', '6f0000000000000000000005/t']);
@@ -84,7 +84,7 @@ describe('The OpenAI door', () => {
     assert.ok(raw.headers['x-request-id'], 'x-request-id on every answer');
   });
 
-  test('[D-door-2] "A model is a slug and a model, or a bare name exactly one provider lists": several 400, none 404', async () => {
+  test('[D-door-2] a model is a slug and a model, or a bare name exactly one provider lists: several 400, none 404', async () => {
     const c = client();
     const ask = (model) => c.chat.completions.create({ model, messages: [{ role: 'user', content: 'hi' }] });
     assert.equal((await ask('echo')).model, 'echo', 'a bare name one provider lists');
@@ -96,7 +96,7 @@ describe('The OpenAI door', () => {
   });
 
   for (const type of PROTOCOLS) {
-    test(`[D-door-3] "chat.completions.create" waits on ${type}: "A completion is recorded as a session"`, async () => {
+    test(`[D-door-3] chat.completions.create waits on ${type}: the completion is recorded as a session`, async () => {
       const model = `${slug[type]}/${type === 'openai' ? 'echo' : type === 'anthropic' ? 'claude-x' : 'llama3'}`;
       const { data, response } = await client()
         .chat.completions.create({ model, messages: [{ role: 'system', content: 'Be brief.' }, { role: 'user', content: 'Hello door' }] })
@@ -116,7 +116,7 @@ describe('The OpenAI door', () => {
     });
   }
 
-  test('[D-door-4] "The stream is OpenAI\'s": role chunk, pieces, finish chunk, usage chunk with no choices, [DONE]', async () => {
+  test("[D-door-4] the stream is OpenAI's: role chunk, pieces, finish chunk, usage chunk with no choices, [DONE]", async () => {
     const r = await rawCompletion({ model: 'ollama/reasoning:2+say:One%20two%20three.', messages: [{ role: 'user', content: 'count' }], stream: true, stream_options: { include_usage: true } });
     assert.equal(r.status, 200);
     assert.match(r.headers['content-type'], /^text\/event-stream/);
@@ -136,7 +136,7 @@ describe('The OpenAI door', () => {
     assert.ok(chunks.slice(0, -1).every((c) => c.usage === null), 'the other chunks say usage: null');
   });
 
-  test('[D-door-4] "The stream is OpenAI\'s": the SDK\'s strict .stream() helper accumulates it, usage included', async () => {
+  test("[D-door-4] the stream is OpenAI's: the SDK's strict .stream() helper accumulates it, usage included", async () => {
     const s = client().chat.completions.stream({ model: 'local-openai/echo', messages: [{ role: 'user', content: 'stream helper words' }], stream_options: { include_usage: true } });
     const pieces = [];
     s.on('content', (d) => pieces.push(d));
@@ -173,7 +173,7 @@ describe('The OpenAI door', () => {
   });
 
   for (const type of PROTOCOLS) {
-    test(`[D-door-5] "A tool loop through the door is one conversation": AI SDK generateText, streamText (${type})`, async () => {
+    test(`[D-door-5] a tool loop through the door is one conversation: AI SDK generateText, streamText (${type})`, async () => {
       const ai = createOpenAICompatible({ name: 'door', baseURL: `${server.url}/v1`, apiKey: alice.token, includeUsage: true });
       const model = ai(`${slug[type]}/${type === 'anthropic' ? 'claude-x' : type === 'openai' ? 'echo' : 'llama3'}`);
       const calls = [];
@@ -198,7 +198,7 @@ describe('The OpenAI door', () => {
     });
   }
 
-  test('[D-door-6] "The door\'s errors are OpenAI\'s objects" on every /v1 route; the SDK\'s error classes read them', async () => {
+  test("[D-door-6] the door's errors are OpenAI's objects on every /v1 route; the SDK's error classes read them", async () => {
     const none = await server.request('GET', '/v1/models');
     assert.deepEqual([none.status, none.body.error.type, none.body.error.code], [401, 'authentication_error', 'invalid_api_key']);
     await assert.rejects(client('not.a.token').chat.completions.create({ model: 'echo', messages: [{ role: 'user', content: 'x' }] }), (e) => e instanceof OpenAI.AuthenticationError && e.type === 'authentication_error');
@@ -235,7 +235,7 @@ describe('The OpenAI door', () => {
     }
   });
 
-  test('[D-door-7] "A client that closes its connection cancels the reply": recorded interrupted', async () => {
+  test('[D-door-7] a client that closes its connection cancels the reply: recorded interrupted', async () => {
     const ac = new AbortController();
     const stream = await client().chat.completions.create({ model: 'ollama/tokens:200@20+n:stop-button', messages: [{ role: 'user', content: 'a long answer' }], stream: true }, { signal: ac.signal });
     let got = 0;
@@ -256,7 +256,7 @@ describe('The OpenAI door', () => {
     assert.equal(asked.clientClosed, true, "the provider's request is closed");
   });
 
-  test('[D-door-8] "Requests not recorded" (X-OpenWebUI-Task, X-Record: off) are answered and counted', async () => {
+  test('[D-door-8] requests not recorded (X-OpenWebUI-Task, X-Record: off) are answered and counted', async () => {
     const before = (await sessionsOf()).length;
     const counted = await metric(server, 'chat_session_api_replies_total\\{status="complete"\\}');
     const a = await client().chat.completions.create({ model: 'echo', messages: [{ role: 'user', content: 'a title please' }] }, { headers: { 'X-OpenWebUI-Task': 'title_generation' } }).withResponse();
@@ -270,7 +270,7 @@ describe('The OpenAI door', () => {
     assert.equal(await metric(server, 'chat_session_api_replies_total\\{status="complete"\\}'), counted + 2, 'counted');
   });
 
-  test('[D-door-9] "A token acts for end users only with the scope" users:act: recorded as the user it names', async () => {
+  test('[D-door-9] a token acts for end users only with the scope users:act: recorded as the user it names', async () => {
     const gateway = tokenFor('open-webui', { scope: 'sessions:write providers:read users:act' });
     const viaHeader = await client(gateway).chat.completions.create({ model: 'echo', messages: [{ role: 'user', content: 'I am carol' }] }, { headers: { 'X-OpenWebUI-User-Id': 'carol' } }).withResponse();
     const sid = viaHeader.response.headers.get('x-session-id');
@@ -285,7 +285,7 @@ describe('The OpenAI door', () => {
     await assert.rejects(client().chat.completions.create({ model: 'echo', messages: [{ role: 'user', content: 'x' }] }, { headers: { 'X-User-Id': 'eve' } }), (e) => e.status === 403);
   });
 
-  test('[D-door-10] "A retry is answered from the record": no second call, no second turns', async () => {
+  test('[D-door-10] a retry is answered from the record: no second call, no second turns', async () => {
     const body = { model: 'ollama/n:retry-same', messages: [{ role: 'user', content: 'asked once' }] };
     const first = await rawCompletion(body, { headers: { 'idempotency-key': 'k-1' } });
     const calls = provider.requests.filter((q) => q.model === 'n:retry-same').length;
@@ -330,7 +330,7 @@ describe('The OpenAI door', () => {
     assert.equal(turns[2].parentId, turns[0]._id, 'a new reply under the same user turn');
   });
 
-  test('[D-door-11] an edited history "becomes a branch of the same session"; "A walk matches images as well as text"', async () => {
+  test('[D-door-11] X-Session-Id continues a session; an edited history, images too, "becomes a branch of the same session"', async () => {
     const c = client();
     const one = await c.chat.completions.create({ model: 'echo', messages: [{ role: 'user', content: 'first question' }] }).withResponse();
     const sid = one.response.headers.get('x-session-id');
@@ -355,7 +355,7 @@ describe('The OpenAI door', () => {
     await assert.rejects(bob.chat.completions.create({ model: 'echo', messages: [{ role: 'user', content: 'x' }] }, { headers: { 'X-Session-Id': sid } }), (e) => e instanceof OpenAI.NotFoundError, "another user's session is not found");
   });
 
-  test('[D-door-14] a client sending back what it got goes on in "the caller\'s session that holds a path equal to them"', async () => {
+  test("[D-door-14] a client that sends back what it was given goes on in the caller's session holding that path", async () => {
     const c = client();
     const system = { role: 'system', content: 'You are terse.' };
     const first = await c.chat.completions.create({ model: 'echo', messages: [system, { role: 'user', content: 'rule three, first' }] }).withResponse();
@@ -381,7 +381,7 @@ describe('The OpenAI door', () => {
     assert.notEqual(bob.response.headers.get('x-session-id'), sid);
   });
 
-  test('[D-door-15] a conversation key names "the caller\'s session whose metadata.conversationKey holds it"', async () => {
+  test("[D-door-15] X-Conversation-Key (or X-OpenWebUI-Chat-Id, metadata.conversation_key) names the caller's session", async () => {
     const c = client();
     const a = await c.chat.completions.create({ model: 'echo', messages: [{ role: 'user', content: 'keyed one' }] }, { headers: { 'X-OpenWebUI-Chat-Id': 'chat-abc' } }).withResponse();
     const sid = a.response.headers.get('x-session-id');
@@ -399,7 +399,7 @@ describe('The OpenAI door', () => {
     await assert.rejects(c.chat.completions.create({ model: 'echo', messages: [{ role: 'user', content: 'x' }] }, { headers: { 'X-Conversation-Key': 'k'.repeat(201) } }), (e) => e instanceof OpenAI.BadRequestError);
   });
 
-  test('[D-door-12] "A provider failure after the stream started is an error frame", and no [DONE]', async () => {
+  test('[D-door-12] a provider failure after the stream started is an error frame, and no [DONE]', async () => {
     const r = await rawCompletion({ model: 'ollama/tokens:5+error-after:2', messages: [{ role: 'user', content: 'x' }], stream: true });
     const frames = framesOf(r.text);
     assert.notEqual(frames.at(-1), '[DONE]');
@@ -407,7 +407,7 @@ describe('The OpenAI door', () => {
     assert.match(frames.at(-1).error.message, /Provider "Local Ollama"/);
   });
 
-  test('[D-door-13] CORS_ORIGIN covers /v1: "The preflight of CORS_ORIGIN allows the door\'s headers"', async () => {
+  test("[D-door-13] CORS_ORIGIN covers /v1: its preflight allows the door's headers", async () => {
     const origin = 'https://app.example';
     const s = await startServer({ providers: [{ _id: ids.openai, name: 'Local OpenAI', type: 'openai', baseUrl: `${provider.url}/v1` }], env: { CORS_ORIGIN: origin } });
     try {
