@@ -110,7 +110,7 @@ describe('Sign-in from an identity provider', () => {
     server = await serverWith(jwksEnv(idp));
   });
 
-  test('"a token signed by a key of the set is accepted": RS256/RS384/RS512/PS256, ES256/ES384 and EdDSA, each checked by jose too', async () => {
+  test('"a token signed by a key of the set is accepted": RS256/384/512, PS256, ES256/384, EdDSA, each checked by jose too', async () => {
     for (const alg of ALGS) {
       const token = signWith(keys[alg], claimsFor(`user-${alg}`));
       await assertAccepted(server, token, set, alg);
@@ -150,7 +150,7 @@ describe('Sign-in from an identity provider', () => {
     assert.equal((await call(server, tokenFor('a', { ...own, exp: now - 40 }))).description, 'token expired', 'ours 40 s past exp');
   });
 
-  test('[D-jwks-10] "An iat in the future" beyond the leeway makes a token from the set not yet valid (jose agrees with maxTokenAge)', async () => {
+  test('[D-jwks-10] an iat in the future beyond the leeway makes a token from the set not yet valid (jose agrees)', async () => {
     const now = nowSeconds();
     const late = signWith(keys.EdDSA, claimsFor('a', { iat: now + 120, exp: now + 600 }));
     await assertRefused(server, late, set, 'token not yet valid', 'iat in two minutes', { jose: false });
@@ -163,7 +163,7 @@ describe('Sign-in from an identity provider', () => {
     assert.equal((await call(server, tokenFor('a', { iss: ISSUER, aud: AUDIENCE, iat: now + 3600 }))).status, 200);
   });
 
-  test('"a Keycloak-shaped token" with "openid profile email" has full access; "openid sessions:read" is read-only; Entra\'s "User.Read" too is not ours', async () => {
+  test('"a Keycloak-shaped token" with "openid profile email" has full access; "openid sessions:read" is read-only', async () => {
     const k = keys.RS256;
     const full = signWith(k, claimsFor('kc-user', { scope: 'openid profile email', preferred_username: 'kc', email: 'kc@example.org' }));
     await assertAccepted(server, full, set, 'Keycloak token');
@@ -180,7 +180,7 @@ describe('Sign-in from an identity provider', () => {
     assert.equal((await call(server, entraWriter)).status, 403, 'sessions:write does not imply sessions:read');
   });
 
-  test('[D-jwks-5] "Scopes of the provider\'s tokens" are cut to our words first: "an empty scope on a provider\'s token is full access", where ours grants nothing', async () => {
+  test("[D-jwks-5] the provider's scopes are cut to our words first: an empty one there is full access, ours grants nothing", async () => {
     const k = keys.ES384;
     const cases = [
       [{ scope: '' }, ['GET', 'POST', 'providers']],
@@ -264,7 +264,7 @@ describe('Sign-in from an identity provider', () => {
     await assertRefused(server, t, set, 'invalid token', 'signed by the use:enc key');
   });
 
-  test('[D-jwks-1] "A refused bearer token, ours or the provider\'s, is described by one of three" words; "the log says why", once a minute per reason', async () => {
+  test("[D-jwks-1] a refused token, ours or the provider's, is told in one of three words; the log says why, once a minute", async () => {
     // a server of its own: the other tests' refusals must not have used up this minute's lines
     const s = await serverWith(jwksEnv(idp));
     const before = 0;
@@ -287,7 +287,7 @@ describe('Sign-in from an identity provider', () => {
     assert.equal(lines.at(-1).level, 'info');
   });
 
-  test('[D-jwks-9] "The cache is keyed by the signature": a payload edited under a remembered signature is verified, and refused, as itself', async () => {
+  test('[D-jwks-9] a payload edited under a remembered signature is verified, and refused, as itself', async () => {
     const t = signWith(keys.EdDSA, claimsFor('cached-alice'));
     for (let i = 0; i < 3; i++) assert.equal((await call(server, t)).status, 200);
     const [h, , s] = t.split('.');
@@ -297,7 +297,7 @@ describe('Sign-in from an identity provider', () => {
 });
 
 describe('The key set, read and read again', () => {
-  test('"fetched again ... when a token names an unknown kid": "that request waits for the fetch and is judged by the new set"; at most once a minute', async () => {
+  test('an unknown kid fetches the set again: "that request waits for the fetch and is judged by the new set"; once a minute', async () => {
     const a = keyFor('RS256', 'rot-a');
     const idp = await idpWith([jwkOf(a)]);
     const s = await serverWith(jwksEnv(idp));
@@ -316,7 +316,7 @@ describe('The key set, read and read again', () => {
     assert.equal((await call(s, rotated)).status, 200);
   });
 
-  test('[D-jwks-4] "A key that leaves the set takes its tokens with it": remembered tokens of a withdrawn key are refused from the read that drops it', async () => {
+  test('[D-jwks-4] remembered tokens of a withdrawn key are refused from the read that drops it', async () => {
     const a = keyFor('ES256', 'old');
     const b = keyFor('ES256', 'new');
     const idp = await idpWith([jwkOf(a)]);
@@ -328,7 +328,7 @@ describe('The key set, read and read again', () => {
     await assertRefused(s, old, idp.keys, 'invalid token', 'a remembered token of the withdrawn key');
   });
 
-  test('[D-jwks-8] "An unknown kid joins a read under way": a timed read counts for nothing, and the next unknown kid is read for at once', async () => {
+  test('[D-jwks-8] an unknown kid joins a timed read under way, which counts for nothing: the next is read for at once', async () => {
     const a = keyFor('RS256', 'join-a');
     const idp = await idpWith([jwkOf(a)]);
     const s = await serverWith(jwksEnv(idp, { AUTH_JWKS_REFRESH: '1s' }));
@@ -379,7 +379,7 @@ describe('The key set, read and read again', () => {
     assert.equal(s.child.exitCode, null, 'the server is up');
   });
 
-  test('"AUTH_JWKS: a JSON Web Key Set, as a file path": read at start and read again for an unknown kid; AUTH_USER_CLAIM and AUTH_HS256=off', async () => {
+  test('"AUTH_JWKS: a JSON Web Key Set, as a file path": read at start and for an unknown kid; AUTH_USER_CLAIM, AUTH_HS256=off', async () => {
     const dir = tempDir();
     const file = join(dir, 'jwks.json');
     const a = keyFor('EdDSA', 'file-a');
@@ -411,7 +411,7 @@ describe('The key set, read and read again', () => {
     await assertRefused(s, signWith(a, claimsFor('uuid', { email: 'x'.repeat(201) })), [], 'invalid token', 'longer than 200', { jose: false });
   });
 
-  test('[D-jwks-3] "A set with no key this server can use fails the start"; keys it cannot use are skipped and listed in the start\'s line', async () => {
+  test('[D-jwks-3] a set with no key this server can use fails the start; keys it cannot use are skipped and listed', async () => {
     const small = generateKeyPairSync('rsa', { modulusLength: 1024 });
     const p521 = generateKeyPairSync('ec', { namedCurve: 'P-521' });
     const unusable = [
@@ -436,7 +436,7 @@ describe('The key set, read and read again', () => {
     await assertAccepted(s, signWith(keys.ES256, claimsFor('a')), idp.keys.filter((k) => typeof k === 'object' && k.kty !== 'oct' && k.kid !== 'broken'), 'the usable key');
   });
 
-  test('[D-jwks-2] "A read of the set is bounded": the start fails with one line, exit 1, "before anything is written" to the data directory', async () => {
+  test('[D-jwks-2] a read of the set is bounded: the start fails with one line, exit 1, before anything is written', async () => {
     const port = await closedPort();
     const idp = await idpWith([jwkOf(keys.RS256)]);
     const cases = [
@@ -462,7 +462,7 @@ describe('The key set, read and read again', () => {
     }
   });
 
-  test('[D-jwks-7] "Settings that cannot work are refused at start", and "the token command refuses to sign" with AUTH_HS256=off; --help lists the settings', () => {
+  test('[D-jwks-7] settings that cannot work are refused at start, and token refuses to sign with AUTH_HS256=off', () => {
     const dir = tempDir();
     const bad = [
       [{ AUTH_HS256: 'off' }, /AUTH_HS256=off needs AUTH_JWKS/],
@@ -489,7 +489,7 @@ describe('The key set, read and read again', () => {
     removeDir(dir);
   });
 
-  test('jose agrees on the tokens the tests make: each algorithm\'s token verifies there, and fails there once a byte of it changes', async () => {
+  test("jose agrees on the tokens the tests make: each algorithm's verifies there, and fails once a byte changes", async () => {
     const set = ALGS.map((a) => jwkOf(keys[a]));
     for (const alg of ALGS) {
       const t = signWith(keys[alg], claimsFor('j'));
@@ -501,7 +501,7 @@ describe('The key set, read and read again', () => {
   });
 });
 
-test('"jose to check our tokens; none of them enters dist/server.js": the build refuses a bundle with a package in it, and the file holds none of jose', () => {
+test('"jose to check our tokens; none of them enters dist/server.js": the build refuses a bundle holding a package', () => {
   const build = readFileSync(join(SERVER, '..', '..', 'build.mjs'), 'utf8');
   assert.match(build, /must hold src\/ and node: only/);
   const dist = readFileSync(SERVER, 'utf8');
