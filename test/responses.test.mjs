@@ -68,7 +68,7 @@ describe("OpenAI's stateful API: Responses and conversations", () => {
     assert.equal(provider.requests.filter((q) => q.protocol === 'openai').at(-1).system, 'Be kind.', 'instructions are the system message of this response');
   });
 
-  test('[D-responses-2] previous_response_id continues under that reply; "a second response to the same parent" is a branch', async () => {
+  test('[D-responses-2] previous_response_id continues under that reply; a second response to the same parent is a branch', async () => {
     const c = client();
     const first = await c.responses.create({ model: 'local-openai/echo', input: 'root question' });
     const second = await c.responses.create({ model: 'local-openai/echo', input: 'follow-up', previous_response_id: first.id });
@@ -86,7 +86,7 @@ describe("OpenAI's stateful API: Responses and conversations", () => {
     await assert.rejects(c.responses.create({ model: 'local-openai/echo', input: 'x', previous_response_id: 'resp_ffffffffffffffffffffffff' }), (e) => e instanceof OpenAI.BadRequestError && e.param === 'previous_response_id');
   });
 
-  test('[D-responses-3] the strict stream accumulator takes every event: "The stream\'s reasoning is a `reasoning` item"', async () => {
+  test('[D-responses-3] the strict stream accumulator takes every event: reasoning streams as a `reasoning` item', async () => {
     const s = client().responses.stream({ model: 'local-openai/reasoning:3+say:Streamed%20words%20here.', input: 'stream please' });
     const types = [];
     let seq = -1;
@@ -105,7 +105,7 @@ describe("OpenAI's stateful API: Responses and conversations", () => {
   });
 
   for (const type of PROTOCOLS) {
-    test(`[D-responses-4] "Function calls are fc_<turn id>_<n> items" and their output answers them (${type})`, async () => {
+    test(`[D-responses-4] function calls are fc_<turn id>_<n> items and their output answers them (${type})`, async () => {
       const c = client();
       const model = `${slug[type]}/call:get_weather+n:resp-${type}`;
       const s = c.responses.stream({ model, input: `weather for ${type}?`, tools: [WEATHER] });
@@ -121,7 +121,7 @@ describe("OpenAI's stateful API: Responses and conversations", () => {
     });
   }
 
-  test('[D-responses-5] "With `store: false` nothing is recorded": answered and counted; it may continue a stored response', async () => {
+  test('[D-responses-5] with `store: false` nothing is recorded: answered and counted; it may continue a stored response', async () => {
     const c = client();
     const before = (await alice.get(B)).body.data.length;
     const counted = await metric(server, 'chat_session_api_replies_total\\{status="complete"\\}');
@@ -137,7 +137,7 @@ describe("OpenAI's stateful API: Responses and conversations", () => {
     assert.equal(await metric(server, 'chat_session_api_replies_total\\{status="complete"\\}'), counted + 3);
   });
 
-  test('[D-responses-6] "A background response" answers at once in_progress; GET follows it; cancel stops it', async () => {
+  test('[D-responses-6] a background response answers at once in_progress; GET follows it; cancel stops it', async () => {
     const c = client();
     const bg = await c.responses.create({ model: 'local-ollama/tokens:400@40+n:bg', input: 'a long one', background: true });
     assert.deepEqual([bg.status, bg.background], ['in_progress', true]);
@@ -152,7 +152,7 @@ describe("OpenAI's stateful API: Responses and conversations", () => {
     assert.equal((await c.responses.retrieve(done.id)).output_text, 'quick');
   });
 
-  test('[D-responses-7] "a conversation is a session" ("its items list is the session\'s current path"): create, respond, list', async () => {
+  test('[D-responses-7] "a conversation is a session" (its items list is the session\'s current path): create, respond, list', async () => {
     const c = client();
     const conv = await c.conversations.create({ items: [{ type: 'message', role: 'user', content: 'first words' }], metadata: { topic: 'tests' } });
     assert.match(conv.id, /^conv_[0-9a-f]{24}$/);
@@ -225,7 +225,7 @@ describe("OpenAI's stateful API: Responses and conversations", () => {
     await assert.rejects(client().responses.create({ model: 'local-openai/echo', input: 'x', conversation: conv.id, previous_response_id: mine.id }), (e) => e instanceof OpenAI.BadRequestError);
   });
 
-  test('[D-responses-10] @ai-sdk/openai generateText and streamText, a tool loop ("Input items may reference earlier items")', async () => {
+  test('[D-responses-10] @ai-sdk/openai generateText and streamText, a tool loop (input items may reference earlier items)', async () => {
     const ai = createOpenAI({ baseURL: `${server.url}/v1`, apiKey: alice.token });
     const g = await generateText({ model: ai.responses('local-openai/echo'), prompt: 'ai sdk hello' });
     assert.equal(g.text, 'ai sdk hello');
@@ -239,7 +239,7 @@ describe("OpenAI's stateful API: Responses and conversations", () => {
     assert.equal(text, 'streamed through the ai sdk');
   });
 
-  test('[D-responses-11] "A turn\'s `usage.reasoningTokens` is recorded" from OpenAI\'s completion_tokens_details', async () => {
+  test('[D-responses-11] a turn\'s `usage.reasoningTokens` is recorded from OpenAI\'s completion_tokens_details', async () => {
     const r = await client().responses.create({ model: 'local-openai/reasoning:4+say:done', input: 'think first' });
     assert.equal(r.usage.output_tokens_details.reasoning_tokens, 4);
     const { turn } = await nativeOf(r.id);

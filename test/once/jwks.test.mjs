@@ -163,7 +163,7 @@ describe('Sign-in from an identity provider', () => {
     assert.equal((await call(server, tokenFor('a', { iss: ISSUER, aud: AUDIENCE, iat: now + 3600 }))).status, 200);
   });
 
-  test('"a Keycloak-shaped token" with "openid profile email" has full access; "openid sessions:read" is read-only', async () => {
+  test('a Keycloak-shaped token with "openid profile email" has full access; "openid sessions:read" is read-only', async () => {
     const k = keys.RS256;
     const full = signWith(k, claimsFor('kc-user', { scope: 'openid profile email', preferred_username: 'kc', email: 'kc@example.org' }));
     await assertAccepted(server, full, set, 'Keycloak token');
@@ -400,7 +400,7 @@ describe('The key set, read and read again', () => {
     removeDir(dir);
   });
 
-  test('[D-jwks-6] "AUTH_USER_CLAIM names the user of the provider\'s tokens only": ours keep sub', async () => {
+  test('[D-jwks-6] AUTH_USER_CLAIM names the user of the provider\'s tokens only: ours keep sub', async () => {
     const a = keyFor('ES256', 'claim-a');
     const idp = await idpWith([jwkOf(a)]);
     const s = await serverWith(jwksEnv(idp, { AUTH_USER_CLAIM: 'email' }));
