@@ -28,7 +28,7 @@ async function session(who, over = {}) {
 }
 
 describe('Numbers (issue #38)', () => {
-  test('[D-numbers-2] "two turns at 2^53-1": /metrics, /usage, later writes, a restart, an export and its import all work', async () => {
+  test('[D-numbers-2] two turns at 2^53 - 1: /metrics, /usage, later writes, a restart, an export and its import all work', async () => {
     let s = await startServer();
     const dir = s.dataDir;
     try {
@@ -112,7 +112,7 @@ describe('Numbers (issue #38)', () => {
     }
   });
 
-  test('[D-numbers-1] "an import\'s turn" with a count of 2^53 is refused, naming its line and the field', async () => {
+  test("[D-numbers-1] an import's turn with a count of 2^53 is refused, naming its line and the field", async () => {
     const dir = tempDir('csa-numbers-backup-');
     try {
       const file = join(dir, 'backup.ndjson');
@@ -129,7 +129,7 @@ describe('Numbers (issue #38)', () => {
     }
   });
 
-  test('[D-numbers-2] "totals saturate at 2^53-1" and stay exact below it for writes sent together', async () => {
+  test('[D-numbers-2] totals saturate at 2^53 - 1 and stay exact below it for writes sent together', async () => {
     const s = await startServer();
     try {
       const alice = s.as('alice');
@@ -155,7 +155,7 @@ describe('Numbers (issue #38)', () => {
     }
   });
 
-  test('[D-numbers-4] a journal of an earlier release holding a provider\'s 1e300 and 1.5 migrates with "a turn\'s usage taken into range"', async () => {
+  test("[D-numbers-4] a journal holding a provider's 1e300 and 1.5 migrates, its turns' usage taken into range", async () => {
     const dir = tempDir('csa-numbers-journal-');
     const line = (record) => {
       const json = JSON.stringify(record);
@@ -200,7 +200,7 @@ describe('Numbers (issue #38)', () => {
       await provider?.close();
     });
 
-    test('[D-numbers-1] "a provider\'s usage chunk" of 2^53 - 1 on each protocol: recorded, counted, restarted, exported', async () => {
+    test("[D-numbers-1] a provider's usage chunk of 2^53 - 1 on each protocol: recorded, counted, restarted, exported", async () => {
       const providers = [
         { _id: ids.openai, name: 'Local OpenAI', type: 'openai', baseUrl: `${provider.url}/v1`, apiKey: 'sk-test' },
         { _id: ids.anthropic, name: 'Local Claude', type: 'anthropic', baseUrl: provider.url, apiKey: 'sk-test' },

@@ -27,7 +27,7 @@ async function onSchema(dir, sql) {
 
 describe('PostgreSQL: numbers out of range in the schema', POSTGRES, () => {
   for (const older of [false, true]) {
-    test(`[D-numbers-3] "no stored value can make a read, a start or an export fail": 2^63 - 1, 1e30, NaN${older ? ' (schema 8)' : ''}`, async () => {
+    test(`[D-numbers-3] no stored value fails a read, a start or an export: 2^63 - 1, 1e30, NaN${older ? ' (schema 8)' : ''}`, async () => {
       const store = await smallStore();
       try {
         await onSchema(
@@ -53,7 +53,7 @@ describe('PostgreSQL: numbers out of range in the schema', POSTGRES, () => {
     });
   }
 
-  test('[D-numbers-4] "The start repairs what an earlier release stored out of range": 1e300, 1.5, 2^64 in schema 6\'s JSON', async () => {
+  test("[D-numbers-4] the start repairs what an earlier release stored out of range: 1e300, 1.5, 2^64 in schema 6's JSON", async () => {
     const fixtures = fileURLToPath(new URL('../fixtures/tokens/', import.meta.url));
     const dir = tempDir('csa-numbers-v6-');
     try {

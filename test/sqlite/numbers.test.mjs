@@ -27,7 +27,7 @@ async function onFile(dir, sql) {
 
 describe('sqlite: numbers out of range in the file', SQLITE, () => {
   for (const older of [false, true]) {
-    test(`[D-numbers-3] "no stored value can make a read, a start or an export fail": 2^62, 1e300 in the file${older ? ' (schema 10)' : ''}`, async () => {
+    test(`[D-numbers-3] no stored value fails a read, a start or an export: 2^62, 1e300 in the file${older ? ' (schema 10)' : ''}`, async () => {
       const store = await smallStore();
       try {
         await onFile(
@@ -64,7 +64,7 @@ describe('sqlite: numbers out of range in the file', SQLITE, () => {
     });
   }
 
-  test('[D-numbers-4] "The start repairs what an earlier release stored out of range": 1e300, 1.5, 2^64 in schema 8\'s JSON', async () => {
+  test("[D-numbers-4] the start repairs what an earlier release stored out of range: 1e300, 1.5, 2^64 in schema 8's JSON", async () => {
     const fixtures = fileURLToPath(new URL('../fixtures/tokens/', import.meta.url));
     const dir = tempDir('csa-numbers-v8-');
     try {
