@@ -121,6 +121,8 @@ class Running {
   readonly abort = new AbortController();
   /** Set when a cancel (or the stop) asked it to end: it ends `interrupted`. */
   cancelled = false;
+  /** Set once how it ends is decided: a cancel after that has lost the race to the end. */
+  decided = false;
   readonly done: Promise<TurnRecord>;
   resolve!: (t: TurnRecord) => void;
   reject!: (e: unknown) => void;
@@ -137,9 +139,12 @@ class Running {
     this.done.catch(() => undefined);
   }
 
-  cancel(): void {
+  /** Asks it to end `interrupted`; false when its end was already decided (the cancel lost the race). */
+  cancel(): boolean {
+    if (this.decided) return false;
     this.cancelled = true;
     this.abort.abort();
+    return true;
   }
 }
 
@@ -327,6 +332,7 @@ export class ReplyService {
         ending = { status: 'error', error: 'The reply failed inside this server' };
       }
     }
+    r.decided = true;
     try {
       const final = await recorder.finish(ending);
       const status = recorder.endedAs ?? ending.status;
@@ -399,8 +405,12 @@ export class ReplyService {
     this.access.seen(await this.store.getSession(sessionId), caller.user);
     const mine = this.running.get(turnId);
     if (mine !== undefined && mine.session === sessionId) {
-      mine.cancel();
-      return mine.done;
+      const won = mine.cancel();
+      const ended = await mine.done;
+      // a cancel that came after the end was decided, or a reply that ended otherwise meanwhile (a
+      // write refused), lost the race: the turn is not streaming any more, never a 200 `complete`
+      if (!won || turnOf(ended).status !== 'interrupted') throw new TurnNotStreaming();
+      return ended;
     }
     const turn = await this.store.getTurn(sessionId, turnId);
     if (turn === undefined) throw new TurnNotFound();
@@ -409,7 +419,7 @@ export class ReplyService {
     if (broadcast !== undefined) {
       await broadcast.send(`cancel ${turnId}`);
       const ended = await this.endedWithin(sessionId, turnId, CANCEL_WAIT_MS);
-      if (ended !== undefined) return ended;
+      if (ended !== undefined) return interruptedOr409(ended);
     }
     // no one generates it any more (or the one that did is gone): it ends here
     const check = this.access.mine(caller.user, undefined);
@@ -426,11 +436,11 @@ export class ReplyService {
       );
       return r.turn;
     } catch (e) {
-      // another instance recorded its end meanwhile: that is the answer
+      // another instance recorded its end meanwhile: that is the answer when the end is the cancel's
       if (!(e instanceof TurnNotStreaming)) throw e;
       const t = await this.store.getTurn(sessionId, turnId);
       if (t === undefined) throw new TurnNotFound();
-      return t;
+      return interruptedOr409(t);
     }
   }
 
@@ -454,6 +464,12 @@ export class ReplyService {
     await Promise.race([Promise.allSettled(all.map((r) => r.done)), new Promise((resolve) => setTimeout(resolve, STOP_WAIT_MS).unref())]);
     await this.store.broadcast()?.close();
   }
+}
+
+/** A turn a cancel ended (`interrupted`), or 409: a cancel that loses the race to the end never answers it. */
+function interruptedOr409(t: TurnRecord): TurnRecord {
+  if (turnOf(t).status !== 'interrupted') throw new TurnNotStreaming();
+  return t;
 }
 
 /** The tools of a request that a provider would refuse: names given twice, a choice of no tool offered (400). */
