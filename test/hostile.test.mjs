@@ -62,3 +62,51 @@ describe('Replies under hostile providers', () => {
     assert.equal(seen.interrupted + seen.lost, 200);
   });
 });
+
+describe('Secrets scrubbed in their encodings', () => {
+  // credentials whose encoded forms no generic rule (key-shaped tokens, long runs) would catch
+  const KEYED = '6f0000000000000000000011';
+  const IN_URL = '6f0000000000000000000012';
+  const IN_HEADER = '6f0000000000000000000013';
+  const secrets = { key: 'hk-Tq7-Zx9-Lm3', urlPass: 'pw-Rk8-Vb2', headerPass: 'Hq4-Nd6-Wy1' };
+  let s;
+  before(async () => {
+    const basic = Buffer.from(`svc:${secrets.headerPass}`).toString('base64');
+    s = await startServer({
+      providers: [
+        { _id: KEYED, name: 'Keyed', type: 'openai', baseUrl: `${provider.url}/v1`, apiKey: secrets.key },
+        { _id: IN_URL, name: 'In the URL', type: 'openai', baseUrl: `${provider.url.replace('http://', `http://agent:${secrets.urlPass}@`)}/v1` },
+        { _id: IN_HEADER, name: 'In a header', type: 'openai', baseUrl: `${provider.url}/v1`, headers: { authorization: `Basic ${basic}` } },
+      ],
+    });
+  });
+  after(async () => {
+    await s?.stop();
+    if (s !== undefined) removeDir(s.dataDir);
+  });
+
+  test('[D-hostile-2] "Secrets scrubbed in their encodings": base64, base64url, hex, URL-encoded, spaced out', async () => {
+    const u = s.as('alice');
+    const forms = {
+      base64: (x) => Buffer.from(x).toString('base64'),
+      base64url: (x) => Buffer.from(x).toString('base64url'),
+      hex: (x) => Buffer.from(x).toString('hex'),
+      url: (x) => [...Buffer.from(x)].map((b) => `%${b.toString(16).padStart(2, '0').toUpperCase()}`).join(''),
+      spaced: (x) => [...x].join(' '),
+    };
+    const credentials = { [KEYED]: secrets.key, [IN_URL]: `agent:${secrets.urlPass}`, [IN_HEADER]: `svc:${secrets.headerPass}` };
+    for (const [providerId, credential] of Object.entries(credentials)) {
+      const sess = (await u.post(B, newSession({ providerId, selectedModel: 'echo' }))).body.data;
+      for (const [form, encode] of Object.entries(forms)) {
+        const r = await u.post(`${B}/${sess._id}/messages`, { content: 'hi', model: `status:401+echo-key:${form}` });
+        assert.equal(r.status, 201, r.text);
+        const message = r.body.data.reply.error.message;
+        assert.match(message, /^Provider "[^"]+" answered HTTP 401 Unauthorized: .*Incorrect API key provided: \*\*\*/, `${providerId} ${form}: ${message}`);
+        for (const secret of [credential, encode(credential), ...Object.values(secrets)]) assert.ok(!message.includes(secret), `${providerId} ${form}: ${message}`);
+      }
+    }
+    // what the provider could quote never reached an answer, a log line or the store
+    const logs = JSON.stringify(s.logs());
+    for (const secret of Object.values(secrets)) assert.ok(!logs.includes(secret), 'no log line holds a secret');
+  });
+});

@@ -221,15 +221,33 @@ function who(p: ProviderConfig): string {
   return `Provider ${JSON.stringify(p.name)}`;
 }
 
-/** Every configured value that must never be quoted: the key, header values, URL credentials. */
+/**
+ * Every configured value that must never be quoted: the key, header values, URL credentials,
+ * and the Basic forms of credentials (`user:password` as node:http sends it for a URL that holds
+ * them, and what a configured `Basic` header's value decodes to).
+ */
 function secretsOf(p: ProviderConfig): string[] {
   const out: string[] = [];
   if (p.apiKey !== undefined) out.push(p.apiKey);
   // short header values (`1`, `true`) are not credentials, and masking them would garble messages
-  for (const v of Object.values(p.headers)) if (v.trim().length >= 4) out.push(v.trim());
+  for (const v of Object.values(p.headers)) {
+    const value = v.trim();
+    if (value.length < 4) continue;
+    out.push(value);
+    const scheme = /^(\S+)\s+(\S+)$/.exec(value);
+    if (scheme === null) continue;
+    const credential = scheme[2] as string;
+    out.push(credential);
+    if (/^basic$/i.test(scheme[1] as string)) {
+      const pair = Buffer.from(credential, 'base64').toString('utf8');
+      const colon = pair.indexOf(':');
+      if (colon > 0 && !pair.includes('\uFFFD')) out.push(pair, pair.slice(colon + 1));
+    }
+  }
   const url = new URL(p.baseUrl);
   if (url.password !== '') out.push(decodeURIComponent(url.password), url.password);
   if (url.username !== '') out.push(decodeURIComponent(url.username), url.username);
+  if (url.username !== '' || url.password !== '') out.push(`${decodeURIComponent(url.username)}:${decodeURIComponent(url.password)}`);
   return out;
 }
 

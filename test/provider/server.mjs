@@ -33,7 +33,7 @@ export const SCENARIOS = {
   'status:CODE': "answer the HTTP status with the protocol's error body",
   'retry-after:V': 'with status: a Retry-After header (seconds, or `dateS` for an HTTP date S seconds ahead)',
   'times:K': 'the faults (status, error-after, stall-*, reset-after, rst-after, cut-after, garbage-after) apply to the first K requests of this exact model name only',
-  'echo-key': "with status: the error body quotes the key the request carried; with garbage-after: the line that is not JSON does, bare, after 45 characters of words",
+  'echo-key[:FORM]': "with status: the error body quotes the key the request carried; with garbage-after: the line that is not JSON does, bare, after 45 characters of words. FORM (with status) quotes the credential encoded: `base64`, `base64url`, `hex`, `url` (percent-encoded, every character) or `spaced` (a space between its characters); the credential is the x-api-key, the Authorization value without its scheme, or for Basic the `user:password` it decodes to",
   'error-after:N': "after N tokens, the protocol's error in the stream (Anthropic: overloaded_error event)",
   'error-words:N': "with error-after: the error's message is N characters of words",
   'stall-headers:MS|forever': 'wait before answering at all',
@@ -140,7 +140,7 @@ const WORDS = 'the quick brown fox jumps over a lazy dog while seven bright star
 
 /** Parses a model name into its scenario. */
 export function scenarioOf(model) {
-  const s = { model, say: undefined, tokens: undefined, rate: undefined, reasoning: 0, reasoningField: 'reasoning_content', split: 0, eol: '\n', keepalive: false, rejectStreamOptions: false, rejectMaxTokens: false, usage: true, cached: 0, status: undefined, retryAfter: undefined, times: Infinity, echoKey: false, errorAfter: undefined, errorWords: undefined, calls: [], interleave: false, idEvery: false, wholeCall: false, noIndex: false, noCallId: false, refusal: false, errorNull: false, encoding: undefined, stallHeaders: undefined, stallAfter: undefined, stallMs: Infinity, holdAfter: undefined, resetAfter: undefined, rstAfter: undefined, cutAfter: undefined, finish: 'stop', garbageAfter: undefined, hugeLine: false, json200: false, html200: false, streamType: undefined, noDone: false, noFinalEol: false, batch: false, stamp: false, pad: 0, counts: undefined, linger: false };
+  const s = { model, say: undefined, tokens: undefined, rate: undefined, reasoning: 0, reasoningField: 'reasoning_content', split: 0, eol: '\n', keepalive: false, rejectStreamOptions: false, rejectMaxTokens: false, usage: true, cached: 0, status: undefined, retryAfter: undefined, times: Infinity, echoKey: false, echoForm: undefined, errorAfter: undefined, errorWords: undefined, calls: [], interleave: false, idEvery: false, wholeCall: false, noIndex: false, noCallId: false, refusal: false, errorNull: false, encoding: undefined, stallHeaders: undefined, stallAfter: undefined, stallMs: Infinity, holdAfter: undefined, resetAfter: undefined, rstAfter: undefined, cutAfter: undefined, finish: 'stop', garbageAfter: undefined, hugeLine: false, json200: false, html200: false, streamType: undefined, noDone: false, noFinalEol: false, batch: false, stamp: false, pad: 0, counts: undefined, linger: false };
   for (const d of String(model).split('+')) {
     const [k, ...rest] = d.split(':');
     const v = rest.join(':');
@@ -160,7 +160,7 @@ export function scenarioOf(model) {
       case 'status': s.status = Number(v); break;
       case 'retry-after': s.retryAfter = v; break;
       case 'times': s.times = Number(v); break;
-      case 'echo-key': s.echoKey = true; break;
+      case 'echo-key': s.echoKey = true; s.echoForm = v === '' ? undefined : v; break;
       case 'error-after': s.errorAfter = Number(v); break;
       case 'error-words': s.errorWords = Number(v); break;
       case 'stall-headers': s.stallHeaders = v === 'forever' ? Infinity : Number(v); break;
@@ -405,7 +405,7 @@ function ollamaWire(s, body) {
 
 /** The protocol's error body for an HTTP status (what each API answers for it). */
 function errorBody(protocol, status, s, req) {
-  const key = req.headers['x-api-key'] ?? req.headers.authorization ?? '';
+  const key = s.echoForm === undefined ? req.headers['x-api-key'] ?? req.headers.authorization ?? '' : encodedCredential(req, s.echoForm);
   const words = s.echoKey ? `Incorrect API key provided: ${key}. You can find your API key at https://platform.example/account/api-keys.` : status === 429 ? 'Rate limit reached for requests' : status === 529 ? 'Overloaded' : status >= 500 ? 'The server had an error while processing your request.' : 'Bad request';
   if (protocol === 'anthropic') {
     const type = { 400: 'invalid_request_error', 401: 'authentication_error', 403: 'permission_error', 404: 'not_found_error', 413: 'request_too_large', 429: 'rate_limit_error', 500: 'api_error', 529: 'overloaded_error' }[status] ?? 'api_error';
@@ -414,6 +414,22 @@ function errorBody(protocol, status, s, req) {
   if (protocol === 'ollama') return JSON.stringify({ error: words });
   const type = status === 429 ? 'requests' : status >= 500 ? 'server_error' : 'invalid_request_error';
   return JSON.stringify({ error: { message: words, type, param: null, code: s.echoKey ? 'invalid_api_key' : status === 429 ? 'rate_limit_exceeded' : null } });
+}
+
+/** The credential a request carried (see `echo-key:FORM`), in FORM. */
+function encodedCredential(req, form) {
+  const auth = String(req.headers.authorization ?? '');
+  const [scheme, value = ''] = auth.split(/\s+/, 2);
+  const credential = req.headers['x-api-key'] ?? (/^basic$/i.test(scheme) ? Buffer.from(value, 'base64').toString('utf8') : value);
+  const bytes = Buffer.from(credential, 'utf8');
+  switch (form) {
+    case 'base64': return bytes.toString('base64');
+    case 'base64url': return bytes.toString('base64url');
+    case 'hex': return bytes.toString('hex');
+    case 'url': return [...bytes].map((b) => `%${b.toString(16).padStart(2, '0').toUpperCase()}`).join('');
+    case 'spaced': return [...credential].join(' ');
+    default: throw new Error(`echo-key:${form} is no form`);
+  }
 }
 
 // ---------------------------------------------------------------------------------------------

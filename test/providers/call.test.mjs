@@ -414,3 +414,25 @@ describe('[D-providers-2] a provider record is read for calling by providerConfi
     assert.ok(!catalog.json.get('665f1c2a9b1e8a0012ab34c1').includes(KEY));
   });
 });
+
+describe('scrubCredentials: secrets in their encodings (D-hostile-2)', () => {
+  const KEY2 = 'hk-Tq7-Zx9-Lm3';
+  const scrub = (t) => scrubCredentials(t, [KEY2]);
+  test('base64 and base64url whole and at each alignment inside a longer encoded text, hex, every byte escaped', () => {
+    for (const before of ['', 'a', 'ab', 'abc', '{"key":"']) {
+      for (const encoding of ['base64', 'base64url']) {
+        const text = Buffer.from(`${before}${KEY2}"}`).toString(encoding);
+        const out = scrub(`echoed ${text} back`);
+        assert.ok(!out.includes(text), `${encoding} after ${JSON.stringify(before)}: ${out}`);
+        assert.match(out, /\*\*\*/);
+      }
+    }
+    const hex = Buffer.from(KEY2).toString('hex');
+    assert.equal(scrub(`hex ${hex} and ${hex.toUpperCase()}`), 'hex *** and ***');
+    assert.equal(scrub(`escaped ${hex.replace(/../g, '%$&')}`), 'escaped ***');
+  });
+  test('spaced out character by character, with any whitespace', () => {
+    assert.equal(scrub(`the key h k - T q 7 -\tZ x 9 -\nL m 3 was refused`), 'the key *** was refused');
+    assert.equal(scrub('short words stay: hk Tq7'), 'short words stay: hk Tq7');
+  });
+});
