@@ -78,7 +78,7 @@ export function createApp(p: AppParts): App {
   const { limits } = config;
   const live = liveFeed(p);
   const access = new Access(config.access, config.retentionDays);
-  const replies = new ReplyService(p.store, access, p.catalog, live?.hub, { maxReplies: config.repliesMax, idleTimeoutMs: config.providerIdleTimeoutMs, maxTurnBytes: config.bodyLimit }, p.log);
+  const replies = new ReplyService(p.store, access, p.catalog, live?.hub, { maxReplies: config.repliesMax, idleTimeoutMs: config.providerIdleTimeoutMs, maxDurationMs: config.replyMaxDurationMs, maxTurnBytes: config.bodyLimit }, p.log);
   if (p.metrics !== undefined) p.metrics.replies = () => replies.counts;
   const usage = new UsageService(p.store);
   const feed = live === undefined ? undefined : new FeedService(live.hub, p.store, access);

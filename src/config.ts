@@ -82,8 +82,10 @@ export interface Config {
   readonly events: EventSettings | undefined;
   /** Replies in progress on this instance at most (REPLIES_MAX). */
   readonly repliesMax: number;
-  /** The longest a model provider may send nothing before a reply ends with error (PROVIDER_IDLE_TIMEOUT). */
+  /** The longest a model provider may send no progress (text, reasoning, a tool call, usage) before a reply ends with error (PROVIDER_IDLE_TIMEOUT). */
   readonly providerIdleTimeoutMs: number;
+  /** The longest a reply may take, whatever its provider sends (REPLY_MAX_DURATION). */
+  readonly replyMaxDurationMs: number;
 }
 
 /** The live feed's settings. */
@@ -159,7 +161,8 @@ export const SETTINGS: readonly Setting[] = [
   { env: 'TRUST_PROXY', flag: '--trust-proxy', def: 'off', help: 'on: take the client address from X-Forwarded-For (behind nginx)' },
   { env: 'FSYNC', flag: '--fsync', def: 'on', help: 'off only to measure what durability costs: acknowledged writes can be lost' },
   { env: 'REPLIES_MAX', flag: '--replies-max', def: '1000', help: 'replies in progress on this instance at most; more get 503 Too many replies in progress' },
-  { env: 'PROVIDER_IDLE_TIMEOUT', flag: '--provider-idle-timeout', def: '60s', help: 'a model provider that sends nothing this long ends its reply with error' },
+  { env: 'PROVIDER_IDLE_TIMEOUT', flag: '--provider-idle-timeout', def: '60s', help: 'a model provider that sends no progress this long (text, reasoning, a tool call or usage: keep-alives and unfinished lines are none) ends its reply with error' },
+  { env: 'REPLY_MAX_DURATION', flag: '--reply-max-duration', def: '30m', help: 'a reply still going after this long ends with error, whatever its provider sends (ms, s, m, h)' },
   { env: 'STORE', flag: '--store', def: 'sqlite', help: 'storage engine: sqlite (a file in DATA_DIR) or postgres (DATABASE_URL; several instances on one database)' },
   { env: 'SQLITE_FILE', flag: '--sqlite-file', def: '$DATA_DIR/chat-sessions.db', help: 'the database file of STORE=sqlite' },
   { env: 'SQLITE_CACHE', flag: '--sqlite-cache', def: '32mb', help: 'page cache of each STORE=sqlite connection (the reader and the writer): what bounds its memory' },
@@ -433,6 +436,7 @@ export function loadConfig(env: NodeJS.ProcessEnv, flags: Raw = new Map(), cwd: 
     events,
     repliesMax: parseCount('REPLIES_MAX', get('REPLIES_MAX') ?? '1000', 1_000_000),
     providerIdleTimeoutMs: parseDuration('PROVIDER_IDLE_TIMEOUT', get('PROVIDER_IDLE_TIMEOUT') ?? '60s'),
+    replyMaxDurationMs: parseDuration('REPLY_MAX_DURATION', get('REPLY_MAX_DURATION') ?? '30m'),
   };
 }
 

@@ -110,3 +110,55 @@ describe('Secrets scrubbed in their encodings', () => {
     for (const secret of Object.values(secrets)) assert.ok(!logs.includes(secret), 'no log line holds a secret');
   });
 });
+
+describe('Idle means no progress; REPLY_MAX_DURATION', () => {
+  const ANTHROPIC = '6f0000000000000000000021';
+  const OLLAMA = '6f0000000000000000000022';
+  let s;
+  before(async () => {
+    s = await startServer({
+      providers: providersFor(provider.url, [
+        { _id: ANTHROPIC, name: 'Local Claude', type: 'anthropic', baseUrl: provider.url, apiKey: KEY },
+        { _id: OLLAMA, name: 'Local Ollama', type: 'ollama', baseUrl: provider.url },
+      ]),
+      env: { PROVIDER_IDLE_TIMEOUT: '1s', REPLY_MAX_DURATION: '3s' },
+    });
+  });
+  after(async () => {
+    await s?.stop();
+    if (s !== undefined) removeDir(s.dataDir);
+  });
+
+  test('[D-hostile-3] "comments and unfinished lines are not progress": a trickle or keep-alives end the reply', async () => {
+    const u = s.as('alice');
+    const cases = [];
+    for (const providerId of [OPENAI, ANTHROPIC, OLLAMA]) for (const fault of ['trickle-after:2:50', 'keepalive-after:2:50']) cases.push({ providerId, fault });
+    await Promise.all(cases.map(async ({ providerId, fault }) => {
+      const sess = (await u.post(B, newSession({ providerId, selectedModel: `tokens:5+${fault}` }))).body.data;
+      const started = performance.now();
+      const r = await u.post(`${B}/${sess._id}/messages`, { content: 'hello' });
+      const what = `${providerId} ${fault}`;
+      assert.equal(r.status, 201, `${what}: ${r.text}`);
+      const reply = r.body.data.reply;
+      assert.equal(reply.status, 'error', what);
+      assert.match(reply.error.message, /^Provider "[^"]+" sent no text, reasoning, tool call or usage for 1 s \(only keep-alives or an unfinished line\)$/, what);
+      assert.equal(reply.content, 'the quick', `${what}: the text before is kept`);
+      assert.ok(performance.now() - started < 20_000, `${what}: ended by the idle time, not held`);
+      // the session takes a reply again: nothing is held streaming
+      const next = await u.post(`${B}/${sess._id}/messages`, { content: 'again', model: 'say:fine' });
+      assert.deepEqual([next.status, next.body.data.reply.status, next.body.data.reply.content], [201, 'complete', 'fine'], what);
+    }));
+  });
+
+  test('[D-hostile-4] "ends a reply error whatever the provider sends": a steady reply is cut at REPLY_MAX_DURATION', async () => {
+    const u = s.as('alice');
+    const sess = (await u.post(B, newSession({ providerId: OPENAI, selectedModel: 'tokens:100000@20' }))).body.data;
+    const r = await u.post(`${B}/${sess._id}/messages`, { content: 'go on for ever' });
+    assert.equal(r.status, 201, r.text);
+    const reply = r.body.data.reply;
+    assert.equal(reply.status, 'error');
+    assert.equal(reply.error.message, 'Provider "Local OpenAI" was still replying after 3 s, the longest a reply may take (REPLY_MAX_DURATION): the reply ends here');
+    assert.ok(reply.content.startsWith('the quick brown fox') && reply.content.split(' ').length < 100_000, 'what came before is kept');
+    assert.deepEqual((await u.get(`${B}/${sess._id}/turns/${reply._id}`)).body.data, reply, 'recorded so');
+  });
+});

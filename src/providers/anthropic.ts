@@ -149,6 +149,7 @@ class MessagesReader extends SseReader {
 
   private usageFrom(u: unknown): void {
     if (!isObj(u)) return;
+    this.progress++;
     this.input = count(u['input_tokens']) ?? this.input;
     this.cacheRead = count(u['cache_read_input_tokens']) ?? this.cacheRead;
     this.cacheWrite = count(u['cache_creation_input_tokens']) ?? this.cacheWrite;
@@ -172,6 +173,7 @@ class MessagesReader extends SseReader {
         else if (d['type'] === 'thinking_delta' && typeof d['thinking'] === 'string' && d['thinking'] !== '') out.push({ kind: 'reasoning', text: d['thinking'] });
         else if (d['type'] === 'input_json_delta' && typeof d['partial_json'] === 'string' && this.toolUse !== undefined && this.toolUse.index === data['index']) {
           this.budget.take(d['partial_json']);
+          this.progress++;
           this.toolUse.json.push(d['partial_json']);
         }
         // signature_delta, citations_delta: nothing the reply records
@@ -182,7 +184,10 @@ class MessagesReader extends SseReader {
         if (!isObj(b)) return;
         if (b['type'] === 'text' && typeof b['text'] === 'string' && b['text'] !== '') out.push({ kind: 'text', text: b['text'] });
         else if (b['type'] === 'thinking' && typeof b['thinking'] === 'string' && b['thinking'] !== '') out.push({ kind: 'reasoning', text: b['thinking'] });
-        else if (b['type'] === 'tool_use' && typeof b['name'] === 'string' && b['name'] !== '') this.toolUse = { index: data['index'], id: b['id'], name: b['name'], input: b['input'], json: [] };
+        else if (b['type'] === 'tool_use' && typeof b['name'] === 'string' && b['name'] !== '') {
+          this.progress++;
+          this.toolUse = { index: data['index'], id: b['id'], name: b['name'], input: b['input'], json: [] };
+        }
         return;
       }
       case 'content_block_stop': {

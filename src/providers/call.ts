@@ -10,6 +10,11 @@ import { openaiClient } from './openai.js';
 import { scrubCredentials } from './scrub.js';
 import { StreamDecodeError } from './stream-decoder.js';
 import { ConnectionCut, Exchange, IdleTimeout } from './transport.js';
+
+/** The call passed its `maxDurationMs` (REPLY_MAX_DURATION): it ends whatever the provider sends. */
+class TookTooLong extends Error {
+  override readonly name = 'TookTooLong';
+}
 import { errorWords, type ProviderConfig, type ReplyCall, type ReplyEvent, type ReplyType, type WireClient } from './wire.js';
 
 /** Transient failures before the first text are tried again at most this many times. */
@@ -78,7 +83,9 @@ export interface ReplyStream extends AsyncIterable<ReplyEvent> {
  *   provider's Retry-After (seconds, an HTTP date, or `retry-after-ms`) when it is at most 10 s
  *   (longer: the call fails at once), else after about 1 s and then 2 s (`retryBaseMs`);
  *   after the first piece, never (the caller has it);
- * - a provider that sends nothing for `idleTimeoutMs` (default 60 s) ends the call;
+ * - a provider that makes no progress (text, reasoning, a tool call's piece, usage: keep-alives
+ *   and unfinished lines are none) for `idleTimeoutMs` (default 60 s) ends the call, and so
+ *   does `maxDurationMs` (from the call's start, retries included) whatever the provider sends;
  * - a refusal (any other status), an error the provider reports in its stream, or a stream that
  *   cannot be read end it at once.
  * Breaking out of the iteration closes the provider's request as an abort does.
@@ -99,11 +106,14 @@ async function* run(call: ReplyCall, state: { finishReason: string | undefined }
   const client = CLIENTS[provider.type];
   const signal = call.signal;
   const idleMs = call.idleTimeoutMs ?? DEFAULT_IDLE_TIMEOUT_MS;
+  const maxMs = call.maxDurationMs;
+  const deadline = maxMs === undefined ? Infinity : performance.now() + maxMs;
   const secrets = secretsOf(provider);
   const adaptations = new Set<string>();
   let retries = 0;
   for (;;) {
     if (isAborted(signal)) return;
+    if (performance.now() >= deadline) throw tried(tookTooLong(provider, maxMs as number), retries);
     const wire = client.request(call, adaptations);
     const url = new URL(provider.baseUrl + wire.path);
     const body = Buffer.from(JSON.stringify(wire.body), 'utf8');
@@ -120,6 +130,8 @@ async function* run(call: ReplyCall, state: { finishReason: string | undefined }
     }
     const onAbort = (): void => exchange.close();
     signal?.addEventListener('abort', onAbort, { once: true });
+    // whatever the provider sends, and whether or not the caller is reading: cut at the deadline
+    const overdue = deadline === Infinity ? undefined : setTimeout(() => exchange.cut(new TookTooLong()), deadline - performance.now());
     let yielded = false;
     let responded = false;
     let finished = false;
@@ -151,6 +163,7 @@ async function* run(call: ReplyCall, state: { finishReason: string | undefined }
       } else {
         const reader = client.reader();
         const out: ReplyEvent[] = [];
+        let progress = 0;
         for (;;) {
           const chunk = await exchange.read();
           if (sniffing && chunk !== null) {
@@ -169,6 +182,12 @@ async function* run(call: ReplyCall, state: { finishReason: string | undefined }
             failed = { error };
           }
           state.finishReason = reader.finishReason;
+          // only progress holds the idle time off, not bytes: every event is progress, and so
+          // are pieces the reader keeps for later (a tool call's arguments, usage)
+          if (out.length > 0 || reader.progress !== progress) {
+            progress = reader.progress;
+            exchange.progress();
+          }
           if (out.length > 0) {
             exchange.suspend();
             for (const event of out) {
@@ -190,8 +209,9 @@ async function* run(call: ReplyCall, state: { finishReason: string | undefined }
       }
     } catch (e) {
       if (isAborted(signal)) return;
-      failure = failureOf(e, provider, url, responded, idleMs, secrets);
+      failure = failureOf(e, provider, url, responded, idleMs, maxMs, secrets);
     } finally {
+      clearTimeout(overdue);
       signal?.removeEventListener('abort', onAbort);
       if (!finished) exchange.close();
     }
@@ -203,6 +223,7 @@ async function* run(call: ReplyCall, state: { finishReason: string | undefined }
     const base = call.retryBaseMs ?? DEFAULT_RETRY_BASE_MS;
     // jittered, so that many replies refused at once do not all come back at once
     const wait = retryAfterMs ?? base * 2 ** (retries - 1) * (0.5 + Math.random() / 2);
+    if (performance.now() + wait >= deadline) throw tried(new ProviderFailed(`${failure.message} (no time is left to try again within REPLY_MAX_DURATION, ${duration(maxMs as number)})`, failure.transient, failure.status), retries);
     try {
       await sleep(wait, undefined, signal !== undefined ? { signal } : {});
     } catch {
@@ -286,15 +307,29 @@ function seconds(ms: number): string {
   return ms < 1000 ? `${Math.round(ms)} ms` : `${Math.round(ms / 100) / 10} s`;
 }
 
+/** A duration as a setting says it: ms, s, or whole minutes and hours when it is some. */
+function duration(ms: number): string {
+  if (ms >= 3_600_000 && ms % 3_600_000 === 0) return `${ms / 3_600_000} h`;
+  if (ms >= 60_000 && ms % 60_000 === 0) return `${ms / 60_000} min`;
+  return seconds(ms);
+}
+
+function tookTooLong(p: ProviderConfig, maxMs: number): ProviderFailed {
+  return new ProviderFailed(`${who(p)} was still replying after ${duration(maxMs)}, the longest a reply may take (REPLY_MAX_DURATION): the reply ends here`, false);
+}
+
 /** A failure whose message says how many times the call was made, when more than once. */
 function tried(f: ProviderFailed, retries: number): ProviderFailed {
   return retries === 0 ? f : new ProviderFailed(`${f.message} (tried ${retries + 1} times)`, f.transient, f.status);
 }
 
 /** A thrown error of one attempt, as a ProviderFailed. */
-function failureOf(e: unknown, p: ProviderConfig, url: URL, responded: boolean, idleMs: number, secrets: readonly string[]): ProviderFailed {
+function failureOf(e: unknown, p: ProviderConfig, url: URL, responded: boolean, idleMs: number, maxMs: number | undefined, secrets: readonly string[]): ProviderFailed {
   if (e instanceof ProviderFailed) return e;
-  if (e instanceof IdleTimeout) return new ProviderFailed(`${who(p)} sent nothing for ${seconds(idleMs)}`, false);
+  if (e instanceof TookTooLong) return tookTooLong(p, maxMs as number);
+  if (e instanceof IdleTimeout) {
+    return new ProviderFailed(e.sentBytes ? `${who(p)} sent no text, reasoning, tool call or usage for ${seconds(idleMs)} (only keep-alives or an unfinished line)` : `${who(p)} sent nothing for ${seconds(idleMs)}`, false);
+  }
   if (e instanceof StreamFailure) return new ProviderFailed(`${who(p)} ${scrubCredentials(e.message, secrets)}`, e.transient);
   if (e instanceof StreamDecodeError) return new ProviderFailed(`${who(p)} sent a stream that cannot be read: ${scrubCredentials(e.message, secrets)}${sentQuote(e.sent, secrets)}`, false);
   if (e instanceof ConnectionCut) return new ProviderFailed(`${who(p)} cut the connection before the reply was complete`, true);

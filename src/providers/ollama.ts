@@ -89,6 +89,8 @@ function request(call: ReplyCall): WireRequest {
 class ChatReader implements StreamReader {
   done = false;
   finishReason: string | undefined;
+  /** (every piece of progress an Ollama line holds is an event of its own) */
+  readonly progress = 0;
   private readonly ndjson = new NdjsonDecoder();
   private readonly values: unknown[] = [];
 

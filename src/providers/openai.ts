@@ -163,6 +163,7 @@ class ChatCompletionsReader extends SseReader {
     c.id ??= id;
     const fn = tc['function'];
     if (!isObj(fn)) return;
+    this.progress++;
     const name = fn['name'];
     if (typeof name === 'string' && name !== '' && name !== c.name) c.name += name;
     const args = fn['arguments'];
@@ -223,6 +224,7 @@ class ChatCompletionsReader extends SseReader {
         const cached = isObj(details) ? count(details['cached_tokens']) : undefined;
         const out = u['completion_tokens_details'];
         const reasoning = isObj(out) ? count(out['reasoning_tokens']) : undefined;
+        this.progress++;
         this.usage = { inputTokens: input ?? 0, outputTokens: output ?? 0, ...(cached !== undefined ? { cachedTokens: cached } : {}), ...(reasoning !== undefined && reasoning > 0 ? { reasoningTokens: reasoning } : {}) };
       }
     }

@@ -1,6 +1,6 @@
 // One HTTP exchange with a provider on node:http / node:https: the POST, its response read
-// chunk by chunk with backpressure, a watch on how long the provider sends nothing, and a close
-// that the provider sees at once (the socket is destroyed, never handed back to the pool).
+// chunk by chunk with backpressure, a watch on how long the provider makes no progress, and a
+// close that the provider sees at once (the socket is destroyed, never handed back to the pool).
 import { Agent as HttpAgent, request as httpRequest, type ClientRequest, type IncomingMessage } from 'node:http';
 import { Agent as HttpsAgent, request as httpsRequest } from 'node:https';
 import type { Readable } from 'node:stream';
@@ -17,9 +17,12 @@ const httpsAgent = new HttpsAgent(POOL);
 /** Past this many unread chunks the response is paused until the reader catches up. */
 const HIGH_WATER_CHUNKS = 64;
 
-/** The provider sent nothing for the idle time. */
+/** The provider made no progress for the idle time: it sent nothing, or only bytes that were none (`sentBytes`). */
 export class IdleTimeout extends Error {
   override readonly name = 'IdleTimeout';
+  constructor(readonly sentBytes: boolean) {
+    super(sentBytes ? 'the provider sent no progress' : 'the provider sent nothing');
+  }
 }
 
 /** The exchange was closed by its caller. */
@@ -46,6 +49,8 @@ export class Exchange {
   private readonly chunks: Buffer[] = [];
   private ended = false;
   private discarding = false;
+  /** Bytes received since the last progress (keep-alives, an unfinished line): they do not hold the idle time off. */
+  private quietBytes = 0;
   private wake: (() => void) | undefined;
 
   constructor(url: URL, headers: Record<string, string>, body: Buffer, idleTimeoutMs: number) {
@@ -96,6 +101,23 @@ export class Exchange {
       }
     }
     return Buffer.concat(parts).subarray(0, limit);
+  }
+
+  /**
+   * The provider made progress (the reader found text, reasoning, a tool call or usage in what
+   * was read): the idle time starts again. Bytes alone do not restart it: a provider that sends
+   * keep-alives or a line that never ends makes no progress.
+   */
+  progress(): void {
+    this.quietBytes = 0;
+    this.timer.refresh();
+  }
+
+  /** Ends the exchange with `e` (a bound of the call passed): the provider sees its connection closed. */
+  cut(e: Error): void {
+    if (this.ended) return;
+    this.fail(e);
+    this.req.destroy();
   }
 
   /** Silence while the caller holds what it read is not counted (its own slowness is not the provider's). */
@@ -164,7 +186,7 @@ export class Exchange {
       this.req.destroy();
       return;
     }
-    this.fail(new IdleTimeout('the provider sent nothing'));
+    this.fail(new IdleTimeout(this.quietBytes > 0));
     this.req.destroy();
   }
 
@@ -180,7 +202,7 @@ export class Exchange {
       // what follows the reply's end gets one idle time from finish(), however often it comes:
       // a body that never ends must not hold its socket for ever
       if (this.discarding) return;
-      this.timer.refresh();
+      this.quietBytes += chunk.length;
       this.chunks.push(chunk);
       if (this.chunks.length >= HIGH_WATER_CHUNKS) body.pause();
       this.notify();

@@ -145,8 +145,13 @@ export interface ReplyCall {
   readonly toolChoice?: ToolChoice | undefined;
   /** Aborting closes the provider's request at once and ends the iteration without an error. */
   readonly signal?: AbortSignal | undefined;
-  /** The longest the provider may send nothing (before its answer or inside it); default 60 s. */
+  /**
+   * The longest the provider may go without progress (text, reasoning, a tool call's piece or
+   * usage; keep-alives and unfinished lines are none), before its answer or inside it; default 60 s.
+   */
   readonly idleTimeoutMs?: number | undefined;
+  /** The longest the whole call may take, retries included, whatever the provider sends; none when absent. */
+  readonly maxDurationMs?: number | undefined;
   /** The first wait before a retry when the provider gives no Retry-After (doubled for the second); default 1 s. */
   readonly retryBaseMs?: number | undefined;
 }
@@ -172,6 +177,11 @@ export interface StreamReader {
   readonly done: boolean;
   /** The reason the provider gave for the end (see `finishReason` in call.ts). */
   readonly finishReason: string | undefined;
+  /**
+   * Counts what was read that is progress but gave no event yet (a piece of a tool call's
+   * arguments, a usage report kept for the end): with the events, what holds the idle time off.
+   */
+  readonly progress: number;
 }
 
 /** A JSON object as a provider sent it, its fields not yet checked. */
@@ -186,6 +196,7 @@ export const isObj = (v: unknown): v is Obj => v !== null && typeof v === 'objec
 export abstract class SseReader implements StreamReader {
   done = false;
   finishReason: string | undefined;
+  progress = 0;
   private readonly sse = new SseDecoder();
   private readonly events: SseEvent[] = [];
 

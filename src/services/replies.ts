@@ -30,8 +30,10 @@ const STOP_WAIT_MS = 5_000;
 export interface ReplySettings {
   /** Replies in progress on this instance at most (REPLIES_MAX). */
   readonly maxReplies: number;
-  /** The longest a provider may send nothing (PROVIDER_IDLE_TIMEOUT). */
+  /** The longest a provider may send no progress (PROVIDER_IDLE_TIMEOUT). */
   readonly idleTimeoutMs: number;
+  /** The longest a reply may take, whatever its provider sends (REPLY_MAX_DURATION). */
+  readonly maxDurationMs: number;
   /** The largest a reply's JSON may grow to, in bytes (BODY_LIMIT). */
   readonly maxTurnBytes: number;
 }
@@ -233,7 +235,7 @@ export class ReplyService {
     let told = 0;
     let out: UnrecordedReply;
     try {
-      const stream = streamReply({ provider: req.provider, model: req.model, system: req.system, messages: answeredCalls(req.messages), options: req.options, tools: req.tools, toolChoice: req.toolChoice, signal: req.signal, idleTimeoutMs: this.settings.idleTimeoutMs });
+      const stream = streamReply({ provider: req.provider, model: req.model, system: req.system, messages: answeredCalls(req.messages), options: req.options, tools: req.tools, toolChoice: req.toolChoice, signal: req.signal, idleTimeoutMs: this.settings.idleTimeoutMs, maxDurationMs: this.settings.maxDurationMs });
       let usage: TurnUsage | undefined;
       for await (const e of stream) {
         if (e.kind === 'usage') usage = e.usage;
@@ -304,7 +306,7 @@ export class ReplyService {
     try {
       const { messages, pathKey } = await this.conversation(r.session, begun.parentId);
       recorder.pathBefore = pathKey;
-      const stream = streamReply({ provider: call.provider, model: call.model, system: call.instructions, messages, options: req.options, tools: req.tools, toolChoice: req.toolChoice, signal: r.abort.signal, idleTimeoutMs: this.settings.idleTimeoutMs });
+      const stream = streamReply({ provider: call.provider, model: call.model, system: call.instructions, messages, options: req.options, tools: req.tools, toolChoice: req.toolChoice, signal: r.abort.signal, idleTimeoutMs: this.settings.idleTimeoutMs, maxDurationMs: this.settings.maxDurationMs });
       let usage: TurnUsage | undefined;
       let called = false;
       for await (const e of stream) {

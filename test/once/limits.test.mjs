@@ -368,3 +368,22 @@ describe('Settings that bound memory and connections', () => {
     }
   });
 });
+
+describe('Settings that bound replies (issue 42)', () => {
+  test('[D-hostile-4] --help lists REPLY_MAX_DURATION; a bad value stops the start with one line naming it', () => {
+    const help = runCli(['--help']);
+    assert.match(help.stdout, /REPLY_MAX_DURATION \/ --reply-max-duration .*whatever its provider sends.*\[default: 30m\]/);
+    assert.match(help.stdout, /PROVIDER_IDLE_TIMEOUT \/ --provider-idle-timeout .*no progress.*\[default: 60s\]/);
+    for (const [env, re] of [
+      [{ REPLY_MAX_DURATION: '30' }, /REPLY_MAX_DURATION must be a duration such as 500ms, 15s, 2m or 1h \(got "30"\)/],
+      [{ REPLY_MAX_DURATION: '0s' }, /REPLY_MAX_DURATION must be a duration/],
+    ]) {
+      const dir = tempDir();
+      const r = runCli([], { env: { DATA_DIR: dir, ...env }, cwd: dir });
+      assert.equal(r.code, 2, JSON.stringify(env));
+      assert.match(r.stderr, re);
+      assert.equal(r.stderr.trim().split('\n').length, 1);
+      removeDir(dir);
+    }
+  });
+});

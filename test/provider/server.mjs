@@ -32,12 +32,14 @@ export const SCENARIOS = {
   'counts:V': 'report V (a JSON number, e.g. 1e300, 1.5, -3) as every token count: the prompt\'s and the answer\'s (Anthropic: its input_tokens, beside the K of `cached:K` read from the cache)',
   'status:CODE': "answer the HTTP status with the protocol's error body",
   'retry-after:V': 'with status: a Retry-After header (seconds, or `dateS` for an HTTP date S seconds ahead)',
-  'times:K': 'the faults (status, error-after, stall-*, reset-after, rst-after, cut-after, garbage-after) apply to the first K requests of this exact model name only',
+  'times:K': 'the faults (status, error-after, stall-*, trickle-after, keepalive-after, reset-after, rst-after, cut-after, garbage-after) apply to the first K requests of this exact model name only',
   'echo-key[:FORM]': "with status: the error body quotes the key the request carried; with garbage-after: the line that is not JSON does, bare, after 45 characters of words. FORM (with status) quotes the credential encoded: `base64`, `base64url`, `hex`, `url` (percent-encoded, every character) or `spaced` (a space between its characters); the credential is the x-api-key, the Authorization value without its scheme, or for Basic the `user:password` it decodes to",
   'error-after:N': "after N tokens, the protocol's error in the stream (Anthropic: overloaded_error event)",
   'error-words:N': "with error-after: the error's message is N characters of words",
   'stall-headers:MS|forever': 'wait before answering at all',
   'stall-after:N[:MS]': 'after N tokens send nothing for MS (default for ever)',
+  'trickle-after:N[:MS]': 'after N tokens an unfinished line (`data: ` and then one byte every MS, default 100, for ever: never a line end): bytes that are no progress',
+  'keepalive-after:N[:MS]': 'after N tokens a `: keep-alive` comment (Ollama: an empty line) every MS, default 200, for ever: bytes that are no progress',
   'hold-after:N': 'after N tokens send nothing until the test calls release() on the provider (replies held together are in progress at once, whatever the machine\'s speed); once released, holds no more',
   'reset-after:N': 'after N tokens (delivered) close the connection without ending the response',
   'rst-after:N': 'after N tokens reset the connection (TCP RST)',
@@ -140,7 +142,7 @@ const WORDS = 'the quick brown fox jumps over a lazy dog while seven bright star
 
 /** Parses a model name into its scenario. */
 export function scenarioOf(model) {
-  const s = { model, say: undefined, tokens: undefined, rate: undefined, reasoning: 0, reasoningField: 'reasoning_content', split: 0, eol: '\n', keepalive: false, rejectStreamOptions: false, rejectMaxTokens: false, usage: true, cached: 0, status: undefined, retryAfter: undefined, times: Infinity, echoKey: false, echoForm: undefined, errorAfter: undefined, errorWords: undefined, calls: [], interleave: false, idEvery: false, wholeCall: false, noIndex: false, noCallId: false, refusal: false, errorNull: false, encoding: undefined, stallHeaders: undefined, stallAfter: undefined, stallMs: Infinity, holdAfter: undefined, resetAfter: undefined, rstAfter: undefined, cutAfter: undefined, finish: 'stop', garbageAfter: undefined, hugeLine: false, json200: false, html200: false, streamType: undefined, noDone: false, noFinalEol: false, batch: false, stamp: false, pad: 0, counts: undefined, linger: false };
+  const s = { model, say: undefined, tokens: undefined, rate: undefined, reasoning: 0, reasoningField: 'reasoning_content', split: 0, eol: '\n', keepalive: false, rejectStreamOptions: false, rejectMaxTokens: false, usage: true, cached: 0, status: undefined, retryAfter: undefined, times: Infinity, echoKey: false, echoForm: undefined, errorAfter: undefined, errorWords: undefined, calls: [], interleave: false, idEvery: false, wholeCall: false, noIndex: false, noCallId: false, refusal: false, errorNull: false, encoding: undefined, stallHeaders: undefined, stallAfter: undefined, stallMs: Infinity, trickleAfter: undefined, trickleMs: 100, keepaliveAfter: undefined, keepaliveMs: 200, holdAfter: undefined, resetAfter: undefined, rstAfter: undefined, cutAfter: undefined, finish: 'stop', garbageAfter: undefined, hugeLine: false, json200: false, html200: false, streamType: undefined, noDone: false, noFinalEol: false, batch: false, stamp: false, pad: 0, counts: undefined, linger: false };
   for (const d of String(model).split('+')) {
     const [k, ...rest] = d.split(':');
     const v = rest.join(':');
@@ -166,6 +168,8 @@ export function scenarioOf(model) {
       case 'stall-headers': s.stallHeaders = v === 'forever' ? Infinity : Number(v); break;
       case 'stall-after': { const [n, ms] = v.split(':'); s.stallAfter = Number(n); s.stallMs = ms === undefined || ms === 'forever' ? Infinity : Number(ms); break; }
       case 'hold-after': s.holdAfter = Number(v); break;
+      case 'trickle-after': { const [n, ms] = v.split(':'); s.trickleAfter = Number(n); if (ms !== undefined) s.trickleMs = Number(ms); break; }
+      case 'keepalive-after': { const [n, ms] = v.split(':'); s.keepaliveAfter = Number(n); if (ms !== undefined) s.keepaliveMs = Number(ms); break; }
       case 'reset-after': s.resetAfter = Number(v); break;
       case 'rst-after': s.rstAfter = Number(v); break;
       case 'cut-after': s.cutAfter = Number(v); break;
@@ -614,6 +618,21 @@ export async function startProvider({ port = 0, host = '127.0.0.1', log = true }
         holding++;
         await Promise.race([gate, entry.closed]);
         holding--;
+      }
+      if (faulty && s.trickleAfter === i) {
+        res.write(protocol === 'ollama' ? '{"message":{"role":"assistant","content":"' : 'data: {"choices":[{"delta":{"content":"');
+        while (!res.destroyed) {
+          res.write('z');
+          await sleep(s.trickleMs);
+        }
+        return;
+      }
+      if (faulty && s.keepaliveAfter === i) {
+        while (!res.destroyed) {
+          res.write(protocol === 'ollama' ? '\n' : `: keep-alive${eol}${eol}`);
+          await sleep(s.keepaliveMs);
+        }
+        return;
       }
       if (faulty && s.stallAfter === i) {
         if (s.stallMs === Infinity) return entry.closed;
