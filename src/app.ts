@@ -45,6 +45,7 @@ import { MemoryFeedLog, SharedFeedLog, type FeedLog } from './live/log.js';
 import { requestLineMiddle, Sparing, type Logger } from './log.js';
 import type { Metrics } from './metrics.js';
 import type { ProviderCatalog } from './providers/catalog.js';
+import { heldLimitOf } from './providers/held.js';
 import type { Store } from './store/store.js';
 
 export interface AppParts {
@@ -76,9 +77,10 @@ export function createApp(p: AppParts): App {
   let docs: DocsPage | undefined;
   const docsRoute = config.docs ? (): DocsPage => docs as DocsPage : undefined;
   const { limits } = config;
+  const ceilings = ceilingsOf(limits.memoryLimit);
   const live = liveFeed(p);
   const access = new Access(config.access, config.retentionDays);
-  const replies = new ReplyService(p.store, access, p.catalog, live?.hub, { maxReplies: config.repliesMax, idleTimeoutMs: config.providerIdleTimeoutMs, maxDurationMs: config.replyMaxDurationMs, maxTurnBytes: config.bodyLimit }, p.log);
+  const replies = new ReplyService(p.store, access, p.catalog, live?.hub, { maxReplies: config.repliesMax, idleTimeoutMs: config.providerIdleTimeoutMs, maxDurationMs: config.replyMaxDurationMs, maxTurnBytes: config.bodyLimit, heldBytes: heldLimitOf(ceilings.residentBytes, ceilings.heapBytes) }, p.log);
   if (p.metrics !== undefined) p.metrics.replies = () => replies.counts;
   const usage = new UsageService(p.store);
   const feed = live === undefined ? undefined : new FeedService(live.hub, p.store, access);
@@ -134,7 +136,7 @@ export function createApp(p: AppParts): App {
   if (p.metrics !== undefined) {
     p.metrics.load = { connections: () => connections.count, bodyBytes: () => budget.used, requestsInFlight: () => inFlight.total, busiestInFlight: () => inFlight.busiest() };
   }
-  const memory = new MemoryGuard(ceilingsOf(limits.memoryLimit), (low, measure) => {
+  const memory = new MemoryGuard(ceilings, (low, measure) => {
     const mib = (n: number | undefined): number | null => (n === undefined ? null : Math.round(n / 2 ** 20));
     const fields = { heapUsedMiB: mib(measure.heapUsed), heapLimitMiB: mib(memory.ceilings.heapBytes), residentMiB: mib(measure.resident), memoryLimitMiB: mib(memory.ceilings.residentBytes) };
     if (low) p.log.warn('the server is low on memory: writes that add data are refused (503) until it is not; reads and deletes go on', fields);

@@ -97,7 +97,7 @@ export class Metrics {
   /** What the background purge deleted (set by the server; undefined with PURGE_INTERVAL=off). */
   purged: { readonly sessions: number; readonly turns: number } | undefined;
   /** Replies from the model: in progress, and ended by status (set by the app). */
-  replies: (() => { readonly inProgress: number; readonly ended: ReadonlyMap<string, number> }) | undefined;
+  replies: (() => { readonly inProgress: number; readonly ended: ReadonlyMap<string, number>; readonly heldBytes: number; readonly heldLimit: number }) | undefined;
   private readonly startSeconds = Date.now() / 1000;
 
   /** The counters for one route; `route` is its pattern, never a raw path. */
@@ -191,6 +191,10 @@ export class Metrics {
       lines.push(`${p}_replies_in_progress ${r.inProgress}`);
       meta(`${p}_replies_total`, 'counter', 'Replies ended, by status: complete, error, interrupted.');
       for (const status of ['complete', 'error', 'interrupted']) lines.push(`${p}_replies_total{status="${status}"} ${r.ended.get(status) ?? 0}`);
+      meta(`${p}_replies_held_bytes`, 'gauge', 'Bytes the replies in progress hold unfinished: lines and events being read, text not yet written, tool calls.');
+      lines.push(`${p}_replies_held_bytes ${r.heldBytes}`);
+      meta(`${p}_replies_held_limit_bytes`, 'gauge', 'What they may hold together (a share of MEMORY_LIMIT): a reply that would pass it ends with error.');
+      lines.push(`${p}_replies_held_limit_bytes ${r.heldLimit}`);
     }
     meta(`${p}_sessions`, 'gauge', 'Chat sessions stored.');
     lines.push(`${p}_sessions ${g.store.sessions}`);

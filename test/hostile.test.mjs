@@ -162,3 +162,102 @@ describe('Idle means no progress; REPLY_MAX_DURATION', () => {
     assert.deepEqual((await u.get(`${B}/${sess._id}/turns/${reply._id}`)).body.data, reply, 'recorded so');
   });
 });
+
+describe('Bytes everywhere: what replies hold unfinished is bounded', () => {
+  const OLLAMA = '6f0000000000000000000032';
+  let s;
+  before(async () => {
+    // MEMORY_LIMIT 256 MiB: what all replies may hold unfinished is 16 MiB (the least it is)
+    s = await startServer({
+      providers: providersFor(provider.url, [{ _id: OLLAMA, name: 'Local Ollama', type: 'ollama', baseUrl: provider.url }]),
+      env: { MEMORY_LIMIT: '256mb', PROVIDER_IDLE_TIMEOUT: '5s', BODY_LIMIT: '64kb' },
+    });
+  });
+  after(async () => {
+    await s?.stop();
+    if (s !== undefined) removeDir(s.dataDir);
+  });
+
+  const held = async () => {
+    const text = (await s.request('GET', '/metrics')).text;
+    return { used: Number(/^chat_session_api_replies_held_bytes (\d+)$/m.exec(text)[1]), limit: Number(/^chat_session_api_replies_held_limit_bytes (\d+)$/m.exec(text)[1]) };
+  };
+
+  test('[D-hostile-5] "counted in bytes as they arrive": an event of 120 lines of 65,536 "€" ends its reply at 8 MiB', async () => {
+    const u = s.as('alice');
+    for (const [providerId, words] of [[OPENAI, 'an event larger than 8388608 bytes'], [OLLAMA, 'a line longer than 8388608 bytes']]) {
+      const sess = (await u.post(B, newSession({ providerId, selectedModel: 'data-lines:120:65536' }))).body.data;
+      const r = await u.post(`${B}/${sess._id}/messages`, { content: 'hello' });
+      assert.equal(r.status, 201, r.text);
+      assert.equal(r.body.data.reply.status, 'error');
+      assert.equal(r.body.data.reply.error.message, `Provider "${providerId === OPENAI ? 'Local OpenAI' : 'Local Ollama'}" sent a stream that cannot be read: ${words}`);
+    }
+    assert.equal((await held()).used, 0, 'nothing held once the replies ended');
+  });
+
+  test('[D-hostile-6] "what all replies hold unfinished is bounded in sum": 12 lines of 7 MB held at once', async () => {
+    const u = s.as('alice');
+    const { limit } = await held();
+    assert.equal(limit, 16 * 1024 * 1024);
+    let peak = 0;
+    let sampling = true;
+    const sampler = (async () => {
+      while (sampling) {
+        peak = Math.max(peak, (await held()).used);
+        await new Promise((r) => setTimeout(r, 20));
+      }
+    })();
+    const answers = await Promise.all(Array.from({ length: 12 }, async (_, i) => {
+      const sess = (await u.post(B, newSession({ providerId: i % 2 === 0 ? OPENAI : OLLAMA, selectedModel: 'long-line:7000000:100' }))).body.data;
+      return u.post(`${B}/${sess._id}/messages`, { content: `flood ${i}` });
+    }));
+    sampling = false;
+    await sampler;
+    let bounded = 0;
+    for (const r of answers) {
+      if (r.status === 503) {
+        // a new reply is refused while what is held nears the bound: nothing recorded
+        assert.deepEqual([r.body.message, r.headers['retry-after']], ['Server is low on memory', '5']);
+        bounded++;
+        continue;
+      }
+      assert.equal(r.status, 201, r.text);
+      const reply = r.body.data.reply;
+      assert.equal(reply.status, 'error');
+      if (/sent more than the replies in progress may hold unfinished together \(16 MiB, a share of MEMORY_LIMIT\)$/.test(reply.error.message)) bounded++;
+      else assert.match(reply.error.message, /sent no text, reasoning, tool call or usage for 5 s/);
+    }
+    // two lines of 7 MB fit in 16 MiB, a third never does
+    assert.ok(bounded >= 10, `${bounded} of 12 met the bound`);
+    assert.ok(peak <= limit, `held ${peak} bytes at most`);
+    assert.equal((await held()).used, 0);
+    const after = (await u.post(B, newSession({ providerId: OPENAI, selectedModel: 'say:still%20here' }))).body.data;
+    assert.equal((await u.post(`${B}/${after._id}/messages`, { content: 'and you?' })).body.data.reply.content, 'still here');
+  });
+
+  test('[D-hostile-7] "BODY_LIMIT counts the bytes of the turn as recorded": an unrecorded reply is held to it too', async () => {
+    const r = await s.request('POST', '/v1/chat/completions', { token: s.as('alice').token, headers: { 'x-record': 'off' }, json: { model: 'local-openai/tokens:100000', messages: [{ role: 'user', content: 'a long one' }] } });
+    assert.notEqual(r.status, 200, r.text);
+    assert.match(r.body.error.message, /The reply grew past the largest a turn may be \(BODY_LIMIT, 65536 bytes\)/);
+  });
+});
+
+describe('MEMORY_LIMIT refuses new replies before it is reached', () => {
+  test('[D-hostile-8] "MEMORY_LIMIT also refuses new replies": 503 Server is low on memory, on both routes', async () => {
+    const first = await startServer({ providers: providersFor(provider.url) });
+    const sess = (await first.as('alice').post(B, newSession({ providerId: OPENAI, selectedModel: 'echo' }))).body.data;
+    await first.stop();
+    const s = await startServer({ dataDir: first.dataDir, providers: providersFor(provider.url), env: { MEMORY_LIMIT: '16mb' } });
+    try {
+      const u = s.as('alice');
+      const r = await u.post(`${B}/${sess._id}/messages`, { content: 'hello' });
+      assert.deepEqual([r.status, r.body.message, r.headers['retry-after']], [503, 'Server is low on memory', '5']);
+      const door = await s.request('POST', '/v1/chat/completions', { token: u.token, json: { model: 'local-openai/echo', messages: [{ role: 'user', content: 'hi' }] } });
+      assert.deepEqual([door.status, door.headers['retry-after']], [503, '5']);
+      assert.deepEqual((await u.get(`${B}/${sess._id}/turns`)).body.data, [], 'nothing recorded');
+    } finally {
+      await s.stop();
+      removeDir(s.dataDir);
+    }
+  });
+});

@@ -2,8 +2,8 @@
 // content blocks and their deltas, message_delta with the usage, message_stop; ping; error).
 import { StreamDecodeError, type SseEvent } from './stream-decoder.js';
 import { StreamFailure } from './failure.js';
+import { TextRope } from './held.js';
 import {
-  ArgumentBudget,
   argumentsObject,
   bareMediaType,
   count,
@@ -128,8 +128,7 @@ class MessagesReader extends SseReader {
   private cacheWrite: number | undefined;
   private output: number | undefined;
   /** The tool_use block being streamed: its id and name from its start, its input as JSON in pieces. */
-  private toolUse: { readonly index: unknown; readonly id: unknown; readonly name: string; readonly input: unknown; readonly json: string[] } | undefined;
-  private readonly budget = new ArgumentBudget();
+  private toolUse: { readonly index: unknown; readonly id: unknown; readonly name: string; readonly input: unknown; readonly json: TextRope } | undefined;
 
   protected endedEarly(out: ReplyEvent[]): void {
     // message_delta gave the stop reason: a body cut just before message_stop's line end (which
@@ -186,7 +185,9 @@ class MessagesReader extends SseReader {
         else if (b['type'] === 'thinking' && typeof b['thinking'] === 'string' && b['thinking'] !== '') out.push({ kind: 'reasoning', text: b['thinking'] });
         else if (b['type'] === 'tool_use' && typeof b['name'] === 'string' && b['name'] !== '') {
           this.progress++;
-          this.toolUse = { index: data['index'], id: b['id'], name: b['name'], input: b['input'], json: [] };
+          this.budget.call();
+          this.budget.take(b['name']);
+          this.toolUse = { index: data['index'], id: b['id'], name: b['name'], input: b['input'], json: new TextRope() };
         }
         return;
       }
@@ -195,7 +196,7 @@ class MessagesReader extends SseReader {
         if (t === undefined || t.index !== data['index']) return;
         this.toolUse = undefined;
         // the input comes as input_json_delta pieces; the start's own input (`{}`) when none came
-        const json = t.json.join('');
+        const json = t.json.take();
         out.push({ kind: 'tool_call', call: toolCallOf(t.id, t.name, json !== '' ? json : isObj(t.input) ? (t.input as JsonValue) : {}) });
         return;
       }
@@ -223,4 +224,4 @@ class MessagesReader extends SseReader {
   }
 }
 
-export const anthropicClient: WireClient = { request, reader: () => new MessagesReader() };
+export const anthropicClient: WireClient = { request, reader: (held) => new MessagesReader(held) };

@@ -5,6 +5,7 @@ import { STATUS_CODES } from 'node:http';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { anthropicClient } from './anthropic.js';
 import { ProviderFailed, StreamFailure } from './failure.js';
+import { HeldTooMuch, type Holding } from './held.js';
 import { ollamaClient } from './ollama.js';
 import { openaiClient } from './openai.js';
 import { scrubCredentials } from './scrub.js';
@@ -137,6 +138,8 @@ async function* run(call: ReplyCall, state: { finishReason: string | undefined }
     let finished = false;
     let failure: ProviderFailed;
     let retryAfterMs: number | undefined;
+    /** What this attempt's reader holds unfinished: given back when the attempt ends. */
+    let holding: Holding | undefined;
     try {
       const res = await exchange.response();
       responded = true;
@@ -161,7 +164,8 @@ async function* run(call: ReplyCall, state: { finishReason: string | undefined }
             : new ProviderFailed(`${who(provider)} answered HTTP ${status} ${STATUS_TEXT[status] ?? STATUS_CODES[status] ?? ''}`.trimEnd() + quote(words, secrets), TRANSIENT_STATUSES.has(status), status);
         if (failure.transient) retryAfterMs = retryAfter(res.headers);
       } else {
-        const reader = client.reader();
+        holding = call.held?.holding();
+        const reader = client.reader(holding);
         const out: ReplyEvent[] = [];
         let progress = 0;
         for (;;) {
@@ -211,6 +215,7 @@ async function* run(call: ReplyCall, state: { finishReason: string | undefined }
       if (isAborted(signal)) return;
       failure = failureOf(e, provider, url, responded, idleMs, maxMs, secrets);
     } finally {
+      holding?.release();
       clearTimeout(overdue);
       signal?.removeEventListener('abort', onAbort);
       if (!finished) exchange.close();
@@ -327,6 +332,7 @@ function tried(f: ProviderFailed, retries: number): ProviderFailed {
 function failureOf(e: unknown, p: ProviderConfig, url: URL, responded: boolean, idleMs: number, maxMs: number | undefined, secrets: readonly string[]): ProviderFailed {
   if (e instanceof ProviderFailed) return e;
   if (e instanceof TookTooLong) return tookTooLong(p, maxMs as number);
+  if (e instanceof HeldTooMuch) return new ProviderFailed(`${who(p)} ${e.message}`, false);
   if (e instanceof IdleTimeout) {
     return new ProviderFailed(e.sentBytes ? `${who(p)} sent no text, reasoning, tool call or usage for ${seconds(idleMs)} (only keep-alives or an unfinished line)` : `${who(p)} sent nothing for ${seconds(idleMs)}`, false);
   }

@@ -2,6 +2,7 @@
 // piece of `message.content` (or `message.thinking`), the last with `done: true` and the counts.
 import { NdjsonDecoder, StreamDecodeError } from './stream-decoder.js';
 import { StreamFailure } from './failure.js';
+import type { Holding } from './held.js';
 import {
   argumentsObject,
   toolCallOf,
@@ -91,8 +92,12 @@ class ChatReader implements StreamReader {
   finishReason: string | undefined;
   /** (every piece of progress an Ollama line holds is an event of its own) */
   readonly progress = 0;
-  private readonly ndjson = new NdjsonDecoder();
+  private readonly ndjson: NdjsonDecoder;
   private readonly values: unknown[] = [];
+
+  constructor(held?: Holding) {
+    this.ndjson = new NdjsonDecoder(undefined, held);
+  }
 
   push(chunk: Buffer, out: ReplyEvent[]): void {
     const values = this.values;
@@ -138,4 +143,4 @@ class ChatReader implements StreamReader {
   }
 }
 
-export const ollamaClient: WireClient = { request, reader: () => new ChatReader() };
+export const ollamaClient: WireClient = { request, reader: (held) => new ChatReader(held) };

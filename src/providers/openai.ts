@@ -3,8 +3,8 @@
 // Ollama's /v1, OpenRouter).
 import { StreamDecodeError, type SseEvent } from './stream-decoder.js';
 import { StreamFailure } from './failure.js';
+import { TextRope } from './held.js';
 import {
-  ArgumentBudget,
   count,
   errorWords,
   filePlaceholder,
@@ -104,7 +104,7 @@ function adaptation(status: number, message: string): string | undefined {
 interface CallInProgress {
   id: string | undefined;
   name: string;
-  readonly args: string[];
+  readonly args: TextRope;
 }
 
 class ChatCompletionsReader extends SseReader {
@@ -112,7 +112,6 @@ class ChatCompletionsReader extends SseReader {
   /** Tool calls by the `index` their deltas carry, in the order they began. */
   private readonly calls = new Map<number, CallInProgress>();
   private lastIndex = 0;
-  private readonly budget = new ArgumentBudget();
   /** The model refused (`delta.refusal`): its words are the reply's text, and it ends content_filter. */
   private refused = false;
 
@@ -131,7 +130,7 @@ class ChatCompletionsReader extends SseReader {
 
   /** The tool calls streamed so far, whole, in the order they began (once the model said why it stopped). */
   private flushCalls(out: ReplyEvent[]): void {
-    for (const c of this.calls.values()) if (c.name !== '') out.push({ kind: 'tool_call', call: toolCallOf(c.id, c.name, c.args.join('')) });
+    for (const c of this.calls.values()) if (c.name !== '') out.push({ kind: 'tool_call', call: toolCallOf(c.id, c.name, c.args.take()) });
     this.calls.clear();
   }
 
@@ -157,7 +156,8 @@ class ChatCompletionsReader extends SseReader {
     this.lastIndex = index;
     let c = this.calls.get(index);
     if (c === undefined) {
-      c = { id, name: '', args: [] };
+      this.budget.call();
+      c = { id, name: '', args: new TextRope() };
       this.calls.set(index, c);
     }
     c.id ??= id;
@@ -165,12 +165,19 @@ class ChatCompletionsReader extends SseReader {
     if (!isObj(fn)) return;
     this.progress++;
     const name = fn['name'];
-    if (typeof name === 'string' && name !== '' && name !== c.name) c.name += name;
+    if (typeof name === 'string' && name !== '' && name !== c.name) {
+      this.budget.take(name);
+      c.name += name;
+    }
     const args = fn['arguments'];
     if (typeof args === 'string' && args !== '') {
       this.budget.take(args);
       c.args.push(args);
-    } else if (isObj(args)) c.args.push(JSON.stringify(args));
+    } else if (isObj(args)) {
+      const text = JSON.stringify(args);
+      this.budget.take(text);
+      c.args.push(text);
+    }
   }
 
   protected event(e: SseEvent, out: ReplyEvent[]): void {
@@ -231,4 +238,4 @@ class ChatCompletionsReader extends SseReader {
   }
 }
 
-export const openaiClient: WireClient = { request, reader: () => new ChatCompletionsReader(), adaptation };
+export const openaiClient: WireClient = { request, reader: (held) => new ChatCompletionsReader(held), adaptation };

@@ -1,5 +1,8 @@
 // A provider's streamed body, decoded once for the three protocols: bytes -> UTF-8 lines ->
 // Server-Sent Events (WHATWG rules) or NDJSON objects, whatever cuts the network puts between reads.
+// What is held unfinished (a line without its end, an event not yet dispatched) is counted in
+// bytes as they arrive, bounded alone (MAX_LINE_BYTES) and in a reply's Holding.
+import { TextRope, UNCOUNTED, type Holding } from './held.js';
 
 /** A line or an event past this many bytes is the provider's fault, not a reason to grow without end. */
 export const MAX_LINE_BYTES = 8 * 1024 * 1024;
@@ -32,16 +35,26 @@ const SENT_MAX = 4096;
  * to that read, never to what came before.
  */
 export class LineDecoder {
+  /**
+   * The unfinished line's bytes, each piece merged with those before it while they are no longer
+   * than it: however small the reads (a byte each), about log2(n) buffers are held.
+   */
   private pending: Buffer[] = [];
   private pendingBytes = 0;
   /** The previous read ended in CR: an LF first in the next one belongs to it. */
   private afterCR = false;
   private first = true;
+  /** The UTF-8 bytes of each line given by the last push or end, in order. */
+  readonly sizes: number[] = [];
 
-  constructor(private readonly maxLineBytes = MAX_LINE_BYTES) {}
+  constructor(
+    private readonly maxLineBytes = MAX_LINE_BYTES,
+    private readonly held: Holding = UNCOUNTED,
+  ) {}
 
-  /** The lines that `chunk` completes, without their line ends. */
+  /** The lines that `chunk` completes, without their line ends (their bytes in `sizes`). */
   push(chunk: Buffer, lines: string[]): void {
+    this.sizes.length = 0;
     // an empty read must not end the wait for the LF of a CRLF
     if (chunk.length === 0) return;
     let start = 0;
@@ -80,14 +93,24 @@ export class LineDecoder {
   /** Holds the unfinished line at the end of a read until a line end comes. */
   private keep(chunk: Buffer, start: number): void {
     if (start >= chunk.length) return;
-    const bytes = this.pendingBytes + (chunk.length - start);
+    const n = chunk.length - start;
+    const bytes = this.pendingBytes + n;
     if (bytes > this.maxLineBytes) throw new StreamDecodeError(`a line longer than ${this.maxLineBytes} bytes`);
-    this.pending.push(chunk.subarray(start));
+    this.held.take(n);
+    // a small tail of a large read is copied: the piece alone must not keep the whole read alive
+    const piece = start > 0 && n < chunk.length >> 1 ? Buffer.from(chunk.subarray(start)) : chunk.subarray(start);
+    const pending = this.pending;
+    pending.push(piece);
+    while (pending.length >= 2 && (pending[pending.length - 2] as Buffer).length <= 2 * (pending[pending.length - 1] as Buffer).length) {
+      const last = pending.pop() as Buffer;
+      pending[pending.length - 1] = Buffer.concat([pending[pending.length - 1] as Buffer, last]);
+    }
     this.pendingBytes = bytes;
   }
 
   /** What is left at the end of the body: a last line without its line end, or nothing. */
   end(lines: string[]): void {
+    this.sizes.length = 0;
     if (this.pendingBytes > 0) this.emit(Buffer.alloc(0), 0, 0, lines);
   }
 
@@ -96,12 +119,16 @@ export class LineDecoder {
     if (this.pending.length === 0) {
       if (to - from > this.maxLineBytes) throw new StreamDecodeError(`a line longer than ${this.maxLineBytes} bytes`);
       line = chunk.toString('utf8', from, to);
+      this.sizes.push(to - from);
     } else {
-      if (this.pendingBytes + (to - from) > this.maxLineBytes) throw new StreamDecodeError(`a line longer than ${this.maxLineBytes} bytes`);
+      const bytes = this.pendingBytes + (to - from);
+      if (bytes > this.maxLineBytes) throw new StreamDecodeError(`a line longer than ${this.maxLineBytes} bytes`);
       this.pending.push(chunk.subarray(from, to));
-      line = Buffer.concat(this.pending, this.pendingBytes + (to - from)).toString('utf8');
+      line = Buffer.concat(this.pending, bytes).toString('utf8');
+      this.held.give(this.pendingBytes);
       this.pending = [];
       this.pendingBytes = 0;
+      this.sizes.push(bytes);
     }
     if (this.first) {
       this.first = false;
@@ -128,12 +155,16 @@ export class SseDecoder {
   private readonly lines: LineDecoder;
   private readonly scratch: string[] = [];
   private eventType = '';
-  private data = '';
-  private hasData = false;
+  /** The event's data lines so far (joined by LF at its dispatch), and their bytes as they came. */
+  private readonly data = new TextRope('\n');
+  private dataBytes = 0;
   private lastId: string | undefined;
 
-  constructor(private readonly maxEventBytes = MAX_LINE_BYTES) {
-    this.lines = new LineDecoder(maxEventBytes);
+  constructor(
+    private readonly maxEventBytes = MAX_LINE_BYTES,
+    private readonly held: Holding = UNCOUNTED,
+  ) {
+    this.lines = new LineDecoder(maxEventBytes, held);
   }
 
   /** The events that `chunk` completes, appended to `events`. */
@@ -141,7 +172,8 @@ export class SseDecoder {
     const lines = this.scratch;
     lines.length = 0;
     this.lines.push(chunk, lines);
-    for (let i = 0; i < lines.length; i++) this.line(lines[i] as string, events);
+    const sizes = this.lines.sizes;
+    for (let i = 0; i < lines.length; i++) this.line(lines[i] as string, sizes[i] as number, events);
   }
 
   /** The body ended: a last line without its line end is read; an event not yet dispatched is dropped (WHATWG). */
@@ -149,15 +181,24 @@ export class SseDecoder {
     const lines = this.scratch;
     lines.length = 0;
     this.lines.end(lines);
-    for (const l of lines) this.line(l, events);
+    const sizes = this.lines.sizes;
+    for (let i = 0; i < lines.length; i++) this.line(lines[i] as string, sizes[i] as number, events);
+    this.reset();
   }
 
-  private line(line: string, events: SseEvent[]): void {
+  /** Drops the event being read (its data given back). */
+  private reset(): void {
+    this.eventType = '';
+    if (!this.data.empty) this.data.take();
+    this.held.give(this.dataBytes);
+    this.dataBytes = 0;
+  }
+
+  /** One line, of `bytes` UTF-8 bytes. */
+  private line(line: string, bytes: number, events: SseEvent[]): void {
     if (line.length === 0) {
-      if (this.hasData) events.push({ event: this.eventType === '' ? 'message' : this.eventType, data: this.data, id: this.lastId });
-      this.eventType = '';
-      this.data = '';
-      this.hasData = false;
+      if (!this.data.empty) events.push({ event: this.eventType === '' ? 'message' : this.eventType, data: this.data.take(), id: this.lastId });
+      this.reset();
       return;
     }
     const colon = line.indexOf(':');
@@ -172,15 +213,15 @@ export class SseDecoder {
       value = line.charCodeAt(colon + 1) === 0x20 ? line.slice(colon + 2) : line.slice(colon + 1);
     }
     switch (field) {
-      case 'data':
-        if (this.hasData) {
-          if (this.data.length + 1 + value.length > this.maxEventBytes) throw new StreamDecodeError(`an event larger than ${this.maxEventBytes} bytes`);
-          this.data += '\n' + value;
-        } else {
-          this.data = value;
-          this.hasData = true;
-        }
+      case 'data': {
+        // counted in bytes (the line's, as it came): characters would let three times as much in
+        const more = bytes + 1;
+        if (this.dataBytes + more > this.maxEventBytes) throw new StreamDecodeError(`an event larger than ${this.maxEventBytes} bytes`);
+        this.held.take(more);
+        this.dataBytes += more;
+        this.data.push(value);
         break;
+      }
       case 'event':
         this.eventType = value;
         break;
@@ -197,8 +238,8 @@ export class NdjsonDecoder {
   private readonly lines: LineDecoder;
   private readonly scratch: string[] = [];
 
-  constructor(maxLineBytes = MAX_LINE_BYTES) {
-    this.lines = new LineDecoder(maxLineBytes);
+  constructor(maxLineBytes = MAX_LINE_BYTES, held: Holding = UNCOUNTED) {
+    this.lines = new LineDecoder(maxLineBytes, held);
   }
 
   push(chunk: Buffer, values: unknown[]): void {

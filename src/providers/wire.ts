@@ -4,6 +4,7 @@ import { randomBytes } from 'node:crypto';
 import { COUNT_MAX, isCount } from '../domain/numbers.js';
 import type { JsonObject, JsonValue, Part, StopReason, TurnContent, TurnRole } from '../domain/records.js';
 import { StreamFailure } from './failure.js';
+import { UNCOUNTED, type HeldBytes, type Holding } from './held.js';
 import { SseDecoder, type SseEvent } from './stream-decoder.js';
 
 /** The provider types that can reply, each a wire protocol. */
@@ -58,8 +59,10 @@ export interface ToolCall {
   readonly arguments: JsonValue;
 }
 
-/** The most argument text a reply's tool calls may hold, in all (a provider that never ends one is cut). */
+/** The most argument text a reply's tool calls may hold, in all, in bytes (a provider that never ends one is cut). */
 export const TOOL_ARGUMENTS_MAX = 8 * 1024 * 1024;
+/** What holding a tool call costs besides its arguments' bytes (its name, id, place): a flood of empty calls is counted too. */
+const CALL_COST = 64;
 
 /** An id for a call the provider gave none (Ollama's): `call_` and 24 random hex digits. */
 export function newCallId(): string {
@@ -85,14 +88,32 @@ export function toolCallOf(id: unknown, name: string, args: string | JsonValue):
   return { id: typeof id === 'string' && id !== '' ? id : newCallId(), name, arguments: value };
 }
 
-/** Counts the argument text of a reply's tool calls: past TOOL_ARGUMENTS_MAX the stream fails. */
+/**
+ * Counts what a reply's tool calls hold, in bytes as they came: their argument text, and
+ * CALL_COST for each call; past TOOL_ARGUMENTS_MAX the stream fails. It is counted in the
+ * reply's Holding too, and kept there until the reply ends (the calls are recorded with its end).
+ */
 export class ArgumentBudget {
   private used = 0;
+  constructor(private readonly held: Holding = UNCOUNTED) {}
+
+  /** A piece of a call's arguments, as it came. */
   take(text: string): void {
-    this.used += text.length;
-    if (this.used > TOOL_ARGUMENTS_MAX) throw new StreamFailure(`sent tool call arguments past ${TOOL_ARGUMENTS_MAX / (1024 * 1024)} MiB`, false);
+    this.count(Buffer.byteLength(text));
+  }
+
+  /** A call begins. */
+  call(): void {
+    this.count(CALL_COST);
+  }
+
+  private count(n: number): void {
+    this.used += n;
+    if (this.used > TOOL_ARGUMENTS_MAX) throw new StreamFailure(`sent tool calls past ${TOOL_ARGUMENTS_MAX / (1024 * 1024)} MiB`, false);
+    this.held.take(n);
   }
 }
+
 
 /**
  * A reply's stop reason from the provider's finish reason (already in OpenAI's words where the
@@ -152,6 +173,8 @@ export interface ReplyCall {
   readonly idleTimeoutMs?: number | undefined;
   /** The longest the whole call may take, retries included, whatever the provider sends; none when absent. */
   readonly maxDurationMs?: number | undefined;
+  /** Where what the call holds unfinished (lines, events, tool calls not yet whole) is counted with every other reply's; uncounted when absent. */
+  readonly held?: HeldBytes | undefined;
   /** The first wait before a retry when the provider gives no Retry-After (doubled for the second); default 1 s. */
   readonly retryBaseMs?: number | undefined;
 }
@@ -197,8 +220,15 @@ export abstract class SseReader implements StreamReader {
   done = false;
   finishReason: string | undefined;
   progress = 0;
-  private readonly sse = new SseDecoder();
+  private readonly sse: SseDecoder;
   private readonly events: SseEvent[] = [];
+  /** What the reply's tool calls hold, counted in its Holding with what the decoder holds. */
+  protected readonly budget: ArgumentBudget;
+
+  constructor(held: Holding = UNCOUNTED) {
+    this.sse = new SseDecoder(undefined, held);
+    this.budget = new ArgumentBudget(held);
+  }
 
   push(chunk: Buffer, out: ReplyEvent[]): void {
     this.read(out, (events) => this.sse.push(chunk, events));
@@ -227,7 +257,8 @@ export abstract class SseReader implements StreamReader {
 export interface WireClient {
   /** One attempt's request. `adaptations` holds what earlier refusals asked to change (see `adaptation`). */
   request(call: ReplyCall, adaptations: ReadonlySet<string>): WireRequest;
-  reader(): StreamReader;
+  /** A reader of one response body, counting what it holds unfinished in `held`. */
+  reader(held?: Holding): StreamReader;
   /**
    * A refusal some servers give to a parameter they do not take (a 400 naming it), and the
    * change that makes the request acceptable to them; undefined when the refusal is final.

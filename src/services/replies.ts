@@ -15,6 +15,7 @@ import type { ProviderCatalog } from '../providers/catalog.js';
 import { streamReply } from '../providers/call.js';
 import { allowedModels, modelAllowed, providerConfig } from '../providers/config.js';
 import { ProviderFailed } from '../providers/failure.js';
+import { HeldBytes, HeldTooMuch } from '../providers/held.js';
 import { answeredCalls, stopReasonOf, type ProviderConfig, type ReplyMessage, type ReplyOptions, type ToolChoice, type ToolSpec } from '../providers/wire.js';
 import { SessionNotFound, TurnNotFound, TurnNotStreaming, type SessionAtWrite, type Store, type TurnRecord } from '../store/store.js';
 import type { Access, Caller } from './access.js';
@@ -36,7 +37,12 @@ export interface ReplySettings {
   readonly maxDurationMs: number;
   /** The largest a reply's JSON may grow to, in bytes (BODY_LIMIT). */
   readonly maxTurnBytes: number;
+  /** What all replies in progress may hold unfinished, in bytes (a share of MEMORY_LIMIT). */
+  readonly heldBytes: number;
 }
+
+/** Past this share of what all replies may hold unfinished, new replies are refused (503): the room left is for those in progress. */
+const HELD_REFUSE_SHARE = 0.75;
 
 /** What a message or a reply asks for. */
 export interface ReplyRequest {
@@ -107,6 +113,9 @@ export interface ReplyCounts {
   readonly inProgress: number;
   /** Replies ended since start, by status. */
   readonly ended: ReadonlyMap<TurnStatus, number>;
+  /** What they hold unfinished now, and may hold at most together. */
+  readonly heldBytes: number;
+  readonly heldLimit: number;
 }
 
 /** What a reply calls, decided when it is recorded: the provider, the model, the system message, and who sees the session. */
@@ -156,6 +165,8 @@ export class ReplyService {
   private starting = 0;
   private stopping = false;
   private readonly ended = new Map<TurnStatus, number>();
+  /** What the replies in progress hold unfinished: lines and events being read, text not yet written, tool calls. */
+  readonly held: HeldBytes;
 
   constructor(
     private readonly store: Store,
@@ -164,7 +175,15 @@ export class ReplyService {
     private readonly live: LiveSink | undefined,
     private readonly settings: ReplySettings,
     private readonly log: Logger,
-  ) {}
+  ) {
+    this.held = new HeldBytes(settings.heldBytes);
+  }
+
+  /** A new reply may start: else 503, too many in progress, or what they hold unfinished is near its bound. */
+  private admit(): void {
+    if (this.stopping || this.running.size + this.starting >= this.settings.maxReplies) throw new ServerBusy('Too many replies in progress', 5);
+    if (this.held.used >= this.held.limit * HELD_REFUSE_SHARE) throw new ServerBusy('Server is low on memory', 5);
+  }
 
   /** Listens for cancels sent by other instances (PostgreSQL), before the server takes requests. */
   async start(): Promise<void> {
@@ -175,7 +194,7 @@ export class ReplyService {
   }
 
   get counts(): ReplyCounts {
-    return { inProgress: this.running.size + this.starting, ended: this.ended };
+    return { inProgress: this.running.size + this.starting, ended: this.ended, heldBytes: this.held.used, heldLimit: this.held.limit };
   }
 
   /**
@@ -190,7 +209,7 @@ export class ReplyService {
     checkTools(req.tools, req.toolChoice);
     // a tool message goes exactly under the turn whose path holds the calls it answers
     if (req.content !== undefined && req.role === 'tool') req = { ...req, parentId: await this.toolTurnParent(caller, sessionId, req.content, req.parentId) };
-    if (this.stopping || this.running.size + this.starting >= this.settings.maxReplies) throw new ServerBusy('Too many replies in progress', 5);
+    this.admit();
     this.starting++;
     let call: Call | undefined;
     let made: TurnRecord[];
@@ -228,19 +247,38 @@ export class ReplyService {
    * requests): it counts against REPLIES_MAX and in the replies' counts like any other.
    */
   async unrecorded(req: UnrecordedRequest): Promise<UnrecordedReply> {
-    if (this.stopping || this.running.size + this.starting >= this.settings.maxReplies) throw new ServerBusy('Too many replies in progress', 5);
+    this.admit();
     this.starting++;
     const pieces: Piece[] = [];
     const calls: PlacedCall[] = [];
     let told = 0;
     let out: UnrecordedReply;
+    // held to the same bounds as a recorded reply: BODY_LIMIT for what it says, and its share of what all replies hold
+    const holding = this.held.holding();
+    let bytes = 0;
+    const count = (n: number): void => {
+      bytes += n;
+      if (bytes > this.settings.maxTurnBytes) throw new ProviderFailed(`The reply grew past the largest a turn may be (BODY_LIMIT, ${this.settings.maxTurnBytes} bytes)`, false);
+      try {
+        holding.take(n);
+      } catch (e) {
+        if (e instanceof HeldTooMuch) throw new ProviderFailed(`The reply ${e.message}`, false);
+        throw e;
+      }
+    };
+    const stop = new AbortController();
+    const signal = AbortSignal.any([req.signal, stop.signal]);
     try {
-      const stream = streamReply({ provider: req.provider, model: req.model, system: req.system, messages: answeredCalls(req.messages), options: req.options, tools: req.tools, toolChoice: req.toolChoice, signal: req.signal, idleTimeoutMs: this.settings.idleTimeoutMs, maxDurationMs: this.settings.maxDurationMs });
+      const stream = streamReply({ provider: req.provider, model: req.model, system: req.system, messages: answeredCalls(req.messages), options: req.options, tools: req.tools, toolChoice: req.toolChoice, signal, idleTimeoutMs: this.settings.idleTimeoutMs, maxDurationMs: this.settings.maxDurationMs, held: this.held });
       let usage: TurnUsage | undefined;
       for await (const e of stream) {
         if (e.kind === 'usage') usage = e.usage;
-        else if (e.kind === 'tool_call') calls.push({ at: told, part: { type: 'tool_call', ...e.call } });
-        else {
+        else if (e.kind === 'tool_call') {
+          const part = { type: 'tool_call', ...e.call } as const;
+          count(Buffer.byteLength(JSON.stringify(part)));
+          calls.push({ at: told, part });
+        } else {
+          count(Buffer.byteLength(e.text));
           pieces.push(e);
           told += e.text.length;
           req.onPiece?.(e);
@@ -250,9 +288,12 @@ export class ReplyService {
       out = req.signal.aborted ? { status: 'interrupted', content, usage } : { status: 'complete', content, usage, stopReason: stopReasonOf(stream.finishReason, calls.length > 0) };
     } catch (e) {
       if (!(e instanceof ProviderFailed)) this.log.error('a reply failed for a reason of this server; it ends with error', { err: e });
+      // (a bound passed: the provider's request is closed at once)
+      stop.abort();
       out = { status: 'error', content: appendPieces('', pieces), error: e instanceof ProviderFailed ? e.message : 'The reply failed inside this server' };
     } finally {
       this.starting--;
+      holding.release();
     }
     this.ended.set(out.status, (this.ended.get(out.status) ?? 0) + 1);
     return out;
@@ -301,12 +342,12 @@ export class ReplyService {
 
   /** Generates one reply to its end, recording it as it goes. */
   private async run(r: Running, call: Call, req: ReplyRequest, begun: Turn): Promise<void> {
-    const recorder = new Recorder(this.store, begun, { _id: begun.session, user: call.owner, project: call.project }, this.settings.maxTurnBytes, this.live, this.log, () => r.abort.abort(), () => this.stopping);
+    const recorder = new Recorder(this.store, begun, { _id: begun.session, user: call.owner, project: call.project }, this.settings.maxTurnBytes, this.live, this.log, () => r.abort.abort(), () => this.stopping, this.held.holding());
     let ending: Ending;
     try {
       const { messages, pathKey } = await this.conversation(r.session, begun.parentId);
       recorder.pathBefore = pathKey;
-      const stream = streamReply({ provider: call.provider, model: call.model, system: call.instructions, messages, options: req.options, tools: req.tools, toolChoice: req.toolChoice, signal: r.abort.signal, idleTimeoutMs: this.settings.idleTimeoutMs, maxDurationMs: this.settings.maxDurationMs });
+      const stream = streamReply({ provider: call.provider, model: call.model, system: call.instructions, messages, options: req.options, tools: req.tools, toolChoice: req.toolChoice, signal: r.abort.signal, idleTimeoutMs: this.settings.idleTimeoutMs, maxDurationMs: this.settings.maxDurationMs, held: this.held });
       let usage: TurnUsage | undefined;
       let called = false;
       for await (const e of stream) {

@@ -5,6 +5,7 @@ import { appendPieces, appendToEnd, contentEnd, DELTA_MAX, withToolCalls, type C
 import { ERROR_MESSAGE_MAX } from '../domain/limits.js';
 import type { Part, StopReason, Turn, TurnContent, TurnStatus, TurnUsage } from '../domain/records.js';
 import { charsOfContent, ReplyLedger } from '../domain/reply-ledger.js';
+import { HeldTooMuch, type Holding } from '../providers/held.js';
 import type { ToolCall } from '../providers/wire.js';
 import { pathHash } from './door-match.js';
 import { deltaEvents } from '../live/changes.js';
@@ -97,6 +98,11 @@ export class Recorder {
   private told: number;
   /** The reply's tool calls, each where it came: recorded whole by the end. */
   private readonly calls: PlacedCall[] = [];
+  /** The bytes of the turn's JSON with everything told so far (text, reasoning, tool calls): what BODY_LIMIT bounds. */
+  private turnBytes: number;
+  /** Bytes of the text told and not yet taken by a write, and of the write under way: held until committed. */
+  private pendingBytes = 0;
+  private inFlightBytes = 0;
   private timer: NodeJS.Timeout | undefined;
   /** The write under way, if any. */
   private writing: Promise<void> = Promise.resolve();
@@ -120,7 +126,10 @@ export class Recorder {
     private readonly abort: () => void,
     /** Whether the server stops: the end is then not tried again. */
     private readonly stopping: () => boolean,
+    /** Where what the reply holds unfinished (its text until written, its tool calls until its end) is counted with every other reply's. */
+    private readonly held: Holding,
   ) {
+    this.turnBytes = Buffer.byteLength(JSON.stringify(turn));
     this.end = contentEnd(turn.content);
     this.ledger = new ReplyLedger(turn.content);
     this.told = charsOfContent(turn.content);
@@ -133,7 +142,10 @@ export class Recorder {
     // the deltas API takes pieces of at most DELTA_MAX: a provider's larger one is cut
     for (let i = 0; i < piece.text.length; i += DELTA_MAX) {
       const p = i === 0 && piece.text.length <= DELTA_MAX ? piece : { kind: piece.kind, text: piece.text.slice(i, i + DELTA_MAX) };
-      const { end, place } = appendToEnd(this.end, p);
+      const { end, place, bytes } = appendToEnd(this.end, p);
+      // past BODY_LIMIT the reply ends at once, with what fitted: nothing more is held for it
+      if (!this.counted(bytes)) return;
+      this.pendingBytes += bytes;
       this.end = end;
       this.told += p.text.length;
       this.ledger.tell(p);
@@ -145,7 +157,36 @@ export class Recorder {
   /** A tool call as it came (whole): it reaches the store and the feed with the reply's end. */
   addToolCall(call: ToolCall): void {
     if (this.stopped !== undefined) return;
-    this.calls.push({ at: this.told, part: { type: 'tool_call', id: call.id, name: call.name, arguments: call.arguments } });
+    const part = { type: 'tool_call', id: call.id, name: call.name, arguments: call.arguments } as const;
+    // (a call among text parts may cut one in two: the end's own check counts that exactly)
+    if (!this.counted(Buffer.byteLength(JSON.stringify(part)) + 1)) return;
+    this.calls.push({ at: this.told, part });
+  }
+
+  /**
+   * Counts `bytes` more told: false, with the reply stopped, when the turn would pass BODY_LIMIT
+   * (as recorded: its JSON, not the provider's framing) or what all replies hold would pass its bound.
+   */
+  private counted(bytes: number): boolean {
+    if (this.turnBytes + bytes > this.deltaMax) {
+      this.stop({ status: 'error', error: this.tooLarge() });
+      return false;
+    }
+    try {
+      this.held.take(bytes);
+    } catch (e) {
+      if (!(e instanceof HeldTooMuch)) throw e;
+      this.stop({ status: 'error', error: `The reply ${e.message}` });
+      return false;
+    }
+    this.turnBytes += bytes;
+    return true;
+  }
+
+  /** The reply cannot go on: what was told before is still written (with its end), nothing after it is taken. */
+  private stop(ending: Ending): void {
+    this.stopped = ending;
+    this.abort();
   }
 
   /**
@@ -166,9 +207,13 @@ export class Recorder {
       if (this.ledger.inDoubt && !(await this.settleDoubt())) return;
       const pieces = this.ledger.take();
       if (pieces.length === 0) return;
+      this.inFlightBytes = this.pendingBytes;
+      this.pendingBytes = 0;
       try {
         await this.store.appendDelta(this.turn.session, this.turn._id, () => undefined, pieces, this.deltaMax, true);
         this.ledger.committed();
+        this.held.give(this.inFlightBytes);
+        this.inFlightBytes = 0;
         this.writeFailing = false;
       } catch (e) {
         // refused for good: the reply ends without what was refused
@@ -180,6 +225,8 @@ export class Recorder {
           // the store is down for now: the pieces wait for the next write (or the end); the write
           // may have committed all the same (the connection lost after COMMIT): in doubt till read
           this.ledger.lost();
+          this.pendingBytes += this.inFlightBytes;
+          this.inFlightBytes = 0;
           // once a run of failures, not every 250 ms of it
           if (!this.writeFailing) this.log.warn('a reply\'s text could not be written yet; it is tried again', { turn: this.turn._id, err: e });
           this.writeFailing = true;
@@ -216,12 +263,22 @@ export class Recorder {
   private refuse(ending: Ending): void {
     this.ledger.refused();
     this.ledger.clear();
-    this.stopped = ending;
-    this.abort();
+    this.held.give(this.pendingBytes + this.inFlightBytes);
+    this.pendingBytes = 0;
+    this.inFlightBytes = 0;
+    this.stop(ending);
   }
 
   /** Writes the end: what is pending, the status, usage and error, in one write; the turn as recorded. */
   async finish(ending: Ending): Promise<TurnRecord> {
+    try {
+      return await this.writeEnd(ending);
+    } finally {
+      this.held.release();
+    }
+  }
+
+  private async writeEnd(ending: Ending): Promise<TurnRecord> {
     clearTimeout(this.timer);
     this.timer = undefined;
     await this.writing;

@@ -49,6 +49,8 @@ export const SCENARIOS = {
   'no-final-eol': 'the body ends without the line ends of its last event ([DONE], message_stop, the done line)',
   'garbage-after:N': 'after N tokens an event that is not JSON',
   'huge-line': 'one line of 9 MiB before the answer',
+  'data-lines:N:C[:CHAR]': 'before the answer, N `data:` lines of C characters CHAR each (percent-decoded, default €: 3 bytes in UTF-8) and no blank line (an event never dispatched; Ollama: one line of them, never ended), then nothing until the client closes',
+  'long-line:BYTES[:MS]': 'before the answer, an unfinished line of BYTES bytes, then one byte more every MS (default 1000) until the client closes: a line held just under a bound',
   linger: 'after the end of the reply keep the response open, writing a line end every 100 ms, until the client closes it (a body that never ends)',
   'json-200': 'answer 200 with a JSON body instead of a stream',
   'html-200': 'answer 200 with an HTML page instead of a stream (a baseUrl that points at a web app or a proxy\'s login page)',
@@ -142,7 +144,7 @@ const WORDS = 'the quick brown fox jumps over a lazy dog while seven bright star
 
 /** Parses a model name into its scenario. */
 export function scenarioOf(model) {
-  const s = { model, say: undefined, tokens: undefined, rate: undefined, reasoning: 0, reasoningField: 'reasoning_content', split: 0, eol: '\n', keepalive: false, rejectStreamOptions: false, rejectMaxTokens: false, usage: true, cached: 0, status: undefined, retryAfter: undefined, times: Infinity, echoKey: false, echoForm: undefined, errorAfter: undefined, errorWords: undefined, calls: [], interleave: false, idEvery: false, wholeCall: false, noIndex: false, noCallId: false, refusal: false, errorNull: false, encoding: undefined, stallHeaders: undefined, stallAfter: undefined, stallMs: Infinity, trickleAfter: undefined, trickleMs: 100, keepaliveAfter: undefined, keepaliveMs: 200, holdAfter: undefined, resetAfter: undefined, rstAfter: undefined, cutAfter: undefined, finish: 'stop', garbageAfter: undefined, hugeLine: false, json200: false, html200: false, streamType: undefined, noDone: false, noFinalEol: false, batch: false, stamp: false, pad: 0, counts: undefined, linger: false };
+  const s = { model, say: undefined, tokens: undefined, rate: undefined, reasoning: 0, reasoningField: 'reasoning_content', split: 0, eol: '\n', keepalive: false, rejectStreamOptions: false, rejectMaxTokens: false, usage: true, cached: 0, status: undefined, retryAfter: undefined, times: Infinity, echoKey: false, echoForm: undefined, errorAfter: undefined, errorWords: undefined, calls: [], interleave: false, idEvery: false, wholeCall: false, noIndex: false, noCallId: false, refusal: false, errorNull: false, encoding: undefined, stallHeaders: undefined, stallAfter: undefined, stallMs: Infinity, trickleAfter: undefined, trickleMs: 100, keepaliveAfter: undefined, keepaliveMs: 200, holdAfter: undefined, resetAfter: undefined, rstAfter: undefined, cutAfter: undefined, finish: 'stop', garbageAfter: undefined, hugeLine: false, dataLines: undefined, longLine: undefined, json200: false, html200: false, streamType: undefined, noDone: false, noFinalEol: false, batch: false, stamp: false, pad: 0, counts: undefined, linger: false };
   for (const d of String(model).split('+')) {
     const [k, ...rest] = d.split(':');
     const v = rest.join(':');
@@ -176,6 +178,8 @@ export function scenarioOf(model) {
       case 'finish': s.finish = v; break;
       case 'garbage-after': s.garbageAfter = Number(v); break;
       case 'huge-line': s.hugeLine = true; break;
+      case 'data-lines': { const [n, c, ch] = v.split(':'); s.dataLines = { n: Number(n), chars: Number(c), char: ch === undefined ? '€' : decodeURIComponent(ch) }; break; }
+      case 'long-line': { const [b, ms] = v.split(':'); s.longLine = { bytes: Number(b), ms: ms === undefined ? 1000 : Number(ms) }; break; }
       case 'linger': s.linger = true; break;
       case 'json-200': s.json200 = true; break;
       case 'html-200': s.html200 = true; break;
@@ -591,6 +595,19 @@ export async function startProvider({ port = 0, host = '127.0.0.1', log = true }
 
     for (const piece of wire.start(usage)) if (!(await write(piece))) return;
     if (s.hugeLine && !(await write(protocol === 'ollama' ? `{"pad":"${'x'.repeat(9 * 1024 * 1024)}"}\n` : `data: ${'x'.repeat(9 * 1024 * 1024)}${eol}${eol}`))) return;
+    if (s.dataLines !== undefined) {
+      const line = s.dataLines.char.repeat(s.dataLines.chars);
+      for (let k = 0; k < s.dataLines.n && !res.destroyed; k++) if (!(await write(protocol === 'ollama' ? line : `data: ${line}${eol}`))) return;
+      return entry.closed;
+    }
+    if (s.longLine !== undefined) {
+      if (!(await write(protocol === 'ollama' ? `{"pad":"${'x'.repeat(s.longLine.bytes - 8)}` : `data: ${'x'.repeat(s.longLine.bytes - 6)}`))) return;
+      while (!res.destroyed) {
+        await sleep(s.longLine.ms);
+        res.write('x');
+      }
+      return;
+    }
     const started = performance.now();
     const interval = s.rate !== undefined && s.rate > 0 ? 1000 / s.rate : 0;
     const all = [...reasoning.map((t) => ['reasoning', t]), ...tokens.map((t) => ['token', t])];

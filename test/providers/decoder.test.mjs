@@ -136,6 +136,15 @@ test('an event of many data lines larger than the limit is a failure of the prov
   assert.throws(() => sse(['data: 0123456789\n'.repeat(10)], 64), StreamDecodeError);
 });
 
+test('D-hostile-5: an event is bounded in bytes as they came, not characters: 3-byte characters count three times', () => {
+  // 20 characters of € a line: 66 bytes with its field name; two lines pass 128 bytes, one does not
+  assert.deepEqual(sse([`data: ${'€'.repeat(20)}\n\n`], 128), [{ event: 'message', data: '€'.repeat(20), id: undefined }]);
+  assert.throws(() => sse([`data: ${'€'.repeat(20)}\n`.repeat(2)], 128), (e) => e instanceof StreamDecodeError && /larger than 128 bytes/.test(e.message));
+  // the same bytes, a byte a read, give the same events (the unfinished line merged as it grows)
+  const bytes = Buffer.from(`data: ${'€'.repeat(1000)}\ndata: x\n\n`);
+  assert.deepEqual(sse([...bytes].map((b) => Buffer.from([b]))), [{ event: 'message', data: `${'€'.repeat(1000)}\nx`, id: undefined }]);
+});
+
 test('NDJSON: the same values whatever the cut, blank lines skipped, a last line without LF read at the end', () => {
   const bytes = Buffer.from('{"a":"é😀"}\n\n{"b":[1,2]}\r\n{"c":null}', 'utf8');
   const expected = [{ a: 'é😀' }, { b: [1, 2] }, { c: null }];
