@@ -86,6 +86,8 @@ export interface Config {
   readonly providerIdleTimeoutMs: number;
   /** The longest a reply may take, whatever its provider sends (REPLY_MAX_DURATION). */
   readonly replyMaxDurationMs: number;
+  /** The most of a conversation a reply sends its provider, in bytes (REPLY_CONTEXT_MAX; at least BODY_LIMIT). */
+  readonly replyContextMax: number;
 }
 
 /** The live feed's settings. */
@@ -163,6 +165,7 @@ export const SETTINGS: readonly Setting[] = [
   { env: 'REPLIES_MAX', flag: '--replies-max', def: '1000', help: 'replies in progress on this instance at most; more get 503 Too many replies in progress' },
   { env: 'PROVIDER_IDLE_TIMEOUT', flag: '--provider-idle-timeout', def: '60s', help: 'a model provider that sends no progress this long (text, reasoning, a tool call or usage: keep-alives and unfinished lines are none) ends its reply with error' },
   { env: 'REPLY_MAX_DURATION', flag: '--reply-max-duration', def: '30m', help: 'a reply still going after this long ends with error, whatever its provider sends (ms, s, m, h)' },
+  { env: 'REPLY_CONTEXT_MAX', flag: '--reply-context-max', def: '4mb', help: 'the most of a conversation sent to the model (kb, mb; at least BODY_LIMIT): the oldest turns are left out past it, the system message kept' },
   { env: 'STORE', flag: '--store', def: 'sqlite', help: 'storage engine: sqlite (a file in DATA_DIR) or postgres (DATABASE_URL; several instances on one database)' },
   { env: 'SQLITE_FILE', flag: '--sqlite-file', def: '$DATA_DIR/chat-sessions.db', help: 'the database file of STORE=sqlite' },
   { env: 'SQLITE_CACHE', flag: '--sqlite-cache', def: '32mb', help: 'page cache of each STORE=sqlite connection (the reader and the writer): what bounds its memory' },
@@ -348,6 +351,9 @@ export function loadConfig(env: NodeJS.ProcessEnv, flags: Raw = new Map(), cwd: 
   if (storeText === 'postgres' && databaseUrl === undefined) throw new ConfigError('STORE=postgres needs DATABASE_URL (postgres://user:password@host:port/database)');
   const bodyLimit = parseSize('BODY_LIMIT', get('BODY_LIMIT') ?? '1mb');
   const bodyMemory = parseSize('BODY_MEMORY', get('BODY_MEMORY') ?? '64mb');
+  const replyContextMax = parseSize('REPLY_CONTEXT_MAX', get('REPLY_CONTEXT_MAX') ?? '4mb');
+  // the turn answered, at most BODY_LIMIT, must always fit
+  if (replyContextMax < bodyLimit) throw new ConfigError(`REPLY_CONTEXT_MAX must be at least BODY_LIMIT (${bodyLimit} bytes), or the turn a reply answers might not fit (got ${replyContextMax} bytes)`);
   if (bodyMemory < bodyLimit) throw new ConfigError(`BODY_MEMORY must be at least BODY_LIMIT (${bodyLimit} bytes), or no body that large could ever be read (got ${bodyMemory} bytes)`);
 
   const rateText = get('RATE_LIMIT');
@@ -437,6 +443,7 @@ export function loadConfig(env: NodeJS.ProcessEnv, flags: Raw = new Map(), cwd: 
     repliesMax: parseCount('REPLIES_MAX', get('REPLIES_MAX') ?? '1000', 1_000_000),
     providerIdleTimeoutMs: parseDuration('PROVIDER_IDLE_TIMEOUT', get('PROVIDER_IDLE_TIMEOUT') ?? '60s'),
     replyMaxDurationMs: parseDuration('REPLY_MAX_DURATION', get('REPLY_MAX_DURATION') ?? '30m'),
+    replyContextMax,
   };
 }
 

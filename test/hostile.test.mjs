@@ -261,3 +261,41 @@ describe('MEMORY_LIMIT refuses new replies before it is reached', () => {
     }
   });
 });
+
+describe('REPLY_CONTEXT_MAX: what is sent to the provider is bounded', () => {
+  test('[D-hostile-9] "a tool call and its results dropped together, the system message kept": the oldest turns left out', async () => {
+    const p = await startProvider();
+    const s = await startServer({ providers: providersFor(p.url), env: { BODY_LIMIT: '64kb', REPLY_CONTEXT_MAX: '256kb' } });
+    try {
+      const u = s.as('alice');
+      const sess = (await u.post(B, newSession({ providerId: OPENAI, selectedModel: 'echo', instructions: 'Be brief.' }))).body.data;
+      const say = async (role, content) => {
+        const r = await u.post(`${B}/${sess._id}/turns`, { role, content });
+        assert.equal(r.status, 201, r.text);
+      };
+      const big = (tag) => `${tag}:${'x'.repeat(60_000)}`;
+      await say('system', 'You are a pirate.');
+      for (let i = 0; i < 10; i++) {
+        await say('user', big(`u${i}`));
+        await say('assistant', big(`a${i}`));
+      }
+      // the cut falls between a tool call and its result: both go
+      await say('user', big('question'));
+      await say('assistant', [{ type: 'tool_call', id: 'call_cut', name: 'lookup', arguments: { q: big('args') } }]);
+      await say('tool', [{ type: 'tool_result', toolCallId: 'call_cut', content: big('result') }]);
+      await say('user', big('then'));
+      await say('assistant', big('answer'));
+      const r = await u.post(`${B}/${sess._id}/messages`, { content: big('last') });
+      assert.equal(r.status, 201, r.text);
+      assert.equal(r.body.data.reply.status, 'complete', r.body.data.reply.error?.message);
+      const asked = p.requests.at(-1);
+      const sent = asked.body.messages.map((m) => [m.role, typeof m.content === 'string' ? m.content.split(':')[0] : m.content]);
+      assert.deepEqual(sent, [['system', 'Be brief.'], ['system', 'You are a pirate.'], ['user', 'then'], ['assistant', 'answer'], ['user', 'last']]);
+      assert.ok(Buffer.byteLength(JSON.stringify(asked.body)) <= 256 * 1024, 'within REPLY_CONTEXT_MAX');
+    } finally {
+      await s.stop();
+      removeDir(s.dataDir);
+      await p.close();
+    }
+  });
+});

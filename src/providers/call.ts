@@ -16,7 +16,7 @@ import { ConnectionCut, Exchange, IdleTimeout } from './transport.js';
 class TookTooLong extends Error {
   override readonly name = 'TookTooLong';
 }
-import { errorWords, type ProviderConfig, type ReplyCall, type ReplyEvent, type ReplyType, type WireClient } from './wire.js';
+import { errorWords, type ProviderConfig, type ReplyCall, type ReplyEvent, type ReplyType, type WireClient, type WireRequest } from './wire.js';
 
 /** Transient failures before the first text are tried again at most this many times. */
 export const MAX_RETRIES = 2;
@@ -112,12 +112,18 @@ async function* run(call: ReplyCall, state: { finishReason: string | undefined }
   const secrets = secretsOf(provider);
   const adaptations = new Set<string>();
   let retries = 0;
+  /** The request as built for the adaptations asked so far: built once, not again for a retry (a conversation may be megabytes). */
+  let built: { readonly adaptations: number; readonly wire: WireRequest; readonly body: Buffer } | undefined;
   for (;;) {
     if (isAborted(signal)) return;
     if (performance.now() >= deadline) throw tried(tookTooLong(provider, maxMs as number), retries);
-    const wire = client.request(call, adaptations);
+    if (built?.adaptations !== adaptations.size) {
+      built = undefined; // (the last one goes before the next is made)
+      const request = client.request(call, adaptations);
+      built = { adaptations: adaptations.size, body: Buffer.from(JSON.stringify(request.body), 'utf8'), wire: { ...request, body: undefined } };
+    }
+    const { wire, body } = built;
     const url = new URL(provider.baseUrl + wire.path);
-    const body = Buffer.from(JSON.stringify(wire.body), 'utf8');
     const headers: Record<string, string> = { 'user-agent': 'chat-session-api', ...wire.headers };
     for (const [k, v] of Object.entries(provider.headers)) if (!FRAMING_HEADERS.has(k)) headers[k] = v;
     headers['content-type'] = 'application/json';

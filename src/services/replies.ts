@@ -20,6 +20,7 @@ import { answeredCalls, stopReasonOf, type ProviderConfig, type ReplyMessage, ty
 import { SessionNotFound, TurnNotFound, TurnNotStreaming, type SessionAtWrite, type Store, type TurnRecord } from '../store/store.js';
 import type { Access, Caller } from './access.js';
 import { pathHash } from './door-match.js';
+import { ContextWindow } from './reply-context.js';
 import { Recorder, turnOf, type Ending, type LiveSink } from './reply-recorder.js';
 import { newTurn, turnStamp } from './turns.js';
 
@@ -39,6 +40,8 @@ export interface ReplySettings {
   readonly maxTurnBytes: number;
   /** What all replies in progress may hold unfinished, in bytes (a share of MEMORY_LIMIT). */
   readonly heldBytes: number;
+  /** The most of a conversation sent to the model, in bytes of its turns as stored (REPLY_CONTEXT_MAX). */
+  readonly contextMaxBytes: number;
 }
 
 /** Past this share of what all replies may hold unfinished, new replies are refused (503): the room left is for those in progress. */
@@ -420,22 +423,26 @@ export class ReplyService {
 
   /**
    * What the model is sent: the path from the root to the turn it answers, oldest first,
-   * without turns that ended in error or said nothing (reasoning parts the clients leave out).
+   * without turns that ended in error or said nothing (reasoning parts the clients leave out),
+   * cut from its oldest end to REPLY_CONTEXT_MAX (see ContextWindow) as it is read.
    */
   private async conversation(session: string, to: string | null): Promise<{ messages: ReplyMessage[]; pathKey: string }> {
     let pathKey = '';
     if (to === null) return { messages: [], pathKey };
-    const out: ReplyMessage[] = [];
+    const window = new ContextWindow(this.settings.contextMaxBytes);
     for await (const chunk of this.store.scanTurns(session, { turnId: to })) {
       for (const t of chunk) {
         const turn = turnOf(t);
         // the path's hash, every turn of it: what the reply's own is made from (the OpenAI door's index)
         pathKey = pathHash(pathKey, turn);
         if (turn.status === 'error' || turn.content === '') continue;
-        out.push({ role: turn.role, content: turn.content });
+        // (reasoning is never sent: not kept either)
+        const content = typeof turn.content === 'string' ? turn.content : turn.content.filter((p) => p.type !== 'reasoning');
+        if (content.length === 0) continue;
+        window.add(turn.role, content, t.json.length);
       }
     }
-    return { messages: answeredCalls(out), pathKey };
+    return { messages: window.messages(), pathKey };
   }
 
   /**

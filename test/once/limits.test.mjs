@@ -370,13 +370,16 @@ describe('Settings that bound memory and connections', () => {
 });
 
 describe('Settings that bound replies (issue 42)', () => {
-  test('[D-hostile-4] --help lists REPLY_MAX_DURATION; a bad value stops the start with one line naming it', () => {
+  test('[D-hostile-4] --help lists REPLY_MAX_DURATION, REPLY_CONTEXT_MAX; a bad value stops the start naming it', () => {
     const help = runCli(['--help']);
+    assert.match(help.stdout, /REPLY_CONTEXT_MAX \/ --reply-context-max .*at least BODY_LIMIT.*\[default: 4mb\]/);
     assert.match(help.stdout, /REPLY_MAX_DURATION \/ --reply-max-duration .*whatever its provider sends.*\[default: 30m\]/);
     assert.match(help.stdout, /PROVIDER_IDLE_TIMEOUT \/ --provider-idle-timeout .*no progress.*\[default: 60s\]/);
     for (const [env, re] of [
       [{ REPLY_MAX_DURATION: '30' }, /REPLY_MAX_DURATION must be a duration such as 500ms, 15s, 2m or 1h \(got "30"\)/],
       [{ REPLY_MAX_DURATION: '0s' }, /REPLY_MAX_DURATION must be a duration/],
+      [{ REPLY_CONTEXT_MAX: 'all' }, /REPLY_CONTEXT_MAX must be a size such as 1mb, 512kb or 65536 \(got "all"\)/],
+      [{ REPLY_CONTEXT_MAX: '512kb' }, /REPLY_CONTEXT_MAX must be at least BODY_LIMIT \(1048576 bytes\)/],
     ]) {
       const dir = tempDir();
       const r = runCli([], { env: { DATA_DIR: dir, ...env }, cwd: dir });
