@@ -64,6 +64,8 @@ export interface App {
   readonly pipeline: Pipeline;
   /** The server's `connection` listener lives here (MAX_CONNECTIONS). */
   readonly connections: ConnectionGuard;
+  /** The replies this instance generates now (the sweep of streaming turns left leaves them be). */
+  generating(): ReadonlySet<string>;
   /** Starts following the store's commits (the live feed); before the server listens. */
   start(): Promise<void>;
   /** SIGTERM: ends every event stream with its final event, so the server can drain. */
@@ -169,6 +171,7 @@ export function createApp(p: AppParts): App {
   return {
     pipeline,
     connections,
+    generating: () => replies.generating(),
     start: async () => {
       await live?.hub.start();
       await replies.start();

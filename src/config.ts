@@ -62,8 +62,10 @@ export interface Config {
   readonly databaseUrl: string | undefined;
   readonly databaseSchema: string;
   readonly databasePoolSize: number;
-  /** STORE=postgres: a streaming turn with no write for this long is taken as left by a crash (STREAMING_IDLE). */
+  /** STORE=postgres: a streaming turn no instance generates (a client's own) with no write for this long is taken as left by a crash (STREAMING_IDLE). */
   readonly streamingIdleMs: number;
+  /** STORE=postgres: the replies of an instance that stopped proving it is alive are interrupted by another within this time (INSTANCE_TIMEOUT). */
+  readonly instanceTimeoutMs: number;
   /** false only to measure what group commit buys (GROUP_COMMIT=off): one write per commit. */
   readonly groupCommit: boolean;
   /** Days after its last activity a session without its own expiresAt is gone; undefined: never. */
@@ -176,7 +178,8 @@ export const SETTINGS: readonly Setting[] = [
   { env: 'SEARCH_WALK_FROM', flag: '--search-walk-from', def: '5000', help: "search reads a word's matches from its index when fewer, and walks the caller's sessions newest first when it starts at least this many documents" },
   { env: 'RETENTION_DAYS', flag: '--retention-days', def: '(off)', help: 'sessions without their own expiresAt are gone (404, out of lists) this many days after their last activity' },
   { env: 'PURGE_INTERVAL', flag: '--purge-interval', def: '1m', help: 'how often the storage of expired sessions is deleted, in batches of 100 (ms, s, m, h); off: never (the purge command still can)' },
-  { env: 'STREAMING_IDLE', flag: '--streaming-idle', def: '5m', help: 'STORE=postgres: a streaming turn that takes no delta for this long is marked interrupted (ms, s, m, h)' },
+  { env: 'STREAMING_IDLE', flag: '--streaming-idle', def: '5m', help: 'STORE=postgres: a turn a client streams itself (the deltas route) that takes no delta for this long is marked interrupted (ms, s, m, h)' },
+  { env: 'INSTANCE_TIMEOUT', flag: '--instance-timeout', def: '10s', help: 'STORE=postgres: each instance proves it is alive every fifth of this; the replies of one that stops are interrupted by another within this time (ms, s, m, h; at least 1s)' },
   { env: 'GROUP_COMMIT', flag: '--group-commit', def: 'on', help: 'off only to measure what sharing commits buys: one write per commit' },
   { env: 'MAX_CONNECTIONS', flag: '--max-connections', def: '1000', help: 'open connections at most; past it an idle one is closed, the oldest of whoever holds the most (keep below the descriptor limit)' },
   { env: 'MAX_REQUESTS_PER_USER', flag: '--max-requests-per-user', def: 'MAX_CONNECTIONS / 4, from 2 to 64', help: 'requests one user (or one address without a token) may have in flight at once, event streams included; past it 429 and the connection closed' },
@@ -240,6 +243,12 @@ export function parseDuration(name: string, text: string): number {
   const n = m === null ? NaN : Number(m[1]) * (DURATION_UNITS[(m[2] as string).toLowerCase()] as number);
   if (!Number.isSafeInteger(n) || n < 1 || n > 2 ** 31 - 1) throw new ConfigError(`${name} must be a duration such as 500ms, 15s, 2m or 1h (got "${text}")`);
   return n;
+}
+
+/** `ms`, or a ConfigError naming the setting when it is under `min`. */
+function atLeast(name: string, ms: number, min: number, text: string): number {
+  if (ms < min) throw new ConfigError(`${name} must be at least ${min / 1000}s (got "${text}")`);
+  return ms;
 }
 
 function parseCount(name: string, text: string, max: number): number {
@@ -419,6 +428,7 @@ export function loadConfig(env: NodeJS.ProcessEnv, flags: Raw = new Map(), cwd: 
     databaseSchema: (get('DATABASE_SCHEMA') ?? 'chat_session_api').trim(),
     databasePoolSize: parseCount('DATABASE_POOL_SIZE', get('DATABASE_POOL_SIZE') ?? '10', 1000),
     streamingIdleMs: parseDuration('STREAMING_IDLE', get('STREAMING_IDLE') ?? '5m'),
+    instanceTimeoutMs: atLeast('INSTANCE_TIMEOUT', parseDuration('INSTANCE_TIMEOUT', get('INSTANCE_TIMEOUT') ?? '10s'), 1000, get('INSTANCE_TIMEOUT') ?? '10s'),
     groupCommit: parseSwitch('GROUP_COMMIT', get('GROUP_COMMIT') ?? 'on'),
     retentionDays: get('RETENTION_DAYS') === undefined ? undefined : parseCount('RETENTION_DAYS', get('RETENTION_DAYS') as string, 1_000_000),
     purgeIntervalMs: purgeText?.trim().toLowerCase() === 'off' ? undefined : parseDuration('PURGE_INTERVAL', purgeText ?? '1m'),

@@ -8,7 +8,7 @@ import { createApp } from './app.js';
 import { JwksSource } from './auth/jwks-source.js';
 import { checkSecrets, loadSecrets } from './auth/secret.js';
 import type { Config } from './config.js';
-import type { Logger } from './log.js';
+import { Sparing, type Logger } from './log.js';
 import { capYoungGeneration } from './memory.js';
 import { Metrics } from './metrics.js';
 import { acquireLock, guardDataDir } from './data-dir-lock.js';
@@ -39,10 +39,6 @@ export async function serve(config: Config, log: Logger, version: string): Promi
   if (unguarded !== undefined) log.warn('cannot hold the data directory by a socket name; the lock file alone keeps other servers out', { code: unguarded });
   const secrets = loadSecrets(config);
   for (const w of secrets.warnings) log.warn(w);
-  // a reply whose provider is silent is written to by no one; the sweep of another instance must not take it for a crash's
-  if (config.store === 'postgres' && config.streamingIdleMs <= config.providerIdleTimeoutMs) {
-    log.warn('STREAMING_IDLE is not longer than PROVIDER_IDLE_TIMEOUT: a reply waiting on a slow provider may be marked interrupted as if its instance had died', { streamingIdleMs: config.streamingIdleMs, providerIdleTimeoutMs: config.providerIdleTimeoutMs });
-  }
 
   if (catalog.fromFile) log.info('providers loaded', { count: catalog.count, file: config.providersFile });
   else log.warn('no providers file; the provider list is empty until one is created and SIGHUP is sent', { file: config.providersFile });
@@ -83,9 +79,18 @@ export async function serve(config: Config, log: Logger, version: string): Promi
   let sweep: NodeJS.Timeout | undefined;
   try {
     await interruptLeftStreaming(store, true, log);
+    let sweeping = false;
+    const failures = new Sparing(60_000);
     sweep = setInterval(() => {
-      interruptLeftStreaming(store, false, log).catch((e: unknown) => log.warn('looking for streaming turns left by a crash failed; trying again later', { err: e }));
-    }, INTERRUPT_SWEEP_MS).unref();
+      // (one at a time: a slow database does not pile them up)
+      if (sweeping) return;
+      sweeping = true;
+      interruptLeftStreaming(store, false, log, app.generating())
+        .catch((e: unknown) => {
+          if (failures.due()) log.warn('looking for streaming turns left by a crash failed; trying again later (logged once a minute)', { err: e });
+        })
+        .finally(() => (sweeping = false));
+    }, store.sweepEveryMs ?? INTERRUPT_SWEEP_MS).unref();
   } catch (e) {
     await app.close().catch(() => undefined);
     await closeStore();

@@ -580,9 +580,11 @@ describe('Bounds of replies', () => {
     }
   });
 
-  test('a SIGKILL mid-reply keeps the text recorded so far, and "the next start marks the reply `interrupted`"', { skip: STORE === 'postgres' && 'on PostgreSQL a reply whose instance died is interrupted after STREAMING_IDLE (postgres/multi-instance.test.mjs)' }, async () => {
+  test('[D-hostile-11] a SIGKILL mid-reply keeps the text recorded so far, and "the next start marks the reply `interrupted`"', async () => {
     const dir = tempDir('csa-reply-crash-');
-    const s = await startServer({ dataDir: dir, providers: providersFor(provider.url) });
+    // (PostgreSQL: a short INSTANCE_TIMEOUT; its default, 10 s, is the bench's)
+    const env = STORE === 'postgres' ? { INSTANCE_TIMEOUT: '2s' } : {};
+    const s = await startServer({ dataDir: dir, providers: providersFor(provider.url), env });
     try {
       const u = s.as('alice');
       const a = (await u.post(B, newSession({ providerId: ids.openai, selectedModel: 'stall-after:4' }))).body.data;
@@ -590,8 +592,9 @@ describe('Bounds of replies', () => {
       const replyId = r.body.data.reply._id;
       await waitFor(async () => textOf((await u.get(`${B}/${a._id}/turns/${replyId}`)).body.data.content).split(' ').length === 4, 'the words before the stall to be recorded');
       await s.kill();
-      const again = await startServer({ dataDir: dir, providers: providersFor(provider.url) });
+      const again = await startServer({ dataDir: dir, providers: providersFor(provider.url), env });
       try {
+        if (STORE === 'postgres') await waitFor(async () => (await again.as('alice').get(`${B}/${a._id}/turns/${replyId}`)).body.data.status !== 'streaming', 'the reply of the instance gone to be interrupted');
         const t = (await again.as('alice').get(`${B}/${a._id}/turns/${replyId}`)).body.data;
         assert.equal(t.status, 'interrupted');
         assert.equal(textOf(t.content).split(' ').length, 4, 'what was committed is there');

@@ -4,12 +4,12 @@
 import type { Logger } from '../log.js';
 import { SessionNotFound, TurnNotFound, TurnNotStreaming, type Store } from '../store/store.js';
 
-/** How often a server looks again (PostgreSQL: turns of instances that went away while it runs). */
+/** How often a server looks again, unless its store says (PostgreSQL: a tenth of INSTANCE_TIMEOUT, for the replies of instances that went away). */
 export const INTERRUPT_SWEEP_MS = 60_000;
 
-/** Marks `interrupted` the turns the store says were left streaming; resolves with how many. */
-export async function interruptLeftStreaming(store: Store, atStart: boolean, log: Logger): Promise<number> {
-  const left = await store.leftStreaming(atStart);
+/** Marks `interrupted` the turns the store says were left streaming (`generating`: the replies this server generates); resolves with how many. */
+export async function interruptLeftStreaming(store: Store, atStart: boolean, log: Logger, generating?: ReadonlySet<string>): Promise<number> {
+  const left = await store.leftStreaming(atStart, generating);
   let done = 0;
   for (const { session, turnId } of left) {
     try {

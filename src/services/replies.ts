@@ -227,7 +227,7 @@ export class ReplyService {
           if (cur.streamingTurn() !== undefined) throw new DomainError('reply_in_progress', 'A reply is already in progress');
           return this.turnsOf(cur, caller.user, req, call.model);
         },
-        { ...(req.parentId !== undefined ? { parentId: req.parentId } : {}), streaming: true, ...(req.pathKeys !== undefined ? { pathKeys: req.pathKeys } : {}) },
+        { ...(req.parentId !== undefined ? { parentId: req.parentId } : {}), streaming: true, generated: true, ...(req.pathKeys !== undefined ? { pathKeys: req.pathKeys } : {}) },
       );
     } finally {
       this.starting--;
@@ -238,6 +238,11 @@ export class ReplyService {
     this.running.set(reply._id, r);
     void this.run(r, call as NonNullable<typeof call>, req, turnOf(reply));
     return { turn, recorded: made.slice(0, -1), reply, done: r.done };
+  }
+
+  /** The reply turns this instance generates now (Store.leftStreaming: its own that no reply holds are left). */
+  generating(): ReadonlySet<string> {
+    return new Set(this.running.keys());
   }
 
   /** The end of a reply this instance generates, as it will be recorded; undefined when none by that id runs here. */

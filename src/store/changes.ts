@@ -67,6 +67,8 @@ export type Change =
       readonly usage: UsageDelta;
       /** The hash of its path from the root (the OpenAI door's index), for an assistant turn the door records. */
       readonly pathKey?: string | undefined;
+      /** A reply this instance generates (PostgreSQL names the instance with the turn: its liveness says when the reply is left). */
+      readonly generated?: boolean | undefined;
     }
   | {
       readonly kind: 'editTurn';

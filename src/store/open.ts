@@ -52,6 +52,8 @@ function openPostgres(config: Config, log: Logger, opts: OpenOptions, readOnly =
     schema: config.databaseSchema,
     poolSize: config.databasePoolSize,
     streamingIdleMs: config.streamingIdleMs,
+    // a server proves it is alive, for the others to know which replies are left; a command does not
+    instanceTimeoutMs: opts.serving === true && !readOnly ? config.instanceTimeoutMs : undefined,
     log,
     groupCommit: config.groupCommit,
     observer: opts.observer,

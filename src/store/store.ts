@@ -354,10 +354,14 @@ export interface Store {
   /**
    * Streaming turns that no server is streaming any more: with `atStart` on an engine of one
    * server (sqlite), every streaming turn, since the server that streamed them is gone;
-   * on PostgreSQL, whose instances share the data, at any time the ones that took no write for
-   * the engine's idle time. The server marks them `interrupted`.
+   * on PostgreSQL, whose instances share the data, at any time: the replies of instances that
+   * stopped proving they are alive, this instance's own replies that `generating` (what it
+   * generates now) does not hold and that took no write for a while, and the turns clients
+   * stream themselves that took no write for STREAMING_IDLE. The server marks them `interrupted`.
    */
-  leftStreaming(atStart: boolean): Promise<readonly { readonly session: string; readonly turnId: string }[]>;
+  leftStreaming(atStart: boolean, generating?: ReadonlySet<string>): Promise<readonly { readonly session: string; readonly turnId: string }[]>;
+  /** How often the server asks leftStreaming again while it runs; undefined: the server's own default. */
+  readonly sweepEveryMs?: number | undefined;
 
   /**
    * At most `limit` sessions gone at `live` (src/domain/retention.ts) and still stored, for the
@@ -414,6 +418,8 @@ export interface WriteHint {
   readonly streaming?: boolean;
   /** The path keys of the turns appendTurns records, in their order (the OpenAI door's index; undefined: none). */
   readonly pathKeys?: readonly (string | undefined)[];
+  /** The last turn appendTurns records is a reply this instance generates (see Store.leftStreaming). */
+  readonly generated?: boolean;
 }
 
 export class TurnNotFound extends DomainError {

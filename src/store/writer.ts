@@ -513,7 +513,8 @@ export class SerialWriter {
       const tree = view.tree(sessionId);
       for (const m of made) tree.added.set(m.turn._id, treeTurnOf(m.turn, m.json));
       const keys = hint?.pathKeys;
-      return made.map((m, i): Change => ({ kind: 'turn', turn: m.turn, json: m.json, session: m.session, sessionJson: m.sessionJson, version: versionOfSession(m.sessionJson, m.lastTurn), raised: m.raised, held: m.held, usage: m.usage, ...(keys?.[i] !== undefined ? { pathKey: keys[i] } : {}) }));
+      const generated = hint?.generated === true ? made.length - 1 : -1;
+      return made.map((m, i): Change => ({ kind: 'turn', turn: m.turn, json: m.json, session: m.session, sessionJson: m.sessionJson, version: versionOfSession(m.sessionJson, m.lastTurn), raised: m.raised, held: m.held, usage: m.usage, ...(keys?.[i] !== undefined ? { pathKey: keys[i] } : {}), ...(i === generated ? { generated: true } : {}) }));
     }, (changes) => (Array.isArray(changes) ? changes : [changes]).map(turnResult));
   }
 

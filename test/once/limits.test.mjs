@@ -370,8 +370,9 @@ describe('Settings that bound memory and connections', () => {
 });
 
 describe('Settings that bound replies (issue 42)', () => {
-  test('[D-hostile-4] --help lists REPLY_MAX_DURATION, REPLY_CONTEXT_MAX; a bad value stops the start naming it', () => {
+  test('[D-hostile-4] --help lists REPLY_MAX_DURATION, REPLY_CONTEXT_MAX, INSTANCE_TIMEOUT; a bad value stops the start', () => {
     const help = runCli(['--help']);
+    assert.match(help.stdout, /INSTANCE_TIMEOUT \/ --instance-timeout .*STORE=postgres.*\[default: 10s\]/);
     assert.match(help.stdout, /REPLY_CONTEXT_MAX \/ --reply-context-max .*at least BODY_LIMIT.*\[default: 4mb\]/);
     assert.match(help.stdout, /REPLY_MAX_DURATION \/ --reply-max-duration .*whatever its provider sends.*\[default: 30m\]/);
     assert.match(help.stdout, /PROVIDER_IDLE_TIMEOUT \/ --provider-idle-timeout .*no progress.*\[default: 60s\]/);
@@ -380,6 +381,8 @@ describe('Settings that bound replies (issue 42)', () => {
       [{ REPLY_MAX_DURATION: '0s' }, /REPLY_MAX_DURATION must be a duration/],
       [{ REPLY_CONTEXT_MAX: 'all' }, /REPLY_CONTEXT_MAX must be a size such as 1mb, 512kb or 65536 \(got "all"\)/],
       [{ REPLY_CONTEXT_MAX: '512kb' }, /REPLY_CONTEXT_MAX must be at least BODY_LIMIT \(1048576 bytes\)/],
+      [{ INSTANCE_TIMEOUT: 'soon' }, /INSTANCE_TIMEOUT must be a duration such as 500ms, 15s, 2m or 1h/],
+      [{ INSTANCE_TIMEOUT: '500ms' }, /INSTANCE_TIMEOUT must be at least 1s \(got "500ms"\)/],
     ]) {
       const dir = tempDir();
       const r = runCli([], { env: { DATA_DIR: dir, ...env }, cwd: dir });

@@ -50,6 +50,7 @@ import { channelOf, eventStatements, PgBroadcast, PgEventLog } from './events.js
 import { deltasSql, finish, insertTurnSql, PgGroup, rowOf, SESSION_ROW, turnBytesSql, type GroupEvents } from './group.js';
 import { withDeltas } from '../pieces.js';
 import { pageSql, scanSql } from './lists.js';
+import { InstanceLiveness } from './liveness.js';
 import { prepareSchema, quotedSchema, reindexRows } from './schema.js';
 import { logRepaired } from '../totals.js';
 import { pageByDepthSql, placesSql } from '../tree-index.js';
@@ -58,8 +59,10 @@ export interface PostgresOptions {
   readonly url: string;
   readonly schema: string;
   readonly poolSize: number;
-  /** A streaming turn with no write for this long was left by a crash (see leftStreaming); default 5 minutes. */
+  /** A streaming turn no instance generates (a client's own) with no write for this long was left by a crash (see leftStreaming); default 5 minutes. */
   readonly streamingIdleMs?: number;
+  /** INSTANCE_TIMEOUT, for a store that serves: the instance proves it is alive (./liveness.ts); undefined: it does not (a command). */
+  readonly instanceTimeoutMs?: number | undefined;
   readonly log: Logger;
   /** false only to measure what group commit buys: one write per transaction. */
   readonly groupCommit: boolean;
@@ -144,6 +147,8 @@ export class PostgresStore extends SerialWrites implements Store, GroupSource {
   private eventLog: PgEventLog | undefined;
   /** A group reads its owners' usage only when a quota needs it (the writer asks for none otherwise). */
   private readonly readUsage: boolean;
+  /** This instance's proof that it is alive, when it serves. */
+  private readonly liveness: InstanceLiveness | undefined;
 
   private constructor(
     private readonly pool: Pool,
@@ -159,6 +164,12 @@ export class PostgresStore extends SerialWrites implements Store, GroupSource {
     this.scanMax = Math.max(1, Math.floor(opts.poolSize / 2));
     this.events = opts.announce === undefined ? undefined : { announce: opts.announce, channel: channelOf(opts.schema) };
     this.index = opts.search === false ? NO_INDEXING : INDEXING;
+    this.liveness = opts.instanceTimeoutMs === undefined || opts.readOnly === true ? undefined : new InstanceLiveness(opts.url, this.S, opts.instanceTimeoutMs, opts.log);
+  }
+
+  /** How often the server looks for streaming turns left (the liveness's pace: replies of an instance gone end within INSTANCE_TIMEOUT). */
+  get sweepEveryMs(): number | undefined {
+    return this.liveness?.sweepEveryMs;
   }
 
   /** Connects (waiting a while for a database that is starting), creates or migrates the schema. */
@@ -191,7 +202,14 @@ export class PostgresStore extends SerialWrites implements Store, GroupSource {
       }
     }
     opts.log.info('postgres store opened', { database: where, schema: opts.schema, poolSize: opts.poolSize });
-    return new PostgresStore(pool, opts, where);
+    const store = new PostgresStore(pool, opts, where);
+    try {
+      await store.liveness?.start();
+    } catch (e) {
+      await store.close().catch(() => undefined);
+      throw new StoreOpenFailed(`${where}: ${(e as Error).message}`);
+    }
+    return store;
   }
 
   // ---- reads ----
@@ -504,19 +522,38 @@ export class PostgresStore extends SerialWrites implements Store, GroupSource {
   // ---- writes: handed to the serial writer by SerialWrites; what the writer asks of the engine ----
 
   /**
-   * Streaming turns that took no write (creation, delta, edit) for the idle time, at any time:
-   * instances share the data, so one that starts cannot tell a turn another instance is
-   * streaming from one a crashed instance left, except by its silence.
+   * Streaming turns left, at any time (instances share the data): a reply whose instance stopped
+   * proving it is alive (./liveness.ts; judged only while this one's own proofs go through), one
+   * of this instance's that `generating` does not hold and that took no write for as long as an
+   * instance takes to be gone (its end could not be recorded), and a turn no instance generates
+   * (a client streams it) that took no write (creation, delta, edit) for STREAMING_IDLE.
    */
-  async leftStreaming(): Promise<readonly { session: string; turnId: string }[]> {
+  async leftStreaming(_atStart: boolean, generating: ReadonlySet<string> = new Set()): Promise<readonly { session: string; turnId: string }[]> {
     const idle = this.opts.streamingIdleMs ?? 5 * 60_000;
+    const live = this.liveness;
     // its last write: its last delta's row (a delta leaves the turn's row as it is), else its creation or edit
+    const silentFor = (ms: string): string =>
+      `t.streamed_at < clock_timestamp() - ${ms}::bigint * interval '1 millisecond'
+       AND coalesce((SELECT p.at FROM ${this.S}.turn_pieces p WHERE p.turn = t.id ORDER BY p.seq DESC LIMIT 1), t.streamed_at) < clock_timestamp() - ${ms}::bigint * interval '1 millisecond'`;
     const r = await this.pool.query(
       `SELECT t.session, t.id FROM ${this.S}.turns t
-       WHERE t.streamed_at < clock_timestamp() - $1::bigint * interval '1 millisecond'
-         AND coalesce((SELECT p.at FROM ${this.S}.turn_pieces p WHERE p.turn = t.id ORDER BY p.seq DESC LIMIT 1), t.streamed_at) < clock_timestamp() - $1::bigint * interval '1 millisecond'`,
-      [String(idle)],
+       WHERE t.streamed_at IS NOT NULL AND CASE
+         WHEN t.generator IS NULL THEN ${silentFor('$1')}
+         WHEN t.generator = $3 THEN NOT (t.id = ANY($4::text[])) AND ${silentFor('$5')}
+         ELSE $2::boolean AND NOT EXISTS (SELECT 1 FROM ${this.S}.instances i WHERE i.id = t.generator AND i.seen_at >= clock_timestamp() - $5::bigint * interval '1 millisecond')
+       END`,
+      [String(idle), String(live?.judging ?? false), live?.id ?? '', textArray([...generating]), String(Math.round(live?.goneAfterMs ?? idle))],
     );
+    // an instance gone whose replies are all ended is forgotten
+    if (live?.judging === true) {
+      await this.pool
+        .query(
+          `DELETE FROM ${this.S}.instances i WHERE i.seen_at < clock_timestamp() - $1::bigint * interval '1 millisecond'
+           AND NOT EXISTS (SELECT 1 FROM ${this.S}.turns t WHERE t.streamed_at IS NOT NULL AND t.generator = i.id)`,
+          [String(Math.round(live.goneAfterMs))],
+        )
+        .catch(rethrow);
+    }
     return r.rows.map((row) => ({ session: row[0] as string, turnId: row[1] as string }));
   }
 
@@ -556,8 +593,9 @@ export class PostgresStore extends SerialWrites implements Store, GroupSource {
     });
   }
 
-  /** The group with its commit's duration given to the metrics: from taking the connection to COMMIT answered. */
+  /** The group with its commit's duration given to the metrics (from taking the connection to COMMIT answered), its replies named after this instance. */
   private observed(group: PgGroup, started: bigint): Group {
+    group.generator = this.liveness?.id ?? null;
     const observer = this.opts.observer;
     if (observer === undefined) return group;
     return {
@@ -628,7 +666,7 @@ export class PostgresStore extends SerialWrites implements Store, GroupSource {
             sent.push(q.query(`DELETE FROM ${S}.turns WHERE id = $1`, [t.turn._id]));
           }
           const tokens = tokensOf(t.turn.usage);
-          sent.push(q.query(insertTurnSql(S), [t.turn._id, t.turn.session, t.turn.parentId, t.turn.createdAt, t.json.toString('utf8'), this.index.turn(t.json), String(tokens.inputTokens), String(tokens.outputTokens), String(tokens.cachedTokens), null]));
+          sent.push(q.query(insertTurnSql(S), [t.turn._id, t.turn.session, t.turn.parentId, t.turn.createdAt, t.json.toString('utf8'), this.index.turn(t.json), String(tokens.inputTokens), String(tokens.outputTokens), String(tokens.cachedTokens), null, null]));
         }
         // the sessions whose turns changed (here or by a replaced turn elsewhere) get their newest turn and counts again
         const touched = new Set<string>([...plan.sessions.map((s) => s._id), ...plan.turns.flatMap((t) => [t.turn.session, ...(t.replaces !== undefined ? [t.replaces] : [])])]);
@@ -681,6 +719,7 @@ export class PostgresStore extends SerialWrites implements Store, GroupSource {
 
   async close(): Promise<void> {
     await this.writer.close();
+    await this.liveness?.close();
     await this.eventLog?.close();
     await this.broadcaster?.close();
     await this.pool.end();

@@ -11,8 +11,8 @@ import { CONVERSATION_KEY_PG, textArray, wordsSql } from './values.js';
 import { jsonCountSql, repairNumbers, SESSIONS_OUT_OF_RANGE, TURNS_OUT_OF_RANGE } from './numbers.js';
 import type { NumbersRepaired } from '../totals.js';
 
-export const SCHEMA_VERSION = 9;
-/** The oldest schema an export of this release reads as it is: step 9 adds only the indexes of the start's repair, which an export does not use. */
+export const SCHEMA_VERSION = 10;
+/** The oldest schema an export of this release reads as it is: steps 9 and 10 add only what the start's repair and the serving instances' liveness use (indexes, a table, a column), which an export does not. */
 const READS_FROM = 8;
 
 /** Each step takes the schema from version i to i + 1; `S` stands for the quoted schema name. */
@@ -197,6 +197,16 @@ const MIGRATIONS: readonly ((S: string) => string)[] = [
   (S) => `
   CREATE INDEX turns_out_of_range ON ${S}.turns (session) WHERE ${TURNS_OUT_OF_RANGE};
   CREATE INDEX sessions_out_of_range ON ${S}.sessions (owner) WHERE ${SESSIONS_OUT_OF_RANGE};
+  `,
+  // 10: liveness (../postgres/liveness.ts): each instance proves it is alive by its row here, and
+  // a reply turn names the instance that generates it, so another instance interrupts it once
+  // that one is gone, however quiet the reply (a turn no instance generates keeps STREAMING_IDLE)
+  (S) => `
+  CREATE TABLE ${S}.instances (
+    id text COLLATE "C" PRIMARY KEY,
+    seen_at timestamptz NOT NULL
+  );
+  ALTER TABLE ${S}.turns ADD COLUMN generator text COLLATE "C";
   `,
 ];
 
