@@ -299,3 +299,21 @@ describe('REPLY_CONTEXT_MAX: what is sent to the provider is bounded', () => {
     }
   });
 });
+
+describe('Parts in linear time', () => {
+  test('[D-hostile-13] "adjacent pieces of one kind coalesce": 30,000 pieces alternating reasoning and text, read back', async () => {
+    const sess = await session('alternate:30000');
+    const r = await alice.post(`${B}/${sess._id}/messages`, { content: 'think aloud' });
+    assert.equal(r.status, 201, r.text);
+    const reply = r.body.data.reply;
+    assert.equal(reply.status, 'complete');
+    assert.equal(reply.content.length, 30_000, 'one part a piece: no two of one kind are adjacent');
+    const letter = (i) => String.fromCharCode(97 + ((i >> 1) % 26));
+    reply.content.forEach((p, i) => assert.deepEqual(p, { type: i % 2 === 0 ? 'reasoning' : 'text', text: letter(i) }, `part ${i}`));
+    assert.deepEqual((await alice.get(`${B}/${sess._id}/turns/${reply._id}`)).body.data, reply, 'read back as recorded');
+    // and pieces of one kind in a row are one part, however many
+    const one = await session('reasoning:2000+tokens:2000');
+    const both = (await alice.post(`${B}/${one._id}/messages`, { content: 'then answer' })).body.data.reply;
+    assert.deepEqual(both.content.map((p) => p.type), ['reasoning', 'text']);
+  });
+});

@@ -166,7 +166,8 @@ interface Staged {
 /** A streaming turn's deltas decided by earlier writes of the group: its tail after them, and their pieces (not yet in any JSON the view holds). */
 interface StagedTail {
   readonly tail: Tail;
-  readonly pieces: readonly Piece[];
+  /** The pieces of the group's deltas to the turn, in order: appended to, never copied (many deltas in a group cost what they add). */
+  readonly pieces: Piece[];
 }
 
 /** What the earlier writes of a group did to one session's turns. */
@@ -662,7 +663,9 @@ export class SerialWriter {
       // the session's own fields stay: its JSON, version and newest turn are as they were
       view.stage(sessionId, { session: current.session, lastTurn: current.lastTurn, held });
       const tree = view.tree(sessionId);
-      tree.tails.set(turnId, { tail: next, pieces: [...(tree.tails.get(turnId)?.pieces ?? []), ...pieces] });
+      const staged = tree.tails.get(turnId)?.pieces ?? [];
+      for (const p of pieces) staged.push(p);
+      tree.tails.set(turnId, { tail: next, pieces: staged });
       return { kind: 'delta', turnId, seq: next.seq, pieces, places, bytes, end, quiet, session: current.session, held, usage };
     }, (c) => {
       if (c.kind !== 'delta') throw new Error(`a ${c.kind} change has no delta answer`);

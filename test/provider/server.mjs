@@ -21,6 +21,7 @@ export const SCENARIOS = {
   'tokens:N[@R]': 'answer N generated tokens, R per second (default: as fast as the socket takes them)',
   stamp: 'each token (and reasoning token) is the time it is written instead of a word: `t` and the microseconds since the epoch (performance.timeOrigin + performance.now()), so a client on this machine can tell how long it took to reach it (the benchmark)',
   'reasoning:N': 'N tokens of reasoning before the answer (reasoning_content / thinking block / thinking)',
+  'alternate:N': 'the answer is N pieces of one character each, reasoning and text in turn (a, a, b, b, ...), as fast as the socket takes them: a reply of N parts',
   'reasoning-field:reasoning': 'OpenAI: reasoning deltas in `reasoning` (OpenRouter) instead of `reasoning_content` (DeepSeek, vLLM)',
   'split:N': 'write every event in writes of N bytes, each on its own turn of the event loop (cuts events and UTF-8 characters)',
   'eol:crlf|cr': 'end SSE lines with CRLF or CR instead of LF',
@@ -144,7 +145,7 @@ const WORDS = 'the quick brown fox jumps over a lazy dog while seven bright star
 
 /** Parses a model name into its scenario. */
 export function scenarioOf(model) {
-  const s = { model, say: undefined, tokens: undefined, rate: undefined, reasoning: 0, reasoningField: 'reasoning_content', split: 0, eol: '\n', keepalive: false, rejectStreamOptions: false, rejectMaxTokens: false, usage: true, cached: 0, status: undefined, retryAfter: undefined, times: Infinity, echoKey: false, echoForm: undefined, errorAfter: undefined, errorWords: undefined, calls: [], interleave: false, idEvery: false, wholeCall: false, noIndex: false, noCallId: false, refusal: false, errorNull: false, encoding: undefined, stallHeaders: undefined, stallAfter: undefined, stallMs: Infinity, trickleAfter: undefined, trickleMs: 100, keepaliveAfter: undefined, keepaliveMs: 200, holdAfter: undefined, resetAfter: undefined, rstAfter: undefined, cutAfter: undefined, finish: 'stop', garbageAfter: undefined, hugeLine: false, dataLines: undefined, longLine: undefined, json200: false, html200: false, streamType: undefined, noDone: false, noFinalEol: false, batch: false, stamp: false, pad: 0, counts: undefined, linger: false };
+  const s = { model, say: undefined, tokens: undefined, rate: undefined, reasoning: 0, alternate: 0, reasoningField: 'reasoning_content', split: 0, eol: '\n', keepalive: false, rejectStreamOptions: false, rejectMaxTokens: false, usage: true, cached: 0, status: undefined, retryAfter: undefined, times: Infinity, echoKey: false, echoForm: undefined, errorAfter: undefined, errorWords: undefined, calls: [], interleave: false, idEvery: false, wholeCall: false, noIndex: false, noCallId: false, refusal: false, errorNull: false, encoding: undefined, stallHeaders: undefined, stallAfter: undefined, stallMs: Infinity, trickleAfter: undefined, trickleMs: 100, keepaliveAfter: undefined, keepaliveMs: 200, holdAfter: undefined, resetAfter: undefined, rstAfter: undefined, cutAfter: undefined, finish: 'stop', garbageAfter: undefined, hugeLine: false, dataLines: undefined, longLine: undefined, json200: false, html200: false, streamType: undefined, noDone: false, noFinalEol: false, batch: false, stamp: false, pad: 0, counts: undefined, linger: false };
   for (const d of String(model).split('+')) {
     const [k, ...rest] = d.split(':');
     const v = rest.join(':');
@@ -152,6 +153,7 @@ export function scenarioOf(model) {
       case 'say': s.say = decodeURIComponent(v); break;
       case 'tokens': { const [n, r] = v.split('@'); s.tokens = Number(n); if (r !== undefined) s.rate = Number(r); break; }
       case 'reasoning': s.reasoning = Number(v); break;
+      case 'alternate': s.alternate = Number(v); break;
       case 'reasoning-field': s.reasoningField = v; break;
       case 'split': s.split = Number(v); break;
       case 'eol': s.eol = v === 'crlf' ? '\r\n' : v === 'cr' ? '\r' : '\n'; break;
@@ -333,6 +335,10 @@ function anthropicWire(s, body, eol) {
     },
     reasoning: (t) => {
       let out = '';
+      if (inText) {
+        inText = false;
+        out += close();
+      }
       if (!inThinking) {
         inThinking = true;
         out += open({ type: 'thinking', thinking: '' });
@@ -610,7 +616,7 @@ export async function startProvider({ port = 0, host = '127.0.0.1', log = true }
     }
     const started = performance.now();
     const interval = s.rate !== undefined && s.rate > 0 ? 1000 / s.rate : 0;
-    const all = [...reasoning.map((t) => ['reasoning', t]), ...tokens.map((t) => ['token', t])];
+    const all = s.alternate > 0 ? Array.from({ length: s.alternate }, (_, i) => [i % 2 === 0 ? 'reasoning' : 'token', String.fromCharCode(97 + ((i >> 1) % 26))]) : [...reasoning.map((t) => ['reasoning', t]), ...tokens.map((t) => ['token', t])];
     for (let i = 0; i <= all.length; i++) {
       // the faults that come "after N tokens" (N may be 0: before the first)
       if (faulty && s.errorAfter === i) {
