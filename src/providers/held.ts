@@ -4,8 +4,12 @@
 // all replies of the instance (a share of MEMORY_LIMIT), so that many providers together cannot
 // make the server hold more than that however they send.
 
-/** Of the smaller of MEMORY_LIMIT and V8's heap limit, the share all replies may hold unfinished. */
-export const HELD_SHARE = 1 / 16;
+/**
+ * Of the smaller of MEMORY_LIMIT and V8's heap limit, the share all replies may hold unfinished:
+ * what they hold becomes about twice as much resident memory by the time the collector catches up
+ * (decoded strings, the copies of merged pieces), and a thousand honest replies hold a few MiB.
+ */
+export const HELD_SHARE = 1 / 64;
 /** It is never less than this: room for one line or event of the largest a provider may send, and more. */
 export const HELD_MIN = 16 * 1024 * 1024;
 
@@ -85,34 +89,111 @@ class ReplyHolding implements Holding {
 /** A holding that counts nothing (the decoders alone, in their tests): only their own bounds hold. */
 export const UNCOUNTED: Holding = { take: () => undefined, give: () => undefined, release: () => undefined };
 
+/** Pieces under this many characters are joined in groups as they come; larger ones are kept as they are. */
+const SMALL_PIECE = 4096;
+
 /**
- * Pieces of text kept to be joined later (an event's data lines, a tool call's arguments): each
- * piece pushed is merged with the ones before it while they are no longer than it, so however
- * small the pieces, at most about log2(n) strings are held (flat strings: a join makes one), and
- * the copying is O(n log n) over the whole text.
+ * Pieces of text kept to be joined later (an event's data lines, a tool call's arguments): small
+ * pieces are joined in groups of about SMALL_PIECE characters as they come, so however small the
+ * pieces, a string is held for every few KiB at most; larger pieces are kept as they came. Each
+ * character is copied at most twice (into its group, into the whole), never again as the text grows.
  */
 export class TextRope {
   private parts: string[] = [];
+  /** Small pieces not yet joined into a group, and their characters. */
+  private small: string[] = [];
+  private smallChars = 0;
 
   constructor(private readonly separator = '') {}
 
   get empty(): boolean {
-    return this.parts.length === 0;
+    return this.parts.length === 0 && this.small.length === 0;
   }
 
   push(text: string): void {
-    const parts = this.parts;
-    parts.push(text);
-    while (parts.length >= 2 && (parts[parts.length - 2] as string).length <= 2 * (parts[parts.length - 1] as string).length) {
-      const last = parts.pop() as string;
-      parts[parts.length - 1] = [parts[parts.length - 1] as string, last].join(this.separator);
+    if (text.length >= SMALL_PIECE) {
+      this.group();
+      this.parts.push(text);
+      return;
     }
+    this.small.push(text);
+    this.smallChars += text.length + this.separator.length;
+    if (this.smallChars >= SMALL_PIECE) this.group();
+  }
+
+  /** The small pieces so far as one part. */
+  private group(): void {
+    if (this.small.length === 0) return;
+    this.parts.push(this.small.length === 1 ? (this.small[0] as string) : this.small.join(this.separator));
+    this.small = [];
+    this.smallChars = 0;
   }
 
   /** The whole text; the rope is empty after. */
   take(): string {
+    this.group();
     const text = this.parts.length === 1 ? (this.parts[0] as string) : this.parts.join(this.separator);
     this.parts = [];
     return text;
+  }
+}
+
+/**
+ * Pieces of bytes kept to be joined later (a line not yet ended, an event's data lines): pieces
+ * under SMALL_PIECE bytes are copied as they come into buffers of that size, larger ones kept as
+ * they came (copied when their buffer is more than twice their size: no piece keeps a whole read
+ * alive). However small the pieces, a buffer is held every few KiB, and each byte is copied at
+ * most twice (into its group, into the whole). Joined with `separator` between pieces.
+ */
+export class ByteRope {
+  private parts: Buffer[] = [];
+  /** The group small pieces are copied into, and how much of it they fill. */
+  private group: Buffer | undefined;
+  private filled = 0;
+  private pieces = 0;
+  /** The bytes of the whole, separators included. */
+  bytes = 0;
+
+  constructor(private readonly separator: number | undefined = undefined) {}
+
+  get empty(): boolean {
+    return this.pieces === 0;
+  }
+
+  push(piece: Buffer): void {
+    if (this.separator !== undefined && this.pieces > 0) this.copy(Buffer.of(this.separator));
+    this.pieces++;
+    if (piece.length >= SMALL_PIECE) {
+      this.flush();
+      this.parts.push(piece.length * 2 < piece.buffer.byteLength ? Buffer.from(piece) : piece);
+      this.bytes += piece.length;
+    } else this.copy(piece);
+  }
+
+  private copy(piece: Buffer): void {
+    if (this.group !== undefined && this.filled + piece.length > this.group.length) this.flush();
+    this.group ??= Buffer.allocUnsafe(SMALL_PIECE);
+    piece.copy(this.group, this.filled);
+    this.filled += piece.length;
+    this.bytes += piece.length;
+  }
+
+  private flush(): void {
+    if (this.group === undefined || this.filled === 0) return;
+    this.parts.push(this.group.subarray(0, this.filled));
+    this.group = undefined;
+    this.filled = 0;
+  }
+
+  /** The whole, and `more` after it; the rope is empty after. */
+  take(more?: Buffer): Buffer {
+    this.flush();
+    if (more !== undefined && more.length > 0) this.parts.push(more);
+    const total = this.bytes + (more?.length ?? 0);
+    const whole = this.parts.length === 1 ? (this.parts[0] as Buffer) : Buffer.concat(this.parts, total);
+    this.parts = [];
+    this.bytes = 0;
+    this.pieces = 0;
+    return whole;
   }
 }

@@ -2,7 +2,7 @@
 // Server-Sent Events (WHATWG rules) or NDJSON objects, whatever cuts the network puts between reads.
 // What is held unfinished (a line without its end, an event not yet dispatched) is counted in
 // bytes as they arrive, bounded alone (MAX_LINE_BYTES) and in a reply's Holding.
-import { TextRope, UNCOUNTED, type Holding } from './held.js';
+import { ByteRope, UNCOUNTED, type Holding } from './held.js';
 
 /** A line or an event past this many bytes is the provider's fault, not a reason to grow without end. */
 export const MAX_LINE_BYTES = 8 * 1024 * 1024;
@@ -27,34 +27,26 @@ export class StreamDecodeError extends Error {
 
 /** The most of an offending line kept for its quote (which shows far less): a scrub's cost stays small. */
 const SENT_MAX = 4096;
-
 /**
- * Bytes to lines ending in CR, LF or CRLF (a CRLF cut between two reads is one line end).
- * Only whole lines are decoded as UTF-8, and no line end byte can sit inside a multi-byte
- * character, so a character cut between reads arrives whole. Work per read is proportional
- * to that read, never to what came before.
+ * Bytes to lines ending in CR, LF or CRLF (a CRLF cut between two reads is one line end), each
+ * line its bytes (a byte order mark opening the stream left out), not yet decoded: no line end
+ * byte can sit inside a multi-byte character, so a character cut between reads arrives whole in
+ * its line. Work per read is proportional to that read, never to what came before. The
+ * unfinished line is held as a ByteRope, counted in `held`.
  */
-export class LineDecoder {
-  /**
-   * The unfinished line's bytes, each piece merged with those before it while they are no longer
-   * than it: however small the reads (a byte each), about log2(n) buffers are held.
-   */
-  private pending: Buffer[] = [];
-  private pendingBytes = 0;
+export class LineBytes {
+  private readonly pending = new ByteRope();
   /** The previous read ended in CR: an LF first in the next one belongs to it. */
   private afterCR = false;
   private first = true;
-  /** The UTF-8 bytes of each line given by the last push or end, in order. */
-  readonly sizes: number[] = [];
 
   constructor(
     private readonly maxLineBytes = MAX_LINE_BYTES,
     private readonly held: Holding = UNCOUNTED,
   ) {}
 
-  /** The lines that `chunk` completes, without their line ends (their bytes in `sizes`). */
-  push(chunk: Buffer, lines: string[]): void {
-    this.sizes.length = 0;
+  /** The lines that `chunk` completes, without their line ends. */
+  push(chunk: Buffer, lines: Buffer[]): void {
     // an empty read must not end the wait for the LF of a CRLF
     if (chunk.length === 0) return;
     let start = 0;
@@ -94,48 +86,59 @@ export class LineDecoder {
   private keep(chunk: Buffer, start: number): void {
     if (start >= chunk.length) return;
     const n = chunk.length - start;
-    const bytes = this.pendingBytes + n;
-    if (bytes > this.maxLineBytes) throw new StreamDecodeError(`a line longer than ${this.maxLineBytes} bytes`);
+    if (this.pending.bytes + n > this.maxLineBytes) throw new StreamDecodeError(`a line longer than ${this.maxLineBytes} bytes`);
     this.held.take(n);
-    // a small tail of a large read is copied: the piece alone must not keep the whole read alive
-    const piece = start > 0 && n < chunk.length >> 1 ? Buffer.from(chunk.subarray(start)) : chunk.subarray(start);
-    const pending = this.pending;
-    pending.push(piece);
-    while (pending.length >= 2 && (pending[pending.length - 2] as Buffer).length <= 2 * (pending[pending.length - 1] as Buffer).length) {
-      const last = pending.pop() as Buffer;
-      pending[pending.length - 1] = Buffer.concat([pending[pending.length - 1] as Buffer, last]);
-    }
-    this.pendingBytes = bytes;
+    this.pending.push(chunk.subarray(start));
   }
 
   /** What is left at the end of the body: a last line without its line end, or nothing. */
-  end(lines: string[]): void {
-    this.sizes.length = 0;
-    if (this.pendingBytes > 0) this.emit(Buffer.alloc(0), 0, 0, lines);
+  end(lines: Buffer[]): void {
+    if (!this.pending.empty) this.emit(Buffer.alloc(0), 0, 0, lines);
   }
 
-  private emit(chunk: Buffer, from: number, to: number, lines: string[]): void {
-    let line: string;
-    if (this.pending.length === 0) {
+  private emit(chunk: Buffer, from: number, to: number, lines: Buffer[]): void {
+    let line: Buffer;
+    if (this.pending.empty) {
       if (to - from > this.maxLineBytes) throw new StreamDecodeError(`a line longer than ${this.maxLineBytes} bytes`);
-      line = chunk.toString('utf8', from, to);
-      this.sizes.push(to - from);
+      line = chunk.subarray(from, to);
     } else {
-      const bytes = this.pendingBytes + (to - from);
-      if (bytes > this.maxLineBytes) throw new StreamDecodeError(`a line longer than ${this.maxLineBytes} bytes`);
-      this.pending.push(chunk.subarray(from, to));
-      line = Buffer.concat(this.pending, bytes).toString('utf8');
-      this.held.give(this.pendingBytes);
-      this.pending = [];
-      this.pendingBytes = 0;
-      this.sizes.push(bytes);
+      const before = this.pending.bytes;
+      if (before + (to - from) > this.maxLineBytes) throw new StreamDecodeError(`a line longer than ${this.maxLineBytes} bytes`);
+      line = this.pending.take(chunk.subarray(from, to));
+      this.held.give(before);
     }
     if (this.first) {
       this.first = false;
       // a byte order mark opening the stream is not part of its first line (WHATWG)
-      if (line.charCodeAt(0) === 0xfeff) line = line.slice(1);
+      if (line.length >= 3 && line[0] === 0xef && line[1] === 0xbb && line[2] === 0xbf) line = line.subarray(3);
     }
     lines.push(line);
+  }
+}
+
+/** Bytes to lines as LineBytes cuts them, each decoded as UTF-8. */
+export class LineDecoder {
+  private readonly bytes: LineBytes;
+  private readonly scratch: Buffer[] = [];
+
+  constructor(maxLineBytes = MAX_LINE_BYTES, held: Holding = UNCOUNTED) {
+    this.bytes = new LineBytes(maxLineBytes, held);
+  }
+
+  /** The lines that `chunk` completes, without their line ends. */
+  push(chunk: Buffer, lines: string[]): void {
+    const b = this.scratch;
+    b.length = 0;
+    this.bytes.push(chunk, b);
+    for (let i = 0; i < b.length; i++) lines.push((b[i] as Buffer).toString('utf8'));
+  }
+
+  /** What is left at the end of the body: a last line without its line end, or nothing. */
+  end(lines: string[]): void {
+    const b = this.scratch;
+    b.length = 0;
+    this.bytes.end(b);
+    for (const l of b) lines.push(l.toString('utf8'));
   }
 }
 
@@ -146,17 +149,27 @@ export interface SseEvent {
   readonly id: string | undefined;
 }
 
+const COLON = 0x3a;
+const SPACE = 0x20;
+
+/** Whether a line's field, the bytes before its colon at `colon`, is `data`. */
+function isData(line: Buffer, colon: number): boolean {
+  return colon === 4 && line[0] === 0x64 && line[1] === 0x61 && line[2] === 0x74 && line[3] === 0x61;
+}
+
 /**
  * Bytes to Server-Sent Events, as the WHATWG HTML standard parses `text/event-stream`:
  * `data:` lines joined with LF, `event:`, `id:`, comments (`:`) ignored, dispatch on a blank
- * line, an event without data not dispatched, an unfinished event at the end discarded.
+ * line, an event without data not dispatched, an unfinished event at the end discarded. An
+ * event's data is kept as the bytes that came until its dispatch decodes it: one never
+ * dispatched costs its bytes, counted in `held`, and no decoding.
  */
 export class SseDecoder {
-  private readonly lines: LineDecoder;
-  private readonly scratch: string[] = [];
+  private readonly lines: LineBytes;
+  private readonly scratch: Buffer[] = [];
   private eventType = '';
-  /** The event's data lines so far (joined by LF at its dispatch), and their bytes as they came. */
-  private readonly data = new TextRope('\n');
+  /** The event's data lines so far (joined by LF), and the bytes of those lines as they came. */
+  private readonly data = new ByteRope(LF);
   private dataBytes = 0;
   private lastId: string | undefined;
 
@@ -164,7 +177,7 @@ export class SseDecoder {
     private readonly maxEventBytes = MAX_LINE_BYTES,
     private readonly held: Holding = UNCOUNTED,
   ) {
-    this.lines = new LineDecoder(maxEventBytes, held);
+    this.lines = new LineBytes(maxEventBytes, held);
   }
 
   /** The events that `chunk` completes, appended to `events`. */
@@ -172,8 +185,7 @@ export class SseDecoder {
     const lines = this.scratch;
     lines.length = 0;
     this.lines.push(chunk, lines);
-    const sizes = this.lines.sizes;
-    for (let i = 0; i < lines.length; i++) this.line(lines[i] as string, sizes[i] as number, events);
+    for (let i = 0; i < lines.length; i++) this.line(lines[i] as Buffer, events);
   }
 
   /** The body ended: a last line without its line end is read; an event not yet dispatched is dropped (WHATWG). */
@@ -181,8 +193,7 @@ export class SseDecoder {
     const lines = this.scratch;
     lines.length = 0;
     this.lines.end(lines);
-    const sizes = this.lines.sizes;
-    for (let i = 0; i < lines.length; i++) this.line(lines[i] as string, sizes[i] as number, events);
+    for (let i = 0; i < lines.length; i++) this.line(lines[i] as Buffer, events);
     this.reset();
   }
 
@@ -194,34 +205,27 @@ export class SseDecoder {
     this.dataBytes = 0;
   }
 
-  /** One line, of `bytes` UTF-8 bytes. */
-  private line(line: string, bytes: number, events: SseEvent[]): void {
+  private line(line: Buffer, events: SseEvent[]): void {
     if (line.length === 0) {
-      if (!this.data.empty) events.push({ event: this.eventType === '' ? 'message' : this.eventType, data: this.data.take(), id: this.lastId });
+      if (!this.data.empty) events.push({ event: this.eventType === '' ? 'message' : this.eventType, data: this.data.take().toString('utf8'), id: this.lastId });
       this.reset();
       return;
     }
-    const colon = line.indexOf(':');
+    const colon = line.indexOf(COLON);
     if (colon === 0) return; // a comment: keep-alives and the like
-    let field: string;
-    let value: string;
-    if (colon < 0) {
-      field = line;
-      value = '';
-    } else {
-      field = line.slice(0, colon);
-      value = line.charCodeAt(colon + 1) === 0x20 ? line.slice(colon + 2) : line.slice(colon + 1);
+    const valueAt = colon < 0 ? line.length : line[colon + 1] === SPACE ? colon + 2 : colon + 1;
+    if (isData(line, colon) || (colon < 0 && line.length === 4 && isData(line, 4))) {
+      // counted in bytes (the line's, as it came): characters would let three times as much in
+      const more = line.length + 1;
+      if (this.dataBytes + more > this.maxEventBytes) throw new StreamDecodeError(`an event larger than ${this.maxEventBytes} bytes`);
+      this.held.take(more);
+      this.dataBytes += more;
+      this.data.push(line.subarray(valueAt));
+      return;
     }
+    const field = line.toString('utf8', 0, colon < 0 ? line.length : colon);
+    const value = line.toString('utf8', valueAt);
     switch (field) {
-      case 'data': {
-        // counted in bytes (the line's, as it came): characters would let three times as much in
-        const more = bytes + 1;
-        if (this.dataBytes + more > this.maxEventBytes) throw new StreamDecodeError(`an event larger than ${this.maxEventBytes} bytes`);
-        this.held.take(more);
-        this.dataBytes += more;
-        this.data.push(value);
-        break;
-      }
       case 'event':
         this.eventType = value;
         break;

@@ -14,8 +14,13 @@ const POOL = { keepAlive: true, scheduling: 'lifo', timeout: 4000, maxFreeSocket
 const httpAgent = new HttpAgent(POOL);
 const httpsAgent = new HttpsAgent(POOL);
 
-/** Past this many unread chunks the response is paused until the reader catches up. */
+/**
+ * Past this many unread chunks, or bytes, the response is paused until the reader catches up:
+ * a fast provider's data waits in the kernel's buffers, not here (counted in bytes: chunks of a
+ * decompressed or coalesced body may be large).
+ */
 const HIGH_WATER_CHUNKS = 64;
+const HIGH_WATER_BYTES = 64 * 1024;
 
 /** The provider made no progress for the idle time: it sent nothing, or only bytes that were none (`sentBytes`). */
 export class IdleTimeout extends Error {
@@ -47,6 +52,8 @@ export class Exchange {
   private suspended = false;
   private failure: Error | undefined;
   private readonly chunks: Buffer[] = [];
+  /** The bytes of `chunks`. */
+  private queuedBytes = 0;
   private ended = false;
   private discarding = false;
   /** Bytes received since the last progress (keep-alives, an unfinished line): they do not hold the idle time off. */
@@ -77,6 +84,7 @@ export class Exchange {
     for (;;) {
       const chunk = this.chunks.shift();
       if (chunk !== undefined) {
+        this.queuedBytes -= chunk.length;
         if (this.chunks.length === 0 && this.body?.isPaused() === true) this.body.resume();
         return chunk;
       }
@@ -143,6 +151,7 @@ export class Exchange {
     this.discarding = true;
     this.suspended = false;
     this.chunks.length = 0;
+    this.queuedBytes = 0;
     this.timer.refresh();
     this.body?.resume();
   }
@@ -204,7 +213,8 @@ export class Exchange {
       if (this.discarding) return;
       this.quietBytes += chunk.length;
       this.chunks.push(chunk);
-      if (this.chunks.length >= HIGH_WATER_CHUNKS) body.pause();
+      this.queuedBytes += chunk.length;
+      if (this.chunks.length >= HIGH_WATER_CHUNKS || this.queuedBytes >= HIGH_WATER_BYTES) body.pause();
       this.notify();
     });
     body.on('end', () => {
