@@ -29,6 +29,12 @@ const ERROR_BODY_LIMIT = 64 * 1024;
 const QUOTE_LIMIT = 500;
 /** How much of a line that cannot be read a message quotes. */
 const SENT_QUOTE_LIMIT = 60;
+/**
+ * The longest a call works through what it has read without letting the event loop run: reads
+ * that wait in the exchange's queue are taken at once, so a provider that sends fast could
+ * otherwise keep the server from answering anyone for as long as its queue lasts.
+ */
+const BUSY_MS = 10;
 
 /** The HTTP statuses that say the provider's trouble is passing. 529 is Anthropic's "overloaded". */
 const TRANSIENT_STATUSES = new Set([429, 500, 502, 503, 529]);
@@ -174,7 +180,12 @@ async function* run(call: ReplyCall, state: { finishReason: string | undefined }
         const reader = client.reader(holding);
         const out: ReplyEvent[] = [];
         let progress = 0;
+        let busySince = performance.now();
         for (;;) {
+          if (performance.now() - busySince > BUSY_MS) {
+            await new Promise((resolve) => setImmediate(resolve));
+            busySince = performance.now();
+          }
           const chunk = await exchange.read();
           if (sniffing && chunk !== null) {
             const at = chunk.findIndex((b) => b !== 0x20 && b !== 0x09 && b !== 0x0a && b !== 0x0d);
