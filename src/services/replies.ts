@@ -46,6 +46,8 @@ export interface ReplySettings {
 
 /** Past this share of what all replies may hold unfinished, new replies are refused (503): the room left is for those in progress. */
 const HELD_REFUSE_SHARE = 0.75;
+/** A path whose turns as stored pass this many times REPLY_CONTEXT_MAX is not given its hash (see conversation). */
+const PATH_KEY_SHARE = 2;
 
 /** What a message or a reply asks for. */
 export interface ReplyRequest {
@@ -429,22 +431,25 @@ export class ReplyService {
   /**
    * What the model is sent: the path from the root to the turn it answers, oldest first,
    * without turns that ended in error or said nothing (reasoning parts the clients leave out),
-   * cut from its oldest end to REPLY_CONTEXT_MAX (see ContextWindow) as it is read.
+   * cut from its oldest end to REPLY_CONTEXT_MAX (see ContextWindow) as it is read; and the
+   * path's hash (the OpenAI door's index), undefined for a path longer than PATH_KEY_SHARE times
+   * that bound, which no door request can carry (its body is at most BODY_LIMIT): such a path's
+   * turns are not parsed but the few kept.
    */
-  private async conversation(session: string, to: string | null): Promise<{ messages: ReplyMessage[]; pathKey: string }> {
-    let pathKey = '';
+  private async conversation(session: string, to: string | null): Promise<{ messages: ReplyMessage[]; pathKey: string | undefined }> {
+    let pathKey: string | undefined = '';
     if (to === null) return { messages: [], pathKey };
     const window = new ContextWindow(this.settings.contextMaxBytes);
+    const hashUpTo = this.settings.contextMaxBytes * PATH_KEY_SHARE;
+    let pathBytes = 0;
     for await (const chunk of this.store.scanTurns(session, { turnId: to })) {
       for (const t of chunk) {
-        const turn = turnOf(t);
-        // the path's hash, every turn of it: what the reply's own is made from (the OpenAI door's index)
-        pathKey = pathHash(pathKey, turn);
-        if (turn.status === 'error' || turn.content === '') continue;
-        // (reasoning is never sent: not kept either)
-        const content = typeof turn.content === 'string' ? turn.content : turn.content.filter((p) => p.type !== 'reasoning');
-        if (content.length === 0) continue;
-        window.add(turn.role, content, t.json.length);
+        pathBytes += t.json.length;
+        if (pathBytes > hashUpTo) pathKey = undefined;
+        // the path's hash, every turn of it: what the reply's own is made from (the door's index)
+        const turn = pathKey !== undefined ? turnOf(t) : undefined;
+        if (turn !== undefined) pathKey = pathHash(pathKey as string, turn);
+        window.add(t.json, turn);
       }
     }
     return { messages: window.messages(), pathKey };

@@ -395,12 +395,12 @@ export class PostgresStore extends SerialWrites implements Store, GroupSource {
       if (branch !== 'head' && !(await hasTurn(q, branch.turnId))) throw new TurnNotFound();
       let after: TurnKey | undefined;
       for (;;) {
-        const sql = branchQuery(S, sessionId, branch, after, CHUNK * 4);
-        const turns = (await q.query(sql.text, sql.params)).rows.map(turnOf);
-        if (turns.length > 0) yield turns;
-        const last = turns[turns.length - 1];
-        if (turns.length < CHUNK * 4 || last === undefined) return;
-        after = { createdAt: last.createdAt, _id: last._id };
+        // a chunk of SCAN_CHUNK turns or SCAN_CHUNK_BYTES of JSON, as sqlite's: a path of long turns is never read whole at once
+        const sql = branchQuery(S, sessionId, branch, after, SCAN_CHUNK + 1, SCAN_CHUNK_BYTES);
+        const page = budgetedTurnPage((await q.query(sql.text, sql.params)).rows, SCAN_CHUNK, SCAN_CHUNK_BYTES, pagedTurnOf);
+        if (page.items.length > 0) yield page.items as TurnRecord[];
+        if (page.next === undefined) return;
+        after = page.next;
       }
     });
   }
@@ -738,14 +738,24 @@ export class PostgresStore extends SerialWrites implements Store, GroupSource {
  * key), and only then the page's JSON: sorting the whole path with its JSON would cost more than
  * walking it.
  */
-function branchQuery(S: string, sessionId: string, branch: Branch, after: TurnKey | undefined, limit: number): { text: string; params: string[] } {
+function branchQuery(S: string, sessionId: string, branch: Branch, after: TurnKey | undefined, limit: number, budget?: number): { text: string; params: string[] } {
   const params = [sqlText(sessionId)];
   const at = (v: string): string => `$${params.push(v)}`;
   const start = branch === 'head' ? `id = (SELECT head_turn_id FROM ${S}.sessions WHERE id = $1)` : `id = ${at(sqlText(branch.turnId))}`;
   const key = after === undefined ? undefined : `(${at(sqlText(after.createdAt))}, ${at(sqlText(after._id))})`;
-  const text = `WITH RECURSIVE ${pathSql(postgresDialect(S, params), start, '$1', key)},
-    page AS MATERIALIZED (SELECT id, created_at FROM path ${key === undefined ? '' : `WHERE (created_at, id) > ${key}`} ORDER BY created_at, id LIMIT ${at(String(limit))})
-    SELECT t.id, t.created_at, t.json, ${deltasSql(S, 't')} FROM page JOIN ${S}.turns t ON t.id = page.id ORDER BY page.created_at, page.id`;
+  const paths = `WITH RECURSIVE ${pathSql(postgresDialect(S, params), start, '$1', key)},
+    page AS MATERIALIZED (SELECT id, created_at FROM path ${key === undefined ? '' : `WHERE (created_at, id) > ${key}`} ORDER BY created_at, id LIMIT ${at(String(limit))})`;
+  if (budget === undefined) {
+    return { text: `${paths} SELECT t.id, t.created_at, t.json, ${deltasSql(S, 't')} FROM page JOIN ${S}.turns t ON t.id = page.id ORDER BY page.created_at, page.id`, params };
+  }
+  // the JSON of the turns whose turns before them hold less than `budget` bytes (the first
+  // always), null for the rest, which only say there is more (octet_length reads no JSON)
+  const b = at(String(budget));
+  const text = `${paths},
+    sized AS (SELECT page.id, page.created_at, coalesce(sum(octet_length(t.json)) OVER (ORDER BY page.created_at, page.id ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0) AS before
+      FROM page JOIN ${S}.turns t ON t.id = page.id)
+    SELECT t.id, t.created_at, CASE WHEN s.before < ${b}::bigint THEN t.json END, CASE WHEN s.before < ${b}::bigint THEN ${deltasSql(S, 't')} END
+    FROM sized s JOIN ${S}.turns t ON t.id = s.id ORDER BY s.created_at, s.id`;
   return { text, params };
 }
 
