@@ -180,13 +180,17 @@ async function* run(call: ReplyCall, state: { finishReason: string | undefined }
         const reader = client.reader(holding);
         const out: ReplyEvent[] = [];
         let progress = 0;
+        /** Since when the call has worked through reads that were waiting, without waiting itself. */
         let busySince = performance.now();
         for (;;) {
           if (performance.now() - busySince > BUSY_MS) {
             await new Promise((resolve) => setImmediate(resolve));
             busySince = performance.now();
           }
+          const waits = !exchange.hasQueued;
           const chunk = await exchange.read();
+          // a read that was waited for gave the event loop its turn already
+          if (waits) busySince = performance.now();
           if (sniffing && chunk !== null) {
             const at = chunk.findIndex((b) => b !== 0x20 && b !== 0x09 && b !== 0x0a && b !== 0x0d);
             if (at >= 0) {

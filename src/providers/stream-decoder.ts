@@ -100,7 +100,8 @@ export class LineBytes {
     let line: Buffer;
     if (this.pending.empty) {
       if (to - from > this.maxLineBytes) throw new StreamDecodeError(`a line longer than ${this.maxLineBytes} bytes`);
-      line = chunk.subarray(from, to);
+      // (a blank line, every event's end, is no new buffer)
+      line = from === to ? NO_BYTES : chunk.subarray(from, to);
     } else {
       const before = this.pending.bytes;
       if (before + (to - from) > this.maxLineBytes) throw new StreamDecodeError(`a line longer than ${this.maxLineBytes} bytes`);
@@ -151,6 +152,7 @@ export interface SseEvent {
 
 const COLON = 0x3a;
 const SPACE = 0x20;
+const NO_BYTES = Buffer.alloc(0);
 
 /** Whether a line's field, the bytes before its colon at `colon`, is `data`. */
 function isData(line: Buffer, colon: number): boolean {
@@ -168,8 +170,15 @@ export class SseDecoder {
   private readonly lines: LineBytes;
   private readonly scratch: Buffer[] = [];
   private eventType = '';
-  /** The event's data lines so far (joined by LF), and the bytes of those lines as they came. */
+  /**
+   * The event's first data line, where its value starts, as long as it is the only one and its
+   * read is the one being decoded (most events: one line, dispatched in the read that brought it,
+   * decoded from that read with no copy); past that, the data lines are in `data` (joined by LF).
+   */
+  private single: Buffer | undefined;
+  private singleAt = 0;
   private readonly data = new ByteRope(LF);
+  /** The bytes of the event's data lines as they came. */
   private dataBytes = 0;
   private lastId: string | undefined;
 
@@ -186,6 +195,15 @@ export class SseDecoder {
     lines.length = 0;
     this.lines.push(chunk, lines);
     for (let i = 0; i < lines.length; i++) this.line(lines[i] as Buffer, events);
+    // an event still open keeps its data as a copy: not the read it came in
+    this.settle();
+  }
+
+  /** The single data line into `data`. */
+  private settle(): void {
+    if (this.single === undefined) return;
+    this.data.push(this.single.subarray(this.singleAt));
+    this.single = undefined;
   }
 
   /** The body ended: a last line without its line end is read; an event not yet dispatched is dropped (WHATWG). */
@@ -200,6 +218,7 @@ export class SseDecoder {
   /** Drops the event being read (its data given back). */
   private reset(): void {
     this.eventType = '';
+    this.single = undefined;
     if (!this.data.empty) this.data.take();
     this.held.give(this.dataBytes);
     this.dataBytes = 0;
@@ -207,7 +226,8 @@ export class SseDecoder {
 
   private line(line: Buffer, events: SseEvent[]): void {
     if (line.length === 0) {
-      if (!this.data.empty) events.push({ event: this.eventType === '' ? 'message' : this.eventType, data: this.data.take().toString('utf8'), id: this.lastId });
+      const data = this.single !== undefined ? this.single.toString('utf8', this.singleAt) : this.data.empty ? undefined : this.data.take().toString('utf8');
+      if (data !== undefined) events.push({ event: this.eventType === '' ? 'message' : this.eventType, data, id: this.lastId });
       this.reset();
       return;
     }
@@ -220,7 +240,13 @@ export class SseDecoder {
       if (this.dataBytes + more > this.maxEventBytes) throw new StreamDecodeError(`an event larger than ${this.maxEventBytes} bytes`);
       this.held.take(more);
       this.dataBytes += more;
-      this.data.push(line.subarray(valueAt));
+      if (this.dataBytes === more) {
+        this.single = line;
+        this.singleAt = valueAt;
+      } else {
+        this.settle();
+        this.data.push(line.subarray(valueAt));
+      }
       return;
     }
     const field = line.toString('utf8', 0, colon < 0 ? line.length : colon);

@@ -79,6 +79,11 @@ export class Exchange {
     }
   }
 
+  /** Whether a chunk is read and waiting: the next read() then takes it without waiting for the network. */
+  get hasQueued(): boolean {
+    return this.chunks.length > 0;
+  }
+
   /** The body's next chunk, or null at its end; throws when the exchange failed. */
   async read(): Promise<Buffer | null> {
     for (;;) {
