@@ -19,6 +19,7 @@ import { buildOf, commitOf } from './builds.mjs';
 import { clusterCpu, postgres } from './engines.mjs';
 import { percentile } from './loadgen.mjs';
 import { profileDir } from './measure.mjs';
+import { alternatePart, historyPart, peersPart, renderAlternate, renderHistory, renderWorst, repliesParts, worstPart } from './replies-hostile.mjs';
 
 const B = '/api/v1/chat-sessions';
 const PROVIDER_ID = '6f00000000000000000000b1';
@@ -37,9 +38,14 @@ export function replyScenarios(ctx) {
 }
 
 async function replies(ctx) {
+  const parts = repliesParts();
   const provider = await startProviderProcess(ctx);
   const results = [];
   const notes = [];
+  const worst = [];
+  const alternate = [];
+  const history = [];
+  const services = [];
   try {
     for (const engine of ['sqlite', 'postgres'].filter((e) => ctx.opts.enginesNamed === undefined || ctx.opts.enginesNamed.includes(e))) {
       let cluster;
@@ -50,14 +56,40 @@ async function replies(ctx) {
           continue;
         }
       }
-      const r = { engine };
-      r.thousand = await thousand(ctx, engine, cluster, provider);
-      results.push(r);
+      if (parts.has('thousand')) {
+        const r = { engine };
+        r.thousand = await thousand(ctx, engine, cluster, provider);
+        results.push(r);
+      }
+      const serving = async (name, env, run) => {
+        const server = seeding(await startServer(ctx, engine, cluster, provider, name, env));
+        try {
+          return await run(server);
+        } finally {
+          await server.stop();
+        }
+      };
+      if (parts.has('worst')) worst.push({ engine, rows: await serving('worst', { MAX_CONNECTIONS: '4000', MAX_STREAMS: '2000' }, (server) => worstPart(ctx, engine, server)) });
+      if (parts.has('alternate')) alternate.push(await serving('alternate', {}, (server) => alternatePart(ctx, engine, server)));
+      if (parts.has('history')) history.push(...(await serving('history', {}, (server) => historyPart(ctx, engine, server))));
+      services.push({ engine, cluster, start: async (peerProvider) => seeding(await startServer(ctx, engine, cluster, peerProvider, 'peers')) });
     }
   } finally {
     await provider.stop();
   }
-  ctx.sections.push(render(ctx, results, notes));
+  const sections = [];
+  if (results.length > 0) sections.push(render(ctx, results, notes));
+  if (worst.length > 0) sections.push(renderWorst(worst));
+  if (alternate.length > 0) sections.push(renderAlternate(alternate));
+  if (history.length > 0) sections.push(renderHistory(history));
+  if (parts.has('peers')) sections.push(await peersPart(ctx, services));
+  ctx.sections.push(sections.join('\n\n'));
+}
+
+/** The server with `seed(n, model)`: n sessions, one per user, on the provider asking `model`. */
+function seeding(server) {
+  server.seed = (n, model) => seedSessions(server.port, n, model);
+  return server;
 }
 
 // ---- the processes ----
@@ -316,11 +348,11 @@ const serviceRequest = (s, i, model) => {
 async function thousand(ctx, engine, cluster, provider) {
   const model = `tokens:${TOKENS}@${RATE}+stamp`;
   // a thousand event streams need MAX_STREAMS past its default (half of MAX_CONNECTIONS, 500) and connections for them
-  const server = await startServer(ctx, engine, cluster, provider, 'thousand', { MAX_CONNECTIONS: String(REPLIES * 3), MAX_STREAMS: String(REPLIES * 2) });
+  const server = await startServer(ctx, engine, cluster, provider, 'thousand', { MAX_CONNECTIONS: String(REPLIES * 4), MAX_STREAMS: String(REPLIES * 2) });
   const rounds = ctx.opts.rounds;
   const runs = { direct: [], service: [] };
   // --before=REF: the same service as REF built it, a path of its own in the same rounds
-  const before = ctx.opts.before === undefined ? undefined : await startServer(ctx, engine, cluster, provider, 'thousand-before', { MAX_CONNECTIONS: String(REPLIES * 3), MAX_STREAMS: String(REPLIES * 2) }, buildOf(commitOf(ctx.opts.before), ctx.progress));
+  const before = ctx.opts.before === undefined ? undefined : await startServer(ctx, engine, cluster, provider, 'thousand-before', { MAX_CONNECTIONS: String(REPLIES * 4), MAX_STREAMS: String(REPLIES * 2) }, buildOf(commitOf(ctx.opts.before), ctx.progress));
   if (before !== undefined) runs.before = [];
   try {
     const sessions = await seedSessions(server.port, REPLIES, model);
@@ -436,7 +468,7 @@ const perToken = (runs, field) => median(runs.map((r) => (r[field] / r.tokens) *
 function render(ctx, results, notes) {
   const L = ['## Replies (`replies`)', ''];
   L.push(
-    `A thousand replies at once, ${TOKENS} tokens each at ${RATE} a second, from the local provider (test/provider/server.mjs, OpenAI Chat Completions, in a process of its own): **direct**, the thousand streams asked of the provider by the client; **service**, a thousand POST .../messages with \`Accept: text/event-stream\`, each on its own session and user (the server with MAX_CONNECTIONS=${REPLIES * 3}, MAX_STREAMS=${REPLIES * 2}: the defaults hold 500 streams), in ${results[0]?.thousand.rounds ?? '?'} round(s), the order alternating. Connections are opened first (${CONNECT_WIDTH} at a time), then every request written at once. **Token delay**: from the provider's write of a token (its stamp) to the read that brought it to the client, all tokens of all rounds pooled; **first token**: from the request's write to the first token's read. CPU: /proc utime + stime over the rounds of the kind (the server: all its threads; main: its main thread), per token received.`,
+    `A thousand replies at once, ${TOKENS} tokens each at ${RATE} a second, from the local provider (test/provider/server.mjs, OpenAI Chat Completions, in a process of its own): **direct**, the thousand streams asked of the provider by the client; **service**, a thousand POST .../messages with \`Accept: text/event-stream\`, each on its own session and user (the server with MAX_CONNECTIONS=${REPLIES * 4}, MAX_STREAMS=${REPLIES * 2}, as an operator expecting them sets: the defaults hold 500 streams), in ${results[0]?.thousand.rounds ?? '?'} round(s), the order alternating. Connections are opened first (${CONNECT_WIDTH} at a time), then every request written at once. **Token delay**: from the provider's write of a token (its stamp) to the read that brought it to the client, all tokens of all rounds pooled; **first token**: from the request's write to the first token's read. CPU: /proc utime + stime over the rounds of the kind (the server: all its threads; main: its main thread), per token received.`,
     '',
     '| engine | path | complete (recorded) | wall s | token delay p50 / p99 / max ms | first token p50 / p99 ms | server CPU µs per token (main) | PostgreSQL CPU µs per token (WAL bytes) | provider CPU µs per token |',
     '|---|---|---|---:|---|---|---|---:|---:|',

@@ -22,7 +22,7 @@ export interface ReplyDeps {
 }
 
 const cannotReply = { status: 409, description: "The session's provider is not configured or cannot reply (its type), or the model is not one of its `models`; or A reply is already in progress (one at a time per session). Nothing was recorded." } as const;
-const tooMany = { status: 503, description: 'Too many replies in progress (REPLIES_MAX), with Retry-After; or Server is busy (MAX_STREAMS, for an event stream)' } as const;
+const tooMany = { status: 503, description: 'Too many replies in progress (REPLIES_MAX), with Retry-After; Server is low on memory (MEMORY_LIMIT, or what the replies in progress hold unfinished), with Retry-After; or Server is busy (MAX_STREAMS, for an event stream)' } as const;
 const noStreams = { status: 406, description: 'An event stream was asked for (Accept: text/event-stream) and EVENTS=off' } as const;
 
 const DATA_HEAD = Buffer.from(DATA_OPEN);

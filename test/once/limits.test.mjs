@@ -358,14 +358,7 @@ describe('Settings that bound memory and connections', () => {
       [{ BODY_TIMEOUT: '15' }, /BODY_TIMEOUT must be a duration such as 500ms, 15s, 2m or 1h/],
       [{ WRITE_TIMEOUT: 'soon' }, /WRITE_TIMEOUT/],
     ];
-    for (const [env, re] of cases) {
-      const dir = tempDir();
-      const r = runCli([], { env: { DATA_DIR: dir, ...env }, cwd: dir });
-      assert.equal(r.code, 2, JSON.stringify(env));
-      assert.match(r.stderr, re);
-      assert.equal(r.stderr.trim().split('\n').length, 1);
-      removeDir(dir);
-    }
+    refusesToStart(cases);
   });
 });
 
@@ -376,20 +369,25 @@ describe('Settings that bound replies (issue 42)', () => {
     assert.match(help.stdout, /REPLY_CONTEXT_MAX \/ --reply-context-max .*at least BODY_LIMIT.*\[default: 4mb\]/);
     assert.match(help.stdout, /REPLY_MAX_DURATION \/ --reply-max-duration .*whatever its provider sends.*\[default: 30m\]/);
     assert.match(help.stdout, /PROVIDER_IDLE_TIMEOUT \/ --provider-idle-timeout .*no progress.*\[default: 60s\]/);
-    for (const [env, re] of [
+    refusesToStart([
       [{ REPLY_MAX_DURATION: '30' }, /REPLY_MAX_DURATION must be a duration such as 500ms, 15s, 2m or 1h \(got "30"\)/],
       [{ REPLY_MAX_DURATION: '0s' }, /REPLY_MAX_DURATION must be a duration/],
       [{ REPLY_CONTEXT_MAX: 'all' }, /REPLY_CONTEXT_MAX must be a size such as 1mb, 512kb or 65536 \(got "all"\)/],
       [{ REPLY_CONTEXT_MAX: '512kb' }, /REPLY_CONTEXT_MAX must be at least BODY_LIMIT \(1048576 bytes\)/],
       [{ INSTANCE_TIMEOUT: 'soon' }, /INSTANCE_TIMEOUT must be a duration such as 500ms, 15s, 2m or 1h/],
       [{ INSTANCE_TIMEOUT: '500ms' }, /INSTANCE_TIMEOUT must be at least 1s \(got "500ms"\)/],
-    ]) {
-      const dir = tempDir();
-      const r = runCli([], { env: { DATA_DIR: dir, ...env }, cwd: dir });
-      assert.equal(r.code, 2, JSON.stringify(env));
-      assert.match(r.stderr, re);
-      assert.equal(r.stderr.trim().split('\n').length, 1);
-      removeDir(dir);
-    }
+    ]);
   });
 });
+
+/** Each start with `env` stops with exit code 2 and one line of stderr matching its pattern. */
+function refusesToStart(cases) {
+  for (const [env, re] of cases) {
+    const dir = tempDir();
+    const r = runCli([], { env: { DATA_DIR: dir, ...env }, cwd: dir });
+    assert.equal(r.code, 2, JSON.stringify(env));
+    assert.match(r.stderr, re);
+    assert.equal(r.stderr.trim().split('\n').length, 1);
+    removeDir(dir);
+  }
+}
