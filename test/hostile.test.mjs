@@ -85,7 +85,7 @@ describe('Secrets scrubbed in their encodings', () => {
     if (s !== undefined) removeDir(s.dataDir);
   });
 
-  test('[D-hostile-2] "Secrets scrubbed in their encodings": base64, base64url, hex, URL-encoded, spaced out', async () => {
+  test('[D-providers-13] "Secrets scrubbed in their encodings": base64, base64url, hex, URL-encoded, spaced out', async () => {
     const u = s.as('alice');
     const forms = {
       base64: (x) => Buffer.from(x).toString('base64'),
@@ -129,7 +129,7 @@ describe('Idle means no progress; REPLY_MAX_DURATION', () => {
     if (s !== undefined) removeDir(s.dataDir);
   });
 
-  test('[D-hostile-3] "comments and unfinished lines are not progress": a trickle or keep-alives end the reply', async () => {
+  test('[D-providers-9] "comments and unfinished lines are not progress": a trickle or keep-alives end the reply', async () => {
     const u = s.as('alice');
     const cases = [];
     for (const providerId of [OPENAI, ANTHROPIC, OLLAMA]) for (const fault of ['trickle-after:2:50', 'keepalive-after:2:50']) cases.push({ providerId, fault });
@@ -150,7 +150,7 @@ describe('Idle means no progress; REPLY_MAX_DURATION', () => {
     }));
   });
 
-  test('[D-hostile-4] "ends a reply error whatever the provider sends": a steady reply is cut at REPLY_MAX_DURATION', async () => {
+  test('[D-hostile-2] "ends a reply error whatever the provider sends": a steady reply is cut at REPLY_MAX_DURATION', async () => {
     const u = s.as('alice');
     const sess = (await u.post(B, newSession({ providerId: OPENAI, selectedModel: 'tokens:100000@20' }))).body.data;
     const r = await u.post(`${B}/${sess._id}/messages`, { content: 'go on for ever' });
@@ -183,7 +183,7 @@ describe('Bytes everywhere: what replies hold unfinished is bounded', () => {
     return { used: Number(/^chat_session_api_replies_held_bytes (\d+)$/m.exec(text)[1]), limit: Number(/^chat_session_api_replies_held_limit_bytes (\d+)$/m.exec(text)[1]) };
   };
 
-  test('[D-hostile-5] "counted in bytes as they arrive": an event of 120 lines of 65,536 "€" ends its reply at 8 MiB', async () => {
+  test('[D-providers-16] "counted in bytes as they arrive": an event of 120 lines of 65,536 "€" ends its reply at 8 MiB', async () => {
     const u = s.as('alice');
     for (const [providerId, words] of [[OPENAI, 'an event larger than 8388608 bytes'], [OLLAMA, 'a line longer than 8388608 bytes']]) {
       const sess = (await u.post(B, newSession({ providerId, selectedModel: 'data-lines:120:65536' }))).body.data;
@@ -195,7 +195,7 @@ describe('Bytes everywhere: what replies hold unfinished is bounded', () => {
     assert.equal((await held()).used, 0, 'nothing held once the replies ended');
   });
 
-  test('[D-hostile-6] "what all replies hold unfinished is bounded in sum": 12 lines of 7 MB held at once', async () => {
+  test('[D-hostile-3] "what all replies hold unfinished is bounded in sum": 12 lines of 7 MB held at once', async () => {
     const u = s.as('alice');
     const { limit } = await held();
     assert.equal(limit, 16 * 1024 * 1024);
@@ -235,7 +235,7 @@ describe('Bytes everywhere: what replies hold unfinished is bounded', () => {
     assert.equal((await u.post(`${B}/${after._id}/messages`, { content: 'and you?' })).body.data.reply.content, 'still here');
   });
 
-  test('[D-hostile-7] "BODY_LIMIT counts the bytes of the turn as recorded": an unrecorded reply is held to it too', async () => {
+  test('[D-hostile-4] "BODY_LIMIT counts the bytes of the turn as recorded": an unrecorded reply is held to it too', async () => {
     const r = await s.request('POST', '/v1/chat/completions', { token: s.as('alice').token, headers: { 'x-record': 'off' }, json: { model: 'local-openai/tokens:100000', messages: [{ role: 'user', content: 'a long one' }] } });
     assert.notEqual(r.status, 200, r.text);
     assert.match(r.body.error.message, /The reply grew past the largest a turn may be \(BODY_LIMIT, 65536 bytes\)/);
@@ -243,7 +243,7 @@ describe('Bytes everywhere: what replies hold unfinished is bounded', () => {
 });
 
 describe('MEMORY_LIMIT refuses new replies before it is reached', () => {
-  test('[D-hostile-8] "MEMORY_LIMIT also refuses new replies": 503 Server is low on memory, on both routes', async () => {
+  test('[D-hostile-3] "MEMORY_LIMIT also refuses new replies": 503 Server is low on memory, on both routes', async () => {
     const first = await startServer({ providers: providersFor(provider.url) });
     const sess = (await first.as('alice').post(B, newSession({ providerId: OPENAI, selectedModel: 'echo' }))).body.data;
     await first.stop();
@@ -263,7 +263,7 @@ describe('MEMORY_LIMIT refuses new replies before it is reached', () => {
 });
 
 describe('REPLY_CONTEXT_MAX: what is sent to the provider is bounded', () => {
-  test('[D-hostile-9] "a tool call and its results dropped together, the system message kept": the oldest turns left out', async () => {
+  test('[D-hostile-5] "a tool call and its results dropped together, the system message kept": the oldest turns left out', async () => {
     const p = await startProvider();
     const s = await startServer({ providers: providersFor(p.url), env: { BODY_LIMIT: '64kb', REPLY_CONTEXT_MAX: '256kb' } });
     try {
@@ -301,7 +301,7 @@ describe('REPLY_CONTEXT_MAX: what is sent to the provider is bounded', () => {
 });
 
 describe('Parts in linear time', () => {
-  test('[D-hostile-13] "adjacent pieces of one kind coalesce": 30,000 pieces alternating reasoning and text, read back', async () => {
+  test('[D-hostile-8] "adjacent pieces of one kind coalesce": 30,000 pieces alternating reasoning and text, read back', async () => {
     const sess = await session('alternate:30000');
     const r = await alice.post(`${B}/${sess._id}/messages`, { content: 'think aloud' });
     assert.equal(r.status, 201, r.text);

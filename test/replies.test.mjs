@@ -580,7 +580,7 @@ describe('Bounds of replies', () => {
     }
   });
 
-  test('[D-hostile-11] a SIGKILL mid-reply keeps the text recorded so far, and "the next start marks the reply `interrupted`"', async () => {
+  test('[D-hostile-7] a SIGKILL mid-reply keeps the text recorded so far, and "the next start marks the reply `interrupted`"', async () => {
     const dir = tempDir('csa-reply-crash-');
     // (PostgreSQL: a short INSTANCE_TIMEOUT; its default, 10 s, is the bench's)
     const env = STORE === 'postgres' ? { INSTANCE_TIMEOUT: '2s' } : {};

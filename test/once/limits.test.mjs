@@ -363,7 +363,7 @@ describe('Settings that bound memory and connections', () => {
 });
 
 describe('Settings that bound replies (issue 42)', () => {
-  test('[D-hostile-4] --help lists REPLY_MAX_DURATION, REPLY_CONTEXT_MAX, INSTANCE_TIMEOUT; a bad value stops the start', () => {
+  test('[D-hostile-2] [D-hostile-5] [D-hostile-6] --help lists the settings of replies; a bad value stops the start', () => {
     const help = runCli(['--help']);
     assert.match(help.stdout, /INSTANCE_TIMEOUT \/ --instance-timeout .*STORE=postgres.*\[default: 10s\]/);
     assert.match(help.stdout, /REPLY_CONTEXT_MAX \/ --reply-context-max .*at least BODY_LIMIT.*\[default: 4mb\]/);

@@ -35,7 +35,7 @@ describe('Liveness of the instances (STORE=postgres)', PG, () => {
   const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
   const turn = async (s, sid, id) => (await s.as('alice').get(`${BASE}/${sid}/turns/${id}`)).body.data;
 
-  test('[D-hostile-10] "never while it is alive however quiet the reply": a silent reply outlives STREAMING_IDLE', async () => {
+  test('[D-hostile-6] "never while it is alive however quiet the reply": a silent reply outlives STREAMING_IDLE', async () => {
     const [a, b] = [await start(), await start()];
     const s = (await a.as('alice').post(BASE, newSession({ providerId, selectedModel: 'stall-after:2' }))).body.data;
     const r = await a.as('alice').post(`${BASE}/${s._id}/messages`, { content: 'quiet now', background: true });
@@ -53,7 +53,7 @@ describe('Liveness of the instances (STORE=postgres)', PG, () => {
     assert.deepEqual([cancelled.status, cancelled.body.data?.status, cancelled.body.data?.content], [200, 'interrupted', 'quiet now']);
   });
 
-  test('[D-hostile-11] "interrupted by another instance only once its own instance is gone": SIGKILL, then the sweep', async () => {
+  test('[D-hostile-7] "interrupted by another instance only once its own instance is gone": SIGKILL, then the sweep', async () => {
     const [a, b] = [await start(), await start()];
     const s = (await a.as('alice').post(BASE, newSession({ providerId, selectedModel: 'stall-after:3' }))).body.data;
     const r = await a.as('alice').post(`${BASE}/${s._id}/messages`, { content: 'then the instance dies', background: true });
@@ -70,7 +70,7 @@ describe('Liveness of the instances (STORE=postgres)', PG, () => {
     assert.deepEqual([next.status, next.body.data.reply.content], [201, 'again'], 'the session takes replies again');
   });
 
-  test('[D-hostile-12] "Turns that clients stream themselves (the deltas route) keep STREAMING_IDLE"', async () => {
+  test('[D-streaming-5] "Turns that clients stream themselves (the deltas route) keep STREAMING_IDLE"', async () => {
     const [b] = [await start()];
     const u = b.as('alice');
     const s = (await u.post(BASE, newSession({ providerId, selectedModel: 'echo' }))).body.data;

@@ -415,7 +415,7 @@ describe('[D-providers-2] a provider record is read for calling by providerConfi
   });
 });
 
-describe('scrubCredentials: secrets in their encodings (D-hostile-2)', () => {
+describe('scrubCredentials: secrets in their encodings (D-providers-13)', () => {
   const KEY2 = 'hk-Tq7-Zx9-Lm3';
   const scrub = (t) => scrubCredentials(t, [KEY2]);
   test('base64 and base64url whole and at each alignment inside a longer encoded text, hex, every byte escaped', () => {

@@ -136,7 +136,7 @@ test('an event of many data lines larger than the limit is a failure of the prov
   assert.throws(() => sse(['data: 0123456789\n'.repeat(10)], 64), StreamDecodeError);
 });
 
-test('D-hostile-5: an event is bounded in bytes as they came, not characters: 3-byte characters count three times', () => {
+test('[D-providers-16] an event is bounded in bytes as they came, not characters: 3-byte characters count three times', () => {
   // 20 characters of € a line: 66 bytes with its field name; two lines pass 128 bytes, one does not
   assert.deepEqual(sse([`data: ${'€'.repeat(20)}\n\n`], 128), [{ event: 'message', data: '€'.repeat(20), id: undefined }]);
   assert.throws(() => sse([`data: ${'€'.repeat(20)}\n`.repeat(2)], 128), (e) => e instanceof StreamDecodeError && /larger than 128 bytes/.test(e.message));
