@@ -38,7 +38,7 @@ describe('PostgreSQL: numbers out of range in the schema', POSTGRES, () => {
            UPDATE __SCHEMA__.sessions SET input_tokens = -3, output_tokens = 'NaN' WHERE id = '${store.b}';
            UPDATE __SCHEMA__.usage SET input_tokens = 1e40, bytes = 36028797018963968 WHERE owner = 'alice';
            UPDATE __SCHEMA__.usage SET output_tokens = 1.5 WHERE owner = 'bob';
-           ${older ? "DROP INDEX __SCHEMA__.turns_out_of_range; DROP INDEX __SCHEMA__.sessions_out_of_range; UPDATE __SCHEMA__.meta SET value = '8' WHERE key = 'schema_version';" : ''}`,
+           ${older ? "DROP INDEX __SCHEMA__.turns_out_of_range; DROP INDEX __SCHEMA__.sessions_out_of_range; DROP TABLE __SCHEMA__.instances; ALTER TABLE __SCHEMA__.turns DROP COLUMN generator; UPDATE __SCHEMA__.meta SET value = '8' WHERE key = 'schema_version';" : ''}`,
         );
         // what the schema holds is read as counts even before a start repairs it: an export works
         const e = runCli(['export'], { env: { DATA_DIR: store.dir } });
