@@ -67,11 +67,11 @@ export function freePort() {
 
 const agent = new Agent({ keepAlive: true, maxSockets: 32 });
 
-/** One JSON request for seeding and checks (node:http is fine off the hot path). */
-export function api(port, method, path, { auth, body, keepAlive = true } = {}) {
+/** One JSON request for seeding and checks (node:http is fine off the hot path); `headers`: more of them. */
+export function api(port, method, path, { auth, body, keepAlive = true, headers: more = {} } = {}) {
   return new Promise((resolve, reject) => {
     const payload = body === undefined ? undefined : JSON.stringify(body);
-    const headers = {};
+    const headers = { ...more };
     if (auth !== undefined) headers.authorization = `Bearer ${auth}`;
     if (payload !== undefined) {
       headers['content-type'] = 'application/json';

@@ -23,7 +23,8 @@ Options (each also an environment variable):
   --keep               keep the temporary directory (data, server logs)
   --engines=a,b        engines the soak runs (default: sqlite,postgres;    BENCH_ENGINES
                        PostgreSQL on the run's private cluster); search-scale,
-                       index-cost and replies run these only (default: both)
+                       index-cost, replies, door-replies and door-lookup run these
+                       only (default: both)
   --soak-kinds=a,b     the soak's hostile clients to run (default: all)     BENCH_SOAK_KINDS
   --quota-base=REF     pg-quota: also run the build of REF with the quota  BENCH_QUOTA_BASE
                        set (what a change to the quota's check costs), built once in $TMPDIR
@@ -37,7 +38,12 @@ Options (each also an environment variable):
   --build-loads=a,b    builds: of get, create-64, reply (default: all)     BENCH_BUILD_LOADS
 The server runs with LOG_LEVEL from the environment (default info), its stdout to a log file.
 The peer scenarios (peer-pg, peer-sqlite) need Fastify and pg installed outside this repository:
-  npm install --prefix /work/peers fastify pg; BENCH_PEERS=/work/peers npm run bench -- peers`;
+  npm install --prefix /work/peers fastify pg; BENCH_PEERS=/work/peers npm run bench -- peers
+door-replies runs the peer relay ../shared/peers/replies/relay-fastify.mjs beside the door when its
+packages are installed there (npm ci in ../shared/peers) or in BENCH_PEERS (fastify, @fastify/jwt,
+openai: an npm ci --prefix DIR of ../shared/peers/package-lock.json); else without it, said loudly.
+  BENCH_DOOR_N=200           door-replies: replies at once (default 200)
+  BENCH_LOOKUP_SESSIONS=N    door-lookup: the big user's sessions (default 100000; --quick 10000)`;
 
 export const argv = process.argv.slice(2);
 export const flag = (name) => argv.find((a) => a.startsWith(`--${name}=`))?.slice(name.length + 3);

@@ -22,15 +22,15 @@ import { profileDir } from './measure.mjs';
 import { alternatePart, historyPart, peersPart, renderAlternate, renderHistory, renderWorst, repliesParts, worstPart } from './replies-hostile.mjs';
 
 const B = '/api/v1/chat-sessions';
-const PROVIDER_ID = '6f00000000000000000000b1';
-const KEY = 'sk-bench-0123456789abcdef';
+export const PROVIDER_ID = '6f00000000000000000000b1';
+export const KEY = 'sk-bench-0123456789abcdef';
 const REPLIES = Number(process.env.BENCH_REPLIES_N ?? 1000);
-const TOKENS = 100;
-const RATE = 50;
+export const TOKENS = 100;
+export const RATE = 50;
 /** Connections opened at once before a round (past the listen backlog a connect waits a second for its SYN to be sent again). */
 const CONNECT_WIDTH = 100;
 /** The quiet before each round: past the 4 s the server keeps an idle connection to a provider. */
-const QUIET_MS = 5000;
+export const QUIET_MS = 5000;
 
 /** The scenario, given the run's pieces: opts, progress, runDir(), track(process), sections. */
 export function replyScenarios(ctx) {
@@ -95,7 +95,7 @@ function seeding(server) {
 // ---- the processes ----
 
 /** test/provider/server.mjs in a process of its own (its timers are not held up by the clients' reads): {url, port, pid, stop}. */
-async function startProviderProcess(ctx) {
+export async function startProviderProcess(ctx) {
   const child = spawn(NODE_24, [join(ROOT, 'test', 'provider', 'server.mjs'), '--port', '0'], { stdio: ['ignore', 'pipe', 'inherit'] });
   let out = '';
   child.stdout.setEncoding('utf8');
@@ -124,7 +124,7 @@ async function startProviderProcess(ctx) {
 
 let servers = 0;
 /** The built server on `engine` with providers.json naming the local provider; under --cpu-prof with --profile. */
-async function startServer(ctx, engine, cluster, provider, name, env = {}, script = SERVER) {
+export async function startServer(ctx, engine, cluster, provider, name, env = {}, script = SERVER) {
   const dir = mkdtempSync(join(ctx.runDir(), `replies-${engine}-`));
   writeFileSync(join(dir, 'providers.json'), JSON.stringify([{ _id: PROVIDER_ID, name: 'Local', type: 'openai', baseUrl: `${provider.url}/v1`, apiKey: KEY }]));
   const e = { DATA_DIR: dir, AUTH_SECRET: SECRET, LOG_LEVEL: ctx.opts.logLevel, HOST: '127.0.0.1', STORE: engine, ...env };
@@ -147,7 +147,7 @@ async function startServer(ctx, engine, cluster, provider, name, env = {}, scrip
 }
 
 /** `n` sessions on the local provider, one per user (no user's rate or stream limit is what is measured). */
-async function seedSessions(port, n, model) {
+export async function seedSessions(port, n, model) {
   const out = new Array(n);
   let next = 0;
   await Promise.all(
@@ -166,21 +166,25 @@ async function seedSessions(port, n, model) {
 
 // ---- the clients: streamed answers on raw sockets ----
 
-const now = () => performance.timeOrigin + performance.now();
+export const now = () => performance.timeOrigin + performance.now();
 const CRLF2 = Buffer.from('\r\n\r\n');
 /** A token's text as the provider stamps it: `t` and the microseconds since the epoch it was written. */
 const STAMPED = {
   service: /^event: turn\.delta\ndata: \{.*"text":"( ?t(\d{16}))"/m,
   direct: /^data: \{.*"content":"( ?t(\d{16}))"/m,
 };
+// the OpenAI door's chunks are the provider's shape
+STAMPED.door = STAMPED.direct;
 
 /**
  * One streamed answer read off a raw socket (a thousand of them cost the client less than
  * node:http would, and the client shares the cores with what it measures): the head, the
  * chunks, then the events, each token's delay taken from its stamp when the read that brought
- * it came.
+ * it came. `kind`: direct (the provider's chunks), service (POST .../messages' events, or the
+ * peer relay's, which sends the same), door (the OpenAI door's chunks: its head says where the
+ * reply is recorded, and it must end with the usage chunk and [DONE]).
  */
-class Stream {
+export class Stream {
   constructor(port, request, kind, delays) {
     this.port = port;
     this.request = request;
@@ -198,6 +202,10 @@ class Stream {
     this.endedAt = 0;
     this.replyId = undefined;
     this.final = undefined;
+    /** door: X-Session-Id and X-Turn-Id of the head, the usage chunk, [DONE] */
+    this.sessionId = undefined;
+    this.usage = undefined;
+    this.doneSeen = false;
     this.error = undefined;
     this.done = new Promise((resolve) => (this.resolve = resolve));
   }
@@ -240,6 +248,10 @@ class Stream {
         this.end(`answered ${head.split('\r\n')[0]}: ${this.head.toString('utf8', i + 4, i + 300)}`);
         return;
       }
+      if (this.kind === 'door') {
+        this.sessionId = /\r\nx-session-id: *([^\r]*)/i.exec(head)?.[1];
+        this.replyId = /\r\nx-turn-id: *([^\r]*)/i.exec(head)?.[1];
+      }
       b = this.head.subarray(i + 4);
       this.head = Buffer.alloc(0);
     }
@@ -256,7 +268,7 @@ class Stream {
         this.sizeLine = '';
         if (size === 0) {
           this.events(at);
-          this.end(this.final === undefined && this.kind === 'service' ? 'the stream ended without the reply\'s last turn.updated' : undefined);
+          this.end(this.final === undefined && this.kind === 'service' ? 'the stream ended without the reply\'s last turn.updated' : this.kind === 'door' && !this.doneSeen ? 'the stream ended without [DONE]' : undefined);
           return;
         }
         this.chunkLeft = size;
@@ -295,13 +307,18 @@ class Stream {
           this.final = JSON.parse(data);
           this.replyId = this.final._id;
         }
-      } else if (this.kind === 'service' && e.includes('event: end')) this.error ??= `the stream ended early: ${e}`;
+      } else if (this.kind === 'service' && (e.includes('event: end') || e.startsWith('event: error'))) this.error ??= `the stream ended early: ${e}`;
+      else if (this.kind === 'door') {
+        if (e === 'data: [DONE]') this.doneSeen = true;
+        else if (e.startsWith('data: {"error"')) this.error ??= `an error frame: ${e}`;
+        else if (e.includes('"choices":[]')) this.usage = JSON.parse(e.slice(6)).usage;
+      }
     }
   }
 }
 
 /** Samples (ms) in a growable Float64Array. */
-class Samples {
+export class Samples {
   constructor() {
     this.a = new Float64Array(1 << 17);
     this.n = 0;
@@ -320,7 +337,7 @@ class Samples {
 }
 
 /** Opens every stream (CONNECT_WIDTH at a time), then sends every request at once; resolves when all have ended. */
-async function runStreams(streams) {
+export async function runStreams(streams) {
   const buffer = Buffer.allocUnsafe(256 * 1024);
   let next = 0;
   await Promise.all(
@@ -336,11 +353,11 @@ async function runStreams(streams) {
 
 // ---- a thousand at once ----
 
-const directRequest = (model, i) => {
+export const directRequest = (model, i) => {
   const body = JSON.stringify({ model, stream: true, stream_options: { include_usage: true }, messages: [{ role: 'user', content: `hello ${i}` }] });
   return Buffer.from(`POST /v1/chat/completions HTTP/1.1\r\nhost: 127.0.0.1\r\nauthorization: Bearer ${KEY}\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\naccept: text/event-stream\r\n\r\n${body}`, 'latin1');
 };
-const serviceRequest = (s, i, model) => {
+export const serviceRequest = (s, i, model) => {
   const body = JSON.stringify({ content: `hello ${i}`, ...(model === undefined ? {} : { model }) });
   return Buffer.from(`POST ${B}/${s.id}/messages HTTP/1.1\r\nhost: 127.0.0.1\r\nauthorization: Bearer ${s.auth}\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\naccept: text/event-stream\r\n\r\n${body}`, 'latin1');
 };
@@ -394,7 +411,7 @@ async function thousand(ctx, engine, cluster, provider) {
           recordedAfter: Float64Array.from(streams.filter((s) => s.createdAt > 0).map((s) => s.createdAt - s.sentAt)).sort(),
         };
         if (pg0 !== undefined) Object.assign(run, await pgAfter(cluster, pg0, run.tokens));
-        if (kind !== 'direct') run.recorded = await checkRecorded(target.server.port, target.sessions, streams);
+        if (kind !== 'direct') run.recorded = await checkRecorded(target.server.port, streams.map((s, i) => ({ session: target.sessions[i].id, reply: s.replyId, auth: target.sessions[i].auth, tokens: s.tokens })));
         runs[kind].push(run);
         if (run.statements !== undefined) ctx.progress(`replies ${engine} round ${round + 1} ${kind}: PostgreSQL's statements per 1,000 tokens (calls, ms of execution, rows):\n${run.statements}`);
         ctx.progress(
@@ -429,24 +446,26 @@ async function pgAfter(cluster, before, tokens) {
   return out;
 }
 
-/** GET of every reply the streams saw end: complete, with the text the stream told, and usage. */
-async function checkRecorded(port, sessions, streams) {
+/**
+ * GET of every reply the streams saw end: complete, with the text the stream told, and usage.
+ * `replies[i]`: {session, reply (its turn id, undefined when the stream told none), auth, tokens (the stream's)}.
+ */
+export async function checkRecorded(port, replies) {
   let ok = 0;
   let first;
   let next = 0;
   await Promise.all(
     Array.from({ length: 32 }, async () => {
-      while (next < streams.length) {
-        const i = next++;
-        const s = streams[i];
+      while (next < replies.length) {
+        const x = replies[next++];
         const why = await (async () => {
-          if (s.replyId === undefined) return 'the stream told no end of the reply';
-          const r = await api(port, 'GET', `${B}/${sessions[i].id}/turns/${s.replyId}`, { auth: sessions[i].auth });
+          if (x.reply === undefined || x.session === undefined) return 'the stream told no end of the reply';
+          const r = await api(port, 'GET', `${B}/${x.session}/turns/${x.reply}`, { auth: x.auth });
           const t = r.body?.data;
           if (r.status !== 200) return `GET answered ${r.status}`;
           if (t.status !== 'complete') return `recorded ${t.status}`;
           const text = typeof t.content === 'string' ? t.content : t.content.map((p) => p.text ?? '').join('');
-          if (text !== s.tokens.join('')) return `recorded ${text.length} characters, the stream told ${s.tokens.join('').length}`;
+          if (text !== x.tokens.join('')) return `recorded ${text.length} characters, the stream told ${x.tokens.join('').length}`;
           if (t.usage?.outputTokens !== TOKENS) return `usage ${JSON.stringify(t.usage)}`;
           return undefined;
         })();
@@ -460,10 +479,10 @@ async function checkRecorded(port, sessions, streams) {
 
 // ---- the report ----
 
-const ms = (v) => (v === undefined || Number.isNaN(v) ? '–' : Math.abs(v) < 10 ? v.toFixed(2) : v.toFixed(1));
-const us = (v) => (Number.isNaN(v) ? '–' : v.toFixed(1));
-const pooled = (runs, field) => Float64Array.from(runs.flatMap((r) => [...r[field]])).sort();
-const perToken = (runs, field) => median(runs.map((r) => (r[field] / r.tokens) * 1e6));
+export const ms = (v) => (v === undefined || Number.isNaN(v) ? '–' : Math.abs(v) < 10 ? v.toFixed(2) : v.toFixed(1));
+export const us = (v) => (Number.isNaN(v) ? '–' : v.toFixed(1));
+export const pooled = (runs, field) => Float64Array.from(runs.flatMap((r) => [...r[field]])).sort();
+export const perToken = (runs, field) => median(runs.map((r) => (r[field] / r.tokens) * 1e6));
 
 function render(ctx, results, notes) {
   const L = ['## Replies (`replies`)', ''];

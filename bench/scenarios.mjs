@@ -8,6 +8,7 @@ import { api, logLines, median, memoryOf, NODE_24, ROOT, sleep, token } from './
 import { conversationGroups, conversationScenarios } from './conversations.mjs';
 import { purgeScenarios } from './purge.mjs';
 import { replyScenarios } from './replies.mjs';
+import { DOOR_GROUPS, doorScenarios } from './door.mjs';
 import { searchScaleScenarios } from './search-scale.mjs';
 import { indexCostScenarios } from './index-cost.mjs';
 import { generateDataDir, PER_LIST } from './datagen.mjs';
@@ -415,6 +416,8 @@ export const scenarios = [
   { name: 'live', run: async () => sections.push(await (await import('./live.mjs')).liveReport({ subscribers: opts.quick ? 2000 : 10_000, throughputSubscribers: 1000, writes: opts.quick ? 50 : 200, ...opts, postgres: true }, progress)) },
   // replies from the model: a thousand streamed at once, and a long reply against short ones (bench/replies.mjs)
   ...replyScenarios({ opts, progress, runDir: () => runDir, track: (p) => live.add(p), sections }),
+  // the OpenAI door: its replies against the native API's and a relay's, and the lookup of a conversation at 10 and 100,000 sessions (bench/door.mjs)
+  ...doorScenarios({ opts, progress, runDir: () => runDir, track: (p) => live.add(p), sections }),
 ];
 export const groups = {
   reads: ['get', 'list-user', 'list-project', 'providers'],
@@ -430,4 +433,5 @@ export const groups = {
   ...ENGINE_GROUPS,
   ...PEER_GROUPS,
   ...conversationGroups,
+  ...DOOR_GROUPS,
 };
