@@ -136,11 +136,26 @@ const doorRequest = (i, auth, model, sessionId) => {
   return Buffer.from(`POST /v1/chat/completions HTTP/1.1\r\nhost: 127.0.0.1\r\nauthorization: Bearer ${auth}\r\ncontent-type: application/json\r\naccept: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\n${named}\r\n${body}`, 'latin1');
 };
 
-/** The paths of door-replies, in their first round's order. */
-const PATHS = ['door', 'native', 'door-session', 'relay', 'direct'];
+/**
+ * What runs at once: the paths of a burst side by side (their connections opened, then their
+ * requests written interleaved), the bursts one after another. The machine is shared and noisy:
+ * paths measured over the same seconds meet the same noise, so their ratio holds where figures
+ * taken apart do not. The door and the native API run on two servers of the same build whose
+ * roles swap every round (of two servers, the first started measures some percent cheaper:
+ * bench/README.md, "Which server comes first"). `native-2` is the native API beside the door
+ * with X-Session-Id.
+ */
+const BURSTS = [['door', 'native', 'relay'], ['door-session', 'native-2'], ['direct']];
 /** BENCH_DOOR_PATHS=door,native: only those (a profile of one path, --profile, runs it alone). */
 const PATHS_NAMED = process.env.BENCH_DOOR_PATHS?.split(',').filter((p) => p !== '');
-const LABEL = { door: 'door (a new conversation)', 'door-session': 'door, X-Session-Id', native: 'native (POST .../messages)', relay: 'relay (Fastify + openai + node:sqlite)', direct: 'direct (the provider)' };
+const LABEL = {
+  door: 'door (a new conversation)',
+  'door-session': 'door, X-Session-Id',
+  native: 'native (POST .../messages)',
+  'native-2': 'native, beside door with X-Session-Id',
+  relay: 'relay (Fastify + openai + node:sqlite)',
+  direct: 'direct (the provider)',
+};
 
 async function doorReplies(ctx) {
   const model = `tokens:${TOKENS}@${RATE}+stamp`;
@@ -179,68 +194,81 @@ async function doorReplies(ctx) {
 
 async function doorRounds(ctx, engine, cluster, provider, relay, model, warm) {
   // the server's defaults hold 500 streams; more replies at once need more
-  const server = await startServer(ctx, engine, cluster, provider, 'door', N > 200 ? { MAX_CONNECTIONS: String(N * 3), MAX_STREAMS: String(N * 2) } : {});
+  const env = N > 200 ? { MAX_CONNECTIONS: String(N * 3), MAX_STREAMS: String(N * 2) } : {};
+  const servers = [await startServer(ctx, engine, cluster, provider, 'door-a', env), await startServer(ctx, engine, cluster, provider, 'door-b', env)];
   const users = Array.from({ length: N }, (_, i) => token(`replier-${i}`));
-  const recordedBy = (streams, where) => checkRecorded(server.port, streams.map((s, i) => ({ ...where(s, i), tokens: s.tokens })));
-  /** Each path's streams for one round: its sessions made first where it needs them (not measured), the process it measures, how its replies are checked. */
+  const recordedBy = (server, streams, where) => checkRecorded(server.port, streams.map((s, i) => ({ ...where(s, i), tokens: s.tokens })));
+  const native = async (m, server) => {
+    const sessions = await seedSessions(server.port, N, m);
+    return { pid: server.pid, streams: (d) => sessions.map((s, i) => new Stream(server.port, serviceRequest(s, i), 'service', d)), check: (streams) => recordedBy(server, streams, (s, i) => ({ session: sessions[i].id, reply: s.replyId, auth: sessions[i].auth })) };
+  };
+  /** Each path's streams for one round on `server`: its sessions made first where it needs them (not measured), the process it measures, how its replies are checked. */
   const prepare = {
     direct: async (m) => ({ streams: (d) => users.map((_, i) => new Stream(provider.port, directRequest(m, i), 'direct', d)) }),
-    native: async (m) => {
+    native,
+    'native-2': native,
+    door: async (m, server) => ({ pid: server.pid, streams: (d) => users.map((auth, i) => new Stream(server.port, doorRequest(i, auth, m), 'door', d)), check: (streams) => recordedBy(server, streams, (s, i) => ({ session: s.sessionId, reply: s.replyId, auth: users[i] })) }),
+    'door-session': async (m, server) => {
       const sessions = await seedSessions(server.port, N, m);
-      return { pid: server.pid, streams: (d) => sessions.map((s, i) => new Stream(server.port, serviceRequest(s, i), 'service', d)), check: (streams) => recordedBy(streams, (s, i) => ({ session: sessions[i].id, reply: s.replyId, auth: sessions[i].auth })) };
-    },
-    door: async (m) => ({ pid: server.pid, streams: (d) => users.map((auth, i) => new Stream(server.port, doorRequest(i, auth, m), 'door', d)), check: (streams) => recordedBy(streams, (s, i) => ({ session: s.sessionId, reply: s.replyId, auth: users[i] })) }),
-    'door-session': async (m) => {
-      const sessions = await seedSessions(server.port, N, m);
-      return { pid: server.pid, streams: (d) => sessions.map((s, i) => new Stream(server.port, doorRequest(i, s.auth, m, s.id), 'door', d)), check: (streams) => recordedBy(streams, (s, i) => ({ session: s.sessionId, reply: s.replyId, auth: users[i] })) };
+      return { pid: server.pid, streams: (d) => sessions.map((s, i) => new Stream(server.port, doorRequest(i, s.auth, m, s.id), 'door', d)), check: (streams) => recordedBy(server, streams, (s, i) => ({ session: s.sessionId, reply: s.replyId, auth: users[i] })) };
     },
     relay: async () => {
       const sessions = relay.take();
       return { pid: relay.pid, streams: (d) => sessions.map((s, i) => new Stream(relay.port, serviceRequest(s, i), 'service', d)), check: async (streams) => relayRecorded(streams) };
     },
   };
-  const paths = PATHS.filter((p) => (p !== 'relay' || relay !== undefined) && (PATHS_NAMED === undefined || PATHS_NAMED.includes(p)));
-  const runs = Object.fromEntries(paths.map((p) => [p, []]));
+  // the door's paths on one server, the native API's on the other, swapped every round
+  const serverOf = (path, round) => servers[(path.startsWith('door') ? round : round + 1) % 2];
+  const bursts = BURSTS.map((b) => b.filter((p) => (p !== 'relay' || relay !== undefined) && (PATHS_NAMED === undefined || PATHS_NAMED.includes(p)))).filter((b) => b.length > 0);
+  const runs = Object.fromEntries(bursts.flat().map((p) => [p, []]));
   const rounds = ctx.opts.rounds;
   try {
-    // a warm-up of each path with short replies (the servers' code compiled, their caches filled), not measured
-    for (const path of paths) await runStreams((await prepare[path](warm)).streams(new Samples()));
+    // a warm-up of each path on each server with short replies (the code compiled, the caches filled), not measured
+    for (const burst of bursts) for (const round of [0, 1]) for (const path of burst) if (path !== 'relay' || round === 0) await runStreams((await prepare[path](warm, serverOf(path, round))).streams(new Samples()));
     for (let round = 0; round < rounds; round++) {
-      for (const path of rotated(paths, round)) {
-        const p = await prepare[path](model);
-        // after a quiet spell longer than the server keeps idle connections to the provider (4 s): each round is a burst that opens its own
+      for (const burst of rotated(bursts, round)) {
+        const prepared = [];
+        for (const path of burst) prepared.push({ path, delays: new Samples(), ...(await prepare[path](model, serverOf(path, round))) });
+        // after a quiet spell longer than the server keeps idle connections to the provider (4 s): each burst opens its own; and the servers idle
         await sleep(QUIET_MS);
-        const delays = new Samples();
-        const streams = p.streams(delays);
-        const ours = p.pid === server.pid;
-        const cpu0 = p.pid === undefined ? NaN : cpuSecondsOf(p.pid);
-        const main0 = p.pid === undefined ? NaN : cpuSecondsOf(p.pid, { mainThread: true });
+        for (const s of servers) await quiet(s.pid);
+        for (const p of prepared) p.list = p.streams(p.delays);
+        // the requests written interleaved: none of the paths is served first
+        const all = [];
+        for (let i = 0; i < N; i++) for (const p of prepared) all.push(p.list[i]);
+        const before = prepared.map((p) => (p.pid === undefined ? undefined : { cpu: cpuSecondsOf(p.pid), main: cpuSecondsOf(p.pid, { mainThread: true }) }));
         const prov0 = cpuSecondsOf(provider.pid);
-        const db0 = cluster !== undefined && ours ? clusterCpu(cluster) : NaN;
-        const { started, ended } = await runStreams(streams);
-        const run = {
-          path,
-          seconds: (ended - started) / 1000,
-          serverCpu: p.pid === undefined ? NaN : cpuSecondsOf(p.pid) - cpu0,
-          serverMain: p.pid === undefined ? NaN : cpuSecondsOf(p.pid, { mainThread: true }) - main0,
-          providerCpu: cpuSecondsOf(provider.pid) - prov0,
-          dbCpu: cluster !== undefined && ours ? clusterCpu(cluster) - db0 : NaN,
-          tokens: streams.reduce((n, s) => n + s.tokens.length, 0),
-          complete: streams.filter((s) => s.error === undefined && s.tokens.length === TOKENS).length,
-          errors: streams.filter((s) => s.error !== undefined).map((s) => s.error),
-          delays: delays.sorted(),
-          ttft: Float64Array.from(streams.filter((s) => s.firstAt > 0).map((s) => s.firstAt - s.sentAt)).sort(),
-        };
-        if (p.check !== undefined) run.recorded = await p.check(streams);
-        runs[path].push(run);
-        ctx.progress(
-          `door-replies ${engine} round ${round + 1}/${rounds} ${path}: ${run.complete}/${N} complete${run.recorded === undefined ? '' : `, ${run.recorded.ok} recorded whole`} in ${run.seconds.toFixed(2)} s; token delay p50 ${ms(percentile(run.delays, 0.5))} p99 ${ms(percentile(run.delays, 0.99))} ms; first token p50 ${ms(percentile(run.ttft, 0.5))} p99 ${ms(percentile(run.ttft, 0.99))} ms; ${us((run.serverCpu / run.tokens) * 1e6)} µs CPU per token${run.errors.length > 0 ? `; first error: ${run.errors[0]}` : ''}${run.recorded?.first === undefined ? '' : `; not recorded whole: ${run.recorded.first}`}`,
-        );
+        const db0 = cluster === undefined ? NaN : clusterCpu(cluster);
+        await runStreams(all);
+        const provUs = ((cpuSecondsOf(provider.pid) - prov0) / all.reduce((n, s) => n + s.tokens.length, 0)) * 1e6;
+        const ours = prepared.filter((p) => servers.some((s) => s.pid === p.pid));
+        const dbUs = cluster === undefined || ours.length === 0 ? NaN : ((clusterCpu(cluster) - db0) / ours.reduce((n, p) => n + p.list.reduce((k, s) => k + s.tokens.length, 0), 0)) * 1e6;
+        for (const [k, p] of prepared.entries()) {
+          const streams = p.list;
+          const run = {
+            path: p.path,
+            seconds: (Math.max(...streams.map((s) => s.endedAt)) - Math.min(...streams.map((s) => s.sentAt))) / 1000,
+            serverCpu: p.pid === undefined ? NaN : cpuSecondsOf(p.pid) - before[k].cpu,
+            serverMain: p.pid === undefined ? NaN : cpuSecondsOf(p.pid, { mainThread: true }) - before[k].main,
+            providerUs: provUs,
+            dbUs: ours.includes(p) ? dbUs : NaN,
+            tokens: streams.reduce((n, s) => n + s.tokens.length, 0),
+            complete: streams.filter((s) => s.error === undefined && s.tokens.length === TOKENS).length,
+            errors: streams.filter((s) => s.error !== undefined).map((s) => s.error),
+            delays: p.delays.sorted(),
+            ttft: Float64Array.from(streams.filter((s) => s.firstAt > 0).map((s) => s.firstAt - s.sentAt)).sort(),
+          };
+          if (p.check !== undefined) run.recorded = await p.check(streams);
+          runs[p.path].push(run);
+          ctx.progress(
+            `door-replies ${engine} round ${round + 1}/${rounds} ${p.path}${p.pid === undefined ? '' : ` (${p.pid === relay?.pid ? 'relay' : p.pid === servers[0].pid ? 'server a' : 'server b'})`}: ${run.complete}/${N} complete${run.recorded === undefined ? '' : `, ${run.recorded.ok} recorded whole`} in ${run.seconds.toFixed(2)} s; token delay p50 ${ms(percentile(run.delays, 0.5))} p99 ${ms(percentile(run.delays, 0.99))} ms; first token p50 ${ms(percentile(run.ttft, 0.5))} p99 ${ms(percentile(run.ttft, 0.99))} ms; ${us((run.serverCpu / run.tokens) * 1e6)} µs CPU per token${run.errors.length > 0 ? `; first error: ${run.errors[0]}` : ''}${run.recorded?.first === undefined ? '' : `; not recorded whole: ${run.recorded.first}`}`,
+          );
+        }
       }
     }
     return { rounds, runs };
   } finally {
-    await server.stop();
+    for (const s of servers) await s.stop();
   }
 }
 
@@ -270,9 +298,9 @@ const ttft99 = (r) => percentile(r.ttft, 0.99);
 function renderReplies(ctx, results, notes) {
   const L = ['## The OpenAI door: replies (`door-replies`)', ''];
   L.push(
-    `${N} replies at once from ${N} users, ${TOKENS} tokens each at ${RATE} a second, from the local provider (test/provider/server.mjs, its \`stamp\` directive, in a process of its own), by each path in ${results[0]?.rounds ?? '?'} round(s), the order rotating: **door**, POST /v1/chat/completions (stream, include_usage) starting a new conversation, as an SDK sends it; **door, X-Session-Id**, the same into an empty session made before the round; **native**, POST .../messages with \`Accept: text/event-stream\` on an empty session made before the round; **relay**, the peer relay (../shared/peers/replies/relay-fastify.mjs: Fastify + the openai SDK + node:sqlite, Node 24) on a session preloaded for the round; **direct**, the provider itself. Connections opened first, then every request written at once. **First token**: from the request's write to the first token's read; **token delay**: from the provider's write of a token (its stamp) to the read that brought it, all rounds pooled. CPU: /proc utime + stime of the process that relays (all threads; its main thread in brackets) over the round, per token received.`,
+    `${N} replies at once from ${N} users by each path, ${TOKENS} tokens each at ${RATE} a second, from the local provider (test/provider/server.mjs, its \`stamp\` directive, in a process of its own), in ${results[0]?.rounds ?? '?'} round(s). The paths: **door**, POST /v1/chat/completions (stream, include_usage) starting a new conversation, as an SDK sends it; **door, X-Session-Id**, the same into an empty session made before the round; **native**, POST .../messages with \`Accept: text/event-stream\` on an empty session made before the round; **relay**, the peer relay (../shared/peers/replies/relay-fastify.mjs: Fastify + the openai SDK + node:sqlite, Node 24) on a session preloaded for the round; **direct**, the provider itself. Side by side, each round: door, native and relay at once (${N} streams each, their requests written interleaved), then door with X-Session-Id and native at once, then direct alone, the three in rotating order; the door's paths on one of two servers and the native API's on the other, the two swapping roles every round. **First token**: from the request's write to the first token's read; **token delay**: from the provider's write of a token (its stamp) to the read that brought it, all rounds pooled. CPU: /proc utime + stime of the process that relays (all threads; its main thread in brackets) over its burst, per token received, the median over the rounds; PostgreSQL's and the provider's are shared by the burst, per token of the burst.`,
     '',
-    '| engine | path | complete (recorded) | wall s | first token p50 / p99 ms | token delay p50 / p99 ms | CPU µs per token (main) | PostgreSQL CPU µs per token | provider CPU µs per token |',
+    '| engine | path | complete (recorded) | wall s | first token p50 / p99 ms | token delay p50 / p99 ms | CPU µs per token (main) | PostgreSQL CPU µs per token of the burst | provider CPU µs per token of the burst |',
     '|---|---|---|---|---|---|---|---:|---:|',
   );
   for (const r of results) {
@@ -281,16 +309,16 @@ function renderReplies(ctx, results, notes) {
       const f = pooled(runs, 'ttft');
       const complete = runs.map((x) => `${x.complete}${x.recorded === undefined ? '' : ` (${x.recorded.ok})`}`).join(', ');
       const cpu = path === 'direct' ? '–' : `${us(perToken(runs, 'serverCpu'))} (${us(perToken(runs, 'serverMain'))})`;
-      const db = r.engine === 'postgres' && runs.every((x) => !Number.isNaN(x.dbCpu)) ? us(perToken(runs, 'dbCpu')) : '–';
-      L.push(`| ${r.engine} | ${LABEL[path]} | ${complete} of ${N} | ${runs.map((x) => x.seconds.toFixed(1)).join(', ')} | ${ms(percentile(f, 0.5))} / ${ms(percentile(f, 0.99))} | ${ms(percentile(d, 0.5))} / ${ms(percentile(d, 0.99))} | ${cpu} | ${db} | ${us(perToken(runs, 'providerCpu'))} |`);
+      const db = r.engine === 'postgres' && runs.every((x) => !Number.isNaN(x.dbUs)) ? us(median(runs.map((x) => x.dbUs))) : '–';
+      L.push(`| ${r.engine} | ${LABEL[path]} | ${complete} of ${N} | ${runs.map((x) => x.seconds.toFixed(1)).join(', ')} | ${ms(percentile(f, 0.5))} / ${ms(percentile(f, 0.99))} | ${ms(percentile(d, 0.5))} / ${ms(percentile(d, 0.99))} | ${cpu} | ${db} | ${us(median(runs.map((x) => x.providerUs)))} |`);
     }
   }
-  L.push('', 'Ratios round by round: the median over the rounds, lowest–highest in brackets. Target (issue 40): the door within 10% of the native API (≤ 1.10) in CPU per token and first token, and below the relay (< 1).', '');
+  L.push('', 'Ratios of paths side by side, round by round: the median over the rounds, lowest–highest in brackets. Target (issue 40): the door within 10% of the native API (≤ 1.10) in CPU per token and first token, and below the relay (< 1).', '');
   L.push('| engine | ratio | CPU per token | first token p50 | first token p99 | target |', '|---|---|---|---|---|---|');
   for (const r of results) {
     const rows = [
       ['door', 'native', 1.1],
-      ['door-session', 'native', 1.1],
+      ['door-session', 'native-2', 1.1],
       ['door', 'relay', 1],
       ['native', 'relay', undefined],
     ];
