@@ -20,7 +20,7 @@ import { dirname, join } from 'node:path';
 import { api, cpuSecondsOf, median, NODE_24, nodeVersion, ROOT, SECRET, sleep, token } from './common.mjs';
 import { clusterCpu, postgres } from './engines.mjs';
 import { percentile } from './loadgen.mjs';
-import { checkRecorded, directRequest, KEY, ms, now, perToken, pooled, QUIET_MS, RATE, runStreams, Samples, seedSessions, serviceRequest, startProviderProcess, startServer, Stream, TOKENS, us } from './replies.mjs';
+import { checkRecorded, directRequest, KEY, ms, now, perToken, pooled, PROVIDER_ID, QUIET_MS, RATE, runStreams, Samples, seedSessions, serviceRequest, startProviderProcess, startServer, Stream, TOKENS, us } from './replies.mjs';
 
 /** Replies at once (the peers' README: 200 users, one reply each). */
 const N = Number(process.env.BENCH_DOOR_N ?? 200);
@@ -136,23 +136,31 @@ const doorRequest = (i, auth, model, sessionId) => {
   return Buffer.from(`POST /v1/chat/completions HTTP/1.1\r\nhost: 127.0.0.1\r\nauthorization: Bearer ${auth}\r\ncontent-type: application/json\r\naccept: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\n${named}\r\n${body}`, 'latin1');
 };
 
+/** A session's create as a client of the native API sends it before its first message (the door's new session: project default, named after the message). */
+const createRequest = (auth, model, i) => {
+  const body = JSON.stringify({ projectId: 'default', providerId: PROVIDER_ID, selectedModel: model, name: `hello ${i}` });
+  return Buffer.from(`POST /api/v1/chat-sessions HTTP/1.1\r\nhost: 127.0.0.1\r\nauthorization: Bearer ${auth}\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\n\r\n${body}`, 'latin1');
+};
+
 /**
  * What runs at once: the paths of a burst side by side (their connections opened, then their
  * requests written interleaved), the bursts one after another. The machine is shared and noisy:
  * paths measured over the same seconds meet the same noise, so their ratio holds where figures
  * taken apart do not. The door and the native API run on two servers of the same build whose
  * roles swap every round (of two servers, the first started measures some percent cheaper:
- * bench/README.md, "Which server comes first"). `native-2` is the native API beside the door
- * with X-Session-Id.
+ * bench/README.md, "Which server comes first"). A new conversation through the door is one
+ * request; through the native API it is two (the session's create, then the message), on the
+ * same connection: `native-new`, beside the door's. The door with X-Session-Id and `native` each
+ * add a message to an empty session made before the round.
  */
-const BURSTS = [['door', 'native', 'relay'], ['door-session', 'native-2'], ['direct']];
+const BURSTS = [['door', 'native-new', 'relay'], ['door-session', 'native'], ['direct']];
 /** BENCH_DOOR_PATHS=door,native: only those (a profile of one path, --profile, runs it alone). */
 const PATHS_NAMED = process.env.BENCH_DOOR_PATHS?.split(',').filter((p) => p !== '');
 const LABEL = {
-  door: 'door (a new conversation)',
-  'door-session': 'door, X-Session-Id',
-  native: 'native (POST .../messages)',
-  'native-2': 'native, beside door with X-Session-Id',
+  door: 'door, a new conversation',
+  'native-new': 'native, a new conversation (create, then message)',
+  'door-session': 'door, X-Session-Id of an empty session',
+  native: 'native, POST .../messages to an empty session',
   relay: 'relay (Fastify + openai + node:sqlite)',
   direct: 'direct (the provider)',
 };
@@ -206,7 +214,14 @@ async function doorRounds(ctx, engine, cluster, provider, relay, model, warm) {
   const prepare = {
     direct: async (m) => ({ streams: (d) => users.map((_, i) => new Stream(provider.port, directRequest(m, i), 'direct', d)) }),
     native,
-    'native-2': native,
+    'native-new': async (m, server) => {
+      const ids = new Array(N);
+      const then = (auth, i) => (body) => {
+        ids[i] = body.data._id;
+        return serviceRequest({ id: ids[i], auth }, i);
+      };
+      return { pid: server.pid, streams: (d) => users.map((auth, i) => new Stream(server.port, undefined, 'service', d, { request: createRequest(auth, m, i), then: then(auth, i) })), check: (streams) => recordedBy(server, streams, (s, i) => ({ session: ids[i], reply: s.replyId, auth: users[i] })) };
+    },
     door: async (m, server) => ({ pid: server.pid, streams: (d) => users.map((auth, i) => new Stream(server.port, doorRequest(i, auth, m), 'door', d)), check: (streams) => recordedBy(server, streams, (s, i) => ({ session: s.sessionId, reply: s.replyId, auth: users[i] })) }),
     'door-session': async (m, server) => {
       const sessions = await seedSessions(server.port, N, m);
@@ -298,7 +313,7 @@ const ttft99 = (r) => percentile(r.ttft, 0.99);
 function renderReplies(ctx, results, notes) {
   const L = ['## The OpenAI door: replies (`door-replies`)', ''];
   L.push(
-    `${N} replies at once from ${N} users by each path, ${TOKENS} tokens each at ${RATE} a second, from the local provider (test/provider/server.mjs, its \`stamp\` directive, in a process of its own), in ${results[0]?.rounds ?? '?'} round(s). The paths: **door**, POST /v1/chat/completions (stream, include_usage) starting a new conversation, as an SDK sends it; **door, X-Session-Id**, the same into an empty session made before the round; **native**, POST .../messages with \`Accept: text/event-stream\` on an empty session made before the round; **relay**, the peer relay (../shared/peers/replies/relay-fastify.mjs: Fastify + the openai SDK + node:sqlite, Node 24) on a session preloaded for the round; **direct**, the provider itself. Side by side, each round: door, native and relay at once (${N} streams each, their requests written interleaved), then door with X-Session-Id and native at once, then direct alone, the three in rotating order; the door's paths on one of two servers and the native API's on the other, the two swapping roles every round. **First token**: from the request's write to the first token's read; **token delay**: from the provider's write of a token (its stamp) to the read that brought it, all rounds pooled. CPU: /proc utime + stime of the process that relays (all threads; its main thread in brackets) over its burst, per token received, the median over the rounds; PostgreSQL's and the provider's are shared by the burst, per token of the burst.`,
+    `${N} replies at once from ${N} users by each path, ${TOKENS} tokens each at ${RATE} a second, from the local provider (test/provider/server.mjs, its \`stamp\` directive, in a process of its own), in ${results[0]?.rounds ?? '?'} round(s). The paths: **door, a new conversation**, POST /v1/chat/completions (stream, include_usage) as an SDK sends it; **native, a new conversation**, what a client of the native API sends for the same: POST /api/v1/chat-sessions, then on the same connection POST .../messages with \`Accept: text/event-stream\` (its first token timed from the create's write); **door, X-Session-Id** and **native, POST .../messages**: a message into an empty session made before the round; **relay**, the peer relay (../shared/peers/replies/relay-fastify.mjs: Fastify + the openai SDK + node:sqlite, Node 24) on a session it holds already (it has no create); **direct**, the provider itself. Side by side, each round: the two new conversations and the relay at once (${N} streams each, their requests written interleaved), then the two messages to empty sessions at once, then direct alone, the three bursts in rotating order; the door's paths on one of two servers and the native API's on the other, the two swapping roles every round. **First token**: from the request's write to the first token's read; **token delay**: from the provider's write of a token (its stamp) to the read that brought it, all rounds pooled. CPU: /proc utime + stime of the process that relays (all threads; its main thread in brackets) over its burst, per token received, the median over the rounds; PostgreSQL's and the provider's are shared by the burst, per token of the burst.`,
     '',
     '| engine | path | complete (recorded) | wall s | first token p50 / p99 ms | token delay p50 / p99 ms | CPU µs per token (main) | PostgreSQL CPU µs per token of the burst | provider CPU µs per token of the burst |',
     '|---|---|---|---|---|---|---|---:|---:|',
@@ -317,10 +332,10 @@ function renderReplies(ctx, results, notes) {
   L.push('| engine | ratio | CPU per token | first token p50 | first token p99 | target |', '|---|---|---|---|---|---|');
   for (const r of results) {
     const rows = [
-      ['door', 'native', 1.1],
-      ['door-session', 'native-2', 1.1],
+      ['door', 'native-new', 1.1],
+      ['door-session', 'native', 1.1],
       ['door', 'relay', 1],
-      ['native', 'relay', undefined],
+      ['native-new', 'relay', undefined],
     ];
     for (const [a, b, limit] of rows) {
       if (r.runs[a] === undefined || r.runs[b] === undefined) continue;

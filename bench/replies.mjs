@@ -185,9 +185,14 @@ STAMPED.door = STAMPED.direct;
  * reply is recorded, and it must end with the usage chunk and [DONE]).
  */
 export class Stream {
-  constructor(port, request, kind, delays) {
+  /**
+   * `before`: {request, then}: a request sent first on the same connection (a session's
+   * create), whose JSON answer `then` makes the streamed request of (the times run from the first).
+   */
+  constructor(port, request, kind, delays, before = undefined) {
     this.port = port;
     this.request = request;
+    this.before = before;
     this.kind = kind;
     this.delays = delays;
     this.head = Buffer.alloc(0);
@@ -224,6 +229,27 @@ export class Stream {
 
   send() {
     this.sentAt = now();
+    this.socket.write(this.before?.request ?? this.request);
+  }
+
+  /** The answer to the request before (a JSON body by Content-Length): the streamed request is made of it and sent. */
+  onBefore(b) {
+    this.head = Buffer.concat([this.head, b]);
+    const i = this.head.indexOf(CRLF2);
+    if (i === -1) return;
+    const head = this.head.toString('latin1', 0, i);
+    const length = Number(/\r\ncontent-length: *(\d+)/i.exec(head)?.[1] ?? NaN);
+    if (this.head.length < i + 4 + length) return;
+    const body = this.head.toString('utf8', i + 4, i + 4 + length);
+    const status = Number(head.slice(9, 12));
+    this.head = Buffer.alloc(0);
+    const { then } = this.before;
+    this.before = undefined;
+    if (status < 200 || status > 299 || Number.isNaN(length)) {
+      this.end(`the request before answered ${head.split('\r\n')[0]}: ${body.slice(0, 300)}`);
+      return;
+    }
+    this.request = then(JSON.parse(body));
     this.socket.write(this.request);
   }
 
@@ -236,6 +262,10 @@ export class Stream {
   }
 
   onRead(b) {
+    if (this.before !== undefined) {
+      this.onBefore(b);
+      return;
+    }
     const at = now();
     let from = 0;
     if (this.status === 0) {
