@@ -156,6 +156,8 @@ const createRequest = (auth, model, i) => {
 const BURSTS = [['door', 'native-new', 'relay'], ['door-session', 'native'], ['direct']];
 /** BENCH_DOOR_PATHS=door,native: only those (a profile of one path, --profile, runs it alone). */
 const PATHS_NAMED = process.env.BENCH_DOOR_PATHS?.split(',').filter((p) => p !== '');
+/** BENCH_DOOR_SWAP=off: the servers keep their roles (a profiled with the door's paths only, b with the native API's). */
+const SWAP = process.env.BENCH_DOOR_SWAP !== 'off';
 const LABEL = {
   door: 'door, a new conversation',
   'native-new': 'native, a new conversation (create, then message)',
@@ -232,8 +234,8 @@ async function doorRounds(ctx, engine, cluster, provider, relay, model, warm) {
       return { pid: relay.pid, streams: (d) => sessions.map((s, i) => new Stream(relay.port, serviceRequest(s, i), 'service', d)), check: async (streams) => relayRecorded(streams) };
     },
   };
-  // the door's paths on one server, the native API's on the other, swapped every round
-  const serverOf = (path, round) => servers[(path.startsWith('door') ? round : round + 1) % 2];
+  // the door's paths on one server, the native API's on the other, swapped every round (BENCH_DOOR_SWAP=off: the door's always on a, so that --profile profiles each alone)
+  const serverOf = (path, round) => servers[((path.startsWith('door') ? 0 : 1) + (SWAP ? round : 0)) % 2];
   const bursts = BURSTS.map((b) => b.filter((p) => (p !== 'relay' || relay !== undefined) && (PATHS_NAMED === undefined || PATHS_NAMED.includes(p)))).filter((b) => b.length > 0);
   const runs = Object.fromEntries(bursts.flat().map((p) => [p, []]));
   const rounds = ctx.opts.rounds;
