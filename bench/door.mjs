@@ -391,6 +391,20 @@ async function seedConversations(ctx, port, auth, n, label) {
   return { ids, seconds: (performance.now() - t0) / 1000 };
 }
 
+/**
+ * Session i as it was before a continuation: deleted, and made again through the door (its
+ * first exchange, the same path key) under a new id. Not by deleting the continuation's turns:
+ * on sqlite a turn's delete reads every turn of the file (the subtree query's plan), which at
+ * 100,000 sessions takes some 100 ms and empties the page cache the next request reads through.
+ */
+async function undo(port, auth, ids, i) {
+  const del = await api(port, 'DELETE', `/api/v1/chat-sessions/${ids[i]}`, { auth });
+  if (del.status !== 200 && del.status !== 204) throw new Error(`door-lookup: deleting session ${ids[i]} answered ${del.status} ${del.text.slice(0, 300)}`);
+  const r = await api(port, 'POST', '/v1/chat/completions', { auth, body: { model: `${SLUG}/echo`, messages: [{ role: 'user', content: question(i) }] } });
+  if (r.status !== 200) throw new Error(`door-lookup: making session ${i} again answered ${r.status} ${r.text.slice(0, 300)}`);
+  ids[i] = r.headers['x-session-id'];
+}
+
 /** Waits for the server to be idle (under 3% of a core over a second: the search index of what was seeded written and merged), 5 minutes at most: the seconds waited. */
 async function quiet(pid) {
   const t0 = now();
@@ -405,9 +419,9 @@ async function quiet(pid) {
 /**
  * One client continuing conversations at random until `until`: a waiting completion of
  * continuation(i) (rule 3, or with X-Session-Id rule 1), timed, which must land in session i,
- * the server's CPU (and PostgreSQL's) read around it; then, untimed, its user turn deleted with
- * the reply under it (timed apart), so session i holds its first exchange again and every request
- * finds the same. One client: the undo never runs beside a continuation.
+ * the server's CPU (and PostgreSQL's) read around it; then the undo (timed apart), so that every
+ * request finds a session holding the first exchange only. One client: the undo never runs
+ * beside a continuation.
  */
 async function continueLoop({ port, pid, cluster }, auth, ids, named, until, out) {
   while (now() < until) {
@@ -425,9 +439,7 @@ async function continueLoop({ port, pid, cluster }, auth, ids, named, until, out
     if (r.headers['x-session-id'] !== ids[i]) throw new Error(`door-lookup: a continuation of session ${ids[i]} was recorded in ${r.headers['x-session-id']}`);
     out.latencies.push(took);
     const u0 = now();
-    const reply = await api(port, 'GET', `/api/v1/chat-sessions/${ids[i]}/turns/${r.headers['x-turn-id']}`, { auth });
-    const del = await api(port, 'DELETE', `/api/v1/chat-sessions/${ids[i]}/turns/${reply.body?.data?.parentId}`, { auth });
-    if (del.status !== 200 && del.status !== 204) throw new Error(`door-lookup: deleting the continuation answered ${del.status} ${del.text.slice(0, 300)}`);
+    await undo(port, auth, ids, i);
     out.undo.push(now() - u0);
   }
 }
@@ -504,9 +516,9 @@ function renderLookup(ctx, results, notes, big) {
   const L = ['## The OpenAI door: finding a conversation (`door-lookup`)', ''];
   const size = (k) => (k === 'small' ? SMALL : big).toLocaleString('en-US');
   L.push(
-    `One user's conversations, each its own session made through the door (a first message, answered by the local provider's \`echo\`): ${SMALL} on one server, ${big.toLocaleString('en-US')} on another, on each engine. One client continues conversations at random, one after another: a waiting POST /v1/chat/completions of [the first question, its answer, "and then?"], timed, which must be recorded in that session; then (the undo, timed apart) the new user turn is deleted with its reply (GET of the reply for its parent, DELETE), so every request finds the same session. **lookup**: no header, the session found by rule 3 (the path key of the answer, through the turns' path_key index); **X-Session-Id**: the same request naming its session (rule 1, no lookup). ${ctx.opts.rounds} round(s) of ${ctx.opts.durationMs / 1000} s, the four in rotating order. CPU: the server's (all threads; main thread in brackets) and PostgreSQL's, read from /proc around each continuation (the undo left out), per continuation.`,
+    `One user's conversations, each its own session made through the door (a first message, answered by the local provider's \`echo\`): ${SMALL} on one server, ${big.toLocaleString('en-US')} on another, on each engine. One client continues conversations at random, one after another: a waiting POST /v1/chat/completions of [the first question, its answer, "and then?"], timed, which must be recorded in that session; then (the undo, timed apart) that session is deleted and its first exchange made again through the door, so every request finds a session holding it alone (not by deleting the new turns: on sqlite a turn's DELETE reads every turn of the file, some 100 ms at 100,000 sessions, and empties the page cache the next request reads through). **lookup**: no header, the session found by rule 3 (the path key of the answer, through the turns' path_key index); **X-Session-Id**: the same request naming its session (rule 1, no lookup). ${ctx.opts.rounds} round(s) of ${ctx.opts.durationMs / 1000} s, the four in rotating order. CPU: the server's (all threads; main thread in brackets) and PostgreSQL's, read from /proc around each continuation (the undo left out), per continuation.`,
     '',
-    '| engine | sessions | rule | continuations | latency p50 / p99 ms | server CPU µs each (main) | PostgreSQL CPU µs each | the undo p50 / p99 ms |',
+    '| engine | sessions | rule | continuations | latency p50 / p99 ms | server CPU µs each (main) | PostgreSQL CPU µs each | the undo (DELETE, new conversation) p50 / p99 ms |',
     '|---|---:|---|---:|---|---|---:|---|',
   );
   for (const r of results) {
