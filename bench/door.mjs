@@ -502,7 +502,7 @@ async function lookupRounds(ctx, engine, cluster, provider, big) {
           undo: Float64Array.from(out.undo).sort(),
         };
         runs[kind].push(run);
-        ctx.progress(`door-lookup ${engine} round ${round + 1}/${ctx.opts.rounds} ${kind}: ${n} continuations in ${seconds.toFixed(1)} s, p50 ${ms(percentile(run.latencies, 0.5))} p99 ${ms(percentile(run.latencies, 0.99))} ms, ${us(run.cpu * 1e6)} µs server CPU each; the undo (GET, DELETE) p50 ${ms(percentile(run.undo, 0.5))} ms`);
+        ctx.progress(`door-lookup ${engine} round ${round + 1}/${ctx.opts.rounds} ${kind}: ${n} continuations in ${seconds.toFixed(1)} s, p50 ${ms(percentile(run.latencies, 0.5))} p99 ${ms(percentile(run.latencies, 0.99))} ms, ${us(run.cpu * 1e6)} µs server CPU each; the undo p50 ${ms(percentile(run.undo, 0.5))} ms`);
       }
     }
     return { runs, seedSeconds: seeded.big.seconds };
