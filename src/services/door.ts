@@ -10,7 +10,7 @@ import type { ProviderCatalog } from '../providers/catalog.js';
 import { modelAllowed, providerConfig } from '../providers/config.js';
 import { ModelIds, type ModelChoice } from '../providers/model-ids.js';
 import type { ProviderConfig, ReplyOptions, ToolChoice, ToolSpec } from '../providers/wire.js';
-import { SessionNotFound, TurnNotFound, type Store, type TurnRecord } from '../store/store.js';
+import { SessionNotFound, TurnNotFound, type SessionRecord, type Store, type TurnRecord } from '../store/store.js';
 import type { Piece } from '../domain/deltas.js';
 import { pathHashes, sameTurn, type DoorMessage } from './door-match.js';
 import type { Access } from './access.js';
@@ -110,13 +110,13 @@ export class DoorService {
     }
     const caller = { user: req.user };
     const found = await this.sessionOf(req);
-    let session = found;
+    let session = found?.id;
     let fresh = false;
     if (session === undefined) {
       session = await newSession(this.store, { user: req.user, projectId: req.projectId, providerId, model: choice.model, messages: req.messages, ...(req.conversationKey !== undefined ? { metadata: { conversationKey: req.conversationKey } } : {}) });
       fresh = true;
     }
-    const { parentId, chain } = await this.placeIn(session, req.messages, fresh);
+    const { parentId, chain } = await this.placeIn(session, req.messages, fresh, found?.record);
     // the assistant turns recorded here are found by their path later (rule 3)
     const hashes = pathHashes(req.messages);
     const at = req.messages.length - chain.length;
@@ -137,15 +137,19 @@ export class DoorService {
   /**
    * The session a request continues, by the door's rules: (1) the one X-Session-Id names, (2)
    * the one of the conversation key, (3) when the messages before the last hold an assistant
-   * message, the caller's session holding a path equal to them; undefined: a new one (4).
+   * message, the caller's session holding a path equal to them; undefined: a new one (4). The
+   * session as read, when it was (rule 1), so that it is not read twice.
    */
-  private async sessionOf(req: CompletionRequest): Promise<string | undefined> {
+  private async sessionOf(req: CompletionRequest): Promise<{ readonly id: string; readonly record?: SessionRecord } | undefined> {
     if (req.sessionId !== undefined) {
       const r = await this.store.getSession(req.sessionId);
       if (r === undefined || r.session.user !== req.user) throw new SessionNotFound();
-      return r.session._id;
+      return { id: r.session._id, record: r };
     }
-    if (req.conversationKey !== undefined) return this.store.sessionByConversationKey(req.user, req.conversationKey, this.access.now());
+    if (req.conversationKey !== undefined) {
+      const id = await this.store.sessionByConversationKey(req.user, req.conversationKey, this.access.now());
+      return id === undefined ? undefined : { id };
+    }
     const before = req.messages.slice(0, -1);
     if (!before.some((m) => m.role === 'assistant')) return undefined;
     const hashes = pathHashes(before);
@@ -153,7 +157,7 @@ export class DoorService {
     for (let k = before.length - 1; k >= 0; k--) {
       if ((before[k] as DoorMessage).role !== 'assistant') continue;
       for (const c of await this.store.turnsByPathKey(req.user, hashes[k] as string, this.access.now(), PATH_CANDIDATES)) {
-        if (await this.holds(c.session, c.turn, before.slice(0, k + 1))) return c.session;
+        if (await this.holds(c.session, c.turn, before.slice(0, k + 1))) return { id: c.session };
       }
     }
     return undefined;
@@ -175,12 +179,13 @@ export class DoorService {
    * Where the messages go in a session: walked down its tree from the root (a turn matches a
    * message by sameTurn; of several that match, the one on the head's path, else the newest),
    * the reply's parent is the deepest match and the messages past it are the turns to record.
+   * `known`: the session as sessionOf read it, if it did.
    */
-  private async placeIn(session: string, messages: readonly DoorMessage[], fresh: boolean): Promise<{ parentId: string | null; chain: DoorMessage[] }> {
+  private async placeIn(session: string, messages: readonly DoorMessage[], fresh: boolean, known: SessionRecord | undefined): Promise<{ parentId: string | null; chain: DoorMessage[] }> {
     if (fresh) return { parentId: null, chain: [...messages] };
     const children = new Map<string | null, Turn[]>();
     let head: string | null = null;
-    const s = await this.store.getSession(session);
+    const s = known ?? (await this.store.getSession(session));
     if (s === undefined) throw new SessionNotFound();
     head = s.session.headTurnId;
     const byId = new Map<string, Turn>();
