@@ -20,10 +20,12 @@ import { dirname, join } from 'node:path';
 import { api, cpuSecondsOf, median, NODE_24, nodeVersion, ROOT, SECRET, sleep, token } from './common.mjs';
 import { clusterCpu, postgres } from './engines.mjs';
 import { percentile } from './loadgen.mjs';
-import { checkRecorded, directRequest, KEY, ms, now, perToken, pooled, PROVIDER_ID, QUIET_MS, RATE, runStreams, Samples, seedSessions, serviceRequest, startProviderProcess, startServer, Stream, TOKENS, us } from './replies.mjs';
+import { checkRecorded, directRequest, KEY, ms, now, perToken, pooled, PROVIDER_ID, QUIET_MS, RATE, runStreams, Samples, seedSessions, serviceRequest, startProviderProcess, startServer, Stream, us } from './replies.mjs';
 
 /** Replies at once (the peers' README: 200 users, one reply each). */
 const N = Number(process.env.BENCH_DOOR_N ?? 200);
+/** Tokens per reply (BENCH_DOOR_TOKENS=2: what a request costs apart from its tokens shows). */
+const TOKENS = Number(process.env.BENCH_DOOR_TOKENS ?? 100);
 /** The door's id of the local provider, named "Local" in the providers.json of startServer. */
 const SLUG = 'local';
 /** The peer relay, run unchanged (BENCH_RELAY names another copy). */
@@ -176,11 +178,12 @@ async function doorReplies(ctx) {
   const notes = [];
   let relay;
   try {
-    const found = relayScript(ctx);
-    if (found.why !== undefined) {
+    // unless BENCH_DOOR_PATHS leaves it out
+    const found = PATHS_NAMED === undefined || PATHS_NAMED.includes('relay') ? relayScript(ctx) : undefined;
+    if (found?.why !== undefined) {
       process.stderr.write(`\n*** door-replies: the relay is SKIPPED: ${found.why} ***\n\n`);
       notes.push(`**The relay is skipped**: ${found.why}.`);
-    } else {
+    } else if (found !== undefined) {
       // a warm-up block and one per round, for each engine's pass
       relay = await startRelay(ctx, found.script, provider, engines.length * (ctx.opts.rounds + 1), (b) => (b % (ctx.opts.rounds + 1) === 0 ? warm : model));
     }

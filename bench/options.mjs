@@ -43,6 +43,7 @@ door-replies runs the peer relay ../shared/peers/replies/relay-fastify.mjs besid
 packages are installed there (npm ci in ../shared/peers) or in BENCH_PEERS (fastify, @fastify/jwt,
 openai: an npm ci --prefix DIR of ../shared/peers/package-lock.json); else without it, said loudly.
   BENCH_DOOR_N=200           door-replies: replies at once (default 200)
+  BENCH_DOOR_TOKENS=100      door-replies: tokens per reply (default 100)
   BENCH_LOOKUP_SESSIONS=N    door-lookup: the big user's sessions (default 100000; --quick 10000)`;
 
 export const argv = process.argv.slice(2);
