@@ -1,5 +1,6 @@
 // What one request asks of PostgreSQL, path by path (issue 40): the statements PostgreSQL ran
-// (pg_stat_statements, utility statements included) per waiting request with a 2-token reply
+// (pg_stat_statements: queries and writes; transaction control such as a snapshot read's BEGIN
+// and COMMIT is not counted) per waiting request with a 2-token reply
 // from the local provider, one request at a time, for the native API's message and the OpenAI
 // door's rules. A count, not a time: it does not move with the machine's load, so a change of
 // one statement per request shows where CPU figures would drown it.
@@ -20,7 +21,7 @@ const MODEL = 'tokens:2';
 /** What the local provider answers to MODEL. */
 const ANSWER = 'the quick';
 
-const cluster = await startCluster({ settings: { shared_preload_libraries: "'pg_stat_statements'", 'pg_stat_statements.track_utility': 'on' } });
+const cluster = await startCluster({ settings: { shared_preload_libraries: "'pg_stat_statements'", 'pg_stat_statements.track_utility': 'off' } });
 const dir = mkdtempSync(join(tmpdir(), 'csa-door-statements-'));
 const provider = spawn(NODE_24, [join(ROOT, 'test', 'provider', 'server.mjs'), '--port', '0'], { stdio: ['ignore', 'pipe', 'inherit'] });
 let server;
@@ -37,6 +38,7 @@ try {
   /** Each path: what it needs made first (not counted), and its request. */
   const paths = [
     { name: 'native: POST .../messages to an empty session', before: emptySession, request: (id) => api(server.port, 'POST', `${B}/${id}/messages`, { auth, body: { content: 'hello' } }) },
+    { name: 'native: a new conversation (POST /chat-sessions, then .../messages: both counted)', before: async () => undefined, request: async () => api(server.port, 'POST', `${B}/${await emptySession()}/messages`, { auth, body: { content: 'hello' } }) },
     { name: 'door, rule 1: X-Session-Id of an empty session', before: emptySession, request: (id) => door([{ role: 'user', content: 'hello' }], { 'x-session-id': id }) },
     { name: 'door, rule 2: X-Conversation-Key of a new conversation', before: async (i) => `key-${i}`, request: (key) => door([{ role: 'user', content: 'hello' }], { 'x-conversation-key': key }) },
     { name: 'door, rule 3: a conversation continued by its path', before: firstExchange, request: (_, i) => door([{ role: 'user', content: `question ${i}` }, { role: 'assistant', content: ANSWER }, { role: 'user', content: 'and then?' }]) },
@@ -60,7 +62,7 @@ try {
     rows.push({ name: p.name, perRequest: n / REQUESTS });
     if (TOP) rows.at(-1).top = await cluster.psql(`SELECT round(calls::numeric / ${REQUESTS}, 2) || '  ' || left(regexp_replace(query, '\\s+', ' ', 'g'), 110) FROM pg_stat_statements WHERE ${ofDb} AND query NOT LIKE '%pg_stat_statements%' ORDER BY calls DESC, query`);
   }
-  const out = [`PostgreSQL statements per waiting request (a ${MODEL} reply from the local provider), ${REQUESTS} requests one at a time per path:`, '', '| path | statements per request |', '|---|---:|'];
+  const out = [`PostgreSQL statements (queries and writes, not BEGIN or COMMIT) per waiting request (a ${MODEL} reply from the local provider), ${REQUESTS} requests one at a time per path:`, '', '| path | statements per request |', '|---|---:|'];
   for (const r of rows) out.push(`| ${r.name} | ${r.perRequest.toFixed(2)} |`);
   for (const r of rows.filter((x) => x.top !== undefined)) out.push('', `${r.name}, per request:`, '', '```', r.top, '```');
   process.stdout.write(`${out.join('\n')}\n`);
