@@ -18,9 +18,9 @@ import { spawn, spawnSync } from 'node:child_process';
 import { closeSync, copyFileSync, existsSync, mkdirSync, mkdtempSync, openSync, symlinkSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { api, cpuSecondsOf, median, NODE_24, nodeVersion, ROOT, SECRET, sleep, token } from './common.mjs';
-import { clusterCpu, postgres } from './engines.mjs';
+import { clusterCpu } from './engines.mjs';
 import { percentile } from './loadgen.mjs';
-import { checkRecorded, directRequest, KEY, ms, now, perToken, pooled, PROVIDER_ID, QUIET_MS, RATE, runStreams, Samples, seedSessions, serviceRequest, startProviderProcess, startServer, Stream, us } from './replies.mjs';
+import { checkRecorded, directRequest, enginesToRun, KEY, ms, namedEngines, now, perToken, pooled, PROVIDER_ID, QUIET_MS, RATE, runStreams, Samples, seedSessions, serviceRequest, startProviderProcess, startServer, Stream, us } from './replies.mjs';
 
 /** Replies at once (the peers' README: 200 users, one reply each). */
 const N = Number(process.env.BENCH_DOOR_N ?? 200);
@@ -41,7 +41,6 @@ export function doorScenarios(ctx) {
   ];
 }
 
-const enginesOf = (ctx) => ['sqlite', 'postgres'].filter((e) => ctx.opts.enginesNamed === undefined || ctx.opts.enginesNamed.includes(e));
 const rotated = (list, round) => [...list.slice(round % list.length), ...list.slice(0, round % list.length)];
 
 // ---- the peer relay ----
@@ -172,7 +171,7 @@ const LABEL = {
 async function doorReplies(ctx) {
   const model = `tokens:${TOKENS}@${RATE}+stamp`;
   const warm = `tokens:5@${RATE}+stamp`;
-  const engines = enginesOf(ctx);
+  const engines = namedEngines(ctx);
   const provider = await startProviderProcess(ctx);
   const results = [];
   const notes = [];
@@ -187,17 +186,7 @@ async function doorReplies(ctx) {
       // a warm-up block and one per round, for each engine's pass
       relay = await startRelay(ctx, found.script, provider, engines.length * (ctx.opts.rounds + 1), (b) => (b % (ctx.opts.rounds + 1) === 0 ? warm : model));
     }
-    for (const engine of engines) {
-      let cluster;
-      if (engine === 'postgres') {
-        cluster = await postgres();
-        if (cluster === undefined) {
-          notes.push('postgres: skipped, PostgreSQL is not installed (see the run\'s notes)');
-          continue;
-        }
-      }
-      results.push({ engine, ...(await doorRounds(ctx, engine, cluster, provider, relay, model, warm)) });
-    }
+    for await (const { engine, cluster } of enginesToRun(ctx, notes)) results.push({ engine, ...(await doorRounds(ctx, engine, cluster, provider, relay, model, warm)) });
   } finally {
     await relay?.stop();
     await provider.stop();
@@ -453,17 +442,7 @@ async function doorLookup(ctx) {
   const results = [];
   const notes = [];
   try {
-    for (const engine of enginesOf(ctx)) {
-      let cluster;
-      if (engine === 'postgres') {
-        cluster = await postgres();
-        if (cluster === undefined) {
-          notes.push('postgres: skipped, PostgreSQL is not installed (see the run\'s notes)');
-          continue;
-        }
-      }
-      results.push({ engine, ...(await lookupRounds(ctx, engine, cluster, provider, big)) });
-    }
+    for await (const { engine, cluster } of enginesToRun(ctx, notes)) results.push({ engine, ...(await lookupRounds(ctx, engine, cluster, provider, big)) });
   } finally {
     await provider.stop();
   }

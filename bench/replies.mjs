@@ -47,15 +47,7 @@ async function replies(ctx) {
   const history = [];
   const services = [];
   try {
-    for (const engine of ['sqlite', 'postgres'].filter((e) => ctx.opts.enginesNamed === undefined || ctx.opts.enginesNamed.includes(e))) {
-      let cluster;
-      if (engine === 'postgres') {
-        cluster = await postgres();
-        if (cluster === undefined) {
-          notes.push('postgres: skipped, PostgreSQL is not installed (see the run\'s notes)');
-          continue;
-        }
-      }
+    for await (const { engine, cluster } of enginesToRun(ctx, notes)) {
       if (parts.has('thousand')) {
         const r = { engine };
         r.thousand = await thousand(ctx, engine, cluster, provider);
@@ -90,6 +82,24 @@ async function replies(ctx) {
 function seeding(server) {
   server.seed = (n, model) => seedSessions(server.port, n, model);
   return server;
+}
+
+/** The engines the run names (--engines; both by default). */
+export const namedEngines = (ctx) => ['sqlite', 'postgres'].filter((e) => ctx.opts.enginesNamed === undefined || ctx.opts.enginesNamed.includes(e));
+
+/** Each engine to run, with PostgreSQL's cluster (started on first need); one that cannot run is said in `notes` and left out. */
+export async function* enginesToRun(ctx, notes) {
+  for (const engine of namedEngines(ctx)) {
+    let cluster;
+    if (engine === 'postgres') {
+      cluster = await postgres();
+      if (cluster === undefined) {
+        notes.push('postgres: skipped, PostgreSQL is not installed (see the run\'s notes)');
+        continue;
+      }
+    }
+    yield { engine, cluster };
+  }
 }
 
 // ---- the processes ----
