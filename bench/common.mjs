@@ -142,6 +142,35 @@ export async function startProcess({ script, args = [], env = {}, node = process
   };
 }
 
+/**
+ * A process that prints `listening <port>` once it listens (the peers of ../shared/peers):
+ * `node script` with PORT=0 and HOST, its stderr to `stderr` (inherited by default). Resolves
+ * with {port, url, pid, stop}.
+ */
+export async function startListening({ node, script, cwd, env = {}, stderr = 'inherit' }) {
+  const child = spawn(node, [script], { cwd, env: { PATH: process.env.PATH, HOME: process.env.HOME, PORT: '0', HOST: '127.0.0.1', ...env }, stdio: ['ignore', 'pipe', stderr] });
+  let out = '';
+  child.stdout.setEncoding('utf8');
+  const port = await new Promise((resolve, reject) => {
+    child.stdout.on('data', (d) => {
+      out += d;
+      const m = /listening (\d+)/.exec(out);
+      if (m !== null) resolve(Number(m[1]));
+    });
+    child.once('exit', (code) => reject(new Error(`${script} exited (${code}) before it listened`)));
+  });
+  const exited = new Promise((resolve) => child.once('exit', resolve));
+  return {
+    port,
+    url: `http://127.0.0.1:${port}`,
+    pid: child.pid,
+    async stop() {
+      child.kill('SIGTERM');
+      await exited;
+    },
+  };
+}
+
 /** Resident and peak resident memory of a process in MiB (Linux). */
 export function memoryOf(pid) {
   const status = readFileSync(`/proc/${pid}/status`, 'utf8');

@@ -14,10 +14,10 @@
 //     caller's session holding the path of the messages before the last, found through the
 //     turns' path_key index), by a user with 10 sessions and by one with 100,000, and the same
 //     request naming its session (X-Session-Id: no lookup), round by round.
-import { spawn, spawnSync } from 'node:child_process';
+import { spawnSync } from 'node:child_process';
 import { closeSync, copyFileSync, existsSync, mkdirSync, mkdtempSync, openSync, symlinkSync } from 'node:fs';
 import { dirname, join } from 'node:path';
-import { api, cpuSecondsOf, median, NODE_24, nodeVersion, ROOT, SECRET, sleep, token } from './common.mjs';
+import { api, cpuSecondsOf, median, NODE_24, nodeVersion, ROOT, SECRET, sleep, startListening, token } from './common.mjs';
 import { clusterCpu } from './engines.mjs';
 import { percentile } from './loadgen.mjs';
 import { checkRecorded, directRequest, enginesToRun, KEY, ms, namedEngines, now, perToken, pooled, PROVIDER_ID, QUIET_MS, RATE, runStreams, Samples, seedSessions, serviceRequest, startProviderProcess, startServer, Stream, us } from './replies.mjs';
@@ -93,38 +93,23 @@ async function startRelay(ctx, script, provider, blocks, modelOf) {
   const dir = mkdtempSync(join(ctx.runDir(), 'relay-data-'));
   preloadRelay(dir, blocks, modelOf);
   const fd = openSync(join(ctx.runDir(), 'door-relay.log'), 'a');
-  const child = spawn(NODE_24, [script], {
-    env: { PATH: process.env.PATH, HOME: process.env.HOME, PORT: '0', HOST: '127.0.0.1', AUTH_SECRET: SECRET, PROVIDER_URL: `${provider.url}/v1`, PROVIDER_KEY: KEY, DATA_DIR: dir },
-    stdio: ['ignore', 'pipe', fd],
-  });
-  closeSync(fd);
-  let out = '';
-  child.stdout.setEncoding('utf8');
-  const port = await new Promise((resolve, reject) => {
-    child.stdout.on('data', (d) => {
-      out += d;
-      const m = /listening (\d+)/.exec(out);
-      if (m !== null) resolve(Number(m[1]));
-    });
-    child.once('exit', (code) => reject(new Error(`the peer relay exited (${code}) before it listened; see door-relay.log`)));
-  });
-  const exited = new Promise((resolve) => child.once('exit', resolve));
+  let started;
+  try {
+    started = await startListening({ node: NODE_24, script, env: { AUTH_SECRET: SECRET, PROVIDER_URL: `${provider.url}/v1`, PROVIDER_KEY: KEY, DATA_DIR: dir }, stderr: fd });
+  } finally {
+    closeSync(fd);
+  }
   let block = 0;
   const relay = {
-    port,
-    pid: child.pid,
+    ...started,
     take() {
       const b = block++;
       if (b >= blocks) throw new Error('the relay has no preloaded sessions left');
       return Array.from({ length: N }, (_, i) => ({ id: (b * N + i).toString(16).padStart(24, '0'), auth: token(`replier-${i}`) }));
     },
-    async stop() {
-      child.kill('SIGTERM');
-      await exited;
-    },
   };
   ctx.track(relay);
-  ctx.progress(`door-replies: the peer relay (${script}) listens on ${port} (Node ${nodeVersion(NODE_24)})`);
+  ctx.progress(`door-replies: the peer relay (${script}) listens on ${relay.port} (Node ${nodeVersion(NODE_24)})`);
   return relay;
 }
 

@@ -16,7 +16,7 @@
 import { spawn } from 'node:child_process';
 import { existsSync, mkdtempSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { api, median, memoryOf, ROOT, SECRET, sleep, token } from './common.mjs';
+import { api, median, memoryOf, ROOT, SECRET, sleep, startListening, token } from './common.mjs';
 import { clusterCpu } from './engines.mjs';
 import { flag } from './options.mjs';
 
@@ -34,27 +34,7 @@ const f2 = (v) => (v === undefined || Number.isNaN(v) ? '–' : v.toFixed(2));
 
 /** A peer of ../shared/peers on its own Node: resolves once it prints `listening <port>`. */
 async function startPeer(ctx, dir, script, env) {
-  const child = spawn(join(dir, 'node_modules', '.bin', 'node'), [join(dir, script)], { cwd: dir, env: { PATH: process.env.PATH, HOME: process.env.HOME, PORT: '0', HOST: '127.0.0.1', ...env }, stdio: ['ignore', 'pipe', 'inherit'] });
-  let out = '';
-  child.stdout.setEncoding('utf8');
-  const port = await new Promise((resolve, reject) => {
-    child.stdout.on('data', (d) => {
-      out += d;
-      const m = /listening (\d+)/.exec(out);
-      if (m !== null) resolve(Number(m[1]));
-    });
-    child.once('exit', (code) => reject(new Error(`${script} exited (${code}) before it listened`)));
-  });
-  const exited = new Promise((resolve) => child.once('exit', resolve));
-  const p = {
-    port,
-    url: `http://127.0.0.1:${port}`,
-    pid: child.pid,
-    async stop() {
-      child.kill('SIGTERM');
-      await exited;
-    },
-  };
+  const p = await startListening({ node: join(dir, 'node_modules', '.bin', 'node'), script: join(dir, script), cwd: dir, env });
   ctx.track(p);
   return p;
 }
