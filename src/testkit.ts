@@ -29,6 +29,8 @@ export { versionOf, versionOfSession } from './domain/version.js';
 export { eachIndexedWord, foldForSearch, indexedWordList, indexedWords, plainAscii, textHolds, turnText, wordHash, wordsOf } from './domain/search.js';
 export { prepareSchema, QUEUED_WORDS_SQL, queuedTurnWords, registerSearchFunctions, turnWordsSql } from './store/sqlite/schema.js';
 export { checkFiles } from './store/sqlite/file-check.js';
+export { SUBTREE_SQL } from './store/sqlite/engine.js';
+export { branchKeysSql, branchPageSql } from './store/sqlite/turns.js';
 export { placesOfChain } from './store/tree-index.js';
 export { chatSession, turnRecord } from './domain/records.js';
 export { appendPiece, appendPieces, appendToEnd, contentEnd } from './domain/deltas.js';

@@ -960,9 +960,12 @@ const EXPIRED_COLUMNS = `json, ${countColumns('turn_count')}`;
 const USAGE_SQL = `SELECT ${countColumns('sessions', 'turns', 'bytes', 'input_tokens', 'output_tokens', 'cached_tokens')} FROM users WHERE user = ?`;
 /** A session's row as a write decides against it. */
 const CURRENT_SQL = `SELECT json, version, last_turn_at, last_turn_id, ${countColumns('turn_count', 'turn_bytes', 'input_tokens', 'output_tokens', 'cached_tokens')} FROM sessions WHERE id = ?`;
-/** A turn (?1, of session ?2) and its descendants, with their bytes and tokens. */
-const SUBTREE_SQL = `WITH RECURSIVE sub(id) AS (SELECT id FROM turns WHERE id = ?1 AND session = ?2 UNION ALL SELECT t.id FROM turns t JOIN sub s ON t.parent_id = s.id)
-  SELECT t.id, t.created_at, t.parent_id, ${turnBytesSql('t')} AS bytes, ${countColumns('t.input_tokens', 't.output_tokens', 't.cached_tokens')} FROM sub JOIN turns t ON t.id = sub.id`;
+/**
+ * A turn (?1, of session ?2) and its descendants, with their bytes and tokens. CROSS JOIN keeps
+ * the few rows of `sub` outside: joined plainly, the planner scanned every turn of the file.
+ */
+export const SUBTREE_SQL = `WITH RECURSIVE sub(id) AS (SELECT id FROM turns WHERE id = ?1 AND session = ?2 UNION ALL SELECT t.id FROM turns t JOIN sub s ON t.parent_id = s.id)
+  SELECT t.id, t.created_at, t.parent_id, ${turnBytesSql('t')} AS bytes, ${countColumns('t.input_tokens', 't.output_tokens', 't.cached_tokens')} FROM sub CROSS JOIN turns t ON t.id = sub.id`;
 /** The store's counters. */
 const COUNTERS_SQL = `SELECT name, ${countSql('value')} AS value FROM counters`;
 
