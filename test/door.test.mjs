@@ -18,6 +18,8 @@ const ids = { openai: '6f0000000000000000000001', anthropic: '6f0000000000000000
 const PROTOCOLS = ['openai', 'anthropic', 'ollama'];
 /** The model id each protocol's provider answers for: `<slug>/<model>` (the slugs: the names made into one, and Ollama's own). */
 const slug = { openai: 'local-openai', anthropic: 'local-claude', ollama: 'ollama' };
+/** The slugs of providers that answer for any model (a model is then the local provider's switches). */
+const anySlug = { openai: 'openai-any', anthropic: 'claude-any', ollama: 'ollama' };
 
 let provider;
 let server;
@@ -35,6 +37,9 @@ before(async () => {
       { _id: '6f0000000000000000000004', name: 'Twin', type: 'openai', baseUrl: `${provider.url}/v1`, models: ['shared-model'] },
       { _id: '6f0000000000000000000005', name: 'twin!', type: 'openai', baseUrl: `${provider.url}/v1`, models: ['t'] },
       { _id: '6f0000000000000000000006', name: 'Listing only', type: 'azure-something', baseUrl: provider.url, models: ['never'] },
+      // no models: they answer for any, the provider's switches included
+      { _id: '6f0000000000000000000007', name: 'OpenAI any', type: 'openai', baseUrl: `${provider.url}/v1`, apiKey: 'sk-door-0123456789' },
+      { _id: '6f0000000000000000000008', name: 'Claude any', type: 'anthropic', baseUrl: provider.url, apiKey: 'sk-door-0123456789' },
     ],
     env: { QUOTA_SESSIONS: '1000' },
   });
@@ -194,6 +199,26 @@ describe('The OpenAI door', () => {
         const turns = await turnsOf(mine[0]._id);
         assert.deepEqual(turns.map((t) => t.role), ['user', 'assistant', 'tool', 'assistant'], city);
         assert.deepEqual(turns.slice(1).map((t) => t.parentId), turns.slice(0, -1).map((t) => t._id), `${city}: one path`);
+      }
+    });
+  }
+
+  for (const type of PROTOCOLS) {
+    test(`[D-door-5] parallel tool calls answered by a tool message each go back to the model together (${type})`, async () => {
+      const c = client();
+      const model = `${anySlug[type]}/call:get_weather+call:get_time:%7B%7D`;
+      const tools = ['get_weather', 'get_time'].map((name) => ({ type: 'function', function: { name, parameters: { type: 'object' } } }));
+      const messages = [{ role: 'user', content: `two calls ${type}` }];
+      const first = await c.chat.completions.create({ model, messages, tools });
+      const calls = first.choices[0].message.tool_calls;
+      assert.deepEqual(calls.map((x) => x.function.name), ['get_weather', 'get_time']);
+      messages.push(first.choices[0].message, ...calls.map((x) => ({ role: 'tool', tool_call_id: x.id, content: `${x.function.name} done` })));
+      // Anthropic wants every result of the calls in the one user message right after them
+      const second = await c.chat.completions.create({ model, messages, tools });
+      assert.equal(second.choices[0].message.content, 'tool said: get_weather done; get_time done');
+      if (type === 'anthropic') {
+        const sent = lastRequest(model.slice(anySlug[type].length + 1)).body.messages;
+        assert.deepEqual(sent.at(-1).content.map((b) => b.type), ['tool_result', 'tool_result']);
       }
     });
   }

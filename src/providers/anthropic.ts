@@ -42,7 +42,8 @@ type Message = { role: 'user' | 'assistant'; content: Block[] };
 /**
  * The conversation as Messages takes it. There is no system role inside `messages`: every
  * system turn, wherever it is in the history, is added in order to the top-level `system`
- * after the session's instructions. Tool turns become user messages of tool_result blocks.
+ * after the session's instructions. Tool turns become user messages of tool_result blocks;
+ * turns of one side in a row are one message.
  */
 function messagesOf(call: ReplyCall): { system: string[]; messages: Message[] } {
   const system: string[] = [];
@@ -76,10 +77,17 @@ function messagesOf(call: ReplyCall): { system: string[]; messages: Message[] } 
       continue;
     }
     if (blocks.length === 0) continue;
-    // tool results must open the user message that holds them
-    const results = blocks.filter((b) => b.type === 'tool_result');
-    const content = results.length > 0 && results.length < blocks.length ? [...results, ...blocks.filter((b) => b.type !== 'tool_result')] : blocks;
-    messages.push({ role: m.role === 'assistant' ? 'assistant' : 'user', content });
+    const role = m.role === 'assistant' ? 'assistant' : 'user';
+    // turns of one side in a row are one message: the results of parallel calls, recorded as a
+    // tool turn each (the OpenAI door), must all be in the user message right after the calls
+    const last = messages[messages.length - 1];
+    if (last !== undefined && last.role === role) last.content.push(...blocks);
+    else messages.push({ role, content: blocks });
+  }
+  // tool results must open the user message that holds them
+  for (const m of messages) {
+    const results = m.content.filter((b) => b.type === 'tool_result');
+    if (results.length > 0 && results.length < m.content.length) m.content = [...results, ...m.content.filter((b) => b.type !== 'tool_result')];
   }
   return { system, messages };
 }

@@ -57,13 +57,13 @@ describe('Anthropic Messages', () => {
         ],
       },
       { role: 'assistant', content: [{ type: 'text', text: 'A cat.' }, { type: 'tool_use', id: 'call_1', name: 'lookup', input: { q: 'cat' } }] },
-      { role: 'user', content: [{ type: 'tool_result', tool_use_id: 'call_1', content: '{"found":true}' }] },
-      { role: 'user', content: [{ type: 'text', text: 'And now?' }] },
+      // the tool turn and the user turn after it are one user message
+      { role: 'user', content: [{ type: 'tool_result', tool_use_id: 'call_1', content: '{"found":true}' }, { type: 'text', text: 'And now?' }] },
     ]);
     assert.ok(!JSON.stringify(req.body).includes('thoughts'));
   });
 
-  test('a tool_result block first in a user message; images by https only; another type a placeholder; no empty text', async () => {
+  test('tool_result blocks first in a user message, turns of a side in a row one; images by https only; no empty text', async () => {
     const model = fresh('echo');
     await collect({
       provider,
@@ -74,9 +74,17 @@ describe('Anthropic Messages', () => {
       ],
     });
     const [req] = requestsFor(p, model);
+    // user turns in a row are one message
     assert.deepEqual(req.body.messages, [
-      { role: 'user', content: [{ type: 'tool_result', tool_use_id: 't1', content: 'ok', is_error: true }, { type: 'text', text: 'see' }] },
-      { role: 'user', content: [{ type: 'image', source: { type: 'url', url: 'https://example.com/a.png' } }, { type: 'text', text: '[file: b.tiff (image/tiff)]' }] },
+      {
+        role: 'user',
+        content: [
+          { type: 'tool_result', tool_use_id: 't1', content: 'ok', is_error: true },
+          { type: 'text', text: 'see' },
+          { type: 'image', source: { type: 'url', url: 'https://example.com/a.png' } },
+          { type: 'text', text: '[file: b.tiff (image/tiff)]' },
+        ],
+      },
     ]);
   });
 
