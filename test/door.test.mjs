@@ -406,6 +406,25 @@ describe('The OpenAI door', () => {
     assert.notEqual(bob.response.headers.get('x-session-id'), sid);
   });
 
+  test('[D-door-16] an assistant message with empty content (a reply of reasoning only) comes back and goes on', async () => {
+    const c = client();
+    const model = 'openai-any/reasoning:3+say:';
+    const first = await c.chat.completions.create({ model, messages: [{ role: 'user', content: 'think only' }] }).withResponse();
+    const said = first.data.choices[0].message;
+    assert.deepEqual([said.content, said.reasoning_content], ['', 'Let me think']);
+    const sid = first.response.headers.get('x-session-id');
+    // sent back as the SDK gave it, and as the AI SDK sends a reply of reasoning alone
+    for (const back of [said, { role: 'assistant', content: '' }]) {
+      const next = await c.chat.completions.create({ model: 'openai-any/echo', messages: [{ role: 'user', content: 'think only' }, back, { role: 'user', content: 'and now?' }] }).withResponse();
+      assert.equal(next.response.headers.get('x-session-id'), sid, 'found by its path: the blank reply matched');
+    }
+    // a blank assistant message no session holds is recorded blank
+    const made = await c.chat.completions.create({ model: 'openai-any/echo', messages: [{ role: 'user', content: 'blank one' }, { role: 'assistant', content: [] }, { role: 'user', content: 'blank two' }] }).withResponse();
+    assert.deepEqual((await turnsOf(made.response.headers.get('x-session-id'))).map((t) => [t.role, t.content]), [['user', 'blank one'], ['assistant', ''], ['user', 'blank two'], ['assistant', 'blank two']]);
+    // none at all is still refused
+    await assert.rejects(c.chat.completions.create({ model: 'openai-any/echo', messages: [{ role: 'user', content: 'x' }, { role: 'assistant' }, { role: 'user', content: 'y' }] }), (e) => e instanceof OpenAI.BadRequestError && /must have content or tool_calls/.test(e.message));
+  });
+
   test("[D-door-15] X-Conversation-Key (or X-OpenWebUI-Chat-Id, metadata.conversation_key) names the caller's session", async () => {
     const c = client();
     const a = await c.chat.completions.create({ model: 'echo', messages: [{ role: 'user', content: 'keyed one' }] }, { headers: { 'X-OpenWebUI-Chat-Id': 'chat-abc' } }).withResponse();

@@ -334,7 +334,8 @@ export class ReplyService {
       parentId = req.parentId === undefined ? cur.session.headTurnId : req.parentId;
       if (parentId !== null && cur.turn(parentId) === undefined) throw new ValidationError('parentId must be a turn of this session');
       for (const t of req.chain) {
-        checkNewContent(t.content, undefined);
+        // an assistant message a client sends back may be blank (a reply of reasoning only was)
+        if (t.role !== 'assistant') checkNewContent(t.content, undefined);
         const { createdAt, _id } = turnStamp(after);
         out.push({ _id, session: cur.session._id, parentId, user: who, role: t.role, content: t.content, status: 'complete', createdAt });
         parentId = _id;

@@ -102,8 +102,9 @@ export function messagesOf(messages: readonly JsonValue[]): DoorMessage[] {
         parts.push({ type: 'tool_call', id, name, arguments: argumentsOf(c['function']['arguments'], cat) });
       });
     }
-    if (parts.length === 0) throw new ValidationError(`${at} must have content or tool_calls`);
-    return { role: 'assistant', content: contentOf(parts) };
+    // an empty content is content (a reply of reasoning only comes back so): only none at all is refused
+    if (parts.length === 0 && (content === null || content === undefined)) throw new ValidationError(`${at} must have content or tool_calls`);
+    return { role: 'assistant', content: parts.length === 0 ? '' : contentOf(parts) };
   });
 }
 
