@@ -425,6 +425,35 @@ describe('The OpenAI door', () => {
     await assert.rejects(c.chat.completions.create({ model: 'openai-any/echo', messages: [{ role: 'user', content: 'x' }, { role: 'assistant' }, { role: 'user', content: 'y' }] }), (e) => e instanceof OpenAI.BadRequestError && /must have content or tool_calls/.test(e.message));
   });
 
+  test('[D-door-17] requests into a session whose reply is going wait for its end: siblings, one session a key, no 409', async () => {
+    const c = client();
+    const key = { 'X-OpenWebUI-Chat-Id': 'chat-at-once' };
+    const messages = [{ role: 'user', content: 'two models at once' }];
+    provider.hold();
+    try {
+      // Open WebUI asks two models in one chat at once: the second arrives while the first is held
+      const a = c.chat.completions.create({ model: 'openai-any/hold-after:1+tokens:3', messages }, { headers: key }).withResponse();
+      await waitFor(() => provider.held === 1, 'the first reply held by its provider');
+      const inFlight = await metric(server, 'chat_session_api_requests_in_flight');
+      const b = c.chat.completions.create({ model: 'openai-any/echo', messages }, { headers: key }).withResponse();
+      await waitFor(async () => (await metric(server, 'chat_session_api_requests_in_flight')) > inFlight, 'the second request in');
+      provider.release();
+      const [ra, rb] = await Promise.all([a, b]);
+      const sid = ra.response.headers.get('x-session-id');
+      assert.equal(rb.response.headers.get('x-session-id'), sid);
+      const turns = await turnsOf(sid);
+      assert.deepEqual(turns.map((t) => t.content), ['two models at once', 'the quick brown', 'two models at once']);
+      assert.deepEqual(turns.slice(1).map((t) => t.parentId), [turns[0]._id, turns[0]._id], 'the second reply is a sibling of the first');
+    } finally {
+      provider.release();
+    }
+    // first requests of a new key at once: the first makes the session, the others find it
+    const race = await Promise.all([1, 2, 3, 4].map(() => c.chat.completions.create({ model: 'openai-any/echo', messages: [{ role: 'user', content: 'key race' }] }, { headers: { 'X-Conversation-Key': 'chat-race' } }).withResponse()));
+    const sids = new Set(race.map((r) => r.response.headers.get('x-session-id')));
+    assert.equal(sids.size, 1, 'one session for the key');
+    assert.deepEqual((await turnsOf([...sids][0])).map((t) => t.role), ['user', 'assistant', 'assistant', 'assistant', 'assistant']);
+  });
+
   test("[D-door-15] X-Conversation-Key (or X-OpenWebUI-Chat-Id, metadata.conversation_key) names the caller's session", async () => {
     const c = client();
     const a = await c.chat.completions.create({ model: 'echo', messages: [{ role: 'user', content: 'keyed one' }] }, { headers: { 'X-OpenWebUI-Chat-Id': 'chat-abc' } }).withResponse();

@@ -185,6 +185,26 @@ describe("OpenAI's stateful API: Responses and conversations", () => {
     await assert.rejects(c.conversations.retrieve(conv.id), (e) => e instanceof OpenAI.NotFoundError);
   });
 
+  test('[D-door-17] a response into a conversation whose response is going waits for its end, then goes on from it', async () => {
+    const c = client();
+    const conv = await c.conversations.create({});
+    provider.hold();
+    try {
+      const a = c.responses.create({ model: 'local-openai/hold-after:1+tokens:3', input: 'first at once', conversation: conv.id });
+      await waitFor(() => provider.held === 1, 'the first response held by its provider');
+      const inFlight = await metric(server, 'chat_session_api_requests_in_flight');
+      const b = c.responses.create({ model: 'local-openai/echo', input: 'second at once', conversation: conv.id });
+      await waitFor(async () => (await metric(server, 'chat_session_api_requests_in_flight')) > inFlight, 'the second request in');
+      provider.release();
+      const [ra, rb] = await Promise.all([a, b]);
+      assert.deepEqual([ra.status, rb.status], ['completed', 'completed']);
+      const items = await c.conversations.items.list(conv.id, { order: 'asc' });
+      assert.deepEqual(items.data.map((i) => i.content[0].text), ['first at once', 'the quick brown', 'second at once', 'second at once'], 'the second goes on at the head the first left');
+    } finally {
+      provider.release();
+    }
+  });
+
   test('[D-responses-8] "Deleting a response or an item deletes that turn and what grew under it"', async () => {
     const c = client();
     const a = await c.responses.create({ model: 'local-openai/echo', input: 'one' });

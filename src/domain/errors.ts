@@ -51,3 +51,10 @@ export class ServerBusy extends DomainError {
     super('busy', message, { retryAfterSeconds });
   }
 }
+
+/** A reply of the session is streaming (409 on the native API; the OpenAI door waits for its end). */
+export class ReplyInProgress extends DomainError {
+  constructor(readonly turnId: string) {
+    super('reply_in_progress', 'A reply is already in progress');
+  }
+}

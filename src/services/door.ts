@@ -3,7 +3,7 @@
 // match is recorded as new turns, so an edited history becomes a branch), then the reply, asked
 // as any other. A retry of a request already answered is answered from what was recorded.
 import { createHash } from 'node:crypto';
-import { DomainError } from '../domain/errors.js';
+import { DomainError, ReplyInProgress } from '../domain/errors.js';
 import { newObjectId } from '../domain/ids.js';
 import { DEFAULT_MODE, chatSession, type Turn, type TurnContent } from '../domain/records.js';
 import type { ProviderCatalog } from '../providers/catalog.js';
@@ -14,7 +14,7 @@ import { SessionNotFound, TurnNotFound, type SessionRecord, type Store, type Tur
 import type { Piece } from '../domain/deltas.js';
 import { pathHashes, sameTurn, type DoorMessage } from './door-match.js';
 import type { Access } from './access.js';
-import type { ReplyService, UnrecordedReply } from './replies.js';
+import type { ReplyService, StartedReply, UnrecordedReply } from './replies.js';
 import { turnOf } from './reply-recorder.js';
 
 /** How long a request's answer is remembered for its retries. */
@@ -68,6 +68,8 @@ export class DoorService {
   private ids: { readonly catalog: ProviderCatalog; readonly ids: ModelIds } | undefined;
   /** Answers by retry key (an Idempotency-Key or a body's hash), in the order made. */
   private readonly answered = new Map<string, Remembered>();
+  /** The last of the requests of each conversation key waiting their turn (beginIn). */
+  private readonly keyTurns = new Map<string, Promise<void>>();
 
   constructor(
     private readonly store: Store,
@@ -109,29 +111,83 @@ export class DoorService {
       if (again !== undefined) return again;
     }
     const caller = { user: req.user };
-    const found = await this.sessionOf(req);
-    let session = found?.id;
-    let fresh = false;
-    if (session === undefined) {
-      session = await newSession(this.store, { user: req.user, projectId: req.projectId, providerId, model: choice.model, messages: req.messages, ...(req.conversationKey !== undefined ? { metadata: { conversationKey: req.conversationKey } } : {}) });
-      fresh = true;
+    // a reply of the session going: wait for its end, then place the messages again (what it
+    // recorded now matches them, so this reply becomes its sibling); OpenAI never answers 409
+    for (;;) {
+      const begun = await this.beginIn(req, choice, providerId);
+      if ('busy' in begun) {
+        await this.whenEnded(begun.session, begun.busy, req.signal);
+        continue;
+      }
+      const { session, started } = begun;
+      this.remember(req, session, started.reply._id);
+      this.cancelOnAbort(req.signal, caller, session, started.reply._id, started.done);
+      return { kind: 'recorded', session, reply: started.reply, done: started.done, replayed: false };
     }
-    const { parentId, chain } = await this.placeIn(session, req.messages, fresh, found?.record);
-    // the assistant turns recorded here are found by their path later (rule 3)
-    const hashes = pathHashes(req.messages);
-    const at = req.messages.length - chain.length;
-    const pathKeys = chain.map((m, i) => (m.role === 'assistant' ? hashes[at + i] : undefined));
-    let started;
+  }
+
+  /**
+   * The session a request goes in (found, or made), the messages placed in it and the reply
+   * begun; or the reply of the session that is going. Requests of one conversation key take
+   * turns here, so that the first of them alone makes its session.
+   */
+  private async beginIn(req: CompletionRequest, choice: ModelChoice, providerId: string): Promise<{ readonly session: string; readonly started: StartedReply } | { readonly session: string; readonly busy: string }> {
+    const release = req.conversationKey === undefined ? undefined : await this.keyTurn(`${req.user}\n${req.conversationKey}`);
     try {
-      started = await this.replies.begin(caller, session, { parentId, chain, pathKeys, model: choice.model, providerId, options: req.options, tools: req.tools, toolChoice: req.toolChoice, onPiece: req.onPiece }, undefined);
-    } catch (e) {
-      // a session made for this request holds nothing: it goes with the refusal
-      if (fresh) await this.store.deleteSession(session, () => undefined).catch(() => undefined);
-      throw e;
+      const found = await this.sessionOf(req);
+      let session = found?.id;
+      let fresh = false;
+      if (session === undefined) {
+        session = await newSession(this.store, { user: req.user, projectId: req.projectId, providerId, model: choice.model, messages: req.messages, ...(req.conversationKey !== undefined ? { metadata: { conversationKey: req.conversationKey } } : {}) });
+        fresh = true;
+      }
+      const { parentId, chain } = await this.placeIn(session, req.messages, fresh, found?.record);
+      // the assistant turns recorded here are found by their path later (rule 3)
+      const hashes = pathHashes(req.messages);
+      const at = req.messages.length - chain.length;
+      const pathKeys = chain.map((m, i) => (m.role === 'assistant' ? hashes[at + i] : undefined));
+      try {
+        const started = await this.replies.begin({ user: req.user }, session, { parentId, chain, pathKeys, model: choice.model, providerId, options: req.options, tools: req.tools, toolChoice: req.toolChoice, onPiece: req.onPiece }, undefined);
+        return { session, started };
+      } catch (e) {
+        if (e instanceof ReplyInProgress) return { session, busy: e.turnId };
+        // a session made for this request holds nothing: it goes with the refusal
+        if (fresh) await this.store.deleteSession(session, () => undefined).catch(() => undefined);
+        throw e;
+      }
+    } finally {
+      release?.();
     }
-    this.remember(req, session, started.reply._id);
-    this.cancelOnAbort(req.signal, caller, session, started.reply._id, started.done);
-    return { kind: 'recorded', session, reply: started.reply, done: started.done, replayed: false };
+  }
+
+  /** Waits for the requests before it of one key (see beginIn); the function given ends its turn. */
+  private async keyTurn(key: string): Promise<() => void> {
+    const before = this.keyTurns.get(key);
+    let end!: () => void;
+    const mine = new Promise<void>((resolve) => (end = resolve));
+    const last = (before ?? Promise.resolve()).then(() => mine);
+    this.keyTurns.set(key, last);
+    await before;
+    return () => {
+      end();
+      if (this.keyTurns.get(key) === last) this.keyTurns.delete(key);
+    };
+  }
+
+  /** The end of a session's reply (see followed), or of the wait when the client leaves first. */
+  async whenEnded(session: string, reply: string, signal: AbortSignal): Promise<void> {
+    if (signal.aborted) throw new ReplyInProgress(reply);
+    let off: (() => void) | undefined;
+    const left = new Promise<never>((_, reject) => {
+      const gone = (): void => reject(new ReplyInProgress(reply));
+      signal.addEventListener('abort', gone, { once: true });
+      off = () => signal.removeEventListener('abort', gone);
+    });
+    try {
+      await Promise.race([this.followed(session, reply, signal).catch((e: unknown) => (e instanceof TurnNotFound ? undefined : Promise.reject(e))), left]);
+    } finally {
+      off?.();
+    }
   }
 
   /**
@@ -232,10 +288,11 @@ export class DoorService {
   }
 
   /** A streaming reply's end: this instance's own, or (another instance generates it) read until it is no longer streaming. */
-  private async followed(session: string, id: string): Promise<TurnRecord> {
+  private async followed(session: string, id: string, signal?: AbortSignal): Promise<TurnRecord> {
     const own = this.replies.whenEnded(id);
     if (own !== undefined) return own;
     for (;;) {
+      if (signal?.aborted === true) throw new ReplyInProgress(id);
       const t = await this.store.getTurn(session, id);
       if (t === undefined) throw new TurnNotFound();
       if (turnOf(t).status !== 'streaming') return t;

@@ -5,7 +5,7 @@
 // the live feed as it comes; the store records it a quarter of a second behind at most (pieces
 // gathered into one write per reply), and its end (status, usage) is committed before the last
 // event and before a waiting answer.
-import { DomainError, ServerBusy } from '../domain/errors.js';
+import { DomainError, ReplyInProgress, ServerBusy } from '../domain/errors.js';
 import { checkNewContent } from '../domain/inputs.js';
 import { ValidationError } from '../domain/schema.js';
 import { appendPieces, withToolCalls, type Piece, type PlacedCall } from '../domain/deltas.js';
@@ -226,7 +226,8 @@ export class ReplyService {
           check(cur);
           call = this.callOf(cur, req.model, req.providerId);
           if (req.instructions !== undefined) call = { ...call, instructions: req.instructions };
-          if (cur.streamingTurn() !== undefined) throw new DomainError('reply_in_progress', 'A reply is already in progress');
+          const streaming = cur.streamingTurn();
+          if (streaming !== undefined) throw new ReplyInProgress(streaming);
           return this.turnsOf(cur, caller.user, req, call.model);
         },
         { ...(req.parentId !== undefined ? { parentId: req.parentId } : {}), streaming: true, generated: true, ...(req.pathKeys !== undefined ? { pathKeys: req.pathKeys } : {}) },

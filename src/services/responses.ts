@@ -2,7 +2,7 @@
 // previous_response_id its parent), a conversation a session, its items the turns of its current
 // path. Every id is its caller's own: another user's response or conversation is not found,
 // whatever ACCESS says. The replies are ReplyService's; this is where they go and what they keep.
-import { DomainError } from '../domain/errors.js';
+import { DomainError, ReplyInProgress } from '../domain/errors.js';
 import { newObjectId } from '../domain/ids.js';
 import { chatSession, nextTimestamp, type ChatSession, type JsonObject, type Part, type Turn } from '../domain/records.js';
 import type { ProviderConfig, ReplyOptions, ToolChoice, ToolSpec } from '../providers/wire.js';
@@ -144,12 +144,24 @@ export class ResponsesService {
       ...(req.conversation !== undefined ? { conversation: session } : {}),
     };
     try {
-      const started = await this.replies.begin(
-        { user: req.user },
-        session,
-        { parentId, chain: req.input, model: choice.model, providerId, options, tools: req.tools, toolChoice: req.toolChoice, onPiece: req.onPiece, instructions: req.instructions, replyMetadata: { response: kept } },
-        undefined,
-      );
+      let started;
+      for (;;) {
+        try {
+          started = await this.replies.begin(
+            { user: req.user },
+            session,
+            { parentId, chain: req.input, model: choice.model, providerId, options, tools: req.tools, toolChoice: req.toolChoice, onPiece: req.onPiece, instructions: req.instructions, replyMetadata: { response: kept } },
+            undefined,
+          );
+          break;
+        } catch (e) {
+          if (!(e instanceof ReplyInProgress)) throw e;
+          // a response of the conversation going: this one waits for its end (a conversation's
+          // next response then goes on from it, at its head), as the door does
+          await this.door.whenEnded(session, e.turnId, req.signal);
+          if (req.conversation !== undefined) parentId = (await this.session(req.user, req.conversation)).session.headTurnId;
+        }
+      }
       if (!req.background) {
         // a client that closes its connection before the end cancels the response (not a background one)
         const cancel = (): void => void this.replies.cancel({ user: req.user }, session, started.reply._id).catch(() => undefined);

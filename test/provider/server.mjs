@@ -458,7 +458,7 @@ const ROUTES = {
 
 /**
  * Starts the local provider. Returns `{url, port, requests, close, waitForRequest, held, release}`
- * (`held`: replies waiting at their `hold-after`; `release()` lets them and any later ones go on): `requests`
+ * (`held`: replies waiting at their `hold-after`; `release()` lets them and any later ones go on; `hold()` closes the gate again): `requests`
  * is the log, unless `log: false` (the benchmark): each `{protocol, path, headers, body, model,
  * system, attempt (of this model name), at (ms), remotePort, clientClosed, ended, blocked, written}`, with
  * `closed`, a promise of the response's close. `clientClosed` is true when the client closed
@@ -471,9 +471,9 @@ export async function startProvider({ port = 0, host = '127.0.0.1', log = true }
   const waiters = [];
   const counts = new Map();
   const sockets = new Set();
-  /** The gate of `hold-after`: replies wait on it until release() opens it for good. */
+  /** The gate of `hold-after`: replies wait on it until release() opens it (for good, until hold() closes it again). */
   let open;
-  const gate = new Promise((resolve) => (open = resolve));
+  let gate = new Promise((resolve) => (open = resolve));
   let holding = 0;
   const server = createServer({ keepAliveTimeout: 5000, noDelay: true }, (req, res) => {
     handle(req, res).catch((e) => {
@@ -702,6 +702,11 @@ export async function startProvider({ port = 0, host = '127.0.0.1', log = true }
     /** Lets every held reply go on, and any that comes later pass its hold. */
     release() {
       open();
+    },
+    /** Closes the gate again (after a release): replies reaching their `hold-after` wait for the next release(). */
+    hold() {
+      open();
+      gate = new Promise((resolve) => (open = resolve));
     },
     /** The first logged request (past or future) that `pred` accepts. */
     waitForRequest(pred) {
