@@ -223,6 +223,19 @@ describe('The OpenAI door', () => {
     });
   }
 
+  test('[D-door-18] a provider refusing the request is a 400; its other refusals a 502 not to retry: the SDK asks once', async () => {
+    // the SDK's own retries on (as users run it): it would try a 5xx twice more
+    const c = client(alice.token, { maxRetries: 2 });
+    const asked = (model) => provider.requests.filter((q) => q.model === model).length;
+    await assert.rejects(c.chat.completions.create({ model: 'openai-any/status:400', messages: [{ role: 'user', content: 'too long' }] }), (e) => e instanceof OpenAI.BadRequestError && /answered HTTP 400/.test(e.message) && e.headers.get('x-session-id') !== null);
+    assert.equal(asked('status:400'), 1);
+    await assert.rejects(c.chat.completions.create({ model: 'openai-any/status:401', messages: [{ role: 'user', content: 'bad key' }] }), (e) => e instanceof OpenAI.InternalServerError && e.status === 502 && e.headers.get('x-should-retry') === 'false');
+    assert.equal(asked('status:401'), 1);
+    // a passing failure (429, 5xx) stays one the SDK may try again
+    const s = await rawCompletion({ model: 'openai-any/status:503', messages: [{ role: 'user', content: 'busy' }] });
+    assert.deepEqual([s.status, s.headers['x-should-retry']], [502, undefined]);
+  });
+
   test("[D-door-6] the door's errors are OpenAI's objects on every /v1 route; the SDK's error classes read them", async () => {
     const none = await server.request('GET', '/v1/models');
     assert.deepEqual([none.status, none.body.error.type, none.body.error.code], [401, 'authentication_error', 'invalid_api_key']);

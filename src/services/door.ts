@@ -7,6 +7,7 @@ import { DomainError, ReplyInProgress } from '../domain/errors.js';
 import { newObjectId } from '../domain/ids.js';
 import { DEFAULT_MODE, chatSession, type Turn, type TurnContent } from '../domain/records.js';
 import type { ProviderCatalog } from '../providers/catalog.js';
+import type { ProviderFailed } from '../providers/failure.js';
 import { modelAllowed, providerConfig } from '../providers/config.js';
 import { ModelIds, type ModelChoice } from '../providers/model-ids.js';
 import type { ProviderConfig, ReplyOptions, ToolChoice, ToolSpec } from '../providers/wire.js';
@@ -54,7 +55,7 @@ export interface CompletionRequest {
 
 /** A request answered: a recorded reply (its session, its turn as it began, its end), or one not recorded. */
 export type CompletionStarted =
-  | { readonly kind: 'recorded'; readonly session: string; readonly reply: TurnRecord; readonly done: Promise<TurnRecord>; readonly replayed: boolean }
+  | { readonly kind: 'recorded'; readonly session: string; readonly reply: TurnRecord; readonly done: Promise<TurnRecord>; readonly replayed: boolean; readonly failure: () => ProviderFailed | undefined }
   | { readonly kind: 'unrecorded'; readonly done: Promise<UnrecordedReply> };
 
 interface Remembered {
@@ -122,7 +123,7 @@ export class DoorService {
       const { session, started } = begun;
       this.remember(req, session, started.reply._id);
       this.cancelOnAbort(req.signal, caller, session, started.reply._id, started.done);
-      return { kind: 'recorded', session, reply: started.reply, done: started.done, replayed: false };
+      return { kind: 'recorded', session, reply: started.reply, done: started.done, replayed: false, failure: started.failure };
     }
   }
 
@@ -277,14 +278,14 @@ export class DoorService {
     if (reply === undefined) return undefined;
     const turn = turnOf(reply);
     if (turn.status === 'complete' || turn.status === 'streaming') {
-      return { kind: 'recorded', session: seen.session, reply, done: turn.status === 'complete' ? Promise.resolve(reply) : this.followed(seen.session, seen.reply), replayed: true };
+      return { kind: 'recorded', session: seen.session, reply, done: turn.status === 'complete' ? Promise.resolve(reply) : this.followed(seen.session, seen.reply), replayed: true, failure: () => undefined };
     }
     // it ended interrupted (the client timed out and closed) or error: asked again under the same turn
     const caller = { user: req.user };
     const started = await this.replies.begin(caller, seen.session, { parentId: turn.parentId, model: choice.model, providerId, options: req.options, tools: req.tools, toolChoice: req.toolChoice, onPiece: req.onPiece }, undefined);
     this.remember(req, seen.session, started.reply._id);
     this.cancelOnAbort(req.signal, caller, seen.session, started.reply._id, started.done);
-    return { kind: 'recorded', session: seen.session, reply: started.reply, done: started.done, replayed: false };
+    return { kind: 'recorded', session: seen.session, reply: started.reply, done: started.done, replayed: false, failure: started.failure };
   }
 
   /** A streaming reply's end: this instance's own, or (another instance generates it) read until it is no longer streaming. */

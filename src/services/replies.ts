@@ -102,6 +102,8 @@ export interface UnrecordedReply {
   readonly usage?: TurnUsage | undefined;
   readonly stopReason?: StopReason | undefined;
   readonly error?: string | undefined;
+  /** The provider's failure it ended with, if it did. */
+  readonly failure?: ProviderFailed | undefined;
 }
 
 /** A reply under way: the user turn a message recorded, the reply as it began, and the reply as recorded at its end. */
@@ -111,6 +113,8 @@ export interface StartedReply {
   readonly recorded: readonly TurnRecord[];
   readonly reply: TurnRecord;
   readonly done: Promise<TurnRecord>;
+  /** Once done: the provider's failure it ended with, if it did (its status and whether it was passing are not recorded). */
+  readonly failure: () => ProviderFailed | undefined;
 }
 
 /** Counts a metrics page shows. */
@@ -139,6 +143,8 @@ class Running {
   cancelled = false;
   /** Set once how it ends is decided: a cancel after that has lost the race to the end. */
   decided = false;
+  /** The provider's failure it ended with, if it did. */
+  failure: ProviderFailed | undefined;
   readonly done: Promise<TurnRecord>;
   resolve!: (t: TurnRecord) => void;
   reject!: (e: unknown) => void;
@@ -240,7 +246,7 @@ export class ReplyService {
     const r = new Running(sessionId, reply._id);
     this.running.set(reply._id, r);
     void this.run(r, call as NonNullable<typeof call>, req, turnOf(reply));
-    return { turn, recorded: made.slice(0, -1), reply, done: r.done };
+    return { turn, recorded: made.slice(0, -1), reply, done: r.done, failure: () => r.failure };
   }
 
   /** The reply turns this instance generates now (Store.leftStreaming: its own that no reply holds are left). */
@@ -301,7 +307,7 @@ export class ReplyService {
       if (!(e instanceof ProviderFailed)) this.log.error('a reply failed for a reason of this server; it ends with error', { err: e });
       // (a bound passed: the provider's request is closed at once)
       stop.abort();
-      out = { status: 'error', content: appendPieces('', pieces), error: e instanceof ProviderFailed ? e.message : 'The reply failed inside this server' };
+      out = { status: 'error', content: appendPieces('', pieces), error: e instanceof ProviderFailed ? e.message : 'The reply failed inside this server', ...(e instanceof ProviderFailed ? { failure: e } : {}) };
     } finally {
       this.starting--;
       holding.release();
@@ -381,7 +387,10 @@ export class ReplyService {
       else ending = { status: 'complete', usage, stopReason: stopReasonOf(stream.finishReason, called) };
     } catch (e) {
       if (r.cancelled) ending = { status: 'interrupted' };
-      else if (e instanceof ProviderFailed) ending = { status: 'error', error: e.message };
+      else if (e instanceof ProviderFailed) {
+        r.failure = e;
+        ending = { status: 'error', error: e.message };
+      }
       else {
         this.log.error('a reply failed for a reason of this server; it ends with error', { session: r.session, turn: r.turnId, err: e });
         ending = { status: 'error', error: 'The reply failed inside this server' };

@@ -88,6 +88,14 @@ export function actingUser(p: Principal, h: IncomingHttpHeaders, user: JsonValue
 }
 
 /** A reply as the door answers it, from its record. */
+/**
+ * A provider's refusals of the request as made (malformed, no such model, too large, not
+ * processable: a context too long, a max_tokens too high): a waiting request gets 400, as from
+ * OpenAI, which no SDK tries again. Its other answers that are no stream and not passing (its
+ * key refused, 401 and 403; JSON or HTML for a stream) are 502 that says not to try again.
+ */
+const REQUEST_REFUSALS: ReadonlySet<number> = new Set([400, 404, 413, 422]);
+
 function viewOf(t: ReturnType<typeof turnOf>): ReplyView {
   return { status: t.status, content: t.content, usage: t.usage, stopReason: t.stopReason, error: t.error };
 }
@@ -178,8 +186,16 @@ export function openaiRoutes({ door, pingMs }: OpenAIDeps): RouteDef[] {
     }
     queue.stop();
     const v = await end;
-    // a provider's failure is the answer's (the SDKs try a 5xx again: a retry asks again under the same turn)
-    if (v.status !== 'complete') throw new HttpError(502, v.error?.message ?? 'The reply was interrupted', started.kind === 'recorded' ? [['x-session-id', started.session], ['x-turn-id', started.reply._id]] : []);
+    // a provider's failure is the answer's (the SDKs try a 5xx again: a retry asks again under the
+    // same turn); a refusal the same request would meet again is not to be tried again
+    if (v.status !== 'complete') {
+      const failure = started.kind === 'recorded' ? started.failure() : (await started.done).failure;
+      const ids: [string, string][] = started.kind === 'recorded' ? [['x-session-id', started.session], ['x-turn-id', started.reply._id]] : [];
+      const message = v.error?.message ?? 'The reply was interrupted';
+      const refused = failure !== undefined && !failure.transient ? failure.status : undefined;
+      if (refused !== undefined && REQUEST_REFUSALS.has(refused)) throw new HttpError(400, message, ids);
+      throw new HttpError(502, message, refused !== undefined ? [...ids, ['x-should-retry', 'false']] : ids);
+    }
     return { status: 200, body: JSON.stringify(completionObject(id, created, b.model as string, v)), headers: recorded };
   }
 
