@@ -236,6 +236,24 @@ describe('The OpenAI door', () => {
     assert.deepEqual([s.status, s.headers['x-should-retry']], [502, undefined]);
   });
 
+  test('[D-tools-14] arguments parsing would change (a JSON string, a 20-digit number) are kept and sent back as their text', async () => {
+    const c = client();
+    const tools = [{ type: 'function', function: { name: 'f', parameters: { type: 'object' } } }];
+    for (const [args, kept] of [
+      ['{"id": 12345678901234567890, "x": 1.50}', '{"id": 12345678901234567890, "x": 1.50}'],
+      ['"hello"', '"hello"'],
+      ['[1, 2]', '[1, 2]'],
+      ['{"city": "Paris", "n": 1.5}', { city: 'Paris', n: 1.5 }],
+    ]) {
+      const r = await c.chat.completions.create({ model: `openai-any/call:f:${encodeURIComponent(args)}`, messages: [{ role: 'user', content: `args ${args}` }], tools }).withResponse();
+      const call = r.data.choices[0].message.tool_calls[0];
+      if (typeof kept === 'string') assert.equal(call.function.arguments, kept, 'the text as the model gave it');
+      else assert.deepEqual(JSON.parse(call.function.arguments), kept);
+      const turns = await turnsOf(r.response.headers.get('x-session-id'));
+      assert.deepEqual(turns[1].content[0].arguments, kept, `${args}: as the turn keeps it`);
+    }
+  });
+
   test("[D-door-6] the door's errors are OpenAI's objects on every /v1 route; the SDK's error classes read them", async () => {
     const none = await server.request('GET', '/v1/models');
     assert.deepEqual([none.status, none.body.error.type, none.body.error.code], [401, 'authentication_error', 'invalid_api_key']);

@@ -75,17 +75,36 @@ export function newCallId(): string {
  * or as a value already (Anthropic's and Ollama's objects).
  */
 export function toolCallOf(id: unknown, name: string, args: string | JsonValue): ToolCall {
-  let value: JsonValue;
-  if (typeof args !== 'string') value = args;
-  else if (args.trim() === '') value = {};
-  else {
-    try {
-      value = JSON.parse(args) as JsonValue;
-    } catch {
-      value = args;
-    }
+  return { id: typeof id === 'string' && id !== '' ? id : newCallId(), name, arguments: typeof args === 'string' ? argumentsOfText(args) : args };
+}
+
+/**
+ * A tool call's arguments from their JSON text as a turn keeps them: `{}` when blank, the object
+ * it is, or the text itself when it is no JSON object or parsing would change it (a number of
+ * more than 15 significant digits, or past a double's range): sent back, it is the same text.
+ */
+export function argumentsOfText(text: string): JsonValue {
+  if (text.trim() === '') return {};
+  let value: unknown;
+  try {
+    value = JSON.parse(text);
+  } catch {
+    return text;
   }
-  return { id: typeof id === 'string' && id !== '' ? id : newCallId(), name, arguments: value };
+  if (typeof value !== 'object' || value === null || Array.isArray(value) || !numbersSurvive(text)) return text;
+  return value as JsonValue;
+}
+
+/** Whether every number of a JSON text is a double's exactly enough: at most 15 significant digits, finite. */
+function numbersSurvive(text: string): boolean {
+  const numbers = /"(?:[^"\\]|\\.)*"|(-?\d+(?:\.\d+)?(?:[eE][+-]?\d+)?)/g;
+  for (const m of text.matchAll(numbers)) {
+    const n = m[1];
+    if (n === undefined) continue;
+    const mantissa = (n.replace(/^-/, '').split(/[eE]/)[0] as string).replace('.', '').replace(/^0+/, '').replace(/0+$/, '');
+    if (mantissa.length > 15 || !Number.isFinite(Number(n))) return false;
+  }
+  return true;
 }
 
 /**

@@ -9,7 +9,7 @@ import { isObjectId } from '../../domain/ids.js';
 import { ID_MAX } from '../../domain/limits.js';
 import type { JsonObject, JsonValue, Part, Turn, TurnContent, TurnUsage } from '../../domain/records.js';
 import { ValidationError } from '../../domain/schema.js';
-import { jsonText } from '../../providers/wire.js';
+import { argumentsOfText, jsonText } from '../../providers/wire.js';
 import type { DoorMessage } from '../../services/door-match.js';
 import { imagePart } from './wire.js';
 
@@ -209,15 +209,7 @@ export async function turnsOfInput(input: JsonValue, lookup: ItemLookup, at = 'i
       const name = v['name'];
       if (typeof callId !== 'string' || callId === '' || callId.length > ID_MAX) throw new ValidationError(`${iat}.call_id must be a string of 1-${ID_MAX} characters`);
       if (typeof name !== 'string' || name === '' || name.length > ID_MAX) throw new ValidationError(`${iat}.name must be a string of 1-${ID_MAX} characters`);
-      const text = typeof v['arguments'] === 'string' ? v['arguments'] : '';
-      let args: JsonValue = {};
-      if (text.trim() !== '') {
-        try {
-          args = JSON.parse(text) as JsonValue;
-        } catch {
-          args = text;
-        }
-      }
+      const args = argumentsOfText(typeof v['arguments'] === 'string' ? v['arguments'] : '');
       assistant = [...(assistant ?? []), { type: 'tool_call', id: callId, name, arguments: args }];
     } else if (type === 'function_call_output') {
       if (assistant !== undefined) {

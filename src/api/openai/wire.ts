@@ -8,7 +8,7 @@ import { COUNT_MAX } from '../../domain/numbers.js';
 import { ID_MAX, TOOL_DESCRIPTION_MAX, TOOL_PARAMETERS_MAX_BYTES, TOOLS_MAX, URL_MAX } from '../../domain/limits.js';
 import type { JsonObject, JsonValue, Part, StopReason, TurnContent, TurnStatus, TurnUsage } from '../../domain/records.js';
 import { ValidationError } from '../../domain/schema.js';
-import { jsonText, type ToolChoice, type ToolSpec } from '../../providers/wire.js';
+import { argumentsOfText, jsonText, type ToolChoice, type ToolSpec } from '../../providers/wire.js';
 import type { DoorMessage } from '../../services/door-match.js';
 
 const isObject = (v: unknown): v is { readonly [k: string]: JsonValue } => v !== null && typeof v === 'object' && !Array.isArray(v);
@@ -38,15 +38,10 @@ export function imagePart(url: unknown, at: string): Part {
   return { type: 'file', name: url.split(/[?#]/)[0]?.split('/').pop() || 'image', mediaType, url };
 }
 
-/** A tool call's arguments as a turn keeps them: the JSON text parsed, the raw text when it is not JSON. */
+/** A tool call's arguments as a turn keeps them (argumentsOfText). */
 function argumentsOf(text: unknown, at: string): JsonValue {
   if (typeof text !== 'string') throw new ValidationError(`${at}.function.arguments must be a string`);
-  if (text.trim() === '') return {};
-  try {
-    return JSON.parse(text) as JsonValue;
-  } catch {
-    return text;
-  }
+  return argumentsOfText(text);
 }
 
 /** Parts as a content: one text part is a plain string (what a client reads back as it sent it). */
