@@ -125,8 +125,9 @@ describe("OpenAI's stateful API: Responses and conversations", () => {
     const c = client();
     const before = (await alice.get(B)).body.data.length;
     const counted = await metric(server, 'chat_session_api_replies_total\\{status="complete"\\}');
-    const r = await c.responses.create({ model: 'local-openai/echo', input: 'not kept', store: false });
+    const r = await c.responses.create({ model: 'local-openai/echo', input: 'not kept', store: false, instructions: 'Be brief.', metadata: { run: 'off' } });
     assert.equal(r.output_text, 'not kept');
+    assert.deepEqual([r.store, r.instructions, r.metadata], [false, 'Be brief.', { run: 'off' }], 'the response says it is not stored');
     await assert.rejects(c.responses.retrieve(r.id), (e) => e instanceof OpenAI.NotFoundError);
     const kept = await c.responses.create({ model: 'local-openai/echo', input: 'kept' });
     const off = await c.responses.create({ model: 'local-openai/echo', input: 'off the record', previous_response_id: kept.id, store: false });
@@ -228,6 +229,7 @@ describe("OpenAI's stateful API: Responses and conversations", () => {
     assert.equal(types.at(-1), 'response.incomplete');
     const got = await c.responses.retrieve((await cut.finalResponse()).id);
     assert.deepEqual([got.status, got.incomplete_details, got.max_output_tokens], ['incomplete', { reason: 'max_output_tokens' }, 3]);
+    assert.deepEqual(got.output.map((i) => [i.type, i.status]), [['message', 'incomplete']], 'its message is incomplete too');
     assert.equal(provider.requests.filter((q) => q.protocol === 'openai').at(-1).body.max_tokens, 3, 'passed on as the protocol\'s max tokens');
     const failed = await c.responses.create({ model: 'local-openai/tokens:3+error-after:1', input: 'x' });
     assert.deepEqual([failed.status, failed.error.code], ['failed', 'server_error']);

@@ -187,7 +187,7 @@ export class ResponsesService {
     }
     const now = new Date().toISOString();
     const id = newObjectId(Date.parse(now));
-    const reply: Turn = { _id: id, session: '', parentId: null, user: req.user, role: 'assistant', content: '', model, metadata: { response: { model: req.model, background: false } }, status: 'streaming', createdAt: now };
+    const reply: Turn = { _id: id, session: '', parentId: null, user: req.user, role: 'assistant', content: '', model, metadata: { response: unrecordedKept(req) }, status: 'streaming', createdAt: now };
     const done = this.replies.unrecorded({ provider, model, system: req.instructions, messages: [...before, ...req.input].map((m) => ({ role: m.role, content: m.content })), options, tools: req.tools, toolChoice: req.toolChoice, onPiece: req.onPiece, signal: req.signal });
     return { kind: 'unrecorded', reply, done };
   }
@@ -275,3 +275,15 @@ export class ResponsesService {
   }
 }
 
+/** What a response not recorded shows of its request, as a recorded one shows what its turn keeps. */
+function unrecordedKept(req: ResponseRequest): JsonObject {
+  return {
+    model: req.model,
+    previous_response_id: req.previousResponse !== undefined ? `resp_${req.previousResponse}` : null,
+    ...(req.instructions !== undefined ? { instructions: req.instructions } : {}),
+    ...(req.maxOutputTokens !== undefined ? { max_output_tokens: req.maxOutputTokens } : {}),
+    background: false,
+    ...(req.metadata !== undefined ? { metadata: req.metadata } : {}),
+    store: false,
+  };
+}

@@ -47,7 +47,8 @@ function said(t: Turn): { text: string; reasoning: string; calls: Extract<Part, 
 /** The items of a reply, in their order: its reasoning, its message, its calls. */
 export function replyItems(t: Turn): JsonObject[] {
   const { text, reasoning, calls } = said(t);
-  const status = t.status === 'streaming' ? 'in_progress' : t.status === 'complete' ? 'completed' : 'incomplete';
+  // a message cut by max_output_tokens is incomplete, as its response is
+  const status = t.status === 'streaming' ? 'in_progress' : t.status === 'complete' && t.stopReason !== 'length' ? 'completed' : 'incomplete';
   const out: JsonObject[] = [];
   if (reasoning !== '') out.push(reasoningItem(t._id, reasoning));
   if (text !== '' || (calls.length === 0 && t.status !== 'streaming')) out.push({ ...messageItem(t._id, text), status });
@@ -92,6 +93,8 @@ export interface ResponseKept {
   readonly background?: boolean;
   readonly metadata?: JsonObject;
   readonly conversation?: string | null;
+  /** false for a response not recorded (`store: false`): it is kept nowhere, only answered. */
+  readonly store?: boolean;
 }
 
 /** What a reply turn keeps of its response. */
@@ -133,7 +136,7 @@ export function responseObject(t: Turn, over: { readonly output?: JsonObject[] }
     parallel_tool_calls: true,
     previous_response_id: k.previous_response_id ?? null,
     reasoning: { effort: null, summary: null },
-    store: true,
+    store: k.store ?? true,
     temperature: null,
     text: { format: { type: 'text' } },
     tool_choice: 'auto',
