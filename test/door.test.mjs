@@ -262,6 +262,7 @@ describe('The OpenAI door', () => {
     await assert.rejects(client().chat.completions.create({ model: 'echo', messages: [{ role: 'user', content: 'x' }], n: 2 }), (e) => e instanceof OpenAI.BadRequestError && e.param === 'n');
     await assert.rejects(client().chat.completions.create({ model: 'echo', messages: [{ role: 'user', content: 'x' }], n: 0 }), (e) => e instanceof OpenAI.BadRequestError && e.param === 'n');
     await assert.rejects(client().chat.completions.create({ model: 'echo', messages: [{ role: 'wizard', content: 'x' }] }), (e) => e instanceof OpenAI.BadRequestError && e.param === 'messages[0].role');
+    await assert.rejects(client().chat.completions.create({ model: 'echo', messages: [{ role: 'user', content: ' ' }] }), (e) => e instanceof OpenAI.BadRequestError && e.param === 'messages[0].content');
     const unknown = await alice.get('/v1/engines');
     assert.equal(unknown.status, 404);
     assert.deepEqual(unknown.body, { error: { message: 'Invalid URL (GET /v1/engines)', type: 'invalid_request_error', param: null, code: 'unknown_url' } });
@@ -283,7 +284,7 @@ describe('The OpenAI door', () => {
       const raw = await s.as('bob').post('/v1/chat/completions', { model: 'local-openai/echo', messages: [{ role: 'user', content: 'second' }] });
       assert.equal(raw.status, 429);
       assert.equal(raw.headers['x-should-retry'], 'false');
-      assert.deepEqual([raw.body.error.type, raw.body.error.code], ['rate_limit_error', 'insufficient_quota']);
+      assert.deepEqual([raw.body.error.type, raw.body.error.code], ['insufficient_quota', 'insufficient_quota'], "OpenAI's own type and code");
       await assert.rejects(c.chat.completions.create({ model: 'local-openai/echo', messages: [{ role: 'user', content: 'third' }] }), (e) => e instanceof OpenAI.RateLimitError && e.code === 'insufficient_quota');
       assert.equal(provider.requests.length, before, 'nothing asked of the provider');
     } finally {

@@ -184,6 +184,11 @@ describe("OpenAI's stateful API: Responses and conversations", () => {
     assert.deepEqual([gone.id, gone.deleted], [conv.id, true]);
     assert.equal((await alice.get(`${B}/${sid}`)).status, 404);
     await assert.rejects(c.conversations.retrieve(conv.id), (e) => e instanceof OpenAI.NotFoundError);
+    // items are a list: an empty one begins an empty conversation; a string is no item
+    const empty = await c.conversations.create({ items: [] });
+    assert.deepEqual((await c.conversations.items.list(empty.id)).data, []);
+    await assert.rejects(c.conversations.create({ items: 'x' }), (e) => e instanceof OpenAI.BadRequestError && e.param === 'items');
+    await assert.rejects(c.conversations.items.create(empty.id, { items: 'x' }), (e) => e instanceof OpenAI.BadRequestError && e.param === 'items');
   });
 
   test('[D-door-17] a response into a conversation whose response is going waits for its end, then goes on from it', async () => {

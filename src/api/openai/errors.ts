@@ -1,6 +1,6 @@
 // Errors as OpenAI's API answers them, on every route under /v1: `{"error":{message, type,
 // param, code}}`, the type by the status, `param` the field a 400 names. One exception, as OpenAI
-// does it: an exceeded quota (403 on the native API) is 429 insufficient_quota, with
+// does it: an exceeded quota (403 on the native API) is 429 of type and code insufficient_quota, with
 // `x-should-retry: false` so the SDKs do not try it again.
 import { DomainError } from '../../domain/errors.js';
 import { HttpError } from '../errors.js';
@@ -37,5 +37,7 @@ export function openaiError(h: HttpError, thrown: unknown, method: string, path:
     code = 'unknown_url';
   } else if (status === 401) code = 'invalid_api_key';
   const param = code === 'model_not_found' ? 'model' : paramOf(status, message);
-  return { status, body: JSON.stringify({ error: { message, type: typeOf(status), param, code } }), headers };
+  // OpenAI's exceeded quota is its own type too
+  const type = code === 'insufficient_quota' ? 'insufficient_quota' : typeOf(status);
+  return { status, body: JSON.stringify({ error: { message, type, param, code } }), headers };
 }

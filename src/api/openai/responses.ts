@@ -292,7 +292,10 @@ export function responsesRoutes({ responses, pingMs }: ResponsesDeps): RouteDef[
       responses: [{ status: 200, description: 'The conversation object', schema: 'Conversation' }],
       async handle(ctx) {
         const user = userOf(ctx);
-        const items = ctx.body.items === undefined ? [] : await turnsOfInput(ctx.body.items, lookup(user), 'items');
+        const given = ctx.body.items;
+        // a conversation's items are a list (a string is a response's input, not an item); none is none
+        if (given !== undefined && !Array.isArray(given)) throw new ValidationError('items must be an array of items');
+        const items = given === undefined || given.length === 0 ? [] : await turnsOfInput(given, lookup(user), 'items');
         const metadata = metadataOf(ctx.body.metadata);
         const id = await responses.newSession(user, named(header(ctx.req.headers, 'x-project-id'), 'X-Project-Id') ?? 'default', '', '', items, metadata);
         if (items.length > 0) await responses.addItems(user, id, items);
@@ -375,6 +378,7 @@ export function responsesRoutes({ responses, pingMs }: ResponsesDeps): RouteDef[
       errors: [{ status: 404, description: 'Conversation not found' }],
       async handle(ctx) {
         const user = userOf(ctx);
+        if (!Array.isArray(ctx.body.items)) throw new ValidationError('items must be an array of items');
         const items = await turnsOfInput(ctx.body.items, lookup(user), 'items');
         const made = await responses.addItems(user, conversationId(ctx.params['id'] as string), items);
         const data = made.flatMap(itemsOf);

@@ -64,7 +64,11 @@ export function messagesOf(messages: readonly JsonValue[]): DoorMessage[] {
       return { role: 'tool', content: [{ type: 'tool_result', toolCallId: id, content: plainText(content, at) }] };
     }
     if (role === 'user') {
-      if (typeof content === 'string') return { role: 'user', content };
+      if (typeof content === 'string') {
+        // a user turn says something (as on the native API), and the 400 names the message
+        if (content.trim() === '') throw new ValidationError(`${at}.content is required`);
+        return { role: 'user', content };
+      }
       if (!Array.isArray(content) || content.length === 0) throw new ValidationError(`${at}.content must be a string or a non-empty array of parts`);
       const parts = content.map((p, j): Part => {
         const pat = `${at}.content[${j}]`;
