@@ -15,11 +15,8 @@ import { eraseUser, purgeExpired } from './services/retention.js';
 import { expiryOf, livenessAt } from './domain/retention.js';
 import { acquireLock, DataDirLocked, guardDataDir, LOCK_FILE } from './data-dir-lock.js';
 import { writeFileAtomically } from './files.js';
-import { COMMITTED_FILE, JOURNAL_FILE, JournalDamaged, JournalHasCrlf, NEXT_FILE } from './store/journal/reader.js';
-import { MIGRATING_SUFFIX } from './store/migrate.js';
 import { announce } from './live/changes.js';
-import { migrateJournal, openStore, openStoreSnapshot, snapshotSource } from './store/open.js';
-import { runSqliteWriterIfWorker } from './store/sqlite/worker.js';
+import { JournalDamaged, JournalHasCrlf, migrateJournal, openStore, openStoreSnapshot, runEngineThreadIfWorker, snapshotSource, storeFiles } from './store/open.js';
 import { ImportConflict } from './store/import-plan.js';
 import { StoreOpenFailed, type Store, type StoreSnapshot } from './store/store.js';
 
@@ -176,9 +173,8 @@ function writeAllSync(fd: number, data: Buffer): void {
 /** Files of the data directory an export must never be written over. */
 function protectedFiles(config: Config): Set<string> {
   const dir = config.dataDir;
-  const names = [JOURNAL_FILE, NEXT_FILE, COMMITTED_FILE, LOCK_FILE, SECRET_FILE, 'providers.json'];
-  const files = new Set(names.map((n) => resolve(dir, n)));
-  for (const base of [config.sqliteFile, config.sqliteFile + MIGRATING_SUFFIX]) for (const suffix of ['', '-wal', '-shm', '-journal']) files.add(resolve(base + suffix));
+  const files = new Set([LOCK_FILE, SECRET_FILE, 'providers.json'].map((n) => resolve(dir, n)));
+  for (const f of storeFiles(config)) files.add(f);
   files.add(resolve(config.providersFile));
   if (config.authSecretFile !== undefined) files.add(resolve(config.authSecretFile));
   if (config.authPreviousSecretsFile !== undefined) files.add(resolve(config.authPreviousSecretsFile));
@@ -382,8 +378,8 @@ async function main(argv: string[]): Promise<void> {
 }
 
 // Every failure is one line on stderr; LOG_LEVEL=debug adds the stack of an unexpected one.
-// The same file is also the sqlite engine's writer thread (a worker started on this file).
-if (!runSqliteWriterIfWorker()) main(process.argv.slice(2)).catch((e: unknown) => {
+// The same file is also the engine's own thread when it was started as one (sqlite's writer).
+if (!runEngineThreadIfWorker()) main(process.argv.slice(2)).catch((e: unknown) => {
   if (e instanceof OutputClosed) process.exit(141); // as a program killed by SIGPIPE, and as quietly
   const message = (e instanceof Error ? e.message : String(e)).replace(/\s*\n\s*/g, ' ');
   process.stderr.write(`${NAME}: ${message}\n`);

@@ -1,18 +1,15 @@
 // What the in-process tests import (bundled to dist/testkit.cjs, never shipped): the parts
 // that are tested below the HTTP layer, against the real thing they talk to.
-import { runSqliteWriterIfWorker } from './store/sqlite/worker.js';
-export { Indexer } from './store/sqlite/worker.js';
-
 import type { Config } from './config.js';
 import { announce } from './live/changes.js';
 import type { Logger } from './log.js';
-import { openStore as openStoreWith, type OpenOptions } from './store/open.js';
+import { openStore as openStoreWith, runEngineThreadIfWorker, type OpenOptions } from './store/open.js';
 import type { Store } from './store/store.js';
 
 // the sqlite engine starts its writer thread on the file that holds it: this one, in the tests
-runSqliteWriterIfWorker();
+runEngineThreadIfWorker();
 
-export { crc32, crc32Portable } from './store/journal/crc32.js';
+export { crc32, crc32Portable, Indexer, prepareSchema, QUEUED_WORDS_SQL, queuedTurnWords, registerSearchFunctions, turnWordsSql, checkFiles, SUBTREE_SQL, branchKeysSql, branchPageSql } from './store/open.js';
 export { loadConfig } from './config.js';
 export { Logger } from './log.js';
 export { openStoreSnapshot } from './store/open.js';
@@ -27,10 +24,6 @@ export { PAGE_BYTE_BUDGET, PAGE_SCAN_BUDGET, SCAN_CHUNK } from './domain/order.j
 export { wholeListReply } from './api/lists.js';
 export { versionOf, versionOfSession } from './domain/version.js';
 export { eachIndexedWord, foldForSearch, indexedWordList, indexedWords, plainAscii, textHolds, turnText, wordHash, wordsOf } from './domain/search.js';
-export { prepareSchema, QUEUED_WORDS_SQL, queuedTurnWords, registerSearchFunctions, turnWordsSql } from './store/sqlite/schema.js';
-export { checkFiles } from './store/sqlite/file-check.js';
-export { SUBTREE_SQL } from './store/sqlite/engine.js';
-export { branchKeysSql, branchPageSql } from './store/sqlite/turns.js';
 export { placesOfChain } from './store/tree-index.js';
 export { chatSession, turnRecord } from './domain/records.js';
 export { appendPiece, appendPieces, appendToEnd, contentEnd } from './domain/deltas.js';

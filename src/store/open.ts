@@ -1,12 +1,15 @@
-// Opening the engine the configuration names (STORE). The only place above the engines that
-// knows which ones exist; everything else sees a Store. A data directory that still holds the
-// retired journal is settled first (./migrate.ts): migrated into sqlite, or refused.
+// Opening the engine the configuration names (STORE): the one place that names the engines
+// (scripts/check-imports.mjs holds every other module to it); everything else sees a Store. A
+// data directory that still holds the retired journal is settled first (./journal/migrate.ts):
+// migrated into sqlite, or refused.
+import { resolve } from 'node:path';
 import type { Config } from '../config.js';
 import type { Logger } from '../log.js';
-import { JournalImage, journalFiles } from './journal/reader.js';
-import { migrateCommand, refuseUnserved, settleJournal, type Migrated } from './migrate.js';
+import { COMMITTED_FILE, JOURNAL_FILE, JournalImage, journalFiles, NEXT_FILE } from './journal/reader.js';
+import { MIGRATING_SUFFIX, migrateCommand, refuseUnserved, settleJournal, type Migrated } from './journal/migrate.js';
 import { openPostgresStore } from './postgres/engine.js';
 import { openSqliteSnapshot, openSqliteStore } from './sqlite/engine.js';
+import { runSqliteWriterIfWorker } from './sqlite/worker.js';
 import { StoreOpenFailed, type Announce, type Store, type StoreObserver, type StoreSnapshot } from './store.js';
 
 /** What a caller adds to the configuration when it opens a store. */
@@ -91,3 +94,34 @@ export async function openStoreSnapshot(config: Config, log: Logger): Promise<St
       return openPostgres(config, log, {}, true);
   }
 }
+
+/**
+ * The files the stores of `config` keep (the journal's in the data directory, the sqlite file
+ * with its log and the database a migration builds), whichever engine is configured: what a
+ * command writing a file of its own (export's --out) must never write over.
+ */
+export function storeFiles(config: Config): string[] {
+  const files = [JOURNAL_FILE, NEXT_FILE, COMMITTED_FILE].map((n) => resolve(config.dataDir, n));
+  for (const base of [config.sqliteFile, config.sqliteFile + MIGRATING_SUFFIX]) for (const suffix of ['', '-wal', '-shm', '-journal']) files.push(resolve(base + suffix));
+  return files;
+}
+
+/**
+ * Runs the engine's own thread or process when this one was started as one (the sqlite writer
+ * thread, its full check), and answers true; false in the process a command started.
+ */
+export function runEngineThreadIfWorker(): boolean {
+  return runSqliteWriterIfWorker();
+}
+
+/** What a start or a command may meet in the retired journal: a plain line tells the operator what to do. */
+export { JournalDamaged, JournalHasCrlf } from './journal/reader.js';
+
+// What the in-process tests drive of the engines' insides (src/testkit.ts alone imports these;
+// the server never does): sqlite's search index, file checks and query plans, the journal's checksum.
+export { Indexer } from './sqlite/worker.js';
+export { prepareSchema, QUEUED_WORDS_SQL, queuedTurnWords, registerSearchFunctions, turnWordsSql } from './sqlite/schema.js';
+export { checkFiles } from './sqlite/file-check.js';
+export { SUBTREE_SQL } from './sqlite/engine.js';
+export { branchKeysSql, branchPageSql } from './sqlite/turns.js';
+export { crc32, crc32Portable } from './journal/crc32.js';

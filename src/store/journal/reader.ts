@@ -1,4 +1,4 @@
-// The reader of the retired journal engine's files, kept only to migrate them (../migrate.ts)
+// The reader of the retired journal engine's files, kept only to migrate them (./migrate.ts)
 // and to export a data directory that was never migrated. The format: one record per line,
 // `<crc32 as 8 hex digits> <JSON>\n`, the CRC taken over the JSON's UTF-8 bytes; the first
 // line a header naming the format and its version. Records:

@@ -1,6 +1,6 @@
 // Moving a data directory off the retired journal engine. A directory that holds a journal and
 // no database is migrated into sqlite before the store opens: the journal is read whole
-// (./journal/reader.ts, with its checks), written into a new database beside the final one,
+// (./reader.ts, with its checks), written into a new database beside the final one,
 // made durable, and only then put in place; the journal is kept, renamed, never deleted. Every
 // step leaves the directory in a state the next start recognizes: an interrupted build is
 // thrown away and done again, an interrupted swap is finished. A directory that holds a journal
@@ -8,14 +8,14 @@
 // line saying what it found and what to do.
 import { closeSync, existsSync, fsyncSync, openSync, renameSync, rmSync, statSync } from 'node:fs';
 import { basename, dirname, join } from 'node:path';
-import type { Config } from '../config.js';
-import { fsyncDir } from '../files.js';
-import type { Logger } from '../log.js';
-import { turnRecord, usageInRange, type ChatSession, type Turn } from '../domain/records.js';
-import { COMMITTED_FILE, JOURNAL_FILE, JournalImage, journalFiles, MIGRATED_SUFFIX, NEXT_FILE } from './journal/reader.js';
-import { crashpoint } from './faults.js';
-import { sqliteDatabase } from './sqlite/binding.js';
-import { StoreOpenFailed, type Store } from './store.js';
+import type { Config } from '../../config.js';
+import { fsyncDir } from '../../files.js';
+import type { Logger } from '../../log.js';
+import { turnRecord, usageInRange, type ChatSession, type Turn } from '../../domain/records.js';
+import { COMMITTED_FILE, JOURNAL_FILE, JournalImage, journalFiles, MIGRATED_SUFFIX, NEXT_FILE } from './reader.js';
+import { crashpoint } from '../faults.js';
+import { sqliteDatabase } from '../sqlite/binding.js';
+import { StoreOpenFailed, type Store } from '../store.js';
 
 /** The database a migration builds before it is put in place. */
 export const MIGRATING_SUFFIX = '.migrating';
