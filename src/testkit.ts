@@ -19,7 +19,7 @@ export function openStore(config: Config, log: Logger, opts: OpenOptions = {}): 
   return openStoreWith(config, log, { announce, ...opts });
 }
 export { setFaultPlan } from './store/faults.js';
-export { PreconditionFailed, QuotaExceeded, SessionNotFound, StorageWriteFailed, StoreOpenFailed, TurnNotFound, TurnNotStreaming, TurnTooLarge } from './store/store.js';
+export { PreconditionFailed, QuotaExceeded, SessionMoved, SessionNotFound, SessionNotVisible, SessionStillLive, StorageWriteFailed, StoreOpenFailed, TurnNotFound, TurnNotStreaming, TurnStillStreaming, TurnTooLarge } from './store/store.js';
 export { PAGE_BYTE_BUDGET, PAGE_SCAN_BUDGET, SCAN_CHUNK } from './domain/order.js';
 export { wholeListReply } from './api/lists.js';
 export { versionOf, versionOfSession } from './domain/version.js';

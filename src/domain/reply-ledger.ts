@@ -19,6 +19,22 @@ function charsOf(pieces: readonly Piece[]): number {
   return n;
 }
 
+/** What the store does not hold yet of a reply, as a value its end's write carries (./reply-end.ts). */
+export interface Unrecorded {
+  /** The pieces not known to be recorded, in order. */
+  readonly pending: readonly Piece[];
+  /** How many at their head are in doubt (a write whose answer was lost), and their characters. */
+  readonly doubt: { readonly pieces: number; readonly chars: number } | undefined;
+  /** The characters of text and reasoning known to be recorded. */
+  readonly recorded: number;
+}
+
+/** The pieces of `u` to write onto `stored` (the turn as the write reads it): those in doubt that landed there are left out. */
+export function unrecordedOn(u: Unrecorded, stored: TurnContent): readonly Piece[] {
+  const d = u.doubt;
+  return d !== undefined && charsOfContent(stored) === u.recorded + d.chars ? u.pending.slice(d.pieces) : u.pending;
+}
+
 /**
  * One reply's pieces between the provider and the store. Transitions: `tell` (-> pending),
  * `take` (pending -> in flight), then `committed` (-> recorded), `lost` (-> in doubt, and
@@ -103,8 +119,12 @@ export class ReplyLedger {
    * perhaps more than once while the store is away): pieces in doubt that landed there are left out.
    */
   unrecorded(stored: TurnContent): readonly Piece[] {
-    const d = this.doubt;
-    return d !== undefined && charsOfContent(stored) === this.recorded + d.chars ? this.pending.slice(d.pieces) : this.pending;
+    return unrecordedOn(this.value(), stored);
+  }
+
+  /** Everything not yet recorded as a value (a copy: the ledger may go on), for a write decided at the serial point. */
+  value(): Unrecorded {
+    return { pending: this.pending.slice(), doubt: this.doubt, recorded: this.recorded };
   }
 
   /** Drops everything not recorded (the reply was refused for good). */

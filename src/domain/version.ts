@@ -21,6 +21,19 @@ export function firstReleaseJson(sessionJson: string): string {
   return at < 0 ? sessionJson : `${sessionJson.slice(0, at)}}`;
 }
 
+/** The ETag of a session: its version tag, which any change to it (a field, a turn) moves. */
+export function etagOf(version: string): string {
+  return `"${version}"`;
+}
+
+/** RFC 9110 If-Match with strong comparison (`ifMatch`: the header's value) against a session's version: `*` matches any. */
+export function ifMatchHolds(ifMatch: string, version: string): boolean {
+  if (ifMatch.trim() === '*') return true;
+  const tag = etagOf(version);
+  for (const part of ifMatch.split(',')) if (part.trim() === tag) return true;
+  return false;
+}
+
 /** The version tag of a session from its JSON as stored and answered, and its newest turn. */
 export function versionOfSession(sessionJson: string, lastTurn: TurnKey | undefined): string {
   return versionOf(firstReleaseJson(sessionJson), lastTurn);

@@ -13,16 +13,8 @@ export async function interruptLeftStreaming(store: Store, atStart: boolean, log
   let done = 0;
   for (const { session, turnId } of left) {
     try {
-      await store.updateTurn(
-        session,
-        turnId,
-        () => undefined,
-        (turn) => {
-          // a delta or a PUT may have come since the store was asked
-          if (turn.status !== 'streaming') throw new TurnNotStreaming();
-          return { status: 'interrupted' };
-        },
-      );
+      // a delta or a PUT may have come since the store was asked: only a turn still streaming ends so
+      await store.updateTurn(session, turnId, { status: 'interrupted' }, { onlyStreaming: true });
       done++;
     } catch (e) {
       if (!(e instanceof TurnNotStreaming || e instanceof TurnNotFound || e instanceof SessionNotFound)) throw e;

@@ -1,34 +1,40 @@
 // Who may see and change which session (ACCESS), and the If-Match check of a write: the rules
-// every use case applies, with plain inputs (the caller's id, the If-Match header's value).
+// every use case applies, with plain inputs (the caller's id, the If-Match header's value). A
+// write carries them as its Guard, checked at the serial point (src/store/decide.ts checkGuard).
 import type { AccessMode } from '../config.js';
 import type { ChatSession } from '../domain/records.js';
 import { isLive, livenessAt, type Liveness } from '../domain/retention.js';
-import { PreconditionFailed, SessionNotFound, type SessionRecord, type SessionState } from '../store/store.js';
+import { etagOf } from '../domain/version.js';
+import { checkGuard } from '../store/decide.js';
+import { SessionMoved, SessionNotFound, type SessionRecord } from '../store/store.js';
+import type { Guard } from '../store/writes.js';
+
+export { etagOf };
 
 /** Who is asking: the token's subject. */
 export interface Caller {
   readonly user: string;
 }
 
-/** The ETag of a session: its version tag, which any change to it (a field, a turn) moves. */
-export function etagOf(version: string): string {
-  return `"${version}"`;
+/** A session's state for a record read outside the writer (answers that change nothing, a write decided from a read). */
+export const stateOf = (r: SessionRecord): { readonly session: ChatSession; version(): string } => ({ session: r.session, version: () => r.version });
+
+/** Times a write decided from a read is decided again when its session moved meanwhile (Guard.version). */
+const DECIDED_AGAIN = 8;
+
+/**
+ * Runs `attempt` (a read, a decision from it, and a write guarded by the version it read) again
+ * while the write finds the session moved since the read, a few times at most.
+ */
+export async function decidedOnRead<T>(attempt: () => Promise<T>): Promise<T> {
+  for (let n = 1; ; n++) {
+    try {
+      return await attempt();
+    } catch (e) {
+      if (!(e instanceof SessionMoved) || n >= DECIDED_AGAIN) throw e;
+    }
+  }
 }
-
-/** What the checks of a write read of a session: its record and its version. */
-export type CheckedSession = Pick<SessionState, 'session' | 'version'>;
-
-/** RFC 9110 If-Match with strong comparison (`ifMatch`: the header's value): `*` matches any current session. */
-export function checkIfMatch(ifMatch: string | undefined, current: CheckedSession): void {
-  if (ifMatch === undefined) return;
-  if (ifMatch.trim() === '*') return;
-  const tag = etagOf(current.version());
-  for (const part of ifMatch.split(',')) if (part.trim() === tag) return;
-  throw new PreconditionFailed();
-}
-
-/** A session's state for a record read outside the writer (answers that change nothing). */
-export const stateOf = (r: SessionRecord): CheckedSession => ({ session: r.session, version: () => r.version });
 
 /** Who may see what under the configured ACCESS: under `owner` another user's session does not exist. */
 export class Access {
@@ -68,12 +74,14 @@ export class Access {
     return r;
   }
 
-  /** The check of a write at the serial point: the session is the caller's to see, and If-Match holds. */
-  mine(who: string, ifMatch: string | undefined): (current: CheckedSession) => void {
-    return (current) => {
-      if (!this.visible(current.session, who)) throw new SessionNotFound();
-      checkIfMatch(ifMatch, current);
-    };
+  /** What a write of the caller requires of its session: the caller may see it, and If-Match holds. */
+  guard(who: string, ifMatch: string | undefined): Guard {
+    return { caller: { user: who, anyOwner: this.mode === 'shared', live: this.now() }, ifMatch };
+  }
+
+  /** The same check on a session as read, for a request that changes nothing (SessionNotFound, PreconditionFailed). */
+  check(who: string, ifMatch: string | undefined, r: SessionRecord): void {
+    checkGuard(this.guard(who, ifMatch), stateOf(r));
   }
 
   /** Lists read the caller's own sessions, of a project or all of them, unless a project's under ACCESS=shared. */

@@ -13,7 +13,7 @@ import { ModelIds, type ModelChoice } from '../providers/model-ids.js';
 import type { ProviderConfig, ReplyOptions, ToolChoice, ToolSpec } from '../providers/wire.js';
 import { SessionNotFound, TurnNotFound, type SessionRecord, type Store, type TurnRecord } from '../store/store.js';
 import type { Piece } from '../domain/deltas.js';
-import { pathHashes, sameTurn, type DoorMessage } from './door-match.js';
+import { pathHashes, sameTurn, type DoorMessage } from '../domain/door-match.js';
 import type { Access } from './access.js';
 import type { ReplyService, StartedReply, UnrecordedReply } from './replies.js';
 import { turnOf } from './reply-recorder.js';
@@ -153,7 +153,7 @@ export class DoorService {
       } catch (e) {
         if (e instanceof ReplyInProgress) return { session, busy: e.turnId };
         // a session made for this request holds nothing: it goes with the refusal
-        if (fresh) await this.store.deleteSession(session, () => undefined).catch(() => undefined);
+        if (fresh) await this.store.deleteSession(session).catch(() => undefined);
         throw e;
       }
     } finally {

@@ -5,11 +5,11 @@
 // the live feed as it comes; the store records it a quarter of a second behind at most (pieces
 // gathered into one write per reply), and its end (status, usage) is committed before the last
 // event and before a waiting answer.
-import { DomainError, ReplyInProgress, ServerBusy } from '../domain/errors.js';
+import { DomainError, ServerBusy } from '../domain/errors.js';
 import { checkNewContent } from '../domain/inputs.js';
 import { ValidationError } from '../domain/schema.js';
 import { appendPieces, withToolCalls, type Piece, type PlacedCall } from '../domain/deltas.js';
-import type { JsonObject, StopReason, Turn, TurnContent, TurnRole, TurnStatus, TurnUsage } from '../domain/records.js';
+import type { ChatSession, JsonObject, StopReason, Turn, TurnContent, TurnRole, TurnStatus, TurnUsage } from '../domain/records.js';
 import type { Logger } from '../log.js';
 import type { ProviderCatalog } from '../providers/catalog.js';
 import { streamReply } from '../providers/call.js';
@@ -17,12 +17,12 @@ import { allowedModels, modelAllowed, providerConfig } from '../providers/config
 import { ProviderFailed } from '../providers/failure.js';
 import { HeldBytes, HeldTooMuch } from '../providers/held.js';
 import { answeredCalls, stopReasonOf, type ProviderConfig, type ReplyMessage, type ReplyOptions, type ToolChoice, type ToolSpec } from '../providers/wire.js';
-import { SessionNotFound, TurnNotFound, TurnNotStreaming, type SessionAtWrite, type Store, type TurnRecord } from '../store/store.js';
-import type { Access, Caller } from './access.js';
-import { pathHash } from './door-match.js';
+import { SessionNotFound, TurnNotFound, TurnNotStreaming, type Store, type TurnRecord } from '../store/store.js';
+import type { NewTurn } from '../store/writes.js';
+import { decidedOnRead, type Access, type Caller } from './access.js';
+import { pathHash } from '../domain/door-match.js';
 import { ContextWindow } from './reply-context.js';
 import { Recorder, turnOf, type Ending, type LiveSink } from './reply-recorder.js';
-import { newTurn, turnStamp } from './turns.js';
 
 /** How long a cancel waits for another instance to stop the reply it generates before it marks the turn interrupted itself. */
 const CANCEL_WAIT_MS = 3_000;
@@ -225,19 +225,20 @@ export class ReplyService {
     let call: Call | undefined;
     let made: TurnRecord[];
     try {
-      const check = this.access.mine(caller.user, ifMatch);
-      made = await this.store.appendTurns(
-        sessionId,
-        (cur) => {
-          check(cur);
-          call = this.callOf(cur, req.model, req.providerId);
-          if (req.instructions !== undefined) call = { ...call, instructions: req.instructions };
-          const streaming = cur.streamingTurn();
-          if (streaming !== undefined) throw new ReplyInProgress(streaming);
-          return this.turnsOf(cur, caller.user, req, call.model);
-        },
-        { ...(req.parentId !== undefined ? { parentId: req.parentId } : {}), streaming: true, generated: true, ...(req.pathKeys !== undefined ? { pathKeys: req.pathKeys } : {}) },
-      );
+      const guard = this.access.guard(caller.user, ifMatch);
+      // the call is decided from the session as read (its provider, model, instructions): the
+      // write holds only while the session is that version still, else it is decided again
+      made = await decidedOnRead(async () => {
+        const read = await this.store.getSession(sessionId);
+        if (read === undefined) throw new SessionNotFound();
+        this.access.check(caller.user, ifMatch, read);
+        call = this.callOf(read.session, req.model, req.providerId);
+        if (req.instructions !== undefined) call = { ...call, instructions: req.instructions };
+        // an assistant message a client sends back may be blank (a reply of reasoning only was)
+        for (const t of req.chain ?? []) if (t.role !== 'assistant') checkNewContent(t.content, undefined);
+        // the reply, the last turn, is generated here (PostgreSQL names this instance with it)
+        return this.store.appendTurns(sessionId, this.turnsOf(caller.user, req, call.model), { guard: { ...guard, version: read.version }, refuse: { anyStreaming: true }, pathKeys: req.pathKeys, generated: true });
+      });
     } finally {
       this.starting--;
     }
@@ -316,46 +317,28 @@ export class ReplyService {
     return out;
   }
 
-  /** The provider and model a reply of session `cur` calls, or a refusal naming them (409). */
-  private callOf(cur: SessionAtWrite, model: string | undefined, providerId: string | undefined): Call {
-    const id = providerId ?? cur.session.provider;
+  /** The provider and model a reply of `session` calls, or a refusal naming them (409). */
+  private callOf(session: ChatSession, model: string | undefined, providerId: string | undefined): Call {
+    const id = providerId ?? session.provider;
     const record = this.catalog().records.get(id.toLowerCase());
     if (record === undefined) throw new DomainError('cannot_reply', `Provider ${JSON.stringify(id)} is not configured (providers.json has no provider with that _id)`);
     const provider = providerConfig(record);
-    const chosen = model ?? cur.session.selectedModel;
+    const chosen = model ?? session.selectedModel;
     if (!modelAllowed(provider, chosen)) throw new DomainError('cannot_reply', `Model ${JSON.stringify(chosen)} is not one of provider ${JSON.stringify(provider.name)}'s models: ${allowedModels(provider)}`);
-    return { provider, model: chosen, instructions: cur.session.instructions, owner: cur.session.user, project: cur.session.project };
+    return { provider, model: chosen, instructions: session.instructions, owner: session.user, project: session.project };
   }
 
-  /** The turns a message records (its user turn, then the reply under it) or a reply records (the reply under `parentId`). */
-  private turnsOf(cur: SessionAtWrite, who: string, req: ReplyRequest, model: string): Turn[] {
-    const out: Turn[] = [];
-    let parentId: string | null;
-    let after = { session: { updatedAt: cur.session.updatedAt }, lastTurn: cur.lastTurn };
-    if (req.content !== undefined) {
-      const user = newTurn(cur, who, { role: req.role ?? 'user', content: req.content, parentId: req.parentId });
-      out.push(user);
-      parentId = user._id;
-      after = { session: { updatedAt: user.createdAt }, lastTurn: { createdAt: user.createdAt, _id: user._id } };
-    } else if (req.chain !== undefined && req.chain.length > 0) {
-      parentId = req.parentId === undefined ? cur.session.headTurnId : req.parentId;
-      if (parentId !== null && cur.turn(parentId) === undefined) throw new ValidationError('parentId must be a turn of this session');
-      for (const t of req.chain) {
-        // an assistant message a client sends back may be blank (a reply of reasoning only was)
-        if (t.role !== 'assistant') checkNewContent(t.content, undefined);
-        const { createdAt, _id } = turnStamp(after);
-        out.push({ _id, session: cur.session._id, parentId, user: who, role: t.role, content: t.content, status: 'complete', createdAt });
-        parentId = _id;
-        after = { session: { updatedAt: createdAt }, lastTurn: { createdAt, _id } };
-      }
-    } else {
-      // the head is one of the session's turns; a parent the request names must be (it was read ahead)
-      if (typeof req.parentId === 'string' && cur.turn(req.parentId) === undefined) throw new ValidationError('parentId must be a turn of this session');
-      parentId = req.parentId ?? cur.session.headTurnId;
-    }
-    const { createdAt, _id } = turnStamp(after);
-    out.push({ _id, session: cur.session._id, parentId, user: who, role: 'assistant', content: '', model, ...(req.replyMetadata !== undefined ? { metadata: req.replyMetadata } : {}), status: 'streaming', createdAt });
-    return out;
+  /**
+   * The turns a message records (its user turn, then the reply under it), a chain records (its
+   * turns, then the reply), or a reply alone records (under `parentId`, by default the head): the
+   * first under its parent, each next under the one before (the serial point stamps them).
+   */
+  private turnsOf(who: string, req: ReplyRequest, model: string): NewTurn[] {
+    const reply: NewTurn = { user: who, role: 'assistant', content: '', model, ...(req.replyMetadata !== undefined ? { metadata: req.replyMetadata } : {}), status: 'streaming' };
+    if (req.content !== undefined) return [{ user: who, role: req.role ?? 'user', content: req.content, parentId: req.parentId }, reply];
+    if (req.chain !== undefined && req.chain.length > 0) return [...req.chain.map((t, i): NewTurn => ({ user: who, role: t.role, content: t.content, status: 'complete', ...(i === 0 ? { parentId: req.parentId } : {}) })), reply];
+    // a reply alone goes under the head unless the request names a turn
+    return [{ ...reply, parentId: req.parentId ?? undefined }];
   }
 
   /** Generates one reply to its end, recording it as it goes. */
@@ -493,18 +476,8 @@ export class ReplyService {
       if (ended !== undefined) return interruptedOr409(ended);
     }
     // no one generates it any more (or the one that did is gone): it ends here
-    const check = this.access.mine(caller.user, undefined);
     try {
-      const r = await this.store.updateTurn(
-        sessionId,
-        turnId,
-        check,
-        (t) => {
-          if (t.status !== 'streaming') throw new TurnNotStreaming();
-          return { status: 'interrupted' };
-        },
-        { uncharged: true },
-      );
+      const r = await this.store.updateTurn(sessionId, turnId, { status: 'interrupted' }, { guard: this.access.guard(caller.user, undefined), onlyStreaming: true, uncharged: true });
       return r.turn;
     } catch (e) {
       // another instance recorded its end meanwhile: that is the answer when the end is the cancel's

@@ -1,13 +1,13 @@
 // One reply's text on its way to the store: told to the live feed piece by piece as it comes,
 // written in one quiet delta per RECORD_EVERY_MS (one write at a time), and finished with its
 // status in one last write. What the store holds of it is a ReplyLedger's to say.
-import { appendPieces, appendToEnd, contentEnd, DELTA_MAX, withToolCalls, type ContentEnd, type Piece, type PlacedCall } from '../domain/deltas.js';
+import { appendToEnd, contentEnd, DELTA_MAX, type ContentEnd, type Piece, type PlacedCall } from '../domain/deltas.js';
 import { ERROR_MESSAGE_MAX } from '../domain/limits.js';
-import type { Part, StopReason, Turn, TurnContent, TurnStatus, TurnUsage } from '../domain/records.js';
+import type { StopReason, Turn, TurnStatus, TurnUsage } from '../domain/records.js';
+import { tooLargeMessage, type ReplyEnd } from '../domain/reply-end.js';
 import { charsOfContent, ReplyLedger } from '../domain/reply-ledger.js';
 import { HeldTooMuch, type Holding } from '../providers/held.js';
 import type { ToolCall } from '../providers/wire.js';
-import { pathHash } from './door-match.js';
 import { deltaEvents } from '../live/changes.js';
 import type { Logger } from '../log.js';
 import { QuotaExceeded, SessionNotFound, StorageUnavailable, TurnNotFound, TurnNotStreaming, TurnTooLarge, type ChangeEvent, type Store, type TurnRecord } from '../store/store.js';
@@ -210,7 +210,7 @@ export class Recorder {
       this.inFlightBytes = this.pendingBytes;
       this.pendingBytes = 0;
       try {
-        await this.store.appendDelta(this.turn.session, this.turn._id, () => undefined, pieces, this.deltaMax, true);
+        await this.store.appendDelta(this.turn.session, this.turn._id, pieces, this.deltaMax, { quiet: true });
         this.ledger.committed();
         this.held.give(this.inFlightBytes);
         this.inFlightBytes = 0;
@@ -256,7 +256,7 @@ export class Recorder {
   }
 
   private tooLarge(): string {
-    return `The reply grew past the largest a turn may be (BODY_LIMIT, ${this.maxBytes} bytes)`;
+    return tooLargeMessage(this.maxBytes);
   }
 
   /** A write was refused for good: the reply cannot go on, and what was not recorded never will be. */
@@ -290,34 +290,25 @@ export class Recorder {
     const error = ending.error === undefined ? undefined : { message: ending.error.length > ERROR_MESSAGE_MAX ? `${ending.error.slice(0, ERROR_MESSAGE_MAX - 1)}…` : ending.error };
     const untold = this.teller?.untold ?? 0;
     if (untold > 1) this.log.warn('pieces of a reply\'s text could not be told to the live feed', { turn: this.turn._id, pieces: untold });
-    const usage = ending.usage !== undefined ? { usage: ending.usage } : {};
-    return this.untilStored(() => this.store.updateTurn(
-      this.turn.session,
-      this.turn._id,
-      () => undefined,
-      (t) => {
-        if (t.status !== 'streaming') throw new TurnNotStreaming();
-        // pieces whose write's answer was lost and that landed all the same are not written twice
-        const pieces = this.ledger.unrecorded(t.content);
-        // tool calls where they came, but for a reply that failed (it is never sent back to the model)
-        const calls = ending.status === 'error' ? [] : this.calls;
-        const content = withToolCalls(appendPieces(t.content, pieces), calls);
-        // the end is never refused, but the text it carries is held to BODY_LIMIT as a delta
-        // would have been: when the store lagged, most of a reply can be pending at its end
-        let end: Pick<Turn, 'content' | 'status' | 'usage' | 'error' | 'stopReason'>;
-        if ((pieces.length > 0 || calls.length > 0) && Buffer.byteLength(JSON.stringify({ ...t, content })) > this.deltaMax) {
-          this.endedAs = 'error';
-          end = { content: t.content, status: 'error', ...usage, error: { message: this.tooLarge() } };
-        } else end = { content, status: ending.status, ...usage, ...(error !== undefined ? { error } : {}), ...(ending.stopReason !== undefined ? { stopReason: ending.stopReason } : {}) };
-        // what the end adds (usage, an error's words) fits in the room the deltas left, but for a
-        // long error: then the text gives way, so the turn as recorded stays within BODY_LIMIT
-        const recorded = tidy(fitted({ ...t, ...end }, this.maxBytes));
-        // a reply a client can send back (complete, or stopped with its text) is found by its path
-        const pathKey = this.pathBefore !== undefined && end.status !== 'error' ? pathHash(this.pathBefore, { role: 'assistant', content: recorded }) : undefined;
-        return { ...end, content: recorded, ...(pathKey !== undefined ? { pathKey } : {}) };
-      },
-      { uncharged: true },
-    ));
+    // the end is decided at the serial point from the turn as it stands (../domain/reply-end.ts):
+    // what is not yet recorded of its text goes with it, never twice
+    const end: ReplyEnd = {
+      unrecorded: this.ledger.value(),
+      calls: this.calls,
+      status: ending.status,
+      usage: ending.usage,
+      error,
+      stopReason: ending.stopReason,
+      deltaMax: this.deltaMax,
+      maxBytes: this.maxBytes,
+      pathBefore: this.pathBefore,
+    };
+    return this.untilStored(async () => {
+      const r = await this.store.endReply(this.turn.session, this.turn._id, end);
+      // (a reply whose text would pass BODY_LIMIT with its end ends `error`)
+      this.endedAs = r.status;
+      return r;
+    });
   }
 
   /**
@@ -349,45 +340,4 @@ export class Recorder {
       }
     }
   }
-}
-
-/** A reply's content as it ends: parts without empty text (a provider's empty pieces leave none). */
-function tidy(content: TurnContent): TurnContent {
-  if (typeof content === 'string') return content;
-  const parts = content.filter((p: Part) => !((p.type === 'text' || p.type === 'reasoning') && p.text === ''));
-  return parts.length === 0 ? '' : parts;
-}
-
-/**
- * The turn's content cut from its end, text and reasoning alike, until the turn's JSON is at
- * most `maxBytes` (as it is, when it fits); never a surrogate pair cut in two.
- */
-function fitted(t: Turn, maxBytes: number): TurnContent {
-  let content = t.content;
-  for (;;) {
-    const over = Buffer.byteLength(JSON.stringify({ ...t, content })) - maxBytes;
-    if (over <= 0) return content;
-    const cut = cutEnd(content, over);
-    if (cut === content) return content;
-    content = cut;
-  }
-}
-
-/** The content less `n` UTF-16 units from the end of its last text (a part that empties stays, tidy drops it); itself when it has no text left. */
-function cutEnd(content: TurnContent, n: number): TurnContent {
-  const shorter = (text: string): string => {
-    let keep = Math.max(0, text.length - n);
-    if (keep > 0 && text.charCodeAt(keep - 1) >= 0xd800 && text.charCodeAt(keep - 1) <= 0xdbff) keep--;
-    return text.slice(0, keep);
-  };
-  if (typeof content === 'string') return content === '' ? content : shorter(content);
-  for (let i = content.length - 1; i >= 0; i--) {
-    const p = content[i] as Part;
-    if ((p.type === 'text' || p.type === 'reasoning') && p.text !== '') {
-      const parts = content.slice();
-      parts[i] = { type: p.type, text: shorter(p.text) };
-      return parts;
-    }
-  }
-  return content;
 }

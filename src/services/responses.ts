@@ -4,15 +4,16 @@
 // whatever ACCESS says. The replies are ReplyService's; this is where they go and what they keep.
 import { DomainError, ReplyInProgress } from '../domain/errors.js';
 import { newObjectId } from '../domain/ids.js';
-import { chatSession, nextTimestamp, type ChatSession, type JsonObject, type Part, type Turn } from '../domain/records.js';
+import type { ChatSession, JsonObject, Part, Turn } from '../domain/records.js';
 import type { ProviderConfig, ReplyOptions, ToolChoice, ToolSpec } from '../providers/wire.js';
-import { TurnNotFound, type SessionRecord, type Store, type TurnRecord } from '../store/store.js';
+import { SessionNotFound, SessionNotVisible, TurnNotFound, type SessionRecord, type Store, type TurnRecord } from '../store/store.js';
+import type { NewTurn } from '../store/writes.js';
+import { decidedOnRead } from './access.js';
 import type { Piece } from '../domain/deltas.js';
-import type { DoorMessage } from './door-match.js';
+import type { DoorMessage } from '../domain/door-match.js';
 import { newSession, type DoorService } from './door.js';
 import type { ReplyService, UnrecordedReply } from './replies.js';
 import { turnOf } from './reply-recorder.js';
-import { turnStamp as stampAfter } from './turns.js';
 
 /** The instructions a response keeps to show them again: longer ones are used, not kept (a turn's metadata is at most 16 KiB). */
 const KEPT_INSTRUCTIONS_MAX = 4096;
@@ -171,7 +172,7 @@ export class ResponsesService {
       }
       return { kind: 'recorded', session, reply: started.reply, done: started.done };
     } catch (e) {
-      if (fresh) await this.store.deleteSession(session, () => undefined).catch(() => undefined);
+      if (fresh) await this.store.deleteSession(session).catch(() => undefined);
       throw e;
     }
   }
@@ -206,7 +207,7 @@ export class ResponsesService {
   /** Deletes a response: its turn and what grew under it. */
   async deleteResponse(user: string, id: string): Promise<void> {
     const r = await this.response(user, id);
-    await this.store.deleteTurn(r.session, id, () => undefined);
+    await this.store.deleteTurn(r.session, id);
   }
 
   /** The input of a response: the turns between the reply before it on its path and it. */
@@ -231,43 +232,36 @@ export class ResponsesService {
   /** Records items at a conversation's head, in order: the turns made. */
   async addItems(user: string, sessionId: string, items: readonly DoorMessage[]): Promise<Turn[]> {
     await this.session(user, sessionId);
-    const made = await this.store.appendTurns(sessionId, (cur) => {
-      let parentId = cur.session.headTurnId;
-      let after = { session: { updatedAt: cur.session.updatedAt }, lastTurn: cur.lastTurn };
-      return items.map((m): Turn => {
-        const stamp = stampAfter(after);
-        const t: Turn = { _id: stamp._id, session: sessionId, parentId, user, role: m.role, content: m.content, status: 'complete', createdAt: stamp.createdAt };
-        parentId = t._id;
-        after = { session: { updatedAt: t.createdAt }, lastTurn: { createdAt: t.createdAt, _id: t._id } };
-        return t;
-      });
-    });
+    // each at the head as it moves: the first under the conversation's head, each next under the one before
+    const turns = items.map((m): NewTurn => ({ user, role: m.role, content: m.content, status: 'complete' }));
+    const made = await this.store.appendTurns(sessionId, turns);
     return made.map(turnOf);
   }
 
   /** Replaces a conversation's metadata (a conversation key the chat door keeps stays). */
   async updateMetadata(user: string, sessionId: string, metadata: JsonObject): Promise<ChatSession> {
-    const r = await this.store.updateSession(sessionId, (cur) => {
-      if (cur.session.user !== user) throw new ConversationNotFound();
-      const key = cur.session.metadata?.['conversationKey'];
+    // the key kept is read first: the write holds only while the session is as read, else it is decided again
+    const r = await decidedOnRead(async () => {
+      const read = await this.store.getSession(sessionId);
+      if (read === undefined) throw new SessionNotFound();
+      if (read.session.user !== user) throw new ConversationNotFound();
+      const key = read.session.metadata?.['conversationKey'];
       const next = { ...(key !== undefined ? { conversationKey: key } : {}), ...(metadata as { [k: string]: string }) };
-      return chatSession({ ...cur.session, metadata: next, updatedAt: nextTimestamp(cur.session.updatedAt) });
+      return this.store.updateSession(sessionId, { metadata: next }, { guard: { caller: { user }, version: read.version } }).catch(conversationNotVisible);
     });
     return r.session;
   }
 
   /** Deletes a conversation: its session and its turns. */
   async deleteConversation(user: string, sessionId: string): Promise<void> {
-    await this.store.deleteSession(sessionId, (cur) => {
-      if (cur.session.user !== user) throw new ConversationNotFound();
-    });
+    await this.store.deleteSession(sessionId, { guard: { caller: { user } } }).catch(conversationNotVisible);
   }
 
   /** Deletes one turn of a conversation (an item) and what grew under it. */
   async deleteItem(user: string, sessionId: string, turnId: string): Promise<void> {
     await this.session(user, sessionId);
     try {
-      await this.store.deleteTurn(sessionId, turnId, () => undefined);
+      await this.store.deleteTurn(sessionId, turnId);
     } catch (e) {
       if (e instanceof TurnNotFound) throw new ItemNotFound();
       throw e;
@@ -286,4 +280,9 @@ function unrecordedKept(req: ResponseRequest): JsonObject {
     ...(req.metadata !== undefined ? { metadata: req.metadata } : {}),
     store: false,
   };
+}
+
+/** Another user's session is a conversation that is not there, in the door's words (one not there at all keeps the store's). */
+function conversationNotVisible(e: unknown): never {
+  throw e instanceof SessionNotVisible ? new ConversationNotFound() : e;
 }

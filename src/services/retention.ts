@@ -2,9 +2,9 @@
 // background and by `purge`, and every session of one user (`erase-user`). Each batch is a few
 // deleteSession writes queued together, so the serial writer commits them as one group and the
 // requests' writes queued meanwhile go between two batches.
-import { isLive, livenessAt } from '../domain/retention.js';
+import { livenessAt } from '../domain/retention.js';
 import type { Logger } from '../log.js';
-import { SessionNotFound, type ExpiredSession, type Store, type Usage } from '../store/store.js';
+import { SessionNotFound, SessionStillLive, type ExpiredSession, type Store, type Usage } from '../store/store.js';
 
 /** Sessions deleted per group commit: small, so a request's write never waits behind many. */
 export const PURGE_BATCH = 100;
@@ -14,10 +14,6 @@ export interface Purged {
   turns: number;
 }
 
-/** A session found expired that is live again at the serial point (an import brought it back): it stays. */
-class StillLive extends Error {
-  override readonly name = 'StillLive';
-}
 
 /** Lets the event loop serve what waits (requests, their writes) before the next batch. */
 const yieldToRequests = (): Promise<void> => new Promise((resolve) => setImmediate(resolve));
@@ -54,9 +50,8 @@ export async function purgeExpired(
     const done = await Promise.allSettled(
       batch.map((e) =>
         store
-          .deleteSession(e.session._id, (current) => {
-            if (isLive(current.session, live)) throw new StillLive();
-          })
+          // a session found expired that is live again at the serial point (an import brought it back) stays
+          .deleteSession(e.session._id, { guard: { goneAt: live } })
           .then(() => e),
       ),
     );
@@ -67,7 +62,7 @@ export async function purgeExpired(
         purged.sessions++;
         purged.turns += d.value.turns;
         each?.(d.value);
-      } else if (!(d.reason instanceof SessionNotFound) && !(d.reason instanceof StillLive)) {
+      } else if (!(d.reason instanceof SessionNotFound) && !(d.reason instanceof SessionStillLive)) {
         throw d.reason;
       }
     }
@@ -134,7 +129,7 @@ export async function eraseUser(store: Store, user: string, each: (id: string) =
   for await (const chunk of store.scanSessions({ user, archived: 'all' })) for (const r of chunk) ids.push(r.session._id);
   for (let i = 0; i < ids.length; i += PURGE_BATCH) {
     const batch = ids.slice(i, i + PURGE_BATCH);
-    const done = await Promise.allSettled(batch.map((id) => store.deleteSession(id, () => undefined).then(() => id)));
+    const done = await Promise.allSettled(batch.map((id) => store.deleteSession(id).then(() => id)));
     for (const d of done) {
       if (d.status === 'fulfilled') each(d.value);
       else if (!(d.reason instanceof SessionNotFound)) throw d.reason;

@@ -5,11 +5,11 @@
 import { newObjectId } from '../domain/ids.js';
 import { expiryOf, tagsOf } from '../domain/inputs.js';
 import { INSTRUCTIONS_MAX_BYTES } from '../domain/limits.js';
-import { DEFAULT_MODE, chatSession, nextTimestamp, type ChatSessionMode, type SessionMetadata } from '../domain/records.js';
+import { DEFAULT_MODE, chatSession, type ChatSessionMode, type SessionMetadata } from '../domain/records.js';
 import { ValidationError } from '../domain/schema.js';
 import { foldForSearch } from '../domain/search.js';
 import type { ArchivedFilter, Page, SessionFilter, SessionKey, SessionRecord, Store } from '../store/store.js';
-import { stateOf, type Access, type Caller } from './access.js';
+import type { Access, Caller } from './access.js';
 
 /** Which sessions a list holds: the spec's `projectId`, and the filters beyond it. */
 export interface ListQuery {
@@ -124,83 +124,49 @@ export class SessionService {
   /** One session as it is, after the checks a write would make (a request that changes nothing). */
   private async unchanged(caller: Caller, id: string, ifMatch: string | undefined): Promise<SessionRecord> {
     const current = await this.get(caller, id);
-    this.access.mine(caller.user, ifMatch)(stateOf(current));
+    this.access.check(caller.user, ifMatch, current);
     return current;
   }
 
   async update(caller: Caller, id: string, u: UpdateInput, ifMatch: string | undefined): Promise<SessionRecord> {
-    const check = this.access.mine(caller.user, ifMatch);
     const tags = u.tags === undefined ? undefined : tagsOf(u.tags);
     const expiresAt = u.expiresAt === undefined ? undefined : expiryOf(u.expiresAt);
     const instructions = u.instructions === undefined ? undefined : instructionsOf(u.instructions);
     if ([u.name, u.provider, u.selectedModel, u.mode, u.headTurnId, tags, u.metadata, expiresAt, instructions].every((v) => v === undefined)) return this.unchanged(caller, id, ifMatch);
-    const head = u.headTurnId;
     return this.store.updateSession(
       id,
-      (cur) => {
-        check(cur);
-        if (head !== undefined && cur.turn(head) === undefined) throw new ValidationError('headTurnId must be a turn of this session');
-        const was = cur.session;
-        return chatSession({
-          ...was,
-          name: u.name ?? was.name,
-          provider: u.provider ?? was.provider,
-          selectedModel: u.selectedModel ?? was.selectedModel,
-          mode: (u.mode as ChatSessionMode | undefined) ?? was.mode,
-          headTurnId: head ?? was.headTurnId,
-          updatedAt: nextTimestamp(was.updatedAt),
-          ...(tags !== undefined ? { tags } : {}),
-          ...(u.metadata !== undefined ? { metadata: u.metadata } : {}),
-          ...(expiresAt !== undefined ? { expiresAt } : {}),
-          ...(instructions !== undefined ? { instructions } : {}),
-        });
+      {
+        ...(u.name !== undefined ? { name: u.name } : {}),
+        ...(u.provider !== undefined ? { provider: u.provider } : {}),
+        ...(u.selectedModel !== undefined ? { selectedModel: u.selectedModel } : {}),
+        ...(u.mode !== undefined ? { mode: u.mode as ChatSessionMode } : {}),
+        ...(u.headTurnId !== undefined ? { headTurnId: u.headTurnId } : {}),
+        ...(tags !== undefined ? { tags } : {}),
+        ...(u.metadata !== undefined ? { metadata: u.metadata } : {}),
+        ...(expiresAt !== undefined ? { expiresAt } : {}),
+        ...(instructions !== undefined ? { instructions } : {}),
       },
-      head === undefined ? undefined : { headTurnId: head },
+      { guard: this.access.guard(caller.user, ifMatch) },
     );
   }
 
   delete(caller: Caller, id: string, ifMatch: string | undefined): Promise<void> {
-    return this.store.deleteSession(id, this.access.mine(caller.user, ifMatch));
+    return this.store.deleteSession(id, { guard: this.access.guard(caller.user, ifMatch) });
   }
 
   /** Archives (or brings back) a session; one already so is answered as it is, with no write. */
   async setArchived(caller: Caller, id: string, archived: boolean, ifMatch: string | undefined): Promise<SessionRecord> {
-    const check = this.access.mine(caller.user, ifMatch);
     const current = await this.store.getSession(id);
     if (this.access.found(current, caller.user) && current.session.archived === archived) {
-      check(stateOf(current));
+      this.access.check(caller.user, ifMatch, current);
       return current;
     }
-    return this.store.updateSession(id, (cur) => {
-      check(cur);
-      const { session } = cur;
-      return session.archived === archived ? session : chatSession({ ...session, archived, updatedAt: nextTimestamp(session.updatedAt) });
-    });
+    return this.store.updateSession(id, { archived }, { guard: this.access.guard(caller.user, ifMatch), unlessSame: true });
   }
 
   /** A new session of the caller's holding copies of the path from the root to `turnId` (default: the head). */
   fork(caller: Caller, id: string, f: { readonly turnId?: string | undefined; readonly name?: string | undefined }, ifMatch: string | undefined): Promise<SessionRecord> {
-    const check = this.access.mine(caller.user, ifMatch);
     const now = Date.now();
-    const at = new Date(now).toISOString();
-    return this.store.forkSession(id, f.turnId, caller.user, (source) => {
-      check(source);
-      const from = source.session;
-      return chatSession({
-        _id: newObjectId(now),
-        name: f.name ?? from.name,
-        provider: from.provider,
-        selectedModel: from.selectedModel,
-        mode: from.mode,
-        user: caller.user,
-        project: from.project,
-        createdAt: at,
-        updatedAt: at,
-        archived: false,
-        headTurnId: null,
-        ...(from.tags !== undefined ? { tags: from.tags } : {}),
-        ...(from.metadata !== undefined ? { metadata: from.metadata } : {}),
-      });
-    });
+    return this.store.forkSession(id, f.turnId, { _id: newObjectId(now), owner: caller.user, name: f.name, at: new Date(now).toISOString() }, { guard: this.access.guard(caller.user, ifMatch) });
   }
 }

@@ -1,17 +1,21 @@
-// The Store every engine implements, and the domain errors it raises. Reads return promises of
-// immutable values, safe to hold across an `await`. Writes pass through one serial point per
-// store (src/store/writer.ts), where the caller's check or change runs against the current
-// state, so ownership and If-Match checks cannot race; a write's promise settles once the change
-// is committed (or has failed and changed nothing).
+// The Store every engine implements (the errors it raises are ./errors.ts). Reads return promises
+// of immutable values, safe to hold across an `await`. Writes are values (./writes.ts) passed
+// through one serial point per store (./writer.ts), where each is decided against the current
+// state (./decide.ts), so ownership and If-Match checks cannot race; a write's promise settles
+// once its changes are committed (or it has failed and changed nothing).
 import type { EngineName } from '../config.js';
-import { DomainError } from '../domain/errors.js';
 import type { SessionKey, TurnKey } from '../domain/order.js';
 import type { Liveness } from '../domain/retention.js';
-import type { ChatSession, JsonObject, StopReason, Tokens, Turn, TurnContent, TurnError, TurnStatus, TurnUsage } from '../domain/records.js';
+import type { ChatSession, Tokens, Turn, TurnStatus } from '../domain/records.js';
 import type { DeltaPlace, Piece } from '../domain/deltas.js';
+import type { ReplyEnd } from '../domain/reply-end.js';
 import type { Change, CommitListener, Held, Usage } from './changes.js';
+import type { AppendOptions, EditOptions, ForkAs, Guard, NewTurn, SessionFields, TurnEdit, WriteOptions } from './writes.js';
+
+export type { TurnEdit } from './writes.js';
 
 export { NO_USAGE, NOTHING_HELD, type Held, type Usage } from './changes.js';
+export * from './errors.js';
 
 export type { SessionKey, TurnKey } from '../domain/order.js';
 
@@ -74,19 +78,6 @@ export interface SessionAtWrite extends SessionState {
   isStreaming(id: string): boolean;
 }
 
-/** What a turn's edit may change (PUT .../turns/:turnId); absent fields stay as they are. */
-export interface TurnEdit {
-  readonly content?: TurnContent;
-  readonly metadata?: JsonObject;
-  readonly usage?: TurnUsage;
-  readonly status?: TurnStatus;
-  /** Why it ended with `error` (a reply's). */
-  readonly error?: TurnError;
-  /** Why a reply ended, as its provider said. */
-  readonly stopReason?: StopReason;
-  /** The hash of the turn's path from the root as it ends (a reply's, for the OpenAI door's index). */
-  readonly pathKey?: string;
-}
 
 /** A list of turns: all of a session's (none given), or one branch: the path from the root to the head or to a turn. */
 export type Branch = 'head' | { readonly turnId: string };
@@ -303,54 +294,56 @@ export interface Store {
   /** Builds the search index again from the stored sessions and turns; answers how many documents it indexed. */
   reindex(): Promise<number>;
 
+  // Writes: each is a value (./writes.ts) decided at the serial point against the session as it
+  // stands (./decide.ts); what it requires of the session is its Guard, checked there (a missing
+  // session is a SessionNotFound first). Times come from `now` (default: the clock as it is asked).
+
   createSession(session: ChatSession): Promise<SessionRecord>;
   /**
-   * Replaces a session with `change(current)`. `change` runs at the store's serial point, after
-   * every earlier write, so checks it makes (ownership, If-Match) cannot race. It may throw to
-   * refuse; a missing session is a SessionNotFound before `change` is called.
+   * Sets `set` on a session and moves its updatedAt (with `unlessSame`, a write that changes
+   * nothing leaves it as it is). ValidationError when `set.headTurnId` is none of its turns.
    */
-  updateSession(id: string, change: (current: SessionAtWrite) => ChatSession, hint?: WriteHint): Promise<SessionRecord>;
-  /** Deletes a session and its turns after `check(current)` passes. */
-  deleteSession(id: string, check: (current: SessionAtWrite) => void): Promise<void>;
+  updateSession(id: string, set: SessionFields, opts?: WriteOptions & { readonly unlessSame?: boolean }): Promise<SessionRecord>;
+  /** Deletes a session and its turns. */
+  deleteSession(id: string, opts?: WriteOptions): Promise<void>;
+  /** appendTurns of one turn. */
+  appendTurn(sessionId: string, turn: NewTurn, opts?: AppendOptions): Promise<TurnRecord>;
   /**
-   * Appends the turn `build(current)` returns, newer than everything in its session; it becomes
-   * the session's head and raises the session's `updatedAt` to its `createdAt`. `hint` names the
-   * parent the request gave, so engines can read it ahead.
+   * Records turns in order, all or none, each newer than everything in its session: the first
+   * under its parent (by default the head), each next under the one before unless it names its
+   * own; the last becomes the head and raises the session's `updatedAt` to its `createdAt` (a
+   * message and the start of its reply, in one write). ValidationError for a parent that is none
+   * of the session's turns.
    */
-  appendTurn(sessionId: string, build: (current: SessionAtWrite) => Turn, hint?: WriteHint): Promise<TurnRecord>;
+  appendTurns(sessionId: string, turns: readonly NewTurn[], opts?: AppendOptions): Promise<TurnRecord[]>;
+  /** Changes one turn by `edit`; the session's updatedAt moves. SessionNotFound, TurnNotFound. */
+  updateTurn(sessionId: string, turnId: string, edit: TurnEdit, opts?: EditOptions): Promise<TurnUpdate>;
   /**
-   * Appends the turns `build(current)` returns, in order, all or none: each under the head, a
-   * turn of the session or an earlier one of the list; the last becomes the head (a message and
-   * the start of its reply, in one write).
+   * Ends a reply (src/domain/reply-end.ts decides how from the turn as it stands): never refused
+   * for a quota, though what it adds is counted. TurnNotStreaming when it ended already.
    */
-  appendTurns(sessionId: string, build: (current: SessionAtWrite) => readonly Turn[], hint?: WriteHint): Promise<TurnRecord[]>;
+  endReply(sessionId: string, turnId: string, end: ReplyEnd): Promise<TurnUpdate & { readonly status: TurnStatus }>;
   /**
-   * Changes one turn by what `edit(turn)` returns, after `check(current)` passes; the session's
-   * updatedAt moves. SessionNotFound, TurnNotFound. `uncharged`: never refused for a quota
-   * (the end of a reply, which must always be recorded), though what it adds is counted.
+   * Deletes a turn and its descendants; the head moves to the turn's parent when it was among
+   * them. Answers the session as it leaves it.
    */
-  updateTurn(sessionId: string, turnId: string, check: (current: SessionAtWrite) => void, edit: (turn: Turn) => TurnEdit, opts?: { readonly uncharged?: boolean }): Promise<TurnUpdate>;
+  deleteTurn(sessionId: string, turnId: string, opts?: WriteOptions): Promise<SessionRecord>;
   /**
-   * Deletes a turn and its descendants after `check(current)` passes; the head moves to the
-   * turn's parent when it was among them. Answers the session as it leaves it.
+   * A new session `as` says (its id, owner, time and name) holding copies of the path from the
+   * root to `turnId` (undefined: the head) of the source: new ids, the same contents and
+   * createdAt; its other fields the source's (src/store/decide.ts forkedSession). SessionNotFound, TurnNotFound.
    */
-  deleteTurn(sessionId: string, turnId: string, check: (current: SessionAtWrite) => void): Promise<SessionRecord>;
-  /**
-   * A new session of `owner`, `build(source)` (its name, id, times), holding copies of the path from
-   * the root to `turnId` (undefined: the head) of the source: new ids, the same contents and
-   * createdAt. SessionNotFound, TurnNotFound.
-   */
-  forkSession(sourceId: string, turnId: string | undefined, owner: string, build: (source: SessionAtWrite) => ChatSession): Promise<SessionRecord>;
+  forkSession(sourceId: string, turnId: string | undefined, as: ForkAs, opts?: WriteOptions): Promise<SessionRecord>;
   /**
    * Appends `pieces` (text, reasoning) to a streaming turn's content (src/domain/deltas.ts says
-   * where) after `check(current)` passes; the session does not change (its updatedAt, its
-   * version). Refused with TurnNotStreaming when the turn's status is not `streaming`,
-   * TurnTooLarge when its JSON would pass `maxBytes`. SessionNotFound, TurnNotFound. `quiet`:
-   * the live feed was told of the pieces as they came (a reply's), so the commit tells it nothing.
-   * A delta costs what its pieces hold, whatever the turn's length: it is stored apart
-   * (./pieces.ts) until the turn's next edit folds it in, and every read shows the turn with it.
+   * where); the session does not change (its updatedAt, its version). Refused with
+   * TurnNotStreaming when the turn's status is not `streaming`, TurnTooLarge when its JSON would
+   * pass `maxBytes`. SessionNotFound, TurnNotFound. `quiet`: the live feed was told of the pieces
+   * as they came (a reply's), so the commit tells it nothing. A delta costs what its pieces hold,
+   * whatever the turn's length: it is stored apart (./pieces.ts) until the turn's next edit folds
+   * it in, and every read shows the turn with it.
    */
-  appendDelta(sessionId: string, turnId: string, check: (current: SessionAtWrite) => void, pieces: readonly Piece[], maxBytes: number, quiet?: boolean): Promise<TurnDelta>;
+  appendDelta(sessionId: string, turnId: string, pieces: readonly Piece[], maxBytes: number, opts?: { readonly guard?: Guard; readonly quiet?: boolean }): Promise<TurnDelta>;
   /**
    * Streaming turns that no server is streaming any more: with `atStart` on an engine of one
    * server (sqlite), every streaming turn, since the server that streamed them is gone;
@@ -403,109 +396,8 @@ export interface Store {
  */
 export type StoreSnapshot = Pick<Store, 'exportAll' | 'expiredSessions' | 'close'>;
 
-export class SessionNotFound extends DomainError {
-  override readonly name = 'SessionNotFound';
-  constructor() {
-    super('session_not_found', 'Chat session not found');
-  }
-}
-
-/** Turns a write names ahead of deciding it (a parent, a new head), so engines can read them with the group. */
-export interface WriteHint {
-  readonly parentId?: string | null;
-  readonly headTurnId?: string;
-  /** The write asks which of the session's turns are streaming (SessionAtWrite.streamingTurn). */
-  readonly streaming?: boolean;
-  /** The path keys of the turns appendTurns records, in their order (the OpenAI door's index; undefined: none). */
-  readonly pathKeys?: readonly (string | undefined)[];
-  /** The last turn appendTurns records is a reply this instance generates (see Store.leftStreaming). */
-  readonly generated?: boolean;
-}
-
-export class TurnNotFound extends DomainError {
-  override readonly name = 'TurnNotFound';
-  constructor() {
-    super('turn_not_found', 'Turn not found');
-  }
-}
-
-/** A delta to a turn whose status is not `streaming`. */
-export class TurnNotStreaming extends DomainError {
-  override readonly name = 'TurnNotStreaming';
-  constructor() {
-    super('turn_not_streaming', 'Turn is not streaming');
-  }
-}
-
-/** A turn posted under a turn that is still `streaming`: it would go under a reply that is not written yet. */
-export class TurnStillStreaming extends DomainError {
-  override readonly name = 'TurnStillStreaming';
-  constructor() {
-    super('turn_still_streaming', 'Turn is still streaming');
-  }
-}
-
-/** A delta that would make its turn larger than a turn may be. */
-export class TurnTooLarge extends DomainError {
-  override readonly name = 'TurnTooLarge';
-  constructor() {
-    super('turn_too_large', 'Turn too large');
-  }
-}
-
 /** A delta as committed: the turn it went to, and where each piece went. */
 export interface TurnDelta {
   readonly _id: string;
   readonly places: readonly DeltaPlace[];
-}
-
-export class PreconditionFailed extends DomainError {
-  override readonly name = 'PreconditionFailed';
-  constructor() {
-    super('precondition_failed', 'Chat session was modified');
-  }
-}
-
-/** A quota of the session's owner (QUOTA_SESSIONS, QUOTA_TURNS, QUOTA_BYTES) would be passed; nothing changed. */
-export class QuotaExceeded extends DomainError {
-  override readonly name = 'QuotaExceeded';
-  constructor(
-    readonly quota: keyof Usage,
-    readonly limit: number,
-  ) {
-    super('quota_exceeded', `Quota exceeded: ${quota} (at most ${limit} per user)`);
-  }
-}
-
-/** A write that could not be committed; nothing changed. The message leaks no path. */
-export class StorageWriteFailed extends DomainError {
-  override readonly name = 'StorageWriteFailed';
-  constructor(cause?: unknown) {
-    super('storage_write_failed', 'Storage write failed', { cause });
-  }
-}
-
-/** The engine cannot be reached (a database that is down); the request may be retried later. */
-export class StorageUnavailable extends DomainError {
-  override readonly name = 'StorageUnavailable';
-  constructor(cause?: unknown) {
-    super('storage_unavailable', 'Storage unavailable', { cause });
-  }
-}
-
-/**
- * The engine found its files damaged while serving (a full check, or a read or commit SQLite
- * reported malformed): writes are refused from then on and health is not ok; reads go on where
- * they can. The engine logged the file once, when it found it.
- */
-export class StorageDamaged extends DomainError {
-  override readonly name = 'StorageDamaged';
-  constructor(cause?: unknown) {
-    super('storage_damaged', 'Storage damaged', { cause });
-  }
-}
-
-/** What the engine found on opening stops the start: one line naming the file or database and what to do. */
-export class StoreOpenFailed extends Error {
-  override readonly name = 'StoreOpenFailed';
 }

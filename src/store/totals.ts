@@ -10,7 +10,7 @@
 import { COUNT_MAX } from '../domain/numbers.js';
 import type { Tokens } from '../domain/records.js';
 import type { Logger } from '../log.js';
-import type { Usage } from './changes.js';
+import type { Change, Usage } from './changes.js';
 
 export const TOKEN_FIGURES = ['inputTokens', 'outputTokens', 'cachedTokens'] as const satisfies readonly (keyof Tokens)[];
 export type TokenFigure = (typeof TOKEN_FIGURES)[number];
@@ -63,6 +63,21 @@ export class TotalDelta {
   token(k: TokenFigure): Settled {
     return this.tokens[k].settled();
   }
+}
+
+/**
+ * What changes add to each owner's usage, summed here once for every reader: the serial writer's
+ * quota check (a write's, and its group's so far) and both engines' commits. `keyOf` names an
+ * owner as the engine keeps it (PostgreSQL's text escapes); `into` accumulates across calls.
+ */
+export function usageByOwner(changes: readonly Change[], keyOf: (owner: string) => string = (o) => o, into = new Map<string, TotalDelta>()): Map<string, TotalDelta> {
+  for (const c of changes) {
+    const owner = keyOf(c.usage.owner);
+    let d = into.get(owner);
+    if (d === undefined) into.set(owner, (d = new TotalDelta()));
+    d.add(c.usage);
+  }
+  return into;
 }
 
 /** What a start put back in range: numbers an earlier release stored out of it (each engine's repairNumbers). */

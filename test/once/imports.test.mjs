@@ -29,6 +29,31 @@ test('[D-house-4] the engines are imported through src/store/open.ts alone, by t
   for (const d of ENGINE_DIRS) assert.ok(open.some((p) => p.startsWith(d)), `open.ts names ${d}`);
 });
 
+test('[D-house-5] a write is a value: no write of the Store takes a function, and no use case hands the store one', () => {
+  const ROOT = fileURLToPath(new URL('../..', import.meta.url));
+  const text = readFileSync(join(ROOT, 'src/store/store.ts'), 'utf8');
+  const contract = text.slice(text.indexOf('export interface Store {'), text.indexOf('\n}\n', text.indexOf('export interface Store {')));
+  const writes = ['createSession', 'updateSession', 'deleteSession', 'appendTurn', 'appendTurns', 'updateTurn', 'endReply', 'deleteTurn', 'forkSession', 'appendDelta'];
+  for (const w of writes) {
+    const sig = new RegExp(`^\\s*${w}\\((.*)\\): Promise`, 'm').exec(contract);
+    assert.ok(sig !== null, `Store.${w} is declared`);
+    assert.doesNotMatch(sig[1], /=>/, `Store.${w} takes values only`);
+  }
+  // the decisions are one function per kind of write, beside the values
+  const decide = readFileSync(join(ROOT, 'src/store/decide.ts'), 'utf8');
+  for (const kind of ['Create', 'Update', 'Delete', 'Turns', 'Edit', 'DeleteTurns', 'Fork', 'Delta']) assert.match(decide, new RegExp(`^function decide${kind}\\(view: WriteView, w: `, 'm'));
+  // each call's arguments, read to their closing parenthesis, hold no arrow function
+  for (const f of sources().filter((x) => x.startsWith('src/services/') || x.startsWith('src/live/'))) {
+    const t = readFileSync(join(ROOT, f), 'utf8');
+    for (const m of t.matchAll(new RegExp(`store\\.(${writes.join('|')})\\(`, 'g'))) {
+      let depth = 1;
+      let i = (m.index ?? 0) + m[0].length;
+      for (; i < t.length && depth > 0; i++) depth += t[i] === '(' ? 1 : t[i] === ')' ? -1 : 0;
+      assert.doesNotMatch(t.slice((m.index ?? 0) + m[0].length, i), /=>/, `${f}: store.${m[1]} is handed a value`);
+    }
+  }
+});
+
 test('[D-house-3] every code has its status in the one table; only the pipeline turns a throw into an answer', () => {
   const ROOT = fileURLToPath(new URL('../..', import.meta.url));
   const read = (f) => readFileSync(join(ROOT, f), 'utf8');

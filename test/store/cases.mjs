@@ -10,16 +10,15 @@ import { join } from 'node:path';
 import { describe, test } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import { ENGINES, kit, openOn, openSnapshotOn } from './engines.mjs';
-import { at, NO_USAGE, session, usageOfItems } from './fixtures.mjs';
+import { at, clock, NO_USAGE, REFUSED, session, usageOfItems } from './fixtures.mjs';
 
-const { chatSession, newObjectId, versionOfSession, PreconditionFailed, SessionNotFound, StorageWriteFailed, PAGE_BYTE_BUDGET, PAGE_SCAN_BUDGET, SCAN_CHUNK, setFaultPlan, wholeListReply } = kit;
+const { chatSession, newObjectId, versionOfSession, PreconditionFailed, SessionMoved, SessionNotFound, SessionNotVisible, SessionStillLive, StorageWriteFailed, PAGE_BYTE_BUDGET, PAGE_SCAN_BUDGET, SCAN_CHUNK, setFaultPlan, wholeListReply } = kit;
 const CHILD = fileURLToPath(new URL('./child-writer.mjs', import.meta.url));
 
-/** A turn builder for appendTurn: `createdAt` is `ms` after the fixed instant. */
-const turnAt = (ms, content = 'hello', role = 'user') => (current) => ({
+/** A turn for appendTurn, written by alice (the fixtures' owner): `createdAt` is `ms` after the fixed instant. */
+const turnAt = (ms, content = 'hello', role = 'user') => ({
   _id: newObjectId(Date.UTC(2026, 0, 1) + ms),
-  session: current.session._id,
-  user: current.session.user,
+  user: 'alice',
   role,
   content,
   createdAt: at(ms),
@@ -111,10 +110,10 @@ export function contract(engine) {
         const first = await store.listSessions(filter, undefined, 4);
         const seen = first.items.map((r) => r.session._id);
         // the page's last item and the next one are deleted before the next page is read
-        await store.deleteSession(seen[3], () => {});
+        await store.deleteSession(seen[3]);
         const expected = (await scanned(store, filter)).map((s) => s._id);
         const nextOne = expected[expected.indexOf(seen[2]) + 1];
-        await store.deleteSession(nextOne, () => {});
+        await store.deleteSession(nextOne);
         let after = first.next;
         for (;;) {
           const page = await store.listSessions(filter, after, 4);
@@ -259,12 +258,7 @@ export function contract(engine) {
         const v = s.version;
         const n = 24;
         const results = await Promise.allSettled(
-          Array.from({ length: n }, (_, i) =>
-            store.updateSession(s.session._id, (cur) => {
-              if (cur.version() !== v) throw new PreconditionFailed();
-              return { ...cur.session, name: `writer ${i}`, updatedAt: at(100 + i) };
-            }),
-          ),
+          Array.from({ length: n }, (_, i) => store.updateSession(s.session._id, { name: `writer ${i}` }, { guard: { ifMatch: `"${v}"` }, now: clock(100 + i) })),
         );
         const won = results.filter((r) => r.status === 'fulfilled');
         assert.equal(won.length, 1, 'exactly one wins');
@@ -275,15 +269,30 @@ export function contract(engine) {
         // the same for deletes and turn appends racing on one version
         const t = await store.createSession(session({ ms: 5 }));
         const racers = await Promise.allSettled([
-          store.deleteSession(t.session._id, (cur) => {
-            if (cur.version() !== t.version) throw new PreconditionFailed();
-          }),
-          store.appendTurn(t.session._id, (cur) => {
-            if (cur.version() !== t.version) throw new PreconditionFailed();
-            return turnAt(50)(cur);
-          }),
+          store.deleteSession(t.session._id, { guard: { ifMatch: `"${t.version}"` } }),
+          store.appendTurn(t.session._id, turnAt(50), { guard: { ifMatch: `"${t.version}"` } }),
         ]);
         assert.equal(racers.filter((r) => r.status === 'fulfilled').length, 1);
+      });
+    });
+
+    test('[D-house-5] a guard is checked at the serial point: the caller, If-Match, the version read, gone for the purge', async () => {
+      await withStore(async (store) => {
+        const s = await store.createSession(session());
+        const id = s.session._id;
+        const before = await everything(store);
+        const live = { now: at(1), cutoff: undefined };
+        // another owner's session is not there to a caller; under ACCESS=shared it is, and a session past its expiry never
+        await assert.rejects(store.updateSession(id, { name: 'x' }, { guard: { caller: { user: 'bob', live } } }), SessionNotVisible);
+        await assert.rejects(store.deleteSession(id, { guard: { caller: { user: 'alice', live: { now: at(1), cutoff: at(2) } } } }), SessionNotFound);
+        await assert.rejects(store.appendTurn(id, turnAt(3), { guard: { ifMatch: '"other"' } }), PreconditionFailed);
+        await assert.rejects(store.deleteSession(id, { guard: { goneAt: live } }), SessionStillLive);
+        assert.deepEqual(await everything(store), before, 'nothing changed');
+        const shared = await store.updateSession(id, { name: 'shared' }, { guard: { caller: { user: 'bob', anyOwner: true, live }, ifMatch: '*' } });
+        // a write decided from a read holds while the session is the version read, and is refused once it moved
+        await assert.rejects(store.updateSession(id, { name: 'stale' }, { guard: { version: s.version } }), SessionMoved);
+        await store.updateSession(id, { name: 'fresh' }, { guard: { version: shared.version } });
+        assert.equal((await store.getSession(id)).session.name, 'fresh');
       });
     });
 
@@ -293,15 +302,12 @@ export function contract(engine) {
         await store.appendTurn(s.session._id, turnAt(10));
         const before = await everything(store);
         const id = s.session._id;
-        const refuse = () => {
-          throw new PreconditionFailed();
-        };
         const results = await Promise.allSettled([
-          store.updateSession(id, refuse),
+          store.updateSession(id, { name: 'refused' }, { guard: REFUSED }),
           store.createSession(session({ ms: 20, name: 'beside' })),
-          store.deleteSession(id, refuse),
-          store.appendTurn(id, refuse),
-          store.updateSession('0123456789abcdef01234567', (c) => c.session),
+          store.deleteSession(id, { guard: REFUSED }),
+          store.appendTurn(id, turnAt(30), { guard: REFUSED }),
+          store.updateSession('0123456789abcdef01234567', {}),
         ]);
         assert.deepEqual(results.map((r) => r.status), ['rejected', 'fulfilled', 'rejected', 'rejected', 'rejected']);
         assert.ok(results[4].reason instanceof SessionNotFound, 'a missing session is refused before the change runs');
@@ -341,10 +347,10 @@ export function contract(engine) {
         assert.equal(raised.session.headTurnId, t._id);
         assert.notEqual(raised.version, a.version, 'the version moves with a turn');
         // a turn stamped at or before the session's updatedAt would not move it: the serial point refuses it
-        await store.updateSession(b.session._id, (c) => ({ ...c.session, updatedAt: at(100) }));
+        await store.updateSession(b.session._id, {}, { now: clock(100) });
         const before = await everything(store);
         await assert.rejects(store.appendTurn(b.session._id, turnAt(50)), /must be newer than its session's turns and not older than its updatedAt/);
-        await assert.rejects(store.appendTurn(a.session._id, (cur) => ({ ...turnAt(10)(cur), _id: '000000000000000000000000' })), /must be newer/);
+        await assert.rejects(store.appendTurn(a.session._id, { ...turnAt(10), _id: '000000000000000000000000' }), /must be newer/);
         assert.deepEqual(await everything(store), before);
         list = await scanned(store, { user: 'alice', archived: 'false' });
         assert.deepEqual(list.map((s) => s._id), [b.session._id, a.session._id]);
@@ -369,7 +375,7 @@ export function contract(engine) {
         assert.deepEqual(paged, all.map((t) => t.content));
         assert.deepEqual((await store.listTurns('0123456789abcdef01234567', undefined, 10)).items, []);
         const statsBefore = await store.stats();
-        await store.deleteSession(id, () => {});
+        await store.deleteSession(id);
         assert.deepEqual(await turnsOf(store, id), []);
         assert.deepEqual((await store.listTurns(id, undefined, 10)).items, []);
         assert.equal(await store.getSession(id), undefined);
@@ -389,8 +395,8 @@ export function contract(engine) {
         const first = await it.next();
         got.push(...first.value.map((r) => r.session._id));
         // meanwhile: the oldest session is changed (moving it to the front), one is deleted, one is made
-        await store.updateSession(ids[0], (c) => ({ ...c.session, name: 'moved', updatedAt: at(10_000) }));
-        await store.deleteSession(ids[300], () => {});
+        await store.updateSession(ids[0], { name: 'moved' }, { now: clock(10_000) });
+        await store.deleteSession(ids[300]);
         await store.createSession(session({ ms: 20_000 }));
         for (let r = await it.next(); r.done !== true; r = await it.next()) got.push(...r.value.map((x) => x.session._id));
         assert.deepEqual(got, ids.slice().reverse(), 'the list as it was when reading began');
@@ -404,8 +410,8 @@ export function contract(engine) {
         await store.appendTurn(a.session._id, turnAt(5, 'x'.repeat(100)));
         await store.appendTurn(b.session._id, turnAt(6, '日本語'));
         await store.appendTurn(b.session._id, turnAt(7, 'bye'));
-        await store.updateSession(a.session._id, (c) => ({ ...c.session, name: 'shorter', updatedAt: at(8) }));
-        await store.deleteSession(b.session._id, () => {});
+        await store.updateSession(a.session._id, { name: 'shorter' }, { now: clock(8) });
+        await store.deleteSession(b.session._id);
         const all = await everything(store);
         const bytes = all.items.reduce((n, i) => n + Buffer.byteLength(i.session) + i.turns.reduce((m, t) => m + Buffer.byteLength(t), 0), 0);
         const stats = await store.stats();
@@ -427,12 +433,12 @@ export function contract(engine) {
         const b = await store.createSession(session({ ms: 1, user: 'bob' }));
         await check('created');
         // a turn written by bob into alice's session counts for alice, the session's owner
-        await store.appendTurn(a.session._id, (cur) => ({ ...turnAt(2, 'from bob')(cur), user: 'bob' }));
-        await store.appendTurn(b.session._id, turnAt(3, '日本語'));
+        await store.appendTurn(a.session._id, { ...turnAt(2, 'from bob'), user: 'bob' });
+        await store.appendTurn(b.session._id, { ...turnAt(3, '日本語'), user: 'bob' });
         await check('turns');
-        await store.updateSession(a.session._id, (c) => ({ ...c.session, name: 'a much longer name than before', updatedAt: at(4) }));
+        await store.updateSession(a.session._id, { name: 'a much longer name than before' }, { now: clock(4) });
         await check('updated');
-        await store.deleteSession(b.session._id, () => {});
+        await store.deleteSession(b.session._id);
         await check('deleted');
         assert.deepEqual(await store.usage('bob'), NO_USAGE);
         // an import that hands a session to another owner moves it, turns and all
@@ -457,7 +463,7 @@ export function contract(engine) {
         const created = await store.createSession(s);
         assert.equal(created.version, tagOf(firstRelease(created.json)));
         assert.equal(created.version, 'veRdDtNGoOHjJwV89GcsjY', 'the tag of this history in every release so far');
-        await store.appendTurn(s._id, (cur) => ({ _id: '6b0000000000000000000002', session: cur.session._id, user: 'u', role: 'user', content: 'c', createdAt: at(5) }));
+        await store.appendTurn(s._id, { _id: '6b0000000000000000000002', user: 'u', role: 'user', content: 'c', createdAt: at(5) });
         const after = await store.getSession(s._id);
         assert.equal(after.version, tagOf(`${firstRelease(after.json)}\n${at(5)}\n6b0000000000000000000002`), 'with a turn: the JSON, a newline, the newest turn\'s createdAt, a newline, its _id');
         assert.equal(after.version, 'JWqN48qdXeFVAgeFvYVEYy');
@@ -470,9 +476,9 @@ export function contract(engine) {
       let store = await openOn(engine, dir);
       const s = await store.createSession(session({ name: 'kept' }));
       await store.appendTurn(s.session._id, turnAt(3));
-      await store.updateSession(s.session._id, (c) => ({ ...c.session, archived: true, updatedAt: at(9) }));
+      await store.updateSession(s.session._id, { archived: true }, { now: clock(9) });
       const gone = await store.createSession(session({ ms: 1 }));
-      await store.deleteSession(gone.session._id, () => {});
+      await store.deleteSession(gone.session._id);
       const before = await everything(store);
       await store.close();
       store = await openOn(engine, dir);
@@ -528,11 +534,11 @@ export function contract(engine) {
         store = await openOn(engine, dir);
         const s = await store.createSession(session({ name: 'first' }));
         const before = await everything(store);
-        await assert.rejects(store.updateSession(s.session._id, (c) => ({ ...c.session, name: 'lost', updatedAt: at(1) })), StorageWriteFailed);
+        await assert.rejects(store.updateSession(s.session._id, { name: 'lost' }, { now: clock(1) }), StorageWriteFailed);
         assert.deepEqual(await everything(store), before, 'nothing changed');
         await store.appendTurn(s.session._id, turnAt(2));
         await assert.rejects(store.createSession(session({ ms: 3, name: 'lost too' })), StorageWriteFailed);
-        await store.updateSession(s.session._id, (c) => ({ ...c.session, name: 'kept', updatedAt: at(4) }));
+        await store.updateSession(s.session._id, { name: 'kept' }, { now: clock(4) });
         const acknowledged = await everything(store);
         assert.equal(acknowledged.sessions, 1);
         await store.close();
@@ -562,18 +568,15 @@ export function contract(engine) {
             return v;
           });
         const id = (await track(store.createSession(session({ name: 'a' })), 'create a')).session._id;
-        await track(store.updateSession(id, (c) => ({ ...c.session, name: 'b', updatedAt: at(1) })), 'update b');
-        await assert.rejects(store.updateSession(id, (c) => ({ ...c.session, name: 'lost', updatedAt: at(2) })), StorageWriteFailed);
-        const refuse = () => {
-          throw new PreconditionFailed();
-        };
+        await track(store.updateSession(id, { name: 'b' }, { now: clock(1) }), 'update b');
+        await assert.rejects(store.updateSession(id, { name: 'lost' }, { now: clock(2) }), StorageWriteFailed);
         const results = await Promise.allSettled([
-          track(store.updateSession(id, (c) => ({ ...c.session, name: 'c', updatedAt: at(3) })), 'update c'),
-          store.appendTurn(id, refuse),
+          track(store.updateSession(id, { name: 'c' }, { now: clock(3) }), 'update c'),
+          store.appendTurn(id, turnAt(5), { guard: REFUSED }),
           track(store.appendTurn(id, turnAt(4)), 'turn c'),
         ]);
         assert.deepEqual(results.map((r) => r.status), ['fulfilled', 'rejected', 'fulfilled']);
-        await track(store.deleteSession(id, () => undefined), 'delete c');
+        await track(store.deleteSession(id), 'delete c');
         assert.deepEqual(announced.map((a) => a.what), ['create a', 'update b', 'update c', 'turn c', 'delete c']);
         assert.deepEqual(announced.filter((a) => a.answeredAlready), [], 'no write was answered before its change was announced');
       } finally {
@@ -590,7 +593,7 @@ export function contract(engine) {
           ids.push(s.session._id);
           for (let t = 0; t < i % 4; t++) await source.appendTurn(s.session._id, turnAt(100 + i * 10 + t, `turn ${t} of ${i}`, t % 2 === 0 ? 'user' : 'assistant'));
         }
-        await source.deleteSession(ids[5], () => {});
+        await source.deleteSession(ids[5]);
         const exported = await everything(source);
         const sessions = exported.items.map((i) => JSON.parse(i.session));
         const turns = exported.items.flatMap((i) => i.turns.map((t) => JSON.parse(t)));

@@ -11,10 +11,10 @@ const s = await store.createSession(
   kit.chatSession({ _id: kit.newObjectId(base), name: `deltas ${round}`, provider: 'p', selectedModel: 'm', mode: 'Build', user: 'alice', project: 'proj', createdAt: new Date(base).toISOString(), updatedAt: new Date(base).toISOString(), archived: false }),
 );
 const id = s.session._id;
-const t = await store.appendTurn(id, () => kit.turnRecord({ _id: kit.newObjectId(base + 10), session: id, parentId: null, user: 'alice', role: 'assistant', content: '', status: 'streaming', createdAt: new Date(base + 10).toISOString() }));
+const t = await store.appendTurn(id, { _id: kit.newObjectId(base + 10), parentId: null, user: 'alice', role: 'assistant', content: '', status: 'streaming', createdAt: new Date(base + 10).toISOString() });
 out({ turn: t._id, session: id });
 for (let i = 0; ; i++) {
   const text = `d${i} ${'é'.repeat(i % 5)}`;
-  await store.appendDelta(id, t._id, () => {}, [{ kind: 'text', text }], 10_000_000);
+  await store.appendDelta(id, t._id, [{ kind: 'text', text }], 10_000_000);
   out({ acked: text });
 }

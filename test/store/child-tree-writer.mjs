@@ -17,17 +17,17 @@ const made = [];
 const edited = new Set();
 for (let i = 1; ; i++) {
   const at = new Date(base + i * 10).toISOString();
-  const turn = (parentId) => (cur) => ({ _id: kit.newObjectId(base + i * 10), session: id, ...(parentId !== undefined ? { parentId } : {}), user: 'alice', role: 'user', content: `turn ${i}`, status: 'complete', createdAt: at });
+  const turn = (parentId) => ({ _id: kit.newObjectId(base + i * 10), ...(parentId !== undefined ? { parentId } : {}), user: 'alice', role: 'user', content: `turn ${i}`, status: 'complete', createdAt: at });
   if (i % 5 === 0 && made.length > 2) {
     // a side branch under an older turn, deleted again
     const parent = made[made.length - 3];
-    const t = await store.appendTurn(id, turn(parent), { parentId: parent });
+    const t = await store.appendTurn(id, turn(parent));
     out({ turn: t._id, session: id });
     out({ deleting: t._id }); // from here it may be gone before its answer
-    const gone = await store.deleteTurn(id, t._id, () => {});
+    const gone = await store.deleteTurn(id, t._id);
     out({ deleted: [t._id], head: gone.session.headTurnId });
   } else if (i % 7 === 0) {
-    const f = await store.forkSession(id, undefined, 'alice', (src) => ({ ...src.session, _id: kit.newObjectId(base + i * 10), name: `fork ${i}`, headTurnId: null }));
+    const f = await store.forkSession(id, undefined, { _id: kit.newObjectId(base + i * 10), owner: 'alice', name: `fork ${i}`, at });
     const n = (await store.listTurns(f.session._id, undefined, 1000)).items.length;
     out({ fork: f.session._id, turns: n });
   } else if (i % 3 === 0 && made.length > 0 && !edited.has(made[made.length - 1])) {
@@ -36,7 +36,7 @@ for (let i = 1; ; i++) {
     edited.add(target);
     const content = `edited at ${i}`;
     out({ editing: target, content }); // from here it may be edited before its answer
-    await store.updateTurn(id, target, () => {}, () => ({ content }));
+    await store.updateTurn(id, target, { content });
     out({ edit: target, content });
   } else {
     const t = await store.appendTurn(id, turn(undefined));

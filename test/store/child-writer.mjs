@@ -17,7 +17,8 @@ for (let i = 0; ; i++) {
     process.stdout.write(`${JSON.stringify({ created: s.session._id })}\n`);
   } else {
     const id = ids[i % ids.length];
-    const t = await store.appendTurn(id, (cur) => ({ _id: kit.newObjectId(base + i * 10), session: id, user: 'alice', role: 'user', content: `turn ${i} ${'x'.repeat(i % 300)}`, createdAt: at > (cur.lastTurn?.createdAt ?? '') ? at : cur.lastTurn.createdAt }));
+    // stamped at the serial point: never before its session's newest turn
+    const t = await store.appendTurn(id, { user: 'alice', role: 'user', content: `turn ${i} ${'x'.repeat(i % 300)}` });
     process.stdout.write(`${JSON.stringify({ turn: id, _id: t._id })}\n`);
   }
 }

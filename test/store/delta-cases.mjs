@@ -12,7 +12,7 @@ import { fileURLToPath } from 'node:url';
 import { ENGINES, kit, openOn } from './engines.mjs';
 import { NO_USAGE, usageOfItems } from './fixtures.mjs';
 
-const { appendPiece, chatSession, newObjectId, turnRecord, wordsOf, QuotaExceeded, TurnNotStreaming, TurnTooLarge } = kit;
+const { appendPiece, chatSession, newObjectId, turnRecord, wordsOf, QuotaExceeded, TurnNotStreaming, TurnStillStreaming, TurnTooLarge } = kit;
 const CHILD = fileURLToPath(new URL('./child-delta-writer.mjs', import.meta.url));
 
 // ahead of the clock, so every history is the same on every run
@@ -25,8 +25,7 @@ const session = (over = {}) =>
   chatSession({ _id: newObjectId(BASE + idClock++ * 1000), name: 'deltas', provider: 'p', selectedModel: 'm', mode: 'Build', user: 'alice', project: 'proj', createdAt: at(0), updatedAt: at(0), archived: false, ...over });
 
 /** A turn for appendTurn: `ms` after the fixed instant, streaming unless `over` says otherwise. */
-const turnAt = (ms, content, over = {}) => (current) =>
-  turnRecord({ _id: newObjectId(BASE + ms), session: current.session._id, parentId: current.session.headTurnId, user: 'alice', role: 'assistant', content, status: 'streaming', createdAt: at(ms), ...over });
+const turnAt = (ms, content, over = {}) => ({ _id: newObjectId(BASE + ms), user: 'alice', role: 'assistant', content, status: 'streaming', createdAt: at(ms), ...over });
 
 const json = (t) => t.json.toString('utf8');
 const text = (kind, t) => ({ kind, text: t });
@@ -97,7 +96,7 @@ export function deltaContract(engine) {
         const pieces = [];
         const places = [];
         for (const [i, p] of [text('text', ' a time'), text('reasoning', 'who "speaks"?'), text('reasoning', ' 日本語 \ud83d'), text('reasoning', '\ude00!'), text('text', ' there was\na "walrus"')].entries()) {
-          const d = await store.appendDelta(sid, tid, () => {}, [p], 1_000_000);
+          const d = await store.appendDelta(sid, tid, [p], 1_000_000);
           assert.equal(d._id, tid);
           pieces.push(p);
           places.push(...d.places);
@@ -119,22 +118,23 @@ export function deltaContract(engine) {
       await withStore(async (store) => {
         const { sid, tid, base } = await streaming(store);
         const pieces = [text('reasoning', 'thinking'), text('text', 'The answer'), text('text', ' is a walrus')];
-        for (const p of pieces) await store.appendDelta(sid, tid, () => {}, [p], 1_000_000, true);
+        for (const p of pieces) await store.appendDelta(sid, tid, [p], 1_000_000, { quiet: true });
         const usage = { inputTokens: 40, outputTokens: 12, cachedTokens: 8 };
-        const end = await store.updateTurn(sid, tid, () => {}, (t) => ({ status: 'complete', usage, content: t.content }), { uncharged: true });
+        // the turn as the edit finds it is the turn with its deltas: the edit writes it whole
+        const end = await store.updateTurn(sid, tid, { status: 'complete', usage }, { uncharged: true });
         const expected = JSON.stringify(turnRecord({ ...JSON.parse(rewritten(base, pieces)), usage, status: 'complete' }));
         assert.equal(json(end.turn), expected);
         for (const [how, got] of Object.entries(await answers(store, sid, tid))) assert.equal(got, expected, how);
-        await assert.rejects(store.appendDelta(sid, tid, () => {}, [text('text', 'more')], 1_000_000), TurnNotStreaming);
+        await assert.rejects(store.appendDelta(sid, tid, [text('text', 'more')], 1_000_000), TurnNotStreaming);
         assert.deepEqual((await store.search({ user: 'alice', archived: 'false', live: FAR, words: wordsOf('walrus') }, undefined, 10)).items.map((h) => h.turn?._id), [tid]);
         const u = await store.usage('alice');
         assert.deepEqual([u.inputTokens, u.outputTokens, u.cachedTokens], [40, 12, 8]);
         await checkAccounts(store, 'after the end', ['alice']);
         // an edit that keeps it streaming folds them in too, and deltas go on after it
         const again = await streaming(store, 'x');
-        await store.appendDelta(again.sid, again.tid, () => {}, [text('text', 'yz')], 1_000_000);
-        await store.updateTurn(again.sid, again.tid, () => {}, () => ({ metadata: { k: 'v' } }));
-        const d = await store.appendDelta(again.sid, again.tid, () => {}, [text('text', '!')], 1_000_000);
+        await store.appendDelta(again.sid, again.tid, [text('text', 'yz')], 1_000_000);
+        await store.updateTurn(again.sid, again.tid, { metadata: { k: 'v' } });
+        const d = await store.appendDelta(again.sid, again.tid, [text('text', '!')], 1_000_000);
         assert.deepEqual(d.places, [{ at: 3 }]);
         assert.equal(JSON.parse(json(await store.getTurn(again.sid, again.tid))).content, 'xyz!');
         await checkAccounts(store, 'after an edit that keeps it streaming', ['alice']);
@@ -145,9 +145,9 @@ export function deltaContract(engine) {
       await withStore(async (store) => {
         const { sid, tid, base } = await streaming(store);
         const pieces = Array.from({ length: 20 }, (_, i) => text(i % 7 === 3 ? 'reasoning' : 'text', `piece ${i} `));
-        const sent = pieces.map((p) => store.appendDelta(sid, tid, () => {}, [p], 1_000_000));
-        const end = store.updateTurn(sid, tid, () => {}, () => ({ status: 'complete' }));
-        const late = assert.rejects(store.appendDelta(sid, tid, () => {}, [text('text', 'too late')], 1_000_000), TurnNotStreaming);
+        const sent = pieces.map((p) => store.appendDelta(sid, tid, [p], 1_000_000));
+        const end = store.updateTurn(sid, tid, { status: 'complete' });
+        const late = assert.rejects(store.appendDelta(sid, tid, [text('text', 'too late')], 1_000_000), TurnNotStreaming);
         const places = (await Promise.all(sent)).flatMap((d) => d.places);
         let content = '';
         assert.deepEqual(places, pieces.map((p) => { const r = appendPiece(content, p); content = r.content; return r.place; }));
@@ -160,13 +160,13 @@ export function deltaContract(engine) {
     test("[D-streaming-3] Turn too large counts a turn's deltas: exactly the limit passes, one byte more is refused", async () => {
       await withStore(async (store) => {
         const { sid, tid, base } = await streaming(store, 'start');
-        await store.appendDelta(sid, tid, () => {}, [text('text', 'é'.repeat(50))], 1_000_000);
+        await store.appendDelta(sid, tid, [text('text', 'é'.repeat(50))], 1_000_000);
         const now = Buffer.byteLength(rewritten(base, [text('text', 'é'.repeat(50))]));
         const limit = now + 10;
-        await assert.rejects(store.appendDelta(sid, tid, () => {}, [text('text', '"'.repeat(6))], limit), TurnTooLarge, 'six quotes are twelve bytes of JSON');
-        await store.appendDelta(sid, tid, () => {}, [text('text', '"'.repeat(5))], limit);
+        await assert.rejects(store.appendDelta(sid, tid, [text('text', '"'.repeat(6))], limit), TurnTooLarge, 'six quotes are twelve bytes of JSON');
+        await store.appendDelta(sid, tid, [text('text', '"'.repeat(5))], limit);
         assert.equal((await store.getTurn(sid, tid)).json.length, limit);
-        await assert.rejects(store.appendDelta(sid, tid, () => {}, [text('text', 'x')], limit), TurnTooLarge);
+        await assert.rejects(store.appendDelta(sid, tid, [text('text', 'x')], limit), TurnTooLarge);
         await checkAccounts(store, 'after refused deltas', ['alice']);
       });
     });
@@ -176,10 +176,10 @@ export function deltaContract(engine) {
         async (store) => {
           const { sid, tid } = await streaming(store, 'hi');
           const used = (await store.usage('alice')).bytes;
-          await store.appendDelta(sid, tid, () => {}, [text('text', 'x'.repeat(100_000 - used - 10))], 1_000_000);
+          await store.appendDelta(sid, tid, [text('text', 'x'.repeat(100_000 - used - 10))], 1_000_000);
           assert.equal((await store.usage('alice')).bytes, 100_000 - 10);
-          await store.appendDelta(sid, tid, () => {}, [text('text', 'x'.repeat(10))], 1_000_000);
-          await assert.rejects(store.appendDelta(sid, tid, () => {}, [text('text', 'x')], 1_000_000), QuotaExceeded);
+          await store.appendDelta(sid, tid, [text('text', 'x'.repeat(10))], 1_000_000);
+          await assert.rejects(store.appendDelta(sid, tid, [text('text', 'x')], 1_000_000), QuotaExceeded);
           await checkAccounts(store, 'at the quota', ['alice']);
         },
         { QUOTA_BYTES: '100000' },
@@ -190,17 +190,17 @@ export function deltaContract(engine) {
       const exported = await withStore(async (store) => {
         const { sid, tid, base } = await streaming(store, 'so far');
         const pieces = [text('text', ' and on'), text('reasoning', 'hmm')];
-        for (const p of pieces) await store.appendDelta(sid, tid, () => {}, [p], 1_000_000);
-        const f = await store.forkSession(sid, tid, 'bob', (src) => ({ ...src.session, _id: newObjectId(BASE + 900_000), user: 'bob', headTurnId: null }));
+        for (const p of pieces) await store.appendDelta(sid, tid, [p], 1_000_000);
+        const f = await store.forkSession(sid, tid, { _id: newObjectId(BASE + 900_000), owner: 'bob', at: at(900_000) });
         const copy = JSON.parse(json((await store.listTurns(f.session._id, undefined, 10)).items[0]));
         assert.deepEqual(copy.content, JSON.parse(rewritten(base, pieces)).content);
         await checkAccounts(store, 'after the fork');
         const all = await everything(store);
         const kept = await streaming(store, 'kept');
-        await store.appendDelta(kept.sid, kept.tid, () => {}, [text('text', ' more')], 1_000_000);
-        await store.deleteTurn(kept.sid, kept.tid, () => {});
+        await store.appendDelta(kept.sid, kept.tid, [text('text', ' more')], 1_000_000);
+        await store.deleteTurn(kept.sid, kept.tid);
         await checkAccounts(store, 'after deleting a turn with deltas');
-        await store.deleteSession(sid, () => {});
+        await store.deleteSession(sid);
         await checkAccounts(store, 'after deleting a session with deltas');
         return all;
       });
@@ -214,7 +214,7 @@ export function deltaContract(engine) {
         // an import over a streaming turn that took deltas since compares what it reads, and replaces it
         const sid = sessions[0]._id;
         const tid = turns.find((t) => t.session === sid)._id;
-        await store.appendDelta(sid, tid, () => {}, [text('text', ' later')], 1_000_000);
+        await store.appendDelta(sid, tid, [text('text', ' later')], 1_000_000);
         assert.deepEqual(await store.importAll(sessions, turns), { sessions: 0, turns: 1, unchanged: 3 });
         assert.deepEqual(await everything(store), exported);
         await checkAccounts(store, 'imported over deltas');
@@ -229,34 +229,37 @@ export function deltaContract(engine) {
           const a = (await store.appendTurn(sid, turnAt(10, '')))._id;
           const b = (await store.appendTurn(sid, turnAt(11, 'done', { status: 'complete' })))._id;
           const c = newObjectId(BASE + 12);
-          // a write that only asks, then refuses: it records nothing
-          const ask = (ids) => () => {
-            const answered = new Error('answered');
-            return store.appendTurn(sid, (cur) => {
-              answered.answers = ids.map((id) => cur.isStreaming(id));
-              throw answered;
-            }, { streaming: true }).catch((e) => {
-              if (e !== answered) throw e;
-              return answered.answers;
-            });
-          };
+          // a write that asks, then is refused either way, recording nothing: under `id` while it
+          // streams (TurnStillStreaming), else for its second turn's parent, which is none
+          const ask = (id) => () =>
+            store
+              .appendTurns(sid, [{ user: 'alice', role: 'user', content: 'q', parentId: id }, { user: 'alice', role: 'user', content: 'q', parentId: 'ffffffffffffffffffffffff' }], { refuse: { streamingParent: true } })
+              .then(
+                () => assert.fail('recorded'),
+                (e) => {
+                  if (e instanceof TurnStillStreaming) return [true];
+                  if (e.code === 'invalid') return [false];
+                  throw e;
+                },
+              );
           const writes = [
-            ask([a, b]),
-            () => store.updateTurn(sid, a, () => {}, () => ({ status: 'complete' })),
-            ask([a]),
+            ask(a),
+            ask(b),
+            () => store.updateTurn(sid, a, { status: 'complete' }),
+            ask(a),
             () => store.appendTurn(sid, turnAt(12, '', { _id: c })),
-            ask([c]),
-            () => store.deleteTurn(sid, c, () => {}),
-            ask([c]),
+            ask(c),
+            () => store.deleteTurn(sid, c),
+            ask(c),
           ];
           if (!together) {
             const out = [];
             for (const w of writes) out.push(await w());
-            return out.filter(Array.isArray);
+            return out.filter(Array.isArray).flat();
           }
-          return (await Promise.all(writes.map((w) => w()))).filter(Array.isArray);
+          return (await Promise.all(writes.map((w) => w()))).filter(Array.isArray).flat();
         });
-      const expected = [[true, false], [false], [true], [false]];
+      const expected = [true, false, false, true, false];
       assert.deepEqual(await run(false), expected, 'one write after the other');
       assert.deepEqual(await run(true), expected, 'in one group');
     });
@@ -266,26 +269,24 @@ export function deltaContract(engine) {
         const s = await store.createSession(session());
         const sid = s.session._id;
         const a = await store.appendTurn(sid, turnAt(10, 'q', { role: 'user', status: 'complete' }));
-        const b = await store.appendTurns(sid, (cur) => {
-          const first = turnAt(20, 'a', { status: 'complete', usage: { inputTokens: 100, outputTokens: 20, cachedTokens: 60, costUsd: 0.5 } })(cur);
-          return [first, turnRecord({ ...turnAt(30, 'b', { status: 'complete', usage: { inputTokens: 7, outputTokens: 3 } })(cur), parentId: first._id })];
-        });
+        const first = turnAt(20, 'a', { status: 'complete', usage: { inputTokens: 100, outputTokens: 20, cachedTokens: 60, costUsd: 0.5 } });
+        const b = await store.appendTurns(sid, [first, turnAt(30, 'b', { status: 'complete', usage: { inputTokens: 7, outputTokens: 3 }, parentId: first._id })]);
         let u = await store.usage('alice');
         assert.deepEqual([u.inputTokens, u.outputTokens, u.cachedTokens], [107, 23, 60]);
-        await store.updateTurn(sid, b[1]._id, () => {}, () => ({ usage: { inputTokens: 9, outputTokens: 4, cachedTokens: 1 } }));
-        await store.updateTurn(sid, a._id, () => {}, () => ({ usage: { inputTokens: 1, outputTokens: 1 } }));
+        await store.updateTurn(sid, b[1]._id, { usage: { inputTokens: 9, outputTokens: 4, cachedTokens: 1 } });
+        await store.updateTurn(sid, a._id, { usage: { inputTokens: 1, outputTokens: 1 } });
         u = await store.usage('alice');
         assert.deepEqual([u.inputTokens, u.outputTokens, u.cachedTokens], [110, 25, 61]);
         await checkAccounts(store, 'after edits of usage');
-        await store.forkSession(sid, b[1]._id, 'bob', (src) => ({ ...src.session, _id: newObjectId(BASE + 800_000), user: 'bob', headTurnId: null }));
+        await store.forkSession(sid, b[1]._id, { _id: newObjectId(BASE + 800_000), owner: 'bob', at: at(800_000) });
         u = await store.usage('bob');
         assert.deepEqual([u.sessions, u.turns, u.inputTokens, u.outputTokens, u.cachedTokens], [1, 3, 110, 25, 61]);
         await checkAccounts(store, 'after a fork');
-        await store.deleteTurn(sid, b[0]._id, () => {});
+        await store.deleteTurn(sid, b[0]._id);
         u = await store.usage('alice');
         assert.deepEqual([u.inputTokens, u.outputTokens, u.cachedTokens], [1, 1, 0]);
         await checkAccounts(store, 'after deleting turns');
-        await store.deleteSession(sid, () => {});
+        await store.deleteSession(sid);
         assert.deepEqual(await store.usage('alice'), NO_USAGE);
         await checkAccounts(store, 'after deleting the session');
       });
@@ -303,13 +304,13 @@ export function deltaContract(engine) {
           const pieces = [];
           for (let i = 0; i < 10; i++) {
             const p = text(i % 4 === 1 ? 'reasoning' : 'text', ` ${i}`);
-            await (i % 2 === 0 ? one : two).appendDelta(sid, tid, () => {}, [p], 1_000_000);
+            await (i % 2 === 0 ? one : two).appendDelta(sid, tid, [p], 1_000_000);
             pieces.push(p);
           }
           assert.equal(json(await two.getTurn(sid, tid)), rewritten(base, pieces));
           // together: the order is the commit order, and each answer says where its piece went
           const together = Array.from({ length: 16 }, (_, i) => ({ store: i % 2 === 0 ? one : two, p: text('text', `<${i}>`) }));
-          const answered = await Promise.all(together.map(({ store, p }) => store.appendDelta(sid, tid, () => {}, [p], 1_000_000).then((d) => ({ p, at: d.places[0].at }))));
+          const answered = await Promise.all(together.map(({ store, p }) => store.appendDelta(sid, tid, [p], 1_000_000).then((d) => ({ p, at: d.places[0].at }))));
           const content = JSON.parse(json(await one.getTurn(sid, tid))).content;
           const last = content[content.length - 1].text;
           for (const { p, at } of answered) assert.equal(last.slice(at, at + p.text.length), p.text, `${p.text} is where its answer said`);

@@ -1,5 +1,5 @@
 // The store contract for the OpenAI door's index, run in-process against each engine
-// (contract.test.mjs): a turn's path key, written with the turn (appendTurns' hint) or with its
+// (contract.test.mjs): a turn's path key, written with the turn (appendTurns' pathKeys) or with its
 // end (updateTurn's edit), and the sessions by their metadata.conversationKey, each found by the
 // owner, live sessions only, the most recently updated first.
 import assert from 'node:assert/strict';
@@ -9,7 +9,7 @@ import { join } from 'node:path';
 import { describe, test } from 'node:test';
 import { kit, openOn } from './engines.mjs';
 
-const { chatSession, newObjectId, turnRecord } = kit;
+const { chatSession, newObjectId } = kit;
 
 const BASE = Date.UTC(2100, 8, 1);
 const at = (ms) => new Date(BASE + ms).toISOString();
@@ -21,16 +21,12 @@ const session = (over = {}) =>
   chatSession({ _id: newObjectId(BASE + idClock++ * 1000), name: 'door', provider: 'p', selectedModel: 'm', mode: 'Build', user: 'alice', project: 'proj', createdAt: at(0), updatedAt: at(0), archived: false, ...over });
 
 let turnClock = 0;
-/** A builder of turns for appendTurns: each under the one before, newer each time. */
-const chain = (roles) => (current) => {
-  let parentId = current.session.headTurnId;
-  return roles.map((role) => {
+/** Turns for appendTurns: the first under the head, each next under the one before, newer each time. */
+const chain = (roles) =>
+  roles.map((role) => {
     const ms = 10 + turnClock++ * 1000;
-    const t = turnRecord({ _id: newObjectId(BASE + ms), session: current.session._id, parentId, user: 'alice', role, content: `${role} ${ms}`, status: 'complete', createdAt: at(ms) });
-    parentId = t._id;
-    return t;
+    return { _id: newObjectId(BASE + ms), user: 'alice', role, content: `${role} ${ms}`, status: 'complete', createdAt: at(ms) };
   });
-};
 
 export function doorIndexContract(engine) {
   const dirs = [];
@@ -68,17 +64,17 @@ export function doorIndexContract(engine) {
         const s = (await store.createSession(session())).session._id;
         const [, reply] = await store.appendTurns(s, chain(['user', 'assistant']), {});
         assert.deepEqual(await store.turnsByPathKey('alice', 'end-key', LIVE, 10), []);
-        await store.updateTurn(s, reply._id, () => {}, () => ({ status: 'complete', pathKey: 'end-key' }));
+        await store.updateTurn(s, reply._id, { status: 'complete', pathKey: 'end-key' });
         assert.deepEqual(await store.turnsByPathKey('alice', 'end-key', LIVE, 10), [{ session: s, turn: reply._id }]);
-        await store.updateTurn(s, reply._id, () => {}, () => ({ metadata: { note: 'kept' } }));
+        await store.updateTurn(s, reply._id, { metadata: { note: 'kept' } });
         assert.equal((await store.turnsByPathKey('alice', 'end-key', LIVE, 10)).length, 1, 'an edit of anything else keeps it');
-        await store.updateTurn(s, reply._id, () => {}, () => ({ content: 'rewritten' }));
+        await store.updateTurn(s, reply._id, { content: 'rewritten' });
         assert.deepEqual(await store.turnsByPathKey('alice', 'end-key', LIVE, 10), [], 'its content changed: the path it was found by is gone');
         const [, other] = await store.appendTurns(s, chain(['user', 'assistant']), { pathKeys: [undefined, 'gone-key'] });
-        await store.deleteTurn(s, other._id, () => {});
+        await store.deleteTurn(s, other._id);
         assert.deepEqual(await store.turnsByPathKey('alice', 'gone-key', LIVE, 10), []);
         await store.appendTurns(s, chain(['assistant']), { pathKeys: ['session-key'] });
-        await store.deleteSession(s, () => {});
+        await store.deleteSession(s);
         assert.deepEqual(await store.turnsByPathKey('alice', 'session-key', LIVE, 10), []);
       });
     });
@@ -93,10 +89,10 @@ export function doorIndexContract(engine) {
         await store.appendTurns(b, chain(['user']), {});
         assert.equal(await store.sessionByConversationKey('alice', 'chat-1', LIVE), b, 'the most recently updated');
         // its metadata changed: the key goes with it
-        await store.updateSession(b, (cur) => chatSession({ ...cur.session, metadata: { other: 'x' }, updatedAt: at(500_000) }));
+        await store.updateSession(b, { metadata: { other: 'x' } }, { now: BASE + 500_000 });
         assert.equal(await store.sessionByConversationKey('alice', 'chat-1', LIVE), a);
         // an expired session is gone for it
-        await store.updateSession(a, (cur) => chatSession({ ...cur.session, expiresAt: at(-1), updatedAt: at(600_000) }));
+        await store.updateSession(a, { expiresAt: at(-1) }, { now: BASE + 600_000 });
         assert.equal(await store.sessionByConversationKey('alice', 'chat-1', LIVE), undefined);
       });
     });

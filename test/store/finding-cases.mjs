@@ -6,11 +6,11 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, test } from 'node:test';
 import { kit, openOn } from './engines.mjs';
-import { at, NO_USAGE, session } from './fixtures.mjs';
+import { at, clock, NO_USAGE, session } from './fixtures.mjs';
 
 const { chatSession, newObjectId, livenessAt, purgeExpired, pausedLike, eraseUser, PURGE_BATCH } = kit;
 
-const turnAt = (ms) => (current) => ({ _id: newObjectId(Date.UTC(2026, 0, 1) + ms), session: current.session._id, user: current.session.user, role: 'user', content: 'hi', createdAt: at(ms) });
+const turnAt = (ms, user = 'alice') => ({ _id: newObjectId(Date.UTC(2026, 0, 1) + ms), user, role: 'user', content: 'hi', createdAt: at(ms) });
 const listOrder = (a, b) => (a.updatedAt !== b.updatedAt ? (a.updatedAt > b.updatedAt ? -1 : 1) : a._id > b._id ? -1 : 1);
 
 async function walk(store, filter, limit) {
@@ -82,13 +82,13 @@ export function findingContract(engine) {
         assert.deepEqual(await ids({ tags: ['x'] }), [b._id, a._id]);
         await store.appendTurn(a._id, turnAt(100));
         assert.deepEqual(await ids({ tags: ['x'] }), [a._id, b._id], 'a turn raises its session in the tag list');
-        await store.updateSession(b._id, (cur) => chatSession({ ...cur.session, archived: true, updatedAt: at(200) }));
+        await store.updateSession(b._id, { archived: true }, { now: clock(200) });
         assert.deepEqual(await ids({ tags: ['x'] }), [a._id]);
         assert.deepEqual(await ids({ tags: ['y'], archived: 'true' }), [b._id]);
-        await store.updateSession(a._id, (cur) => chatSession({ ...cur.session, tags: ['Z'], updatedAt: at(300) }));
+        await store.updateSession(a._id, { tags: ['Z'] }, { now: clock(300) });
         assert.deepEqual(await ids({ tags: ['x'] }), []);
         assert.deepEqual(await ids({ tags: ['z'] }), [a._id]);
-        await store.deleteSession(a._id, () => {});
+        await store.deleteSession(a._id);
         assert.deepEqual(await ids({ tags: ['z'] }), []);
         store = await reopen();
         assert.deepEqual((await walk(store, { user: 'alice', archived: 'all', tags: ['y'] }, 10)).map((s) => s._id), [b._id]);
@@ -179,7 +179,7 @@ export function findingContract(engine) {
         const n = PURGE_BATCH + 7;
         for (let i = 0; i < n; i++) await store.createSession(session({ ms: i, expiresAt: at(i) }));
         const first = (await store.expiredSessions(livenessAt(Date.now(), undefined), 1))[0];
-        await store.deleteSession(first.session._id, () => undefined);
+        await store.deleteSession(first.session._id);
         const seen = [];
         const purged = await purgeExpired(store, undefined, (e) => seen.push(e.session._id));
         assert.equal(purged.sessions, n - 1);
@@ -217,7 +217,7 @@ export function findingContract(engine) {
         await store.createSession(session({ ms: 2, archived: true, project: 'other' }));
         await store.createSession(session({ ms: 3, expiresAt: at(3) }));
         const bob = await store.createSession(session({ ms: 4, user: 'bob' }));
-        await store.appendTurn(bob.session._id, turnAt(5));
+        await store.appendTurn(bob.session._id, turnAt(5, 'bob'));
         const erased = [];
         const held = await store.usage('alice');
         assert.deepEqual(await eraseUser(store, 'alice', (id) => erased.push(id)), held, 'what went: all the user held');

@@ -8,6 +8,12 @@ const BASE = Date.UTC(2026, 0, 1);
 /** A timestamp `ms` milliseconds after a fixed instant (ISO 8601 UTC with milliseconds, as stored). */
 export const at = (ms) => new Date(BASE + ms).toISOString();
 
+/** The clock `ms` milliseconds after the fixed instant, as a write's `now` (its times come from it). */
+export const clock = (ms) => BASE + ms;
+
+/** A guard no session meets (an If-Match naming no version): the write is refused with PreconditionFailed at the serial point. */
+export const REFUSED = Object.freeze({ ifMatch: '"no-such-version"' });
+
 let idClock = 0;
 /** A session as the API would create it; ids made in order, so their order is creation order. */
 export function session(over = {}) {

@@ -20,14 +20,12 @@ function session(over = {}) {
   return chatSession({ _id: newObjectId(T0 + clock++ * 1000), name: '', provider: 'prov', selectedModel: 'model', mode: 'Build', user: 'alice', project: 'proj', createdAt: t, updatedAt: t, archived: false, headTurnId: null, ...over });
 }
 
-/** A turn `build` for appendTurn, saying `content`, at `ms`. */
-const turn = (ms, content) => (current) => ({
+/** A turn for appendTurn, saying `content`, at `ms`, under the head. */
+const turn = (ms, content) => ({
   _id: newObjectId(T0 + 500_000 + clock++ * 1000),
-  session: current.session._id,
-  user: current.session.user,
+  user: 'alice',
   role: 'user',
   content,
-  parentId: current.session.headTurnId,
   createdAt: at(ms),
   status: 'complete',
 });
@@ -103,13 +101,13 @@ export function searchContract(engine) {
         // one of them holds a word longer than any index keeps, which `zoo` starts: not a hit
         for (let k = 0; k < 70; k++) await store.appendTurn(long._id, turn(200 + k, k === 5 ? `zoo${'o'.repeat(66)} band` : `${pick(k, 1)} ${k % 9 === 0 ? 'zoo' : 'long'}`));
         // changes the index must follow
-        await store.updateSession(ids[1], (cur) => chatSession({ ...cur.session, name: 'renamed cherry', updatedAt: at(900) }));
+        await store.updateSession(ids[1], { name: 'renamed cherry' }, { now: T0 + 900 });
         const turns1 = [];
         for await (const chunk of store.scanTurns(ids[2])) turns1.push(...chunk);
-        await store.updateTurn(ids[2], turns1[0]._id, () => undefined, () => ({ content: 'now about zoo band' }));
-        await store.deleteTurn(ids[3], (await store.scanTurns(ids[3])[Symbol.asyncIterator]().next()).value[1]._id, () => undefined);
-        await store.deleteSession(ids[4], () => undefined);
-        const fork = await store.forkSession(ids[5], undefined, 'alice', (src) => session({ ms: 950, name: `fork of ${src.session.name}`, project: src.session.project }));
+        await store.updateTurn(ids[2], turns1[0]._id, { content: 'now about zoo band' });
+        await store.deleteTurn(ids[3], (await store.scanTurns(ids[3])[Symbol.asyncIterator]().next()).value[1]._id);
+        await store.deleteSession(ids[4]);
+        const fork = await store.forkSession(ids[5], undefined, { _id: newObjectId(T0 + clock++ * 1000), owner: 'alice', name: `fork of ${(await store.getSession(ids[5])).session.name}`, at: at(950) });
         ids.push(fork.session._id);
         const imported = session({ ms: 960, name: 'imported apple' });
         await store.importAll([imported], [{ _id: newObjectId(T0 + 9_000_000), session: imported._id, user: 'alice', role: 'assistant', content: 'imported band cherry', parentId: null, createdAt: at(970), status: 'complete' }]);
@@ -164,13 +162,13 @@ export function searchContract(engine) {
           const store = await openOn(engine, dir, { SEARCH_WALK_FROM: walkFrom });
           try {
             const s = (await store.createSession(session({ ms: 1, name: 'chat' }))).session;
-            const t = await store.appendTurn(s._id, (cur) => ({ ...turn(10, 'alpha')(cur), role: 'assistant', status: 'streaming' }));
-            await store.appendDelta(s._id, t._id, () => undefined, [{ kind: 'text', text: ' omega' }], 1 << 20);
+            const t = await store.appendTurn(s._id, { ...turn(10, 'alpha'), role: 'assistant', status: 'streaming' });
+            await store.appendDelta(s._id, t._id, [{ kind: 'text', text: ' omega' }], 1 << 20);
             const found = async (q) => (await store.search({ user: 'alice', archived: 'false', live: FAR, words: wordsOf(q) }, undefined, 10)).items.map((h) => h.turn?._id ?? 'name');
             const what = `hold ${hold}, SEARCH_WALK_FROM ${walkFrom}`;
             assert.deepEqual(await found('alpha'), [t._id], `${what}: the text it was created with`);
             assert.deepEqual(await found('omega'), [], `${what}: a delta's text, before the edit`);
-            await store.updateTurn(s._id, t._id, () => undefined, () => ({ status: 'complete' }));
+            await store.updateTurn(s._id, t._id, { status: 'complete' });
             assert.deepEqual(await found('omega'), [t._id], `${what}: after the edit that ends it`);
             assert.deepEqual(await found('alpha omega'), [t._id], what);
           } finally {
@@ -189,7 +187,7 @@ export function searchContract(engine) {
         const s = (await store.createSession(session({ ms: 1, name: 'quiet apple' }))).session;
         const t = await store.appendTurn(s._id, turn(10, 'banana bread'));
         const t2 = await store.appendTurn(s._id, turn(11, 'cherry'));
-        await store.updateTurn(s._id, t2._id, () => undefined, () => ({ content: 'cherry band' }));
+        await store.updateTurn(s._id, t2._id, { content: 'cherry band' });
         await store.close();
         store = await openOn(engine, dir);
         const found = async (q) => (await store.search({ user: 'alice', archived: 'false', live: FAR, words: wordsOf(q) }, undefined, 10)).items.map((h) => h.turn?._id ?? 'name');

@@ -10,7 +10,7 @@ import { ID_MAX } from '../../domain/limits.js';
 import type { JsonObject, JsonValue, Part, Turn, TurnContent, TurnUsage } from '../../domain/records.js';
 import { ValidationError } from '../../domain/schema.js';
 import { argumentsOfText, jsonText } from '../../providers/wire.js';
-import type { DoorMessage } from '../../services/door-match.js';
+import type { DoorMessage } from '../../domain/door-match.js';
 import { imagePart } from './wire.js';
 
 const isObject = (v: unknown): v is { readonly [k: string]: JsonValue } => v !== null && typeof v === 'object' && !Array.isArray(v);

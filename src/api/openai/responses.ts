@@ -6,7 +6,7 @@ import { ID_MAX, METADATA_KEY_MAX, METADATA_KEYS, METADATA_VALUE_MAX } from '../
 import type { JsonObject, JsonValue, Turn } from '../../domain/records.js';
 import { ValidationError, type BodySchema, type QuerySchema } from '../../domain/schema.js';
 import type { ReplyOptions } from '../../providers/wire.js';
-import type { DoorMessage } from '../../services/door-match.js';
+import type { DoorMessage } from '../../domain/door-match.js';
 import { ConversationNotFound, ItemNotFound, ResponseNotFound, type ResponsesService, type ResponseStarted } from '../../services/responses.js';
 import { turnOf } from '../../services/reply-recorder.js';
 import { EVENT_STREAM_TYPE, route, type Answer, type Context, type RouteDef } from '../route.js';

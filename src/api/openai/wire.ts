@@ -9,7 +9,7 @@ import { ID_MAX, TOOL_DESCRIPTION_MAX, TOOL_PARAMETERS_MAX_BYTES, TOOLS_MAX, URL
 import type { JsonObject, JsonValue, Part, StopReason, TurnContent, TurnStatus, TurnUsage } from '../../domain/records.js';
 import { ValidationError } from '../../domain/schema.js';
 import { argumentsOfText, jsonText, type ToolChoice, type ToolSpec } from '../../providers/wire.js';
-import type { DoorMessage } from '../../services/door-match.js';
+import type { DoorMessage } from '../../domain/door-match.js';
 
 const isObject = (v: unknown): v is { readonly [k: string]: JsonValue } => v !== null && typeof v === 'object' && !Array.isArray(v);
 

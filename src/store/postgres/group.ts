@@ -15,7 +15,7 @@ import type { Queryable } from '../../pg/pool.js';
 import { NO_USAGE, type Announce, type Held, type SessionState, type TreeTurn, type TurnNode, type Usage } from '../store.js';
 import type { Change, UsageDelta } from '../changes.js';
 import { endText, piecesText, tailOfJson, tailOfRow, withDeltas, type Tail } from '../pieces.js';
-import { GroupConflict, NotReadAhead, type Group, type TreeNeeds } from '../writer.js';
+import { GroupConflict, NotReadAhead, type Group, type TreeNeeds } from '../group.js';
 import { PgServerError } from '../../pg/errors.js';
 import { injectedFault } from '../faults.js';
 import { JUMP, placesOfChain } from '../tree-index.js';

@@ -9,7 +9,7 @@ import { indexedTurnWords, indexedWords } from '../../domain/search.js';
 import { PgError } from '../../pg/errors.js';
 import { StorageUnavailable } from '../store.js';
 import type { Dialect } from '../sql.js';
-import { GroupConflict } from '../writer.js';
+import { GroupConflict } from '../group.js';
 
 export function storeError(e: unknown): unknown {
   if (e instanceof StorageUnavailable || e instanceof GroupConflict) return e;

@@ -55,7 +55,8 @@ import { SerialWrites } from '../serial-writes.js';
 import { RecordCache } from '../record-cache.js';
 import { recordCacheBudget } from '../../memory.js';
 import type { Change } from '../changes.js';
-import { RoomOnlyForDeletes, SerialWriter, type Group, type GroupSource } from '../writer.js';
+import { RoomOnlyForDeletes, type Group, type GroupSource } from '../group.js';
+import { SerialWriter } from '../writer.js';
 import {
   bytesOf,
   int,

@@ -4,7 +4,7 @@
 // results by the call they answer and what they say. Reasoning is never compared (clients drop
 // it). A path of such keys hashes to what the door's index finds a conversation by.
 import { createHash } from 'node:crypto';
-import type { JsonValue, Part, Turn, TurnContent, TurnRole } from '../domain/records.js';
+import type { JsonValue, Part, Turn, TurnContent, TurnRole } from './records.js';
 
 /** A message of the request, as the turn it would be recorded as. */
 export interface DoorMessage {
