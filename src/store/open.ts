@@ -119,9 +119,9 @@ export { JournalDamaged, JournalHasCrlf } from './journal/reader.js';
 
 // What the in-process tests drive of the engines' insides (src/testkit.ts alone imports these;
 // the server never does): sqlite's search index, file checks and query plans, the journal's checksum.
-export { Indexer } from './sqlite/worker.js';
+export { Indexer } from './sqlite/indexer.js';
 export { prepareSchema, QUEUED_WORDS_SQL, queuedTurnWords, registerSearchFunctions, turnWordsSql } from './sqlite/schema.js';
 export { checkFiles } from './sqlite/file-check.js';
-export { SUBTREE_SQL } from './sqlite/engine.js';
+export { SUBTREE_SQL } from './sqlite/group.js';
 export { branchKeysSql, branchPageSql } from './sqlite/turns.js';
 export { crc32, crc32Portable } from './journal/crc32.js';

@@ -1,104 +1,35 @@
 // The sqlite engine: data on disk in one SQLite file (node:sqlite, WAL), memory bounded by its
-// page caches. Reads run on the main thread through a connection of their own; whole lists and
-// exports read a snapshot through pooled connections, so a slow client never pins the snapshot
-// other requests see. Writes pass through the shared serial writer on the main thread, and each
-// group is committed by the writer thread (./worker.ts) in one transaction. Damage is looked for
-// before SQLite opens the file (./file-check.ts) and in the background (./full-check.ts); once
-// found, writes are refused and health is not ok. Split by job as the PostgreSQL engine is: the
-// SQL of lists (./lists.ts), turns and branches (./turns.ts) and search (./search.ts), the reading
-// connections (./connection.ts), the room deletes keep on a full disk (./reserve.ts); this file
-// opens, reads through those, commits and reports.
+// page caches. This file opens it (checking for damage first: ./file-check.ts), runs the writer
+// thread (./worker.ts) that commits each group of the serial writer (./group.ts), reports, and
+// closes it; the reads are ./reads.ts, an import's rows ./import.ts, the full check in the
+// background ./full-check.ts. Once damage is found, writes are refused and health is not ok.
 import { closeSync, existsSync, mkdirSync, openSync, statSync } from 'node:fs';
 import { dirname } from 'node:path';
 import type { Server } from 'node:net';
 import { Worker } from 'node:worker_threads';
-import { PAGE_BYTE_BUDGET, PAGE_SCAN_BUDGET, SCAN_CHUNK, type SessionKey, type TurnKey } from '../../domain/order.js';
-import { isStreamingJson } from '../../domain/deltas.js';
-import { tokensOf, type ChatSession, type Turn } from '../../domain/records.js';
-import type { Liveness } from '../../domain/retention.js';
-import { foldedTags, foldForSearch, textHolds, turnTextOfJson } from '../../domain/search.js';
-import { versionOfSession } from '../../domain/version.js';
+import type { ChatSession, Turn } from '../../domain/records.js';
 import type { Quotas } from '../../config.js';
 import { Sparing, type Logger } from '../../log.js';
-import { planImport } from '../import-plan.js';
-import {
-  NO_USAGE,
-  StorageDamaged,
-  StorageWriteFailed,
-  StoreOpenFailed,
-  TurnNotFound,
-  type Branch,
-  type SessionState,
-  type TreeTurn,
-  type TurnNode,
-  type ExpiredSession,
-  type ExportItem,
-  type ExportSnapshot,
-  type ImportSummary,
-  type Page,
-  type SearchFilter,
-  type SearchHit,
-  type SearchKey,
-  type SessionFilter,
-  type SessionRecord,
-  type Store,
-  type StoreObserver,
-  type StoreStats,
-  type TurnRecord,
-  type Usage,
-  type Held,
-} from '../store.js';
-import type { UsageDelta } from '../changes.js';
-import { budgetedTurnPage } from '../turn-page.js';
-import { keysetFrom, walkBudget, walkSearchNow, type WalkSource } from '../search-walk.js';
-import { SerialWrites } from '../serial-writes.js';
-import { RecordCache } from '../record-cache.js';
+import { holdName } from '../../data-dir-lock.js';
 import { recordCacheBudget } from '../../memory.js';
 import type { Change } from '../changes.js';
 import { RoomOnlyForDeletes, type Group, type GroupSource } from '../group.js';
+import { RecordCache } from '../record-cache.js';
+import { NO_USAGE, StorageDamaged, StorageWriteFailed, StoreOpenFailed, type ImportSummary, type Store, type StoreObserver, type StoreStats, type Usage } from '../store.js';
+import { logRepaired, type NumbersRepaired } from '../totals.js';
 import { SerialWriter } from '../writer.js';
-import {
-  bytesOf,
-  int,
-  sqliteDatabase,
-  sqliteDialect,
-  text,
-  textOrUndefined,
-  type Database,
-  type Row,
-  type SqlValue,
-} from './binding.js';
+import { int, sqliteDatabase, text, type Database } from './binding.js';
+import { Connection, isDamage, openReader } from './connection.js';
 import { checkFiles } from './file-check.js';
 import { FullCheck } from './full-check.js';
-import {
-  checkSchema,
-  prepareSchema,
-  queuedTurnWords,
-  registerSearchFunctions,
-  REINDEX_SQL,
-  STREAMING_WHERE,
-  unreadable,
-} from './schema.js';
-import { endText, piecesText, tailOfJson, tailOfRow, withDeltas, type Tail } from '../pieces.js';
-import { conversationKeySql, expiredSql, pathKeySql } from '../sql.js';
-import { holdName } from '../../data-dir-lock.js';
+import { SqliteGroup } from './group.js';
+import { importRowsOf } from './import.js';
+import { countSql, repairNumbers } from './numbers.js';
+import { SqliteReads } from './reads.js';
 import { reserveFileOf } from './reserve.js';
-import {
-  WRITER_ROLE,
-  type FromWriter,
-  type Op,
-  type PutSession,
-  type SessionAfter,
-  type ToWriter,
-  type TurnRow,
-  type WriterData,
-} from './worker.js';
-import { recordOf, sessionRows, narrowed, pageOfRows, listRows } from './lists.js';
-import { countColumns, countSql, repairNumbers } from './numbers.js';
-import { logRepaired, type NumbersRepaired } from '../totals.js';
-import { deltasSql, turnBytesSql, TURN_COLUMNS, TREE_TURN_COLUMNS, turnOf, tokensOfRow, treeTurnOf, branchKeysSql, branchParams, branchPageSql, branchTurns, turnChunks, chunksOf } from './turns.js';
-import { filterWords, WALK_SESSIONS, searchPart } from './search.js';
-import { Connection, isDamage, openReader } from './connection.js';
+import { ScanPool } from './scans.js';
+import { checkSchema, prepareSchema, registerSearchFunctions, REINDEX_SQL, unreadable } from './schema.js';
+import { WRITER_ROLE, type FromWriter, type ToWriter, type WriterData } from './worker.js';
 
 export interface SqliteOptions {
   readonly file: string;
@@ -119,37 +50,21 @@ export interface SqliteOptions {
   readonly fullCheck?: boolean;
 }
 
-/** Snapshot connections kept open between scans, and the most open at once (more scans wait). */
-const SCAN_IDLE = 4;
-const SCAN_MAX = 16;
-/**
- * How long the ones past SCAN_IDLE stay open after their last scan: a burst of replies (each
- * reads its conversation on one) or of whole lists reuses them instead of opening a connection
- * each, which cost a tenth of a reply's CPU with 64 replies starting at once.
- */
-const SCAN_LINGER_MS = 30_000;
-/** Page cache of a snapshot connection: scans read sequentially and need little. */
-const SCAN_CACHE_KIB = 1024;
-
-export class SqliteStore extends SerialWrites implements Store, GroupSource, Group {
+export class SqliteStore extends SqliteReads implements Store, GroupSource {
   readonly engine = 'sqlite';
-  private readonly reader: Connection;
+  protected readonly reader: Connection;
+  protected readonly scans: ScanPool;
   protected readonly writer: SerialWriter;
-  /** Idle snapshot connections, the least recently used first, with when each was given back. */
-  private readonly idleScans: { c: Connection; since: number }[] = [];
-  private scanTrim: NodeJS.Timeout | undefined;
-  private scansOpen = 0;
-  private readonly scanWaiters: (() => void)[] = [];
+  protected cache: RecordCache | undefined;
+  protected readonly searchWalkFrom: number | undefined;
+  /** The one group: stateless, it reads the committed state (the writer takes one group at a time). */
+  private readonly group: SqliteGroup;
   private worker: Worker | undefined;
   /** The background indexer's failures, logged once a minute at most. */
   private readonly indexWarnings = new Sparing(60_000);
   /** The background indexer's batches, and the idle merge's steps, since start. */
   private indexBatches = 0;
   private mergeSteps = 0;
-  /** How a write makes a turn's words for the index (none with SEARCH=off). */
-  private get turnWords(): (t: Turn) => string | true | null {
-    return this.opts.search === false ? noWords : turnWordsOf;
-  }
   private seq = 0;
   private readonly pending = new Map<number, { resolve: () => void; reject: (e: Error) => void; writes: number }>();
   private closed = false;
@@ -158,8 +73,6 @@ export class SqliteStore extends SerialWrites implements Store, GroupSource, Gro
   /** What found the file damaged, once something did: writes are refused from then on. */
   private damage: string | undefined;
   private fullCheck: FullCheck | undefined;
-  /** Hot sessions for GET by id and hot pages of lists; only where this store commits every write (a read-only store beside a server has none). */
-  private cache: RecordCache | undefined;
   /** What a connection's errors pass through: damage marks the store and becomes StorageDamaged. */
   private readonly watch = (e: unknown): unknown => {
     if (e instanceof StorageDamaged || !isDamage(e)) return e;
@@ -173,7 +86,10 @@ export class SqliteStore extends SerialWrites implements Store, GroupSource, Gro
   ) {
     super();
     this.reader = new Connection(reader, this.watch);
+    this.scans = new ScanPool(opts.file, this.watch);
+    this.group = new SqliteGroup(this.reader, (changes) => this.commit(changes));
     this.writer = new SerialWriter(this, opts.log, opts.quotas, opts.groupCommit === false ? 1 : Infinity);
+    this.searchWalkFrom = opts.searchWalkFrom;
   }
 
   /**
@@ -323,86 +239,6 @@ export class SqliteStore extends SerialWrites implements Store, GroupSource, Gro
     });
   }
 
-  // ---- reads ----
-
-  getSession(id: string): Promise<SessionRecord | undefined> {
-    return Promise.resolve(this.getSessionNow(id));
-  }
-
-  readonly getSessionNow = (id: string): SessionRecord | undefined => {
-    const cache = this.cache;
-    const hit = cache?.get(id);
-    if (hit !== undefined) return hit;
-    const row = this.reader.prepare('SELECT json, version FROM sessions WHERE id = ?').get(id);
-    if (row === undefined) return undefined;
-    const record = recordOf(row);
-    // read and kept in one go on this thread: a commit's changes reach the cache only between reads
-    cache?.put(id, record);
-    return record;
-  };
-
-  /**
-   * Search hits newest first: from the index when fewer than SEARCH_WALK_FROM turns hold the
-   * query (FTS5 finds them, the query sorts them; counting stops there), else by walking the
-   * caller's sessions newest first and stopping at the page (../search-walk.ts).
-   */
-  search(filter: SearchFilter, after: SearchKey | undefined, limit: number): Promise<Page<SearchHit, SearchKey>> {
-    const walkFrom = this.opts.searchWalkFrom ?? Infinity;
-    // counted no further than walkFrom: the walk's budget is then walkFrom too (../search-walk.ts walkBudget).
-    // The words as whole words first: FTS5 reads a whole word's matches as it goes, but merges every
-    // match of a prefix before the first (a word in 1M turns: ~20 ms), so a common word is told by
-    // its own matches and only a rarer one pays for its prefix
-    let counted = 0;
-    if (walkFrom !== Infinity) {
-      const count = this.reader.prepare('SELECT count(*) AS n FROM (SELECT 1 FROM turn_words WHERE turn_words MATCH ? LIMIT ?)');
-      counted = int(count.get(filterWords(filter.words, false), walkFrom)?.['n']);
-      if (counted < walkFrom) counted = int(count.get(filterWords(filter.words), walkFrom)?.['n']);
-    }
-    if (counted >= walkFrom) {
-      const walked = walkSearchNow(this.walkSource(filter), after, limit, walkBudget(counted, walkFrom));
-      if (walked !== undefined) return Promise.resolve(walked);
-    }
-    const params: SqlValue[] = [];
-    // one statement, one snapshot: what the index holds and what is queued for it are read at the same moment
-    const parts = (['names', 'turns', 'queuedNames', 'queuedTurns'] as const).map((part) => searchPart(filter, after, part, params));
-    const sql = `${parts.join(' UNION ALL ')} ORDER BY at DESC, doc DESC LIMIT ?`;
-    params.push(limit + 1);
-    const rows = this.reader.prepare(sql).all(...params);
-    const items: SearchHit[] = rows.slice(0, limit).map((row) => {
-      const key = { at: text(row['at']), doc: text(row['doc']) };
-      const turn = row['turn_json'] === null ? undefined : { _id: key.doc, createdAt: key.at, json: withDeltas(bytesOf(row['turn_json']), textOrUndefined(row['turn_deltas'])) };
-      return { key, session: recordOf(row), turn };
-    });
-    return Promise.resolve({ items, next: rows.length > limit ? items[items.length - 1]?.key : undefined });
-  }
-
-  /**
-   * The caller's sessions as its lists read them, and their turns newest first, a few at a time,
-   * each checked against the query's words as the index would: the words of its row's text (a
-   * streaming turn's row holds its text before its deltas, as the index does until its next edit).
-   */
-  private walkSource(filter: SearchFilter): WalkSource<SessionRecord, SessionKey, TurnRecord> {
-    const query = filter.words;
-    const turns = this.reader.prepare(`SELECT ${TURN_COLUMNS} FROM turns WHERE session = ? AND (created_at, id) < (?, ?) ORDER BY created_at DESC, id DESC LIMIT ?`);
-    return {
-      sessions: (after) => this.sessionPage(filter, after, WALK_SESSIONS),
-      updatedAt: (r) => r.session.updatedAt,
-      id: (r) => r.session._id,
-      nameMatches: (r) => textHolds(r.session.name, query),
-      turns: (from) =>
-        from.map(({ s, before, want }) => {
-          const rows = turns.all(s.session._id, ...keysetFrom(before), want);
-          const hits: { key: SearchKey; turn: TurnRecord }[] = [];
-          for (const row of rows) {
-            if (textHolds(turnTextOfJson(bytesOf(row['json'])), query)) hits.push({ key: { at: text(row['created_at']), doc: text(row['id']) }, turn: turnOf(row) });
-          }
-          const last = rows[rows.length - 1];
-          return { hits, next: rows.length === want && last !== undefined ? { at: text(last['created_at']), doc: text(last['id']) } : undefined, examined: rows.length };
-        }),
-      hit: (s, key, turn) => ({ key, session: s, turn }),
-    };
-  }
-
   /**
    * Indexes every name and turn again, in one transaction on a connection of its own (the CLI's
    * `reindex`, under the data-directory lock: no server writes meanwhile).
@@ -426,197 +262,12 @@ export class SqliteStore extends SerialWrites implements Store, GroupSource, Gro
     }
   }
 
-  listSessions(filter: SessionFilter, after: SessionKey | undefined, limit: number): Promise<Page<SessionRecord, SessionKey>> {
-    const cache = this.cache;
-    const kept = cache?.getPage(filter, after, limit);
-    if (kept !== undefined) return Promise.resolve(kept);
-    const page = this.sessionPage(filter, after, limit);
-    // read and kept in one go on this thread, as getSession's records
-    cache?.putPage(filter, after, limit, page);
-    return Promise.resolve(page);
-  }
-
-  private sessionPage(filter: SessionFilter, after: SessionKey | undefined, limit: number): Page<SessionRecord, SessionKey> {
-    if ((filter.user ?? filter.project) === undefined) return { items: [], next: undefined };
-    if (!narrowed(filter) && filter.archived !== 'all') {
-      // only expiry can leave a row out (a session gone and not yet purged: rare), so the page's
-      // rows and the one after are read in one call; if one was left out, the page is read again
-      // row by row. Not for archived=all: its two halves read by two finished statements would be
-      // two snapshots (a session archived between them on both halves); iterated side by side
-      // they are one
-      const quick = pageOfRows(listRows(this.reader, filter, after, Math.min(limit, PAGE_SCAN_BUDGET) + 1), limit);
-      if (!quick.leftOut) return quick.page;
-    }
-    return pageOfRows(listRows(this.reader, filter, after), limit).page;
-  }
-
-  async *scanSessions(filter: SessionFilter): AsyncIterable<readonly SessionRecord[]> {
-    if ((filter.user ?? filter.project) === undefined) return;
-    if (filter.archived !== 'all') {
-      // a list of one chunk is one statement on the shared connection, its own snapshot: no
-      // scan connection, no transaction (most lists); a longer one is read again below
-      const rows = sessionRows(this.reader, filter, filter.archived === 'true' ? 1 : 0, undefined, SCAN_CHUNK + 1) as Row[];
-      if (rows.length <= SCAN_CHUNK) {
-        const chunk: SessionRecord[] = [];
-        for (const row of rows) if (row['json'] !== null) chunk.push(recordOf(row));
-        if (chunk.length > 0) yield chunk;
-        return;
-      }
-    }
-    const c = await this.takeScan();
-    try {
-      c.db.exec('BEGIN');
-      let chunk: SessionRecord[] = [];
-      let examined = 0;
-      for (const row of listRows(c, filter, undefined)) {
-        if (row['json'] !== null) chunk.push(recordOf(row));
-        // a chunk per SCAN_CHUNK rows examined, empty when the filter left them all out, so the
-        // list yields to other requests however few of its rows match
-        if (++examined === SCAN_CHUNK) {
-          yield chunk;
-          chunk = [];
-          examined = 0;
-        }
-      }
-      if (chunk.length > 0) yield chunk;
-    } finally {
-      this.giveBackScan(c);
-    }
-  }
-
-  listTurns(sessionId: string, after: TurnKey | undefined, limit: number, branch?: Branch): Promise<Page<TurnRecord, TurnKey>> {
-    if (branch !== undefined) {
-      const keys = this.branchPage(sessionId, branch, after, limit + 1);
-      const page = budgetedTurnPage(branchTurns(this.reader, keys), limit, PAGE_BYTE_BUDGET, turnOf);
-      if (page.items.length === 0 && branch !== 'head' && !this.hasTurn(this.reader, sessionId, branch.turnId)) return Promise.reject(new TurnNotFound());
-      return Promise.resolve(page);
-    }
-    const rows =
-      after === undefined
-        ? this.reader.prepare(`SELECT ${TURN_COLUMNS} FROM turns WHERE session = ? ORDER BY created_at, id LIMIT ?`).iterate(sessionId, limit + 1)
-        : this.reader.prepare(`SELECT ${TURN_COLUMNS} FROM turns WHERE session = ? AND (created_at, id) > (?, ?) ORDER BY created_at, id LIMIT ?`).iterate(sessionId, after.createdAt, after._id, limit + 1);
-    return Promise.resolve(budgetedTurnPage(rows, limit, PAGE_BYTE_BUDGET, turnOf));
-  }
-
-  getTurn(sessionId: string, turnId: string): Promise<TurnRecord | undefined> {
-    const row = this.reader.prepare(`SELECT ${TURN_COLUMNS} FROM turns WHERE id = ? AND session = ?`).get(turnId, sessionId);
-    return Promise.resolve(row === undefined ? undefined : turnOf(row));
-  }
-
-  turnsByPathKey(user: string, pathKey: string, live: Liveness, limit: number): Promise<readonly { readonly session: string; readonly turn: string }[]> {
-    const params: SqlValue[] = [];
-    const sql = pathKeySql(sqliteDialect(params), user, pathKey, live, limit);
-    return Promise.resolve(this.reader.prepare(sql).all(...params).map((r) => ({ session: text(r['session']), turn: text(r['id']) })));
-  }
-
-  sessionOfTurn(turnId: string): Promise<string | undefined> {
-    const row = this.reader.prepare('SELECT session FROM turns WHERE id = ?').get(turnId);
-    return Promise.resolve(row === undefined ? undefined : text(row['session']));
-  }
-
-  sessionByConversationKey(user: string, key: string, live: Liveness): Promise<string | undefined> {
-    const params: SqlValue[] = [];
-    const row = this.reader.prepare(conversationKeySql(sqliteDialect(params), user, key, live)).get(...params);
-    return Promise.resolve(row === undefined ? undefined : text(row['id']));
-  }
-
-  async *scanTurns(sessionId: string, branch?: Branch): AsyncIterable<readonly TurnRecord[]> {
-    const c = await this.takeScan();
-    try {
-      c.db.exec('BEGIN');
-      if (branch === undefined) yield* turnChunks(c, sessionId);
-      else {
-        if (branch !== 'head' && !this.hasTurn(c, sessionId, branch.turnId)) throw new TurnNotFound();
-        yield* chunksOf(branchTurns(c, c.prepare(branchKeysSql(branch, false, false)).all(...branchParams(sessionId, branch, undefined, undefined))));
-      }
-    } finally {
-      this.giveBackScan(c);
-    }
-  }
-
-  /**
-   * The keys of a page of a branch: by depth when the cursor is a turn of the path (or there is
-   * none), else (the cursor's turn deleted, the head moved elsewhere) by walking the path from
-   * its end to the cursor, which gives the same page wherever the cursor is.
-   */
-  private branchPage(sessionId: string, branch: Branch, after: TurnKey | undefined, limit: number): Row[] {
-    const c = this.reader;
-    const turnId = branch === 'head' ? null : branch.turnId;
-    if (after === undefined) return c.prepare(branchPageSql(branch)).all(turnId, sessionId, 0, limit);
-    const cursor = c.prepare('SELECT depth FROM turns WHERE id = ? AND session = ?').get(after._id, sessionId);
-    if (cursor !== undefined) {
-      const rows = c.prepare(branchPageSql(branch)).all(turnId, sessionId, int(cursor['depth']) + 1, limit);
-      if (rows[0]?.['parent_id'] === after._id) return rows;
-    }
-    return c.prepare(branchKeysSql(branch, true, true)).all(...branchParams(sessionId, branch, after, limit));
-  }
-
-  private hasTurn(c: Connection, sessionId: string, id: string): boolean {
-    return c.prepare('SELECT 1 AS found FROM turns WHERE id = ? AND session = ?').get(id, sessionId) !== undefined;
-  }
-
-  async exportAll(): Promise<ExportSnapshot> {
-    const c = await this.takeScan();
-    let counts: { sessions: number; turns: number };
-    try {
-      c.db.exec('BEGIN');
-      // counted, not the counters: the header of a store an earlier release left with counters out of range must still match its lines
-      const row = c.prepare('SELECT (SELECT count(*) FROM sessions) AS sessions, (SELECT count(*) FROM turns) AS turns').get();
-      counts = { sessions: int(row?.['sessions']), turns: int(row?.['turns']) };
-    } catch (e) {
-      this.giveBackScan(c);
-      throw e;
-    }
-    const give = (): void => this.giveBackScan(c);
-    async function* items(): AsyncIterable<ExportItem> {
-      try {
-        for (const row of c.prepare('SELECT id, json, version FROM sessions ORDER BY id').iterate()) {
-          const turns: TurnRecord[] = [];
-          for (const chunk of turnChunks(c, text(row['id']))) turns.push(...chunk);
-          yield { session: recordOf(row), turns };
-        }
-      } finally {
-        give();
-      }
-    }
-    return { sessions: counts.sessions, turns: counts.turns, items: items() };
-  }
-
-  /** From the two expiry indexes: own expiries passed, then (RETENTION_DAYS) activity before the cutoff, each oldest first. */
-  expiredSessions(live: Liveness, limit: number): Promise<readonly ExpiredSession[]> {
-    const own: SqlValue[] = [];
-    const rows = this.reader.prepare(expiredSql(sqliteDialect(own), 'own', live.now, limit, EXPIRED_COLUMNS)).all(...own);
-    if (live.cutoff !== undefined && rows.length < limit) {
-      const idle: SqlValue[] = [];
-      rows.push(...this.reader.prepare(expiredSql(sqliteDialect(idle), 'idle', live.cutoff, limit - rows.length, EXPIRED_COLUMNS)).all(...idle));
-    }
-    return Promise.resolve(rows.map((r) => ({ session: JSON.parse(text(r['json'])) as ChatSession, turns: int(r['turn_count']) })));
-  }
-
   private counters(): Usage {
     return countersOf(this.reader);
   }
 
   health(): Promise<void> {
     return this.damage === undefined ? Promise.resolve() : Promise.reject(new StorageDamaged());
-  }
-
-  usage(user: string): Promise<Usage> {
-    return Promise.resolve(this.usageOf(user));
-  }
-
-  /** Group (and reads): a user's usage as committed. */
-  usageOf(user: string): Usage {
-    const row = this.reader.prepare(USAGE_SQL).get(user);
-    return row === undefined ? NO_USAGE : { sessions: int(row['sessions']), turns: int(row['turns']), bytes: int(row['bytes']), ...tokensOfRow(row) };
-  }
-
-  /** Group: the session's streaming turns, from the index that holds them (turns_streaming). */
-  streamingTurns(session: string): readonly string[] {
-    return this.reader
-      .prepare(`SELECT id FROM turns WHERE session = ? AND ${STREAMING_WHERE}`)
-      .all(session)
-      .map((row) => text(row['id']));
   }
 
   async stats(): Promise<StoreStats> {
@@ -674,145 +325,18 @@ export class SqliteStore extends SerialWrites implements Store, GroupSource, Gro
     if (this.indexWarnings.due()) this.opts.log.warn(text, { err });
   }
 
-  /** A snapshot connection from the pool (at most SCAN_MAX open; more wait their turn). */
-  private async takeScan(): Promise<Connection> {
-    for (;;) {
-      const idle = this.idleScans.pop();
-      if (idle !== undefined) return idle.c;
-      if (this.scansOpen < SCAN_MAX) {
-        this.scansOpen++;
-        try {
-          const db = openReader(this.opts.file, SCAN_CACHE_KIB * 1024);
-          return new Connection(db, this.watch);
-        } catch (e) {
-          this.scansOpen--;
-          throw e;
-        }
-      }
-      await new Promise<void>((resolve) => this.scanWaiters.push(resolve));
-    }
-  }
-
-  /** Ends the snapshot (and the statements still open on it) and puts the connection back. */
-  private giveBackScan(c: Connection): void {
-    try {
-      c.db.exec('COMMIT');
-    } catch {
-      // no transaction was open
-    }
-    if (this.closed) {
-      c.db.close();
-      this.scansOpen--;
-    } else {
-      this.idleScans.push({ c, since: performance.now() });
-      this.trimScans();
-    }
-    this.scanWaiters.shift()?.();
-  }
-
-  /** Closes the idle snapshot connections past SCAN_IDLE that no scan took for SCAN_LINGER_MS, now or when the time comes. */
-  private trimScans(): void {
-    const idle = this.idleScans;
-    const now = performance.now();
-    while (idle.length > SCAN_IDLE && now - (idle[0] as { since: number }).since >= SCAN_LINGER_MS) {
-      (idle.shift() as { c: Connection }).c.db.close();
-      this.scansOpen--;
-    }
-    if (idle.length > SCAN_IDLE && this.scanTrim === undefined && !this.closed) {
-      this.scanTrim = setTimeout(() => {
-        this.scanTrim = undefined;
-        this.trimScans();
-      }, SCAN_LINGER_MS);
-      this.scanTrim.unref();
-    }
-  }
-
-  // ---- writes: handed to the serial writer by SerialWrites; what the writer asks of the engine ----
-
-  /** At start, every streaming turn (the index turns_streaming holds them): one server per file, so the one that streamed them is gone. */
-  leftStreaming(atStart: boolean): Promise<readonly { session: string; turnId: string }[]> {
-    if (!atStart) return Promise.resolve([]);
-    const rows = this.reader.prepare(`SELECT session, id FROM turns WHERE ${STREAMING_WHERE}`).all();
-    return Promise.resolve(rows.map((r) => ({ session: text(r['session']), turnId: text(r['id']) })));
-  }
-
-  /** One server per file: nothing to tell others. */
-  broadcast(): undefined {
-    return undefined;
-  }
-
-  sharedEventLog(): undefined {
-    return undefined;
-  }
-
   /** GroupSource: one group at a time, so the reading connection sees every group committed before. */
   begin(): Group {
     if (this.damage !== undefined) throw new StorageDamaged();
     if (this.worker === undefined) throw new StorageWriteFailed(new Error(this.closed ? 'store is closed' : 'the sqlite writer is not running'));
-    return this;
+    return this.group;
   }
 
-  turn(session: string, id: string): TreeTurn | undefined {
-    const row = this.reader.prepare(`SELECT ${TREE_TURN_COLUMNS} FROM turns WHERE id = ? AND session = ?`).get(id, session);
-    return row === undefined ? undefined : treeTurnOf(row);
-  }
-
-  path(session: string, id: string): readonly TreeTurn[] | undefined {
-    const keys = this.reader.prepare(branchKeysSql({ turnId: id }, false, false)).all(...branchParams(session, { turnId: id }, undefined, undefined));
-    if (keys.length === 0) return undefined;
-    const one = this.reader.prepare(`SELECT ${TREE_TURN_COLUMNS} FROM turns WHERE id = ?`);
-    return keys.map((k) => treeTurnOf(one.get(k['id'] as string) as Row));
-  }
-
-  subtree(session: string, id: string): readonly TurnNode[] | undefined {
-    const rows = this.reader
-      .prepare(SUBTREE_SQL)
-      .all(id, session);
-    if (rows.length === 0) return undefined;
-    return rows.map((r) => ({ _id: text(r['id']), createdAt: text(r['created_at']), parentId: textOrUndefined(r['parent_id']) ?? null, bytes: int(r['bytes']), tokens: tokensOfRow(r) }));
-  }
-
-  lastTurnExcept(session: string, excluded: ReadonlySet<string>): TurnKey | undefined {
-    for (const row of this.reader.prepare('SELECT created_at, id FROM turns WHERE session = ? ORDER BY created_at DESC, id DESC').iterate(session)) {
-      const id = text(row['id']);
-      if (!excluded.has(id)) return { createdAt: text(row['created_at']), _id: id }; // leaving the loop resets the statement
-    }
-    return undefined;
-  }
-
-  current(id: string): SessionState | undefined {
-    const row = this.reader.prepare(CURRENT_SQL).get(id);
-    if (row === undefined) return undefined;
-    const createdAt = textOrUndefined(row['last_turn_at']);
-    const _id = textOrUndefined(row['last_turn_id']);
-    const version = text(row['version']);
-    return {
-      session: JSON.parse(text(row['json'])) as ChatSession,
-      lastTurn: createdAt === undefined || _id === undefined ? undefined : { createdAt, _id },
-      held: { turns: int(row['turn_count']), turnBytes: int(row['turn_bytes']), ...tokensOfRow(row) },
-      version: () => version,
-    };
-  }
-
-  /** Group: a streaming turn's tail from its last delta's row, or (none since it was made or edited) from its JSON. */
-  tail(session: string, id: string): Tail | 'not streaming' | undefined {
-    const last = this.reader.prepare('SELECT p.seq, p.bytes, p.tail FROM turns t JOIN turn_pieces p ON p.turn = t.id WHERE t.id = ? AND t.session = ? ORDER BY p.seq DESC LIMIT 1').get(id, session);
-    if (last !== undefined) return tailOfRow(int(last['seq']), int(last['bytes']), text(last['tail']));
-    const row = this.reader.prepare('SELECT json FROM turns WHERE id = ? AND session = ?').get(id, session);
-    if (row === undefined) return undefined;
-    const json = bytesOf(row['json']);
-    return isStreamingJson(json) ? tailOfJson(json) : 'not streaming';
-  }
-
-  release(): void {
-    // nothing was taken
-  }
-
-  commit(changes: readonly Change[]): Promise<void> {
-    const sent = this.send(changes.map((c) => opOf(c, this.turnWords)), changes.length);
+  /** A group's changes to the writer thread; the record cache takes them at the serial point, before the writer answers any of its writes. */
+  private commit(changes: readonly Change[]): Promise<void> {
+    const sent = this.send({ kind: 'commit', seq: ++this.seq, changes }, changes.length);
     const cache = this.cache;
     if (cache === undefined) return sent;
-    // at the serial point: the cache takes the group's sessions before the writer answers any of its writes
     return sent.then(
       () => cache.committed(changes),
       (e: unknown) => {
@@ -823,13 +347,11 @@ export class SqliteStore extends SerialWrites implements Store, GroupSource, Gro
     );
   }
 
-  private send(ops: readonly Op[], writes: number): Promise<void> {
+  private send(m: ToWriter & { readonly seq: number }, writes: number): Promise<void> {
     const worker = this.worker;
     if (worker === undefined) return Promise.reject(new Error('the sqlite writer is not running'));
-    const seq = ++this.seq;
     return new Promise((resolve, reject) => {
-      this.pending.set(seq, { resolve, reject, writes });
-      const m: ToWriter = { kind: 'commit', seq, ops };
+      this.pending.set(m.seq, { resolve, reject, writes });
       worker.postMessage(m);
     });
   }
@@ -838,44 +360,10 @@ export class SqliteStore extends SerialWrites implements Store, GroupSource, Gro
     if (this.damage !== undefined) throw new StorageDamaged();
     await this.writer.pause();
     try {
-      const sessionRow = this.reader.prepare('SELECT json, last_turn_at, last_turn_id FROM sessions WHERE id = ?');
-      const turnRow = this.reader.prepare(`SELECT session, json, ${deltasSql('turns')} AS deltas FROM turns WHERE id = ?`);
-      const ownerOf = this.reader.prepare('SELECT user FROM sessions WHERE id = ?');
-      const lastTurns = new Map<string, TurnKey | undefined>();
-      const plan = planImport(sessions, turns, {
-        session: (id) => {
-          const row = sessionRow.get(id);
-          if (row === undefined) return undefined;
-          const createdAt = textOrUndefined(row['last_turn_at']);
-          const _id = textOrUndefined(row['last_turn_id']);
-          lastTurns.set(id, createdAt === undefined || _id === undefined ? undefined : { createdAt, _id });
-          return { json: text(row['json']), lastTurnAt: createdAt };
-        },
-        turn: (id) => {
-          const row = turnRow.get(id);
-          return row === undefined ? undefined : { session: text(row['session']), json: Buffer.from(withDeltas(bytesOf(row['json']), textOrUndefined(row['deltas']))) };
-        },
-      });
-      const ops: Op[] = [];
-      for (const s of plan.sessions) {
-        const json = JSON.stringify(s);
-        ops.push({ op: 'put', s: putOf(s, json, versionOfSession(json, lastTurns.get(s._id))), usage: undefined });
-      }
-      for (const t of plan.turns) {
-        if (t.replaces !== undefined) ops.push({ op: 'dropTurn', id: t.turn._id, session: t.replaces });
-        ops.push({ op: 'turn', session: t.turn.session, t: turnRowOf(t.turn, t.json, this.turnWords), after: undefined });
-      }
-      if (ops.length > 0) {
-        // what the sessions it wrote hold is counted from their rows, then their owners' usage (before and after: an import may move a session)
-        const touched = new Set([...plan.sessions.map((s) => s._id), ...plan.turns.flatMap((t) => [t.turn.session, ...(t.replaces !== undefined ? [t.replaces] : [])])]);
-        const users = new Set(plan.sessions.map((s) => s.user));
-        for (const id of touched) {
-          const row = ownerOf.get(id);
-          if (row !== undefined) users.add(text(row['user']));
-        }
-        ops.push({ op: 'recount', sessions: [...touched], users: [...users] });
+      const { rows, summary } = importRowsOf(this.reader, sessions, turns);
+      if (rows !== undefined) {
         try {
-          await this.send(ops, ops.length);
+          await this.send({ kind: 'import', seq: ++this.seq, rows }, rows.sessions.length + rows.turns.length);
         } catch (e) {
           throw new StorageWriteFailed(e);
         } finally {
@@ -883,7 +371,7 @@ export class SqliteStore extends SerialWrites implements Store, GroupSource, Gro
           this.cache?.clear();
         }
       }
-      return plan.summary;
+      return summary;
     } finally {
       this.writer.resume();
     }
@@ -905,8 +393,7 @@ export class SqliteStore extends SerialWrites implements Store, GroupSource, Gro
     await this.writer.close();
     this.closed = true;
     // the writer closes last: the last connection checkpoints the WAL and removes it
-    clearTimeout(this.scanTrim);
-    for (const { c } of this.idleScans.splice(0)) c.db.close();
+    this.scans.close();
     this.reader.db.close();
     const worker = this.worker;
     if (worker !== undefined) {
@@ -954,20 +441,7 @@ async function writerHolds(file: string): Promise<boolean> {
   return false;
 }
 
-// the counts a read takes, each in range whatever the file holds (./numbers.ts)
-/** What the purge reads of an expired session. */
-const EXPIRED_COLUMNS = `json, ${countColumns('turn_count')}`;
-/** A user's usage row. */
-const USAGE_SQL = `SELECT ${countColumns('sessions', 'turns', 'bytes', 'input_tokens', 'output_tokens', 'cached_tokens')} FROM users WHERE user = ?`;
-/** A session's row as a write decides against it. */
-const CURRENT_SQL = `SELECT json, version, last_turn_at, last_turn_id, ${countColumns('turn_count', 'turn_bytes', 'input_tokens', 'output_tokens', 'cached_tokens')} FROM sessions WHERE id = ?`;
-/**
- * A turn (?1, of session ?2) and its descendants, with their bytes and tokens. CROSS JOIN keeps
- * the few rows of `sub` outside: joined plainly, the planner scanned every turn of the file.
- */
-export const SUBTREE_SQL = `WITH RECURSIVE sub(id) AS (SELECT id FROM turns WHERE id = ?1 AND session = ?2 UNION ALL SELECT t.id FROM turns t JOIN sub s ON t.parent_id = s.id)
-  SELECT t.id, t.created_at, t.parent_id, ${turnBytesSql('t')} AS bytes, ${countColumns('t.input_tokens', 't.output_tokens', 't.cached_tokens')} FROM sub CROSS JOIN turns t ON t.id = sub.id`;
-/** The store's counters. */
+/** The store's counters (each in range whatever the file holds: ./numbers.ts). */
 const COUNTERS_SQL = `SELECT name, ${countSql('value')} AS value FROM counters`;
 
 /** The store's counters, each the sum of a Usage figure over every user. */
@@ -979,69 +453,6 @@ function countersOf(c: Connection): Usage {
     if (figure !== undefined) out[figure] = int(row['value']);
   }
   return out;
-}
-
-function putOf(s: ChatSession, json: string, version: string): PutSession {
-  return {
-    id: s._id,
-    user: s.user,
-    project: s.project,
-    archived: s.archived,
-    updatedAt: s.updatedAt,
-    nameFolded: foldForSearch(s.name),
-    json,
-    version,
-    head: s.headTurnId,
-    tags: foldedTags(s),
-    expiresAt: s.expiresAt ?? null,
-    keep: s.expiresAt === null,
-  };
-}
-
-function afterOf(c: { readonly session: ChatSession; readonly sessionJson: string; readonly version: string; readonly held: Held; readonly usage: UsageDelta }, lastTurn: TurnKey | undefined): SessionAfter {
-  return { json: c.sessionJson, version: c.version, updatedAt: c.session.updatedAt, head: c.session.headTurnId, lastTurn, held: c.held, usage: c.usage };
-}
-
-/** What a write queues for the index with a turn (schema.ts). */
-function turnWordsOf(t: Turn): string | true | null {
-  return queuedTurnWords(t.content);
-}
-
-function noWords(): null {
-  return null;
-}
-
-function turnRowOf(turn: Turn, json: Buffer, words: (t: Turn) => string | true | null, pathKey: string | null = null): TurnRow {
-  return { id: turn._id, parentId: turn.parentId, createdAt: turn.createdAt, json, words: words(turn), tokens: tokensOf(turn.usage), pathKey };
-}
-
-function opOf(c: Change, words: (t: Turn) => string | true | null): Op {
-  switch (c.kind) {
-    case 'create':
-    case 'update':
-      return { op: 'put', s: putOf(c.session, c.json, c.version), usage: c.usage };
-    case 'turn':
-      return { op: 'turn', session: c.session._id, t: turnRowOf(c.turn, c.json, words, c.pathKey ?? null), after: afterOf(c, { createdAt: c.turn.createdAt, _id: c.turn._id }) };
-    case 'editTurn':
-      return { op: 'editTurn', session: c.session._id, id: c.turn._id, json: c.json, words: words(c.turn), tokens: tokensOf(c.turn.usage), after: afterOf(c, c.lastTurn), pathKey: c.pathKey };
-    case 'delta':
-      return { op: 'delta', session: c.session._id, turn: c.turnId, seq: c.seq, pieces: piecesText(c.pieces), bytes: c.bytes, end: endText(c.end), held: c.held, usage: c.usage };
-    case 'deleteTurns':
-      return { op: 'dropTurns', session: c.sessionId, ids: c.ids, after: afterOf(c, c.lastTurn) };
-    case 'fork': {
-      const last = c.turns[c.turns.length - 1]?.turn;
-      return {
-        op: 'fork',
-        s: putOf(c.session, c.json, c.version),
-        lastTurn: last === undefined ? undefined : { createdAt: last.createdAt, _id: last._id },
-        turns: c.turns.map((t) => turnRowOf(t.turn, t.json, words)),
-        held: c.held,
-        usage: c.usage,
-      };
-    }
-    case 'delete':
-      return { op: 'delete', id: c.id, usage: c.usage };
-  }
 }
 
 /** Opens the sqlite store for a server or an import. */
