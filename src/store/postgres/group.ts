@@ -4,67 +4,23 @@
 // and ownership checks hold across instances. It then reads, in the same transaction, what the
 // group's writes will ask about those sessions' turns (the writer says which: a parent, a path
 // to copy, a subtree to delete), since a write is decided synchronously at the serial point.
-// Then every statement of the group goes out at once (pipelined) and one COMMIT makes them
+// Then its Changes' statements (./apply.ts) go out at once (pipelined) and one COMMIT makes them
 // durable together.
 import type { TurnKey } from '../../domain/order.js';
 import { isStreamingJson } from '../../domain/deltas.js';
-import { tokensOf, type ChatSession, type Tokens } from '../../domain/records.js';
-import { foldForSearch } from '../../domain/search.js';
+import type { ChatSession, Tokens } from '../../domain/records.js';
 import type { QueryResult, Row } from '../../pg/connection.js';
-import type { Queryable } from '../../pg/pool.js';
-import { NO_USAGE, type Announce, type Held, type SessionState, type TreeTurn, type TurnNode, type Usage } from '../store.js';
-import type { Change, UsageDelta } from '../changes.js';
-import { endText, piecesText, tailOfJson, tailOfRow, withDeltas, type Tail } from '../pieces.js';
-import { GroupConflict, NotReadAhead, type Group, type TreeNeeds } from '../group.js';
 import { PgServerError } from '../../pg/errors.js';
+import type { Queryable } from '../../pg/pool.js';
+import type { Change } from '../changes.js';
 import { injectedFault } from '../faults.js';
-import { JUMP, placesOfChain } from '../tree-index.js';
-import { STREAMING_MARK, STREAMING_MARK_FROM_END } from '../../domain/deltas.js';
-import { eventStatements } from './events.js';
-import { countOf, keptColumns, postgresDialect, settledSql, sqlText, storeError, textArray, totalSql, wordsSql, type Indexing } from './values.js';
-import { TOKEN_FIGURES, TotalDelta, type TokenFigure } from '../totals.js';
+import { GroupConflict, NotReadAhead, type Group, type TreeNeeds } from '../group.js';
+import { tailOfJson, tailOfRow, withDeltas, type Tail } from '../pieces.js';
 import { pathSql } from '../sql.js';
-
-/** How a group logs the live feed's events of its changes (absent with EVENTS=off). */
-export interface GroupEvents {
-  readonly announce: Announce;
-  readonly channel: string;
-}
-
-/** A session's row as the group locked it. */
-export interface SessionRow {
-  readonly json: string;
-  readonly version: string;
-  readonly lastTurn: TurnKey | undefined;
-  readonly held: Held;
-  readonly head: string | null;
-}
-
-export function rowOf(r: readonly (string | null)[]): SessionRow {
-  const [, json, version, lastAt, lastId, turnCount, turnBytes, input, output, cached, head] = r;
-  return {
-    head: head ?? null,
-    json: json as string,
-    version: version as string,
-    lastTurn: lastAt === null || lastId === null || lastAt === undefined || lastId === undefined ? undefined : { createdAt: lastAt, _id: lastId },
-    held: { turns: countOf(turnCount), turnBytes: countOf(turnBytes), inputTokens: countOf(input), outputTokens: countOf(output), cachedTokens: countOf(cached) },
-  };
-}
-
-export const SESSION_ROW = 'id, json, version, last_turn_at, last_turn_id, turn_count, turn_bytes, input_tokens, output_tokens, cached_tokens, head_turn_id';
-
-/**
- * A turn's deltas (../pieces.ts), read beside its row by the same statement (one snapshot): the
- * `pieces` of its delta rows joined in order, for a streaming turn only. `t` names the turns table.
- */
-export function deltasSql(S: string, t: string): string {
-  return `CASE WHEN ${t}.streamed_at IS NOT NULL THEN (SELECT string_agg(p.pieces, ',' ORDER BY p.seq) FROM ${S}.turn_pieces p WHERE p.turn = ${t}.id) END`;
-}
-
-/** The UTF-8 bytes of a turn's JSON with its deltas: its last delta's count, else its row's. */
-export function turnBytesSql(S: string, t: string): string {
-  return `coalesce(CASE WHEN ${t}.streamed_at IS NOT NULL THEN (SELECT p.bytes FROM ${S}.turn_pieces p WHERE p.turn = ${t}.id ORDER BY p.seq DESC LIMIT 1) END, octet_length(${t}.json))`;
-}
+import { NO_USAGE, type SessionState, type TreeTurn, type TurnNode, type Usage } from '../store.js';
+import { applyChanges, type GroupEvents } from './apply.js';
+import { deltasSql, finish, rowOf, SESSION_ROW, turnBytesSql, type SessionRow } from './rows.js';
+import { countOf, postgresDialect, sqlText, storeError, textArray, type Indexing } from './values.js';
 
 /**
  * Locks the owners a group charges, one transaction-scoped advisory lock each, so that the
@@ -77,9 +33,6 @@ export function turnBytesSql(S: string, t: string): string {
  */
 const ownerLocksSql = (S: string): string => `SELECT pg_advisory_xact_lock(hashtext($1), k) FROM (
     SELECT DISTINCT hashtext(o.owner) AS k FROM (SELECT unnest($2::text[]) AS owner UNION SELECT owner FROM ${S}.sessions WHERE id = ANY($3::text[])) o ORDER BY k) keys`;
-
-/** The tokens of a turn's usage, as the turns table keeps them ($ columns of a turn's row). */
-const tokensParams = (t: Tokens): [string, string, string] => [String(t.inputTokens), String(t.outputTokens), String(t.cachedTokens)];
 
 /** The ids from a turn up to its root, along the parents (each a primary-key lookup). */
 const pathCte = (S: string): string => `WITH RECURSIVE ${pathSql(postgresDialect(S, []), 'id = $1', '$2')}`;
@@ -363,168 +316,10 @@ export class PgGroup implements Group {
   }
 
   private async write(changes: readonly Change[]): Promise<void> {
-    const { S, q } = this;
-    // what the writer decided each change adds to its owner, added up per owner (owners as stored: see sqlText)
-    const usage = new Map<string, TotalDelta>();
-    const charge = (u: UsageDelta): void => {
-      const owner = sqlText(u.owner);
-      let d = usage.get(owner);
-      if (d === undefined) usage.set(owner, (d = new TotalDelta()));
-      d.add(u);
-    };
-    /** The session's tokens counted again from its turns as the group leaves them, when the writer took from a figure at the top. */
-    const recountIfAsked = (id: string, held: Held): void => {
-      if (held.recount === true) sent.push(q.query(recountTokensSql(S), [id]));
-    };
-    const sent: Promise<QueryResult>[] = this.begun ? [] : [q.query('BEGIN')];
+    const sent: Promise<QueryResult>[] = this.begun ? [] : [this.q.query('BEGIN')];
     this.begun = true;
-    /** The session row as a change of its turns leaves it: its JSON, version, head, newest turn and what its turns hold. */
-    const setSession = (s: ChatSession, json: string, version: string, lastTurn: TurnKey | undefined, held: Held): void => {
-      sent.push(
-        q.query(
-          `UPDATE ${S}.sessions SET updated_at = $1, json = $2, json_bytes = $3, version = $4, head_turn_id = $5, last_turn_at = $6, last_turn_id = $7,
-             turn_count = $8, turn_bytes = $9, input_tokens = $10, output_tokens = $11, cached_tokens = $12 WHERE id = $13`,
-          [s.updatedAt, json, String(Buffer.byteLength(json)), version, s.headTurnId, lastTurn?.createdAt ?? null, lastTurn?._id ?? null, ...heldParams(held), s._id],
-        ),
-      );
-      recountIfAsked(s._id, held);
-    };
-    /** Consecutive creates, inserted by one statement: a group of creates is one INSERT, not one per session. */
-    let creates: SessionColumns[] = [];
-    const insertCreates = (): void => {
-      if (creates.length > 0) sent.push(q.query(insertSessionsSql(S), sessionsParams(creates)));
-      creates = [];
-    };
     try {
-      for (const c of changes) {
-        if (c.kind !== 'create') insertCreates();
-        charge(c.usage);
-        switch (c.kind) {
-          case 'create':
-          case 'update': {
-            const s = c.session;
-            const columns: SessionColumns = [sqlText(s.user), sqlText(s.project), String(s.archived), s.updatedAt, sqlText(foldForSearch(s.name)), c.json, String(Buffer.byteLength(c.json)), c.version, s.headTurnId, s._id, ...keptColumns(s), this.index.name(s.name)];
-            if (c.kind === 'create') creates.push(columns);
-            else {
-              sent.push(
-                q.query(
-                  `UPDATE ${S}.sessions SET owner = $1, project = $2, archived = $3, updated_at = $4, name_folded = $5, json = $6, json_bytes = $7, version = $8, head_turn_id = $9,
-                     tags = $11::text[], expires_at = $12, keep = $13, name_words = ${wordsSql('$14')} WHERE id = $10`,
-                  columns,
-                ),
-              );
-            }
-            break;
-          }
-          case 'turn': {
-            sent.push(q.query(insertTurnSql(S), [c.turn._id, c.session._id, c.turn.parentId, c.turn.createdAt, c.json.toString('utf8'), this.index.turn(c.json), ...tokensParams(tokensOf(c.turn.usage)), c.pathKey ?? null, c.generated === true ? this.generator : null]));
-            // the writer made it the session's newest turn
-            setSession(c.session, c.sessionJson, c.version, { createdAt: c.turn.createdAt, _id: c.turn._id }, c.held);
-            break;
-          }
-          case 'editTurn': {
-            // an edit's text is found at once; a delta's waits for the turn's next edit (docs/DECISIONS.md). The edit holds its deltas' text (the writer folded it in): their rows go
-            sent.push(
-              q.query(
-                `UPDATE ${S}.turns SET json = $1, streamed_at = ${streamedAtSql('$1::text')}, words = ${wordsSql('$3')}, input_tokens = $4, output_tokens = $5, cached_tokens = $6,
-                   path_key = CASE WHEN $7::boolean THEN $8::text ELSE path_key END WHERE id = $2`,
-                [c.json.toString('utf8'), c.turn._id, this.index.turn(c.json), ...tokensParams(tokensOf(c.turn.usage)), c.pathKey === undefined ? 'false' : 'true', c.pathKey ?? null],
-              ),
-            );
-            sent.push(q.query(`DELETE FROM ${S}.turn_pieces WHERE turn = $1`, [c.turn._id]));
-            setSession(c.session, c.sessionJson, c.version, c.lastTurn, c.held);
-            break;
-          }
-          case 'delta': {
-            // a row of its own: the turn's row (its JSON, its indexes) is not touched
-            sent.push(q.query(`INSERT INTO ${S}.turn_pieces (turn, seq, pieces, bytes, tail) VALUES ($1, $2, $3, $4, $5)`, [c.turnId, String(c.seq), piecesText(c.pieces), String(c.bytes), endText(c.end)]));
-            sent.push(q.query(`UPDATE ${S}.sessions SET turn_count = $1, turn_bytes = $2, input_tokens = $3, output_tokens = $4, cached_tokens = $5 WHERE id = $6`, [...heldParams(c.held), c.session._id]));
-            recountIfAsked(c.session._id, c.held);
-            break;
-          }
-          case 'deleteTurns': {
-            sent.push(q.query(`DELETE FROM ${S}.turn_pieces WHERE turn = ANY($1::text[])`, [textArray(c.ids)]));
-            sent.push(q.query(`DELETE FROM ${S}.turns WHERE id = ANY($1::text[]) AND session = $2`, [textArray(c.ids), c.sessionId]));
-            setSession(c.session, c.sessionJson, c.version, c.lastTurn, c.held);
-            break;
-          }
-          case 'fork': {
-            const s = c.session;
-            const last = c.turns[c.turns.length - 1]?.turn;
-            sent.push(
-              q.query(
-                `INSERT INTO ${S}.sessions (owner, project, archived, updated_at, name_folded, json, json_bytes, version, head_turn_id, id, last_turn_at, last_turn_id,
-                   turn_count, turn_bytes, input_tokens, output_tokens, cached_tokens, tags, expires_at, keep, name_words)
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18::text[], $19, $20, ${wordsSql('$21')})`,
-                [sqlText(s.user), sqlText(s.project), String(s.archived), s.updatedAt, sqlText(foldForSearch(s.name)), c.json, String(Buffer.byteLength(c.json)), c.version, s.headTurnId, s._id, last?.createdAt ?? null, last?._id ?? null, ...heldParams(c.held), ...keptColumns(s), this.index.name(s.name)],
-              ),
-            );
-            const places = placesOfChain(c.turns.map((t) => t.turn._id));
-            if (c.turns.length > 0) {
-              const tokens = c.turns.map((t) => tokensOf(t.turn.usage));
-              // all the copies in one statement: a long path is one round of parsing, not one per turn
-              sent.push(
-                q.query(
-                  `INSERT INTO ${S}.turns (id, session, parent_id, created_at, json, depth, skip_id, streamed_at, words, input_tokens, output_tokens, cached_tokens)
-                   SELECT id, $1, parent_id, created_at, json, depth, skip_id, ${streamedAtSql('json')}, ${wordsSql('words')}, input_tokens, output_tokens, cached_tokens
-                   FROM unnest($2::text[], $3::text[], $4::text[], $5::text[], $6::int[], $7::text[], $8::text[], $9::bigint[], $10::bigint[], $11::bigint[])
-                     AS c(id, parent_id, created_at, json, depth, skip_id, words, input_tokens, output_tokens, cached_tokens)`,
-                  [
-                    s._id,
-                    textArray(c.turns.map((t) => t.turn._id)),
-                    nullableTextArray(c.turns.map((t) => t.turn.parentId)),
-                    textArray(c.turns.map((t) => t.turn.createdAt)),
-                    textArray(c.turns.map((t) => t.json.toString('utf8'))),
-                    `{${places.map((p) => p.depth).join(',')}}`,
-                    nullableTextArray(places.map((p) => p.skipId)),
-                    textArray(c.turns.map((t) => this.index.turn(t.json))),
-                    `{${tokens.map((t) => t.inputTokens).join(',')}}`,
-                    `{${tokens.map((t) => t.outputTokens).join(',')}}`,
-                    `{${tokens.map((t) => t.cachedTokens).join(',')}}`,
-                  ],
-                ),
-              );
-            }
-            break;
-          }
-          case 'delete': {
-            sent.push(q.query(`DELETE FROM ${S}.turn_pieces p USING ${S}.turns t WHERE t.session = $1 AND p.turn = t.id`, [c.id]));
-            sent.push(q.query(`DELETE FROM ${S}.turns WHERE session = $1`, [c.id]));
-            sent.push(q.query(`DELETE FROM ${S}.sessions WHERE id = $1`, [c.id]));
-          }
-        }
-      }
-      insertCreates();
-      // every owner's usage in one statement, its rows in owner order, so two groups touching the
-      // same owners cannot deadlock on their rows
-      const owners = [...usage.keys()].sort();
-      if (owners.length > 0) {
-        const figures = owners.map((o) => usage.get(o) as TotalDelta);
-        const column = (k: 'sessions' | 'turns' | 'bytes'): string => `{${figures.map((u) => u[k]).join(',')}}`;
-        // a figure counted again adds nothing here: the statement after this one counts it
-        const tokens = (k: TokenFigure): string => `{${figures.map((u) => (u.token(k).recount ? 0 : u.token(k).delta)).join(',')}}`;
-        const settled = (c: string): string => `${c} = ${settledSql(`usage.${c}`, `excluded.${c}`, `(SELECT ${totalSql(`s.${c}`)} FROM ${S}.sessions s WHERE s.owner = usage.owner)`)}`;
-        sent.push(
-          q.query(
-            `INSERT INTO ${S}.usage (owner, sessions, turns, bytes, input_tokens, output_tokens, cached_tokens)
-             SELECT * FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::bigint[], $5::numeric[], $6::numeric[], $7::numeric[])
-             ON CONFLICT (owner) DO UPDATE SET sessions = usage.sessions + excluded.sessions, turns = usage.turns + excluded.turns, bytes = usage.bytes + excluded.bytes,
-               ${TOKEN_COLUMNS.map(settled).join(', ')}`,
-            [textArray(owners), column('sessions'), column('turns'), column('bytes'), tokens('inputTokens'), tokens('outputTokens'), tokens('cachedTokens')],
-          ),
-        );
-        // the rows are this transaction's now (locked by the statement above): counting them again takes no lock in another order
-        owners.forEach((owner, i) => {
-          const recount = TOKEN_FIGURES.map((k) => (figures[i] as TotalDelta).token(k).recount);
-          if (!recount.some((r) => r)) return;
-          const again = TOKEN_COLUMNS.filter((_, j) => recount[j]).map((c) => `${c} = (SELECT ${totalSql(`s.${c}`)} FROM ${S}.sessions s WHERE s.owner = usage.owner)`);
-          sent.push(q.query(`UPDATE ${S}.usage SET ${again.join(', ')} WHERE owner = $1`, [owner]));
-        });
-        const shrunk = owners.filter((_, i) => (figures[i] as TotalDelta).sessions < 0);
-        if (shrunk.length > 0) sent.push(q.query(`DELETE FROM ${S}.usage WHERE owner = ANY($1::text[]) AND sessions = 0`, [textArray(shrunk)]));
-      }
-      // last before COMMIT: the events' ids are taken under a lock held until COMMIT (./events.ts)
-      if (this.events !== undefined) sent.push(...eventStatements(q, S, this.events.channel, this.events.announce(changes)));
+      applyChanges({ S: this.S, q: this.q, index: this.index, generator: this.generator, events: this.events }, changes, sent);
       const fault = injectedFault('commit');
       if (fault !== undefined) throw fault;
     } catch (e) {
@@ -532,86 +327,6 @@ export class PgGroup implements Group {
       this.release();
       throw e;
     }
-    await finish(q, sent, this.done, () => (this.ended = true));
+    await finish(this.q, sent, this.done, () => (this.ended = true));
   }
-}
-
-/** The token columns of the usage and sessions rows, in TOKEN_FIGURES' order. */
-const TOKEN_COLUMNS = ['input_tokens', 'output_tokens', 'cached_tokens'] as const;
-
-/** One session's tokens ($1) counted again from its turns' rows (a Held that says `recount`). */
-const recountTokensSql = (S: string): string =>
-  `UPDATE ${S}.sessions SET (input_tokens, output_tokens, cached_tokens) = (SELECT ${TOKEN_COLUMNS.map((c) => totalSql(`t.${c}`)).join(', ')} FROM ${S}.turns t WHERE t.session = $1) WHERE id = $1`;
-
-/** What a session's turns hold, as the columns turn_count, turn_bytes and the three tokens take it. */
-function heldParams(h: Held): [string, string, string, string, string] {
-  return [String(h.turns), String(h.turnBytes), ...tokensParams(h)];
-}
-
-/** A session's columns as a create or an update writes them, in the order of their parameters ($1...$14). */
-type SessionColumns = [owner: string, project: string, archived: string, updatedAt: string, nameFolded: string, json: string, jsonBytes: string, version: string, head: string | null, id: string, tags: string, expiresAt: string | null, keep: string, words: string];
-
-/** New sessions, one row per element of the arrays sessionsParams makes. */
-const insertSessionsSql = (S: string): string => `INSERT INTO ${S}.sessions (owner, project, archived, updated_at, name_folded, json, json_bytes, version, head_turn_id, id, tags, expires_at, keep, name_words)
-  SELECT owner, project, archived, updated_at, name_folded, json, json_bytes, version, head_turn_id, id, tags::text[], expires_at, keep, ${wordsSql('words')}
-  FROM unnest($1::text[], $2::text[], $3::boolean[], $4::text[], $5::text[], $6::text[], $7::integer[], $8::text[], $9::text[], $10::text[], $11::text[], $12::text[], $13::boolean[], $14::text[])
-    AS c(owner, project, archived, updated_at, name_folded, json, json_bytes, version, head_turn_id, id, tags, expires_at, keep, words)`;
-
-/** The parameters of insertSessionsSql: each column's values as one array (a session's tags, an array literal, are one text). */
-function sessionsParams(rows: readonly SessionColumns[]): string[] {
-  const column = (i: number): string => nullableTextArray(rows.map((r) => r[i] as string | null));
-  return Array.from({ length: 14 }, (_, i) => column(i));
-}
-
-/** A turn's row, its depth and jump pointer made from its parent's (inserted before it, in this transaction or earlier). */
-/**
- * A turn's `streamed_at` as a write of its JSON leaves it: the time of that write when the JSON
- * says `status: "streaming"` (at its place near the end: ../../domain/deltas.ts), else null.
- */
-export function streamedAtSql(json: string): string {
-  return `CASE WHEN ${isStreamingSql(json)} THEN clock_timestamp() END`;
-}
-
-/** Whether a turn's JSON says `status: "streaming"`. */
-export function isStreamingSql(json: string): string {
-  return `substr(${json}, length(${json}) - ${STREAMING_MARK_FROM_END - 1}, ${STREAMING_MARK.length}) = '${STREAMING_MARK}'`;
-}
-
-/**
- * A turn's row ($1-$6: id, session, parent, createdAt, JSON, words; $7-$9: its usage's tokens;
- * $10: its path key or null; $11: the instance generating it, a reply, or null), its depth and
- * jump pointer made from its parent's.
- */
-export function insertTurnSql(S: string): string {
-  return `INSERT INTO ${S}.turns (id, session, parent_id, created_at, json, depth, skip_id, streamed_at, words, input_tokens, output_tokens, cached_tokens, path_key, generator)
-    SELECT $1, $2, $3, $4, $5, coalesce(p.depth + 1, 0), CASE WHEN p.id IS NULL THEN NULL WHEN p.depth % ${JUMP} = 0 THEN p.id ELSE p.skip_id END, ${streamedAtSql('$5::text')}, ${wordsSql('$6::text')}, $7, $8, $9, $10, $11
-    FROM (SELECT 1) one LEFT JOIN ${S}.turns p ON p.id = $3`;
-}
-
-/** A text[] literal whose nulls are SQL NULLs (a quoted element is text, the bare word NULL is none). */
-export function nullableTextArray(values: readonly (string | null)[]): string {
-  return `{${values.map((v) => (v === null ? 'NULL' : textArray([v]).slice(1, -1))).join(',')}}`;
-}
-
-/**
- * Sends COMMIT after `sent` and waits for all of them. The first statement that failed is the
- * error (those after it only say the transaction was aborted); a COMMIT answered ROLLBACK means
- * nothing was written.
- */
-export async function finish(q: Queryable, sent: readonly Promise<QueryResult>[], done: () => void, ended: () => void): Promise<void> {
-  const commit = q.query('COMMIT');
-  q.send?.(); // all of the transaction is queued: out now, not after whatever the event loop runs next
-  const results = await Promise.allSettled([...sent, commit]);
-  ended();
-  const failed = results.find((r): r is PromiseRejectedResult => r.status === 'rejected');
-  if (failed !== undefined) {
-    if (results[results.length - 1]?.status === 'fulfilled') {
-      // the statement failed but COMMIT was answered (with ROLLBACK): the connection is usable
-    } else await q.query('ROLLBACK').catch(() => undefined);
-    done();
-    throw storeError(failed.reason);
-  }
-  done();
-  const c = results[results.length - 1] as PromiseFulfilledResult<QueryResult>;
-  if (c.value.command !== 'COMMIT') throw storeError(new Error('the transaction was rolled back at COMMIT'));
 }

@@ -6,7 +6,7 @@ import { COUNT_MAX } from '../../domain/numbers.js';
 import { turnJsonInRange } from '../../domain/records.js';
 import type { Queryable } from '../../pg/pool.js';
 import type { NumbersRepaired } from '../totals.js';
-import { turnBytesSql } from './group.js';
+import { turnBytesSql } from './rows.js';
 import { textArray, totalSql } from './values.js';
 
 const MAX = String(COUNT_MAX);

@@ -5,7 +5,7 @@
 import type { Pool, Queryable } from '../../pg/pool.js';
 import { StoreOpenFailed } from '../store.js';
 import { placesSql } from '../tree-index.js';
-import { isStreamingSql } from './group.js';
+import { isStreamingSql } from './rows.js';
 import { indexedTurnWords, indexedWords } from '../../domain/search.js';
 import { CONVERSATION_KEY_PG, textArray, wordsSql } from './values.js';
 import { jsonCountSql, repairNumbers, SESSIONS_OUT_OF_RANGE, TURNS_OUT_OF_RANGE } from './numbers.js';
