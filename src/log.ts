@@ -30,7 +30,7 @@ const RANK: Record<LogLevel, number> = { debug: 10, info: 20, warn: 30, error: 4
  * The middle of a request line, from the end of the request id to the status:
  * `","method":"GET","route":"/api/v1/chat-sessions/:id","status":`. Made once per route.
  */
-export function requestLineMiddle(method: string, routeJson: string): Buffer {
+export function requestLineMiddle(method: string | null, routeJson: string): Buffer {
   return Buffer.from(`","method":${JSON.stringify(method)},"route":${routeJson},"status":`, 'utf8');
 }
 
@@ -68,19 +68,17 @@ export class Logger {
     if (this.min <= RANK.error) this.write('error', msg, fields);
   }
 
-  /** Writes a line that is already JSON. */
-  raw(line: string): void {
-    this.add(line);
-  }
-
   /**
    * The info line of one request:
    * `{"time":…,"level":"info","msg":"request","reqId":…,"method":…,"route":…,"status":…,"ms":…,"user":…}`.
    * `reqId` must be printable ASCII without `"` or `\` (the pipeline's own ids and the ones it
    * accepts are), `middle` comes from requestLineMiddle, `ms` is rounded to 0.01.
    */
-  request(reqId: string, middle: Buffer, status: number, seconds: number, user: string | undefined): void {
+  request(reqId: string, middle: Buffer, status: number, seconds: number, user: string | undefined, fields?: Readonly<Record<string, string>>): void {
     if (this.min > RANK.info) return;
+    // what a request line says beside (a raw answer's why): rare, so written as JSON
+    const extra = fields === undefined ? undefined : Buffer.from(Object.entries(fields).map(([k, v]) => `,${JSON.stringify(k)}:${JSON.stringify(v)}`).join(''), 'utf8');
+    if (extra !== undefined && this.pos + 256 + reqId.length + middle.length + extra.length + 6 * (user?.length ?? 0) > this.buf.length) this.flush();
     if (this.pos + 256 + reqId.length + middle.length + 6 * (user?.length ?? 0) > this.buf.length) this.flush();
     const now = Date.now();
     if (now !== this.headMs) {
@@ -113,6 +111,10 @@ export class Logger {
       p += NULL.length;
     } else {
       p = putJsonString(b, user, p);
+    }
+    if (extra !== undefined) {
+      b.set(extra, p);
+      p += extra.length;
     }
     b[p++] = 125; // }
     b[p++] = 10; // \n

@@ -1,20 +1,20 @@
 // One request, start to end: route, authenticate, rate-limit, check scope, validate params,
-// query and body, run the handler, answer with one JSON envelope and log one line. Whatever
-// is thrown on the way is turned into the error envelope here and nowhere else. An answer the
-// client does not take is cut off after WRITE_TIMEOUT; HTTP that never becomes a request
-// (parse errors, CONNECT, a connection past the cap) is answered here too.
-import { randomBytes } from 'node:crypto';
-import { STATUS_CODES, type IncomingMessage, type ServerResponse } from 'node:http';
+// query and body, run the handler, and hand its answer to the one answer writer (./answer.ts),
+// which logs one line. Whatever is thrown on the way is turned into the error envelope here and
+// nowhere else; HTTP that never becomes a request (parse errors, CONNECT, a connection past the
+// cap) is answered here too.
+import type { IncomingMessage, ServerResponse } from 'node:http';
 import { isIP, type Socket } from 'node:net';
 import { hasScope, TokenError, type Authenticator, type Principal } from '../auth/authenticate.js';
-import { EVENT_STREAM_TYPE, type Answer, type EventStreamReply, type RouteDef, type StreamReply } from '../api/route.js';
-import type { OpenedTicket, TicketCodec } from '../auth/tickets.js';
+import type { Answer, RouteDef } from '../api/route.js';
+import type { TicketCodec } from '../auth/tickets.js';
 import { parseQuery, validateBody, validateQuery } from '../domain/schema.js';
-import { requestLineMiddle, Sparing, type Logger } from '../log.js';
-import type { Metrics, RouteStats } from '../metrics.js';
-import { hasBody, readJsonObject, releaseBody, type BodyHold, type BodyRules } from './body.js';
-import { closeLingering, lingerAfterAnswer } from './linger.js';
-import type { Connection, ConnectionGuard } from './connections.js';
+import { Sparing, type Logger } from '../log.js';
+import type { Metrics } from '../metrics.js';
+import { AnswerWriter } from './answer.js';
+import { readJsonObject, type BodyRules } from './body.js';
+import { Call, nextRequestId, requestIdOf, type RuntimeRoute } from './call.js';
+import type { ConnectionGuard } from './connections.js';
 import { OverShare, type InFlight } from './in-flight.js';
 import type { Cors } from './cors.js';
 import { errorBody } from '../api/envelope.js';
@@ -25,16 +25,7 @@ import { openaiError } from '../api/openai/errors.js';
 import type { RateLimiter } from './rate-limit.js';
 import type { Router } from './router.js';
 
-/** A route as the pipeline runs it: its declaration, its parameter names and its counters. */
-export interface RuntimeRoute {
-  readonly def: RouteDef;
-  readonly paramNames: readonly string[];
-  readonly stats: RouteStats | undefined;
-  /** The pattern as a JSON string, for log lines. */
-  readonly routeJson: string;
-  /** The request line's middle for the route's own method (see requestLineMiddle). */
-  readonly logMiddle: Buffer;
-}
+export type { RuntimeRoute } from './call.js';
 
 export interface PipelineOptions {
   readonly router: Router<RuntimeRoute>;
@@ -58,17 +49,7 @@ export interface PipelineOptions {
   readonly memory?: MemoryGuard | undefined;
 }
 
-const JSON_TYPE = 'application/json; charset=utf-8';
-const SANE_REQUEST_ID = /^[A-Za-z0-9._:@/+=-]{1,128}$/;
-const bootId = randomBytes(4).toString('hex');
-let requestCounter = 0;
-/** An id for a request that brought none we accept: this process's boot id and a counter. */
-const nextRequestId = (): string => `${bootId}-${(++requestCounter).toString(36)}`;
 const NO_VALUES = {};
-/** Sockets answered outside HTTP's flow (answerRaw), closing lingering. */
-const lingering = new WeakSet<Socket>();
-/** Answers larger than this are written in slices of it, so the write timeout sees progress. */
-const WRITE_SLICE = 64 * 1024;
 /** A request meeting the store away is logged at most this often (with a count of the others). */
 const STORE_AWAY_LOG_MS = 10_000;
 
@@ -80,72 +61,16 @@ function originForm(url: string): string {
   return rest === '' || rest.charCodeAt(0) === 63 /* ? */ ? `/${rest}` : rest;
 }
 
-/** The request id: the client's when it is sane, else ours. */
-const saneIdOr = (given: unknown): string => (typeof given === 'string' && SANE_REQUEST_ID.test(given) ? given : nextRequestId());
-const requestIdOf = (req: IncomingMessage): string => saneIdOr(req.headers['x-request-id']);
-
-
-/** One request and its answer, from arrival to settlement: one object so the hot path allocates little. */
-class Call implements BodyHold {
-  readonly started = performance.now();
-  readonly id: string;
-  route: RuntimeRoute | undefined;
-  /** The pattern of a known path answered without a route (405, preflight). */
-  pattern: string | undefined;
-  /** The request's path when it is under /v1 (the OpenAI door): its errors are answered in OpenAI's shape. */
-  openaiPath: string | undefined;
-  user: string | undefined;
-  /** `user:<sub>` once authenticated: the key of its user's rate limit and share. */
-  userKey: string | undefined;
-  /** Whose share of the server the request counts against (`user:<sub>` or `addr:<ip>`), once counted (hold). */
-  owner: string | undefined;
-  /** The owner a whole list being sent counts against, once counted (stream). */
-  listOwner: string | undefined;
-  /** CORS headers for this request's origin, as name/value pairs. */
-  corsHeaders: string[] | undefined;
-  /** Bytes of the body budget this request holds until its answer is sent. */
-  heldBytes = 0;
-  /** The connection's count of requests in flight, given back once (settle). */
-  conn: Connection | undefined;
-  /** The ticket an event stream was opened with. */
-  ticket: OpenedTicket | undefined;
-  settled = false;
-
-  /** The Authorization header as `req.headers` would give it: its first line (node:http drops repeats). */
-  readonly authorization: string | undefined;
-
-  /**
-   * Reads the two headers every request is asked for from the raw lines: `req.headers` is an
-   * object node:http builds on first use, a cost a GET by id need not pay. X-Request-Id, when
-   * repeated, is what node:http would make of it, a comma-joined list: never a sane id.
-   */
-  constructor(
-    readonly req: IncomingMessage,
-    readonly res: ServerResponse,
-  ) {
-    const raw = req.rawHeaders;
-    let authorization: string | undefined;
-    let given: string | undefined;
-    let repeated = false;
-    for (let i = 0; i < raw.length; i += 2) {
-      const name = raw[i] as string;
-      if (name.length === 13) {
-        if (authorization === undefined && name.toLowerCase() === 'authorization') authorization = raw[i + 1] as string;
-      } else if (name.length === 12 && name.toLowerCase() === 'x-request-id') {
-        if (given !== undefined) repeated = true;
-        given = raw[i + 1] as string;
-      }
-    }
-    this.authorization = authorization;
-    this.id = saneIdOr(repeated ? undefined : given);
-  }
-}
-
 export class Pipeline {
   private readonly overShares = new Sparing(60_000);
   private readonly storeAwayLines = new Sparing(STORE_AWAY_LOG_MS);
 
-  constructor(private readonly options: PipelineOptions) {}
+  /** The one writer of every answer (./answer.ts). */
+  private readonly answers: AnswerWriter;
+
+  constructor(private readonly options: PipelineOptions) {
+    this.answers = new AnswerWriter(options);
+  }
 
   /** The node:http request listener. */
   readonly handle = (req: IncomingMessage, res: ServerResponse): void => {
@@ -244,7 +169,7 @@ export class Pipeline {
       if (method === 'OPTIONS' && cors !== undefined) {
         const asked = call.req.headers['access-control-request-headers'];
         call.corsHeaders = cors.preflight(origin, m.allow, Array.isArray(asked) ? asked.join(',') : asked);
-        this.send(call, 204, '', undefined, ['allow', m.allow.join(', ')]);
+        this.answers.answer(call, { status: 204, body: '', headers: ['allow', m.allow.join(', ')] });
         return undefined;
       }
       throw new HttpError(405, 'Method not allowed', [['allow', m.allow.join(', ')]]);
@@ -338,29 +263,20 @@ export class Pipeline {
     call.owner = owner;
   }
 
-  /** The answer is with the kernel, or the connection is gone: the connection may be idle again. */
-  private settle(call: Call): void {
-    if (call.settled) return;
-    call.settled = true;
-    if (call.conn !== undefined) this.options.connections?.idle(call.conn);
-    if (call.owner !== undefined) this.options.inFlight?.give(call.owner);
-    if (call.listOwner !== undefined) this.options.wholeLists?.give(call.listOwner);
-  }
-
   /**
    * Answers HTTP that node:http's parser refused (it never becomes a request): in the envelope,
    * with a request id, logged and counted like any other answer.
    */
   readonly rejectRaw = (err: NodeJS.ErrnoException, socket: Socket): void => {
     // answered already, and lingering: the parser refuses each further piece of what it reads and drops
-    if (lingering.has(socket)) return;
+    if (this.answers.answeredRaw(socket)) return;
     if (!socket.writable || err.code === 'ECONNRESET') {
       socket.destroy();
       return;
     }
     const [status, message] =
       err.code === 'HPE_HEADER_OVERFLOW' ? [431, 'Request headers too large'] : err.code === 'ERR_HTTP_REQUEST_TIMEOUT' ? [408, 'Request timeout'] : [400, parseErrorMessage(err)];
-    this.answerRaw(socket, status, message, nextRequestId(), null, `,"parseError":${JSON.stringify(err.code ?? 'unknown')}`, '');
+    this.answers.raw(socket, status, message, nextRequestId(), null, { parseError: err.code ?? 'unknown' });
   };
 
   /**
@@ -375,35 +291,13 @@ export class Pipeline {
 
   /** node:http's `connect` listener: this server is no proxy, so CONNECT gets 405 (an empty Allow: no method makes a tunnel). */
   readonly rejectConnect = (req: IncomingMessage, socket: Socket): void => {
-    this.answerRaw(socket, 405, 'Method not allowed', requestIdOf(req), 'CONNECT', '', 'allow: \r\n');
+    this.answers.raw(socket, 405, 'Method not allowed', requestIdOf(req), 'CONNECT', {}, [['allow', '']]);
   };
 
   /** A connection past MAX_CONNECTIONS and its headroom, none of them idle: 503 before it sends anything. */
   readonly refuseConnection = (socket: Socket): void => {
-    this.answerRaw(socket, 503, 'Server is busy', nextRequestId(), null, ',"refused":"MAX_CONNECTIONS"', 'retry-after: 1\r\n');
+    this.answers.raw(socket, 503, 'Server is busy', nextRequestId(), null, { refused: 'MAX_CONNECTIONS' }, [['retry-after', '1']]);
   };
-
-  /**
-   * Writes a whole answer on a socket outside node:http's request flow, logs and counts it,
-   * and closes the connection lingering: what the client still sends is read and dropped, so
-   * the answer is not lost to a reset (closeLingering).
-   */
-  private answerRaw(socket: Socket, status: number, message: string, id: string, method: string | null, logExtra: string, headers: string): void {
-    const body = errorBody(message);
-    socket.on('error', () => socket.destroy());
-    socket.write(
-      `HTTP/1.1 ${status} ${STATUS_CODES[status] ?? ''}\r\ncontent-type: ${JSON_TYPE}\r\ncache-control: no-store\r\nx-content-type-options: nosniff\r\n` +
-        `x-request-id: ${id}\r\n${headers}content-length: ${body.length}\r\nconnection: close\r\n\r\n${body}`,
-    );
-    lingering.add(socket);
-    closeLingering(socket, socket);
-    this.options.metrics?.forUnrouted(method ?? 'other', undefined).observe(status, 0);
-    if (this.options.log.enabled('info')) {
-      this.options.log.raw(
-        `{"time":"${new Date().toISOString()}","level":"info","msg":"request","reqId":"${id}","method":${method === null ? 'null' : `"${method}"`},"route":null,"status":${status},"ms":0,"user":null${logExtra}}\n`,
-      );
-    }
-  }
 
   private addressOf(req: IncomingMessage): string {
     if (this.options.trustProxy) {
@@ -428,106 +322,19 @@ export class Pipeline {
     }
   }
 
+  /** A handler's answer, written by the one answer writer; a whole list past its owner's few is refused first. */
   private reply(call: Call, r: Answer): void {
-    if ('eventStream' in r) this.openEventStream(call, r);
-    else if ('stream' in r) this.stream(call, r);
-    else this.send(call, r.status, r.body, r.contentType, r.etag === undefined ? r.headers : ['etag', r.etag, ...(r.headers ?? [])]);
-  }
-
-  /**
-   * Writes a streamed answer piece by piece, waiting for the client to read each (backpressure).
-   * Once its head is sent, a failure can only cut the answer short: the connection is destroyed,
-   * so the client sees a broken answer, never a complete-looking one.
-   */
-  private stream(call: Call, r: StreamReply): void {
-    const { res } = call;
-    if (call.heldBytes > 0) releaseBody(this.options.body.budget, call);
-    if (res.headersSent || res.destroyed) {
-      this.cancel(call, r);
-      this.logRequest(call, r.status);
-      this.settle(call);
-      return;
-    }
     // a whole list holds a snapshot reader of the store until it is sent: one user holds a few
     const lists = this.options.wholeLists;
-    if (r.wholeList === true && call.owner !== undefined && lists !== undefined) {
+    if ('stream' in r && r.wholeList === true && call.owner !== undefined && lists !== undefined && !call.res.headersSent && !call.res.destroyed) {
       if (!lists.take(call.owner)) {
-        this.cancel(call, r);
+        this.answers.cancel(call, r);
         this.fail(call, new OverShare());
         return;
       }
       call.listOwner = call.owner;
     }
-    const headers = this.headers(call, r.contentType ?? JSON_TYPE);
-    if (r.headers !== undefined) for (const h of r.headers) headers.push(h);
-    // nginx passes each event on as it comes instead of buffering the answer
-    if (r.contentType === EVENT_STREAM_TYPE) headers.push('x-accel-buffering', 'no');
-    res.writeHead(r.status, headers);
-    if (r.contentType === EVENT_STREAM_TYPE) res.flushHeaders();
-    // every piece the client takes (or that goes out without waiting) restarts the write timeout
-    const progress = this.watchWrite(call, () => 0);
-    const pieces = r.stream[Symbol.asyncIterator]();
-    let gone = false;
-    res.once('close', () => {
-      gone = true;
-    });
-    const pump = async (): Promise<void> => {
-      try {
-        for (;;) {
-          const next = await pieces.next();
-          if (next.done === true) break;
-          if (gone) return;
-          if (!res.write(next.value)) await drained(res);
-          if (gone) return;
-          progress();
-        }
-        res.end();
-      } catch (e) {
-        this.options.log.error('answer failed while it was being sent; the connection was cut', { reqId: call.id, route: call.route?.def.path ?? null, err: e });
-        res.destroy();
-      } finally {
-        if (gone) await pieces.return?.();
-        this.logRequest(call, r.status);
-      }
-    };
-    void pump();
-  }
-
-  /** A streamed answer that will not be sent gives back what it holds (a whole list: its snapshot reader). */
-  private cancel(call: Call, r: StreamReply): void {
-    r.cancel?.().catch((e: unknown) => this.options.log.error('an answer not sent failed to give back what it held', { reqId: call.id, route: call.route?.def.path ?? null, err: e }));
-  }
-
-  /**
-   * Writes an event stream's head and hands the response to the live feed, which writes to it
-   * until it or the client ends it. The request stays in flight all that time, so MAX_CONNECTIONS
-   * never closes the connection as idle; the feed bounds what it holds and when it gives up.
-   */
-  private openEventStream(call: Call, r: EventStreamReply): void {
-    const { res } = call;
-    if (call.heldBytes > 0) releaseBody(this.options.body.budget, call);
-    if (res.headersSent || res.destroyed) {
-      r.eventStream.cancel();
-      this.logRequest(call, r.status);
-      this.settle(call);
-      return;
-    }
-    const headers = this.headers(call, EVENT_STREAM_TYPE);
-    // nginx passes each event on as it comes instead of buffering the answer
-    headers.push('x-accel-buffering', 'no');
-    res.writeHead(r.status, headers);
-    this.logRequest(call, r.status);
-    if (call.req.method === 'HEAD') {
-      r.eventStream.cancel();
-      res.end();
-      this.settle(call);
-      return;
-    }
-    res.flushHeaders();
-    const settle = (): void => this.settle(call);
-    res.once('finish', settle);
-    res.once('close', settle);
-    r.eventStream.attach(res);
+    this.answers.answer(call, r);
   }
 
   private fail(call: Call, e: unknown): void {
@@ -545,70 +352,10 @@ export class Pipeline {
     if (call.openaiPath !== undefined) {
       const o = openaiError(h ?? new HttpError(500, 'Internal server error'), e, call.req.method ?? 'GET', call.openaiPath);
       for (const [k, v] of o.headers) headerPairs.push(k, v);
-      this.send(call, o.status, o.body, undefined, headerPairs);
+      this.answers.answer(call, { status: o.status, body: o.body, headers: headerPairs });
       return;
     }
-    this.send(call, h?.status ?? 500, errorBody(h?.message ?? 'Internal server error'), undefined, headerPairs);
-  }
-
-  private send(call: Call, status: number, body: string | Buffer, contentType: string | undefined, headerPairs: readonly string[] | undefined): void {
-    const { res } = call;
-    if (call.heldBytes > 0) releaseBody(this.options.body.budget, call);
-    if (res.headersSent || res.destroyed) {
-      this.logRequest(call, status);
-      this.settle(call);
-      return;
-    }
-    const length = typeof body === 'string' ? Buffer.byteLength(body) : body.length;
-    const headers = this.headers(call, contentType ?? JSON_TYPE);
-    headers.push('content-length', String(length));
-    if (headerPairs !== undefined) for (let i = 0; i < headerPairs.length; i++) headers.push(headerPairs[i] as string);
-    // answered before its body came (401, 404, 413...): the connection closes, lingering, rather
-    // than read a body of any size to keep it; the client still sending is not reset
-    if (!call.req.complete && hasBody(call.req)) {
-      if (!headers.includes('connection')) headers.push('connection', 'close');
-      lingerAfterAnswer(call.req);
-    }
-    res.writeHead(status, headers);
-    let notHandedOver = NOTHING_LEFT;
-    if (length <= WRITE_SLICE) res.end(body);
-    else notHandedOver = writeInSlices(res, typeof body === 'string' ? Buffer.from(body) : body);
-    this.logRequest(call, status);
-    // the kernel took the whole answer as it was written (the usual case: nothing to time out)
-    if (res.writableFinished || (notHandedOver === NOTHING_LEFT && res.socket?.writableLength === 0)) this.settle(call);
-    else this.watchWrite(call, notHandedOver);
-  }
-
-  /**
-   * An answer the kernel has not taken whole: each slice it takes restarts the write timeout;
-   * when none is taken for WRITE_TIMEOUT the connection is destroyed, and with it the unsent rest.
-   */
-  private watchWrite(call: Call, notHandedOver: () => number): () => void {
-    const { res } = call;
-    const timer = setTimeout(() => {
-      this.options.log.warn('the client took no byte of its answer for WRITE_TIMEOUT; connection closed', {
-        reqId: call.id,
-        route: call.route?.def.path ?? null,
-        unsentBytes: notHandedOver() + (res.socket?.writableLength ?? 0),
-        timeoutMs: this.options.writeTimeoutMs,
-      });
-      if (this.options.metrics !== undefined) this.options.metrics.writeTimeouts++;
-      res.destroy();
-    }, this.options.writeTimeoutMs);
-    const progress = (): void => {
-      timer.refresh();
-    };
-    const done = (): void => {
-      clearTimeout(timer);
-      res.off('drain', progress);
-      res.off('finish', done);
-      res.off('close', done);
-      this.settle(call);
-    };
-    res.on('drain', progress);
-    res.on('finish', done);
-    res.on('close', done);
-    return progress;
+    this.answers.answer(call, { status: h?.status ?? 500, body: errorBody(h?.message ?? 'Internal server error'), headers: headerPairs });
   }
 
   /** A request refused past its owner's share: counted, and a warning at most once a minute. */
@@ -639,32 +386,7 @@ export class Pipeline {
     });
   }
 
-  /** The headers every answer carries, and CORS's when it applies. */
-  private headers(call: Call, contentType: string): string[] {
-    const headers = ['content-type', contentType, 'cache-control', 'no-store', 'x-content-type-options', 'nosniff', 'x-request-id', call.id];
-    if (call.corsHeaders !== undefined) for (let i = 0; i < call.corsHeaders.length; i++) headers.push(call.corsHeaders[i] as string);
-    if (call.conn?.overflow === true) headers.push('connection', 'close');
-    return headers;
-  }
 
-  /**
-   * One line per request (Logger.request): the request id matches SANE_REQUEST_ID or is ours,
-   * so it needs no escaping.
-   */
-  private logRequest(call: Call, status: number): void {
-    const seconds = (performance.now() - call.started) / 1000;
-    if (call.route !== undefined) call.route.stats?.observe(status, seconds);
-    else this.options.metrics?.forUnrouted(call.req.method ?? '', call.pattern).observe(status, seconds);
-    const log = this.options.log;
-    if (!log.enabled('info')) return;
-    const method = call.req.method ?? '';
-    const r = call.route;
-    const middle =
-      r !== undefined && method === r.def.method
-        ? r.logMiddle
-        : requestLineMiddle(method, r?.routeJson ?? (call.pattern !== undefined ? JSON.stringify(call.pattern) : 'null'));
-    log.request(call.id, middle, status, seconds, call.user);
-  }
 }
 
 /** The path's parameters by name, percent-decoded; a blank one is refused when its route says how. */
@@ -700,40 +422,4 @@ function ticketIn(query: string): string | undefined {
     found = part.slice(7);
   }
   return found === '' ? undefined : found;
-}
-
-/** Resolves when the response can take more (drain) or will take nothing more (close). */
-function drained(res: ServerResponse): Promise<void> {
-  return new Promise((resolve) => {
-    const done = (): void => {
-      res.off('drain', done);
-      res.off('close', done);
-      resolve();
-    };
-    res.on('drain', done);
-    res.on('close', done);
-  });
-}
-
-const NOTHING_LEFT = (): number => 0;
-
-/**
- * Writes `buf` a slice at a time, each after the previous one drained, then ends the answer.
- * Returns how many bytes are not yet handed to the socket.
- */
-function writeInSlices(res: ServerResponse, buf: Buffer): () => number {
-  let at = 0;
-  const writeWhileRoom = (): void => {
-    while (at < buf.length) {
-      const end = Math.min(at + WRITE_SLICE, buf.length);
-      const ok = res.write(buf.subarray(at, end));
-      at = end;
-      if (!ok) return;
-    }
-    res.off('drain', writeWhileRoom);
-    res.end();
-  };
-  res.on('drain', writeWhileRoom);
-  writeWhileRoom();
-  return () => buf.length - at;
 }
