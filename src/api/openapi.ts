@@ -4,7 +4,8 @@ import { SCOPES } from '../auth/authenticate.js';
 import { contentField, USAGE } from '../domain/inputs.js';
 import { COUNT_MAX } from '../domain/numbers.js';
 import { CHAT_SESSION_MODES, STOP_REASONS, TURN_ROLES, TURN_STATUSES } from '../domain/records.js';
-import { bodyJsonSchema, fieldJsonSchema, mustBeGiven, NOT_BLANK, queryParameters, type BodySchema } from '../domain/schema.js';
+import { bodyJsonSchema, fieldJsonSchema, NOT_BLANK, queryParameters } from '../domain/json-schema.js';
+import { mustBeGiven, type BodySchema } from '../domain/schema.js';
 import type { ResponseDoc, RouteDef, SchemaName } from './route.js';
 
 type Json = { [key: string]: unknown };

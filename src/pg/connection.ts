@@ -17,21 +17,8 @@ import {
 import { PgError, PgServerError } from './errors.js';
 import { MessageWriter, startupMessage } from './frontend.js';
 import { openTransport, type Transport } from './transport.js';
+import type { Param, QueryResult, Row } from './query.js';
 import { describeTarget, type ConnectionConfig } from './url.js';
-
-export type Param = string | null;
-export type Row = (string | null)[];
-
-export interface QueryResult {
-  /** Column names, in order; shared by every result of the same statement: do not modify. */
-  readonly fields: readonly string[];
-  /** Every value in PostgreSQL's text format, or null. */
-  readonly rows: Row[];
-  /** The command tag's verb: SELECT, INSERT, UPDATE, BEGIN... */
-  readonly command: string;
-  /** Rows selected, inserted, updated or deleted, from the command tag. */
-  readonly rowCount: number;
-}
 
 export interface ConnectionOptions {
   /**

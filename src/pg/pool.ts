@@ -4,7 +4,8 @@
 // session (`withConnection`, `transaction`) has a connection to itself until it ends. Past
 // all that, callers wait in a bounded queue, for a bounded time. A connection that breaks
 // leaves the pool at once; the next demand opens its replacement.
-import { Connection, type ConnectionOptions, type Param, type QueryResult } from './connection.js';
+import { Connection, type ConnectionOptions } from './connection.js';
+import type { Param, QueryResult } from './query.js';
 import { PgError } from './errors.js';
 import { parseDatabaseUrl, type ConnectionConfig } from './url.js';
 

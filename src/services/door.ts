@@ -15,7 +15,8 @@ import { SessionNotFound, TurnNotFound, type SessionRecord, type Store, type Tur
 import type { Piece } from '../domain/deltas.js';
 import { pathHashes, sameTurn, type DoorMessage } from '../domain/door-match.js';
 import type { Access } from './access.js';
-import type { ReplyService, StartedReply, UnrecordedReply } from './replies.js';
+import type { ReplyService } from './replies.js';
+import type { StartedReply, UnrecordedReply } from './reply-request.js';
 import { turnOf } from './reply-recorder.js';
 
 /** How long a request's answer is remembered for its retries. */

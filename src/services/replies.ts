@@ -9,20 +9,21 @@ import { DomainError, ServerBusy } from '../domain/errors.js';
 import { checkNewContent } from '../domain/inputs.js';
 import { ValidationError } from '../domain/schema.js';
 import { appendPieces, withToolCalls, type Piece, type PlacedCall } from '../domain/deltas.js';
-import type { ChatSession, JsonObject, StopReason, Turn, TurnContent, TurnRole, TurnStatus, TurnUsage } from '../domain/records.js';
+import type { ChatSession, Turn, TurnContent, TurnStatus, TurnUsage } from '../domain/records.js';
 import type { Logger } from '../log.js';
 import type { ProviderCatalog } from '../providers/catalog.js';
 import { streamReply } from '../providers/call.js';
 import { allowedModels, modelAllowed, providerConfig } from '../providers/config.js';
 import { ProviderFailed } from '../providers/failure.js';
 import { HeldBytes, HeldTooMuch } from '../providers/held.js';
-import { answeredCalls, stopReasonOf, type ProviderConfig, type ReplyMessage, type ReplyOptions, type ToolChoice, type ToolSpec } from '../providers/wire.js';
+import { answeredCalls, stopReasonOf, type ProviderConfig, type ReplyMessage, type ToolChoice, type ToolSpec } from '../providers/wire.js';
 import { SessionNotFound, TurnNotFound, TurnNotStreaming, type Store, type TurnRecord } from '../store/store.js';
 import type { NewTurn } from '../store/writes.js';
 import { decidedOnRead, type Access, type Caller } from './access.js';
 import { pathHash } from '../domain/door-match.js';
 import { ContextWindow } from './reply-context.js';
 import { Recorder, turnOf, type Ending, type LiveSink } from './reply-recorder.js';
+import type { ReplyRequest, StartedReply, UnrecordedReply, UnrecordedRequest } from './reply-request.js';
 
 /** How long a cancel waits for another instance to stop the reply it generates before it marks the turn interrupted itself. */
 const CANCEL_WAIT_MS = 3_000;
@@ -48,74 +49,6 @@ export interface ReplySettings {
 const HELD_REFUSE_SHARE = 0.75;
 /** A path whose turns as stored pass this many times REPLY_CONTEXT_MAX is not given its hash (see conversation). */
 const PATH_KEY_SHARE = 2;
-
-/** What a message or a reply asks for. */
-export interface ReplyRequest {
-  /** A message's content: recorded as a user turn (or a tool turn), which the reply answers. Absent: a reply to `parentId`. */
-  readonly content?: TurnContent | undefined;
-  /** A message's role: `user` (the default), or `tool` (its `tool_result` parts answer tool calls on the path it follows). */
-  readonly role?: 'user' | 'tool' | undefined;
-  /** The turn the message follows (null: a new root), or the turn to reply to; absent: the head. */
-  readonly parentId?: string | null | undefined;
-  /** The model to ask; absent: the session's selectedModel. */
-  readonly model?: string | undefined;
-  /** The provider to ask it of (its `_id`); absent: the session's (the OpenAI door names one per request). */
-  readonly providerId?: string | undefined;
-  readonly options?: ReplyOptions | undefined;
-  /** The client's tools the model may call, and whether it must. */
-  readonly tools?: readonly ToolSpec[] | undefined;
-  readonly toolChoice?: ToolChoice | undefined;
-  /**
-   * Turns to record first, in order, each under the one before (the first under `parentId`):
-   * the reply answers the last (the OpenAI door's messages past what the session holds).
-   */
-  readonly chain?: readonly { readonly role: TurnRole; readonly content: TurnContent }[] | undefined;
-  /** The chain's turns' path keys, in its order (undefined: none), for the OpenAI door's index. */
-  readonly pathKeys?: readonly (string | undefined)[] | undefined;
-  /** Told each piece of text and reasoning as it comes (the OpenAI door's stream). */
-  readonly onPiece?: ((piece: Piece) => void) | undefined;
-  /** The system message of this reply alone, in place of the session's instructions (OpenAI's Responses `instructions`). */
-  readonly instructions?: string | undefined;
-  /** The reply turn's metadata (what OpenAI's Responses keep of a response). */
-  readonly replyMetadata?: JsonObject | undefined;
-}
-
-/** What a reply that is not recorded (the OpenAI door's `X-Record: off`) asks for. */
-export interface UnrecordedRequest {
-  readonly provider: ProviderConfig;
-  readonly model: string;
-  /** The system message (OpenAI's Responses `instructions`). */
-  readonly system?: string | undefined;
-  readonly messages: readonly ReplyMessage[];
-  readonly options?: ReplyOptions | undefined;
-  readonly tools?: readonly ToolSpec[] | undefined;
-  readonly toolChoice?: ToolChoice | undefined;
-  readonly onPiece?: ((piece: Piece) => void) | undefined;
-  /** Aborted when its client leaves. */
-  readonly signal: AbortSignal;
-}
-
-/** How a reply that is not recorded ended: what a recorded one would hold. */
-export interface UnrecordedReply {
-  readonly status: TurnStatus;
-  readonly content: TurnContent;
-  readonly usage?: TurnUsage | undefined;
-  readonly stopReason?: StopReason | undefined;
-  readonly error?: string | undefined;
-  /** The provider's failure it ended with, if it did. */
-  readonly failure?: ProviderFailed | undefined;
-}
-
-/** A reply under way: the user turn a message recorded, the reply as it began, and the reply as recorded at its end. */
-export interface StartedReply {
-  readonly turn: TurnRecord | undefined;
-  /** Every turn recorded before the reply (the message's, or a chain's), in order. */
-  readonly recorded: readonly TurnRecord[];
-  readonly reply: TurnRecord;
-  readonly done: Promise<TurnRecord>;
-  /** Once done: the provider's failure it ended with, if it did (its status and whether it was passing are not recorded). */
-  readonly failure: () => ProviderFailed | undefined;
-}
 
 /** Counts a metrics page shows. */
 export interface ReplyCounts {

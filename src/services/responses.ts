@@ -12,7 +12,8 @@ import { decidedOnRead } from './access.js';
 import type { Piece } from '../domain/deltas.js';
 import type { DoorMessage } from '../domain/door-match.js';
 import { newSession, type DoorService } from './door.js';
-import type { ReplyService, UnrecordedReply } from './replies.js';
+import type { ReplyService } from './replies.js';
+import type { UnrecordedReply } from './reply-request.js';
 import { turnOf } from './reply-recorder.js';
 
 /** The instructions a response keeps to show them again: longer ones are used, not kept (a turn's metadata is at most 16 KiB). */

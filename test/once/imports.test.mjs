@@ -54,6 +54,19 @@ test('[D-house-5] a write is a value: no write of the Store takes a function, an
   }
 });
 
+test('no file of src/ is over 500 lines, and each opens with a comment saying its job (issue 43, the house)', () => {
+  const ROOT = fileURLToPath(new URL('../..', import.meta.url));
+  const over = [];
+  const silent = [];
+  for (const f of sources()) {
+    const text = readFileSync(join(ROOT, f), 'utf8');
+    if (text.split('\n').length - 1 > 500) over.push(f);
+    if (!/^\/\/ \S/.test(text)) silent.push(f);
+  }
+  assert.deepEqual(over, [], 'over 500 lines');
+  assert.deepEqual(silent, [], 'without a first line saying its job');
+});
+
 test('[D-house-3] every code has its status in the one table; only the pipeline turns a throw into an answer', () => {
   const ROOT = fileURLToPath(new URL('../..', import.meta.url));
   const read = (f) => readFileSync(join(ROOT, f), 'utf8');

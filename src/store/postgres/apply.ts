@@ -4,7 +4,7 @@
 import type { TurnKey } from '../../domain/order.js';
 import { tokensOf, type ChatSession } from '../../domain/records.js';
 import { foldForSearch } from '../../domain/search.js';
-import type { Param, QueryResult } from '../../pg/connection.js';
+import type { Param, QueryResult } from '../../pg/query.js';
 import type { Queryable } from '../../pg/pool.js';
 import type { Change } from '../changes.js';
 import type { Announce, Held } from '../store.js';

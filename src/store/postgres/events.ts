@@ -6,7 +6,7 @@
 // NOTIFYs; every instance LISTENs and reads the new rows by id.
 import { createHash } from 'node:crypto';
 import type { TurnStatus } from '../../domain/records.js';
-import type { QueryResult } from '../../pg/connection.js';
+import type { QueryResult } from '../../pg/query.js';
 import { Listener } from '../../pg/listen.js';
 import type { Pool, Queryable } from '../../pg/pool.js';
 import type { Logger } from '../../log.js';

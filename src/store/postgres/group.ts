@@ -9,7 +9,7 @@
 import type { TurnKey } from '../../domain/order.js';
 import { isStreamingJson } from '../../domain/deltas.js';
 import type { ChatSession, Tokens } from '../../domain/records.js';
-import type { QueryResult, Row } from '../../pg/connection.js';
+import type { QueryResult, Row } from '../../pg/query.js';
 import { PgServerError } from '../../pg/errors.js';
 import type { Queryable } from '../../pg/pool.js';
 import type { Change } from '../changes.js';

@@ -5,7 +5,7 @@ import type { TurnKey } from '../../domain/order.js';
 import { tokensOf, type ChatSession, type Turn } from '../../domain/records.js';
 import { foldForSearch } from '../../domain/search.js';
 import { versionOfSession } from '../../domain/version.js';
-import type { QueryResult } from '../../pg/connection.js';
+import type { QueryResult } from '../../pg/query.js';
 import type { Pool } from '../../pg/pool.js';
 import { planImport } from '../import-plan.js';
 import { withDeltas } from '../pieces.js';

@@ -5,7 +5,7 @@ import { PAGE_BYTE_BUDGET, PAGE_SCAN_BUDGET, SCAN_CHUNK, SCAN_CHUNK_BYTES, type 
 import type { ChatSession } from '../../domain/records.js';
 import type { Liveness } from '../../domain/retention.js';
 import { textHolds } from '../../domain/search.js';
-import type { Row } from '../../pg/connection.js';
+import type { Row } from '../../pg/query.js';
 import type { Pool, Queryable } from '../../pg/pool.js';
 import { withDeltas } from '../pieces.js';
 import { keysetFrom, walkBudget, walkSearch, type TurnsFrom, type WalkSource } from '../search-walk.js';

@@ -4,7 +4,7 @@
 import type { TurnKey } from '../../domain/order.js';
 import type { Tokens } from '../../domain/records.js';
 import { STREAMING_MARK, STREAMING_MARK_FROM_END } from '../../domain/deltas.js';
-import type { QueryResult } from '../../pg/connection.js';
+import type { QueryResult } from '../../pg/query.js';
 import type { Queryable } from '../../pg/pool.js';
 import type { Held } from '../store.js';
 import { JUMP } from '../tree-index.js';
