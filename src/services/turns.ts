@@ -2,21 +2,12 @@
 // turn under a parent, editing or deleting one (with its descendants), and a streaming turn's
 // text deltas. Plain inputs in, the store's records out; the checks run at the serial point.
 import { checkNewContent } from '../domain/inputs.js';
-import type { JsonObject, TurnContent, TurnRole, TurnStatus, TurnUsage } from '../domain/records.js';
 import { TurnNotFound, type Branch, type Page, type SessionRecord, type Store, type TurnDelta, type TurnEdit, type TurnKey, type TurnRecord, type TurnUpdate } from '../store/store.js';
+import type { NewTurn } from '../store/writes.js';
 import type { Access, Caller } from './access.js';
 
-/** A turn as a request records it. */
-export interface TurnInput {
-  readonly role: TurnRole;
-  readonly content: TurnContent;
-  /** A turn of the session to put it under; null: a root; absent: the session's head. */
-  readonly parentId?: string | null | undefined;
-  readonly model?: string | undefined;
-  readonly metadata?: JsonObject | undefined;
-  readonly usage?: TurnUsage | undefined;
-  readonly status?: TurnStatus | undefined;
-}
+/** A turn as a request records it: what the store records (src/store/writes.ts NewTurn) but its writer, who is the caller, and its stamp, which the serial point gives. */
+export type TurnInput = Omit<NewTurn, 'user' | '_id' | 'createdAt'>;
 
 export class TurnService {
   constructor(
