@@ -91,8 +91,8 @@ function decideUpdate(view: WriteView, w: Of<'update'>): Change {
   const was = current.session;
   const set = Object.fromEntries(Object.entries(w.set).filter(([, v]) => v !== undefined)) as Partial<ChatSession>;
   // (what a session is, its id, owner and origin, no write changes: only an import moves a session to another owner)
-  const same = Object.entries(set).every(([k, v]) => JSON.stringify(v) === JSON.stringify(was[k as keyof ChatSession]));
-  const next = w.unlessSame && same ? was : chatSession({ ...was, ...set, updatedAt: nextTimestamp(was.updatedAt, w.now) });
+  const same = (): boolean => Object.entries(set).every(([k, v]) => JSON.stringify(v) === JSON.stringify(was[k as keyof ChatSession]));
+  const next = w.unlessSame && same() ? was : chatSession({ ...was, ...set, updatedAt: nextTimestamp(was.updatedAt, w.now) });
   const json = JSON.stringify(next);
   return { kind: 'update', session: next, json, version: versionOfSession(json, current.lastTurn), usage: usageDelta(next.user, { bytes: Buffer.byteLength(json) - sessionBytes(current) }) };
 }
