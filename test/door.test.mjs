@@ -504,6 +504,36 @@ describe('The OpenAI door', () => {
     await assert.rejects(c.chat.completions.create({ model: 'echo', messages: [{ role: 'user', content: 'x' }] }, { headers: { 'X-Conversation-Key': 'k'.repeat(201) } }), (e) => e instanceof OpenAI.BadRequestError);
   });
 
+  test("[D-sec-1] a lone surrogate in a session's name, metadata or key is 400; one in a first message is U+FFFD in its name", async () => {
+    const lone = 'x\ud800y';
+    const bob = server.as('bob');
+    const bobs = (await bob.post(B, { projectId: 'p', providerId: ids.openai, selectedModel: 'echo' })).body.data._id;
+    // (on PostgreSQL such a session with a conversation key failed its write and every write of its group, another user's too)
+    const others = Array.from({ length: 10 }, (_, i) => bob.post(`${B}/${bobs}/turns`, { role: 'user', content: `bob ${i}` }));
+    const refused = [
+      await alice.post(B, { projectId: 'p', providerId: ids.openai, selectedModel: 'echo', name: lone, metadata: { conversationKey: 'k' } }),
+      await alice.post(B, { projectId: 'p', providerId: ids.openai, selectedModel: 'echo', metadata: { conversationKey: lone } }),
+      await alice.post(B, { projectId: 'p', providerId: ids.openai, selectedModel: 'echo', tags: [lone] }),
+      await alice.post('/v1/chat/completions', { model: 'local-openai/echo', messages: [{ role: 'user', content: 'x' }], metadata: { conversation_key: lone } }),
+      await alice.post('/v1/conversations', { metadata: { conversationKey: lone } }),
+      // a provider without `models` answers for any model: its name is the new session's selectedModel
+      await alice.post('/v1/chat/completions', { model: `openai-any/echo${lone}`, messages: [{ role: 'user', content: 'x' }] }, { headers: { 'x-conversation-key': 'k-model' } }),
+      await alice.post('/v1/responses', { model: `openai-any/echo${lone}`, input: 'x' }),
+    ];
+    for (const r of refused) assert.equal(r.status, 400, r.text);
+    assert.match(refused[0].body.message, /name must be well-formed Unicode/);
+    assert.match(refused[3].body.error.message, /X-Conversation-Key must be well-formed Unicode/);
+    assert.deepEqual((await Promise.all(others)).map((r) => r.status), Array(10).fill(201));
+    // a message may hold one (a delta may end in half a pair): the name the door makes of it has U+FFFD there
+    const r = await alice.post('/v1/chat/completions', { model: 'local-openai/echo', messages: [{ role: 'user', content: lone }] }, { headers: { 'x-conversation-key': 'k-lone' } });
+    assert.equal(r.status, 200, r.text);
+    const sid = r.headers['x-session-id'];
+    assert.equal((await alice.get(`${B}/${sid}`)).body.data.name, 'x\ufffdy');
+    assert.equal((await turnsOf(sid))[0].content, lone);
+    const again = await alice.post('/v1/chat/completions', { model: 'local-openai/echo', messages: [{ role: 'user', content: 'again' }] }, { headers: { 'x-conversation-key': 'k-lone' } });
+    assert.equal(again.headers['x-session-id'], sid, 'found again by its key');
+  });
+
   test('[D-door-12] a provider failure after the stream started is an error frame, and no [DONE]', async () => {
     const r = await rawCompletion({ model: 'ollama/tokens:5+error-after:2', messages: [{ role: 'user', content: 'x' }], stream: true });
     const frames = framesOf(r.text);

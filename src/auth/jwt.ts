@@ -144,6 +144,8 @@ export function checkClaims(payloadPart: string, rules: ClaimRules): Claims {
   const user = payload[rules.userClaim];
   if (typeof user !== 'string' || user.trim() === '') throw invalid(`no user claim`, { claim: rules.userClaim });
   if (user.length > MAX_SUB) throw invalid(`user claim longer than ${MAX_SUB} characters`, { claim: rules.userClaim });
+  // the user owns sessions: kept in their JSON, which PostgreSQL reads back only when well-formed
+  if (/\p{Cs}/u.test(user)) throw invalid('user claim holds half of a surrogate pair alone', { claim: rules.userClaim });
   const exp = optionalNumber(payload['exp'], 'exp');
   const nbf = optionalNumber(payload['nbf'], 'nbf');
   const iat = optionalNumber(payload['iat'], 'iat');

@@ -19,7 +19,7 @@ const sessionFields = (update: boolean) =>
       kind: 'list',
       minItems: 0,
       maxItems: TAGS_MAX,
-      items: { kind: 'string', notBlank: true, maxLength: TAG_MAX, description: 'A tag (matched ignoring case).' },
+      items: { kind: 'string', notBlank: true, maxLength: TAG_MAX, wellFormed: true, description: 'A tag (matched ignoring case).' },
       description: `At most ${TAGS_MAX} tags of 1-${TAG_MAX} characters; lists filter by them (tag=), ignoring case. A tag given twice (ignoring case) is kept once.${update ? ' Replaces the tags; [] removes them.' : ''}`,
     },
     metadata: {
@@ -39,6 +39,7 @@ const sessionFields = (update: boolean) =>
       kind: 'string',
       nullable: update,
       maxLength: INSTRUCTIONS_MAX_BYTES,
+      wellFormed: true,
       description: `The system message of the replies the server asks the model for (POST .../messages, .../replies), at most ${INSTRUCTIONS_MAX_BYTES / 1024} KiB of UTF-8.${update ? ' "" or null removes it.' : ''}`,
     },
   }) as const satisfies Record<string, BodyField>;
@@ -49,11 +50,11 @@ export const createBody = {
   // the OpenAI entry of examples/providers.json, which `npm start` copies on a fresh clone
   example: { projectId: 'website-redesign', providerId: '665f1c2a9b1e8a0012ab34c1', selectedModel: 'gpt-4o', name: 'Tried from /docs' },
   fields: {
-    projectId: { kind: 'string', required: true, maxLength: ID_MAX, description: 'Project the session belongs to.' },
-    providerId: { kind: 'string', required: true, maxLength: ID_MAX, description: 'AI provider; stored as `provider`.' },
-    selectedModel: { kind: 'string', required: true, maxLength: ID_MAX, description: 'Model of the provider.' },
+    projectId: { kind: 'string', required: true, maxLength: ID_MAX, wellFormed: true, description: 'Project the session belongs to.' },
+    providerId: { kind: 'string', required: true, maxLength: ID_MAX, wellFormed: true, description: 'AI provider; stored as `provider`.' },
+    selectedModel: { kind: 'string', required: true, maxLength: ID_MAX, wellFormed: true, description: 'Model of the provider.' },
     mode: { kind: 'string', emptyIsAbsent: true, oneOf: CHAT_SESSION_MODES, description: `${MODE_HELP} Absent or empty: Build.` },
-    name: { kind: 'string', maxLength: NAME_MAX, description: 'Display name; "" when not given.' },
+    name: { kind: 'string', maxLength: NAME_MAX, wellFormed: true, description: 'Display name; "" when not given.' },
     ...sessionFields(false),
   },
 } as const satisfies BodySchema;
@@ -63,9 +64,9 @@ export const updateBody = {
   nullIsAbsent: false,
   example: { name: 'Renamed from /docs', mode: 'Plan' },
   fields: {
-    name: { kind: 'string', maxLength: NAME_MAX, description: 'New display name.' },
-    provider: { kind: 'string', notBlank: true, maxLength: ID_MAX, description: 'New provider (the create field is `providerId`).' },
-    selectedModel: { kind: 'string', notBlank: true, maxLength: ID_MAX, description: 'New model.' },
+    name: { kind: 'string', maxLength: NAME_MAX, wellFormed: true, description: 'New display name.' },
+    provider: { kind: 'string', notBlank: true, maxLength: ID_MAX, wellFormed: true, description: 'New provider (the create field is `providerId`).' },
+    selectedModel: { kind: 'string', notBlank: true, maxLength: ID_MAX, wellFormed: true, description: 'New model.' },
     mode: { kind: 'string', oneOf: CHAT_SESSION_MODES, description: MODE_HELP },
     headTurnId: { kind: 'string', notBlank: true, maxLength: ID_MAX, description: 'Switches branch: a turn of this session becomes its head (the newest turn of the active branch).' },
     ...sessionFields(true),
@@ -203,7 +204,7 @@ export const forkBody = {
   example: { name: 'A fork to try another answer' },
   fields: {
     turnId: { kind: 'string', notBlank: true, maxLength: ID_MAX, description: "The turn the copy ends at: a turn of the session. Absent: its head." },
-    name: { kind: 'string', maxLength: NAME_MAX, description: "The new session's name. Absent: the source's." },
+    name: { kind: 'string', maxLength: NAME_MAX, wellFormed: true, description: "The new session's name. Absent: the source's." },
   },
 } as const satisfies BodySchema;
 

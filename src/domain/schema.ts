@@ -22,6 +22,8 @@ export interface StringField {
   readonly nullable?: boolean;
   /** A regular expression (Unicode mode) the whole value must match, and what it means for the message. */
   readonly pattern?: { readonly regex: string; readonly means: string };
+  /** Half of a UTF-16 surrogate pair alone gets "<name> must be well-formed Unicode" (a session's fields: PostgreSQL reads them back from its JSON). */
+  readonly wellFormed?: boolean;
 }
 
 export interface ObjectField {
@@ -200,6 +202,13 @@ function checkString(name: string, f: StringField, value: string): void {
     throw new ValidationError(`${name} must be one of: ${f.oneOf.join(', ')}`);
   }
   if (f.pattern !== undefined && !compiled(f.pattern.regex).test(value)) throw new ValidationError(`${name} must be ${f.pattern.means}`);
+  if (f.wellFormed === true && hasLoneSurrogate(value)) throw new ValidationError(`${name} must be well-formed Unicode (no half of a surrogate pair alone)`);
+}
+
+const LONE_SURROGATE = /\p{Cs}/u;
+/** Whether `s` holds half of a UTF-16 surrogate pair alone (not well-formed Unicode; in Unicode mode a pair is one code point). */
+export function hasLoneSurrogate(s: string): boolean {
+  return LONE_SURROGATE.test(s);
 }
 
 const patterns = new Map<string, RegExp>();
@@ -323,6 +332,7 @@ function checkValue(path: string, f: BodyField, value: unknown): JsonValue {
         const v = value[k];
         if (typeof v !== 'string') throw new ValidationError(`${path}.${k} must be a string`);
         if (codePointLength(v, f.valueMax) > f.valueMax) throw new ValidationError(`${path}.${k} must be at most ${f.valueMax} characters`);
+        if (hasLoneSurrogate(k) || hasLoneSurrogate(v)) throw new ValidationError(`${path} must be well-formed Unicode (no half of a surrogate pair alone)`);
       }
       return value;
     }

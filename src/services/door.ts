@@ -352,7 +352,8 @@ export async function newSession(
   const now = Date.now();
   const at = new Date(now).toISOString();
   const first = s.messages.find((m) => m.role === 'user');
-  const name = first === undefined ? '' : [...textOf(first.content).replace(/\s+/g, ' ').trim()].slice(0, 80).join('');
+  // (a message may hold half of a surrogate pair alone; a session's name is well-formed, as PostgreSQL reads it back from its JSON)
+  const name = first === undefined ? '' : [...textOf(first.content).replace(/\s+/g, ' ').trim()].slice(0, 80).join('').replace(/\p{Cs}/gu, '\uFFFD');
   const r = await store.createSession(
     chatSession({
       _id: newObjectId(now),

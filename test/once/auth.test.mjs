@@ -91,6 +91,11 @@ describe('Authentication decisions', () => {
     }
   });
 
+  test('[D-sec-1] a sub holding a lone surrogate is refused (it would own sessions); a surrogate pair is a user as any', async () => {
+    assertUnauthorized(await status(server, `Bearer ${sign({ sub: 'a\ud800', exp: now() + 60 })}`), { invalidToken: true });
+    assert.equal((await status(server, `Bearer ${sign({ sub: 'a\ud83d\ude00', exp: now() + 60 })}`)).status, 200);
+  });
+
   test('exp enforced when present (30 s leeway)', async () => {
     assert.equal((await status(server, `Bearer ${sign({ sub: 'a', exp: now() - 10 })}`)).status, 200, 'within leeway');
     assertUnauthorized(await status(server, `Bearer ${sign({ sub: 'a', exp: now() - 45 })}`), { invalidToken: true });

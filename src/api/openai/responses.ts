@@ -4,7 +4,7 @@
 import type { Principal } from '../../auth/authenticate.js';
 import { ID_MAX, METADATA_KEY_MAX, METADATA_KEYS, METADATA_VALUE_MAX } from '../../domain/limits.js';
 import type { JsonObject, JsonValue, Turn } from '../../domain/records.js';
-import { ValidationError, type BodySchema, type QuerySchema } from '../../domain/schema.js';
+import { hasLoneSurrogate, ValidationError, type BodySchema, type QuerySchema } from '../../domain/schema.js';
 import type { ReplyOptions } from '../../providers/wire.js';
 import type { DoorMessage } from '../../domain/door-match.js';
 import { ConversationNotFound, ItemNotFound, ResponseNotFound, type ResponsesService, type ResponseStarted } from '../../services/responses.js';
@@ -29,7 +29,7 @@ export const responseBody = {
   nullIsAbsent: true,
   example: { model: 'local-ollama/llama3.1:8b', input: 'Say hello in five words.' },
   fields: {
-    model: { kind: 'string', required: true, maxLength: 2 * ID_MAX, description: 'A model id of GET /v1/models, or a model name exactly one provider lists.' },
+    model: { kind: 'string', required: true, maxLength: 2 * ID_MAX, wellFormed: true, description: 'A model id of GET /v1/models, or a model name exactly one provider lists.' },
     input: { kind: 'json', required: true, maxDepth: 12, description: 'A string, or items: messages (input_text, input_image), function_call_output, function_call, item_reference.' },
     instructions: { kind: 'string', maxLength: 32 * 1024, description: 'The system message of this response only.' },
     previous_response_id: { kind: 'string', maxLength: ID_MAX, description: 'Continue under that response (a branch when it is not the newest).' },
@@ -88,6 +88,7 @@ function metadataOf(v: JsonValue | undefined): JsonObject | undefined {
   for (const [k, val] of entries) {
     if (k === '' || [...k].length > METADATA_KEY_MAX) throw new ValidationError(`metadata keys must be 1-${METADATA_KEY_MAX} characters`);
     if (typeof val !== 'string' || [...val].length > METADATA_VALUE_MAX) throw new ValidationError(`metadata.${k} must be a string of at most ${METADATA_VALUE_MAX} characters`);
+    if (hasLoneSurrogate(k) || hasLoneSurrogate(val)) throw new ValidationError('metadata must be well-formed Unicode (no half of a surrogate pair alone)');
   }
   return v as JsonObject;
 }

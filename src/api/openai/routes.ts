@@ -7,7 +7,7 @@ import { hasScope, type Principal } from '../../auth/authenticate.js';
 import { STOP_SEQUENCES } from '../../domain/inputs.js';
 import { ID_MAX } from '../../domain/limits.js';
 import type { JsonValue } from '../../domain/records.js';
-import { ValidationError, type BodySchema } from '../../domain/schema.js';
+import { hasLoneSurrogate, ValidationError, type BodySchema } from '../../domain/schema.js';
 import type { ReplyOptions } from '../../providers/wire.js';
 import { bodyKey, type CompletionStarted, type DoorService } from '../../services/door.js';
 import { turnOf } from '../../services/reply-recorder.js';
@@ -40,7 +40,7 @@ export const chatCompletionBody = {
   nullIsAbsent: true,
   example: { model: 'local-ollama/llama3.1:8b', messages: [{ role: 'user', content: 'Say hello in five words.' }] },
   fields: {
-    model: { kind: 'string', required: true, maxLength: 2 * ID_MAX, description: 'A model id of GET /v1/models (`<provider slug>/<model>`), or a model name exactly one provider lists.' },
+    model: { kind: 'string', required: true, maxLength: 2 * ID_MAX, wellFormed: true, description: 'A model id of GET /v1/models (`<provider slug>/<model>`), or a model name exactly one provider lists.' },
     messages: { kind: 'list', required: true, minItems: 1, maxItems: 100_000, items: messageShape, description: 'The conversation, oldest first.' },
     stream: { kind: 'boolean', description: 'true: an event stream of chat.completion.chunk objects, then [DONE].' },
     stream_options: { kind: 'shape', description: 'Stream options.', fields: { include_usage: { kind: 'boolean', description: 'A last chunk with the usage and no choices.' } } },
@@ -68,6 +68,8 @@ export function header(h: IncomingHttpHeaders, name: string): string | undefined
 export function named(value: unknown, what: string): string | undefined {
   if (value === undefined || value === null || value === '') return undefined;
   if (typeof value !== 'string' || value.length > ID_MAX) throw new ValidationError(`${what} must be a string of at most ${ID_MAX} characters`);
+  // what names a session, its owner or its key is kept in the session's JSON (PostgreSQL reads it back)
+  if (hasLoneSurrogate(value)) throw new ValidationError(`${what} must be well-formed Unicode (no half of a surrogate pair alone)`);
   return value;
 }
 
