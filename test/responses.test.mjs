@@ -191,6 +191,20 @@ describe("OpenAI's stateful API: Responses and conversations", () => {
     await assert.rejects(c.conversations.items.create(empty.id, { items: 'x' }), (e) => e instanceof OpenAI.BadRequestError && e.param === 'items');
   });
 
+  test('[D-responses-7] a conversation whose items are refused (a quota) leaves no session behind, and no quota used', async () => {
+    const s = await startServer({ providers: [{ _id: ids.openai, name: 'Local OpenAI', type: 'openai', baseUrl: `${provider.url}/v1` }], env: { QUOTA_TURNS: '3', QUOTA_SESSIONS: '2' } });
+    try {
+      const bob = s.as('bob');
+      const four = [1, 2, 3, 4].map((n) => ({ type: 'message', role: 'user', content: `m${n}` }));
+      for (let i = 0; i < 3; i++) assert.equal((await bob.post('/v1/conversations', { items: four })).status, 429);
+      assert.deepEqual((await bob.get(B)).body.data, [], 'no session left by the refused ones');
+      assert.equal((await bob.get('/api/v1/usage')).body.data.sessions, 0);
+      assert.equal((await bob.post('/v1/conversations', { items: four.slice(0, 3) })).status, 200, 'the quota of sessions is whole');
+    } finally {
+      await s.stop();
+    }
+  });
+
   test('[D-door-17] a response into a conversation whose response is going waits for its end, then goes on from it', async () => {
     const c = client();
     const conv = await c.conversations.create({});

@@ -299,7 +299,11 @@ export function responsesRoutes({ responses, pingMs }: ResponsesDeps): RouteDef[
         const items = given === undefined || given.length === 0 ? [] : await turnsOfInput(given, lookup(user), 'items');
         const metadata = metadataOf(ctx.body.metadata);
         const id = await responses.newSession(user, named(header(ctx.req.headers, 'x-project-id'), 'X-Project-Id') ?? 'default', '', '', items, metadata);
-        if (items.length > 0) await responses.addItems(user, id, items);
+        // its items refused (a quota, a full disk), the conversation is not made: no empty session left behind
+        if (items.length > 0) await responses.addItems(user, id, items).catch(async (e: unknown) => {
+          await responses.deleteConversation(user, id).catch(() => undefined);
+          throw e;
+        });
         return json(conversationObject((await responses.session(user, id)).session));
       },
     }),
