@@ -138,7 +138,7 @@ describe("OpenAI's stateful API: Responses and conversations", () => {
     assert.equal(await metric(server, 'chat_session_api_replies_total\\{status="complete"\\}'), counted + 3);
   });
 
-  test('[D-responses-6] a background response answers at once in_progress; GET follows it; cancel stops it', async () => {
+  test('[D-responses-6] [D-sec-2] a background response answers at once in_progress; GET follows it; cancel stops it', async () => {
     const c = client();
     const bg = await c.responses.create({ model: 'local-ollama/tokens:400@40+n:bg', input: 'a long one', background: true });
     assert.deepEqual([bg.status, bg.background], ['in_progress', true]);
@@ -148,6 +148,10 @@ describe("OpenAI's stateful API: Responses and conversations", () => {
     assert.ok(cancelled.output.find((o) => o.type === 'message').content[0].text.length > 0, 'with what it said');
     assert.equal((await c.responses.retrieve(bg.id)).status, 'cancelled');
     await assert.rejects(c.responses.cancel(bg.id), (e) => e.status === 409, 'a response not in progress');
+    // one not stored could never be read back nor cancelled: refused, nothing asked of the provider
+    const asked = provider.requests.length;
+    await assert.rejects(c.responses.create({ model: 'local-ollama/tokens:400@40+n:bg3', input: 'x', background: true, store: false }), (e) => e instanceof OpenAI.BadRequestError && e.param === 'background');
+    assert.equal(provider.requests.length, asked);
     const done = await c.responses.create({ model: 'local-ollama/say:quick+n:bg2', input: 'quick', background: true });
     await waitFor(async () => (await c.responses.retrieve(done.id)).status === 'completed', 'the background response to complete');
     assert.equal((await c.responses.retrieve(done.id)).output_text, 'quick');

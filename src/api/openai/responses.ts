@@ -36,7 +36,7 @@ export const responseBody = {
     conversation: { kind: 'json', maxDepth: 2, description: 'Continue at the head of that conversation: its id, or {id}.' },
     store: { kind: 'boolean', description: 'false: answered and counted, not recorded.' },
     stream: { kind: 'boolean', description: 'true: the response as a stream of events.' },
-    background: { kind: 'boolean', description: 'true: answered at once, in_progress; GET follows it, cancel stops it.' },
+    background: { kind: 'boolean', description: 'true: answered at once, in_progress; GET follows it, cancel stops it. With store: false, 400 (it could not be followed).' },
     tools: { kind: 'json', maxDepth: 72, description: 'Functions the model may call: {type: "function", name, description?, parameters?}.' },
     tool_choice: { kind: 'json', maxDepth: 4, description: '"auto", "none", "required" or {type: "function", name}.' },
     max_output_tokens: { kind: 'number', integer: true, min: 1, max: 1_000_000, description: 'The most tokens the response may have (past it: incomplete).' },
@@ -144,6 +144,8 @@ export function responsesRoutes({ responses, pingMs }: ResponsesDeps): RouteDef[
     const convId = typeof conv === 'string' ? conv : typeof convObject?.['id'] === 'string' ? (convObject['id'] as string) : conv === undefined ? undefined : '';
     if (convId === '') throw new ValidationError('conversation must be a conversation id or {id}');
     if (b.previous_response_id !== undefined && convId !== undefined) throw new ValidationError('previous_response_id and conversation cannot both be given');
+    // one not stored could never be read back nor cancelled, and would run on unseen for REPLY_MAX_DURATION
+    if (b.background === true && b.store === false) throw new ValidationError('background needs store: a response not stored cannot be followed nor cancelled');
     const previousResponse = b.previous_response_id === undefined ? undefined : namedBy(b.previous_response_id, 'resp');
     if (b.previous_response_id !== undefined && previousResponse?.kind !== 'turn') throw new ValidationError('previous_response_id must name one of your responses');
     const options: ReplyOptions = {
