@@ -82,7 +82,7 @@ export function createApp(p: AppParts): App {
   const ceilings = ceilingsOf(limits.memoryLimit);
   const live = liveFeed(p);
   const access = new Access(config.access, config.retentionDays);
-  const replies = new ReplyService(p.store, access, p.catalog, live?.hub, { maxReplies: config.repliesMax, idleTimeoutMs: config.providerIdleTimeoutMs, maxDurationMs: config.replyMaxDurationMs, maxTurnBytes: config.bodyLimit, heldBytes: heldLimitOf(ceilings.residentBytes, ceilings.heapBytes), contextMaxBytes: config.replyContextMax }, p.log);
+  const replies = new ReplyService(p.store, access, p.catalog, live?.hub, { maxReplies: config.repliesMax, maxRepliesPerUser: limits.maxRequestsPerUser, idleTimeoutMs: config.providerIdleTimeoutMs, maxDurationMs: config.replyMaxDurationMs, maxTurnBytes: config.bodyLimit, heldBytes: heldLimitOf(ceilings.residentBytes, ceilings.heapBytes), contextMaxBytes: config.replyContextMax }, p.log);
   if (p.metrics !== undefined) p.metrics.replies = () => replies.counts;
   const usage = new UsageService(p.store);
   const feed = live === undefined ? undefined : new FeedService(live.hub, p.store, access);

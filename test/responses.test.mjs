@@ -209,6 +209,34 @@ describe("OpenAI's stateful API: Responses and conversations", () => {
     }
   });
 
+  test("[D-sec-3] background responses count in their user's share of replies (MAX_REQUESTS_PER_USER): past it 429", async () => {
+    const s = await startServer({ providers: [{ _id: ids.openai, name: 'Local OpenAI', type: 'openai', baseUrl: `${provider.url}/v1` }], env: { MAX_REQUESTS_PER_USER: '3' } });
+    try {
+      const bob = s.as('bob');
+      const slow = { model: 'local-openai/tokens:100000@2', input: 'go on', background: true };
+      const held = [];
+      for (let i = 0; i < 3; i++) {
+        const r = await bob.post('/v1/responses', slow);
+        assert.equal(r.status, 200, r.text);
+        held.push(r.body.id);
+      }
+      // each answered at once: no request of bob's is in flight, yet a fourth reply is past his share
+      const over = await bob.post('/v1/responses', slow);
+      assert.equal(over.status, 429, over.text);
+      assert.equal(over.headers['retry-after'], '5');
+      assert.match(over.body.error.message, /Too many replies in progress for one user/);
+      assert.equal((await bob.post('/v1/chat/completions', { model: 'local-openai/echo', messages: [{ role: 'user', content: 'x' }] })).status, 429);
+      assert.deepEqual((await bob.get(B)).body.data.length, 3, 'no session left by the refused ones');
+      // another user is not refused; bob is again once one of his ends
+      assert.equal((await s.as('alice').post('/v1/chat/completions', { model: 'local-openai/echo', messages: [{ role: 'user', content: 'x' }] })).status, 200);
+      assert.equal((await bob.post(`/v1/responses/${held[0]}/cancel`, {})).status, 200);
+      assert.equal((await bob.post('/v1/chat/completions', { model: 'local-openai/echo', messages: [{ role: 'user', content: 'x' }] })).status, 200);
+      for (const id of held.slice(1)) await bob.post(`/v1/responses/${id}/cancel`, {});
+    } finally {
+      await s.stop();
+    }
+  });
+
   test('[D-door-17] a response into a conversation whose response is going waits for its end, then goes on from it', async () => {
     const c = client();
     const conv = await c.conversations.create({});

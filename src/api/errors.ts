@@ -35,6 +35,7 @@ const STATUS: { readonly [code in ErrorCode]: number } = {
   turn_too_large: 413,
   not_acceptable: 406,
   too_many_streams: 429,
+  too_many_replies: 429,
   storage_write_failed: 500,
   busy: 503,
   storage_unavailable: 503,

@@ -246,7 +246,7 @@ function commonErrors(r: RouteDef): [number, string][] {
     out.push([413, 'Request body too large']);
     out.push([415, 'Content-Type must be application/json']);
   }
-  out.push([429, `${r.unlimited === true ? '' : 'Too many requests (when RATE_LIMIT is set), or '}Too many requests in flight (the caller's share: MAX_REQUESTS_PER_USER; the connection is closed)`]);
+  out.push([429, `${r.unlimited === true ? '' : 'Too many requests (when RATE_LIMIT is set), or '}Too many requests in flight (the caller's share: MAX_REQUESTS_PER_USER; the connection is closed); a reply: Too many replies in progress for one user (as many, background ones included)`]);
   out.push([500, 'A failure inside, e.g. Storage write failed']);
   return out;
 }

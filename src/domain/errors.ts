@@ -22,6 +22,8 @@ export type ErrorCode =
   | 'reply_in_progress'
   | 'cannot_reply'
   | 'too_many_streams'
+  /** A user's share of the replies in progress (429). */
+  | 'too_many_replies'
   /** An answer the request asked for (Accept) that this server does not give (406). */
   | 'not_acceptable'
   | 'busy'

@@ -33,6 +33,8 @@ const STOP_WAIT_MS = 5_000;
 export interface ReplySettings {
   /** Replies in progress on this instance at most (REPLIES_MAX). */
   readonly maxReplies: number;
+  /** Replies in progress on this instance of one user at most (MAX_REQUESTS_PER_USER): a background reply holds no request. */
+  readonly maxRepliesPerUser: number;
   /** The longest a provider may send no progress (PROVIDER_IDLE_TIMEOUT). */
   readonly idleTimeoutMs: number;
   /** The longest a reply may take, whatever its provider sends (REPLY_MAX_DURATION). */
@@ -108,6 +110,8 @@ export class ReplyService {
   /** Replies accepted and not yet in `running` (their first write is under way): they count against the bound too. */
   private starting = 0;
   private stopping = false;
+  /** The recorded replies in progress (or starting) of each user. */
+  private readonly perUser = new Map<string, number>();
   private readonly ended = new Map<TurnStatus, number>();
   /** What the replies in progress hold unfinished: lines and events being read, text not yet written, tool calls. */
   readonly held: HeldBytes;
@@ -127,6 +131,26 @@ export class ReplyService {
   private admit(): void {
     if (this.stopping || this.running.size + this.starting >= this.settings.maxReplies) throw new ServerBusy('Too many replies in progress', 5);
     if (this.held.used >= this.held.limit * HELD_REFUSE_SHARE) throw new ServerBusy('Server is low on memory', 5);
+  }
+
+  /**
+   * A user's share: past it 429 (a background reply outlives its request, so the share of
+   * requests in flight no longer bounds it); the place taken, and the function that gives it back once.
+   */
+  private holdFor(user: string): () => void {
+    const mine = this.perUser.get(user) ?? 0;
+    if (mine >= this.settings.maxRepliesPerUser) {
+      throw new DomainError('too_many_replies', `Too many replies in progress for one user (MAX_REQUESTS_PER_USER, ${this.settings.maxRepliesPerUser})`, { retryAfterSeconds: 5 });
+    }
+    this.perUser.set(user, mine + 1);
+    let held = true;
+    return () => {
+      if (!held) return;
+      held = false;
+      const left = (this.perUser.get(user) ?? 1) - 1;
+      if (left === 0) this.perUser.delete(user);
+      else this.perUser.set(user, left);
+    };
   }
 
   /** Listens for cancels sent by other instances (PostgreSQL), before the server takes requests. */
@@ -154,6 +178,7 @@ export class ReplyService {
     // a tool message goes exactly under the turn whose path holds the calls it answers
     if (req.content !== undefined && req.role === 'tool') req = { ...req, parentId: await this.toolTurnParent(caller, sessionId, req.content, req.parentId) };
     this.admit();
+    const release = this.holdFor(caller.user);
     this.starting++;
     let call: Call | undefined;
     let made: TurnRecord[];
@@ -172,12 +197,16 @@ export class ReplyService {
         // the reply, the last turn, is generated here (PostgreSQL names this instance with it)
         return this.store.appendTurns(sessionId, this.turnsOf(caller.user, req, call.model), { guard: { ...guard, version: read.version }, refuse: { anyStreaming: true }, pathKeys: req.pathKeys, generated: true });
       });
+    } catch (e) {
+      release();
+      throw e;
     } finally {
       this.starting--;
     }
     const reply = made[made.length - 1] as TurnRecord;
     const turn = made.length > 1 ? made[0] : undefined;
     const r = new Running(sessionId, reply._id);
+    r.done.then(release, release);
     this.running.set(reply._id, r);
     void this.run(r, call as NonNullable<typeof call>, req, turnOf(reply));
     return { turn, recorded: made.slice(0, -1), reply, done: r.done, failure: () => r.failure };
