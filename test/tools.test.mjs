@@ -183,6 +183,26 @@ describe('Tools in replies', () => {
     }
   });
 
+  test('[D-sec-4] arguments nested past 32 levels are kept as their text; an object so deep (Ollama) fails the reply', async () => {
+    // (thousands of levels deep, a parsed value overflowed the stack of what walks it: the reply's end went unrecorded)
+    const deep = `{"a":${'['.repeat(40)}${']'.repeat(40)}}`;
+    for (const type of ['openai', 'anthropic']) {
+      const s = await session(type, `call:f:${deep}`);
+      const { reply } = await send(s._id, { content: 'go', tools: [{ name: 'f' }] });
+      assert.deepEqual(calls(reply.content).map((c) => c.arguments), [deep], type);
+    }
+    const s = await session('ollama', `call:f:${deep}`);
+    const { reply } = await send(s._id, { content: 'go', tools: [{ name: 'f' }] });
+    assert.equal(reply.status, 'error');
+    assert.match(reply.error.message, /Provider "Local Ollama" sent a tool call whose arguments nest more than 32 levels deep/);
+    // a client's own, 5,000 levels deep, through the door: kept as text, the conversation goes on
+    const args = `{"a":${'['.repeat(5000)}${']'.repeat(5000)}}`;
+    const r = await alice.post('/v1/chat/completions', { model: 'local-openai/echo', messages: [{ role: 'user', content: 'q' }, { role: 'assistant', content: null, tool_calls: [{ id: 'c1', type: 'function', function: { name: 'f', arguments: args } }] }, { role: 'tool', tool_call_id: 'c1', content: 'r' }] });
+    assert.equal(r.status, 200, r.text);
+    const turns = (await alice.get(`${B}/${r.headers['x-session-id']}/turns`)).body.data;
+    assert.equal(calls(turns[1].content)[0].arguments, args);
+  });
+
   for (const type of PROTOCOLS) {
     test(`[D-tools-6] an agent loop on the messages route (${type}): a call, a tool message with its result, the answer`, async () => {
       const model = `call:get_weather+n:loop-${type}`;

@@ -222,7 +222,7 @@ function compiled(regex: string): RegExp {
 }
 
 /** True when `value` nests objects or arrays deeper than `max` levels; iterative, so any depth is safe. */
-function depthExceeds(value: unknown, max: number): boolean {
+export function depthExceeds(value: unknown, max: number): boolean {
   const stack: [unknown, number][] = [[value, 1]];
   while (stack.length > 0) {
     const [v, d] = stack.pop() as [unknown, number];

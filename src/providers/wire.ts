@@ -1,7 +1,9 @@
 // What the three wire clients share: the call's input and output shapes, the contract each
 // client fills (build a request, read its stream), and the few rules for turning parts into text.
 import { randomBytes } from 'node:crypto';
+import { PART_JSON_DEPTH } from '../domain/limits.js';
 import { COUNT_MAX, isCount } from '../domain/numbers.js';
+import { depthExceeds } from '../domain/schema.js';
 import type { JsonObject, JsonValue, Part, StopReason, TurnContent, TurnRole } from '../domain/records.js';
 import { StreamFailure } from './failure.js';
 import { UNCOUNTED, type HeldBytes, type Holding } from './held.js';
@@ -75,6 +77,8 @@ export function newCallId(): string {
  * or as a value already (Anthropic's and Ollama's objects).
  */
 export function toolCallOf(id: unknown, name: string, args: string | JsonValue): ToolCall {
+  // checked without recursion before anything recursive (JSON.stringify, the path's hash) walks it
+  if (typeof args !== 'string' && depthExceeds(args, PART_JSON_DEPTH)) throw new StreamFailure(`sent a tool call whose arguments nest more than ${PART_JSON_DEPTH} levels deep`, false);
   return { id: typeof id === 'string' && id !== '' ? id : newCallId(), name, arguments: typeof args === 'string' ? argumentsOfText(args) : args };
 }
 
@@ -91,7 +95,8 @@ export function argumentsOfText(text: string): JsonValue {
   } catch {
     return text;
   }
-  if (typeof value !== 'object' || value === null || Array.isArray(value) || !numbersSurvive(text)) return text;
+  // nested past what a turn's part may hold, it stays text too: nothing recursive walks the value
+  if (typeof value !== 'object' || value === null || Array.isArray(value) || !numbersSurvive(text) || depthExceeds(value, PART_JSON_DEPTH)) return text;
   return value as JsonValue;
 }
 
@@ -366,6 +371,7 @@ export function argumentsObject(value: JsonValue): { readonly [key: string]: Jso
     } catch {
       return { value };
     }
+    if (depthExceeds(v, PART_JSON_DEPTH)) return { value };
   }
   return v !== null && typeof v === 'object' && !Array.isArray(v) ? (v as { readonly [key: string]: JsonValue }) : { value: v };
 }
