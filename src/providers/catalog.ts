@@ -33,6 +33,10 @@ const MASK = '***';
 // up to the LAST @ of the authority, as URL parsers split it (a password may hold an unencoded @)
 const URL_USERINFO = /([a-z][a-z0-9+.-]*:\/\/)[^/?#\s]+@/gi;
 const SECRET_PARAM = /([?&](?:[^=&#]*(?:key|token|secret|passw|pwd|passcode|passphrase|auth|bearer|cookie|credential|jwt|signature|sig|private)[^=&#]*)=)[^&#]*/gi;
+/** `name=value` of a connection string (`Server=db;Password=x;`): the value masked when the name is a credential's. */
+const PAIR = /(^|[;\s])([A-Za-z][A-Za-z0-9 _.-]{0,40}?)=([^;]*)/g;
+/** An HTTP credential written out in free text (`Authorization: Bearer x`, `Basic x`). */
+const SCHEME_CREDENTIAL = /\b(Bearer|Basic)\s+[A-Za-z0-9._~+/=-]{4,}/gi;
 
 /** A credential's value as answered: masked whole, unless it cannot hold a secret (true, false, null, "") or is a count. */
 function maskCredential(name: string, value: Json): Json {
@@ -56,14 +60,16 @@ function maskHeaders(value: Json): Json {
 /**
  * Removes `apiKey` (any case, `api_key`, `api-key`) at every depth, masks what is under a
  * credential's name (src/credentials.ts) or under `headers`, and credentials inside strings:
- * `secrets` copied anywhere, URL userinfo and URL query parameters named like credentials.
+ * `secrets` copied anywhere, URL userinfo and URL query parameters named like credentials, a
+ * connection string's pairs named so, and `Bearer`/`Basic` credentials written in text.
  */
 function redact(value: Json, secrets: readonly string[]): Json {
   if (typeof value === 'string') {
     let s = value;
     for (const k of secrets) if (s.includes(k)) s = s.split(k).join(MASK);
     if (s.includes('://')) s = s.replace(URL_USERINFO, `$1${MASK}@`).replace(SECRET_PARAM, `$1${MASK}`);
-    return s;
+    if (s.includes('=')) s = s.replace(PAIR, (whole, at: string, name: string, v: string) => (v !== '' && isCredentialName(name) ? `${at}${name}=${MASK}` : whole));
+    return s.replace(SCHEME_CREDENTIAL, `$1 ${MASK}`);
   }
   if (Array.isArray(value)) return value.map((v) => redact(v, secrets));
   if (value !== null && typeof value === 'object') {

@@ -5,7 +5,7 @@
 /** Words that make a name a credential's, alone, with an `s`, or ending a longer word (`apikey`). */
 const CREDENTIAL_WORDS = [
   'key', 'secret', 'token', 'password', 'passwd', 'pwd', 'passcode', 'passphrase', 'auth', 'authorization',
-  'authentication', 'bearer', 'cookie', 'credential', 'jwt', 'signature', 'private',
+  'authentication', 'bearer', 'cookie', 'credential', 'jwt', 'signature', 'private', 'pass', 'otp', 'salt',
 ];
 const CREDENTIAL = new RegExp(`(${CREDENTIAL_WORDS.join('|')})s?$`);
 /** Words that make a number a count or a limit (`maxTokens: 4096`), not a secret. */

@@ -125,6 +125,30 @@ describe('[D-security-8] redaction by a rule on names, not by a list of names', 
     assertHidden(answers, ['goog-secret-1', 'apim-secret-2', 'xauth-secret-3', 'cookie-secret-4', 'aws-secret-5', 'xapi-secret-6', 'secretkey-secret-7', 'xtoken-secret-8', '90817263', 'nested-secret-10', 'cred-user-11', 'cred-pass-12', 'signing-secret-13', 'signing-secret-14']);
   });
 
+  test('[D-security-8] pass, otp and salt are credential words; connection strings and Bearer or Basic in text are masked', async () => {
+    const entry = {
+      _id: 'cccccccccccccccccccccc04',
+      name: 'Odd fields',
+      proxyPass: 'proxy-pass-secret-1',
+      otp: 'otp-secret-2',
+      salt: 'salt-secret-3',
+      connection: 'Server=db.example;User Id=app;Password=conn-secret-4;Encrypt=true',
+      odbc: 'DRIVER={PG};PWD=odbc-secret-5',
+      notes: 'call it with Authorization: Bearer bearer-secret-6, or Basic YmFzaWMtc2VjcmV0LTc=',
+      plain: 'ratio=3; mode=fast',
+    };
+    const answers = await answersFor([entry]);
+    const p = answers.entries.get(entry._id);
+    assert.equal(p.proxyPass, '***');
+    assert.equal(p.otp, '***');
+    assert.equal(p.salt, '***');
+    assert.equal(p.connection, 'Server=db.example;User Id=app;Password=***;Encrypt=true');
+    assert.equal(p.odbc, 'DRIVER={PG};PWD=***');
+    assert.equal(p.notes, 'call it with Authorization: Bearer ***, or Basic ***');
+    assert.equal(p.plain, 'ratio=3; mode=fast', 'pairs not named like credentials are kept');
+    assertHidden(answers, ['proxy-pass-secret-1', 'otp-secret-2', 'salt-secret-3', 'conn-secret-4', 'odbc-secret-5', 'bearer-secret-6', 'YmFzaWMtc2VjcmV0LTc']);
+  });
+
   test('"every value under a provider\'s headers is masked", whatever the header is called, at any depth (the header names stay)', async () => {
     const entry = {
       _id: 'cccccccccccccccccccccc02',
