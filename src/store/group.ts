@@ -90,6 +90,15 @@ export class RoomOnlyForDeletes extends Error {
   override readonly name = 'RoomOnlyForDeletes';
 }
 
+/**
+ * A commit the database refused for what a write holds (a value it cannot take, a constraint),
+ * not for being away: nothing was written, and when the group held several writes each is
+ * decided and committed again by itself, so that one write's data fails that write alone.
+ */
+export class WriteRefused extends Error {
+  override readonly name = 'WriteRefused';
+}
+
 /** Whether changes only take data away (deletes of sessions or of turns): the only ones the reserve is given back for. */
 export function takesAway(changes: readonly Change[]): boolean {
   return changes.every((c) => c.kind === 'delete' || c.kind === 'deleteTurns');

@@ -8,7 +8,7 @@ import type { Quotas } from '../config.js';
 import type { Logger } from '../log.js';
 import type { Change, CommitListener } from './changes.js';
 import { decide } from './decide.js';
-import { GroupConflict, NotReadAhead, RoomOnlyForDeletes, takesAway, type Group, type GroupSource, type TreeNeeds } from './group.js';
+import { GroupConflict, NotReadAhead, RoomOnlyForDeletes, takesAway, WriteRefused, type Group, type GroupSource, type TreeNeeds } from './group.js';
 import { GroupView } from './group-view.js';
 import { StorageDamaged, StorageUnavailable, StorageWriteFailed } from './store.js';
 import type { Write } from './writes.js';
@@ -76,6 +76,8 @@ export class SerialWriter {
   private closed = false;
   private idleWaiters: (() => void)[] = [];
   private committed: CommitListener | undefined;
+  /** Groups still to take one write each: the writes of a group the database refused, tried one by one. */
+  private singly = 0;
 
   constructor(
     private readonly source: GroupSource,
@@ -146,7 +148,10 @@ export class SerialWriter {
     }
     this.writing = true;
     let writes: PendingWrite[];
-    if (this.queue.length <= this.maxGroup) {
+    if (this.singly > 0) {
+      this.singly--;
+      writes = this.queue.splice(0, 1);
+    } else if (this.queue.length <= this.maxGroup) {
       writes = this.queue;
       this.queue = [];
     } else writes = this.queue.splice(0, this.maxGroup);
@@ -192,6 +197,14 @@ export class SerialWriter {
     const refusal = new StorageWriteFailed(err);
     for (const w of refused) w.reject(refusal);
     this.attempt(alone, 1);
+  }
+
+  /** After WriteRefused of a group of several: each of its writes goes again by itself, first in the queue and in order. */
+  private oneByOne(accepted: readonly PendingWrite[], err: WriteRefused): void {
+    this.log.warn('the database refused a group of writes for what one of them holds; each is committed by itself', { err, writes: accepted.length });
+    this.queue.unshift(...accepted);
+    this.singly += accepted.length;
+    this.nextGroup();
   }
 
   private decideAndCommit(writes: readonly PendingWrite[], group: Group, n: number): void {
@@ -247,6 +260,7 @@ export class SerialWriter {
       (e: unknown) => {
         if (e instanceof GroupConflict && n < ATTEMPTS) this.attempt(accepted, n + 1);
         else if (e instanceof RoomOnlyForDeletes) this.deletesAlone(accepted, decided, e);
+        else if (e instanceof WriteRefused && accepted.length > 1) this.oneByOne(accepted, e);
         else this.refuseAll(accepted, e);
       },
     );

@@ -14,7 +14,7 @@ import { PgServerError } from '../../pg/errors.js';
 import type { Queryable } from '../../pg/pool.js';
 import type { Change } from '../changes.js';
 import { injectedFault } from '../faults.js';
-import { GroupConflict, NotReadAhead, type Group, type TreeNeeds } from '../group.js';
+import { GroupConflict, NotReadAhead, WriteRefused, type Group, type TreeNeeds } from '../group.js';
 import { tailOfJson, tailOfRow, withDeltas, type Tail } from '../pieces.js';
 import { pathSql } from '../sql.js';
 import { NO_USAGE, type SessionState, type TreeTurn, type TurnNode, type Usage } from '../store.js';
@@ -311,6 +311,8 @@ export class PgGroup implements Group {
       if (this.unread && e instanceof PgServerError && e.kind === 'unique_violation' && e.constraint === 'sessions_pkey') {
         throw new GroupConflict('a new session id is taken: the group is decided again with its sessions locked', { cause: e });
       }
+      // a value or a constraint the database refused (SQLSTATE classes 22, 23, 54): one write's, not the database's state
+      if (e instanceof PgServerError && /^(22|23|54)/.test(e.code ?? '')) throw new WriteRefused(e.message, { cause: e });
       throw e;
     }
   }
