@@ -607,5 +607,22 @@ describe('Bounds of replies', () => {
       removeDir(dir);
     }
   });
+  test('[D-house-5] a message to a session that other writes keep busy is recorded, never decided again to a 500', async () => {
+    // the reply's call is decided from the session as read; turns written meanwhile move its version, not the call
+    const s = await session('openai');
+    const root = (await alice.post(`${B}/${s._id}/turns`, { role: 'user', content: 'root' })).body.data;
+    let busy = true;
+    const writer = async () => {
+      while (busy) assert.equal((await alice.post(`${B}/${s._id}/turns`, { role: 'user', content: 'meanwhile', parentId: root._id })).status, 201);
+    };
+    const writers = Array.from({ length: 8 }, writer);
+    const statuses = [];
+    try {
+      for (let i = 0; i < 30; i++) statuses.push((await alice.post(`${B}/${s._id}/messages`, { content: `message ${i}`, parentId: root._id })).status);
+    } finally {
+      busy = false;
+      await Promise.all(writers);
+    }
+    assert.deepEqual(statuses, statuses.map(() => 201));
+  });
 });
-

@@ -318,4 +318,23 @@ describe("OpenAI's stateful API: Responses and conversations", () => {
     const { turn } = await nativeOf(r.id);
     assert.equal(turn.usage.reasoningTokens, 4);
   });
+  test("[D-house-5] a conversation's metadata is updated while items are added to it, never decided again to a 500", async () => {
+    // the conversation key it keeps is read first; items added meanwhile move its version, not its metadata
+    const conv = await alice.post('/v1/conversations', { metadata: { topic: 'busy' } });
+    assert.equal(conv.status, 200, conv.text);
+    let busy = true;
+    const adder = async () => {
+      while (busy) assert.equal((await alice.post(`/v1/conversations/${conv.body.id}/items`, { items: [{ type: 'message', role: 'user', content: 'meanwhile' }] })).status, 200);
+    };
+    const adders = Array.from({ length: 8 }, adder);
+    const statuses = [];
+    try {
+      for (let i = 0; i < 40; i++) statuses.push((await alice.post(`/v1/conversations/${conv.body.id}`, { metadata: { topic: `topic ${i}` } })).status);
+    } finally {
+      busy = false;
+      await Promise.all(adders);
+    }
+    assert.deepEqual(statuses, statuses.map(() => 200));
+    assert.equal((await alice.get(`/v1/conversations/${conv.body.id}`)).body.metadata.topic, 'topic 39');
+  });
 });

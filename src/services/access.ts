@@ -19,12 +19,12 @@ export interface Caller {
 /** A session's state for a record read outside the writer (answers that change nothing, a write decided from a read). */
 export const stateOf = (r: SessionRecord): { readonly session: ChatSession; version(): string } => ({ session: r.session, version: () => r.version });
 
-/** Times a write decided from a read is decided again when its session moved meanwhile (Guard.version). */
+/** Times a write decided from a read is decided again when the fields it read moved meanwhile (Guard.same). */
 const DECIDED_AGAIN = 8;
 
 /**
- * Runs `attempt` (a read, a decision from it, and a write guarded by the version it read) again
- * while the write finds the session moved since the read, a few times at most.
+ * Runs `attempt` (a read, a decision from it, and a write guarded by the fields it read) again
+ * while the write finds them moved since the read, a few times at most.
  */
 export async function decidedOnRead<T>(attempt: () => Promise<T>): Promise<T> {
   for (let n = 1; ; n++) {

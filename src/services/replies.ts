@@ -185,7 +185,8 @@ export class ReplyService {
     try {
       const guard = this.access.guard(caller.user, ifMatch);
       // the call is decided from the session as read (its provider, model, instructions): the
-      // write holds only while the session is that version still, else it is decided again
+      // write holds only while those fields are as read, else it is decided again (turns written
+      // meanwhile move the version, not the call)
       made = await decidedOnRead(async () => {
         const read = await this.store.getSession(sessionId);
         if (read === undefined) throw new SessionNotFound();
@@ -195,7 +196,7 @@ export class ReplyService {
         // an assistant message a client sends back may be blank (a reply of reasoning only was)
         for (const t of req.chain ?? []) if (t.role !== 'assistant') checkNewContent(t.content, undefined);
         // the reply, the last turn, is generated here (PostgreSQL names this instance with it)
-        return this.store.appendTurns(sessionId, this.turnsOf(caller.user, req, call.model), { guard: { ...guard, version: read.version }, refuse: { anyStreaming: true }, pathKeys: req.pathKeys, generated: true });
+        return this.store.appendTurns(sessionId, this.turnsOf(caller.user, req, call.model), { guard: { ...guard, same: callFields(read.session) }, refuse: { anyStreaming: true }, pathKeys: req.pathKeys, generated: true });
       });
     } catch (e) {
       release();
@@ -470,6 +471,11 @@ export class ReplyService {
     await Promise.race([Promise.allSettled(all.map((r) => r.done)), new Promise((resolve) => setTimeout(resolve, STOP_WAIT_MS).unref())]);
     await this.store.broadcast()?.close();
   }
+}
+
+/** The fields of a session a reply's call is decided from (callOf): its provider, model, instructions, owner and project. */
+function callFields(s: ChatSession): { readonly [K in keyof ChatSession]?: ChatSession[K] | undefined } {
+  return { provider: s.provider, selectedModel: s.selectedModel, instructions: s.instructions, user: s.user, project: s.project };
 }
 
 /** A turn a cancel ended (`interrupted`), or 409: a cancel that loses the race to the end never answers it. */

@@ -241,14 +241,14 @@ export class ResponsesService {
 
   /** Replaces a conversation's metadata (a conversation key the chat door keeps stays). */
   async updateMetadata(user: string, sessionId: string, metadata: JsonObject): Promise<ChatSession> {
-    // the key kept is read first: the write holds only while the session is as read, else it is decided again
+    // the key kept is read first: the write holds only while the metadata is as read, else it is decided again
     const r = await decidedOnRead(async () => {
       const read = await this.store.getSession(sessionId);
       if (read === undefined) throw new SessionNotFound();
       if (read.session.user !== user) throw new ConversationNotFound();
       const key = read.session.metadata?.['conversationKey'];
       const next = { ...(key !== undefined ? { conversationKey: key } : {}), ...(metadata as { [k: string]: string }) };
-      return this.store.updateSession(sessionId, { metadata: next }, { guard: { caller: { user }, version: read.version } }).catch(conversationNotVisible);
+      return this.store.updateSession(sessionId, { metadata: next }, { guard: { caller: { user }, same: { metadata: read.session.metadata } } }).catch(conversationNotVisible);
     });
     return r.session;
   }

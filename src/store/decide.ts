@@ -58,14 +58,14 @@ export function decide(view: WriteView, w: Write): readonly Change[] {
 
 /**
  * Whether the session meets what the write requires of it (./writes.ts Guard), in order: seen by
- * its caller, If-Match, the version it was decided from, gone for the purge.
+ * its caller, If-Match, the fields it was decided from, gone for the purge.
  */
 export function checkGuard(g: Guard | undefined, current: { readonly session: ChatSession; version(): string }): void {
   if (g === undefined) return;
   const c = g.caller;
   if (c !== undefined && ((c.anyOwner !== true && current.session.user !== c.user) || (c.live !== undefined && !isLive(current.session, c.live)))) throw new SessionNotVisible();
   if (g.ifMatch !== undefined && !ifMatchHolds(g.ifMatch, current.version())) throw new PreconditionFailed();
-  if (g.version !== undefined && current.version() !== g.version) throw new SessionMoved();
+  if (g.same !== undefined && !Object.entries(g.same).every(([k, v]) => JSON.stringify(v) === JSON.stringify(current.session[k as keyof ChatSession]))) throw new SessionMoved();
   if (g.goneAt !== undefined && isLive(current.session, g.goneAt)) throw new SessionStillLive();
 }
 

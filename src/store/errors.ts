@@ -49,7 +49,7 @@ export class TurnTooLarge extends DomainError {
  */
 export class SessionNotVisible extends SessionNotFound {}
 
-/** A write decided from a read found the session moved since (Guard.version): the use case decides it again. */
+/** A write decided from a read found the fields it read moved since (Guard.same): the use case decides it again. */
 export class SessionMoved extends Error {
   override readonly name = 'SessionMoved';
 }

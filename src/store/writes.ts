@@ -15,8 +15,12 @@ export interface Guard {
   readonly caller?: { readonly user: string; readonly anyOwner?: boolean; readonly live?: Liveness | undefined } | undefined;
   /** If-Match's value: PreconditionFailed unless it names the session's version, or is `*`. */
   readonly ifMatch?: string | undefined;
-  /** The version a use case decided the write from (it read first): SessionMoved when the session moved since. */
-  readonly version?: string | undefined;
+  /**
+   * The session's fields a use case decided the write from (it read first), as it read them:
+   * SessionMoved when one is not so any more. Not its version, which every turn moves: a write
+   * decided from a busy session's version would be decided again and again.
+   */
+  readonly same?: { readonly [K in keyof ChatSession]?: ChatSession[K] | undefined } | undefined;
   /** The purge's: the session must be gone at this moment, else SessionStillLive. */
   readonly goneAt?: Liveness | undefined;
 }

@@ -276,7 +276,7 @@ export function contract(engine) {
       });
     });
 
-    test('[D-house-5] a guard is checked at the serial point: the caller, If-Match, the version read, gone for the purge', async () => {
+    test('[D-house-5] a guard is checked at the serial point: the caller, If-Match, the fields read, gone for the purge', async () => {
       await withStore(async (store) => {
         const s = await store.createSession(session());
         const id = s.session._id;
@@ -289,10 +289,29 @@ export function contract(engine) {
         await assert.rejects(store.deleteSession(id, { guard: { goneAt: live } }), SessionStillLive);
         assert.deepEqual(await everything(store), before, 'nothing changed');
         const shared = await store.updateSession(id, { name: 'shared' }, { guard: { caller: { user: 'bob', anyOwner: true, live }, ifMatch: '*' } });
-        // a write decided from a read holds while the session is the version read, and is refused once it moved
-        await assert.rejects(store.updateSession(id, { name: 'stale' }, { guard: { version: s.version } }), SessionMoved);
-        await store.updateSession(id, { name: 'fresh' }, { guard: { version: shared.version } });
+        // a write decided from a read holds while the fields it read are as read, and is refused once one moved
+        await assert.rejects(store.updateSession(id, { name: 'stale' }, { guard: { same: { name: s.session.name } } }), SessionMoved);
+        await store.updateSession(id, { name: 'fresh' }, { guard: { same: { name: shared.session.name, instructions: undefined } } });
         assert.equal((await store.getSession(id)).session.name, 'fresh');
+      });
+    });
+
+    test('[D-house-5] a write guarded by the fields it read holds though turns moved the version since the read', async () => {
+      await withStore(async (store) => {
+        const read = await store.createSession(session());
+        const id = read.session._id;
+        // what a reply's call is decided from; turns written meanwhile (another client's, a reply's) change none of it
+        const same = { provider: read.session.provider, selectedModel: read.session.selectedModel, instructions: read.session.instructions };
+        await store.appendTurn(id, turnAt(10));
+        const moved = await store.getSession(id);
+        assert.notEqual(moved.version, read.version);
+        const [reply] = await store.appendTurns(id, [{ ...turnAt(20, '', 'assistant'), status: 'streaming' }], { guard: { same } });
+        assert.equal((await store.getSession(id)).session.headTurnId, reply._id);
+        // and a field it read that moved refuses it, with nothing written
+        await store.updateSession(id, { selectedModel: 'another' });
+        const before = await everything(store);
+        await assert.rejects(store.appendTurns(id, [turnAt(30)], { guard: { same } }), SessionMoved);
+        assert.deepEqual(await everything(store), before);
       });
     });
 
