@@ -22,6 +22,9 @@ async function readRootCert(path: string): Promise<Buffer> {
   }
 }
 
+/** Errors of the socket under TLS that say the connection was cut, not that TLS failed. */
+const NETWORK_ERRORS = new Set(['ECONNRESET', 'EPIPE', 'ECONNABORTED', 'ETIMEDOUT', 'EHOSTUNREACH', 'ENETUNREACH', 'ENETDOWN']);
+
 /**
  * Opens the socket and, unless sslmode is disable (or the socket is a unix one), negotiates
  * TLS. Rejects with `connect_failed`, `tls_failed` or `protocol`; gives up after `timeoutMs`.
@@ -50,7 +53,9 @@ export async function openTransport(config: ConnectionConfig, timeoutMs: number)
       }
     };
     const onError = (err: Error): void => {
-      const kind = current === socket ? 'connect_failed' : 'tls_failed';
+      // during the handshake, a connection cut (a server restarting) is the network's, not TLS's: it may be tried again
+      const cut = NETWORK_ERRORS.has((err as NodeJS.ErrnoException).code ?? '');
+      const kind = current === socket || cut ? 'connect_failed' : 'tls_failed';
       finish(new PgError(kind, `cannot connect to ${target}: ${reason(err)}`));
     };
     const onClose = (): void => finish(new PgError('connect_failed', `cannot connect to ${target}: the connection closed`));

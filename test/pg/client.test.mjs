@@ -3,6 +3,7 @@
 // statement cache, values, named errors, statement_timeout, and no password in any error.
 import assert from 'node:assert/strict';
 import { createRequire } from 'node:module';
+import { createServer } from 'node:net';
 import { after, before, describe, test } from 'node:test';
 import { inspect } from 'node:util';
 import { USERS, postgresMissing, startCluster, waitFor } from './cluster.mjs';
@@ -117,6 +118,19 @@ describe('PostgreSQL client: connection', { skip: missing }, () => {
       await cluster.psql('ALTER SYSTEM RESET ssl');
       await cluster.psql('SELECT pg_reload_conf()');
       await waitFor(async () => (await cluster.psql('SHOW ssl')) === 'on', { what: 'ssl on' });
+    }
+  });
+
+  test('a connection cut during the TLS handshake (a server restarting) is connect_failed, unavailable, not tls_failed', async () => {
+    // a server that accepts TLS, then resets the connection as a restarting PostgreSQL may
+    const cutter = createServer((socket) => socket.once('data', () => socket.write('S', () => socket.resetAndDestroy())));
+    await new Promise((r) => cutter.listen(0, '127.0.0.1', r));
+    try {
+      const err = await rejection(conn(`postgres://u@127.0.0.1:${cutter.address().port}/db?sslmode=require`));
+      assert.equal(err.kind, 'connect_failed', err.message);
+      assert.equal(err.unavailable, true);
+    } finally {
+      await new Promise((r) => cutter.close(r));
     }
   });
 
