@@ -131,12 +131,19 @@ export class DoorService {
   /**
    * The session a request goes in (found, or made), the messages placed in it and the reply
    * begun; or the reply of the session that is going. Requests of one conversation key take
-   * turns here, so that the first of them alone makes its session.
+   * turns here (across the instances of one PostgreSQL database too, while none has its session),
+   * so that the first of them alone makes its session.
    */
   private async beginIn(req: CompletionRequest, choice: ModelChoice, providerId: string): Promise<{ readonly session: string; readonly started: StartedReply } | { readonly session: string; readonly busy: string }> {
     const release = req.conversationKey === undefined ? undefined : await this.keyTurn(`${req.user}\n${req.conversationKey}`);
+    let unheld: (() => void) | undefined;
     try {
-      const found = await this.sessionOf(req);
+      let found = await this.sessionOf(req);
+      // a key's first requests at other instances (PostgreSQL) take turns too: whoever holds it looks again, then makes the session
+      if (found === undefined && req.conversationKey !== undefined) {
+        unheld = await this.store.nameLocks()?.hold(`conversation\n${req.user}\n${req.conversationKey}`);
+        if (unheld !== undefined) found = await this.sessionOf(req);
+      }
       let session = found?.id;
       let fresh = false;
       if (session === undefined) {
@@ -158,6 +165,7 @@ export class DoorService {
         throw e;
       }
     } finally {
+      unheld?.();
       release?.();
     }
   }

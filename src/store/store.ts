@@ -220,6 +220,15 @@ export interface Broadcast {
   close(): Promise<void>;
 }
 
+/**
+ * Names one instance at a time may hold among those sharing the store (PostgreSQL): `hold`
+ * resolves once this instance holds the name, with the function that lets it go. Best effort:
+ * a database away, or a holder that keeps it past a few seconds, lets the caller go on without.
+ */
+export interface NameLocks {
+  hold(name: string): Promise<() => void>;
+}
+
 /** The events a group's changes make, in order (src/live/changes.ts). */
 export type Announce = (changes: readonly Change[]) => readonly ChangeEvent[];
 
@@ -380,6 +389,8 @@ export interface Store {
   sharedEventLog(): SharedEventLog | undefined;
   /** Messages among the instances sharing the store (PostgreSQL): a cancel reaches the instance generating the reply. undefined: one instance. */
   broadcast(): Broadcast | undefined;
+  /** Names held among the instances sharing the store (PostgreSQL); undefined: one instance, whose own turns suffice. */
+  nameLocks(): NameLocks | undefined;
 
   stats(): Promise<StoreStats>;
   /** What the sessions `user` owns hold (the same figures on every engine). */

@@ -179,6 +179,20 @@ describe('Replies across instances (STORE=postgres)', PG, () => {
   });
   const words = (t) => (t.content === '' ? 0 : t.content.split(' ').length);
 
+  test('[D-door-19] first requests of one conversation key at two instances at once make one session, holding both', async () => {
+    const [a, b] = [await start(), await start()];
+    const keys = Array.from({ length: 8 }, (_, i) => `key-${process.pid}-${i}`);
+    const ask = (s, key, j) => s.as('alice').post('/v1/chat/completions', { model: 'local-ollama/echo', messages: [{ role: 'user', content: `hello ${j}` }] }, { headers: { 'x-conversation-key': key } });
+    const answers = await Promise.all(keys.flatMap((key) => [ask(a, key, 0), ask(b, key, 1)]));
+    for (const r of answers) assert.equal(r.status, 200, r.text);
+    for (let i = 0; i < keys.length; i++) {
+      const [x, y] = [answers[2 * i], answers[2 * i + 1]];
+      assert.equal(x.headers['x-session-id'], y.headers['x-session-id'], `${keys[i]}: one session`);
+      const turns = (await a.as('alice').get(`${BASE}/${x.headers['x-session-id']}/turns`)).body.data;
+      assert.deepEqual(turns.filter((t) => t.role === 'user').map((t) => t.content).sort(), ['hello 0', 'hello 1']);
+    }
+  });
+
   test('[D-replies-9] a cancel through another instance stops the reply where it is generated, recorded interrupted', async () => {
     const [a, b, c] = [await start(), await start(), await start()];
     const s = (await a.as('alice').post(BASE, newSession({ providerId, selectedModel: 'stall-after:3' }))).body.data;

@@ -10,11 +10,12 @@ import { PgError } from '../../pg/errors.js';
 import { Pool } from '../../pg/pool.js';
 import { describeTarget, parseDatabaseUrl } from '../../pg/url.js';
 import type { Group, GroupSource, TreeNeeds } from '../group.js';
-import { NO_USAGE, StorageWriteFailed, StoreOpenFailed, type Announce, type Broadcast, type ImportSummary, type SharedEventLog, type Store, type StoreObserver, type StoreStats } from '../store.js';
+import { NO_USAGE, StorageWriteFailed, StoreOpenFailed, type Announce, type Broadcast, type ImportSummary, type NameLocks, type SharedEventLog, type Store, type StoreObserver, type StoreStats } from '../store.js';
 import { logRepaired } from '../totals.js';
 import { SerialWriter } from '../writer.js';
 import type { GroupEvents } from './apply.js';
 import { channelOf, PgBroadcast, PgEventLog } from './events.js';
+import { PgNameLocks } from './name-locks.js';
 import { PgGroup } from './group.js';
 import { importInto } from './import.js';
 import { InstanceLiveness } from './liveness.js';
@@ -56,6 +57,7 @@ export class PostgresStore extends PgReads implements Store, GroupSource {
   protected readonly scanMax: number;
   protected readonly searchWalkFrom: number | undefined;
   private broadcaster: PgBroadcast | undefined;
+  private locks: PgNameLocks | undefined;
   private readonly events: GroupEvents | undefined;
   /** How writes make the words they store (none with SEARCH=off). */
   private readonly index: Indexing;
@@ -195,6 +197,12 @@ export class PostgresStore extends PgReads implements Store, GroupSource {
     return this.broadcaster;
   }
 
+  /** Names held among the instances on this schema (./name-locks.ts), its connection made when first asked for. */
+  nameLocks(): NameLocks {
+    this.locks ??= new PgNameLocks(this.opts.url, this.opts.schema, this.opts.log);
+    return this.locks;
+  }
+
   /** The feed's log in the schema, read by every instance (./events.ts); undefined unless events are announced. */
   sharedEventLog(): SharedEventLog | undefined {
     if (this.events === undefined) return undefined;
@@ -262,6 +270,7 @@ export class PostgresStore extends PgReads implements Store, GroupSource {
     await this.liveness?.close();
     await this.eventLog?.close();
     await this.broadcaster?.close();
+    await this.locks?.close();
     await this.pool.end();
   }
 

@@ -310,6 +310,11 @@ export abstract class SqliteReads extends SerialWrites {
     return undefined;
   }
 
+  /** One server per file: its door's own turns per conversation key suffice. */
+  nameLocks(): undefined {
+    return undefined;
+  }
+
   sharedEventLog(): undefined {
     return undefined;
   }
