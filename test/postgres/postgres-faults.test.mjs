@@ -236,6 +236,27 @@ describe('PostgreSQL engine: the database fails', skip === undefined ? {} : { sk
     }
   });
 
+  test('[D-door-19] the lock connection falling silent: a new conversation key is answered still, without the lock', async () => {
+    // (with no statement timeout its try waited for ever, and every new key's first request behind it)
+    const provider = await startProvider();
+    const way = await pathToDatabase(cluster.port);
+    let s;
+    try {
+      s = await serve({ DATABASE_URL: cluster.url(USERS.scram.user).replace(`:${cluster.port}/`, `:${way.port}/`) }, [{ _id: '6f00000000000000000000e4', name: 'Local Ollama', type: 'ollama', baseUrl: provider.url }]);
+      const ask = (key) => s.as('erin').post('/v1/chat/completions', { model: 'local-ollama/echo', messages: [{ role: 'user', content: `hello ${key}` }] }, { headers: { 'x-conversation-key': key } });
+      assert.equal((await ask('first')).status, 200, 'the lock connection made');
+      way.silenceLocks();
+      const hung = new Promise((resolve) => setTimeout(() => resolve({ status: 'no answer in 60 s' }), 60_000).unref());
+      const r = await Promise.race([ask('second'), hung]);
+      assert.equal(r.status, 200, r.text);
+      assert.ok(s.logs().some((l) => /a name could not be held among the instances/.test(l.msg)), 'the lock given up, logged');
+    } finally {
+      await s?.stop();
+      way.close();
+      await provider.close();
+    }
+  });
+
   test('a backend killed mid-request: that request gets 503, the connection is replaced, the next request is served', async () => {
     const s = await serve({ DATABASE_POOL_SIZE: '2' });
     try {
@@ -293,6 +314,8 @@ const COMMIT_DONE = Buffer.concat([Buffer.from([0x43, 0, 0, 0, 11]), Buffer.from
 async function pathToDatabase(port) {
   const open = new Set();
   let cut = false;
+  /** Set: a connection that asked for an advisory lock (the door's name locks) gets no answer any more, and is not closed. */
+  let silent = false;
   /** Set while the next COMMIT's answer is to be dropped: called once it was. */
   let dropCommit;
   const server = createServer((client) => {
@@ -303,8 +326,17 @@ async function pathToDatabase(port) {
       s.on('close', () => open.delete(s));
       s.on('error', () => undefined);
     }
-    client.pipe(db);
+    let locks = false;
+    client.on('data', (d) => {
+      if (d.includes('pg_try_advisory_lock')) locks = true;
+      if (silent && locks) return;
+      if (!db.write(d)) {
+        client.pause();
+        db.once('drain', () => client.resume());
+      }
+    });
     db.on('data', (d) => {
+      if (silent && locks) return;
       // the answer to a COMMIT (CommandComplete "COMMIT") never reaches the client: the connection
       // is lost after the database committed, and the client cannot tell whether it did
       if (dropCommit !== undefined && d.includes(COMMIT_DONE)) {
@@ -335,6 +367,10 @@ async function pathToDatabase(port) {
     },
     restore() {
       cut = false;
+    },
+    /** The connections that took advisory locks fall silent: what they send goes unanswered, they stay open. */
+    silenceLocks() {
+      silent = true;
     },
     /** The next COMMIT's answer is dropped with its connection; resolves once it was. */
     dropNextCommitAnswer() {

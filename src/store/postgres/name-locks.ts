@@ -11,6 +11,12 @@ import type { NameLocks } from '../store.js';
 const RETRY_MS = 20;
 /** How long a name is waited for before going on without it (a holder that hangs must not stop the door). */
 const PATIENCE_MS = 5_000;
+/**
+ * The statement_timeout of the lock's connection: a try never waits in the database, so it also
+ * says when a connection that falls silent is taken for dead (the client's watch), instead of
+ * every hold of every name waiting on it for as long as TCP takes to notice.
+ */
+const STATEMENT_TIMEOUT_MS = 2_000;
 
 export class PgNameLocks implements NameLocks {
   private connection: Promise<Connection> | undefined;
@@ -24,7 +30,7 @@ export class PgNameLocks implements NameLocks {
   ) {}
 
   private connected(): Promise<Connection> {
-    this.connection ??= connect(parseDatabaseUrl(this.url), {}, {
+    this.connection ??= connect(parseDatabaseUrl(this.url), { statementTimeoutMs: STATEMENT_TIMEOUT_MS }, {
       // a lock held on a connection that closes is let go by the database: the next hold connects anew
       onClose: () => (this.connection = undefined),
     }).catch((e: unknown) => {
