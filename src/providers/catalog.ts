@@ -33,10 +33,36 @@ const MASK = '***';
 // up to the LAST @ of the authority, as URL parsers split it (a password may hold an unencoded @)
 const URL_USERINFO = /([a-z][a-z0-9+.-]*:\/\/)[^/?#\s]+@/gi;
 const SECRET_PARAM = /([?&](?:[^=&#]*(?:key|token|secret|passw|pwd|passcode|passphrase|auth|bearer|cookie|credential|jwt|signature|sig|private)[^=&#]*)=)[^&#]*/gi;
-/** `name=value` of a connection string (`Server=db;Password=x;`): the value masked when the name is a credential's. */
-const PAIR = /(^|[;\s])([A-Za-z][A-Za-z0-9 _.-]{0,40}?)=([^;]*)/g;
+/**
+ * Where a `name=` of a connection string begins (`Server=db;Password=x;`, libpq's `host=db password=x`):
+ * see maskPairs.
+ */
+const PAIR_NAME = /(^|[;\s])([A-Za-z][A-Za-z0-9 _.-]{0,40}?)=/g;
 /** An HTTP credential written out in free text (`Authorization: Bearer x`, `Basic x`). */
 const SCHEME_CREDENTIAL = /\b(Bearer|Basic)\s+[A-Za-z0-9._~+/=-]{4,}/gi;
+
+/**
+ * A connection string's pairs named like credentials, masked up to the next `;` (or the end): the
+ * names are looked for from the start of each value on, so a pair's value does not hide one named
+ * after it (`host=db password=x`, pairs separated by spaces), and a credential's takes in what
+ * follows it (a password may hold spaces and `=`).
+ */
+function maskPairs(s: string): string {
+  let out = '';
+  let from = 0;
+  PAIR_NAME.lastIndex = 0;
+  for (let m = PAIR_NAME.exec(s); m !== null; m = PAIR_NAME.exec(s)) {
+    const at = m.index + m[0].length;
+    if (!isCredentialName(m[2] as string)) continue;
+    const semicolon = s.indexOf(';', at);
+    const to = semicolon === -1 ? s.length : semicolon;
+    if (to === at) continue;
+    out += s.slice(from, at) + MASK;
+    from = to;
+    PAIR_NAME.lastIndex = to;
+  }
+  return out + s.slice(from);
+}
 
 /** A credential's value as answered: masked whole, unless it cannot hold a secret (true, false, null, "") or is a count. */
 function maskCredential(name: string, value: Json): Json {
@@ -68,7 +94,7 @@ function redact(value: Json, secrets: readonly string[]): Json {
     let s = value;
     for (const k of secrets) if (s.includes(k)) s = s.split(k).join(MASK);
     if (s.includes('://')) s = s.replace(URL_USERINFO, `$1${MASK}@`).replace(SECRET_PARAM, `$1${MASK}`);
-    if (s.includes('=')) s = s.replace(PAIR, (whole, at: string, name: string, v: string) => (v !== '' && isCredentialName(name) ? `${at}${name}=${MASK}` : whole));
+    if (s.includes('=')) s = maskPairs(s);
     return s.replace(SCHEME_CREDENTIAL, `$1 ${MASK}`);
   }
   if (Array.isArray(value)) return value.map((v) => redact(v, secrets));

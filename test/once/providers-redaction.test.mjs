@@ -149,6 +149,18 @@ describe('[D-security-8] redaction by a rule on names, not by a list of names', 
     assertHidden(answers, ['proxy-pass-secret-1', 'otp-secret-2', 'salt-secret-3', 'conn-secret-4', 'odbc-secret-5', 'bearer-secret-6', 'YmFzaWMtc2VjcmV0LTc']);
   });
 
+  test('[D-security-8] a connection string of pairs separated by spaces (libpq) has its password masked too', async () => {
+    // (the value of a first pair ran to the next `;`, so host=db took the password after it as its own;
+    // a credential's still does: a password may hold spaces and `=`)
+    const entry = { _id: 'cccccccccccccccccccccc05', name: 'Pairs', database: 'host=db.example port=5432 user=app password=pq-secret-1 dbname=chats', ado: 'Server=db;Password=a b=pq-secret-2;Encrypt=true', note: 'ratio=3 mode=fast' };
+    const answers = await answersFor([entry]);
+    const p = answers.entries.get(entry._id);
+    assert.equal(p.database, 'host=db.example port=5432 user=app password=***');
+    assert.equal(p.ado, 'Server=db;Password=***;Encrypt=true');
+    assert.equal(p.note, 'ratio=3 mode=fast', 'pairs not named like credentials are kept');
+    assertHidden(answers, ['pq-secret-1', 'pq-secret-2']);
+  });
+
   test('"every value under a provider\'s headers is masked", whatever the header is called, at any depth (the header names stay)', async () => {
     const entry = {
       _id: 'cccccccccccccccccccccc02',
