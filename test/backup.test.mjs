@@ -771,4 +771,31 @@ describe('Restore: import, the file\'s version of a record (regressions from rev
       removeDir(work);
     }
   });
+
+  test('[D-sec-1] import of a session an earlier release kept with half a surrogate pair alone: U+FFFD in its place', async () => {
+    // (a door's name cut from a message: on PostgreSQL the conversation key's index read the JSON back and the import failed whole)
+    const work = tempDir();
+    const { dir, file, records, session } = await oneSessionBackup(work);
+    try {
+      const copy = structuredClone(records);
+      const s = copy.find((r) => 'session' in r).session;
+      Object.assign(s, { name: 'cut \ud83d here', tags: ['t\udc00'], metadata: { conversationKey: 'chat-1', note: 'x\ud800' } });
+      write(file, copy);
+      const r = runCli(['import', file], { env: { DATA_DIR: dir } });
+      assert.equal(r.code, 0, r.stderr);
+      const server = await startServer({ dataDir: dir });
+      try {
+        const u = server.as('alice');
+        const got = (await u.get(`/api/v1/chat-sessions/${session._id}`)).body.data;
+        assert.deepEqual([got.name, got.tags, got.metadata], ['cut \ufffd here', ['t\ufffd'], { conversationKey: 'chat-1', note: 'x\ufffd' }]);
+        const renamed = await u.put(`/api/v1/chat-sessions/${session._id}`, { name: 'whole 😀' });
+        assert.equal(renamed.status, 200, renamed.text);
+      } finally {
+        await server.stop();
+      }
+    } finally {
+      removeDir(dir);
+      removeDir(work);
+    }
+  });
 });

@@ -14,7 +14,7 @@ import { turnOfBackup } from '../domain/backup-turn.js';
 import { forkedFromOf, sessionProblem } from '../domain/stored.js';
 import { turnBefore } from '../domain/order.js';
 import { isPlainObject } from '../domain/schema.js';
-import { chatSession, turnRecord, type ChatSession, type JsonObject, type Turn } from '../domain/records.js';
+import { chatSession, turnRecord, type ChatSession, type JsonObject, type JsonValue, type Turn } from '../domain/records.js';
 import { forEachLine } from '../files.js';
 import type { StoreSnapshot } from '../store/store.js';
 
@@ -22,6 +22,14 @@ export const EXPORT_FORMAT = 'chat-session-api/export';
 /** The version this release writes; it reads 1 too. */
 export const EXPORT_VERSION = 2;
 const READS = [1, 2];
+
+/** A session's value with each half of a surrogate pair alone made U+FFFD, as a session's fields are now (D-sec-1). */
+function wellFormed(v: JsonValue): JsonValue {
+  if (typeof v === 'string') return v.replace(/\p{Cs}/gu, '\uFFFD');
+  if (Array.isArray(v)) return v.map(wellFormed);
+  if (v !== null && typeof v === 'object') return Object.fromEntries(Object.entries(v).map(([k, x]) => [wellFormed(k) as string, wellFormed(x)]));
+  return v;
+}
 
 /** A backup file that cannot be imported; nothing was written. */
 export class ImportRejected extends Error {
@@ -122,7 +130,9 @@ export function parseBackup(file: string): Parsed {
       const raw = v['session'];
       const p = sessionProblem(raw, true);
       if (p !== undefined) return bad(lineNo, p);
-      const r = raw as unknown as ChatSession & Record<string, unknown>; // its shape checked by sessionProblem just above
+      // an earlier release kept half a surrogate pair alone in a session's fields (a door's name cut from a message): on
+      // PostgreSQL the conversation key's index reads the session's JSON back, which then failed the whole import
+      const r = wellFormed(raw) as unknown as ChatSession & Record<string, unknown>; // its shape checked by sessionProblem just above
       if (!legacy && r['headTurnId'] === undefined) return bad(lineNo, 'session headTurnId must be a turn _id or null');
       const forkedFrom = forkedFromOf(raw as JsonObject);
       const s = chatSession({ ...r, headTurnId: legacy ? null : r.headTurnId, ...(forkedFrom !== undefined ? { forkedFrom } : {}) });
