@@ -40,6 +40,8 @@ const SECRET_PARAM = /([?&](?:[^=&#]*(?:key|token|secret|passw|pwd|passcode|pass
 const PAIR_NAME = /(^|[;\s])([A-Za-z][A-Za-z0-9 _.-]{0,40}?)=/g;
 /** An HTTP credential written out in free text (`Authorization: Bearer x`, `Basic x`). */
 const SCHEME_CREDENTIAL = /\b(Bearer|Basic)\s+[A-Za-z0-9._~+/=-]{4,}/gi;
+/** Any scheme's credential after `Authorization:` written in text (`Authorization: Token x`, `ApiKey x`). */
+const AUTHORIZATION_LINE = /(Authorization:\s*[A-Za-z][A-Za-z0-9_-]*)\s+[^\s,;]{4,}/gi;
 
 /**
  * A connection string's pairs named like credentials, masked up to the next `;` (or the end): the
@@ -95,7 +97,7 @@ function redact(value: Json, secrets: readonly string[]): Json {
     for (const k of secrets) if (s.includes(k)) s = s.split(k).join(MASK);
     if (s.includes('://')) s = s.replace(URL_USERINFO, `$1${MASK}@`).replace(SECRET_PARAM, `$1${MASK}`);
     if (s.includes('=')) s = maskPairs(s);
-    return s.replace(SCHEME_CREDENTIAL, `$1 ${MASK}`);
+    return s.replace(SCHEME_CREDENTIAL, `$1 ${MASK}`).replace(AUTHORIZATION_LINE, `$1 ${MASK}`);
   }
   if (Array.isArray(value)) return value.map((v) => redact(v, secrets));
   if (value !== null && typeof value === 'object') {

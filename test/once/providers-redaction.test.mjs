@@ -135,6 +135,7 @@ describe('[D-security-8] redaction by a rule on names, not by a list of names', 
       connection: 'Server=db.example;User Id=app;Password=conn-secret-4;Encrypt=true',
       odbc: 'DRIVER={PG};PWD=odbc-secret-5',
       notes: 'call it with Authorization: Bearer bearer-secret-6, or Basic YmFzaWMtc2VjcmV0LTc=',
+      legacy: 'send Authorization: Token token-secret-8 or authorization: ApiKey apikey-secret-9',
       plain: 'ratio=3; mode=fast',
     };
     const answers = await answersFor([entry]);
@@ -145,8 +146,9 @@ describe('[D-security-8] redaction by a rule on names, not by a list of names', 
     assert.equal(p.connection, 'Server=db.example;User Id=app;Password=***;Encrypt=true');
     assert.equal(p.odbc, 'DRIVER={PG};PWD=***');
     assert.equal(p.notes, 'call it with Authorization: Bearer ***, or Basic ***');
+    assert.equal(p.legacy, 'send Authorization: Token *** or authorization: ApiKey ***', 'any scheme after Authorization:');
     assert.equal(p.plain, 'ratio=3; mode=fast', 'pairs not named like credentials are kept');
-    assertHidden(answers, ['proxy-pass-secret-1', 'otp-secret-2', 'salt-secret-3', 'conn-secret-4', 'odbc-secret-5', 'bearer-secret-6', 'YmFzaWMtc2VjcmV0LTc']);
+    assertHidden(answers, ['proxy-pass-secret-1', 'otp-secret-2', 'salt-secret-3', 'conn-secret-4', 'odbc-secret-5', 'bearer-secret-6', 'YmFzaWMtc2VjcmV0LTc', 'token-secret-8', 'apikey-secret-9']);
   });
 
   test('[D-security-8] a connection string of pairs separated by spaces (libpq) has its password masked too', async () => {

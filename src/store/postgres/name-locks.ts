@@ -4,7 +4,7 @@
 // database), so that nothing else of the instance queues behind a lock another instance holds.
 import { connect, type Connection } from '../../pg/connection.js';
 import { parseDatabaseUrl } from '../../pg/url.js';
-import type { Logger } from '../../log.js';
+import { Sparing, type Logger } from '../../log.js';
 import type { NameLocks } from '../store.js';
 
 /** How often a name held by another instance is tried again. */
@@ -21,6 +21,8 @@ const STATEMENT_TIMEOUT_MS = 2_000;
 export class PgNameLocks implements NameLocks {
   private connection: Promise<Connection> | undefined;
   private closed = false;
+  /** A database away fails every hold: said once every 10 s, with how many were not. */
+  private readonly failing = new Sparing(10_000);
 
   constructor(
     private readonly url: string,
@@ -57,7 +59,7 @@ export class PgNameLocks implements NameLocks {
       }
     } catch (e) {
       // the database away: what the lock guards (two instances making one thing) goes on unguarded, as with one instance
-      this.log.warn('a name could not be held among the instances; going on without it', { name, err: (e as Error).message });
+      if (this.failing.due()) this.log.warn('a name could not be held among the instances; going on without it', { err: (e as Error).message, unlogged: this.failing.since });
       return () => undefined;
     }
     let held = true;
