@@ -9,7 +9,7 @@ import { join } from 'node:path';
 import { describe, test } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import { checkOlderRelease, checkRepaired, MAX, OLDER_POISON, smallStore, T1_POISONED, T1_USAGE } from '../numbers-kit.mjs';
-import { forgetStore, removeDir, runCli, STORE, storeEnv, tempDir } from '../helpers.mjs';
+import { forgetStore, removeDir, runCli, startServer, STORE, storeEnv, tempDir } from '../helpers.mjs';
 
 const POSTGRES = STORE === 'postgres' ? {} : { skip: `about the postgres engine's schema; this run tests STORE=${STORE}` };
 
@@ -52,6 +52,29 @@ describe('PostgreSQL: numbers out of range in the schema', POSTGRES, () => {
       }
     });
   }
+
+  test("[D-numbers-4] schema 6's turns with usage and a NUL or a lone surrogate in their JSON: the upgrade reads their usage", async () => {
+    const fixtures = fileURLToPath(new URL('../fixtures/tokens/', import.meta.url));
+    const dir = tempDir('csa-numbers-v6-escapes-');
+    try {
+      await onSchema(dir, readFileSync(join(fixtures, 'postgres.sql'), 'utf8'));
+      // PostgreSQL's json refuses the whole text for one such escape: the step to schema 7 read each turn's usage so
+      await onSchema(dir, `UPDATE __SCHEMA__.turns SET json = replace(json, '"content":"an answer"', '"content":"an \\u0000 and \\ud800 answer"') WHERE id = '6b09993495cbd2c80778555e'`);
+      const s = await startServer({ dataDir: dir });
+      try {
+        const t = (await s.as('alice').get(`/api/v1/chat-sessions/6b09993495cbd2c80778555c/turns/6b09993495cbd2c80778555e`)).body.data;
+        assert.equal(t.content, 'an \u0000 and \ud800 answer', 'the turn as it was');
+        assert.equal(t.usage.inputTokens, 1200);
+        assert.equal(t.usage.outputTokens, 340);
+        assert.equal((await s.as('alice').get('/api/v1/usage')).body.data.inputTokens >= 1200, true, 'counted in its owner\'s usage');
+      } finally {
+        await s.stop();
+      }
+    } finally {
+      forgetStore(dir);
+      removeDir(dir);
+    }
+  });
 
   test("[D-numbers-4] the start repairs what an earlier release stored out of range: 1e300, 1.5, 2^64 in schema 6's JSON", async () => {
     const fixtures = fileURLToPath(new URL('../fixtures/tokens/', import.meta.url));

@@ -11,6 +11,13 @@ import { CONVERSATION_KEY_PG, textArray, wordsSql } from './values.js';
 import { jsonCountSql, repairNumbers, SESSIONS_OUT_OF_RANGE, TURNS_OUT_OF_RANGE } from './numbers.js';
 import type { NumbersRepaired } from '../totals.js';
 
+/**
+ * A turn's usage read from its JSON by PostgreSQL, which refuses the whole text for one escape it
+ * cannot hold (a NUL, half of a surrogate pair alone: a turn's content may have either): those
+ * escapes are read as U+FFFD first, only for this read (the turn's JSON stays as it is).
+ */
+const USAGE_OF_TURN = "(regexp_replace(json, '\\\\u(0000|[dD][89a-fA-F][0-9a-fA-F]{2})', '\\\\ufffd', 'g')::json -> 'usage')";
+
 export const SCHEMA_VERSION = 10;
 /** The oldest schema an export of this release reads as it is: steps 9 and 10 add only what the start's repair and the serving instances' liveness use (indexes, a table, a column), which an export does not. */
 const READS_FROM = 8;
@@ -171,9 +178,9 @@ const MIGRATIONS: readonly ((S: string) => string)[] = [
   ALTER TABLE ${S}.sessions ADD COLUMN input_tokens numeric NOT NULL DEFAULT 0, ADD COLUMN output_tokens numeric NOT NULL DEFAULT 0, ADD COLUMN cached_tokens numeric NOT NULL DEFAULT 0;
   ALTER TABLE ${S}.usage ADD COLUMN input_tokens numeric NOT NULL DEFAULT 0, ADD COLUMN output_tokens numeric NOT NULL DEFAULT 0, ADD COLUMN cached_tokens numeric NOT NULL DEFAULT 0;
   UPDATE ${S}.turns SET
-    input_tokens = ${jsonCountSql("(json::json -> 'usage')", 'inputTokens')},
-    output_tokens = ${jsonCountSql("(json::json -> 'usage')", 'outputTokens')},
-    cached_tokens = ${jsonCountSql("(json::json -> 'usage')", 'cachedTokens')}
+    input_tokens = ${jsonCountSql(USAGE_OF_TURN, 'inputTokens')},
+    output_tokens = ${jsonCountSql(USAGE_OF_TURN, 'outputTokens')},
+    cached_tokens = ${jsonCountSql(USAGE_OF_TURN, 'cachedTokens')}
     WHERE strpos(json, '"usage":') > 0;
   UPDATE ${S}.sessions s SET input_tokens = t.i, output_tokens = t.o, cached_tokens = t.c
     FROM (SELECT session, sum(input_tokens) AS i, sum(output_tokens) AS o, sum(cached_tokens) AS c FROM ${S}.turns GROUP BY session) t
