@@ -3,7 +3,7 @@
 import type { Piece } from '../domain/deltas.js';
 import type { JsonObject, StopReason, TurnContent, TurnRole, TurnStatus, TurnUsage } from '../domain/records.js';
 import type { ProviderFailed } from '../providers/failure.js';
-import type { ProviderConfig, ReplyMessage, ReplyOptions, ToolChoice, ToolSpec } from '../providers/wire.js';
+import type { ReplyCall, ReplyOptions, ToolChoice, ToolSpec } from '../providers/wire.js';
 import type { TurnRecord } from '../store/store.js';
 
 /** What a message or a reply asks for. */
@@ -38,15 +38,7 @@ export interface ReplyRequest {
 }
 
 /** What a reply that is not recorded (the OpenAI door's `X-Record: off`) asks for. */
-export interface UnrecordedRequest {
-  readonly provider: ProviderConfig;
-  readonly model: string;
-  /** The system message (OpenAI's Responses `instructions`). */
-  readonly system?: string | undefined;
-  readonly messages: readonly ReplyMessage[];
-  readonly options?: ReplyOptions | undefined;
-  readonly tools?: readonly ToolSpec[] | undefined;
-  readonly toolChoice?: ToolChoice | undefined;
+export interface UnrecordedRequest extends Omit<ReplyCall, 'signal'> {
   readonly onPiece?: ((piece: Piece) => void) | undefined;
   /** Aborted when its client leaves. */
   readonly signal: AbortSignal;
