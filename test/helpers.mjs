@@ -1,6 +1,7 @@
 // Test harness: starts the real built dist/server.js on port 0 with a temporary data
 // directory and talks HTTP to it. Tokens are signed here with an independent HS256
 // implementation, so the server's verification is checked against another signer.
+import assert from 'node:assert/strict';
 import { spawn, spawnSync } from 'node:child_process';
 import { createHmac, randomBytes } from 'node:crypto';
 import { accessSync, closeSync, constants, copyFileSync, existsSync, mkdtempSync, openSync, readFileSync, rmdirSync, rmSync, statSync, statfsSync, truncateSync, unlinkSync, writeFileSync, writeSync, mkdirSync } from 'node:fs';
@@ -315,6 +316,18 @@ export class ServerProcess {
  * Runs the server file as a command (token, export, import, --help...) and waits for it. PORT is
  * 0 unless `env` names one: a start that gets that far never takes a port another program has.
  */
+/** Each start with `env` (a [env, pattern] case) stops with exit code 2 and one line of stderr matching its pattern. */
+export function refusesToStart(cases) {
+  for (const [env, re] of cases) {
+    const dir = tempDir();
+    const r = runCli([], { env: { DATA_DIR: dir, ...env }, cwd: dir });
+    assert.equal(r.code, 2, JSON.stringify(env));
+    assert.match(r.stderr, re);
+    assert.equal(r.stderr.trim().split('\n').length, 1);
+    removeDir(dir);
+  }
+}
+
 export function runCli(args, { env = {}, cwd, input, script = SERVER, node = process.execPath } = {}) {
   const r = spawnSync(node, [script, ...args], {
     cwd,

@@ -7,7 +7,7 @@ import { connect } from 'node:net';
 import { createRequire } from 'node:module';
 import { EventEmitter } from 'node:events';
 import { metric, waitFor } from '../api-kit.mjs';
-import { newSession, removeDir, runCli, startServer, tempDir, tokenFor } from '../helpers.mjs';
+import { newSession, refusesToStart, removeDir, runCli, startServer, tokenFor } from '../helpers.mjs';
 
 const { ConnectionGuard, HEADROOM } = createRequire(import.meta.url)('../../dist/testkit.cjs');
 
@@ -380,14 +380,3 @@ describe('Settings that bound replies (issue 42)', () => {
   });
 });
 
-/** Each start with `env` stops with exit code 2 and one line of stderr matching its pattern. */
-function refusesToStart(cases) {
-  for (const [env, re] of cases) {
-    const dir = tempDir();
-    const r = runCli([], { env: { DATA_DIR: dir, ...env }, cwd: dir });
-    assert.equal(r.code, 2, JSON.stringify(env));
-    assert.match(r.stderr, re);
-    assert.equal(r.stderr.trim().split('\n').length, 1);
-    removeDir(dir);
-  }
-}
